@@ -1,0 +1,46 @@
+# Every target bootstraps its own virtual environment from the hashed lock file.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest bench lock clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+## The main job: the operator view of the embedded SQLite store (default location, or MCP_ELICIT_STORE).
+run: $(STAMP)
+	$(BIN)/mcp-elicit decisions sweep
+	$(BIN)/mcp-elicit decisions ls
+
+## The whole test suite: lint, strict typing, then pytest on both store backends.
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.store
+	$(BIN)/python -m bench.sweep
+
+## Re-resolve the lock file after editing pyproject.toml dependencies.
+lock:
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet pip-tools
+	.venv-lock/bin/pip-compile --quiet --extra dev --generate-hashes --allow-unsafe --strip-extras \
+		--no-emit-index-url --no-emit-find-links --no-emit-trusted-host -o requirements.lock pyproject.toml
+	rm -rf .venv-lock
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,61 @@
+"""The pure domain: records, statuses and the transition tables. No I/O, no SDK."""
+
+from mcp_elicit.model.audit import AuditEntry, SubjectKind
+from mcp_elicit.model.decision import Decision, DecisionOrigin, new_form_decision, new_url_decision
+from mcp_elicit.model.digest import canonical_json, request_digest
+from mcp_elicit.model.identity import Actor, Caller, Operator, Principal, System
+from mcp_elicit.model.json import JSONObject, JSONValue
+from mcp_elicit.model.operation import Operation, new_operation
+from mcp_elicit.model.redaction import REDACTED, looks_secret, redact_content, redact_text, redact_url
+from mcp_elicit.model.status import DecisionStatus, Mode, OperationStatus, ResumePolicy
+from mcp_elicit.model.transitions import (
+    DECISION_TRANSITIONS,
+    FORM_TRANSITIONS,
+    OPERATION_TRANSITIONS,
+    TERMINAL_DECISION_STATUSES,
+    URL_TRANSITIONS,
+    WAITING_DECISION_STATUSES,
+    IllegalTransition,
+    check_decision_transition,
+    check_operation_transition,
+    is_legal,
+)
+
+__all__ = [
+    "DECISION_TRANSITIONS",
+    "FORM_TRANSITIONS",
+    "OPERATION_TRANSITIONS",
+    "REDACTED",
+    "TERMINAL_DECISION_STATUSES",
+    "URL_TRANSITIONS",
+    "WAITING_DECISION_STATUSES",
+    "Actor",
+    "AuditEntry",
+    "Caller",
+    "Decision",
+    "DecisionOrigin",
+    "DecisionStatus",
+    "IllegalTransition",
+    "JSONObject",
+    "JSONValue",
+    "Mode",
+    "Operation",
+    "OperationStatus",
+    "Operator",
+    "Principal",
+    "ResumePolicy",
+    "SubjectKind",
+    "System",
+    "canonical_json",
+    "check_decision_transition",
+    "check_operation_transition",
+    "is_legal",
+    "looks_secret",
+    "new_form_decision",
+    "new_operation",
+    "new_url_decision",
+    "redact_content",
+    "redact_text",
+    "redact_url",
+    "request_digest",
+]

@@ -1,0 +1,37 @@
+"""Durable storage of operations, decisions, their journal, audit trail and single-use tokens."""
+
+from mcp_elicit.store.errors import (
+    AlreadyExists,
+    DecisionExpired,
+    NotFound,
+    SchemaTooNew,
+    StoreConfigError,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+    TransitionConflict,
+)
+from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, Store, SweepResult
+from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url, open_store, utc_now
+
+__all__ = [
+    "ENV_VAR",
+    "AlreadyExists",
+    "Clock",
+    "Consumption",
+    "DecisionExpired",
+    "JournalEntry",
+    "NotFound",
+    "SchemaTooNew",
+    "Store",
+    "StoreConfigError",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreUnavailable",
+    "SweepResult",
+    "TransitionConflict",
+    "default_store_path",
+    "default_store_url",
+    "open_store",
+    "utc_now",
+]

@@ -1,0 +1,597 @@
+"""The store's logic, written once over a minimal SQL interface that each engine adapts.
+
+Every write runs in one transaction through `_write()`: the change and its audit row commit together
+or not at all. Compare-and-set is a conditional UPDATE on `(status, version)` plus the binding; when it
+matches no row, a second read in the same transaction says why (missing, someone else's, lost race,
+overdue), and an overdue record is expired right there so a late signal can never wake it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from mcp_elicit.model import (
+    AuditEntry,
+    Caller,
+    Decision,
+    DecisionStatus,
+    JSONObject,
+    JSONValue,
+    Mode,
+    Operation,
+    OperationStatus,
+    Operator,
+    Principal,
+    ResumePolicy,
+    SubjectKind,
+    System,
+    check_decision_transition,
+    check_operation_transition,
+    redact_content,
+    redact_text,
+    redact_url,
+)
+from mcp_elicit.model.transitions import TERMINAL_DECISION_STATUSES
+from mcp_elicit.store._schema import WAITING_SQL
+from mcp_elicit.store.errors import (
+    AlreadyExists,
+    DecisionExpired,
+    NotFound,
+    StoreError,
+    TransitionConflict,
+)
+from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, SweepResult
+
+CLOCK = System("clock")
+SWEEP_BATCH = 1000
+
+DECISION_COLUMNS = (
+    "elicitation_id, operation_id, key, principal_id, client_id, origin_method, origin_request_digest, mode, "
+    "status, resume_policy, message, requested_schema, url, sensitive_fields, content, completion_version, "
+    "created_at, updated_at, expires_at"
+)
+OPERATION_COLUMNS = (
+    "operation_id, principal_id, client_id, method, target, request_digest, idempotency_key, status, result, "
+    "version, created_at, updated_at, expires_at"
+)
+AUDIT_COLUMNS = "seq, subject_kind, subject_id, from_status, to_status, actor, reason, details, at"
+BINDING = " AND principal_id = %s AND client_id = %s"
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Tx(Protocol):
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
+
+
+class UniqueViolation(StoreError):
+    """Raised by an engine adapter for a primary-key or unique clash."""
+
+
+class ForeignKeyViolation(StoreError):
+    """Raised by an engine adapter when a referenced record is missing."""
+
+
+def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
+    if isinstance(caller, Principal):
+        return BINDING, (caller.principal_id, caller.client_id)
+    if isinstance(caller, Operator):
+        return "", ()
+    raise TypeError(f"a store caller is a Principal or an Operator, not {type(caller).__name__}")
+
+
+class SQLStore(ABC):
+    """Shared implementation; subclasses supply transactions and value codecs."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    # -- what an engine supplies -------------------------------------------------------------
+
+    @abstractmethod
+    def _write(self) -> AbstractContextManager[Tx]:
+        """A transaction that takes the write lock (where the engine has one) and commits on success."""
+
+    @abstractmethod
+    def _read(self) -> AbstractContextManager[Tx]: ...
+
+    @abstractmethod
+    def _to_time(self, value: datetime) -> object: ...
+
+    @abstractmethod
+    def _from_time(self, value: Any) -> datetime: ...
+
+    @abstractmethod
+    def _to_json(self, value: JSONValue) -> object: ...
+
+    @abstractmethod
+    def _from_json(self, value: Any) -> JSONValue: ...
+
+    @property
+    @abstractmethod
+    def display_url(self) -> str: ...
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    _for_update = ""
+
+    # -- row codecs ---------------------------------------------------------------------------
+
+    def _optional_json(self, value: JSONValue) -> object:
+        return None if value is None else self._to_json(value)
+
+    def _decision_row(self, d: Decision) -> tuple[object, ...]:
+        t = self._to_time
+        return (
+            d.elicitation_id, d.operation_id, d.key, d.principal_id, d.client_id, d.origin_method,
+            d.origin_request_digest, d.mode.value, d.status.value, d.resume_policy.value, d.message,
+            self._optional_json(d.requested_schema), d.url, self._to_json(list(d.sensitive_fields)),
+            self._optional_json(d.content), d.completion_version, t(d.created_at), t(d.updated_at), t(d.expires_at),
+        )  # fmt: skip
+
+    def _decision(self, row: Sequence[Any]) -> Decision:
+        t, j = self._from_time, self._from_json
+        sensitive = j(row[13])
+        return Decision(
+            elicitation_id=row[0], operation_id=row[1], key=row[2], principal_id=row[3], client_id=row[4],
+            origin_method=row[5], origin_request_digest=row[6], mode=Mode(row[7]), status=DecisionStatus(row[8]),
+            resume_policy=ResumePolicy(row[9]), message=row[10],
+            requested_schema=None if row[11] is None else _object(j(row[11])), url=row[12],
+            sensitive_fields=tuple(str(name) for name in sensitive) if isinstance(sensitive, list) else (),
+            content=None if row[14] is None else _object(j(row[14])), completion_version=row[15],
+            created_at=t(row[16]), updated_at=t(row[17]), expires_at=t(row[18]),
+        )  # fmt: skip
+
+    def _operation_row(self, o: Operation) -> tuple[object, ...]:
+        t = self._to_time
+        return (
+            o.operation_id, o.principal_id, o.client_id, o.method, o.target, o.request_digest, o.idempotency_key,
+            o.status.value, self._optional_json(o.result), o.version, t(o.created_at), t(o.updated_at),
+            t(o.expires_at),
+        )  # fmt: skip
+
+    def _operation(self, row: Sequence[Any]) -> Operation:
+        t = self._from_time
+        return Operation(
+            operation_id=row[0], principal_id=row[1], client_id=row[2], method=row[3], target=row[4],
+            request_digest=row[5], idempotency_key=row[6], status=OperationStatus(row[7]),
+            result=None if row[8] is None else self._from_json(row[8]), version=row[9],
+            created_at=t(row[10]), updated_at=t(row[11]), expires_at=t(row[12]),
+        )  # fmt: skip
+
+    def _audit(
+        self,
+        tx: Tx,
+        kind: SubjectKind,
+        subject_id: str,
+        from_status: str | None,
+        to_status: str,
+        actor: str,
+        reason: str,
+        details: JSONObject,
+        at: datetime,
+    ) -> None:
+        tx.execute(
+            "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (kind.value, subject_id, from_status, to_status, actor, redact_text(reason), self._to_json(details),
+             self._to_time(at)),
+        )  # fmt: skip
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def create_operation(self, operation: Operation) -> Operation:
+        if operation.status is not OperationStatus.OPEN:
+            raise ValueError("an operation is created open")
+        try:
+            with self._write() as tx:
+                tx.execute(
+                    f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)})",
+                    self._operation_row(operation),
+                )
+                self._audit(
+                    tx, SubjectKind.OPERATION, operation.operation_id, None, operation.status,
+                    operation.principal.actor, "created",
+                    {"method": operation.method, "target": operation.target,
+                     "request_digest": operation.request_digest},
+                    operation.created_at,
+                )  # fmt: skip
+        except UniqueViolation:
+            raise AlreadyExists(f"operation {operation.operation_id} already exists") from None
+        return operation
+
+    def _select_operation(self, tx: Tx, operation_id: str, caller: Caller) -> Operation | None:
+        where, params = _binding(caller)
+        row = tx.execute(
+            f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE operation_id = %s{where}",
+            (operation_id, *params),
+        ).fetchone()
+        return None if row is None else self._operation(row)
+
+    def get_operation(self, operation_id: str, caller: Caller) -> Operation:
+        with self._read() as tx:
+            operation = self._select_operation(tx, operation_id, caller)
+        if operation is None:
+            raise NotFound(f"no operation {operation_id}")
+        return operation
+
+    def find_operations(
+        self,
+        caller: Principal,
+        *,
+        method: str,
+        target: str,
+        request_digest: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Operation]:
+        if (request_digest is None) == (idempotency_key is None):
+            raise ValueError("find operations by request_digest or by idempotency_key, exactly one")
+        column, value = (
+            ("idempotency_key", idempotency_key) if idempotency_key is not None else ("request_digest", request_digest)
+        )
+        where, params = _binding(caller)
+        with self._read() as tx:
+            rows = tx.execute(
+                f"SELECT {OPERATION_COLUMNS} FROM elicit_operations"
+                f" WHERE method = %s AND target = %s AND {column} = %s{where} ORDER BY created_at DESC",
+                (method, target, value, *params),
+            ).fetchall()
+        return [self._operation(row) for row in rows]
+
+    def finish_operation(
+        self,
+        snapshot: Operation,
+        to: OperationStatus,
+        *,
+        caller: Caller,
+        result: JSONValue = None,
+        reason: str = "",
+    ) -> Operation:
+        if to is OperationStatus.EXPIRED:
+            raise ValueError("expiry is decided by the clock: it happens in sweeps and on late signals")
+        check_operation_transition(snapshot.status, to)
+        now = self._clock()
+        version = snapshot.version + 1
+        where, params = _binding(caller)
+        failure: StoreError
+        with self._write() as tx:
+            cursor = tx.execute(
+                "UPDATE elicit_operations SET status = %s, result = %s, version = %s, updated_at = %s"
+                f" WHERE operation_id = %s AND status = %s AND version = %s AND expires_at > %s{where}",
+                (to.value, self._optional_json(result), version, self._to_time(now), snapshot.operation_id,
+                 snapshot.status.value, snapshot.version, self._to_time(now), *params),
+            )  # fmt: skip
+            if cursor.rowcount == 1:
+                self._audit(
+                    tx, SubjectKind.OPERATION, snapshot.operation_id, snapshot.status, to, caller.actor, reason,
+                    {"version": version}, now,
+                )  # fmt: skip
+                return replace(snapshot, status=to, result=result, version=version, updated_at=now)
+            current = self._select_operation(tx, snapshot.operation_id, caller)
+            if current is None:
+                raise NotFound(f"no operation {snapshot.operation_id}")
+            if current.status is OperationStatus.OPEN and now >= current.expires_at:
+                self._expire_operations(tx, [(current.operation_id, current.version)], now, f"late {to}")
+                failure = DecisionExpired(replace(current, status=OperationStatus.EXPIRED), to)
+            else:
+                failure = TransitionConflict(current, to)
+        raise failure
+
+    def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
+        stamp = self._to_time(now)
+        tx.executemany(
+            "UPDATE elicit_operations SET status = 'expired', version = version + 1, updated_at = %s"
+            " WHERE operation_id = %s AND status = 'open' AND version = %s",
+            [(stamp, operation_id, version) for operation_id, version in rows],
+        )
+        self._audit_many(tx, SubjectKind.OPERATION, [(i, "open", v + 1) for i, v in rows], "expired", reason, now)
+
+    def _audit_many(
+        self,
+        tx: Tx,
+        kind: SubjectKind,
+        rows: Sequence[tuple[str, str, int]],
+        to_status: str,
+        reason: str,
+        at: datetime,
+    ) -> None:
+        stamp = self._to_time(at)
+        tx.executemany(
+            "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                (kind.value, subject_id, from_status, to_status, CLOCK.actor, reason,
+                 self._to_json({"version": version}), stamp)
+                for subject_id, from_status, version in rows
+            ],
+        )  # fmt: skip
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def create_decision(self, decision: Decision) -> Decision:
+        if decision.status is not DecisionStatus.REQUESTED or decision.completion_version != 0:
+            raise ValueError("a decision is created requested, at version 0")
+        details: JSONObject = {
+            "mode": decision.mode.value,
+            "operation_id": decision.operation_id,
+            "key": decision.key,
+            "expires_at": decision.expires_at.isoformat(),
+        }
+        if decision.url is not None:
+            details["url"] = redact_url(decision.url)
+        try:
+            with self._write() as tx:
+                tx.execute(
+                    f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
+                    self._decision_row(decision),
+                )
+                self._audit(
+                    tx, SubjectKind.DECISION, decision.elicitation_id, None, decision.status,
+                    decision.principal.actor, "requested", details, decision.created_at,
+                )  # fmt: skip
+        except UniqueViolation:
+            raise AlreadyExists(f"decision {decision.elicitation_id} already exists") from None
+        except ForeignKeyViolation:
+            raise NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}") from None
+        return decision
+
+    def _select_decision(self, tx: Tx, elicitation_id: str, caller: Caller) -> Decision | None:
+        where, params = _binding(caller)
+        row = tx.execute(
+            f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE elicitation_id = %s{where}",
+            (elicitation_id, *params),
+        ).fetchone()
+        return None if row is None else self._decision(row)
+
+    def get_decision(self, elicitation_id: str, caller: Caller) -> Decision:
+        with self._read() as tx:
+            decision = self._select_decision(tx, elicitation_id, caller)
+        if decision is None:
+            raise NotFound(f"no decision {elicitation_id}")
+        return decision
+
+    def list_decisions(
+        self,
+        caller: Caller,
+        *,
+        status: DecisionStatus | None = None,
+        principal_id: str | None = None,
+        operation_id: str | None = None,
+        expiring_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Decision]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        where, params = _binding(caller)
+        clauses: list[str] = [where] if where else []
+        values: list[object] = list(params)
+        for clause, value in (
+            (" AND status = %s", None if status is None else DecisionStatus(status).value),
+            (" AND principal_id = %s", principal_id),
+            (" AND operation_id = %s", operation_id),
+            (
+                f" AND status IN {WAITING_SQL} AND expires_at < %s",
+                expiring_before and self._to_time(expiring_before),
+            ),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                values.append(value)
+        with self._read() as tx:
+            rows = tx.execute(
+                f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE 1 = 1{''.join(clauses)}"
+                " ORDER BY created_at DESC, elicitation_id LIMIT %s",
+                (*values, limit),
+            ).fetchall()
+        return [self._decision(row) for row in rows]
+
+    def transition(
+        self,
+        snapshot: Decision,
+        to: DecisionStatus,
+        *,
+        caller: Caller,
+        reason: str = "",
+        content: JSONObject | None = None,
+        expires_at: datetime | None = None,
+    ) -> Decision:
+        if to is DecisionStatus.EXPIRED:
+            raise ValueError("expiry is decided by the clock: it happens in sweeps and on late signals")
+        check_decision_transition(snapshot.mode, snapshot.status, to)
+        if (content is not None) != (to is DecisionStatus.ACCEPTED):
+            raise ValueError("content goes with an accepted form decision, and only there")
+        if expires_at is not None and to in TERMINAL_DECISION_STATUSES:
+            raise ValueError(f"a TTL is for a waiting state, and {to} is terminal")
+        now = self._clock()
+        version = snapshot.completion_version + 1
+        new_expiry = snapshot.expires_at if expires_at is None else expires_at
+        new_content = snapshot.content if content is None else content
+        details: JSONObject = {"version": version}
+        if content is not None:
+            details["content"] = redact_content(content, snapshot.sensitive_fields)
+        if expires_at is not None:
+            details["expires_at"] = expires_at.isoformat()
+        where, params = _binding(caller)
+        stamp = self._to_time(now)
+        failure: StoreError
+        with self._write() as tx:
+            cursor = tx.execute(
+                "UPDATE elicit_decisions SET status = %s, completion_version = %s, content = %s, updated_at = %s,"
+                " expires_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s"
+                f" AND expires_at > %s{where}",
+                (to.value, version, self._optional_json(new_content), stamp, self._to_time(new_expiry),
+                 snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params),
+            )  # fmt: skip
+            if cursor.rowcount == 1:
+                self._audit(
+                    tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
+                    details, now,
+                )  # fmt: skip
+                return replace(
+                    snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
+                    expires_at=new_expiry,
+                )  # fmt: skip
+            current = self._select_decision(tx, snapshot.elicitation_id, caller)
+            if current is None:
+                raise NotFound(f"no decision {snapshot.elicitation_id}")
+            if current.is_overdue(now):
+                self._expire_decisions(tx, [(current.elicitation_id, current.status, current.completion_version)],
+                                       now, f"late {to} after the TTL")  # fmt: skip
+                expired = replace(
+                    current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
+                    updated_at=now,
+                )  # fmt: skip
+                failure = DecisionExpired(expired, to)
+            else:
+                failure = TransitionConflict(current, to)
+        raise failure
+
+    def _expire_decisions(self, tx: Tx, rows: Sequence[tuple[str, str, int]], now: datetime, reason: str) -> None:
+        stamp = self._to_time(now)
+        tx.executemany(
+            "UPDATE elicit_decisions SET status = 'expired', completion_version = completion_version + 1,"
+            " updated_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s",
+            [(stamp, elicitation_id, status, version) for elicitation_id, status, version in rows],
+        )
+        self._audit_many(tx, SubjectKind.DECISION, [(i, s, v + 1) for i, s, v in rows], "expired", reason, now)
+
+    def sweep_expired(self) -> SweepResult:
+        decisions = operations = 0
+        while True:
+            now = self._clock()
+            with self._write() as tx:
+                due = tx.execute(
+                    "SELECT elicitation_id, status, completion_version FROM elicit_decisions"
+                    f" WHERE status IN {WAITING_SQL} AND expires_at <= %s ORDER BY expires_at LIMIT %s"
+                    f"{self._for_update}",
+                    (self._to_time(now), SWEEP_BATCH),
+                ).fetchall()
+                if due:
+                    self._expire_decisions(tx, [tuple(row) for row in due], now, "TTL passed (sweep)")
+            decisions += len(due)
+            if len(due) < SWEEP_BATCH:
+                break
+        while True:
+            now = self._clock()
+            with self._write() as tx:
+                due = tx.execute(
+                    "SELECT operation_id, version FROM elicit_operations"
+                    f" WHERE status = 'open' AND expires_at <= %s ORDER BY expires_at LIMIT %s{self._for_update}",
+                    (self._to_time(now), SWEEP_BATCH),
+                ).fetchall()
+                if due:
+                    self._expire_operations(tx, [tuple(row) for row in due], now, "TTL passed (sweep)")
+            operations += len(due)
+            if len(due) < SWEEP_BATCH:
+                break
+        with self._write() as tx:
+            tokens = tx.execute(
+                "DELETE FROM elicit_tokens WHERE expires_at <= %s", (self._to_time(self._clock()),)
+            ).rowcount
+        return SweepResult(decisions=decisions, operations=operations, tokens=tokens)
+
+    # -- audit ---------------------------------------------------------------------------------
+
+    def audit_trail(self, subject_id: str, caller: Caller) -> list[AuditEntry]:
+        where, params = _binding(caller)
+        with self._read() as tx:
+            visible = tx.execute(
+                f"SELECT 1 FROM elicit_decisions WHERE elicitation_id = %s{where}"
+                f" UNION ALL SELECT 1 FROM elicit_operations WHERE operation_id = %s{where}",
+                (subject_id, *params, subject_id, *params),
+            ).fetchone()
+            if visible is None:
+                raise NotFound(f"no decision or operation {subject_id}")
+            rows = tx.execute(
+                f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
+            ).fetchall()
+        return [
+            AuditEntry(
+                seq=row[0],
+                subject_kind=SubjectKind(row[1]),
+                subject_id=row[2],
+                from_status=row[3],
+                to_status=row[4],
+                actor=row[5],
+                reason=row[6],
+                details=_object(self._from_json(row[7])),
+                at=self._from_time(row[8]),
+            )
+            for row in rows
+        ]
+
+    # -- journal and token ledger ---------------------------------------------------------------
+
+    def journal_record(self, operation_id: str, name: str, value: JSONValue, *, caller: Principal) -> JournalEntry:
+        now = self._clock()
+        with self._write() as tx:
+            inserted = tx.execute(
+                "INSERT INTO elicit_journal (operation_id, name, value, recorded_at) SELECT %s, %s, %s, %s"
+                f" WHERE EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})"
+                " ON CONFLICT (operation_id, name) DO NOTHING",
+                (operation_id, name, self._to_json(value), self._to_time(now), operation_id, caller.principal_id,
+                 caller.client_id),
+            ).rowcount  # fmt: skip
+            if inserted == 1:
+                return JournalEntry(name=name, value=value, recorded_at=now)
+            entry = self._select_journal(tx, operation_id, name, caller)
+        if entry is None:
+            raise NotFound(f"no operation {operation_id}")
+        return entry
+
+    def _select_journal(self, tx: Tx, operation_id: str, name: str, caller: Principal) -> JournalEntry | None:
+        row = tx.execute(
+            "SELECT j.value, j.recorded_at FROM elicit_journal j JOIN elicit_operations o USING (operation_id)"
+            " WHERE j.operation_id = %s AND j.name = %s AND o.principal_id = %s AND o.client_id = %s",
+            (operation_id, name, caller.principal_id, caller.client_id),
+        ).fetchone()
+        return None if row is None else JournalEntry(name, self._from_json(row[0]), self._from_time(row[1]))
+
+    def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None:
+        with self._read() as tx:
+            return self._select_journal(tx, operation_id, name, caller)
+
+    def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
+        with self._write() as tx:
+            inserted = tx.execute(
+                "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING",
+                (token_id, self._to_time(expires_at)),
+            ).rowcount
+        return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
+
+
+def _marks(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+def _object(value: JSONValue) -> JSONObject:
+    if not isinstance(value, dict):
+        raise StoreError(f"expected a JSON object in the store, found {type(value).__name__}")
+    return value
+
+
+def json_text(value: JSONValue) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)

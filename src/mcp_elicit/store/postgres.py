@@ -1,0 +1,181 @@
+"""The PostgreSQL backend (psycopg 3 with a connection pool), for several instances on one database.
+
+Guarantees: the same behaviour as the SQLite backend, proven by the same test suite; compare-and-set
+rests on row locks (a conditional UPDATE re-checks its condition after waiting for a concurrent one),
+sweeps lock the rows they expire and skip rows another sweeper holds; migrations run under an advisory
+lock, so instances starting together migrate once. Connection errors name the server, database and
+user, never the password.
+
+Does not guarantee: anything about a database shared with other applications beyond our `elicit_*`
+tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) to keep them apart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from mcp_elicit.model import JSONValue
+from mcp_elicit.store import _schema
+from mcp_elicit.store._sql import Cursor, ForeignKeyViolation, SQLStore, UniqueViolation
+from mcp_elicit.store.errors import SchemaTooNew, StoreConfigError, StoreCorrupt, StoreError, StoreUnavailable
+from mcp_elicit.store.protocol import Clock
+
+log = logging.getLogger(__name__)
+
+_MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our migrations" to pg_advisory_lock
+
+
+class _PostgresTx:
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
+        return self._cursor.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self._cursor.executemany(sql, rows)
+
+
+def describe(conninfo: str) -> str:
+    """The connection target without its password, for messages."""
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "postgresql://(unparsable URL)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host = parts.get("host") or "localhost"
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
+
+
+class PostgresStore(SQLStore):
+    _for_update = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        clock: Clock,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(clock)
+        self._display = describe(conninfo)
+        try:
+            conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as error:
+            raise StoreConfigError(f"cannot parse the PostgreSQL URL {self._display}: {error}") from None
+        self._version = self._check_and_migrate(conninfo, connect_timeout)
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=connect_timeout,
+            kwargs={"connect_timeout": max(1, int(connect_timeout))},
+            configure=_configure,
+            open=False,
+            name="mcp-elicit",
+        )
+        self._pool.open(wait=True, timeout=connect_timeout)
+
+    @property
+    def display_url(self) -> str:
+        return self._display
+
+    def schema_version(self) -> int:
+        return self._version
+
+    def _check_and_migrate(self, conninfo: str, connect_timeout: float) -> int:
+        try:
+            connection = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
+        except psycopg.Error as error:
+            raise _connection_error(error, self._display) from None
+        try:
+            _configure(connection)
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                connection.execute("CREATE TABLE IF NOT EXISTS elicit_schema (version INTEGER NOT NULL)")
+                row = connection.execute("SELECT coalesce(max(version), 0) FROM elicit_schema").fetchone()
+                current = int(row[0]) if row else 0
+                if current > _schema.LATEST_VERSION:
+                    raise SchemaTooNew(current, _schema.LATEST_VERSION, self._display)
+                for version in range(current + 1, _schema.LATEST_VERSION + 1):
+                    for statement in _schema.statements(version, _schema.POSTGRES_TYPES):
+                        connection.execute(statement)
+                    connection.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (version,))
+                    log.info("%s: migrated to schema version %d", self._display, version)
+            return _schema.LATEST_VERSION
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
+        finally:
+            connection.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[_PostgresTx]:
+        try:
+            with self._pool.connection() as connection, connection.cursor() as cursor:
+                yield _PostgresTx(cursor)
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
+        except PoolTimeout:
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
+
+    _read = _write
+
+    def _to_time(self, value: datetime) -> object:
+        return value
+
+    def _from_time(self, value: Any) -> datetime:
+        result: datetime = value
+        return result
+
+    def _to_json(self, value: JSONValue) -> object:
+        return Jsonb(value)
+
+    def _from_json(self, value: Any) -> JSONValue:
+        result: JSONValue = value
+        return result
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _configure(connection: psycopg.Connection[Any]) -> None:
+    connection.execute("SET TIME ZONE 'UTC'")
+    if not connection.autocommit:
+        connection.commit()
+
+
+def _connection_error(error: psycopg.Error, display: str) -> StoreError:
+    state = getattr(error, "sqlstate", None)
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if state in ("28P01", "28000") or "password authentication failed" in text or "no password supplied" in text:
+        return StoreUnavailable(f"{display} refused the credentials: {text}")
+    if state == "3D000" or ("database" in text and "does not exist" in text):
+        return StoreUnavailable(f"{display}: the database does not exist")
+    return StoreUnavailable(f"cannot reach PostgreSQL at {display}: {text}")
+
+
+def _translate(error: psycopg.Error, display: str) -> StoreError:
+    if isinstance(error, pg_errors.UniqueViolation):
+        return UniqueViolation(str(error))
+    if isinstance(error, pg_errors.ForeignKeyViolation):
+        return ForeignKeyViolation(str(error))
+    if isinstance(error, pg_errors.UndefinedTable | pg_errors.UndefinedColumn | pg_errors.DatatypeMismatch):
+        return StoreCorrupt(f"{display}: the elicit_* tables are not what this mcp-elicit wrote ({error})")
+    if isinstance(error, psycopg.OperationalError):
+        return StoreUnavailable(f"{display}: {error}")
+    return StoreError(f"{display}: {error}")

@@ -1,0 +1,129 @@
+"""The `Store` protocol: what every backend does, with the same behaviour.
+
+Binding: every read or write made as a `Principal` matches the record's principal *and* client; a
+mismatch is `NotFound`, indistinguishable from a missing record. An `Operator` sees every record.
+
+Transitions are compare-and-set on the snapshot the caller holds, `(status, version)`: the first writer
+wins, every other gets `TransitionConflict` carrying the record as it now is. A transition attempted at
+or after the record's `expires_at` moves the record to `expired` instead (in the same transaction) and
+raises `DecisionExpired`, whether or not a sweep has run. Each change and its audit row commit together.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from mcp_elicit.model import (
+    AuditEntry,
+    Caller,
+    Decision,
+    DecisionStatus,
+    JSONObject,
+    JSONValue,
+    Operation,
+    OperationStatus,
+    Principal,
+)
+
+Clock = Callable[[], datetime]
+
+
+class Consumption(StrEnum):
+    FIRST = "first"
+    ALREADY_USED = "already_used"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    decisions: int
+    operations: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    name: str
+    value: JSONValue
+    recorded_at: datetime
+
+
+@runtime_checkable
+class Store(Protocol):
+    @property
+    def display_url(self) -> str:
+        """The store's URL with any password masked: safe for logs and error messages."""
+        ...
+
+    def schema_version(self) -> int: ...
+
+    def create_operation(self, operation: Operation) -> Operation: ...
+
+    def get_operation(self, operation_id: str, caller: Caller) -> Operation: ...
+
+    def find_operations(
+        self,
+        caller: Principal,
+        *,
+        method: str,
+        target: str,
+        request_digest: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Operation]:
+        """The caller's operations for this call, newest first (by digest, or by idempotency key)."""
+        ...
+
+    def finish_operation(
+        self,
+        snapshot: Operation,
+        to: OperationStatus,
+        *,
+        caller: Caller,
+        result: JSONValue = None,
+        reason: str = "",
+    ) -> Operation: ...
+
+    def create_decision(self, decision: Decision) -> Decision: ...
+
+    def get_decision(self, elicitation_id: str, caller: Caller) -> Decision: ...
+
+    def list_decisions(
+        self,
+        caller: Caller,
+        *,
+        status: DecisionStatus | None = None,
+        principal_id: str | None = None,
+        operation_id: str | None = None,
+        expiring_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Decision]: ...
+
+    def transition(
+        self,
+        snapshot: Decision,
+        to: DecisionStatus,
+        *,
+        caller: Caller,
+        reason: str = "",
+        content: JSONObject | None = None,
+        expires_at: datetime | None = None,
+    ) -> Decision: ...
+
+    def sweep_expired(self) -> SweepResult:
+        """Expire every overdue waiting decision and open operation, and purge spent token entries."""
+        ...
+
+    def audit_trail(self, subject_id: str, caller: Caller) -> list[AuditEntry]: ...
+
+    def journal_record(self, operation_id: str, name: str, value: JSONValue, *, caller: Principal) -> JournalEntry:
+        """Record a step's result unless one is recorded already; either way return the recorded one."""
+        ...
+
+    def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None: ...
+
+    def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
+        """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,218 @@
+"""The embedded SQLite backend (stdlib `sqlite3`, WAL).
+
+Guarantees: one connection per thread; every write is a `BEGIN IMMEDIATE` transaction, so writers
+queue on the database lock instead of failing half-way; a committed transition survives the process
+being killed (WAL with `synchronous=NORMAL` keeps commits across process crashes; a power cut may lose
+the last commits, never corrupt the file). Opening never writes to a file that is not an mcp-elicit
+store: a corrupt file, another application's database or a newer schema is refused untouched.
+
+Does not guarantee: sharing between machines. SQLite serves the processes of one host; several
+instances behind a load balancer need the PostgreSQL backend.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from mcp_elicit.model import JSONValue
+from mcp_elicit.store import _schema
+from mcp_elicit.store._sql import Cursor, ForeignKeyViolation, SQLStore, UniqueViolation, json_text
+from mcp_elicit.store.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreUnavailable
+from mcp_elicit.store.protocol import Clock
+
+log = logging.getLogger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _SQLiteTx:
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
+        return self._connection.execute(_qmark(sql), params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self._connection.executemany(_qmark(sql), rows)
+
+
+_QMARK_CACHE: dict[str, str] = {}
+
+
+def _qmark(sql: str) -> str:
+    converted = _QMARK_CACHE.get(sql)
+    if converted is None:
+        converted = _QMARK_CACHE.setdefault(sql, sql.replace("%s", "?"))
+    return converted
+
+
+class SQLiteStore(SQLStore):
+    _for_update = ""
+
+    def __init__(self, path: Path, *, clock: Clock, busy_timeout: float = 30.0) -> None:
+        super().__init__(clock)
+        self._path = path
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._closed = False
+        self._version = self._open_and_migrate()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def display_url(self) -> str:
+        return f"sqlite://{self._path}" if self._path.is_absolute() else f"sqlite:{self._path}"
+
+    def schema_version(self) -> int:
+        return self._version
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"{self.display_url} is closed")
+        try:
+            connection = sqlite3.connect(
+                self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"cannot open {self._path}: {error}") from None
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("PRAGMA synchronous = NORMAL")
+        with self._guard:
+            self._connections.append(connection)
+        return connection
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._connect()
+            self._local.connection = connection
+        return connection
+
+    def _open_and_migrate(self) -> int:
+        if not self._path.parent.is_dir():
+            raise StoreUnavailable(f"cannot open {self._path}: directory {self._path.parent} does not exist")
+        if self._path.is_dir():
+            raise StoreUnavailable(f"cannot open {self._path}: it is a directory")
+        try:
+            connection = self._connect()
+            self._local.connection = connection
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "elicit_schema" not in tables:
+                raise StoreCorrupt(
+                    f"{self._path} is a SQLite database of another application (tables: "
+                    f"{', '.join(sorted(tables)[:5])}); refusing to write to it"
+                )
+            found = self._stored_version(connection) if tables else 0
+            if found > _schema.LATEST_VERSION:
+                raise SchemaTooNew(found, _schema.LATEST_VERSION, str(self._path))
+            if found < _schema.LATEST_VERSION:
+                if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+                    log.warning("%s: WAL journal mode unavailable; falling back to the default", self._path)
+                self._migrate(connection)
+            return _schema.LATEST_VERSION
+        except sqlite3.Error as error:
+            self.close()
+            raise _translate(error, self._path) from None
+        except StoreError:
+            self.close()
+            raise
+
+    def _stored_version(self, connection: sqlite3.Connection) -> int:
+        row = connection.execute("SELECT max(version) FROM elicit_schema").fetchone()
+        if row is None or not isinstance(row[0], int):
+            raise StoreCorrupt(f"{self._path} has an elicit_schema table without a version")
+        return row[0]
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.execute("CREATE TABLE IF NOT EXISTS elicit_schema (version INTEGER NOT NULL)")
+            current = connection.execute("SELECT coalesce(max(version), 0) FROM elicit_schema").fetchone()[0]
+            if current > _schema.LATEST_VERSION:
+                raise SchemaTooNew(current, _schema.LATEST_VERSION, str(self._path))
+            for version in range(current + 1, _schema.LATEST_VERSION + 1):
+                for statement in _schema.statements(version, _schema.SQLITE_TYPES):
+                    connection.execute(statement)
+                connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (version,))
+                log.info("%s: migrated to schema version %d", self._path, version)
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    @contextmanager
+    def _write(self) -> Iterator[_SQLiteTx]:
+        connection = self._connection()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SQLiteTx(connection)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise _translate(error, self._path) from None
+
+    @contextmanager
+    def _read(self) -> Iterator[_SQLiteTx]:
+        try:
+            yield _SQLiteTx(self._connection())
+        except sqlite3.Error as error:
+            raise _translate(error, self._path) from None
+
+    def _to_time(self, value: datetime) -> object:
+        return (value - _EPOCH) // _MICROSECOND
+
+    def _from_time(self, value: Any) -> datetime:
+        return _EPOCH + timedelta(microseconds=value)
+
+    def _to_json(self, value: JSONValue) -> object:
+        return json_text(value)
+
+    def _from_json(self, value: Any) -> JSONValue:
+        return _loads(value)
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+
+
+def _loads(value: str) -> JSONValue:
+    result: JSONValue = json.loads(value)
+    return result
+
+
+def _translate(error: sqlite3.Error, path: Path) -> StoreError:
+    message = str(error)
+    if isinstance(error, sqlite3.IntegrityError):
+        if "UNIQUE" in message or "PRIMARY KEY" in message:
+            return UniqueViolation(message)
+        if "FOREIGN KEY" in message:
+            return ForeignKeyViolation(message)
+        return StoreCorrupt(f"{path}: a stored value broke a constraint: {message}")
+    if isinstance(error, sqlite3.OperationalError):
+        return StoreUnavailable(f"{path}: {message}")
+    if isinstance(error, sqlite3.DatabaseError):
+        return StoreCorrupt(f"{path} is not a readable mcp-elicit database ({message}); it was left untouched")
+    return StoreError(f"{path}: {message}")
