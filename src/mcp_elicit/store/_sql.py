@@ -9,6 +9,7 @@ overdue), and an overdue record is expired right there so a late signal can neve
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -41,14 +42,17 @@ from mcp_elicit.model.transitions import TERMINAL_DECISION_STATUSES
 from mcp_elicit.store._schema import WAITING_SQL
 from mcp_elicit.store.errors import (
     AlreadyExists,
+    DecisionConflict,
     DecisionExpired,
     NotFound,
+    OperationConflict,
+    OperationExpired,
     StoreError,
-    TransitionConflict,
 )
 from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, SweepResult
 
 CLOCK = System("clock")
+_ID_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 SWEEP_BATCH = 1000
 
 DECISION_COLUMNS = (
@@ -291,9 +295,12 @@ class SQLStore(ABC):
                 raise NotFound(f"no operation {snapshot.operation_id}")
             if current.status is OperationStatus.OPEN and now >= current.expires_at:
                 self._expire_operations(tx, [(current.operation_id, current.version)], now, f"late {to}")
-                failure = DecisionExpired(replace(current, status=OperationStatus.EXPIRED), to)
+                expired = replace(current, status=OperationStatus.EXPIRED, version=current.version + 1, updated_at=now)
+                failure = OperationExpired(expired, to)
+            elif current.status is OperationStatus.EXPIRED:
+                failure = OperationExpired(current, to)
             else:
-                failure = TransitionConflict(current, to)
+                failure = OperationConflict(current, to)
         raise failure
 
     def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
@@ -377,10 +384,13 @@ class SQLStore(ABC):
         principal_id: str | None = None,
         operation_id: str | None = None,
         expiring_before: datetime | None = None,
+        id_prefix: str | None = None,
         limit: int = 100,
     ) -> list[Decision]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
+        if id_prefix is not None and not _ID_PREFIX.fullmatch(id_prefix):
+            return []
         where, params = _binding(caller)
         clauses: list[str] = [where] if where else []
         values: list[object] = list(params)
@@ -388,6 +398,7 @@ class SQLStore(ABC):
             (" AND status = %s", None if status is None else DecisionStatus(status).value),
             (" AND principal_id = %s", principal_id),
             (" AND operation_id = %s", operation_id),
+            (" AND elicitation_id LIKE %s", id_prefix and id_prefix.lower() + "%"),
             (
                 f" AND status IN {WAITING_SQL} AND expires_at < %s",
                 expiring_before and self._to_time(expiring_before),
@@ -461,8 +472,10 @@ class SQLStore(ABC):
                     updated_at=now,
                 )  # fmt: skip
                 failure = DecisionExpired(expired, to)
+            elif current.status is DecisionStatus.EXPIRED:
+                failure = DecisionExpired(current, to)
             else:
-                failure = TransitionConflict(current, to)
+                failure = DecisionConflict(current, to)
         raise failure
 
     def _expire_decisions(self, tx: Tx, rows: Sequence[tuple[str, str, int]], now: datetime, reason: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from mcp_elicit.model import Decision, Operation
 
 
@@ -47,21 +49,38 @@ class AlreadyExists(StoreError):
 class TransitionConflict(StoreError):
     """The compare-and-set lost: the record is no longer in the state the caller saw."""
 
-    def __init__(self, current: Decision | Operation, attempted: str) -> None:
-        self.current = current
+    def __init__(self, identity: str, status: str, version: int, attempted: str) -> None:
         self.attempted = attempted
-        identity = getattr(current, "elicitation_id", None) or getattr(current, "operation_id", "")
-        super().__init__(
-            f"cannot move {identity} to {attempted}: it is now {current.status} "
-            f"(version {getattr(current, 'completion_version', getattr(current, 'version', '?'))})"
-        )
+        super().__init__(f"cannot move {identity} to {attempted}: it is now {status} (version {version})")
 
 
-class DecisionExpired(StoreError):
-    """The signal came after the TTL; the record is now expired and stays so."""
-
-    def __init__(self, current: Decision | Operation, attempted: str) -> None:
+class DecisionConflict(TransitionConflict):
+    def __init__(self, current: Decision, attempted: str) -> None:
         self.current = current
+        super().__init__(current.elicitation_id, current.status, current.completion_version, attempted)
+
+
+class OperationConflict(TransitionConflict):
+    def __init__(self, current: Operation, attempted: str) -> None:
+        self.current = current
+        super().__init__(current.operation_id, current.status, current.version, attempted)
+
+
+class RecordExpired(StoreError):
+    """The signal came after the TTL; the record is expired and stays so."""
+
+    def __init__(self, identity: str, expires_at: datetime, attempted: str) -> None:
         self.attempted = attempted
-        identity = getattr(current, "elicitation_id", None) or getattr(current, "operation_id", "")
-        super().__init__(f"cannot move {identity} to {attempted}: it expired at {current.expires_at.isoformat()}")
+        super().__init__(f"cannot move {identity} to {attempted}: it expired at {expires_at.isoformat()}")
+
+
+class DecisionExpired(RecordExpired):
+    def __init__(self, current: Decision, attempted: str) -> None:
+        self.current = current
+        super().__init__(current.elicitation_id, current.expires_at, attempted)
+
+
+class OperationExpired(RecordExpired):
+    def __init__(self, current: Operation, attempted: str) -> None:
+        self.current = current
+        super().__init__(current.operation_id, current.expires_at, attempted)

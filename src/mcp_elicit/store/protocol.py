@@ -3,10 +3,12 @@
 Binding: every read or write made as a `Principal` matches the record's principal *and* client; a
 mismatch is `NotFound`, indistinguishable from a missing record. An `Operator` sees every record.
 
-Transitions are compare-and-set on the snapshot the caller holds, `(status, version)`: the first writer
-wins, every other gets `TransitionConflict` carrying the record as it now is. A transition attempted at
-or after the record's `expires_at` moves the record to `expired` instead (in the same transaction) and
-raises `DecisionExpired`, whether or not a sweep has run. Each change and its audit row commit together.
+Transitions are compare-and-set on the snapshot the caller holds, `(status, version)`: the first
+writer wins; every other gets a `TransitionConflict` (`DecisionConflict`, `OperationConflict`) carrying
+the record as it now is. A transition attempted at or after the record's `expires_at` moves the record
+to `expired` instead, in the same transaction, and raises `RecordExpired` (`DecisionExpired`,
+`OperationExpired`) whether or not a sweep has run; a move on a record that already expired raises it
+too, so a late signal always reads as late. Each change and its audit row commit together.
 """
 
 from collections.abc import Callable
@@ -96,8 +98,11 @@ class Store(Protocol):
         principal_id: str | None = None,
         operation_id: str | None = None,
         expiring_before: datetime | None = None,
+        id_prefix: str | None = None,
         limit: int = 100,
-    ) -> list[Decision]: ...
+    ) -> list[Decision]:
+        """Decisions visible to the caller, newest first; `expiring_before` keeps only waiting ones."""
+        ...
 
     def transition(
         self,

@@ -48,8 +48,8 @@ def sqlite_path(url: str) -> Path:
         path = unquote(rest)
     if not path or path == "/":
         raise StoreConfigError(f"a SQLite URL needs a file path: {url!r} (for example sqlite:///var/lib/app/elicit.db)")
-    if path == ":memory:":
-        raise StoreConfigError("an in-memory SQLite database is not durable; give the store a file path")
+    if path.lstrip("/") == ":memory:" or path.startswith("file:"):
+        raise StoreConfigError("an in-memory or URI SQLite database is not durable here; give the store a file path")
     return Path(path)
 
 

@@ -1,0 +1,20 @@
+"""The `mcp-elicit` command line."""
+
+import typer
+
+from mcp_elicit.cli import decisions
+
+app = typer.Typer(
+    name="mcp-elicit",
+    help="Durable, bound and audited MCP elicitation.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(decisions.app, name="decisions")
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]
