@@ -72,6 +72,10 @@ def test_sweep_touches_exactly_the_overdue_waiting_rows(store: Store, records: R
     assert all(store.get_decision(d.elicitation_id, ALICE) == d for d in fresh)
     assert store.get_decision(finished.elicitation_id, ALICE) == finished
     assert store.sweep_expired().decisions == 0
+    last = store.audit_trail(overdue_url.elicitation_id, ALICE)[-1]
+    assert (last.from_status, last.to_status, last.actor) == ("accepted_url", "expired", "system:clock")
+    assert last.details == {"version": 2}
+    assert store.get_decision(overdue_url.elicitation_id, ALICE).completion_version == 2
 
 
 def test_sweep_expires_open_operations_and_purges_spent_tokens(

@@ -8,6 +8,7 @@ Does not guarantee: that free text without a URL is free of secrets. Callers mus
 reasons; the vocabulary here only catches what looks like one.
 """
 
+import functools
 import itertools
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -33,12 +34,14 @@ def _words(text: str) -> list[str]:
 
 def looks_secret(name: str, description: str | None = None) -> bool:
     """Whether a field's name or description marks it as a secret (password, token, API key, card...)."""
-    for text in (name, description or ""):
-        words = _words(text)
-        joined_pairs = {a + b for a, b in itertools.pairwise(words)}
-        if _SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined_pairs):
-            return True
-    return False
+    return _text_looks_secret(name) or (description is not None and _text_looks_secret(description))
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_looks_secret(text: str) -> bool:
+    words = _words(text)
+    joined_pairs = {a + b for a, b in itertools.pairwise(words)}
+    return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined_pairs))
 
 
 def redact_content(content: JSONObject, sensitive_fields: tuple[str, ...] = ()) -> JSONObject:

@@ -13,7 +13,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -488,39 +488,25 @@ class SQLStore(ABC):
         self._audit_many(tx, SubjectKind.DECISION, [(i, s, v + 1) for i, s, v in rows], "expired", reason, now)
 
     def sweep_expired(self) -> SweepResult:
-        decisions = operations = 0
-        while True:
-            now = self._clock()
-            with self._write() as tx:
-                due = tx.execute(
-                    "SELECT elicitation_id, status, completion_version FROM elicit_decisions"
-                    f" WHERE status IN {WAITING_SQL} AND expires_at <= %s ORDER BY expires_at LIMIT %s"
-                    f"{self._for_update}",
-                    (self._to_time(now), SWEEP_BATCH),
-                ).fetchall()
-                if due:
-                    self._expire_decisions(tx, [tuple(row) for row in due], now, "TTL passed (sweep)")
-            decisions += len(due)
-            if len(due) < SWEEP_BATCH:
-                break
-        while True:
-            now = self._clock()
-            with self._write() as tx:
-                due = tx.execute(
-                    "SELECT operation_id, version FROM elicit_operations"
-                    f" WHERE status = 'open' AND expires_at <= %s ORDER BY expires_at LIMIT %s{self._for_update}",
-                    (self._to_time(now), SWEEP_BATCH),
-                ).fetchall()
-                if due:
-                    self._expire_operations(tx, [tuple(row) for row in due], now, "TTL passed (sweep)")
-            operations += len(due)
-            if len(due) < SWEEP_BATCH:
-                break
+        counts = []
+        for sweepable in (DECISIONS, OPERATIONS):
+            total = 0
+            while True:
+                with self._write() as tx:
+                    expired = self._expire_due(tx, sweepable, self._clock(), SWEEP_BATCH)
+                total += expired
+                if expired < SWEEP_BATCH:
+                    break
+            counts.append(total)
         with self._write() as tx:
             tokens = tx.execute(
                 "DELETE FROM elicit_tokens WHERE expires_at <= %s", (self._to_time(self._clock()),)
             ).rowcount
-        return SweepResult(decisions=decisions, operations=operations, tokens=tokens)
+        return SweepResult(decisions=counts[0], operations=counts[1], tokens=tokens)
+
+    @abstractmethod
+    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
+        """Expire up to `batch` overdue rows with one audit row each, set-based; return how many."""
 
     # -- audit ---------------------------------------------------------------------------------
 
@@ -592,6 +578,31 @@ class SQLStore(ABC):
         return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
 
 
+@dataclass(frozen=True, slots=True)
+class Sweepable:
+    """What a sweep needs to know of a table whose waiting rows expire."""
+
+    kind: SubjectKind
+    table: str
+    id_column: str
+    version_column: str
+    waiting: str
+
+    def due(self, mark: str = "%s") -> str:
+        """The ids of the oldest overdue waiting rows (parameters: now, batch)."""
+        return (
+            f"SELECT {self.id_column} FROM {self.table} WHERE {self.waiting} AND expires_at <= {mark}"
+            f" ORDER BY expires_at, {self.id_column} LIMIT {mark}"
+        )
+
+
+DECISIONS = Sweepable(
+    SubjectKind.DECISION, "elicit_decisions", "elicitation_id", "completion_version", f"status IN {WAITING_SQL}"
+)
+OPERATIONS = Sweepable(SubjectKind.OPERATION, "elicit_operations", "operation_id", "version", "status = 'open'")
+SWEEP_REASON = "TTL passed (sweep)"
+
+
 def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
 
@@ -602,8 +613,11 @@ def _object(value: JSONValue) -> JSONObject:
     return value
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def json_text(value: JSONValue) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def utc(value: datetime) -> datetime:

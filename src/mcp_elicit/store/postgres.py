@@ -26,7 +26,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mcp_elicit.model import JSONValue
 from mcp_elicit.store import _schema
-from mcp_elicit.store._sql import Cursor, ForeignKeyViolation, SQLStore, UniqueViolation
+from mcp_elicit.store._sql import (
+    CLOCK,
+    SWEEP_REASON,
+    Cursor,
+    ForeignKeyViolation,
+    SQLStore,
+    Sweepable,
+    Tx,
+    UniqueViolation,
+)
 from mcp_elicit.store.errors import SchemaTooNew, StoreConfigError, StoreCorrupt, StoreError, StoreUnavailable
 from mcp_elicit.store.protocol import Clock
 
@@ -134,6 +143,21 @@ class PostgresStore(SQLStore):
             raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
 
     _read = _write
+
+    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
+        # One statement: rows another sweeper holds are skipped, never expired or audited twice.
+        identity, version = sweepable.id_column, sweepable.version_column
+        return tx.execute(
+            f"WITH due AS ({sweepable.due()} FOR UPDATE SKIP LOCKED),"
+            f" old AS (SELECT t.{identity}, t.status FROM {sweepable.table} t JOIN due USING ({identity})),"
+            f" moved AS (UPDATE {sweepable.table} t SET status = 'expired', {version} = t.{version} + 1,"
+            f" updated_at = %s FROM old WHERE t.{identity} = old.{identity}"
+            f" RETURNING t.{identity}, old.status AS from_status, t.{version})"
+            " INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+            f" SELECT '{sweepable.kind.value}', {identity}, from_status, 'expired', %s, %s,"
+            f" jsonb_build_object('version', {version}), %s FROM moved",
+            (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
+        ).rowcount
 
     def _to_time(self, value: datetime) -> object:
         return value

@@ -24,7 +24,17 @@ from typing import Any
 
 from mcp_elicit.model import JSONValue
 from mcp_elicit.store import _schema
-from mcp_elicit.store._sql import Cursor, ForeignKeyViolation, SQLStore, UniqueViolation, json_text
+from mcp_elicit.store._sql import (
+    CLOCK,
+    SWEEP_REASON,
+    Cursor,
+    ForeignKeyViolation,
+    SQLStore,
+    Sweepable,
+    Tx,
+    UniqueViolation,
+    json_text,
+)
 from mcp_elicit.store.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreUnavailable
 from mcp_elicit.store.protocol import Clock
 
@@ -32,6 +42,41 @@ log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+
+
+class _WriteTransaction:
+    """`BEGIN IMMEDIATE` ... `COMMIT`, or `ROLLBACK` on any error; driver errors become store errors.
+
+    A plain class rather than a generator context manager: it sits on every transition's hot path.
+    """
+
+    __slots__ = ("_connection", "_path")
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._connection = connection
+        self._path = path
+
+    def __enter__(self) -> _SQLiteTx:
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise _translate(error, self._path) from None
+        return _SQLiteTx(self._connection)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        connection = self._connection
+        try:
+            if kind is None:
+                connection.execute("COMMIT")
+                return
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+        except sqlite3.Error as failure:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise _translate(failure, self._path) from None
+        if isinstance(error, sqlite3.Error):
+            raise _translate(error, self._path) from None
 
 
 class _SQLiteTx:
@@ -155,21 +200,8 @@ class SQLiteStore(SQLStore):
             raise
         connection.execute("COMMIT")
 
-    @contextmanager
-    def _write(self) -> Iterator[_SQLiteTx]:
-        connection = self._connection()
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                yield _SQLiteTx(connection)
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-        except sqlite3.Error as error:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise _translate(error, self._path) from None
+    def _write(self) -> _WriteTransaction:
+        return _WriteTransaction(self._connection(), self._path)
 
     @contextmanager
     def _read(self) -> Iterator[_SQLiteTx]:
@@ -177,6 +209,24 @@ class SQLiteStore(SQLStore):
             yield _SQLiteTx(self._connection())
         except sqlite3.Error as error:
             raise _translate(error, self._path) from None
+
+    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
+        # BEGIN IMMEDIATE holds the write lock, so both statements see the same due rows.
+        stamp = self._to_time(now)
+        due = sweepable.due()
+        version = sweepable.version_column
+        tx.execute(
+            "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+            f" SELECT '{sweepable.kind.value}', {sweepable.id_column}, status, 'expired', %s, %s,"
+            f" json_object('version', {version} + 1), %s FROM {sweepable.table} WHERE {sweepable.id_column} IN ({due})"
+            f" ORDER BY expires_at, {sweepable.id_column}",
+            (CLOCK.actor, SWEEP_REASON, stamp, stamp, batch),
+        )
+        return tx.execute(
+            f"UPDATE {sweepable.table} SET status = 'expired', {version} = {version} + 1, updated_at = %s"
+            f" WHERE {sweepable.id_column} IN ({due})",
+            (stamp, stamp, batch),
+        ).rowcount
 
     def _to_time(self, value: datetime) -> object:
         return (value - _EPOCH) // _MICROSECOND
