@@ -177,3 +177,8 @@ class Records:
 @pytest.fixture
 def records(store: Store, clock: FakeClock) -> Records:
     return Records(store, clock)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,7 +1,13 @@
 """The pure domain: records, statuses and the transition tables. No I/O, no SDK."""
 
 from mcp_elicit.model.audit import AuditEntry, SubjectKind
-from mcp_elicit.model.decision import Decision, DecisionOrigin, new_form_decision, new_url_decision
+from mcp_elicit.model.decision import (
+    Decision,
+    DecisionOrigin,
+    new_elicitation_id,
+    new_form_decision,
+    new_url_decision,
+)
 from mcp_elicit.model.digest import canonical_json, request_digest
 from mcp_elicit.model.identity import Actor, Caller, Operator, Principal, System
 from mcp_elicit.model.json import JSONObject, JSONValue
@@ -51,6 +57,7 @@ __all__ = [
     "check_operation_transition",
     "is_legal",
     "looks_secret",
+    "new_elicitation_id",
     "new_form_decision",
     "new_operation",
     "new_url_decision",

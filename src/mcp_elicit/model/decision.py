@@ -77,10 +77,25 @@ def new_form_decision(
     return _new(origin, Mode.FORM, message=message, schema=dict(requested_schema), url=None, now=now, ttl=ttl)
 
 
-def new_url_decision(origin: DecisionOrigin, *, message: str, url: str, now: datetime, ttl: timedelta) -> Decision:
+def new_elicitation_id() -> str:
+    return str(uuid.uuid4())
+
+
+def new_url_decision(
+    origin: DecisionOrigin,
+    *,
+    message: str,
+    url: str,
+    now: datetime,
+    ttl: timedelta,
+    elicitation_id: str | None = None,
+) -> Decision:
+    """A URL decision; pass `elicitation_id` when the URL itself names the decision (a page per decision)."""
     if not url.startswith(("https://", "http://")):
         raise ValueError(f"a URL decision needs an http(s) URL, got {url[:40]!r}")
-    return _new(origin, Mode.URL, message=message, schema=None, url=url, now=now, ttl=ttl)
+    return _new(
+        origin, Mode.URL, message=message, schema=None, url=url, now=now, ttl=ttl, elicitation_id=elicitation_id
+    )
 
 
 def _new(
@@ -92,6 +107,7 @@ def _new(
     url: str | None,
     now: datetime,
     ttl: timedelta,
+    elicitation_id: str | None = None,
 ) -> Decision:
     if ttl <= timedelta(0):
         raise ValueError(f"a decision needs a positive TTL, got {ttl}")
@@ -100,7 +116,7 @@ def _new(
     if not message:
         raise ValueError("a decision needs a message for the person asked")
     return Decision(
-        elicitation_id=str(uuid.uuid4()),
+        elicitation_id=elicitation_id or new_elicitation_id(),
         operation_id=origin.operation_id,
         key=origin.key,
         principal_id=origin.principal.principal_id,

@@ -1,0 +1,315 @@
+"""`Flow`: what a tool body holds to run steps and ask questions, the same on every protocol era.
+
+A tool body may run many times for one operation: every 2026-07-28 retry re-runs it, and so does a
+legacy retry after a crash. `step` makes that cheap and safe: a step whose result is journaled is never
+run again for the operation, its recorded result is returned instead. A step that crashed half-way,
+before its result was recorded, may run again, so it gets a stable idempotency key to hand to the
+external system it touches (the contract of Temporal activities and Stripe idempotency keys).
+
+`ask` and `ask_url` find the operation's decision for their key: an answered one returns its answer at
+once, an open one is asked (again) through the era adapter. The body never learns which era it ran on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar, cast, get_type_hints
+
+import anyio.to_thread
+from pydantic import BaseModel, TypeAdapter
+
+from mcp_elicit.model import (
+    Decision,
+    DecisionOrigin,
+    DecisionStatus,
+    JSONObject,
+    JSONValue,
+    Mode,
+    Operation,
+    Principal,
+    ResumePolicy,
+    new_form_decision,
+    new_url_decision,
+)
+from mcp_elicit.model.decision import new_elicitation_id
+from mcp_elicit.server._offload import AsyncStore
+from mcp_elicit.server.answers import (
+    Accepted,
+    Answer,
+    Cancelled,
+    Completed,
+    Declined,
+    Expired,
+    Failed,
+    UrlAnswer,
+)
+from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
+from mcp_elicit.server.forms import FormSpec, InvalidAnswer, form_spec
+from mcp_elicit.store import DecisionConflict, DecisionExpired
+
+M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
+
+DEFAULT_FORM_TTL = timedelta(minutes=15)
+DEFAULT_URL_TTL = timedelta(minutes=30)
+_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class Suspend(Exception):
+    """Ends a 2026-07-28 round: these decisions must be asked (or are still waiting) before the body goes on."""
+
+    def __init__(self, asking: list[tuple[Decision, str | None]], waiting: bool = False) -> None:
+        super().__init__("input required")
+        self.asking = asking
+        self.waiting = waiting
+
+
+class CannotAsk(Exception):
+    """The client cannot be asked this way and the tool's fallback decides what the caller sees."""
+
+    def __init__(self, decision: Decision, form: FormSpec[Any] | None, fallback: Fallback) -> None:
+        super().__init__(f"cannot ask {decision.key} in {decision.mode} mode")
+        self.decision = decision
+        self.form = form
+        self.fallback = fallback
+
+
+class Asker(Protocol):
+    """One per era: puts an open decision in front of the person and records what came back."""
+
+    def can_ask(self, mode: Mode) -> bool: ...
+
+    async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision: ...
+
+
+class Flow:
+    """The handle a tool body receives: `step`, `ask`, `ask_url`."""
+
+    def __init__(
+        self,
+        *,
+        store: AsyncStore,
+        operation: Operation,
+        principal: Principal,
+        asker: Asker,
+        decisions: dict[str, Decision],
+        clock: Callable[[], datetime],
+        decision_url: Callable[[str], str] | None,
+        fallback: Fallback,
+        argument_answers: dict[str, Any] | None,
+    ) -> None:
+        self.operation = operation
+        self.principal = principal
+        self._store = store
+        self._asker = asker
+        self._decisions = decisions
+        self._clock = clock
+        self._decision_url = decision_url
+        self._fallback = fallback
+        self._argument_answers = argument_answers or {}
+        self._keys_used: dict[str, int] = {}
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def idempotency_key(self, name: str) -> str:
+        """Stable across every re-execution of this operation's step `name`; opaque to the outside."""
+        digest = hashlib.sha256(f"{self.operation.operation_id}\x00{name}".encode()).hexdigest()
+        return f"mcp-elicit-{digest[:40]}"
+
+    async def step(
+        self,
+        name: str,
+        function: Callable[..., Awaitable[R]] | Callable[..., R],
+        *args: Any,
+        returns: type[R] | None = None,
+        **kwargs: Any,
+    ) -> R:
+        """Run `function` once for this operation and journal its result; later runs get the journal."""
+        adapter: TypeAdapter[Any] = TypeAdapter(returns if returns is not None else _return_type(function))
+        recorded = await self._store(
+            self._store.sync.journal_get, self.operation.operation_id, name, caller=self.principal
+        )
+        if recorded is not None:
+            return cast(R, adapter.validate_python(recorded.value))
+        if inspect.iscoroutinefunction(function):
+            result = await function(*args, **kwargs)
+        else:
+            result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+        value = cast(JSONValue, adapter.dump_python(result, mode="json"))
+        entry = await self._store(
+            self._store.sync.journal_record, self.operation.operation_id, name, value, caller=self.principal
+        )
+        return cast(R, adapter.validate_python(entry.value))
+
+    # -- questions ------------------------------------------------------------------------------
+
+    async def ask(
+        self,
+        message: str,
+        model: type[M],
+        *,
+        key: str | None = None,
+        ttl: timedelta = DEFAULT_FORM_TTL,
+    ) -> Answer[M]:
+        """Ask the person for a form answer shaped by `model` (non-sensitive data only)."""
+        form = form_spec(model)
+        name = self._claim_key(key, _snake(model.__name__))
+        decision = self._decisions.get(name)
+        if decision is None:
+            decision = await self._create(
+                new_form_decision(
+                    self._origin(name, form.sensitive_fields, ResumePolicy.AUTO),
+                    message=message,
+                    requested_schema=form.schema,
+                    now=self._clock(),
+                    ttl=ttl,
+                )
+            )
+        if decision.status is DecisionStatus.REQUESTED:
+            decision = await self._put_to_person(decision, form)
+        return _form_answer(decision, form)
+
+    async def ask_url(
+        self,
+        message: str,
+        *,
+        key: str = "connect",
+        ttl: timedelta = DEFAULT_URL_TTL,
+        resume: ResumePolicy = ResumePolicy.AUTO,
+    ) -> UrlAnswer:
+        """Send the person to this server's own page for the decision (credentials, OAuth, payments)."""
+        if self._decision_url is None:
+            raise RuntimeError("ask_url needs the server's public base URL: Elicitation(public_base_url=...)")
+        name = self._claim_key(key, "connect")
+        decision = self._decisions.get(name)
+        if decision is None:
+            elicitation_id = new_elicitation_id()
+            decision = await self._create(
+                new_url_decision(
+                    self._origin(name, (), resume),
+                    message=message,
+                    url=self._decision_url(elicitation_id),
+                    now=self._clock(),
+                    ttl=ttl,
+                    elicitation_id=elicitation_id,
+                )
+            )
+        if not decision.is_terminal:
+            decision = await self._put_to_person(decision, None)
+        return _url_answer(decision)
+
+    # -- used by the era adapters ---------------------------------------------------------------
+
+    async def record(
+        self, decision: Decision, to: DecisionStatus, *, content: JSONObject | None = None, reason: str = ""
+    ) -> Decision:
+        """Record an outcome by compare-and-set; whoever recorded first wins and everyone reads that."""
+        try:
+            recorded = await self._store(
+                self._store.sync.transition, decision, to, caller=self.principal, content=content, reason=reason
+            )
+        except (DecisionConflict, DecisionExpired) as lost:
+            recorded = lost.current
+        self._decisions[decision.key] = recorded
+        return recorded
+
+    async def refresh(self, decision: Decision) -> Decision:
+        """The decision as stored now; an overdue one is expired on the spot (the store's late-signal rule)."""
+        current = await self._store(self._store.sync.get_decision, decision.elicitation_id, self.principal)
+        if current.is_overdue(self._clock()):
+            return await self.record(current, DecisionStatus.CANCELLED, reason="no answer before the TTL")
+        self._decisions[decision.key] = current
+        return current
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _claim_key(self, key: str | None, default: str) -> str:
+        base = key or default
+        if not _KEY.match(base):
+            raise ValueError(f"a question key is 1-64 letters, digits, '_', '.', '-': got {base!r}")
+        count = self._keys_used.get(base, 0) + 1
+        self._keys_used[base] = count
+        if count == 1:
+            return base
+        if key is not None:
+            raise ValueError(f"question key {key!r} is used twice in one tool body; keys name questions")
+        return f"{base}_{count}"
+
+    def _origin(self, key: str, sensitive: tuple[str, ...], resume: ResumePolicy) -> DecisionOrigin:
+        return DecisionOrigin(
+            operation_id=self.operation.operation_id,
+            key=key,
+            principal=self.principal,
+            origin_method=self.operation.method,
+            origin_request_digest=self.operation.request_digest,
+            resume_policy=resume,
+            sensitive_fields=sensitive,
+        )
+
+    async def _create(self, decision: Decision) -> Decision:
+        created = await self._store(self._store.sync.create_decision, decision)
+        self._decisions[created.key] = created
+        return created
+
+    async def _put_to_person(self, decision: Decision, form: FormSpec[Any] | None) -> Decision:
+        if self._asker.can_ask(decision.mode):
+            return await self._asker.ask(self, decision, form)
+        if self._fallback is Fallback.ARGUMENTS and decision.mode is Mode.FORM and form is not None:
+            supplied = self._argument_answers.get(decision.key)
+            if supplied is not None:
+                try:
+                    answer = form.validate(supplied)
+                except InvalidAnswer:
+                    raise CannotAsk(decision, form, self._fallback) from None
+                content = form.content(answer)
+                return await self.record(
+                    decision, DecisionStatus.ACCEPTED, content=content, reason=f"answered through {ANSWERS_ARGUMENT}"
+                )
+        raise CannotAsk(decision, form, self._fallback)
+
+
+def _form_answer(decision: Decision, form: FormSpec[M]) -> Answer[M]:
+    if decision.status is DecisionStatus.ACCEPTED and decision.content is not None:
+        return Accepted(form.validate(decision.content))
+    return _closed_answer(decision)
+
+
+def _url_answer(decision: Decision) -> UrlAnswer:
+    if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
+        return Completed()
+    if decision.status is DecisionStatus.EXTERNAL_FAILED:
+        return Failed()
+    return _closed_answer(decision)
+
+
+def _closed_answer(decision: Decision) -> Declined | Cancelled | Expired:
+    if decision.status is DecisionStatus.DECLINED:
+        return Declined()
+    if decision.status is DecisionStatus.EXPIRED:
+        return Expired()
+    if decision.status is DecisionStatus.CANCELLED:
+        return Cancelled()
+    raise RuntimeError(f"decision {decision.elicitation_id} is still {decision.status}; the era adapter returned early")
+
+
+def _return_type(function: Callable[..., Any]) -> Any:
+    try:
+        hints = get_type_hints(function)
+    except (NameError, TypeError):
+        return Any
+    returned = hints.get("return", Any)
+    origin = getattr(returned, "__origin__", None)
+    if origin is not None and getattr(origin, "__name__", "") in ("Awaitable", "Coroutine"):
+        return returned.__args__[-1]
+    return returned
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()

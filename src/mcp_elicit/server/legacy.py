@@ -1,0 +1,125 @@
+"""The 2025-06-18 / 2025-11-25 adapter: ask with `elicitation/create` on the live call.
+
+The question rides the originating request's stream and the call waits for the answer, at most until
+the decision's TTL. Whatever comes back is recorded by compare-and-set before the body goes on, so a
+retry after a crash finds the answer instead of asking twice. URL mode exists only from 2025-11-25 and
+only for clients that declared it; the decision id is the `elicitationId`. A URL decision whose resume
+policy is not `auto` does not block: the call ends with `-32042` and the client retries once the flow
+is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types import ElicitRequestURLParams, ElicitResult
+
+from mcp_elicit.model import Decision, DecisionStatus, Mode, ResumePolicy
+from mcp_elicit.server.eras import Modes
+from mcp_elicit.server.flow import Flow
+from mcp_elicit.server.forms import FormSpec, InvalidAnswer
+from mcp_elicit.server.waiting import settle
+
+log = logging.getLogger(__name__)
+
+MAX_INVALID_ANSWERS = 3
+
+
+class LegacyAsker:
+    def __init__(self, context: Context, modes: Modes) -> None:
+        self._context = context
+        self._modes = modes
+
+    def can_ask(self, mode: Mode) -> bool:
+        if not self._context.session.can_send_request:
+            return False
+        return self._modes.form if mode is Mode.FORM else self._modes.url
+
+    async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision:
+        if decision.mode is Mode.FORM and form is not None:
+            return await self._ask_form(flow, decision, form)
+        return await self._ask_url(flow, decision)
+
+    async def _ask_form(self, flow: Flow, decision: Decision, form: FormSpec[Any]) -> Decision:
+        note = ""
+        session, request_id = self._context.session, self._context.request_context.request_id
+        for _ in range(MAX_INVALID_ANSWERS):
+            schema: Any = decision.requested_schema
+            result = await self._send(
+                flow,
+                decision,
+                partial(session.elicit_form, decision.message + note, schema, related_request_id=request_id),
+            )
+            if result is None:
+                return await flow.refresh(decision)
+            if isinstance(result, MCPError):
+                return await flow.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
+            if result.action != "accept":
+                return await flow.record(decision, _closing_status(result), reason=f"client answered {result.action}")
+            try:
+                answer = form.validate(result.content)
+            except InvalidAnswer as invalid:
+                note = f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
+                continue
+            content = form.content(answer)
+            return await flow.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered")
+        return await flow.record(
+            decision, DecisionStatus.CANCELLED, reason=f"{MAX_INVALID_ANSWERS} answers in a row were invalid"
+        )
+
+    async def _ask_url(self, flow: Flow, decision: Decision) -> Decision:
+        assert decision.url is not None
+        if decision.resume_policy is not ResumePolicy.AUTO:
+            raise UrlElicitationRequiredError(
+                [
+                    ElicitRequestURLParams(
+                        message=decision.message, url=decision.url, elicitation_id=decision.elicitation_id
+                    )
+                ]
+            )
+        session, request_id = self._context.session, self._context.request_context.request_id
+        if decision.status is DecisionStatus.REQUESTED:
+            url = decision.url
+            result = await self._send(
+                flow,
+                decision,
+                partial(
+                    session.elicit_url, decision.message, url, decision.elicitation_id, related_request_id=request_id
+                ),
+            )
+            if result is None:
+                return await flow.refresh(decision)
+            if isinstance(result, MCPError):
+                return await flow.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
+            if result.action != "accept":
+                return await flow.record(decision, _closing_status(result), reason=f"client answered {result.action}")
+            decision = await flow.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL")
+        decision = await settle(flow, decision, until=decision.expires_at)
+        if not decision.is_terminal:
+            decision = await flow.refresh(decision)
+        if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
+            await session.send_elicit_complete(decision.elicitation_id, related_request_id=request_id)
+        return decision
+
+    async def _send(self, flow: Flow, decision: Decision, send: Any) -> ElicitResult | MCPError | None:
+        """The client's answer, its error, or None when the TTL ran out first."""
+        remaining = (decision.expires_at - flow.now()).total_seconds()
+        if remaining <= 0:
+            return None
+        with anyio.move_on_after(remaining):
+            try:
+                result: ElicitResult = await send()
+            except MCPError as error:
+                log.info("client refused elicitation %s: %s", decision.elicitation_id, error.code)
+                return error
+            return result
+        return None
+
+
+def _closing_status(result: ElicitResult) -> DecisionStatus:
+    return DecisionStatus.DECLINED if result.action == "decline" else DecisionStatus.CANCELLED

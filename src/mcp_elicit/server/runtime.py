@@ -1,0 +1,378 @@
+"""`Elicitation`: installs durable decision points on an MCP server and runs tool bodies through them.
+
+Guarantees, per tool call: the operation is bound to the caller's principal and client; a retry of the
+same call (same principal, client, tool, arguments digest, or the same idempotency key in `_meta`)
+attaches to the open operation instead of starting over; a completed operation hands its recorded
+result to an identical call within `replay_window`; a 2026-07-28 round state is accepted once and only
+from the principal it was issued to; elicitation is never sent in a mode the client did not declare.
+
+Does not guarantee: that two identical calls racing each other share one operation. Each then runs its
+own operation; journaled steps stay single within each, and their idempotency keys differ.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar, cast, get_type_hints
+from urllib.parse import urlsplit
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    ClientCapabilities,
+    ElicitationCapability,
+    FormElicitationCapability,
+    InputRequiredResult,
+    MissingRequiredClientCapabilityErrorData,
+    UrlElicitationCapability,
+)
+from pydantic import TypeAdapter
+
+from mcp_elicit.model import (
+    Decision,
+    JSONValue,
+    Mode,
+    Operation,
+    OperationStatus,
+    Principal,
+    new_operation,
+    request_digest,
+)
+from mcp_elicit.server._offload import AsyncStore
+from mcp_elicit.server.eras import Era, Modes, era_of
+from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
+from mcp_elicit.server.flow import Asker, CannotAsk, Flow, Suspend
+from mcp_elicit.server.identity import IdentityPolicy
+from mcp_elicit.server.legacy import LegacyAsker
+from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, input_required
+from mcp_elicit.server.state import RoundState, refused
+from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+IDEMPOTENCY_META_KEY = "io.github.mcp-elicit/idempotencyKey"
+METHOD = "tools/call"
+DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
+DEFAULT_OPERATION_TTL = timedelta(hours=24)
+CLOCK_SKEW = timedelta(seconds=60)
+
+
+class _NoElicitation:
+    """The asker for peers that predate elicitation: it can never ask."""
+
+    def can_ask(self, mode: Mode) -> bool:
+        return False
+
+    async def ask(self, flow: Flow, decision: Decision, form: Any) -> Decision:
+        raise AssertionError("never called: can_ask is always False")
+
+
+@dataclass(frozen=True, slots=True)
+class _Tool:
+    name: str
+    body: Callable[..., Any]
+    flow_parameter: str
+    result: TypeAdapter[Any]
+    fallback: Fallback
+
+
+class Elicitation:
+    """Durable elicitation for one MCP server: its store, its requestState keys, its public base URL."""
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        keys: Sequence[bytes | str] | None = None,
+        single_process: bool = False,
+        state_ttl: float = 600.0,
+        public_base_url: str | None = None,
+        identity: IdentityPolicy | None = None,
+        replay_window: timedelta = DEFAULT_REPLAY_WINDOW,
+        operation_ttl: timedelta = DEFAULT_OPERATION_TTL,
+        long_poll: timedelta = DEFAULT_LONG_POLL,
+        clock: Clock = utc_now,
+    ) -> None:
+        if keys is None and not single_process:
+            raise ValueError(
+                "pass keys=[...] (the requestState key ring every instance shares), or single_process=True "
+                "to use a key that dies with this process"
+            )
+        if keys is not None:
+            self.request_state_security = RequestStateSecurity(keys=list(keys), ttl=state_ttl)
+        else:
+            self.request_state_security = RequestStateSecurity.ephemeral(ttl=state_ttl)
+        self._state_ttl = timedelta(seconds=state_ttl)
+        self.store = store if store is not None and not isinstance(store, str) else open_store(store, clock=clock)
+        self._async_store = AsyncStore(self.store)
+        self._base_url = _checked_base_url(public_base_url) if public_base_url else None
+        self.identity = identity or IdentityPolicy()
+        self.replay_window = replay_window
+        self.operation_ttl = operation_ttl
+        self.long_poll = long_poll
+        self._clock = clock
+        self._server: MCPServer | None = None
+
+    # -- installing -------------------------------------------------------------------------------
+
+    def server(self, name: str, **kwargs: Any) -> MCPServer:
+        """An `MCPServer` whose requestState boundary uses this key ring; tools registered here land on it."""
+        self._server = MCPServer(name, request_state_security=self.request_state_security, **kwargs)
+        return self._server
+
+    def attach(self, server: MCPServer) -> None:
+        """Use a server built elsewhere; it must have been given `request_state_security=` from here."""
+        self._server = server
+
+    def decision_url(self, elicitation_id: str) -> str:
+        if self._base_url is None:
+            raise RuntimeError("URL decisions need Elicitation(public_base_url=...)")
+        return f"{self._base_url}/elicit/{elicitation_id}"
+
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        fallback: Fallback = Fallback.ERROR,
+        structured_output: bool | None = None,
+    ) -> Callable[[F], F]:
+        """Register a tool whose body takes a `Flow`; the body is written once for every protocol era."""
+        if self._server is None:
+            raise RuntimeError("create the server with Elicitation.server(...) or attach one first")
+        server = self._server
+
+        def register(body: F) -> F:
+            tool_name = name or body.__name__
+            hints = get_type_hints(body, include_extras=True)
+            signature = inspect.signature(body)
+            flow_names = [p.name for p in signature.parameters.values() if hints.get(p.name) is Flow]
+            if len(flow_names) != 1:
+                raise TypeError(f"tool {tool_name!r} must take exactly one parameter annotated Flow")
+            returned = hints.get("return", Any)
+            spec = _Tool(tool_name, body, flow_names[0], TypeAdapter(returned), fallback)
+            kept = [p for p in signature.parameters.values() if p.name != spec.flow_parameter]
+            added = [inspect.Parameter("mcp_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+            annotations: dict[str, Any] = {p.name: hints[p.name] for p in kept if p.name in hints}
+            if fallback is Fallback.ARGUMENTS:
+                answers_type = dict[str, dict[str, Any]] | None
+                added.append(
+                    inspect.Parameter(
+                        ANSWERS_ARGUMENT, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=answers_type
+                    )
+                )
+                annotations[ANSWERS_ARGUMENT] = answers_type
+            annotations["mcp_ctx"] = Context
+            annotations["return"] = returned | InputRequiredResult
+
+            async def run(**kwargs: Any) -> Any:
+                context = kwargs.pop("mcp_ctx")
+                answers = kwargs.pop(ANSWERS_ARGUMENT, None)
+                return await self._run(spec, context, kwargs, answers)
+
+            run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+                parameters=[*kept, *added], return_annotation=annotations["return"]
+            )
+            run.__annotations__ = annotations
+            run.__name__ = body.__name__
+            run.__doc__ = body.__doc__
+            server.add_tool(
+                run,
+                name=tool_name,
+                title=title,
+                description=description or inspect.getdoc(body),
+                structured_output=structured_output,
+            )
+            return body
+
+        return register
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- running a call -----------------------------------------------------------------------------
+
+    async def _run(self, tool: _Tool, context: Context, arguments: dict[str, Any], answers: Any) -> Any:
+        era = era_of(context.protocol_version)
+        principal = self.identity.principal_for(context.request_context.request)
+        digest = request_digest(METHOD, {"name": tool.name, "arguments": _jsonable(arguments)})
+        store = self._async_store
+        asked: dict[str, str] = {}
+        operation: Operation | None = None
+        if era is Era.MRTR and context.request_state is not None:
+            state = RoundState.decode(context.request_state)
+            spent = await store(
+                store.sync.consume_token, state.ledger_id, expires_at=self._clock() + self._state_ttl + CLOCK_SKEW
+            )
+            if spent is Consumption.ALREADY_USED:
+                log.warning("requestState round replayed for operation %s", state.operation_id)
+                raise refused()
+            operation = await self._resumed(principal, state, tool.name, digest)
+            asked = state.asked
+        if operation is None:
+            attached = await self._attach(principal, tool, digest, _idempotency_key(context))
+            if not isinstance(attached, Operation):
+                return attached.value
+            operation = attached
+        decisions = {
+            d.key: d
+            for d in reversed(
+                await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
+            )
+        }
+        asker = self._asker(era, context, asked)
+        flow = Flow(
+            store=store,
+            operation=operation,
+            principal=principal,
+            asker=asker,
+            decisions=decisions,
+            clock=self._clock,
+            decision_url=self.decision_url if self._base_url else None,
+            fallback=tool.fallback,
+            argument_answers=answers if isinstance(answers, dict) else None,
+        )
+        try:
+            result = await tool.body(**{tool.flow_parameter: flow}, **arguments)
+        except Suspend as suspend:
+            wire, _ = input_required(suspend, operation.operation_id)
+            return wire
+        except CannotAsk as cannot:
+            raise _cannot_ask_error(cannot, era) from None
+        except ToolError as error:
+            await self._finish(operation, principal, OperationStatus.FAILED, None, str(error))
+            raise
+        await self._finish(
+            operation,
+            principal,
+            OperationStatus.COMPLETED,
+            cast(JSONValue, tool.result.dump_python(result, mode="json")),
+        )
+        return result
+
+    def _asker(self, era: Era, context: Context, asked: dict[str, str]) -> Asker:
+        modes = Modes.declared(context.client_capabilities, context.protocol_version)
+        if era is Era.MRTR:
+            return MrtrAsker(modes, context.input_responses, asked, self.long_poll)
+        if era is Era.LEGACY:
+            return LegacyAsker(context, modes)
+        return _NoElicitation()
+
+    async def _resumed(self, principal: Principal, state: RoundState, tool_name: str, digest: str) -> Operation | None:
+        store = self._async_store
+        try:
+            operation = await store(store.sync.get_operation, state.operation_id, principal)
+        except Exception:
+            raise refused() from None
+        if operation.target != tool_name or operation.request_digest != digest:
+            raise refused()
+        return operation if operation.status is OperationStatus.OPEN else None
+
+    async def _attach(self, principal: Principal, tool: _Tool, digest: str, key: str | None) -> Operation | _Recorded:
+        store = self._async_store
+        now = self._clock()
+        found = await store(
+            store.sync.find_operations,
+            principal,
+            method=METHOD,
+            target=tool.name,
+            request_digest=None if key else digest,
+            idempotency_key=key,
+        )
+        for operation in found[:1]:
+            if operation.status is OperationStatus.OPEN and now < operation.expires_at:
+                return operation
+            if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
+                log.info("replaying the recorded result of operation %s", operation.operation_id)
+                return _Recorded(tool.result.validate_python(operation.result))
+        fresh = new_operation(
+            principal,
+            method=METHOD,
+            target=tool.name,
+            request_digest=digest,
+            now=now,
+            ttl=self.operation_ttl,
+            idempotency_key=key,
+        )
+        return await store(store.sync.create_operation, fresh)
+
+    async def _finish(
+        self, operation: Operation, principal: Principal, to: OperationStatus, result: JSONValue, reason: str = ""
+    ) -> None:
+        store = self._async_store
+        current = await store(store.sync.get_operation, operation.operation_id, principal)
+        if current.status is not OperationStatus.OPEN:
+            return
+        try:
+            await store(store.sync.finish_operation, current, to, caller=principal, result=result, reason=reason)
+        except (OperationConflict, OperationExpired) as lost:
+            log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    value: Any
+
+
+def _cannot_ask_error(cannot: CannotAsk, era: Era) -> Exception:
+    decision = cannot.decision
+    mode = decision.mode.value
+    if cannot.fallback is Fallback.ARGUMENTS and cannot.form is not None:
+        import json
+
+        return ToolError(
+            f"This tool needs an answer to: {decision.message}\n"
+            f"The client cannot show the question, so resend the same call with the argument "
+            f'{ANSWERS_ARGUMENT}={{"{decision.key}": {{...}}}} where the answer follows this JSON schema: '
+            f"{json.dumps(cannot.form.schema, sort_keys=True)}"
+        )
+    capability = (
+        ElicitationCapability(form=FormElicitationCapability())
+        if decision.mode is Mode.FORM
+        else ElicitationCapability(url=UrlElicitationCapability())
+    )
+    if era is Era.MRTR:
+        data = MissingRequiredClientCapabilityErrorData(
+            required_capabilities=ClientCapabilities(elicitation=capability)
+        ).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"This tool needs the client's {mode} elicitation capability",
+            data=data,
+        )
+    return ToolError(
+        f"This tool needs to ask you something ({mode} elicitation), but this client cannot show "
+        f"{mode} elicitation requests on this connection. Use a client that supports them."
+    )
+
+
+def _idempotency_key(context: Context) -> str | None:
+    meta = context.request_context.meta or {}
+    key = meta.get(IDEMPOTENCY_META_KEY) if isinstance(meta, dict) else None
+    return key if isinstance(key, str) and 0 < len(key) <= 200 else None
+
+
+def _jsonable(arguments: dict[str, Any]) -> Any:
+    return TypeAdapter(dict[str, Any]).dump_python(arguments, mode="json")
+
+
+def _checked_base_url(url: str) -> str:
+    parts = urlsplit(url)
+    loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"public_base_url must be an http(s) URL, got {url!r}")
+    if parts.scheme == "http" and not loopback:
+        raise ValueError(f"public_base_url must use HTTPS outside loopback, got {url!r}")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("public_base_url carries no query, fragment or credentials")
+    return url.rstrip("/")

@@ -1,0 +1,67 @@
+"""A real HTTP server on loopback for tests: uvicorn in a thread, bearer tokens checked by the SDK."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from starlette.types import ASGIApp
+
+ISSUER = "https://issuer.test"
+TOKENS = {
+    "token-alice": AccessToken(
+        token="token-alice", client_id="client-a", scopes=["mcp"], subject="alice", claims={"iss": ISSUER}
+    ),
+    "token-bob": AccessToken(
+        token="token-bob", client_id="client-a", scopes=["mcp"], subject="bob", claims={"iss": ISSUER}
+    ),
+    "token-alice-other-client": AccessToken(
+        token="token-alice-other-client", client_id="client-b", scopes=["mcp"], subject="alice", claims={"iss": ISSUER}
+    ),
+}
+
+
+class StaticTokenVerifier:
+    """Knows a fixed set of tokens; stands for an authorization server's introspection."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return TOKENS.get(token)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def auth_settings(port: int) -> AuthSettings:
+    return AuthSettings(
+        issuer_url=ISSUER,  # type: ignore[arg-type]
+        resource_server_url=f"http://127.0.0.1:{port}/mcp",  # type: ignore[arg-type]
+        validate_token_resource=False,
+        required_scopes=["mcp"],
+    )
+
+
+@contextmanager
+def serving(app: ASGIApp, port: int) -> Iterator[str]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test HTTP server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,205 @@
+"""The tool-author API through the real SDK client and server, on both protocol eras and both stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, ElicitResult, TextContent
+
+from mcp_elicit.model import DecisionStatus, Operator, Principal
+from mcp_elicit.server import Elicitation
+from mcp_elicit.store import open_store
+from tests.serving import Counter, Person, accept, build_tools
+
+pytestmark = pytest.mark.anyio
+
+ERAS = ["legacy", "2026-07-28"]
+LOCAL = Principal("local-user", "stdio")
+
+
+@pytest.fixture
+def counter(tmp_path: Path) -> Counter:
+    return Counter(tmp_path / "effects.json")
+
+
+@pytest.fixture
+def elicitation(store_url: str, counter: Counter) -> Iterator[Elicitation]:
+    runtime = Elicitation(open_store(store_url), single_process=True, public_base_url="http://127.0.0.1:8765")
+    runtime.server("test-server")
+    build_tools(runtime, counter)
+    yield runtime
+    runtime.close()
+
+
+def unwrap(error: BaseException) -> BaseException:
+    """The in-process client surfaces a server's JSON-RPC error inside task-group exception groups."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def text(result: CallToolResult) -> str:
+    assert not result.is_error, result.content
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+async def call(
+    elicitation: Elicitation, era: str, person: Person | None, tool: str, **arguments: object
+) -> CallToolResult:
+    assert elicitation._server is not None
+    async with Client(elicitation._server, mode=era, elicitation_callback=person) as client:
+        return await client.call_tool(tool, dict(arguments))
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_accept_applies_once_and_records_the_answer(elicitation: Elicitation, counter: Counter, era: str) -> None:
+    person = Person([accept(approve=True, note="ship it")])
+    result = await call(elicitation, era, person, "approve", scope="prod")
+    assert text(result) == "applied prod (ship it)"
+    assert counter.read() == {"plan": 1, "apply": 1}
+    assert len(person.asked) == 1
+    assert person.asked[0].message == "Apply plan for prod?"
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.key == "approve_scope"
+    assert decision.status is DecisionStatus.ACCEPTED
+    assert decision.content == {"approve": True, "note": "ship it"}
+    assert decision.principal == LOCAL
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(("action", "expected"), [("decline", "declined"), ("cancel", "cancelled")])
+async def test_decline_and_cancel_stay_distinct(
+    elicitation: Elicitation, counter: Counter, era: str, action: str, expected: str
+) -> None:
+    person = Person([ElicitResult(action=action)])  # type: ignore[arg-type]
+    assert text(await call(elicitation, era, person, "approve", scope="prod")) == expected
+    assert counter.read() == {"plan": 1}
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status.value == expected
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_invalid_answers_are_asked_again_never_completed(elicitation: Elicitation, era: str) -> None:
+    person = Person([accept(name="Ada"), accept(seats=0), accept(seats="two"), accept(seats=2)])
+    result = await call(elicitation, era, person, "greet_and_book")
+    assert text(result) == "2 seats for Ada"
+    messages = [params.message for params in person.asked]
+    assert messages[0] == "Who is travelling?"
+    assert messages[1] == "How many seats for Ada?"
+    assert messages[2].startswith("How many seats for Ada?") and "could not be used" in messages[2]
+    assert len(messages) == 4
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_later_question_depends_on_earlier_answer(elicitation: Elicitation, era: str) -> None:
+    person = Person([accept(name="Grace"), ElicitResult(action="decline")])
+    assert text(await call(elicitation, era, person, "greet_and_book")) == "no seats for Grace"
+    statuses = sorted(d.status.value for d in elicitation.store.list_decisions(Operator()))
+    assert statuses == ["accepted", "declined"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_identical_call_after_completion_replays_the_result(
+    elicitation: Elicitation, counter: Counter, era: str
+) -> None:
+    person = Person([accept(approve=True)])
+    first = await call(elicitation, era, person, "approve", scope="prod")
+    second = await call(elicitation, era, person, "approve", scope="prod")
+    assert text(first) == text(second) == "applied prod"
+    assert len(person.asked) == 1
+    assert counter.read() == {"plan": 1, "apply": 1}
+    other = await call(elicitation, era, Person([accept(approve=False)]), "approve", scope="staging")
+    assert text(other) == "not approved"
+
+
+async def test_legacy_client_without_elicitation_gets_a_clear_tool_error(elicitation: Elicitation) -> None:
+    result = await call(elicitation, "legacy", None, "approve", scope="prod")
+    assert "form elicitation" in error_text(result)
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.REQUESTED
+
+
+async def test_modern_client_without_elicitation_gets_missing_capability(elicitation: Elicitation) -> None:
+    with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
+        await call(elicitation, "2026-07-28", None, "approve", scope="prod")
+    error = unwrap(raised.value)
+    assert isinstance(error, MCPError)
+    assert error.code == -32021
+    assert error.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_arguments_fallback_lets_a_client_without_elicitation_finish(elicitation: Elicitation, era: str) -> None:
+    first = await call(elicitation, era, None, "book_with_fallback", city="Oslo")
+    message = error_text(first)
+    assert "elicit_answers" in message and '"seats"' in message and "How many seats to Oslo?" in message
+    invalid = await call(
+        elicitation, era, None, "book_with_fallback", city="Oslo", elicit_answers={"seats": {"seats": 99}}
+    )
+    assert invalid.is_error
+    done = await call(elicitation, era, None, "book_with_fallback", city="Oslo", elicit_answers={"seats": {"seats": 2}})
+    assert text(done) == "booked 2 to Oslo"
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.ACCEPTED
+    trail = elicitation.store.audit_trail(decision.elicitation_id, Operator())
+    assert trail[-1].reason == "answered through elicit_answers"
+
+
+async def complete_url_when_consented(elicitation: Elicitation, outcome: DecisionStatus) -> None:
+    store = elicitation.store
+    with anyio.fail_after(10):
+        while True:
+            waiting = store.list_decisions(Operator(), status=DecisionStatus.ACCEPTED_URL)
+            if waiting:
+                break
+            await anyio.sleep(0.02)
+    pending = store.transition(waiting[0], DecisionStatus.EXTERNAL_PENDING, caller=LOCAL)
+    await anyio.sleep(0.3)
+    store.transition(pending, outcome, caller=LOCAL)
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [(DecisionStatus.EXTERNAL_COMPLETED, "connected"), (DecisionStatus.EXTERNAL_FAILED, "failed")],
+)
+async def test_url_decision_waits_for_the_external_flow(
+    elicitation: Elicitation, era: str, outcome: DecisionStatus, expected: str
+) -> None:
+    person = Person([ElicitResult(action="accept")])
+    results: list[CallToolResult] = []
+
+    async def run_call() -> None:
+        results.append(await call(elicitation, era, person, "connect"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_call)
+        group.start_soon(complete_url_when_consented, elicitation, outcome)
+    assert text(results[0]) == expected
+    [asked] = person.asked
+    assert asked.mode == "url"
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert asked.url == f"http://127.0.0.1:8765/elicit/{decision.elicitation_id}"
+    if era == "legacy":
+        assert asked.elicitation_id == decision.elicitation_id
+    assert decision.status is outcome
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_url_consent_refused(elicitation: Elicitation, era: str) -> None:
+    person = Person([ElicitResult(action="decline")])
+    assert text(await call(elicitation, era, person, "connect")) == "declined"
