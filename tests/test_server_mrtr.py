@@ -1,0 +1,169 @@
+"""2026-07-28 rounds driven by hand: replayed, tampered, expired and foreign requestState."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
+
+from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.server import Elicitation
+from mcp_elicit.store import open_store
+from tests.serving import Counter, Person, build_tools
+from tests.test_server_flow import text, unwrap
+
+pytestmark = pytest.mark.anyio
+MODERN = "2026-07-28"
+
+
+@pytest.fixture
+def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], state_ttl=2.0)
+    runtime.server("mrtr-server")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    yield runtime
+    runtime.close()
+
+
+def client(elicitation: Elicitation) -> Client:
+    assert elicitation._server is not None
+    return Client(elicitation._server, mode=MODERN, elicitation_callback=Person())
+
+
+async def first_round(c: Client, tool: str, arguments: dict[str, object]) -> InputRequiredResult:
+    result = await c.session.call_tool(tool, arguments, allow_input_required=True)
+    assert isinstance(result, InputRequiredResult)
+    return result
+
+
+async def retry(
+    c: Client, tool: str, arguments: dict[str, object], state: str | None, **responses: ElicitResult
+) -> CallToolResult | InputRequiredResult:
+    return await c.session.call_tool(
+        tool, arguments, input_responses=dict(responses) or None, request_state=state, allow_input_required=True
+    )
+
+
+async def refused(c: Client, tool: str, arguments: dict[str, object], state: str, **responses: ElicitResult) -> None:
+    with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
+        await retry(c, tool, arguments, state, **responses)
+    error = unwrap(raised.value)
+    assert isinstance(error, MCPError)
+    assert (error.code, error.message) == (-32602, "Invalid or expired requestState")
+
+
+async def test_round_carries_stable_keys_and_a_sealed_state(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+    assert round_one.input_requests is not None
+    assert list(round_one.input_requests) == ["approve_scope"]
+    assert round_one.request_state is not None and round_one.request_state.startswith("v1.")
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.elicitation_id not in round_one.request_state
+
+
+async def test_replayed_state_is_refused_and_a_fresh_call_resumes(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "greet_and_book", {})
+        state = round_one.request_state
+        assert state is not None
+        round_two = await retry(
+            c, "greet_and_book", {}, state, name=ElicitResult(action="accept", content={"name": "Ada"})
+        )
+        assert isinstance(round_two, InputRequiredResult)
+        assert round_two.input_requests is not None and list(round_two.input_requests) == ["seats"]
+
+        await refused(c, "greet_and_book", {}, state, name=ElicitResult(action="accept", content={"name": "Eve"}))
+
+        fresh = await first_round(c, "greet_and_book", {})
+        assert fresh.input_requests is not None and list(fresh.input_requests) == ["seats"]
+        assert "Ada" in fresh.input_requests["seats"].params.message
+        done = await retry(
+            c, "greet_and_book", {}, fresh.request_state, seats=ElicitResult(action="accept", content={"seats": 3})
+        )
+    assert isinstance(done, CallToolResult)
+    assert text(done) == "3 seats for Ada"
+    names = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
+    assert [d.content for d in names] == [{"name": "Ada"}]
+
+
+@pytest.mark.parametrize(
+    "responses",
+    [
+        {},
+        {"other_key": ElicitResult(action="accept", content={"approve": True})},
+        {"approve_scope": ElicitResult(action="accept", content={"approve": "yes"})},
+        {"approve_scope": ElicitResult(action="accept", content=None)},
+    ],
+    ids=["missing", "extra-only", "invalid", "accept-without-content"],
+)
+async def test_missing_extra_or_invalid_responses_ask_again(
+    elicitation: Elicitation, responses: dict[str, ElicitResult]
+) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        again = await retry(c, "approve", {"scope": "prod"}, round_one.request_state, **responses)
+    assert isinstance(again, InputRequiredResult)
+    assert again.input_requests is not None and list(again.input_requests) == ["approve_scope"]
+    assert again.request_state != round_one.request_state
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.REQUESTED
+
+
+async def test_tampered_state_is_refused(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        state = round_one.request_state
+        assert state is not None
+        flipped = state[:-3] + ("A" if state[-3] != "A" else "B") + state[-2:]
+        answer = ElicitResult(action="accept", content={"approve": True})
+        await refused(c, "approve", {"scope": "prod"}, flipped, approve_scope=answer)
+        await refused(c, "approve", {"scope": "prod"}, "not-a-token", approve_scope=answer)
+
+
+async def test_state_for_other_arguments_is_refused(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        assert round_one.request_state is not None
+        answer = ElicitResult(action="accept", content={"approve": True})
+        await refused(c, "approve", {"scope": "staging"}, round_one.request_state, approve_scope=answer)
+
+
+async def test_expired_state_is_refused(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        assert round_one.request_state is not None
+        await anyio.sleep(2.2)
+        answer = ElicitResult(action="accept", content={"approve": True})
+        await refused(c, "approve", {"scope": "prod"}, round_one.request_state, approve_scope=answer)
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.REQUESTED
+
+
+async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_url: str, tmp_path: Path) -> None:
+    instances = []
+    for _ in range(2):
+        runtime = Elicitation(open_store(store_url), keys=[b"k" * 32])
+        runtime.server("shared-name")
+        build_tools(runtime, Counter(tmp_path / "effects.json"))
+        instances.append(runtime)
+    try:
+        async with client(instances[0]) as a:
+            round_one = await first_round(a, "approve", {"scope": "prod"})
+        async with client(instances[1]) as b:
+            done = await retry(
+                b,
+                "approve",
+                {"scope": "prod"},
+                round_one.request_state,
+                approve_scope=ElicitResult(action="accept", content={"approve": True}),
+            )
+        assert isinstance(done, CallToolResult) and text(done) == "applied prod"
+    finally:
+        for runtime in instances:
+            runtime.close()
