@@ -40,7 +40,7 @@ async def connect(url: str, token: str | None, era: str, person: Person | None =
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
         transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=era, elicitation_callback=person or Person()) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=era, elicitation_callback=person or Person()) as client:
             yield client
 
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
+from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation
@@ -82,7 +82,8 @@ async def test_replayed_state_is_refused_and_a_fresh_call_resumes(elicitation: E
 
         fresh = await first_round(c, "greet_and_book", {})
         assert fresh.input_requests is not None and list(fresh.input_requests) == ["seats"]
-        assert "Ada" in fresh.input_requests["seats"].params.message
+        asked = fresh.input_requests["seats"].params
+        assert isinstance(asked, ElicitRequestFormParams) and "Ada" in asked.message
         done = await retry(
             c, "greet_and_book", {}, fresh.request_state, seats=ElicitResult(action="accept", content={"seats": 3})
         )
