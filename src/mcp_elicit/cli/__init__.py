@@ -2,7 +2,7 @@
 
 import typer
 
-from mcp_elicit.cli import decisions
+from mcp_elicit.cli import decisions, serve
 
 app = typer.Typer(
     name="mcp-elicit",
@@ -11,6 +11,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(decisions.app, name="decisions")
+app.command("serve")(serve.serve)
 
 
 def main() -> None:

@@ -155,7 +155,7 @@ class Elicitation:
         def register(body: F) -> F:
             tool_name = name or body.__name__
             hints = get_type_hints(body, include_extras=True)
-            signature = inspect.signature(body)
+            signature = inspect.signature(body, eval_str=True)
             flow_names = [p.name for p in signature.parameters.values() if hints.get(p.name) is Flow]
             if len(flow_names) != 1:
                 raise TypeError(f"tool {tool_name!r} must take exactly one parameter annotated Flow")

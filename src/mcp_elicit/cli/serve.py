@@ -1,0 +1,104 @@
+"""`mcp-elicit serve`: the reference server over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+from rich.console import Console
+from rich.markup import escape
+
+from mcp_elicit.reference import Workspace, build_reference_server
+from mcp_elicit.server import Elicitation, IdentityPolicy
+from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
+
+KEYS_ENV = "MCP_ELICIT_STATE_KEYS"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+err = Console(stderr=True)
+
+
+class Transport(StrEnum):
+    STDIO = "stdio"
+    HTTP = "http"
+
+
+def parse_keys(text: str) -> list[bytes]:
+    """A key ring: comma-separated base64 keys of at least 32 bytes, the sealing key first."""
+    keys = []
+    for index, part in enumerate(p.strip() for p in text.split(",")):
+        try:
+            key = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        except (binascii.Error, ValueError):
+            raise typer.BadParameter(f"key {index + 1} of {KEYS_ENV} is not base64") from None
+        if len(key) < 32:
+            raise typer.BadParameter(f"key {index + 1} of {KEYS_ENV} has {len(key)} bytes; at least 32 are needed")
+        keys.append(key)
+    return keys
+
+
+def serve(
+    transport: Annotated[Transport, typer.Option(help="stdio for a local client, http for streamable HTTP.")] = (
+        Transport.STDIO
+    ),
+    host: Annotated[str, typer.Option(help="HTTP: the address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP: the port to listen on.")] = 8000,
+    store: Annotated[
+        str | None, typer.Option("--store", envvar=ENV_VAR, help="Store URL; default: the embedded SQLite file.")
+    ] = None,
+    workspace: Annotated[
+        Path | None, typer.Option(help="Directory the tools act on; seeded with sample data when new.")
+    ] = None,
+    single_process: Annotated[
+        bool, typer.Option(help="Seal requestState with a key that dies with this process (one instance only).")
+    ] = False,
+    dev_loopback: Annotated[
+        bool, typer.Option(help="HTTP on loopback without authorization, every caller one development user.")
+    ] = False,
+) -> None:
+    """Run the reference server: deploy, procure, delete_files and create_ticket, all asking before acting."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    keys_text = os.environ.get(KEYS_ENV)
+    keys = parse_keys(keys_text) if keys_text else None
+    if transport is Transport.HTTP:
+        if not dev_loopback:
+            _fail("HTTP serving needs MCP authorization; for local development pass --dev-loopback on a loopback host")
+        if host not in LOOPBACK:
+            _fail(f"--dev-loopback only listens on loopback, not on {host}")
+        if keys is None and not single_process:
+            _fail(f"set {KEYS_ENV} (the key ring all instances share) or pass --single-process")
+    root = workspace or default_store_path().parent / "workspace"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        elicitation = Elicitation(
+            store,
+            keys=keys,
+            single_process=keys is None,
+            public_base_url=f"http://{host}:{port}" if transport is Transport.HTTP else None,
+            identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
+        )
+    except (StoreError, OSError) as error:
+        _fail(str(error))
+    server = build_reference_server(elicitation, Workspace.open(root))
+    err.print(f"[dim]store {escape(elicitation.store.display_url)}, workspace {escape(str(root))}[/dim]")
+    try:
+        if transport is Transport.STDIO:
+            server.run("stdio")
+        else:
+            app = server.streamable_http_app(host=host)
+            err.print(f"serving MCP on http://{host}:{port}/mcp")
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        elicitation.close()
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(2)

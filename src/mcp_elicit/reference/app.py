@@ -1,0 +1,145 @@
+"""The reference server's tools: each computes what is at stake first, then asks only what a person must decide."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field, create_model
+
+from mcp_elicit.reference.workspace import ENVIRONMENTS, FileChange, Match, Offer, Workspace
+from mcp_elicit.server import Accepted, Cancelled, Declined, Elicitation, Expired, Flow, Titled
+
+
+class Approval(BaseModel):
+    approve: bool = Field(title="Approve", description="Deploy to production now")
+    note: str | None = Field(default=None, title="Note", description="Anything the on-call engineer should know")
+
+
+class StagingOnly(BaseModel):
+    deploy_staging: bool = Field(title="Deploy to staging only", description="Leave production as it is")
+
+
+class DeleteConfirmation(BaseModel):
+    delete: bool = Field(title="Delete these files", description="They cannot be recovered")
+
+
+class Priority(BaseModel):
+    priority: Annotated[
+        Literal["low", "normal", "high"],
+        Titled({"low": "Low: when someone has time", "normal": "Normal: this week", "high": "High: today"}),
+    ] = Field(default="normal", title="Priority")
+
+
+def build_reference_server(
+    elicitation: Elicitation, workspace: Workspace, name: str = "mcp-elicit-reference"
+) -> MCPServer:
+    server = elicitation.server(name, instructions="Deploys, procurement, file clean-up and tickets, with consent.")
+
+    @elicitation.tool()
+    async def deploy(flow: Flow, service: str) -> str:
+        """Deploy a service's pending release to staging and production; production needs approval."""
+        plans = await flow.step("plan", _plans, workspace, service)
+        production = plans["production"]
+        if production.empty:
+            applied = await flow.step("apply", _deploy, workspace, service, ["staging"])
+            return f"Deployed {service} to staging ({applied} file changes); production is already up to date."
+        scope = "\n".join(f"- {env}: {plans[env].describe()}" for env in ENVIRONMENTS)
+        answer = await flow.ask(
+            f"Deploy {service} to production? The change scope is:\n{scope}", Approval, key="approve_production"
+        )
+        match answer:
+            case Accepted(data=approval) if approval.approve:
+                applied = await flow.step("apply", _deploy, workspace, service, list(ENVIRONMENTS))
+                note = f" Note: {approval.note}" if approval.note else ""
+                return f"Deployed {service} to staging and production ({applied} file changes).{note}"
+            case Accepted() | Declined():
+                if plans["staging"].empty:
+                    return f"Production deploy of {service} declined; staging is already up to date."
+                staging = await flow.ask(
+                    f"Production was declined. Deploy {service} to staging only? ({plans['staging'].describe()})",
+                    StagingOnly,
+                    key="staging_only",
+                )
+                if isinstance(staging, Accepted) and staging.data.deploy_staging:
+                    applied = await flow.step("apply_staging", _deploy, workspace, service, ["staging"])
+                    return f"Deployed {service} to staging only ({applied} file changes); production unchanged."
+                return f"Nothing deployed for {service}."
+            case Cancelled() | Expired():
+                return f"Nothing changed: the production approval for {service} was {_closed(answer)}."
+
+    @elicitation.tool()
+    async def procure(flow: Flow, item: str, budget: float) -> str:
+        """Find the offers for an item within budget, let the user choose one, and order it once."""
+        offers = await flow.step("options", workspace.offers, item, budget, returns=list[Offer])
+        if not offers:
+            return f"No offer for {item!r} fits a budget of {budget:.2f}."
+        answer = await flow.ask(
+            f"{len(offers)} offer(s) for {item!r} fit your budget of {budget:.2f}. Which one should I order?",
+            _offer_choice(offers),
+            key="choose_offer",
+        )
+        if not isinstance(answer, Accepted):
+            return f"No order placed ({_closed(answer)})."
+        sku = answer.data.model_dump()["offer"]
+        offer = next(o for o in offers if o.sku == sku)
+        order = await flow.step("order", workspace.place_order, offer, flow.idempotency_key("order"))
+        return f"Ordered {offer.name} from {offer.vendor} for {offer.price:.2f} (order {order[-8:]})."
+
+    @elicitation.tool()
+    async def delete_files(flow: Flow, pattern: str) -> str:
+        """Delete workspace files matching a glob, after showing exactly which ones and confirming."""
+        matches = await flow.step("match", workspace.match, pattern, returns=list[Match])
+        if not matches:
+            return f"No files match {pattern!r}."
+        total = sum(m.size for m in matches)
+        listing = "\n".join(f"- {m.path} ({_size(m.size)})" for m in matches)
+        answer = await flow.ask(
+            f"Delete these {len(matches)} file(s), {_size(total)} in all?\n{listing}",
+            DeleteConfirmation,
+            key="confirm_delete",
+        )
+        if isinstance(answer, Accepted) and answer.data.delete:
+            deleted = await flow.step("delete", workspace.delete, matches)
+            return f"Deleted {deleted} file(s) ({_size(total)})."
+        return f"Nothing deleted ({_closed(answer) if not isinstance(answer, Accepted) else 'not confirmed'})."
+
+    @elicitation.tool()
+    async def create_ticket(flow: Flow, title: str, priority: Literal["low", "normal", "high"] | None = None) -> str:
+        """Create a ticket; the priority is asked only when the call leaves it out."""
+        if priority is None:
+            answer = await flow.ask(f"Which priority for the ticket {title!r}?", Priority, key="priority")
+            if not isinstance(answer, Accepted):
+                return f"No ticket created ({_closed(answer)})."
+            priority = answer.data.priority
+        ticket = await flow.step("create", workspace.create_ticket, title, priority, flow.idempotency_key("create"))
+        return f"Created ticket {ticket} ({priority}): {title}"
+
+    return server
+
+
+def _plans(workspace: Workspace, service: str) -> dict[str, FileChange]:
+    try:
+        return {environment: workspace.plan(service, environment) for environment in ENVIRONMENTS}
+    except LookupError as missing:
+        raise ToolError(str(missing)) from None
+
+
+def _deploy(workspace: Workspace, service: str, environments: list[str]) -> int:
+    return sum(workspace.deploy(service, environment) for environment in environments)
+
+
+def _offer_choice(offers: list[Offer]) -> type[BaseModel]:
+    skus = tuple(offer.sku for offer in offers)
+    titles = {o.sku: f"{o.name} from {o.vendor}, {o.price:.2f}" for o in offers}
+    choice: Any = Annotated[Literal[skus], Titled(titles)]
+    return create_model("OfferChoice", offer=(choice, Field(title="Offer")))
+
+
+def _closed(answer: object) -> str:
+    return {Declined: "declined", Cancelled: "cancelled", Expired: "expired"}.get(type(answer), "not answered")
+
+
+def _size(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size / 1024:.1f} kB"
