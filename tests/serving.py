@@ -15,6 +15,7 @@ from mcp.client import ClientRequestContext
 from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult, ErrorData
 from pydantic import BaseModel, Field
 
+from mcp_elicit.model import ResumePolicy
 from mcp_elicit.server import (
     Accepted,
     Cancelled,
@@ -96,6 +97,12 @@ def build_tools(elicitation: Elicitation, counter: Counter) -> None:
         """Falls back to call arguments when the client cannot show forms."""
         seats = await flow.ask(f"How many seats to {city}?", Seats)
         return f"booked {seats.data.seats} to {city}" if isinstance(seats, Accepted) else "not booked"
+
+    @elicitation.tool()
+    async def connect_later(flow: Flow) -> str:
+        """A URL decision that does not block a legacy call: -32042, then the client retries."""
+        outcome = await flow.ask_url("Connect your account", key="connect_account", resume=ResumePolicy.NOTIFICATION)
+        return "connected" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
 
     @elicitation.tool()
     async def connect(flow: Flow) -> str:

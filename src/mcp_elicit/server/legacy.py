@@ -15,9 +15,9 @@ from functools import partial
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import Context
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
-from mcp_types import ElicitRequestURLParams, ElicitResult
+from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, ResumePolicy
 from mcp_elicit.server.eras import Modes
@@ -31,12 +31,13 @@ MAX_INVALID_ANSWERS = 3
 
 
 class LegacyAsker:
-    def __init__(self, context: Context, modes: Modes) -> None:
-        self._context = context
+    def __init__(self, session: ServerSession, request_id: RequestId | None, modes: Modes) -> None:
+        self._session = session
+        self._request_id = request_id
         self._modes = modes
 
     def can_ask(self, mode: Mode) -> bool:
-        if not self._context.session.can_send_request:
+        if not self._session.can_send_request:
             return False
         return self._modes.form if mode is Mode.FORM else self._modes.url
 
@@ -47,7 +48,7 @@ class LegacyAsker:
 
     async def _ask_form(self, flow: Flow, decision: Decision, form: FormSpec[Any]) -> Decision:
         note = ""
-        session, request_id = self._context.session, self._context.request_context.request_id
+        session, request_id = self._session, self._request_id
         for _ in range(MAX_INVALID_ANSWERS):
             schema: Any = decision.requested_schema
             result = await self._send(
@@ -82,7 +83,7 @@ class LegacyAsker:
                     )
                 ]
             )
-        session, request_id = self._context.session, self._context.request_context.request_id
+        session, request_id = self._session, self._request_id
         if decision.status is DecisionStatus.REQUESTED:
             url = decision.url
             result = await self._send(

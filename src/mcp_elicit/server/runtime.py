@@ -14,23 +14,28 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
+from mcp.server import Server, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.request_state import RequestStateSecurity
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolRequestParams,
+    CallToolResult,
     ClientCapabilities,
     ElicitationCapability,
     FormElicitationCapability,
     InputRequiredResult,
+    InputResponses,
     MissingRequiredClientCapabilityErrorData,
+    TextContent,
     UrlElicitationCapability,
 )
 from pydantic import TypeAdapter
@@ -64,6 +69,7 @@ METHOD = "tools/call"
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
 CLOCK_SKEW = timedelta(seconds=60)
+_CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
 
 
 class _NoElicitation:
@@ -74,6 +80,19 @@ class _NoElicitation:
 
     async def ask(self, flow: Flow, decision: Decision, form: Any) -> Decision:
         raise AssertionError("never called: can_ask is always False")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What one `tools/call` brings, whether it came through an `MCPServer` tool or a lowlevel handler."""
+
+    request: ServerRequestContext[Any, Any]
+    input_responses: InputResponses | None
+    request_state: str | None
+
+    @property
+    def era(self) -> Era:
+        return era_of(self.request.protocol_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +195,13 @@ class Elicitation:
             annotations["return"] = returned | InputRequiredResult
 
             async def run(**kwargs: Any) -> Any:
-                context = kwargs.pop("mcp_ctx")
+                context: Context = kwargs.pop("mcp_ctx")
                 answers = kwargs.pop(ANSWERS_ARGUMENT, None)
-                return await self._run(spec, context, kwargs, answers)
+                call = Call(context.request_context, context.input_responses, context.request_state)
+                try:
+                    return await self._run(spec, call, kwargs, answers)
+                except CannotAsk as cannot:
+                    raise _cannot_ask_error(cannot, call.era) from None
 
             run.__signature__ = signature.replace(  # type: ignore[attr-defined]
                 parameters=[*kept, *added], return_annotation=annotations["return"]
@@ -202,9 +225,39 @@ class Elicitation:
 
     # -- running a call -----------------------------------------------------------------------------
 
-    async def _run(self, tool: _Tool, context: Context, arguments: dict[str, Any], answers: Any) -> Any:
-        era = era_of(context.protocol_version)
-        principal = self.identity.principal_for(context.request_context.request)
+    def install(self, server: Server[Any]) -> None:
+        """Seal requestState on a lowlevel `Server` with this key ring (an `MCPServer` does it itself)."""
+        server.middleware.append(RequestStateBoundary(self.request_state_security, default_audience=server.name))
+
+    async def run_tool(
+        self,
+        context: ServerRequestContext[Any, Any],
+        params: CallToolRequestParams,
+        body: Callable[[Flow], Awaitable[CallToolResult]],
+        *,
+        fallback: Fallback = Fallback.ERROR,
+    ) -> CallToolResult | InputRequiredResult:
+        """Run one `tools/call` of a lowlevel `Server` through a `Flow`; the body returns the tool's result."""
+        arguments = dict(params.arguments or {})
+        answers = arguments.pop(ANSWERS_ARGUMENT, None) if fallback is Fallback.ARGUMENTS else None
+        spec = _Tool(params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
+        call = Call(context, params.input_responses, params.request_state)
+        try:
+            result = await self._run(spec, call, arguments, answers, pass_arguments=False)
+        except CannotAsk as cannot:
+            error = _cannot_ask_error(cannot, call.era)
+            if isinstance(error, ToolError):
+                return CallToolResult(content=[TextContent(type="text", text=str(error))], is_error=True)
+            raise error from None
+        except ToolError as error:
+            return CallToolResult(content=[TextContent(type="text", text=str(error))], is_error=True)
+        return cast(CallToolResult | InputRequiredResult, result)
+
+    async def _run(
+        self, tool: _Tool, context: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
+    ) -> Any:
+        era = context.era
+        principal = self.identity.principal_for(context.request.request)
         digest = request_digest(METHOD, {"name": tool.name, "arguments": _jsonable(arguments)})
         store = self._async_store
         asked: dict[str, str] = {}
@@ -220,7 +273,7 @@ class Elicitation:
             operation = await self._resumed(principal, state, tool.name, digest)
             asked = state.asked
         if operation is None:
-            attached = await self._attach(principal, tool, digest, _idempotency_key(context))
+            attached = await self._attach(principal, tool, digest, _idempotency_key(context.request.meta))
             if not isinstance(attached, Operation):
                 return attached.value
             operation = attached
@@ -243,12 +296,10 @@ class Elicitation:
             argument_answers=answers if isinstance(answers, dict) else None,
         )
         try:
-            result = await tool.body(**{tool.flow_parameter: flow}, **arguments)
+            result = await tool.body(**{tool.flow_parameter: flow}, **(arguments if pass_arguments else {}))
         except Suspend as suspend:
             wire, _ = input_required(suspend, operation.operation_id)
             return wire
-        except CannotAsk as cannot:
-            raise _cannot_ask_error(cannot, era) from None
         except ToolError as error:
             await self._finish(operation, principal, OperationStatus.FAILED, None, str(error))
             raise
@@ -260,12 +311,13 @@ class Elicitation:
         )
         return result
 
-    def _asker(self, era: Era, context: Context, asked: dict[str, str]) -> Asker:
-        modes = Modes.declared(context.client_capabilities, context.protocol_version)
+    def _asker(self, era: Era, context: Call, asked: dict[str, str]) -> Asker:
+        protocol_version = context.request.protocol_version
+        modes = Modes.declared(context.request.session.client_capabilities, protocol_version)
         if era is Era.MRTR:
             return MrtrAsker(modes, context.input_responses, asked, self.long_poll)
         if era is Era.LEGACY:
-            return LegacyAsker(context, modes)
+            return LegacyAsker(context.request.session, context.request.request_id, modes)
         return _NoElicitation()
 
     async def _resumed(self, principal: Principal, state: RoundState, tool_name: str, digest: str) -> Operation | None:
@@ -356,8 +408,7 @@ def _cannot_ask_error(cannot: CannotAsk, era: Era) -> Exception:
     )
 
 
-def _idempotency_key(context: Context) -> str | None:
-    meta = context.request_context.meta or {}
+def _idempotency_key(meta: Any) -> str | None:
     key = meta.get(IDEMPOTENCY_META_KEY) if isinstance(meta, dict) else None
     return key if isinstance(key, str) and 0 < len(key) <= 200 else None
 
