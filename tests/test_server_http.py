@@ -96,3 +96,34 @@ async def test_a_second_principal_never_attaches_to_the_firsts_operation(
     assert len(bob_person.asked) == 1
     by_principal = {d.principal_id: d.status for d in runtime.store.list_decisions(Operator())}
     assert by_principal == {f"{ISSUER}#alice": DecisionStatus.REQUESTED, f"{ISSUER}#bob": DecisionStatus.DECLINED}
+
+
+async def test_http_without_authorization_is_refused_unless_loopback_development(
+    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mcp_elicit.server import IdentityPolicy
+
+    for allow in (False, True):
+        port = free_port()
+        runtime = Elicitation(
+            open_store(store_url), keys=[b"u" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=allow)
+        )
+        server = runtime.server("open-server")
+        build_tools(runtime, Counter(tmp_path / "effects.json"))
+        try:
+            with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
+                async with connect(f"{base}/mcp", None, "2026-07-28", Person([accept(approve=True)])) as client:
+                    if allow:
+                        assert text(await client.call_tool("approve", {"scope": "dev"})) == "applied dev"
+                    else:
+                        with pytest.raises(MCPError, match="Unauthenticated"):
+                            await client.call_tool("approve", {"scope": "dev"})
+        finally:
+            runtime.close()
+    assert "unauthenticated HTTP call from 127.0.0.1" in caplog.text
+    reopened = open_store(store_url)
+    try:
+        [decision] = reopened.list_decisions(Operator())
+    finally:
+        reopened.close()
+    assert decision.principal_id == "loopback-dev"
