@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from contextlib import closing
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -11,13 +13,14 @@ import pytest
 
 from mcp_elicit.model import DecisionStatus
 from mcp_elicit.store import (
+    Consumption,
     SchemaTooNew,
     StoreConfigError,
     StoreCorrupt,
     StoreUnavailable,
     open_store,
 )
-from mcp_elicit.store._schema import LATEST_VERSION
+from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, statements
 from mcp_elicit.store.url import sqlite_path
 from tests.conftest import ALICE, FakeClock, Records, with_search_path
 
@@ -40,6 +43,64 @@ def test_fresh_create_then_reopen_keeps_everything(store_url: str, clock: FakeCl
         assert len(again.audit_trail(decision.elicitation_id, ALICE)) == 2
     finally:
         again.close()
+
+
+def test_a_sqlite_v1_database_migrates_to_the_latest_version_on_open(tmp_path: Path, clock: FakeClock) -> None:
+    assert LATEST_VERSION >= 2
+    path = tmp_path / "v1.db"
+    spent_until = clock() + timedelta(hours=1)
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
+        for statement in statements(1, SQLITE_TYPES):
+            connection.execute(statement)
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (1)")
+        connection.execute("INSERT INTO elicit_tokens (token_id, expires_at) VALUES ('spent', ?)", (2**62,))
+
+    store = open_store(f"sqlite://{path}", clock=clock)
+    try:
+        assert store.schema_version() == LATEST_VERSION
+        assert store.consume_token("spent", expires_at=spent_until) is Consumption.ALREADY_USED  # v1 data kept
+        store.vault_put("alice", "github", "k1", b"\x01sealed")
+        record = store.vault_get("alice", "github")
+        assert record is not None and (record.key_id, record.sealed) == ("k1", b"\x01sealed")
+    finally:
+        store.close()
+    with closing(sqlite3.connect(path)) as connection:
+        versions = [row[0] for row in connection.execute("SELECT version FROM elicit_schema ORDER BY version")]
+        columns = {row[1]: (row[2], row[3]) for row in connection.execute("PRAGMA table_info(elicit_vault)")}
+    assert versions == list(range(1, LATEST_VERSION + 1))
+    assert columns["sealed"] == ("BLOB", 1) and columns["key_id"] == ("TEXT", 1)
+    assert columns["principal_id"] == ("TEXT", 1) and columns["name"] == ("TEXT", 1)
+
+
+@pytest.mark.postgres
+def test_a_postgres_v1_database_migrates_to_the_latest_version_on_open(pg_schema_url: str, clock: FakeClock) -> None:
+    with psycopg.connect(pg_schema_url, autocommit=True) as connection, connection.transaction():
+        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
+        for statement in statements(1, POSTGRES_TYPES):
+            connection.execute(statement)
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (1)")
+        connection.execute("INSERT INTO elicit_tokens (token_id, expires_at) VALUES ('spent', 'infinity')")
+
+    store = open_store(pg_schema_url, clock=clock)
+    try:
+        assert store.schema_version() == LATEST_VERSION
+        assert store.consume_token("spent", expires_at=clock()) is Consumption.ALREADY_USED
+        store.vault_put("alice", "github", "k1", b"\x01sealed")
+        record = store.vault_get("alice", "github")
+        assert record is not None and (record.key_id, record.sealed) == ("k1", b"\x01sealed")
+    finally:
+        store.close()
+    with psycopg.connect(pg_schema_url) as connection:
+        versions = [row[0] for row in connection.execute("SELECT version FROM elicit_schema ORDER BY version")]
+        columns: dict[str, str] = dict(
+            connection.execute(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = 'elicit_vault'"
+            ).fetchall()
+        )
+    assert versions == list(range(1, LATEST_VERSION + 1))
+    assert columns["sealed"] == "bytea" and columns["updated_at"] == "timestamp with time zone"
 
 
 def test_sqlite_schema_newer_than_the_code_is_refused_untouched(tmp_path: Path, clock: FakeClock) -> None:
@@ -167,8 +228,8 @@ def test_instances_starting_together_migrate_once(pg_schema_url: str, clock: Fak
         assert store.schema_version() == LATEST_VERSION
         store.close()
     with psycopg.connect(pg_schema_url) as connection:
-        rows = connection.execute("SELECT version FROM elicit_schema").fetchall()
-    assert rows == [(LATEST_VERSION,)]
+        rows = connection.execute("SELECT version FROM elicit_schema ORDER BY version").fetchall()
+    assert rows == [(version,) for version in range(1, LATEST_VERSION + 1)]  # each migration ran exactly once
 
 
 @pytest.mark.postgres

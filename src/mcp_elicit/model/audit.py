@@ -10,6 +10,7 @@ from mcp_elicit.model.json import JSONObject
 class SubjectKind(StrEnum):
     DECISION = "decision"
     OPERATION = "operation"
+    VAULT = "vault"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Durable storage of operations, decisions, their journal, audit trail and single-use tokens."""
+"""Durable storage of operations, decisions, their journal, audit trail, single-use tokens and sealed vault blobs."""
 
 from mcp_elicit.store.errors import (
     AlreadyExists,
@@ -15,7 +15,7 @@ from mcp_elicit.store.errors import (
     StoreUnavailable,
     TransitionConflict,
 )
-from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, Store, SweepResult
+from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, Store, SweepResult, VaultRecord
 from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url, open_store, utc_now
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "StoreUnavailable",
     "SweepResult",
     "TransitionConflict",
+    "VaultRecord",
     "default_store_path",
     "default_store_url",
     "open_store",

@@ -14,10 +14,13 @@ class Types:
     time: str
     json: str
     seq: str
+    bytes: str
 
 
-SQLITE_TYPES = Types(time="INTEGER", json="TEXT", seq="INTEGER PRIMARY KEY")
-POSTGRES_TYPES = Types(time="TIMESTAMPTZ", json="JSONB", seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+SQLITE_TYPES = Types(time="INTEGER", json="TEXT", seq="INTEGER PRIMARY KEY", bytes="BLOB")
+POSTGRES_TYPES = Types(
+    time="TIMESTAMPTZ", json="JSONB", seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", bytes="BYTEA"
+)
 
 _V1 = """
 CREATE TABLE elicit_operations (
@@ -91,11 +94,27 @@ CREATE TABLE elicit_tokens (
 CREATE INDEX elicit_tokens_expiry ON elicit_tokens (expires_at)
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# The token vault: opaque sealed blobs, one per (principal, name). The store never sees plaintext or keys.
+# NOT NULL is spelled out on the key columns: SQLite lets NULL into a non-INTEGER primary key otherwise.
+_V2 = """
+CREATE TABLE elicit_vault (
+    principal_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    sealed {bytes} NOT NULL,
+    created_at {time} NOT NULL,
+    updated_at {time} NOT NULL,
+    PRIMARY KEY (principal_id, name)
+)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 LATEST_VERSION = len(MIGRATIONS)
 
 
 def statements(version: int, types: Types) -> list[str]:
     """The statements of migration `version` (1-based) for an engine's type names."""
-    script = MIGRATIONS[version - 1].format(time=types.time, json=types.json, seq=types.seq, waiting=WAITING_SQL)
+    script = MIGRATIONS[version - 1].format(
+        time=types.time, json=types.json, seq=types.seq, bytes=types.bytes, waiting=WAITING_SQL
+    )
     return [statement.strip() for statement in script.split(";") if statement.strip()]

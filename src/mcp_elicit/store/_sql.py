@@ -49,7 +49,7 @@ from mcp_elicit.store.errors import (
     OperationExpired,
     StoreError,
 )
-from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, SweepResult
+from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, SweepResult, VaultRecord
 
 CLOCK = System("clock")
 _ID_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
@@ -65,6 +65,12 @@ OPERATION_COLUMNS = (
     "version, created_at, updated_at, expires_at"
 )
 AUDIT_COLUMNS = "seq, subject_kind, subject_id, from_status, to_status, actor, reason, details, at"
+VAULT_COLUMNS = "principal_id, name, key_id, sealed, created_at, updated_at"
+VAULT_KEY = "principal_id = %s AND name = %s"
+VAULT_STORED = "stored"
+VAULT_DELETED = "deleted"
+VAULT_ROTATION = System("vault-rotation")
+_VAULT_PUT_ATTEMPTS = 5
 BINDING = " AND principal_id = %s AND client_id = %s"
 
 
@@ -137,6 +143,8 @@ class SQLStore(ABC):
     def close(self) -> None: ...
 
     _for_update = ""
+    _lock_row = ""
+    """Appended to a SELECT that must lock the row it reads until the transaction ends (where the engine can)."""
 
     # -- row codecs ---------------------------------------------------------------------------
 
@@ -576,6 +584,107 @@ class SQLStore(ABC):
                 (token_id, self._to_time(expires_at)),
             ).rowcount
         return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
+
+    # -- token vault ----------------------------------------------------------------------------
+
+    def _vault_record(self, row: Sequence[Any]) -> VaultRecord:
+        return VaultRecord(
+            principal_id=row[0], name=row[1], key_id=row[2], sealed=bytes(row[3]),
+            created_at=self._from_time(row[4]), updated_at=self._from_time(row[5]),
+        )  # fmt: skip
+
+    def _audit_vault(
+        self, tx: Tx, principal_id: str, name: str, from_status: str | None, to_status: str, actor: str, reason: str,
+        key_id: str, at: datetime,
+    ) -> None:  # fmt: skip
+        # The key id is the only detail: the blob, even sealed, never goes to the audit trail.
+        self._audit(
+            tx, SubjectKind.VAULT, f"{principal_id}/{name}", from_status, to_status, actor, reason, {"key_id": key_id},
+            at,
+        )  # fmt: skip
+
+    def vault_put(self, principal_id: str, name: str, key_id: str, sealed: bytes, *, actor: str | None = None) -> None:
+        now = self._clock()
+        stamp = self._to_time(now)
+        who = actor if actor is not None else f"principal:{principal_id}"
+        blob = bytes(sealed)
+        with self._write() as tx:
+            # UPDATE first, then INSERT ... DO NOTHING: each outcome says whether the entry existed, so the
+            # audit row gets the right `from_status`. A concurrent insert or delete between the two makes
+            # both miss; trying again settles it (each attempt sees the other's commit).
+            for _ in range(_VAULT_PUT_ATTEMPTS):
+                if tx.execute(
+                    f"UPDATE elicit_vault SET key_id = %s, sealed = %s, updated_at = %s WHERE {VAULT_KEY}",
+                    (key_id, blob, stamp, principal_id, name),
+                ).rowcount:
+                    self._audit_vault(tx, principal_id, name, VAULT_STORED, VAULT_STORED, who, "replaced", key_id, now)
+                    return
+                if tx.execute(
+                    f"INSERT INTO elicit_vault ({VAULT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (principal_id, name) DO NOTHING",
+                    (principal_id, name, key_id, blob, stamp, stamp),
+                ).rowcount:
+                    self._audit_vault(tx, principal_id, name, None, VAULT_STORED, who, "stored", key_id, now)
+                    return
+        raise StoreError(f"vault entry {principal_id}/{name} kept changing under concurrent writers; not stored")
+
+    def vault_get(self, principal_id: str, name: str) -> VaultRecord | None:
+        with self._read() as tx:
+            row = tx.execute(
+                f"SELECT {VAULT_COLUMNS} FROM elicit_vault WHERE {VAULT_KEY}", (principal_id, name)
+            ).fetchone()
+        return None if row is None else self._vault_record(row)
+
+    def vault_delete(self, principal_id: str, name: str, *, actor: str | None = None) -> bool:
+        now = self._clock()
+        who = actor if actor is not None else f"principal:{principal_id}"
+        with self._write() as tx:
+            row = tx.execute(
+                f"SELECT key_id FROM elicit_vault WHERE {VAULT_KEY}{self._lock_row}", (principal_id, name)
+            ).fetchone()
+            if row is None:
+                return False
+            tx.execute(f"DELETE FROM elicit_vault WHERE {VAULT_KEY}", (principal_id, name))
+            self._audit_vault(tx, principal_id, name, VAULT_STORED, VAULT_DELETED, who, "deleted", row[0], now)
+        return True
+
+    def vault_reseal(self, snapshot: VaultRecord, key_id: str, sealed: bytes, *, actor: str | None = None) -> bool:
+        now = self._clock()
+        stamp = self._to_time(now)
+        with self._write() as tx:
+            moved = tx.execute(
+                f"UPDATE elicit_vault SET key_id = %s, sealed = %s, updated_at = %s WHERE {VAULT_KEY}"
+                " AND key_id = %s AND sealed = %s",
+                (key_id, bytes(sealed), stamp, snapshot.principal_id, snapshot.name, snapshot.key_id, snapshot.sealed),
+            ).rowcount
+            if moved:
+                self._audit_vault(
+                    tx, snapshot.principal_id, snapshot.name, VAULT_STORED, VAULT_STORED,
+                    actor if actor is not None else VAULT_ROTATION.actor, f"re-sealed (was {snapshot.key_id})",
+                    key_id, now,
+                )  # fmt: skip
+        return bool(moved)
+
+    def vault_entries(
+        self, key_id_not: str | None = None, limit: int = 1000, *, after: tuple[str, str] | None = None
+    ) -> list[VaultRecord]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        clauses: list[str] = []
+        values: list[object] = []
+        if key_id_not is not None:
+            clauses.append(" AND key_id <> %s")
+            values.append(key_id_not)
+        if after is not None:
+            clauses.append(" AND (principal_id > %s OR (principal_id = %s AND name > %s))")
+            values.extend((after[0], after[0], after[1]))
+        with self._read() as tx:
+            rows = tx.execute(
+                f"SELECT {VAULT_COLUMNS} FROM elicit_vault WHERE 1 = 1{''.join(clauses)}"
+                " ORDER BY principal_id, name LIMIT %s",
+                (*values, limit),
+            ).fetchall()
+        return [self._vault_record(row) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ def describe(conninfo: str) -> str:
 
 class PostgresStore(SQLStore):
     _for_update = " FOR UPDATE SKIP LOCKED"
+    _lock_row = " FOR UPDATE"
 
     def __init__(
         self,

@@ -9,10 +9,13 @@ the record as it now is. A transition attempted at or after the record's `expire
 to `expired` instead, in the same transaction, and raises `RecordExpired` (`DecisionExpired`,
 `OperationExpired`) whether or not a sweep has run; a move on a record that already expired raises it
 too, so a late signal always reads as late. Each change and its audit row commit together.
+
+The vault rows hold opaque sealed blobs under a key id: the store never sees a key or a plaintext, and
+audits every vault write (subject kind `vault`, subject id `principal_id/name`) with the key id alone.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -49,6 +52,18 @@ class JournalEntry:
     name: str
     value: JSONValue
     recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VaultRecord:
+    """One vault entry as stored: a blob sealed by a caller under `key_id`, opaque to the store."""
+
+    principal_id: str
+    name: str
+    key_id: str
+    sealed: bytes = field(repr=False)
+    created_at: datetime
+    updated_at: datetime
 
 
 @runtime_checkable
@@ -129,6 +144,29 @@ class Store(Protocol):
 
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
+        ...
+
+    def vault_put(self, principal_id: str, name: str, key_id: str, sealed: bytes, *, actor: str | None = None) -> None:
+        """Store or replace the entry, audited as `stored` in the same transaction (`actor` names who)."""
+        ...
+
+    def vault_get(self, principal_id: str, name: str) -> VaultRecord | None: ...
+
+    def vault_delete(self, principal_id: str, name: str, *, actor: str | None = None) -> bool:
+        """Remove the entry, audited as `deleted`; False if there was none (and nothing is audited)."""
+        ...
+
+    def vault_reseal(self, snapshot: VaultRecord, key_id: str, sealed: bytes, *, actor: str | None = None) -> bool:
+        """Replace the blob only if the entry still holds `snapshot`'s key id and blob (compare-and-set).
+
+        False if it changed or vanished meanwhile: a concurrent `vault_put` always wins over a re-seal.
+        """
+        ...
+
+    def vault_entries(
+        self, key_id_not: str | None = None, limit: int = 1000, *, after: tuple[str, str] | None = None
+    ) -> list[VaultRecord]:
+        """Entries ordered by (principal_id, name), those past `after` only; `key_id_not` skips one key's."""
         ...
 
     def close(self) -> None: ...
