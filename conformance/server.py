@@ -129,7 +129,7 @@ class EnumChoices(BaseModel):
     legacyEnum: (
         Annotated[
             Literal["opt1", "opt2", "opt3"],
-            Titled({"opt1": "Option One", "opt2": "Option Two", "opt3": "Option Three"}),
+            Titled({"opt1": "Option One", "opt2": "Option Two", "opt3": "Option Three"}, legacy_enum_names=True),
         ]
         | None
     ) = Field(default=None, description="Select one option (legacy)")

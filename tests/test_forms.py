@@ -916,3 +916,23 @@ schema_valid_answers = st.fixed_dictionaries(
 def test_every_answer_the_schema_allows_is_accepted(content: dict[str, JSONValue]) -> None:
     deploy = form_spec(Deploy).validate(content)
     assert deploy.approve is content["approve"]
+
+
+def test_legacy_titled_single_choice_renders_enum_names() -> None:
+    class Legacy(BaseModel):
+        pick: Annotated[Literal["a", "b"], Titled({"a": "Option A", "b": "Option B"}, legacy_enum_names=True)]
+
+    spec = form_spec(Legacy)
+    assert spec.schema["properties"] == {
+        "pick": {"type": "string", "enum": ["a", "b"], "enumNames": ["Option A", "Option B"]}
+    }
+    assert spec.validate({"pick": "b"}).pick == "b"
+
+
+def test_legacy_enum_names_refused_on_lists() -> None:
+    with pytest.raises(UnsupportedField, match="single choice"):
+
+        class Many(BaseModel):
+            picks: Annotated[list[Literal["a", "b"]], Titled({"a": "A", "b": "B"}, legacy_enum_names=True)]
+
+        form_spec(Many)

@@ -132,17 +132,21 @@ class Titled:
     """Display titles for the choices of a `Literal`/`Enum` field or of a list of them, keyed by wire value.
 
     It must title every choice, so that the client never shows a bare wire value beside titled ones.
+    `legacy_enum_names=True` renders a single choice in the deprecated `enum` + `enumNames` shape
+    (`LegacyTitledEnumSchema`), for clients that predate titled `oneOf` choices.
     """
 
-    __slots__ = ("titles",)
+    __slots__ = ("legacy_enum_names", "titles")
 
-    def __init__(self, titles: Mapping[str, str]) -> None:
+    def __init__(self, titles: Mapping[str, str], *, legacy_enum_names: bool = False) -> None:
         self.titles: Mapping[str, str] = types.MappingProxyType(
             {key.value if isinstance(key, enum.Enum) else key: title for key, title in titles.items()}
         )
+        self.legacy_enum_names = legacy_enum_names
 
     def __repr__(self) -> str:
-        return f"Titled({dict(self.titles)!r})"
+        legacy = ", legacy_enum_names=True" if self.legacy_enum_names else ""
+        return f"Titled({dict(self.titles)!r}{legacy})"
 
 
 class _EmailFormat:
@@ -357,6 +361,8 @@ def _render_type(
                 model, name, f"a list must be of Literal or Enum choices, not {item!r}; {_SUPPORTED}"
             )
         titles = _titles(model, name, choices, metadata)
+        if _legacy(metadata):
+            raise UnsupportedField(model, name, "legacy_enum_names applies to a single choice, not to a list")
         items: dict[str, JSONValue] = (
             {"anyOf": [{"const": c, "title": titles[c]} for c in choices]}
             if titles
@@ -366,6 +372,13 @@ def _render_type(
     choices = _choices(annotation)
     if choices is not None:
         titles = _titles(model, name, choices, metadata)
+        if titles and _legacy(metadata):
+            legacy: dict[str, JSONValue] = {
+                "type": "string",
+                "enum": list(choices),
+                "enumNames": [titles[c] for c in choices],
+            }
+            return "choice", legacy, choices
         if titles:
             return "choice", {"type": "string", "oneOf": [{"const": c, "title": titles[c]} for c in choices]}, choices
         return "choice", {"type": "string", "enum": list(choices)}, choices
@@ -402,6 +415,10 @@ def _choices(annotation: Any) -> tuple[str, ...] | None:
         values = tuple(member.value for member in annotation)
         return values if values and all(type(value) is str for value in values) else None
     return None
+
+
+def _legacy(metadata: list[Any]) -> bool:
+    return any(isinstance(item, Titled) and item.legacy_enum_names for item in metadata)
 
 
 def _titles(model: type[BaseModel], name: str, choices: tuple[str, ...], metadata: list[Any]) -> Mapping[str, str]:
