@@ -63,6 +63,11 @@ def test_a_sqlite_v1_database_migrates_to_the_latest_version_on_open(tmp_path: P
         store.vault_put("alice", "github", "k1", b"\x01sealed")
         record = store.vault_get("alice", "github")
         assert record is not None and (record.key_id, record.sealed) == ("k1", b"\x01sealed")
+        store.oauth_client_put("client-1", {"client_id": "client-1", "redirect_uris": ["http://127.0.0.1:1/cb"]})
+        assert store.oauth_client_get("client-1") == {
+            "client_id": "client-1",
+            "redirect_uris": ["http://127.0.0.1:1/cb"],
+        }
     finally:
         store.close()
     with closing(sqlite3.connect(path)) as connection:
@@ -89,6 +94,11 @@ def test_a_postgres_v1_database_migrates_to_the_latest_version_on_open(pg_schema
         store.vault_put("alice", "github", "k1", b"\x01sealed")
         record = store.vault_get("alice", "github")
         assert record is not None and (record.key_id, record.sealed) == ("k1", b"\x01sealed")
+        store.oauth_client_put("client-1", {"client_id": "client-1", "redirect_uris": ["http://127.0.0.1:1/cb"]})
+        assert store.oauth_client_get("client-1") == {
+            "client_id": "client-1",
+            "redirect_uris": ["http://127.0.0.1:1/cb"],
+        }
     finally:
         store.close()
     with psycopg.connect(pg_schema_url) as connection:

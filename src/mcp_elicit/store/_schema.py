@@ -108,7 +108,17 @@ CREATE TABLE elicit_vault (
 )
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Dynamic client registrations of the local OAuth authorization server (`mcp_elicit.web.authserver`): the
+# client's registered metadata as one JSON object, written once by registration and read by every instance.
+_V3 = """
+CREATE TABLE elicit_oauth_clients (
+    client_id TEXT NOT NULL PRIMARY KEY,
+    metadata {json} NOT NULL,
+    created_at {time} NOT NULL
+)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 LATEST_VERSION = len(MIGRATIONS)
 
 

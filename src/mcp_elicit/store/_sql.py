@@ -585,6 +585,30 @@ class SQLStore(ABC):
             ).rowcount
         return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
 
+    def token_consumed(self, token_id: str) -> bool:
+        with self._read() as tx:
+            row = tx.execute("SELECT 1 FROM elicit_tokens WHERE token_id = %s", (token_id,)).fetchone()
+        return row is not None
+
+    # -- OAuth client registrations ---------------------------------------------------------------
+
+    def oauth_client_put(self, client_id: str, metadata: JSONObject) -> None:
+        if not client_id:
+            raise ValueError("an OAuth client id is a non-empty string")
+        try:
+            with self._write() as tx:
+                tx.execute(
+                    "INSERT INTO elicit_oauth_clients (client_id, metadata, created_at) VALUES (%s, %s, %s)",
+                    (client_id, self._to_json(_object(metadata)), self._to_time(self._clock())),
+                )
+        except UniqueViolation:
+            raise AlreadyExists(f"OAuth client {client_id} is already registered") from None
+
+    def oauth_client_get(self, client_id: str) -> JSONObject | None:
+        with self._read() as tx:
+            row = tx.execute("SELECT metadata FROM elicit_oauth_clients WHERE client_id = %s", (client_id,)).fetchone()
+        return None if row is None else _object(self._from_json(row[0]))
+
     # -- token vault ----------------------------------------------------------------------------
 
     def _vault_record(self, row: Sequence[Any]) -> VaultRecord:

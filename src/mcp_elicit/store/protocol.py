@@ -10,6 +10,9 @@ to `expired` instead, in the same transaction, and raises `RecordExpired` (`Deci
 `OperationExpired`) whether or not a sweep has run; a move on a record that already expired raises it
 too, so a late signal always reads as late. Each change and its audit row commit together.
 
+The OAuth client rows hold the registrations of the local authorization server, metadata as given
+(including a confidential client's secret, which the SDK's client authentication compares in clear).
+
 The vault rows hold opaque sealed blobs under a key id: the store never sees a key or a plaintext, and
 audits every vault write (subject kind `vault`, subject id `principal_id/name`) with the key id alone.
 """
@@ -145,6 +148,16 @@ class Store(Protocol):
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
         ...
+
+    def token_consumed(self, token_id: str) -> bool:
+        """Whether the ledger holds an entry for `token_id` (spent, or revoked), until a sweep purges it."""
+        ...
+
+    def oauth_client_put(self, client_id: str, metadata: JSONObject) -> None:
+        """Record an OAuth client registration; a registration is never overwritten (`AlreadyExists`)."""
+        ...
+
+    def oauth_client_get(self, client_id: str) -> JSONObject | None: ...
 
     def vault_put(self, principal_id: str, name: str, key_id: str, sealed: bytes, *, actor: str | None = None) -> None:
         """Store or replace the entry, audited as `stored` in the same transaction (`actor` names who)."""
