@@ -9,7 +9,7 @@ from mcp_elicit.model.decision import (
     new_url_decision,
 )
 from mcp_elicit.model.digest import canonical_json, request_digest
-from mcp_elicit.model.identity import Actor, Caller, Operator, Principal, System
+from mcp_elicit.model.identity import Actor, BrowserUser, Caller, Operator, Principal, System
 from mcp_elicit.model.json import JSONObject, JSONValue
 from mcp_elicit.model.operation import Operation, new_operation
 from mcp_elicit.model.redaction import REDACTED, looks_secret, redact_content, redact_text, redact_url
@@ -37,6 +37,7 @@ __all__ = [
     "WAITING_DECISION_STATUSES",
     "Actor",
     "AuditEntry",
+    "BrowserUser",
     "Caller",
     "Decision",
     "DecisionOrigin",

@@ -28,6 +28,29 @@ class Principal:
 
 
 @dataclass(frozen=True, slots=True)
+class BrowserUser:
+    """The person a decision belongs to, signed in on the server's own pages.
+
+    A browser is no MCP client, so the binding here is the principal alone: the same person may finish
+    in the browser a question that any of their clients asked.
+    """
+
+    principal_id: str
+
+    def __post_init__(self) -> None:
+        if not self.principal_id:
+            raise ValueError("principal_id must not be empty")
+
+    @property
+    def actor(self) -> str:
+        return f"browser:{self.principal_id}"
+
+    def as_owner(self) -> Principal:
+        """The principal that owns what this person stores from the browser (vault entries are per person)."""
+        return Principal(self.principal_id, "browser")
+
+
+@dataclass(frozen=True, slots=True)
 class Operator:
     """A person or tool administering the store, named in every audit row it causes."""
 
@@ -49,5 +72,5 @@ class System:
         return f"system:{self.name}"
 
 
-Caller = Principal | Operator
-Actor = Principal | Operator | System
+Caller = Principal | BrowserUser | Operator
+Actor = Principal | BrowserUser | Operator | System

@@ -18,7 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from mcp_elicit.model import (
+    Actor,
     AuditEntry,
+    BrowserUser,
     Caller,
     Decision,
     DecisionStatus,
@@ -100,9 +102,11 @@ class ForeignKeyViolation(StoreError):
 def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
     if isinstance(caller, Principal):
         return BINDING, (caller.principal_id, caller.client_id)
+    if isinstance(caller, BrowserUser):
+        return " AND principal_id = %s", (caller.principal_id,)
     if isinstance(caller, Operator):
         return "", ()
-    raise TypeError(f"a store caller is a Principal or an Operator, not {type(caller).__name__}")
+    raise TypeError(f"a store caller is a Principal, a BrowserUser or an Operator, not {type(caller).__name__}")
 
 
 class SQLStore(ABC):
@@ -485,6 +489,13 @@ class SQLStore(ABC):
             else:
                 failure = DecisionConflict(current, to)
         raise failure
+
+    def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
+        with self._write() as tx:
+            self._audit(
+                tx, SubjectKind.DECISION, decision.elicitation_id, decision.status, decision.status, actor.actor,
+                reason, {"version": decision.completion_version}, self._clock(),
+            )  # fmt: skip
 
     def _expire_decisions(self, tx: Tx, rows: Sequence[tuple[str, str, int]], now: datetime, reason: str) -> None:
         stamp = self._to_time(now)

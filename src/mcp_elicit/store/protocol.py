@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from mcp_elicit.model import (
+    Actor,
     AuditEntry,
     Caller,
     Decision,
@@ -132,6 +133,10 @@ class Store(Protocol):
         content: JSONObject | None = None,
         expires_at: datetime | None = None,
     ) -> Decision: ...
+
+    def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
+        """Record an event about a decision that changes nothing (a wrong user at its page, say)."""
+        ...
 
     def sweep_expired(self) -> SweepResult:
         """Expire every overdue waiting decision and open operation, and purge spent token entries."""

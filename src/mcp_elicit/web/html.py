@@ -1,0 +1,64 @@
+"""The page shell of the server-hosted URL-mode pages: plain HTML, no JavaScript, strict headers.
+
+Every value a caller puts in a page goes through `text()`; the only markup is the shell and the small set
+of elements the pages build from escaped parts.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Final
+
+from starlette.responses import HTMLResponse
+
+HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+STYLE: Final = """
+*{box-sizing:border-box}
+body{margin:0;background:#f6f8fa;color:#1f2328;font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
+main{max-width:34rem;margin:3rem auto;padding:2rem 2.2rem;background:#fff;border:1px solid #d0d7de;border-radius:10px}
+h1{font-size:1.35rem;margin:0 0 1rem}
+.brand{margin:0 0 1.2rem;color:#59636e;font-size:.85rem;letter-spacing:.02em}
+.message{white-space:pre-wrap;padding:.8rem 1rem;background:#f6f8fa;border-left:3px solid #0969da;border-radius:4px}
+dl{display:grid;grid-template-columns:auto 1fr;gap:.3rem .9rem;margin:1.2rem 0}
+dt{font-weight:600;color:#59636e}dd{margin:0;overflow-wrap:anywhere}
+.actions{display:flex;gap:.6rem;margin-top:1.6rem;flex-wrap:wrap}
+button{padding:.55rem 1.2rem;font:inherit;font-weight:600;border:1px solid #d0d7de;border-radius:6px;
+background:#f6f8fa;color:#1f2328;cursor:pointer}
+button.primary{background:#1f883d;border-color:#1a7f37;color:#fff}
+label{display:block;font-weight:600;margin:1rem 0 .3rem}
+input[type=password],input[type=text]{width:100%;padding:.5rem .6rem;font:inherit;
+border:1px solid #d0d7de;border-radius:6px}
+.error{padding:.7rem .9rem;background:#ffebe9;border:1px solid #ff8182;border-radius:6px;color:#82071e}
+.ok{padding:.7rem .9rem;background:#dafbe1;border:1px solid #4ac26b;border-radius:6px;color:#116329}
+.muted{color:#59636e;font-size:.9rem}
+"""
+
+
+def text(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def page(title: str, body: str, *, server: str, status: int = 200) -> HTMLResponse:
+    """A whole page around `body`, which the caller built from `text()`-escaped parts."""
+    document = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{text(title)}</title>
+<style>{STYLE}</style>
+</head>
+<body><main>
+<p class="brand">{text(server)} &middot; secure step</p>
+{body}
+</main></body>
+</html>
+"""
+    return HTMLResponse(document, status_code=status, headers=HEADERS)

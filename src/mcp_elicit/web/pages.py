@@ -1,0 +1,391 @@
+"""The server's own pages for URL decisions: `/elicit/{id}`, the OAuth callback and the API-key form.
+
+Guarantees: nothing happens before the browser user is signed in with the authorization server that issues
+the MCP tokens and is the decision's principal; a different user gets a refusal page, the attempt is
+audited, and the decision is untouched. Every state change is the store's compare-and-set, so duplicate,
+replayed and reordered callbacks have one effect. The OAuth `state` is sealed (AES-GCM) and names the
+decision, the principal and the PKCE verifier; it is accepted once, from that principal only. Credentials
+go to the vault and nowhere else. Pages carry no JavaScript and every value is escaped.
+
+Does not guarantee: that the third party is honest, or that a user who signs in as someone else on a
+shared browser is not that someone else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from authlib.integrations.httpx_client import AsyncOAuth2Client
+from authlib.oauth2.rfc6749.errors import OAuth2Error
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from httpx import HTTPError
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Operator
+from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound
+from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
+from mcp_elicit.web.html import page, text
+from mcp_elicit.web.vault import Vault
+
+log = logging.getLogger(__name__)
+
+CALLBACK_PATH = "/elicit/callback"
+STATE_TTL = 600
+_PAGES_OPERATOR = Operator("url-pages")
+
+
+class SignIn(Protocol):
+    def principal_of(self, request: Request) -> str | None: ...
+
+    def sign_in_redirect(self, request: Request) -> Response: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _OAuthState:
+    elicitation_id: str
+    principal_id: str
+    verifier: str
+    nonce: str
+    expires: float
+
+
+class UrlPages:
+    """The routes that run URL decisions in a browser, for the flows registered by question key."""
+
+    def __init__(
+        self,
+        *,
+        elicitation: Elicitation,
+        sign_in: SignIn,
+        vault: Vault,
+        flows: Mapping[str, ExternalFlow],
+        page_key: bytes,
+        server_title: str,
+        public_base_url: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if len(page_key) != 32:
+            raise ValueError("the page key must be 32 bytes (it seals OAuth state and signs forms)")
+        self._elicitation = elicitation
+        self._store = elicitation.store
+        self._sign_in = sign_in
+        self._vault = vault
+        self._flows = dict(flows)
+        self._aead = AESGCM(page_key)
+        self._mac_key = hashlib.sha256(b"mcp-elicit csrf\x00" + page_key).digest()
+        self._title = server_title
+        self._base = public_base_url.rstrip("/")
+        self._clock = clock
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(CALLBACK_PATH, self.callback, methods=["GET"]),
+            Route("/elicit/{elicitation_id}", self.show, methods=["GET"]),
+            Route("/elicit/{elicitation_id}/continue", self.proceed, methods=["POST"]),
+            Route("/elicit/{elicitation_id}/cancel", self.cancel, methods=["POST"]),
+            Route("/elicit/{elicitation_id}/key", self.submit_key, methods=["POST"]),
+        ]
+
+    # -- the decision page -----------------------------------------------------------------------------
+
+    async def show(self, request: Request) -> Response:
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        decision = self._own_decision(request, principal)
+        if isinstance(decision, Response):
+            return decision
+        if decision.is_terminal:
+            return self._outcome(decision)
+        operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
+        flow = self._flows.get(decision.key)
+        doing = (
+            f"connect your {flow.provider_title} account"
+            if isinstance(flow, OAuthConnect)
+            else f"enter your {flow.service_title} API key"
+            if isinstance(flow, ApiKeyEntry)
+            else "finish this step"
+        )
+        token = self._csrf(decision.elicitation_id, principal)
+        body = f"""
+<h1>{text(self._title)} asks you to {text(doing)}</h1>
+<div class="message">{text(decision.message)}</div>
+<dl>
+<dt>Server</dt><dd>{text(self._title)}</dd>
+<dt>Tool</dt><dd>{text(operation.target)}</dd>
+<dt>For</dt><dd>{text(_who(principal))}</dd>
+<dt>Until</dt><dd>{text(decision.expires_at.strftime("%Y-%m-%d %H:%M UTC"))}</dd>
+</dl>
+<p class="muted">Your credentials stay with this server: they are never shown to the assistant or its app.</p>
+<div class="actions">
+<form method="post" action="/elicit/{text(decision.elicitation_id)}/continue">
+<input type="hidden" name="csrf" value="{text(token)}"><button class="primary" type="submit">Continue</button></form>
+<form method="post" action="/elicit/{text(decision.elicitation_id)}/cancel">
+<input type="hidden" name="csrf" value="{text(token)}"><button type="submit">Cancel</button></form>
+</div>"""
+        return page(f"{self._title}: a step needs you", body, server=self._title)
+
+    async def proceed(self, request: Request) -> Response:
+        checked = await self._checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        principal, decision, _ = checked
+        flow = self._flows.get(decision.key)
+        if flow is None:
+            return self._message("This step cannot be done here", "The server has no page for it.", 404)
+        user = BrowserUser(principal)
+        try:
+            if decision.status is DecisionStatus.REQUESTED:
+                decision = self._store.transition(decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened")
+            if decision.status is DecisionStatus.ACCEPTED_URL:
+                decision = self._store.transition(
+                    decision, DecisionStatus.EXTERNAL_PENDING, caller=user, reason=f"started {type(flow).__name__}"
+                )
+        except DecisionExpired as expired:
+            return self._outcome(expired.current)
+        except DecisionConflict as moved:
+            decision = moved.current
+        if decision.is_terminal:
+            return self._outcome(decision)
+        if isinstance(flow, OAuthConnect):
+            return await self._start_oauth(flow, decision, principal)
+        return self._key_form(flow, decision, principal)
+
+    async def cancel(self, request: Request) -> Response:
+        checked = await self._checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        principal, decision, _ = checked
+        try:
+            decision = self._store.transition(
+                decision, DecisionStatus.CANCELLED, caller=BrowserUser(principal), reason="cancelled on the page"
+            )
+        except (DecisionConflict, DecisionExpired) as lost:
+            decision = lost.current
+        return self._outcome(decision)
+
+    # -- API key -------------------------------------------------------------------------------------
+
+    def _key_form(self, flow: ApiKeyEntry, decision: Decision, principal: str) -> Response:
+        token = self._csrf(decision.elicitation_id, principal)
+        body = f"""
+<h1>Your {text(flow.service_title)} API key</h1>
+<div class="message">{text(decision.message)}</div>
+<form method="post" action="/elicit/{text(decision.elicitation_id)}/key">
+<input type="hidden" name="csrf" value="{text(token)}">
+<label for="key">API key</label>
+<input id="key" name="api_key" type="password" autocomplete="off" required maxlength="{flow.max_length}">
+<p class="muted">It goes straight to {text(self._title)} and is stored encrypted.</p>
+<div class="actions"><button class="primary" type="submit">Save key</button></div>
+</form>"""
+        return page(f"{flow.service_title} API key", body, server=self._title)
+
+    async def submit_key(self, request: Request) -> Response:
+        checked = await self._checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        principal, decision, form = checked
+        flow = self._flows.get(decision.key)
+        if not isinstance(flow, ApiKeyEntry) or decision.status is not DecisionStatus.EXTERNAL_PENDING:
+            return (
+                self._outcome(decision)
+                if decision.is_terminal
+                else self._message(
+                    "Start from the beginning", "Open the link from your assistant again and press Continue.", 409
+                )
+            )
+        key = str(form.get("api_key", "")).strip()
+        if not key or len(key) > flow.max_length:
+            return self._key_form(flow, decision, principal)
+        self._vault.put(BrowserUser(principal).as_owner(), flow.vault_name, key)
+        return self._complete(decision, principal, "API key stored")
+
+    # -- OAuth -----------------------------------------------------------------------------------------
+
+    async def _start_oauth(self, flow: OAuthConnect, decision: Decision, principal: str) -> Response:
+        verifier = secrets.token_urlsafe(48)
+        state = self._seal(
+            _OAuthState(
+                decision.elicitation_id, principal, verifier, secrets.token_urlsafe(16), self._clock() + STATE_TTL
+            )
+        )
+        client = AsyncOAuth2Client(
+            client_id=flow.client_id,
+            scope=flow.scope or None,
+            redirect_uri=self._base + CALLBACK_PATH,
+            code_challenge_method="S256",
+        )
+        url, _ = client.create_authorization_url(flow.authorize_url, state=state, code_verifier=verifier)
+        await client.aclose()
+        return RedirectResponse(url, status_code=303)
+
+    async def callback(self, request: Request) -> Response:
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        state = self._unseal(request.query_params.get("state", ""))
+        if state is None or state.expires < self._clock():
+            return self._message("This sign-in link is not valid", "Start again from your assistant.", 400)
+        if state.principal_id != principal:
+            self._audit_stranger(state.elicitation_id, principal, "callback presented by another user")
+            return self._message("This step belongs to another account", "Sign in as the account that asked.", 403)
+        try:
+            decision = self._store.get_decision(state.elicitation_id, BrowserUser(principal))
+        except NotFound:
+            return self._message("This sign-in link is not valid", "Start again from your assistant.", 404)
+        flow = self._flows.get(decision.key)
+        first = self._store.consume_token(f"oauth-state:{state.nonce}", expires_at=decision.expires_at)
+        if first is Consumption.ALREADY_USED or decision.is_terminal or not isinstance(flow, OAuthConnect):
+            return (
+                self._outcome(decision)
+                if decision.is_terminal
+                else self._message(
+                    "This sign-in link was already used", "Open the link from your assistant again.", 409
+                )
+            )
+        if decision.status is not DecisionStatus.EXTERNAL_PENDING:
+            return self._message("Start from the beginning", "Open the link from your assistant again.", 409)
+        error = request.query_params.get("error")
+        if error:
+            return self._fail(decision, principal, f"the provider answered {error[:40]}")
+        code = request.query_params.get("code", "")
+        client = AsyncOAuth2Client(
+            client_id=flow.client_id,
+            client_secret=flow.client_secret,
+            redirect_uri=self._base + CALLBACK_PATH,
+            code_challenge_method="S256",
+        )
+        try:
+            token = await client.fetch_token(flow.token_url, code=code, code_verifier=state.verifier)
+        except (OAuth2Error, HTTPError, ValueError) as failure:
+            log.warning("token exchange for %s failed: %s", decision.elicitation_id, type(failure).__name__)
+            return self._fail(decision, principal, "the token exchange failed")
+        finally:
+            await client.aclose()
+        access = token.get("access_token") if isinstance(token, dict) else None
+        if not isinstance(access, str) or not access:
+            return self._fail(decision, principal, "the provider gave no access token")
+        self._vault.put(BrowserUser(principal).as_owner(), flow.vault_name, access)
+        return self._complete(decision, principal, f"{flow.provider_title} connected")
+
+    # -- shared steps -----------------------------------------------------------------------------------
+
+    def _complete(self, decision: Decision, principal: str, reason: str) -> Response:
+        try:
+            done = self._store.transition(
+                decision, DecisionStatus.EXTERNAL_COMPLETED, caller=BrowserUser(principal), reason=reason
+            )
+        except (DecisionConflict, DecisionExpired) as lost:
+            done = lost.current
+        return self._outcome(done)
+
+    def _fail(self, decision: Decision, principal: str, reason: str) -> Response:
+        try:
+            failed = self._store.transition(
+                decision, DecisionStatus.EXTERNAL_FAILED, caller=BrowserUser(principal), reason=reason
+            )
+        except (DecisionConflict, DecisionExpired) as lost:
+            failed = lost.current
+        return self._outcome(failed)
+
+    def _own_decision(self, request: Request, principal: str) -> Decision | Response:
+        elicitation_id = request.path_params["elicitation_id"]
+        try:
+            return self._store.get_decision(elicitation_id, BrowserUser(principal))
+        except NotFound:
+            pass
+        if self._audit_stranger(elicitation_id, principal, "opened by another user"):
+            return self._message(
+                "This step belongs to another account",
+                "You are signed in as someone else than the person it was asked of. Nothing was changed.",
+                403,
+            )
+        return self._message("This link is not valid", "Ask your assistant to start again.", 404)
+
+    def _audit_stranger(self, elicitation_id: str, principal: str, reason: str) -> bool:
+        try:
+            decision = self._store.get_decision(elicitation_id, _PAGES_OPERATOR)
+        except NotFound:
+            return False
+        self._store.note(decision, actor=BrowserUser(principal), reason=reason)
+        log.warning("decision %s: %s", elicitation_id, reason)
+        return True
+
+    async def _checked_post(self, request: Request) -> tuple[str, Decision, Mapping[str, Any]] | Response:
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        decision = self._own_decision(request, principal)
+        if isinstance(decision, Response):
+            return decision
+        form = await request.form()
+        if not hmac.compare_digest(str(form.get("csrf", "")), self._csrf(decision.elicitation_id, principal)):
+            return self._message("This form has expired", "Reload the page and try again.", 403)
+        return principal, decision, form
+
+    def _outcome(self, decision: Decision) -> Response:
+        status = decision.status
+        if status is DecisionStatus.EXTERNAL_COMPLETED:
+            return self._message("Done", "You can close this page and go back to your assistant.", 200, ok=True)
+        if status is DecisionStatus.EXTERNAL_FAILED:
+            return self._message(
+                "That did not work",
+                "The connection was refused or failed. Nothing was stored. Ask your assistant to try again: "
+                "it will give you a new link.",
+                200,
+            )
+        if status is DecisionStatus.EXPIRED:
+            return self._message(
+                "This link has expired",
+                "It was only valid for a limited time. Ask your assistant again: the next request starts a new step.",
+                410,
+            )
+        if status in (DecisionStatus.CANCELLED, DecisionStatus.DECLINED):
+            return self._message("Cancelled", "Nothing was stored. You can close this page.", 200)
+        return self._message("Already answered", "This step is already done.", 409)
+
+    def _message(self, title: str, detail: str, status: int, *, ok: bool = False) -> Response:
+        body = f'<h1>{text(title)}</h1><p class="{"ok" if ok else "muted"}">{text(detail)}</p>'
+        return page(title, body, server=self._title, status=status)
+
+    def _csrf(self, elicitation_id: str, principal: str) -> str:
+        mac = hmac.new(self._mac_key, f"{elicitation_id}\x00{principal}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+    def _seal(self, state: _OAuthState) -> str:
+        nonce = secrets.token_bytes(12)
+        plain = json.dumps(
+            {
+                "d": state.elicitation_id,
+                "p": state.principal_id,
+                "v": state.verifier,
+                "n": state.nonce,
+                "e": state.expires,
+            }
+        ).encode()
+        return base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, plain, b"oauth-state")).decode().rstrip("=")
+
+    def _unseal(self, token: str) -> _OAuthState | None:
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            plain = json.loads(self._aead.decrypt(raw[:12], raw[12:], b"oauth-state"))
+            return _OAuthState(str(plain["d"]), str(plain["p"]), str(plain["v"]), str(plain["n"]), float(plain["e"]))
+        except (ValueError, InvalidTag, KeyError, TypeError):
+            return None
+
+
+def _who(principal_id: str) -> str:
+    return principal_id.rsplit("#", 1)[-1]
