@@ -1,11 +1,13 @@
 """The conformance adapter: the fixture names `@modelcontextprotocol/conformance` calls, on one mcp-elicit server.
 
-Every fixture that asks a person something is an `Elicitation.tool` whose body calls `flow.ask`, so the suite
-exercises mcp-elicit's own form rendering, round state, requestState sealing and answer validation on
-2025-11-25 (`elicitation/create` on the live call) and on 2026-07-28 (`InputRequiredResult`), the same way a
-tool author uses them. The fixtures that ask no person (content types, logging, progress, sampling, roots,
-resources, prompts, completion) are plain SDK registrations on the same `MCPServer`: the library has no say in
-them, and the suite needs them for its other scenarios.
+Every fixture that asks for input (a person by elicitation, the client's model by sampling, its roots) is an
+`Elicitation.tool` or `Elicitation.prompt` whose body calls `flow.ask`, `flow.sample`, `flow.roots` or
+`flow.gather`, so the suite exercises mcp-elicit's own form rendering, round state, requestState sealing,
+journaling and answer validation on 2025-11-25 (requests on the live call) and on 2026-07-28
+(`InputRequiredResult`), the same way a tool author uses them. The fixtures that ask for nothing (content types,
+logging, progress, resources, plain prompts, completion, the sampling capability check) are plain SDK
+registrations on the same `MCPServer`: the library has no say in them, and the suite needs them for its other
+scenarios.
 
 Run by `python -m conformance.run` (see the Makefile's `conformance` target), never exposed beyond loopback:
 unauthenticated calls are accepted from loopback only, and every caller is the one development principal.
@@ -37,24 +39,17 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
-    CallToolResult,
     ClientCapabilities,
     CompleteRequestParams,
     CompleteResult,
     Completion,
-    CreateMessageRequest,
-    CreateMessageRequestParams,
     CreateMessageResult,
     EmbeddedResource,
     EmptyResult,
     ImageContent,
-    InputRequiredResult,
     JSONRPCMessage,
-    ListRootsRequest,
-    ListRootsResult,
     MissingRequiredClientCapabilityErrorData,
     SamplingCapability,
-    SamplingMessage,
     SetLevelRequestParams,
     SubscribeRequestParams,
     TextContent,
@@ -157,8 +152,8 @@ class Confirmation(BaseModel):
     ok: bool
 
 
-class Value(BaseModel):
-    value: str
+class PromptContext(BaseModel):
+    context: str
 
 
 def build_server(elicitation: Elicitation) -> MCPServer:
@@ -175,8 +170,8 @@ def build_server(elicitation: Elicitation) -> MCPServer:
         },
     )
     _elicitation_fixtures(elicitation)
+    _input_fixtures(elicitation)
     _content_fixtures(server)
-    _input_fixtures(server)
     _resources(server)
     _protocol_handlers(server)
     _prompts(server)
@@ -236,22 +231,62 @@ def _elicitation_fixtures(elicitation: Elicitation) -> None:
         return "integrity-ok: state verified" if isinstance(answer, Accepted) else _outcome(answer)
 
     @elicitation.tool()
-    async def test_input_required_result_capabilities(flow: Flow) -> str:
-        """Ask only by elicitation: a client that declared none gets -32021 naming the elicitation capability."""
-        answer = await flow.ask("Elicitation input", Value, key="elicit_input")
-        return "capabilities-ok: " + _outcome(answer)
-
-    @elicitation.tool()
-    async def test_input_required_result_multiple_inputs(flow: Flow) -> str:
-        """The elicitation part of the mixed round; mcp-elicit asks no sampling or roots, and one question a round."""
-        answer = await flow.ask("What is your name?", Name, key="user_name")
-        return "Name: " + (answer.data.name if isinstance(answer, Accepted) else _outcome(answer))
-
-    @elicitation.tool()
     async def test_streaming_elicitation(flow: Flow) -> str:
         """Ask one question; on 2026-07-28 it must come back as an InputRequiredResult, never a stream request."""
         answer = await flow.ask("Continue the streaming check?", Confirmation, key="continue")
         return "Streaming complete: " + _outcome(answer)
+
+
+def _input_fixtures(elicitation: Elicitation) -> None:
+    """SEP-2322 rounds that ask the client's model, its roots, several things at once, or from a prompt."""
+
+    @elicitation.tool()
+    async def test_sampling(flow: Flow, prompt: str) -> str:
+        """Ask the client's model for a completion (2025-11-25: sampling/createMessage on the live call)."""
+        reply = await flow.sample(prompt, max_tokens=100, key="completion")
+        return f"LLM response: {_text(reply)}"
+
+    @elicitation.tool()
+    async def test_input_required_result_sampling(flow: Flow) -> str:
+        """Ask the client's model one question in an input round."""
+        reply = await flow.sample("What is the capital of France?", max_tokens=100, key="capital_question")
+        return f"Sampling result: {_text(reply)}"
+
+    @elicitation.tool()
+    async def test_input_required_result_list_roots(flow: Flow) -> str:
+        """Ask the client for its roots in an input round."""
+        roots = await flow.roots(key="client_roots")
+        return f"Found {len(roots)} root(s)"
+
+    @elicitation.tool()
+    async def test_input_required_result_capabilities(flow: Flow) -> str:
+        """Ask only the client's model: a client that declared sampling and no elicitation gets a sampling-only
+        round, and one that declared no sampling gets -32021 naming the sampling capability."""
+        reply = await flow.sample("Reply with one word to confirm you can be asked.", max_tokens=20, key="confirm")
+        return f"capabilities-ok: {_text(reply)}"
+
+    @elicitation.tool()
+    async def test_input_required_result_multiple_inputs(flow: Flow) -> str:
+        """One round carrying an elicitation, a sampling request and a roots request (`flow.gather`)."""
+        name, greeting, roots = await flow.gather(
+            flow.ask("What is your name?", Name, key="user_name"),
+            flow.sample("Generate a greeting", max_tokens=50, key="greeting"),
+            flow.roots(key="client_roots"),
+        )
+        who = name.data.name if isinstance(name, Accepted) else _outcome(name)
+        return f"Name: {who}; greeting: {_text(greeting)}; roots: {len(roots)}"
+
+    @elicitation.prompt(title="Prompt That Asks For Context")
+    async def test_input_required_result_prompt(flow: Flow) -> str:
+        """A prompt that asks the user what context to use before it is rendered (SEP-2322 on prompts/get)."""
+        answer = await flow.ask("What context should the prompt use?", PromptContext, key="user_context")
+        if isinstance(answer, Accepted):
+            return f"Use this context: {answer.data.context}"
+        return "No context given: " + _outcome(answer)
+
+
+def _text(reply: CreateMessageResult) -> str:
+    return reply.content.text if isinstance(reply.content, TextContent) else "No response"
 
 
 def _outcome(answer: Answer[Any]) -> str:
@@ -375,17 +410,6 @@ def _content_fixtures(server: MCPServer) -> None:
         return "Reconnection test completed successfully."
 
     @server.tool()
-    async def test_sampling(ctx: Context, prompt: str) -> str:
-        """Ask the client's model for a completion on the live call (2025-11-25 sampling)."""
-        result = await ctx.session.create_message(
-            [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
-            max_tokens=100,
-            related_request_id=ctx.request_context.request_id,
-        )
-        text = result.content.text if isinstance(result.content, TextContent) else "No response"
-        return f"LLM response: {text}"
-
-    @server.tool()
     def test_missing_capability(ctx: Context) -> str:
         """Needs the client's sampling capability and says so with -32021 when it was not declared."""
         capabilities = ctx.client_capabilities
@@ -411,29 +435,6 @@ def _content_fixtures(server: MCPServer) -> None:
         """Announce a prompts list change to subscribers."""
         await ctx.notify_prompts_changed()
         return "prompts list change announced"
-
-
-def _input_fixtures(server: MCPServer) -> None:
-    """SEP-2322 rounds that ask the client's model or its roots: outside mcp-elicit, which asks people only."""
-
-    @server.tool()
-    def test_input_required_result_sampling(ctx: Context) -> CallToolResult | InputRequiredResult:
-        """Ask the client's model one question in an input round."""
-        answer = (ctx.input_responses or {}).get("capital_question")
-        if isinstance(answer, CreateMessageResult):
-            text = answer.content.text if isinstance(answer.content, TextContent) else "no response"
-            return CallToolResult(content=[TextContent(type="text", text=f"Sampling result: {text}")])
-        question = SamplingMessage(role="user", content=TextContent(type="text", text="What is the capital of France?"))
-        request = CreateMessageRequest(params=CreateMessageRequestParams(messages=[question], max_tokens=100))
-        return InputRequiredResult(input_requests={"capital_question": request})
-
-    @server.tool()
-    def test_input_required_result_list_roots(ctx: Context) -> CallToolResult | InputRequiredResult:
-        """Ask the client for its roots in an input round."""
-        answer = (ctx.input_responses or {}).get("client_roots")
-        if isinstance(answer, ListRootsResult):
-            return CallToolResult(content=[TextContent(type="text", text=f"Found {len(answer.roots)} root(s)")])
-        return InputRequiredResult(input_requests={"client_roots": ListRootsRequest()})
 
 
 def _resources(server: MCPServer) -> None:

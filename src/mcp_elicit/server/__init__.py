@@ -11,7 +11,7 @@ from mcp_elicit.server.answers import (
     UrlAnswer,
 )
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
-from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
+from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, ClientRefused, Flow
 from mcp_elicit.server.forms import Email, FormSpec, InvalidAnswer, SecretField, Titled, UnsupportedField, form_spec
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, Elicitation
@@ -24,6 +24,7 @@ __all__ = [
     "Accepted",
     "Answer",
     "Cancelled",
+    "ClientRefused",
     "Completed",
     "Declined",
     "Elicitation",

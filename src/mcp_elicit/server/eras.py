@@ -1,6 +1,6 @@
-"""Which protocol era a request speaks, and which elicitation modes its client declared.
+"""Which protocol era a request speaks, and what its client declared it can be asked.
 
-Everything here reads the SDK's request context; nothing decides policy. `Modes.unknown` is kept apart
+Everything here reads the SDK's request context; nothing decides policy. `Declared.unknown` is kept apart
 from "declared nothing": on stateless legacy HTTP the SDK has no handshake to read, and guessing either
 way would be wrong.
 """
@@ -38,20 +38,42 @@ def era_of(protocol_version: str | None) -> Era:
     return ERA_BY_VERSION.get(protocol_version, Era.NONE)
 
 
+class Need(StrEnum):
+    """A client capability that asking something needs."""
+
+    FORM = "elicitation.form"
+    URL = "elicitation.url"
+    SAMPLING = "sampling"
+    ROOTS = "roots"
+
+
 @dataclass(frozen=True, slots=True)
-class Modes:
+class Declared:
+    """The elicitation modes, sampling and roots a client declared; never inferred from anything else."""
+
     form: bool
     url: bool
+    sampling: bool = False
+    roots: bool = False
     unknown: bool = False
 
+    def allows(self, need: Need) -> bool:
+        return {Need.FORM: self.form, Need.URL: self.url, Need.SAMPLING: self.sampling, Need.ROOTS: self.roots}[need]
+
     @classmethod
-    def declared(cls, capabilities: ClientCapabilities | None, protocol_version: str | None) -> Modes:
+    def of(cls, capabilities: ClientCapabilities | None, protocol_version: str | None) -> Declared:
         if capabilities is None:
             return cls(form=False, url=False, unknown=True)
+        sampling, roots = capabilities.sampling is not None, capabilities.roots is not None
         elicitation = capabilities.elicitation
         if elicitation is None:
-            return cls(form=False, url=False)
+            return cls(form=False, url=False, sampling=sampling, roots=roots)
         if elicitation.form is None and elicitation.url is None:
-            return cls(form=True, url=False)
+            return cls(form=True, url=False, sampling=sampling, roots=roots)
         url_allowed = protocol_version is not None and protocol_version >= URL_MODE_SINCE
-        return cls(form=elicitation.form is not None, url=url_allowed and elicitation.url is not None)
+        return cls(
+            form=elicitation.form is not None,
+            url=url_allowed and elicitation.url is not None,
+            sampling=sampling,
+            roots=roots,
+        )

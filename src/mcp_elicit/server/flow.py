@@ -7,7 +7,10 @@ before its result was recorded, may run again, so it gets a stable idempotency k
 external system it touches (the contract of Temporal activities and Stripe idempotency keys).
 
 `ask` and `ask_url` find the operation's decision for their key: an answered one returns its answer at
-once, an open one is asked (again) through the era adapter. The body never learns which era it ran on.
+once, an open one is asked (again) through the era adapter. `sample` and `roots` ask the client itself
+(its model, its roots) and are journaled like steps under their key: once answered, never asked again.
+`gather` asks several of these at once: in one round where the era has rounds, one after another where
+it does not. The body never learns which era it ran on.
 """
 
 from __future__ import annotations
@@ -15,11 +18,23 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar, cast, get_type_hints
+from typing import Any, Protocol, TypeVar, cast, get_type_hints, overload
 
 import anyio.to_thread
+from mcp_types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ListRootsRequest,
+    ListRootsResult,
+    ModelPreferences,
+    Root,
+    SamplingMessage,
+    TextContent,
+)
 from pydantic import BaseModel, TypeAdapter
 
 from mcp_elicit.model import (
@@ -47,47 +62,102 @@ from mcp_elicit.server.answers import (
     Failed,
     UrlAnswer,
 )
+from mcp_elicit.server.eras import Need
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer, form_spec
 from mcp_elicit.store import DecisionConflict, DecisionExpired
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
 
 DEFAULT_FORM_TTL = timedelta(minutes=15)
 DEFAULT_URL_TTL = timedelta(minutes=30)
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+RESERVED_JOURNAL_PREFIX = "mcp-elicit/"
+"""Journal names under this prefix belong to the library (`sample` and `roots` answers), never to a step."""
+
+ClientQuery = CreateMessageRequest | ListRootsRequest
+"""A question to the client itself, not to the person: its model (sampling) or its roots."""
+A = TypeVar("A", CreateMessageResult, ListRootsResult)
 
 
-class Suspend(Exception):
-    """Ends a 2026-07-28 round: these decisions must be asked (or are still waiting) before the body goes on."""
+NEED_OF_MODE = {Mode.FORM: Need.FORM, Mode.URL: Need.URL}
 
-    def __init__(self, asking: list[tuple[Decision, str | None]], waiting: bool = False) -> None:
-        super().__init__("input required")
-        self.asking = asking
-        self.waiting = waiting
+
+@dataclass(frozen=True, slots=True)
+class Unaskable:
+    """One thing the body asked that this client cannot be asked; a decision's, with its form, if it is one."""
+
+    key: str
+    need: Need
+    decision: Decision | None = None
+    form: FormSpec[Any] | None = None
 
 
 class CannotAsk(Exception):
-    """The client cannot be asked this way and the tool's fallback decides what the caller sees."""
+    """The client cannot be asked these things and the entry's fallback decides what the caller sees."""
 
-    def __init__(self, decision: Decision, form: FormSpec[Any] | None, fallback: Fallback) -> None:
-        super().__init__(f"cannot ask {decision.key} in {decision.mode} mode")
-        self.decision = decision
-        self.form = form
+    def __init__(self, unaskable: Sequence[Unaskable], fallback: Fallback) -> None:
+        self.unaskable = tuple(unaskable)
         self.fallback = fallback
+        super().__init__("cannot ask " + ", ".join(f"{u.key} ({u.need})" for u in self.unaskable))
+
+    @property
+    def needs(self) -> frozenset[Need]:
+        return frozenset(u.need for u in self.unaskable)
+
+    @classmethod
+    def merged(cls, errors: Sequence[CannotAsk]) -> CannotAsk:
+        """One error naming everything several items of one `gather` could not ask."""
+        return cls([u for error in errors for u in error.unaskable], errors[0].fallback)
+
+
+class ClientRefused(Exception):
+    """The client answered a sampling or roots request with an error, or not in time; nothing was recorded."""
 
 
 class Asker(Protocol):
-    """One per era: puts an open decision in front of the person and records what came back."""
+    """One per era: puts open decisions in front of the person, queries the client, records what came back."""
 
-    def can_ask(self, mode: Mode) -> bool: ...
+    def can(self, need: Need) -> bool: ...
 
     async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision: ...
 
+    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
+        """The client's answer to `query`; the flow journals it under `key` before the body sees it."""
+        ...
+
+    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+        """Await every item, asking what they ask in as few exchanges as the era allows."""
+        ...
+
+
+async def in_turn(items: Sequence[Awaitable[Any]]) -> list[Any]:
+    """`gather` for eras that ask on the live call: each item in order, nothing batched."""
+    results: list[Any] = []
+    for index, item in enumerate(items):
+        try:
+            results.append(await item)
+        except BaseException:
+            discard(items[index + 1 :])
+            raise
+    return results
+
+
+def discard(items: Sequence[Awaitable[Any]]) -> None:
+    """Close the coroutines a failed `gather` will never await, so none is left half-born."""
+    for item in items:
+        if inspect.iscoroutine(item):
+            cast(Coroutine[Any, Any, Any], item).close()
+
 
 class Flow:
-    """The handle a tool body receives: `step`, `ask`, `ask_url`."""
+    """The handle a tool or prompt body receives: `step`, `ask`, `ask_url`, `sample`, `roots`, `gather`."""
 
     def __init__(
         self,
@@ -129,6 +199,8 @@ class Flow:
         **kwargs: Any,
     ) -> R:
         """Run `function` once for this operation and journal its result; later runs get the journal."""
+        if name.startswith(RESERVED_JOURNAL_PREFIX):
+            raise ValueError(f"step names starting with {RESERVED_JOURNAL_PREFIX!r} are reserved: got {name!r}")
         adapter: TypeAdapter[Any] = TypeAdapter(returns if returns is not None else _return_type(function))
         recorded = await self._store(
             self._store.sync.journal_get, self.operation.operation_id, name, caller=self.principal
@@ -202,6 +274,77 @@ class Flow:
             decision = await self._put_to_person(decision, None)
         return _url_answer(decision)
 
+    # -- the client itself: its model, its roots ------------------------------------------------
+
+    async def sample(
+        self,
+        messages: str | Sequence[SamplingMessage],
+        *,
+        max_tokens: int,
+        key: str | None = None,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: Sequence[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CreateMessageResult:
+        """Ask the client's model (`sampling/createMessage`); a string is one user message.
+
+        Journaled under `key` (default `sample`, then `sample_2`, ...): once the client answered, a re-run
+        of the body gets the recorded answer and the model is not asked again. Needs the client's
+        `sampling` capability; without it the entry's fallback answers (-32021 naming `sampling`). A client
+        that answers with an error, or not at all, raises `ClientRefused`: nothing is journaled, and the
+        body may catch it to go on without the model (uncaught, the call fails and a retry asks again).
+        """
+        name = self._claim_key(key, "sample")
+        if isinstance(messages, str):
+            messages = [SamplingMessage(role="user", content=TextContent(type="text", text=messages))]
+        query = CreateMessageRequest(
+            params=CreateMessageRequestParams(
+                messages=list(messages),
+                max_tokens=max_tokens,
+                system_prompt=system_prompt,
+                temperature=temperature,
+                stop_sequences=list(stop_sequences) if stop_sequences is not None else None,
+                model_preferences=model_preferences,
+                metadata=metadata,
+            )
+        )
+        return await self._query(name, Need.SAMPLING, query, CreateMessageResult)
+
+    async def roots(self, *, key: str | None = None) -> list[Root]:
+        """The client's roots (`roots/list`), journaled under `key` (default `roots`) like `sample`."""
+        name = self._claim_key(key, "roots")
+        return (await self._query(name, Need.ROOTS, ListRootsRequest(), ListRootsResult)).roots
+
+    # -- several at once ------------------------------------------------------------------------
+
+    @overload
+    async def gather(self, a: Awaitable[T1], /) -> tuple[T1]: ...
+    @overload
+    async def gather(self, a: Awaitable[T1], b: Awaitable[T2], /) -> tuple[T1, T2]: ...
+    @overload
+    async def gather(self, a: Awaitable[T1], b: Awaitable[T2], c: Awaitable[T3], /) -> tuple[T1, T2, T3]: ...
+    @overload
+    async def gather(
+        self, a: Awaitable[T1], b: Awaitable[T2], c: Awaitable[T3], d: Awaitable[T4], /
+    ) -> tuple[T1, T2, T3, T4]: ...
+    @overload
+    async def gather(
+        self, a: Awaitable[T1], b: Awaitable[T2], c: Awaitable[T3], d: Awaitable[T4], e: Awaitable[T5], /
+    ) -> tuple[T1, T2, T3, T4, T5]: ...
+    @overload
+    async def gather(self, *items: Awaitable[R]) -> tuple[R, ...]: ...
+
+    async def gather(self, *items: Awaitable[Any]) -> tuple[Any, ...]:
+        """Ask independent things together: `await flow.gather(flow.ask(...), flow.sample(...), flow.roots())`.
+
+        Returns their answers in order. Where the era has rounds, every unanswered item goes into the same
+        round and the body goes on once all are answered; otherwise they are asked one after another. The
+        items must not depend on each other's answers: ask those in sequence instead.
+        """
+        return tuple(await self._asker.gather(items))
+
     # -- used by the era adapters ---------------------------------------------------------------
 
     async def record(
@@ -258,8 +401,22 @@ class Flow:
         self._decisions[created.key] = created
         return created
 
+    async def _query(self, name: str, need: Need, query: ClientQuery, answer: type[A]) -> A:
+        journal = f"{RESERVED_JOURNAL_PREFIX}input/{name}"
+        operation_id = self.operation.operation_id
+        recorded = await self._store(self._store.sync.journal_get, operation_id, journal, caller=self.principal)
+        if recorded is not None:
+            return answer.model_validate(recorded.value)
+        if not self._asker.can(need):
+            raise CannotAsk([Unaskable(name, need)], self._fallback)
+        result = await self._asker.query(self, name, query, answer)
+        value = cast(JSONValue, result.model_dump(mode="json", by_alias=True, exclude_none=True))
+        entry = await self._store(self._store.sync.journal_record, operation_id, journal, value, caller=self.principal)
+        return answer.model_validate(entry.value)
+
     async def _put_to_person(self, decision: Decision, form: FormSpec[Any] | None) -> Decision:
-        if self._asker.can_ask(decision.mode):
+        need = NEED_OF_MODE[decision.mode]
+        if self._asker.can(need):
             return await self._asker.ask(self, decision, form)
         if self._fallback is Fallback.ARGUMENTS and decision.mode is Mode.FORM and form is not None:
             supplied = self._argument_answers.get(decision.key)
@@ -267,12 +424,12 @@ class Flow:
                 try:
                     answer = form.validate(supplied)
                 except InvalidAnswer:
-                    raise CannotAsk(decision, form, self._fallback) from None
+                    raise CannotAsk([Unaskable(decision.key, need, decision, form)], self._fallback) from None
                 content = form.content(answer)
                 return await self.record(
                     decision, DecisionStatus.ACCEPTED, content=content, reason=f"answered through {ANSWERS_ARGUMENT}"
                 )
-        raise CannotAsk(decision, form, self._fallback)
+        raise CannotAsk([Unaskable(decision.key, need, decision, form)], self._fallback)
 
 
 def _form_answer(decision: Decision, form: FormSpec[M]) -> Answer[M]:

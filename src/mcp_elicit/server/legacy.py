@@ -5,41 +5,73 @@ the decision's TTL. Whatever comes back is recorded by compare-and-set before th
 retry after a crash finds the answer instead of asking twice. URL mode exists only from 2025-11-25 and
 only for clients that declared it; the decision id is the `elicitationId`. A URL decision whose resume
 policy is not `auto` does not block: the call ends with `-32042` and the client retries once the flow
-is done.
+is done. Sampling and roots go out as `sampling/createMessage` and `roots/list` on the same call, only
+to clients that declared them; `gather` asks its items one after another.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Sequence
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import anyio
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
+from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, ResumePolicy
-from mcp_elicit.server.eras import Modes
-from mcp_elicit.server.flow import Flow
+from mcp_elicit.server.eras import Declared, Need
+from mcp_elicit.server.flow import A, ClientQuery, ClientRefused, Flow, in_turn
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.waiting import settle
 
 log = logging.getLogger(__name__)
 
 MAX_INVALID_ANSWERS = 3
+QUERY_TIMEOUT = timedelta(minutes=5)
+"""How long a sampling or roots request on the live call may take before the call gives up on it."""
 
 
 class LegacyAsker:
-    def __init__(self, session: ServerSession, request_id: RequestId | None, modes: Modes) -> None:
+    def __init__(
+        self,
+        session: ServerSession,
+        request_id: RequestId | None,
+        declared: Declared,
+        query_timeout: timedelta = QUERY_TIMEOUT,
+    ) -> None:
         self._session = session
         self._request_id = request_id
-        self._modes = modes
+        self._declared = declared
+        self._query_timeout = query_timeout
 
-    def can_ask(self, mode: Mode) -> bool:
+    def can(self, need: Need) -> bool:
         if not self._session.can_send_request:
             return False
-        return self._modes.form if mode is Mode.FORM else self._modes.url
+        return self._declared.allows(need)
+
+    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
+        """Send the request on the live call and wait for the client's answer, at most `query_timeout`."""
+        what = "sampling" if query.method == "sampling/createMessage" else "roots"
+        metadata = ServerMessageMetadata(related_request_id=self._request_id)
+        with anyio.move_on_after(self._query_timeout.total_seconds()):
+            try:
+                return await self._session.send_request(query, answer, metadata=metadata)
+            except MCPError as error:
+                log.info("client refused %s request %s: %s", what, key, error.code)
+                raise ClientRefused(f"The client refused the {what} request {key!r}: {error.message}") from None
+            except ValidationError:
+                log.info("client answered %s request %s with a malformed result", what, key)
+                raise ClientRefused(f"The client's answer to the {what} request {key!r} was malformed") from None
+        raise ClientRefused(f"The client did not answer the {what} request {key!r} in time")
+
+    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+        return await in_turn(items)
 
     async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         if decision.mode is Mode.FORM and form is not None:

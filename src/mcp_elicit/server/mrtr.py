@@ -1,15 +1,18 @@
 """The 2026-07-28 adapter: ask by ending the round with `InputRequiredResult`, record on the retry.
 
-Nothing is pinned in memory between rounds. The round's plaintext state names the operation, the
-decisions asked and a single-use nonce; any instance can serve the retry. Answers are applied only for
-the decisions that round asked, and only when valid: a missing, extra or invalid response leaves the
-decision open and asks again, it never completes anything. A URL decision whose flow is still running
-gets a bounded server-side wait, then a state-only round so the client retries without a person.
+Nothing is pinned in memory between rounds. The round's plaintext state names the operation, what the
+round asked (each decision by its id, each question to the client itself by its method) and a
+single-use nonce; any instance can serve the retry. Answers are applied only for what that round
+asked, and only when valid: a missing, extra or invalid response leaves the decision open (or the
+query unanswered) and asks again, it never completes anything. A URL decision whose flow is still
+running gets a bounded server-side wait, then a state-only round so the client retries without a person.
+`gather` lets every item ask before the round ends, so one round carries them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,13 +21,14 @@ from mcp_types import (
     ElicitRequestFormParams,
     ElicitRequestURLParams,
     ElicitResult,
+    InputRequest,
     InputRequests,
     InputRequiredResult,
 )
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode
-from mcp_elicit.server.eras import Modes
-from mcp_elicit.server.flow import Flow, Suspend
+from mcp_elicit.server.eras import Declared, Need
+from mcp_elicit.server.flow import A, CannotAsk, ClientQuery, Flow, discard
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.state import RoundState
 from mcp_elicit.server.waiting import settle
@@ -32,21 +36,44 @@ from mcp_elicit.server.waiting import settle
 DEFAULT_LONG_POLL = timedelta(seconds=5)
 
 
+@dataclass(frozen=True, slots=True)
+class Asking:
+    """One input request of the round, and what the round state records for its key."""
+
+    key: str
+    request: InputRequest
+    marker: str
+    """The decision's elicitation id, or the method of a question to the client itself."""
+
+
+class Suspend(Exception):
+    """Ends a 2026-07-28 round: these must be asked (or something is still waiting) before the body goes on."""
+
+    def __init__(self, asking: Sequence[Asking] = (), waiting: bool = False) -> None:
+        super().__init__("input required")
+        self.asking = list(asking)
+        self.waiting = waiting
+
+    @classmethod
+    def merged(cls, suspends: Sequence[Suspend]) -> Suspend:
+        return cls([a for s in suspends for a in s.asking], waiting=any(s.waiting for s in suspends))
+
+
 class MrtrAsker:
     def __init__(
         self,
-        modes: Modes,
+        declared: Declared,
         responses: Mapping[str, Any] | None,
         asked: Mapping[str, str],
         long_poll: timedelta = DEFAULT_LONG_POLL,
     ) -> None:
-        self._modes = modes
+        self._declared = declared
         self._responses = dict(responses or {})
         self._asked = dict(asked)
         self._long_poll = long_poll
 
-    def can_ask(self, mode: Mode) -> bool:
-        return self._modes.form if mode is Mode.FORM else self._modes.url
+    def can(self, need: Need) -> bool:
+        return self._declared.allows(need)
 
     async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         note: str | None = None
@@ -56,13 +83,42 @@ class MrtrAsker:
             if decision.is_terminal:
                 return decision
         if decision.status is DecisionStatus.REQUESTED:
-            raise Suspend([(decision, note)])
+            raise Suspend([_elicitation(decision, note)])
         decision = await settle(flow, decision, until=min(decision.expires_at, flow.now() + self._long_poll))
         if not decision.is_terminal and decision.is_overdue(flow.now()):
             decision = await flow.refresh(decision)
         if decision.is_terminal:
             return decision
         raise Suspend([], waiting=True)
+
+    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
+        """The response the round that asked `key` this very question got back, or a new round asking it."""
+        if self._asked.get(key) == query.method:
+            response = self._responses.get(key)
+            if isinstance(response, answer):
+                return response
+        raise Suspend([Asking(key, query, query.method)])
+
+    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+        """Let every item ask before the round ends; one round then carries all their input requests."""
+        results: list[Any] = []
+        suspended: list[Suspend] = []
+        unaskable: list[CannotAsk] = []
+        for index, item in enumerate(items):
+            try:
+                results.append(await item)
+            except Suspend as suspend:
+                suspended.append(suspend)
+            except CannotAsk as cannot:
+                unaskable.append(cannot)
+            except BaseException:
+                discard(items[index + 1 :])
+                raise
+        if unaskable:
+            raise CannotAsk.merged(unaskable)
+        if suspended:
+            raise Suspend.merged(suspended)
+        return results
 
     def _response_for(self, decision: Decision) -> ElicitResult | None:
         if self._asked.get(decision.key) != decision.elicitation_id:
@@ -88,21 +144,27 @@ class MrtrAsker:
         return await flow.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered"), None
 
 
+def _elicitation(decision: Decision, note: str | None) -> Asking:
+    message = decision.message + (note or "")
+    if decision.mode is Mode.FORM:
+        params: ElicitRequestFormParams | ElicitRequestURLParams = ElicitRequestFormParams(
+            message=message,
+            requested_schema=decision.requested_schema,  # type: ignore[arg-type]
+        )
+    else:
+        assert decision.url is not None
+        params = ElicitRequestURLParams(message=message, url=decision.url)
+    return Asking(decision.key, ElicitRequest(params=params), decision.elicitation_id)
+
+
 def input_required(suspend: Suspend, operation_id: str) -> tuple[InputRequiredResult, RoundState]:
     """The round's wire result and the plaintext state it carries (the SDK's boundary seals it)."""
     requests: InputRequests = {}
     asked: dict[str, str] = {}
-    for decision, note in suspend.asking:
-        message = decision.message + (note or "")
-        if decision.mode is Mode.FORM:
-            params: ElicitRequestFormParams | ElicitRequestURLParams = ElicitRequestFormParams(
-                message=message,
-                requested_schema=decision.requested_schema,  # type: ignore[arg-type]
-            )
-        else:
-            assert decision.url is not None
-            params = ElicitRequestURLParams(message=message, url=decision.url)
-        requests[decision.key] = ElicitRequest(params=params)
-        asked[decision.key] = decision.elicitation_id
+    for asking in suspend.asking:
+        if asking.key in requests:
+            raise RuntimeError(f"input request key {asking.key!r} asked twice in one round")
+        requests[asking.key] = asking.request
+        asked[asking.key] = asking.marker
     state = RoundState(operation_id=operation_id, asked=asked)
     return InputRequiredResult(input_requests=requests or None, request_state=state.encode()), state

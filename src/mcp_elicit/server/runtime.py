@@ -1,10 +1,11 @@
-"""`Elicitation`: installs durable decision points on an MCP server and runs tool bodies through them.
+"""`Elicitation`: installs durable decision points on an MCP server and runs tool and prompt bodies through them.
 
-Guarantees, per tool call: the operation is bound to the caller's principal and client; a retry of the
-same call (same principal, client, tool, arguments digest, or the same idempotency key in `_meta`)
-attaches to the open operation instead of starting over; a completed operation hands its recorded
-result to an identical call within `replay_window`; a 2026-07-28 round state is accepted once and only
-from the principal it was issued to; elicitation is never sent in a mode the client did not declare.
+Guarantees, per tool call or prompt get: the operation is bound to the caller's principal and client; a
+retry of the same call (same principal, client, method, tool or prompt name, arguments digest, or the
+same idempotency key in `_meta`) attaches to the open operation instead of starting over; a completed
+operation hands its recorded result to an identical call within `replay_window`; a 2026-07-28 round
+state is accepted once and only from the principal it was issued to; nothing is ever asked that the
+client did not declare (elicitation per mode, sampling, roots).
 
 Does not guarantee: that two identical calls racing each other share one operation. Each then runs its
 own operation; journaled steps stay single within each, and their idempotency keys differ.
@@ -13,6 +14,7 @@ own operation; journaled steps stay single within each, and their idempotency ke
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,9 +25,11 @@ from urllib.parse import urlsplit
 from mcp.server import Server, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_REQUEST,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     CallToolResult,
@@ -35,6 +39,8 @@ from mcp_types import (
     InputRequiredResult,
     InputResponses,
     MissingRequiredClientCapabilityErrorData,
+    RootsCapability,
+    SamplingCapability,
     TextContent,
     UrlElicitationCapability,
 )
@@ -43,7 +49,6 @@ from pydantic import TypeAdapter
 from mcp_elicit.model import (
     Decision,
     JSONValue,
-    Mode,
     Operation,
     OperationStatus,
     Principal,
@@ -51,12 +56,12 @@ from mcp_elicit.model import (
     request_digest,
 )
 from mcp_elicit.server._offload import AsyncStore
-from mcp_elicit.server.eras import Era, Modes, era_of
+from mcp_elicit.server.eras import Declared, Era, Need, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
-from mcp_elicit.server.flow import Asker, CannotAsk, Flow, Suspend
+from mcp_elicit.server.flow import A, Asker, CannotAsk, ClientQuery, ClientRefused, Flow, in_turn
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.legacy import LegacyAsker
-from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, input_required
+from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, Suspend, input_required
 from mcp_elicit.server.state import RoundState, refused
 from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
 
@@ -65,26 +70,33 @@ log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 IDEMPOTENCY_META_KEY = "io.github.mcp-elicit/idempotencyKey"
-METHOD = "tools/call"
+TOOLS_CALL = "tools/call"
+PROMPTS_GET = "prompts/get"
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
 CLOCK_SKEW = timedelta(seconds=60)
 _CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
 
 
-class _NoElicitation:
-    """The asker for peers that predate elicitation: it can never ask."""
+class _CannotAskAnything:
+    """The asker for peers of unknown or pre-elicitation versions: it can never ask."""
 
-    def can_ask(self, mode: Mode) -> bool:
+    def can(self, need: Need) -> bool:
         return False
 
     async def ask(self, flow: Flow, decision: Decision, form: Any) -> Decision:
-        raise AssertionError("never called: can_ask is always False")
+        raise AssertionError("never called: can is always False")
+
+    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
+        raise AssertionError("never called: can is always False")
+
+    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+        return await in_turn(items)
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """What one `tools/call` brings, whether it came through an `MCPServer` tool or a lowlevel handler."""
+    """What one `tools/call` or `prompts/get` brings, through an `MCPServer` entry or a lowlevel handler."""
 
     request: ServerRequestContext[Any, Any]
     input_responses: InputResponses | None
@@ -96,12 +108,19 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class _Tool:
+class _Entry:
+    """A registered body: the method it answers and its name there are its operations' method and target."""
+
+    method: str
     name: str
     body: Callable[..., Any]
     flow_parameter: str
     result: TypeAdapter[Any]
     fallback: Fallback
+
+    @property
+    def kind(self) -> str:
+        return "tool" if self.method == TOOLS_CALL else "prompt"
 
 
 class Elicitation:
@@ -167,51 +186,13 @@ class Elicitation:
         structured_output: bool | None = None,
     ) -> Callable[[F], F]:
         """Register a tool whose body takes a `Flow`; the body is written once for every protocol era."""
-        if self._server is None:
-            raise RuntimeError("create the server with Elicitation.server(...) or attach one first")
-        server = self._server
+        server = self._attached()
 
         def register(body: F) -> F:
-            tool_name = name or body.__name__
-            hints = get_type_hints(body, include_extras=True)
-            signature = inspect.signature(body, eval_str=True)
-            flow_names = [p.name for p in signature.parameters.values() if hints.get(p.name) is Flow]
-            if len(flow_names) != 1:
-                raise TypeError(f"tool {tool_name!r} must take exactly one parameter annotated Flow")
-            returned = hints.get("return", Any)
-            spec = _Tool(tool_name, body, flow_names[0], TypeAdapter(returned), fallback)
-            kept = [p for p in signature.parameters.values() if p.name != spec.flow_parameter]
-            added = [inspect.Parameter("mcp_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
-            annotations: dict[str, Any] = {p.name: hints[p.name] for p in kept if p.name in hints}
-            if fallback is Fallback.ARGUMENTS:
-                answers_type = dict[str, dict[str, Any]] | None
-                added.append(
-                    inspect.Parameter(
-                        ANSWERS_ARGUMENT, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=answers_type
-                    )
-                )
-                annotations[ANSWERS_ARGUMENT] = answers_type
-            annotations["mcp_ctx"] = Context
-            annotations["return"] = returned | InputRequiredResult
-
-            async def run(**kwargs: Any) -> Any:
-                context: Context = kwargs.pop("mcp_ctx")
-                answers = kwargs.pop(ANSWERS_ARGUMENT, None)
-                call = Call(context.request_context, context.input_responses, context.request_state)
-                try:
-                    return await self._run(spec, call, kwargs, answers)
-                except CannotAsk as cannot:
-                    raise _cannot_ask_error(cannot, call.era) from None
-
-            run.__signature__ = signature.replace(  # type: ignore[attr-defined]
-                parameters=[*kept, *added], return_annotation=annotations["return"]
-            )
-            run.__annotations__ = annotations
-            run.__name__ = body.__name__
-            run.__doc__ = body.__doc__
+            entry, run = self._bind(TOOLS_CALL, name, body, fallback)
             server.add_tool(
                 run,
-                name=tool_name,
+                name=entry.name,
                 title=title,
                 description=description or inspect.getdoc(body),
                 structured_output=structured_output,
@@ -219,6 +200,79 @@ class Elicitation:
             return body
 
         return register
+
+    def prompt(
+        self,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+    ) -> Callable[[F], F]:
+        """Register a prompt whose body takes a `Flow` and returns what an `MCPServer` prompt returns.
+
+        `prompts/get` then has a tool's durability: the operation (method `prompts/get`, target the prompt
+        name) is bound to the caller, a retry attaches to it, and a completed one replays its messages.
+        Prompt arguments are strings, so there is no `elicit_answers` fallback: a client that cannot be
+        asked gets -32021 naming what is missing, on every era.
+        """
+        server = self._attached()
+
+        def register(body: F) -> F:
+            entry, run = self._bind(PROMPTS_GET, name, body, Fallback.ERROR)
+            prompt = Prompt.from_function(
+                run, name=entry.name, title=title, description=description or inspect.getdoc(body)
+            )
+            server.add_prompt(prompt)
+            return body
+
+        return register
+
+    def _attached(self) -> MCPServer:
+        if self._server is None:
+            raise RuntimeError("create the server with Elicitation.server(...) or attach one first")
+        return self._server
+
+    def _bind(
+        self, method: str, name: str | None, body: Callable[..., Any], fallback: Fallback
+    ) -> tuple[_Entry, Callable[..., Any]]:
+        """The entry for `body`, and the function `MCPServer` registers: the body's parameters minus the
+        Flow, plus the SDK's `Context` (and `elicit_answers` for an ARGUMENTS fallback)."""
+        entry_name = name or body.__name__
+        hints = get_type_hints(body, include_extras=True)
+        signature = inspect.signature(body, eval_str=True)
+        flow_names = [p.name for p in signature.parameters.values() if hints.get(p.name) is Flow]
+        kind = "tool" if method == TOOLS_CALL else "prompt"
+        if len(flow_names) != 1:
+            raise TypeError(f"{kind} {entry_name!r} must take exactly one parameter annotated Flow")
+        returned = hints.get("return", Any)
+        entry = _Entry(method, entry_name, body, flow_names[0], TypeAdapter(returned), fallback)
+        kept = [p for p in signature.parameters.values() if p.name != entry.flow_parameter]
+        added = [inspect.Parameter("mcp_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+        annotations: dict[str, Any] = {p.name: hints[p.name] for p in kept if p.name in hints}
+        if fallback is Fallback.ARGUMENTS:
+            answers_type = dict[str, dict[str, Any]] | None
+            added.append(
+                inspect.Parameter(
+                    ANSWERS_ARGUMENT, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=answers_type
+                )
+            )
+            annotations[ANSWERS_ARGUMENT] = answers_type
+        annotations["mcp_ctx"] = Context
+        annotations["return"] = returned | InputRequiredResult
+
+        async def run(**kwargs: Any) -> Any:
+            context: Context = kwargs.pop("mcp_ctx")
+            answers = kwargs.pop(ANSWERS_ARGUMENT, None)
+            call = Call(context.request_context, context.input_responses, context.request_state)
+            return await self._serve(entry, call, kwargs, answers)
+
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*kept, *added], return_annotation=annotations["return"]
+        )
+        run.__annotations__ = annotations
+        run.__name__ = body.__name__
+        run.__doc__ = body.__doc__
+        return entry, run
 
     def close(self) -> None:
         self.store.close()
@@ -240,25 +294,33 @@ class Elicitation:
         """Run one `tools/call` of a lowlevel `Server` through a `Flow`; the body returns the tool's result."""
         arguments = dict(params.arguments or {})
         answers = arguments.pop(ANSWERS_ARGUMENT, None) if fallback is Fallback.ARGUMENTS else None
-        spec = _Tool(params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
+        entry = _Entry(TOOLS_CALL, params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
         call = Call(context, params.input_responses, params.request_state)
         try:
-            result = await self._run(spec, call, arguments, answers, pass_arguments=False)
-        except CannotAsk as cannot:
-            error = _cannot_ask_error(cannot, call.era)
-            if isinstance(error, ToolError):
-                return CallToolResult(content=[TextContent(type="text", text=str(error))], is_error=True)
-            raise error from None
+            result = await self._serve(entry, call, arguments, answers, pass_arguments=False)
         except ToolError as error:
             return CallToolResult(content=[TextContent(type="text", text=str(error))], is_error=True)
         return cast(CallToolResult | InputRequiredResult, result)
 
+    async def _serve(
+        self, entry: _Entry, call: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
+    ) -> Any:
+        """Run the entry and say what went wrong the way its method and era expect."""
+        try:
+            return await self._run(entry, call, arguments, answers, pass_arguments=pass_arguments)
+        except CannotAsk as cannot:
+            raise _cannot_ask_error(cannot, call.era, entry) from None
+        except ClientRefused as refused:
+            if entry.method == TOOLS_CALL:
+                raise ToolError(str(refused)) from None
+            raise MCPError(code=INVALID_REQUEST, message=str(refused)) from None
+
     async def _run(
-        self, tool: _Tool, context: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
+        self, entry: _Entry, context: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
     ) -> Any:
         era = context.era
         principal = self.identity.principal_for(context.request.request)
-        digest = request_digest(METHOD, {"name": tool.name, "arguments": _jsonable(arguments)})
+        digest = request_digest(entry.method, {"name": entry.name, "arguments": _jsonable(arguments)})
         store = self._async_store
         asked: dict[str, str] = {}
         operation: Operation | None = None
@@ -270,10 +332,10 @@ class Elicitation:
             if spent is Consumption.ALREADY_USED:
                 log.warning("requestState round replayed for operation %s", state.operation_id)
                 raise refused()
-            operation = await self._resumed(principal, state, tool.name, digest)
+            operation = await self._resumed(principal, state, entry, digest)
             asked = state.asked
         if operation is None:
-            attached = await self._attach(principal, tool, digest, _idempotency_key(context.request.meta))
+            attached = await self._attach(principal, entry, digest, _idempotency_key(context.request.meta))
             if not isinstance(attached, Operation):
                 return attached.value
             operation = attached
@@ -292,11 +354,11 @@ class Elicitation:
             decisions=decisions,
             clock=self._clock,
             decision_url=self.decision_url if self._base_url else None,
-            fallback=tool.fallback,
+            fallback=entry.fallback,
             argument_answers=answers if isinstance(answers, dict) else None,
         )
         try:
-            result = await tool.body(**{tool.flow_parameter: flow}, **(arguments if pass_arguments else {}))
+            result = await entry.body(**{entry.flow_parameter: flow}, **(arguments if pass_arguments else {}))
         except Suspend as suspend:
             wire, _ = input_required(suspend, operation.operation_id)
             return wire
@@ -307,37 +369,37 @@ class Elicitation:
             operation,
             principal,
             OperationStatus.COMPLETED,
-            cast(JSONValue, tool.result.dump_python(result, mode="json")),
+            cast(JSONValue, entry.result.dump_python(result, mode="json")),
         )
         return result
 
     def _asker(self, era: Era, context: Call, asked: dict[str, str]) -> Asker:
         protocol_version = context.request.protocol_version
-        modes = Modes.declared(context.request.session.client_capabilities, protocol_version)
+        declared = Declared.of(context.request.session.client_capabilities, protocol_version)
         if era is Era.MRTR:
-            return MrtrAsker(modes, context.input_responses, asked, self.long_poll)
+            return MrtrAsker(declared, context.input_responses, asked, self.long_poll)
         if era is Era.LEGACY:
-            return LegacyAsker(context.request.session, context.request.request_id, modes)
-        return _NoElicitation()
+            return LegacyAsker(context.request.session, context.request.request_id, declared)
+        return _CannotAskAnything()
 
-    async def _resumed(self, principal: Principal, state: RoundState, tool_name: str, digest: str) -> Operation | None:
+    async def _resumed(self, principal: Principal, state: RoundState, entry: _Entry, digest: str) -> Operation | None:
         store = self._async_store
         try:
             operation = await store(store.sync.get_operation, state.operation_id, principal)
         except Exception:
             raise refused() from None
-        if operation.target != tool_name or operation.request_digest != digest:
+        if (operation.method, operation.target, operation.request_digest) != (entry.method, entry.name, digest):
             raise refused()
         return operation if operation.status is OperationStatus.OPEN else None
 
-    async def _attach(self, principal: Principal, tool: _Tool, digest: str, key: str | None) -> Operation | _Recorded:
+    async def _attach(self, principal: Principal, entry: _Entry, digest: str, key: str | None) -> Operation | _Recorded:
         store = self._async_store
         now = self._clock()
         found = await store(
             store.sync.find_operations,
             principal,
-            method=METHOD,
-            target=tool.name,
+            method=entry.method,
+            target=entry.name,
             request_digest=None if key else digest,
             idempotency_key=key,
         )
@@ -346,11 +408,11 @@ class Elicitation:
                 return operation
             if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
-                return _Recorded(tool.result.validate_python(operation.result))
+                return _Recorded(entry.result.validate_python(operation.result))
         fresh = new_operation(
             principal,
-            method=METHOD,
-            target=tool.name,
+            method=entry.method,
+            target=entry.name,
             request_digest=digest,
             now=now,
             ttl=self.operation_ttl,
@@ -376,35 +438,69 @@ class _Recorded:
     value: Any
 
 
-def _cannot_ask_error(cannot: CannotAsk, era: Era) -> Exception:
-    decision = cannot.decision
-    mode = decision.mode.value
-    if cannot.fallback is Fallback.ARGUMENTS and cannot.form is not None:
-        import json
+_DESCRIBED = {
+    Need.FORM: "form elicitation",
+    Need.URL: "url elicitation",
+    Need.SAMPLING: "sampling",
+    Need.ROOTS: "roots",
+}
 
-        return ToolError(
-            f"This tool needs an answer to: {decision.message}\n"
-            f"The client cannot show the question, so resend the same call with the argument "
-            f'{ANSWERS_ARGUMENT}={{"{decision.key}": {{...}}}} where the answer follows this JSON schema: '
-            f"{json.dumps(cannot.form.schema, sort_keys=True)}"
+
+def _cannot_ask_error(cannot: CannotAsk, era: Era, entry: _Entry) -> Exception:
+    """What the caller sees: the ARGUMENTS fallback's instructions, else what capability is missing.
+
+    -32021 with `data.requiredCapabilities` on 2026-07-28 and for prompts (which have no error result);
+    a tool error the model can read for tools on the legacy eras.
+    """
+    questions = [u for u in cannot.unaskable if u.decision is not None and u.form is not None]
+    if cannot.fallback is Fallback.ARGUMENTS and questions and len(questions) == len(cannot.unaskable):
+        return ToolError(_answers_instructions(questions))
+    needs = [need for need in Need if need in cannot.needs]
+    described = " and ".join(_DESCRIBED[need] for need in needs)
+    if era is Era.MRTR or entry.method != TOOLS_CALL:
+        elicitation = None
+        if Need.FORM in needs or Need.URL in needs:
+            elicitation = ElicitationCapability(
+                form=FormElicitationCapability() if Need.FORM in needs else None,
+                url=UrlElicitationCapability() if Need.URL in needs else None,
+            )
+        required = ClientCapabilities(
+            elicitation=elicitation,
+            sampling=SamplingCapability() if Need.SAMPLING in needs else None,
+            roots=RootsCapability() if Need.ROOTS in needs else None,
         )
-    capability = (
-        ElicitationCapability(form=FormElicitationCapability())
-        if decision.mode is Mode.FORM
-        else ElicitationCapability(url=UrlElicitationCapability())
-    )
-    if era is Era.MRTR:
-        data = MissingRequiredClientCapabilityErrorData(
-            required_capabilities=ClientCapabilities(elicitation=capability)
-        ).model_dump(by_alias=True, mode="json", exclude_none=True)
+        data = MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        plural = "capabilities" if len(needs) > 1 else "capability"
         return MCPError(
             code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message=f"This tool needs the client's {mode} elicitation capability",
+            message=f"This {entry.kind} needs the client's {described} {plural}",
             data=data,
         )
     return ToolError(
-        f"This tool needs to ask you something ({mode} elicitation), but this client cannot show "
-        f"{mode} elicitation requests on this connection. Use a client that supports them."
+        f"This tool needs to ask something ({described}), but this client cannot receive "
+        f"{described} requests on this connection. Use a client that supports them."
+    )
+
+
+def _answers_instructions(questions: Sequence[Any]) -> str:
+    if len(questions) == 1:
+        [only] = questions
+        return (
+            f"This tool needs an answer to: {only.decision.message}\n"
+            f"The client cannot show the question, so resend the same call with the argument "
+            f'{ANSWERS_ARGUMENT}={{"{only.key}": {{...}}}} where the answer follows this JSON schema: '
+            f"{json.dumps(only.form.schema, sort_keys=True)}"
+        )
+    listed = "\n".join(
+        f"- {u.key}: {u.decision.message} (JSON schema: {json.dumps(u.form.schema, sort_keys=True)})" for u in questions
+    )
+    keys = ", ".join(f'"{u.key}": {{...}}' for u in questions)
+    return (
+        f"This tool needs answers to:\n{listed}\n"
+        f"The client cannot show the questions, so resend the same call with the argument "
+        f"{ANSWERS_ARGUMENT}={{{keys}}} where each answer follows its JSON schema."
     )
 
 

@@ -2,8 +2,13 @@
 
 The SDK's `RequestStateBoundary` seals this text (AEAD under the shared key ring, bound to the principal,
 the tool, its arguments and a TTL) before it leaves the server, and unseals it before we see it. What we
-add is what the boundary cannot know: which operation the round belongs to, which decisions it asked,
-and a random round nonce that the store's ledger lets through exactly once.
+add is what the boundary cannot know: which operation the round belongs to, what it asked, and a random
+round nonce that the store's ledger lets through exactly once.
+
+`asked` maps every input request key of the round to what the retry's response for that key must answer:
+a decision's elicitation id (a UUID), or, for a question to the client itself, the request's method
+(`sampling/createMessage`, `roots/list`: never a UUID). A response is applied only when its key is in
+the map and it answers what the map names; the nonce makes the whole map usable once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class RoundState:
     operation_id: str
     nonce: str = field(default_factory=lambda: secrets.token_urlsafe(18))
     asked: dict[str, str] = field(default_factory=dict)
+    """Input request key → the asked decision's elicitation id, or the method of a query to the client."""
 
     def encode(self) -> str:
         return json.dumps(
