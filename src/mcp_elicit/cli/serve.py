@@ -9,7 +9,7 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 import uvicorn
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_elicit.reference import Workspace, build_reference_server
+from mcp_elicit.reference.deployment import build_http_deployment
 from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
 
@@ -62,43 +63,51 @@ def serve(
     dev_loopback: Annotated[
         bool, typer.Option(help="HTTP on loopback without authorization, every caller one development user.")
     ] = False,
+    public_url: Annotated[
+        str | None, typer.Option(help="HTTP: the URL clients and browsers reach this server at (default: host:port).")
+    ] = None,
 ) -> None:
-    """Run the reference server: deploy, procure, delete_files and create_ticket, all asking before acting."""
+    """Run the reference server: deploy, procure, delete_files and create_ticket, all asking before acting.
+
+    Over HTTP it also serves its own authorization server (sign-in for MCP clients and browsers), the
+    URL-mode pages, and the connect_account / set_api_key tools whose credentials stay in the vault.
+    """
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    keys_text = os.environ.get(KEYS_ENV)
-    keys = parse_keys(keys_text) if keys_text else None
-    if transport is Transport.HTTP:
-        if not dev_loopback:
-            _fail("HTTP serving needs MCP authorization; for local development pass --dev-loopback on a loopback host")
-        if host not in LOOPBACK:
-            _fail(f"--dev-loopback only listens on loopback, not on {host}")
-        if keys is None and not single_process:
-            _fail(f"set {KEYS_ENV} (the key ring all instances share) or pass --single-process")
     root = workspace or default_store_path().parent / "workspace"
+    public = public_url or f"http://{host}:{port}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        elicitation = Elicitation(
-            store,
-            keys=keys,
-            single_process=keys is None,
-            public_base_url=f"http://{host}:{port}" if transport is Transport.HTTP else None,
-            identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
-        )
-    except (StoreError, OSError) as error:
+        if transport is Transport.HTTP and not dev_loopback:
+            deployment = build_http_deployment(store=store, workspace=root, public_url=public, environ=os.environ)
+            elicitation, server = deployment.elicitation, deployment.server
+        else:
+            if transport is Transport.HTTP and host not in LOOPBACK:
+                _fail(f"--dev-loopback only listens on loopback, not on {host}")
+            keys_text = os.environ.get(KEYS_ENV)
+            keys = parse_keys(keys_text) if keys_text else None
+            if transport is Transport.HTTP and keys is None and not single_process:
+                _fail(f"set {KEYS_ENV} (the key ring all instances share) or pass --single-process")
+            elicitation = Elicitation(
+                store,
+                keys=keys,
+                single_process=keys is None,
+                identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
+            )
+            server = build_reference_server(elicitation, Workspace.open(root))
+    except (StoreError, OSError, ValueError) as error:
         _fail(str(error))
-    server = build_reference_server(elicitation, Workspace.open(root))
     err.print(f"[dim]store {escape(elicitation.store.display_url)}, workspace {escape(str(root))}[/dim]")
     try:
         if transport is Transport.STDIO:
             server.run("stdio")
         else:
             app = server.streamable_http_app(host=host)
-            err.print(f"serving MCP on http://{host}:{port}/mcp")
+            err.print(f"serving MCP on {public}/mcp")
             uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         elicitation.close()
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     err.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import httpx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, create_model
 
 from mcp_elicit.reference.workspace import ENVIRONMENTS, FileChange, Match, Offer, Workspace
-from mcp_elicit.server import Accepted, Cancelled, Declined, Elicitation, Expired, Flow, Titled
+from mcp_elicit.server import Accepted, Cancelled, Completed, Declined, Elicitation, Expired, Flow, Titled
+from mcp_elicit.web import Vault
+
+TOKEN_VAULT = "example-token"  # noqa: S105 (a vault entry name, not a secret)
+API_KEY_VAULT = "example-api-key"
 
 
 class Approval(BaseModel):
@@ -33,9 +38,20 @@ class Priority(BaseModel):
 
 
 def build_reference_server(
-    elicitation: Elicitation, workspace: Workspace, name: str = "mcp-elicit-reference"
+    elicitation: Elicitation,
+    workspace: Workspace,
+    name: str = "mcp-elicit-reference",
+    *,
+    vault: Vault | None = None,
+    provider_api: str | None = None,
+    server_kwargs: dict[str, Any] | None = None,
 ) -> MCPServer:
-    server = elicitation.server(name, instructions="Deploys, procurement, file clean-up and tickets, with consent.")
+    """The scenario tools; with a vault (HTTP deployments), also URL-mode tools keeping credentials server-side."""
+    server = elicitation.server(
+        name, instructions="Deploys, procurement, file clean-up and tickets, with consent.", **(server_kwargs or {})
+    )
+    if vault is not None:
+        _url_tools(elicitation, vault, provider_api)
 
     @elicitation.tool()
     async def deploy(flow: Flow, service: str) -> str:
@@ -117,6 +133,37 @@ def build_reference_server(
         return f"Created ticket {ticket} ({priority}): {title}"
 
     return server
+
+
+def _url_tools(elicitation: Elicitation, vault: Vault, provider_api: str | None) -> None:
+    if provider_api is not None:
+
+        @elicitation.tool()
+        async def connect_account(flow: Flow) -> str:
+            """Connect the user's Example account in the browser; the token stays on this server."""
+            outcome = await flow.ask_url(
+                "Connect your Example account so that I can read your profile.", key="connect_account"
+            )
+            if not isinstance(outcome, Completed):
+                return f"Not connected ({type(outcome).__name__.lower()})."
+            token = vault.get(flow.principal, TOKEN_VAULT)
+            if token is None:
+                raise ToolError("The Example account is connected but its token is missing; connect it again.")
+            async with httpx.AsyncClient(timeout=10) as http:
+                response = await http.get(f"{provider_api}/api/me", headers={"Authorization": f"Bearer {token}"})
+            if response.status_code != 200:
+                raise ToolError(f"Example refused the stored token ({response.status_code}); connect it again.")
+            profile = response.json()
+            return f"Connected as {profile.get('login')} ({profile.get('name')})."
+
+    @elicitation.tool()
+    async def set_api_key(flow: Flow) -> str:
+        """Let the user type their Example API key on this server's own page, never in the chat."""
+        outcome = await flow.ask_url("Enter your Example API key on the secure page.", key="set_api_key")
+        if not isinstance(outcome, Completed):
+            return f"No API key stored ({type(outcome).__name__.lower()})."
+        stored = vault.get(flow.principal, API_KEY_VAULT)
+        return "Your Example API key is stored on the server." if stored else "No API key was stored."
 
 
 def _plans(workspace: Workspace, service: str) -> dict[str, FileChange]:
