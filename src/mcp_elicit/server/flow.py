@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer, form_spec
 from mcp_elicit.store import DecisionConflict, DecisionExpired
 
+log = logging.getLogger(__name__)
+
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
 T1 = TypeVar("T1")
@@ -77,6 +80,8 @@ T5 = TypeVar("T5")
 
 DEFAULT_FORM_TTL = timedelta(minutes=15)
 DEFAULT_URL_TTL = timedelta(minutes=30)
+MAX_UNUSABLE_ANSWERS = 3
+"""How often one question is asked again because its recorded answer no longer fits the model."""
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 RESERVED_JOURNAL_PREFIX = "mcp-elicit/"
 """Journal names under this prefix belong to the library (`sample` and `roots` answers), never to a step."""
@@ -227,23 +232,43 @@ class Flow:
         key: str | None = None,
         ttl: timedelta = DEFAULT_FORM_TTL,
     ) -> Answer[M]:
-        """Ask the person for a form answer shaped by `model` (non-sensitive data only)."""
+        """Ask the person for a form answer shaped by `model` (non-sensitive data only).
+
+        An answer recorded out of band (the decision's web page checks the requested schema, not the
+        model's own validators) or under an older version of the model may not fit `model` any more: the
+        question is then asked again, under the key `{key}#2` and then `{key}#3`, with a note saying why.
+        A third unusable answer ends the question as `Cancelled()`.
+        """
         form = form_spec(model)
         name = self._claim_key(key, _snake(model.__name__))
-        decision = self._decisions.get(name)
-        if decision is None:
-            decision = await self._create(
-                new_form_decision(
-                    self._origin(name, form.sensitive_fields, ResumePolicy.AUTO),
-                    message=message,
-                    requested_schema=form.schema,
-                    now=self._clock(),
-                    ttl=ttl,
+        note = ""
+        for attempt in range(1, MAX_UNUSABLE_ANSWERS + 1):
+            question = name if attempt == 1 else f"{name}#{attempt}"
+            decision = self._decisions.get(question)
+            if decision is None:
+                decision = await self._create(
+                    new_form_decision(
+                        self._origin(question, form.sensitive_fields, ResumePolicy.AUTO),
+                        message=message + note,
+                        requested_schema=form.schema,
+                        now=self._clock(),
+                        ttl=ttl,
+                    )
                 )
-            )
-        if decision.status is DecisionStatus.REQUESTED:
-            decision = await self._put_to_person(decision, form)
-        return _form_answer(decision, form)
+            if decision.status is DecisionStatus.REQUESTED:
+                decision = await self._put_to_person(decision, form)
+            if decision.status is not DecisionStatus.ACCEPTED:
+                return _closed_answer(decision)
+            try:
+                return Accepted(form.validate(decision.content))
+            except InvalidAnswer as unusable:
+                log.warning(
+                    "decision %s: the recorded answer does not fit %s; asking again",
+                    decision.elicitation_id,
+                    model.__name__,
+                )
+                note = f"\n\n(The previous answer could not be used: {unusable} Please answer again.)"
+        return Cancelled()
 
     async def ask_url(
         self,
@@ -429,13 +454,11 @@ class Flow:
                 return await self.record(
                     decision, DecisionStatus.ACCEPTED, content=content, reason=f"answered through {ANSWERS_ARGUMENT}"
                 )
+        if self._fallback is Fallback.WEB and decision.is_overdue(self._clock()):
+            decision = await self.refresh(decision)
+            if decision.is_terminal:
+                return decision
         raise CannotAsk([Unaskable(decision.key, need, decision, form)], self._fallback)
-
-
-def _form_answer(decision: Decision, form: FormSpec[M]) -> Answer[M]:
-    if decision.status is DecisionStatus.ACCEPTED and decision.content is not None:
-        return Accepted(form.validate(decision.content))
-    return _closed_answer(decision)
 
 
 def _url_answer(decision: Decision) -> UrlAnswer:

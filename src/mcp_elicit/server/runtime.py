@@ -185,8 +185,13 @@ class Elicitation:
         fallback: Fallback = Fallback.ERROR,
         structured_output: bool | None = None,
     ) -> Callable[[F], F]:
-        """Register a tool whose body takes a `Flow`; the body is written once for every protocol era."""
+        """Register a tool whose body takes a `Flow`; the body is written once for every protocol era.
+
+        `fallback` says what a client that cannot be asked gets (see `Fallback`); `Fallback.WEB` needs
+        `Elicitation(public_base_url=...)` and is refused here without it.
+        """
         server = self._attached()
+        self._check_fallback(fallback)
 
         def register(body: F) -> F:
             entry, run = self._bind(TOOLS_CALL, name, body, fallback)
@@ -226,6 +231,13 @@ class Elicitation:
             return body
 
         return register
+
+    def _check_fallback(self, fallback: Fallback) -> None:
+        if fallback is Fallback.WEB and self._base_url is None:
+            raise ValueError(
+                "Fallback.WEB sends the person to this server's page /elicit/{id} to answer: "
+                "it needs Elicitation(public_base_url=...), the address browsers reach this server at"
+            )
 
     def _attached(self) -> MCPServer:
         if self._server is None:
@@ -292,6 +304,7 @@ class Elicitation:
         fallback: Fallback = Fallback.ERROR,
     ) -> CallToolResult | InputRequiredResult:
         """Run one `tools/call` of a lowlevel `Server` through a `Flow`; the body returns the tool's result."""
+        self._check_fallback(fallback)
         arguments = dict(params.arguments or {})
         answers = arguments.pop(ANSWERS_ARGUMENT, None) if fallback is Fallback.ARGUMENTS else None
         entry = _Entry(TOOLS_CALL, params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
@@ -309,7 +322,7 @@ class Elicitation:
         try:
             return await self._run(entry, call, arguments, answers, pass_arguments=pass_arguments)
         except CannotAsk as cannot:
-            raise _cannot_ask_error(cannot, call.era, entry) from None
+            raise _cannot_ask_error(cannot, call.era, entry, self.decision_url) from None
         except ClientRefused as refused:
             if entry.method == TOOLS_CALL:
                 raise ToolError(str(refused)) from None
@@ -446,15 +459,19 @@ _DESCRIBED = {
 }
 
 
-def _cannot_ask_error(cannot: CannotAsk, era: Era, entry: _Entry) -> Exception:
-    """What the caller sees: the ARGUMENTS fallback's instructions, else what capability is missing.
+def _cannot_ask_error(cannot: CannotAsk, era: Era, entry: _Entry, decision_url: Callable[[str], str]) -> Exception:
+    """What the caller sees: the ARGUMENTS or WEB fallback's instructions, else what capability is missing.
 
+    The fallbacks answer with a tool error on every era, since the call is meant to be made again. Else
     -32021 with `data.requiredCapabilities` on 2026-07-28 and for prompts (which have no error result);
-    a tool error the model can read for tools on the legacy eras.
+    a tool error the model can read for tools on the legacy eras. Sampling and roots have no fallback.
     """
     questions = [u for u in cannot.unaskable if u.decision is not None and u.form is not None]
     if cannot.fallback is Fallback.ARGUMENTS and questions and len(questions) == len(cannot.unaskable):
         return ToolError(_answers_instructions(questions))
+    decisions = [u.decision for u in cannot.unaskable if u.decision is not None]
+    if cannot.fallback is Fallback.WEB and decisions and len(decisions) == len(cannot.unaskable):
+        return ToolError(_web_instructions(decisions, decision_url))
     needs = [need for need in Need if need in cannot.needs]
     described = " and ".join(_DESCRIBED[need] for need in needs)
     if era is Era.MRTR or entry.method != TOOLS_CALL:
@@ -501,6 +518,25 @@ def _answers_instructions(questions: Sequence[Any]) -> str:
         f"This tool needs answers to:\n{listed}\n"
         f"The client cannot show the questions, so resend the same call with the argument "
         f"{ANSWERS_ARGUMENT}={{{keys}}} where each answer follows its JSON schema."
+    )
+
+
+def _web_instructions(decisions: Sequence[Decision], decision_url: Callable[[str], str]) -> str:
+    def where(decision: Decision) -> str:
+        until = decision.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+        return f"answer at {decision_url(decision.elicitation_id)} (open until {until})"
+
+    if len(decisions) == 1:
+        [only] = decisions
+        return (
+            f"This tool needs an answer that this client cannot ask for: {only.message}\n"
+            f"Please {where(only)}, signed in as the user this call runs for, "
+            f"then call this tool again with the same arguments."
+        )
+    listed = "\n".join(f"- {d.message}\n  {where(d)}" for d in decisions)
+    return (
+        f"This tool needs answers that this client cannot ask for:\n{listed}\n"
+        f"Answer them signed in as the user this call runs for, then call this tool again with the same arguments."
     )
 
 

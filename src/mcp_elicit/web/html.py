@@ -21,8 +21,10 @@ HEADERS: Final = {
 
 STYLE: Final = """
 *{box-sizing:border-box}
-body{margin:0;background:#f6f8fa;color:#1f2328;font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
+body{margin:0;padding:0 1rem;background:#f6f8fa;color:#1f2328;
+font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
 main{max-width:34rem;margin:3rem auto;padding:2rem 2.2rem;background:#fff;border:1px solid #d0d7de;border-radius:10px}
+h1,p,.message{overflow-wrap:anywhere}
 h1{font-size:1.35rem;margin:0 0 1rem}
 .brand{margin:0 0 1.2rem;color:#59636e;font-size:.85rem;letter-spacing:.02em}
 .message{white-space:pre-wrap;padding:.8rem 1rem;background:#f6f8fa;border-left:3px solid #0969da;border-radius:4px}
@@ -35,9 +37,22 @@ button.primary{background:#1f883d;border-color:#1a7f37;color:#fff}
 label{display:block;font-weight:600;margin:1rem 0 .3rem}
 input[type=password],input[type=text]{width:100%;padding:.5rem .6rem;font:inherit;
 border:1px solid #d0d7de;border-radius:6px}
+input:focus{outline:3px solid #a8ccf7;border-color:#0969da}
+button:focus-visible{outline:2px solid #0969da;outline-offset:1px}
 .error{padding:.7rem .9rem;background:#ffebe9;border:1px solid #ff8182;border-radius:6px;color:#82071e}
 .ok{padding:.7rem .9rem;background:#dafbe1;border:1px solid #4ac26b;border-radius:6px;color:#116329}
 .muted{color:#59636e;font-size:.9rem}
+@media (max-width:30rem){main{margin:1rem auto;padding:1.4rem 1.2rem}}
+.field{margin:1.1rem 0;padding:0;border:0;min-width:0}
+.field label,.field legend{display:block;font-weight:600;margin:0 0 .3rem;padding:0}
+.field input[type=email],.field input[type=url],.field input[type=number],.field input[type=date],
+.field input[type=datetime-local],.field select{width:100%;padding:.5rem .6rem;font:inherit;
+border:1px solid #d0d7de;border-radius:6px;background:#fff}
+.field label.check{display:flex;gap:.5rem;align-items:baseline;font-weight:400;margin:.25rem 0}
+.hint{margin:0 0 .35rem;color:#59636e;font-size:.9rem}
+.req{color:#59636e;font-weight:400;font-size:.85rem}
+.field-error{margin:.3rem 0 0;color:#82071e;font-size:.9rem;font-weight:600}
+.field [aria-invalid=true],.field[aria-invalid=true] input{border-color:#cf222e}
 """
 
 

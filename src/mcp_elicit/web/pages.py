@@ -1,4 +1,9 @@
-"""The server's own pages for URL decisions: `/elicit/{id}`, the OAuth callback and the API-key form.
+"""The server's own decision pages: `/elicit/{id}`, the OAuth callback, the API-key form and the form page.
+
+A URL decision's page runs its external flow (third-party OAuth, API key). A form decision's page is the
+`Fallback.WEB` way to answer a question the MCP client cannot show: the form built from the decision's
+requested schema (see `mcp_elicit.web.formpage`), with Submit, Decline and Cancel; a valid answer is
+recorded as `accepted` with its content, an invalid one is shown back with its problems and recorded never.
 
 Guarantees: nothing happens before the browser user is signed in with the authorization server that issues
 the MCP tokens and is the decision's principal; a different user gets a refusal page, the attempt is
@@ -22,21 +27,24 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import Protocol
 
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2.rfc6749.errors import OAuth2Error
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from httpx import HTTPError
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Operator
+from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
+from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, posted_values, read_answer, render
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.vault import Vault
 
@@ -97,6 +105,7 @@ class UrlPages:
             Route("/elicit/{elicitation_id}/continue", self.proceed, methods=["POST"]),
             Route("/elicit/{elicitation_id}/cancel", self.cancel, methods=["POST"]),
             Route("/elicit/{elicitation_id}/key", self.submit_key, methods=["POST"]),
+            Route("/elicit/{elicitation_id}/answer", self.answer, methods=["POST"]),
         ]
 
     # -- the decision page -----------------------------------------------------------------------------
@@ -108,6 +117,10 @@ class UrlPages:
         decision = self._own_decision(request, principal)
         if isinstance(decision, Response):
             return decision
+        if decision.mode is Mode.FORM:
+            if decision.is_terminal or self._overdue(decision):
+                return self._form_outcome(decision)
+            return self._form_page(decision, principal)
         if decision.is_terminal:
             return self._outcome(decision)
         operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
@@ -144,7 +157,7 @@ class UrlPages:
             return checked
         principal, decision, _ = checked
         flow = self._flows.get(decision.key)
-        if flow is None:
+        if flow is None or decision.mode is not Mode.URL:
             return self._message("This step cannot be done here", "The server has no page for it.", 404)
         user = BrowserUser(principal)
         try:
@@ -175,6 +188,129 @@ class UrlPages:
             )
         except (DecisionConflict, DecisionExpired) as lost:
             decision = lost.current
+        return self._outcome(decision)
+
+    # -- form decisions ------------------------------------------------------------------------------
+
+    def _form_page(
+        self,
+        decision: Decision,
+        principal: str,
+        *,
+        values: Mapping[str, list[str]] | None = None,
+        problems: Mapping[str, list[str]] | None = None,
+    ) -> Response:
+        try:
+            fields = fields_of(decision.requested_schema)
+        except UnsupportedSchema as unsupported:
+            log.warning("decision %s cannot be answered on the page: %s", decision.elicitation_id, unsupported)
+            return self._message(
+                "This question cannot be answered here", "Answer it in an app that can show the question.", 409
+            )
+        operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
+        token = self._csrf(decision.elicitation_id, principal)
+        problems = problems or {}
+        notice = ""
+        if problems:
+            general = "".join(f"<br>{text(p)}" for p in problems.get("", ()))
+            notice = (
+                f'<div class="error" role="alert">Some answers need another look; nothing was recorded.{general}</div>'
+            )
+        body = f"""
+<h1>{text(self._title)} needs your answer</h1>
+<div class="message">{text(decision.message)}</div>
+<dl>
+<dt>Server</dt><dd>{text(self._title)}</dd>
+<dt>Tool</dt><dd>{text(operation.target)}</dd>
+<dt>For</dt><dd>{text(_who(principal))}</dd>
+<dt>Until</dt><dd>{text(decision.expires_at.strftime("%Y-%m-%d %H:%M UTC"))}</dd>
+</dl>
+{notice}
+<form method="post" action="/elicit/{text(decision.elicitation_id)}/answer">
+<input type="hidden" name="csrf" value="{text(token)}">
+{render(fields, values=values, errors=problems)}
+<div class="actions">
+<button class="primary" type="submit" name="action" value="accept">Submit</button>
+<button type="submit" name="action" value="decline" formnovalidate>Decline</button>
+<button type="submit" name="action" value="cancel" formnovalidate>Cancel</button>
+</div>
+</form>
+<p class="muted">Decline answers no to this request; Cancel dismisses it without an answer. Either way,
+{text(operation.target)} learns which you chose and nothing else.</p>"""
+        return page(f"{self._title}: a question for you", body, server=self._title, status=400 if problems else 200)
+
+    async def answer(self, request: Request) -> Response:
+        checked = await self._checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        principal, decision, form = checked
+        if decision.mode is not Mode.FORM:
+            return self._message("This step has no form", "Open the link from your assistant again.", 404)
+        if decision.is_terminal or self._overdue(decision):
+            return self._form_outcome(decision)
+        action = form.get("action")
+        user = BrowserUser(principal)
+        try:
+            if action == "decline":
+                decision = self._store.transition(
+                    decision, DecisionStatus.DECLINED, caller=user, reason="declined on the page"
+                )
+            elif action == "cancel":
+                decision = self._store.transition(
+                    decision, DecisionStatus.CANCELLED, caller=user, reason="cancelled on the page"
+                )
+            elif action == "accept":
+                try:
+                    fields = fields_of(decision.requested_schema)
+                except UnsupportedSchema:
+                    return self._form_page(decision, principal)
+                values = posted_values(fields, form.getlist)
+                content, problems = read_answer(fields, decision.requested_schema or {}, values)
+                if problems:
+                    fitless = ", ".join(sorted(problems))
+                    log.info("decision %s: an answer on the page did not fit (%s)", decision.elicitation_id, fitless)
+                    return self._form_page(decision, principal, values=values, problems=problems)
+                decision = self._store.transition(
+                    decision, DecisionStatus.ACCEPTED, caller=user, content=content, reason="answered on the page"
+                )
+            else:
+                return self._message("This form was not sent whole", "Reload the page and try again.", 400)
+        except DecisionExpired as expired:
+            return self._outcome(expired.current)
+        except DecisionConflict as moved:
+            return self._form_outcome(moved.current)
+        return self._form_outcome(decision, just_now=True)
+
+    def _overdue(self, decision: Decision) -> bool:
+        return decision.is_overdue(datetime.fromtimestamp(self._clock(), UTC))
+
+    def _form_outcome(self, decision: Decision, *, just_now: bool = False) -> Response:
+        status = decision.status
+        if not decision.is_terminal and self._overdue(decision):
+            status = DecisionStatus.EXPIRED
+        if status is DecisionStatus.ACCEPTED and just_now:
+            return self._message(
+                "Done",
+                "Your answer was recorded. Go back to your assistant and ask it to try again: "
+                "it continues with your answer.",
+                200,
+                ok=True,
+            )
+        if status is DecisionStatus.DECLINED:
+            return self._message(
+                "Declined", "The tool learns that you said no. You can close this page.", 200 if just_now else 409
+            )
+        if status is DecisionStatus.CANCELLED:
+            return self._message(
+                "Cancelled", "The question was dismissed without an answer. You can close this page.",
+                200 if just_now else 409,
+            )  # fmt: skip
+        if status is DecisionStatus.EXPIRED:
+            return self._message(
+                "This question has expired",
+                "It was only open for a limited time. Nothing was recorded; ask your assistant again.",
+                410,
+            )
         return self._outcome(decision)
 
     # -- API key -------------------------------------------------------------------------------------
@@ -324,7 +460,7 @@ class UrlPages:
         log.warning("decision %s: %s", elicitation_id, reason)
         return True
 
-    async def _checked_post(self, request: Request) -> tuple[str, Decision, Mapping[str, Any]] | Response:
+    async def _checked_post(self, request: Request) -> tuple[str, Decision, FormData] | Response:
         principal = self._sign_in.principal_of(request)
         if principal is None:
             return self._sign_in.sign_in_redirect(request)
