@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -36,11 +37,15 @@ def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
 
 
 def complete(elicitation: Elicitation) -> None:
+    complete_as(elicitation, LOCAL)
+
+
+def complete_as(elicitation: Elicitation, owner: Principal) -> None:
     store = elicitation.store
     [decision] = store.list_decisions(Operator())
-    consented = store.transition(decision, DecisionStatus.ACCEPTED_URL, caller=LOCAL, reason="page opened")
-    pending = store.transition(consented, DecisionStatus.EXTERNAL_PENDING, caller=LOCAL)
-    store.transition(pending, DecisionStatus.EXTERNAL_COMPLETED, caller=LOCAL, reason="provider callback")
+    consented = store.transition(decision, DecisionStatus.ACCEPTED_URL, caller=owner, reason="page opened")
+    pending = store.transition(consented, DecisionStatus.EXTERNAL_PENDING, caller=owner)
+    store.transition(pending, DecisionStatus.EXTERNAL_COMPLETED, caller=owner, reason="provider callback")
 
 
 async def test_legacy_non_blocking_url_answers_32042_then_a_manual_retry_completes(elicitation: Elicitation) -> None:
@@ -194,3 +199,32 @@ async def test_lowlevel_server_runs_the_same_flow(store_url: str) -> None:
         assert refused.is_error
     finally:
         runtime.close()
+
+
+async def test_legacy_32042_client_is_notified_on_its_session_when_the_flow_completes(
+    raw_server: tuple[Elicitation, str],
+) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_types import ElicitCompleteNotification
+
+    runtime, url = raw_server
+    notified: list[str] = []
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, ElicitCompleteNotification):
+            notified.append(message.params.elicitation_id)
+
+    async with httpx2.AsyncClient(timeout=30) as http, Client(
+        streamable_http_client(url, http_client=http), mode="legacy", elicitation_callback=Person(),
+        message_handler=on_message,
+    ) as client:  # fmt: skip
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("connect_later", {})
+        assert raised.value.code == -32042
+        [decision] = runtime.store.list_decisions(Operator())
+        complete_as(runtime, Principal("loopback-dev", "loopback"))
+        with anyio.fail_after(10):
+            while not notified:
+                await anyio.sleep(0.05)
+        assert notified == [decision.elicitation_id]
+        assert text(await client.call_tool("connect_later", {})) == "connected"

@@ -24,17 +24,78 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
 from pydantic import ValidationError
 
-from mcp_elicit.model import Decision, DecisionStatus, Mode, ResumePolicy
+from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, ResumePolicy
+from mcp_elicit.server._offload import AsyncStore
 from mcp_elicit.server.eras import Declared, Need
 from mcp_elicit.server.flow import A, ClientQuery, ClientRefused, Flow, in_turn
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.waiting import settle
+from mcp_elicit.store import StoreError
 
 log = logging.getLogger(__name__)
 
 MAX_INVALID_ANSWERS = 3
 QUERY_TIMEOUT = timedelta(minutes=5)
 """How long a sampling or roots request on the live call may take before the call gives up on it."""
+
+
+class CompletionNotices:
+    """Sends `notifications/elicitation/complete` to the client that was answered `-32042`, on its session.
+
+    A non-blocking URL decision leaves no call waiting, so this watcher polls the store for the decisions it
+    was told about and notifies each initiating session once its flow completes, whichever instance ran the
+    callback. It is a courtesy: the notification may be lost (the session gone, the process restarted), and
+    the client's manual retry then finds the completed decision all the same.
+    """
+
+    POLL_SECONDS = 0.5
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+        self._watched: dict[str, ServerSession] = {}
+        self._wake = anyio.Event()
+        self._running = False
+
+    def watch(self, elicitation_id: str, session: ServerSession) -> None:
+        self._watched[elicitation_id] = session
+        self._wake.set()
+
+    @property
+    def watching(self) -> int:
+        return len(self._watched)
+
+    async def run(self) -> None:
+        if self._running:
+            return
+        self._running = True
+        try:
+            while True:
+                if not self._watched:
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                await anyio.sleep(self.POLL_SECONDS)
+                await self._check()
+        finally:
+            self._running = False
+
+    async def _check(self) -> None:
+        for elicitation_id, session in list(self._watched.items()):
+            try:
+                decision = await self._store(self._store.sync.get_decision, elicitation_id, _NOTICES)
+            except StoreError as error:
+                log.warning("cannot check decision %s for its completion notice: %s", elicitation_id, error)
+                continue
+            if not decision.is_terminal:
+                continue
+            del self._watched[elicitation_id]
+            if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
+                try:
+                    await session.send_elicit_complete(elicitation_id)
+                except Exception as error:  # the session may be gone; the client's retry still works
+                    log.info("completion notice for %s not delivered: %s", elicitation_id, type(error).__name__)
+
+
+_NOTICES = Operator("completion-notices")
 
 
 class LegacyAsker:
@@ -44,11 +105,13 @@ class LegacyAsker:
         request_id: RequestId | None,
         declared: Declared,
         query_timeout: timedelta = QUERY_TIMEOUT,
+        notices: CompletionNotices | None = None,
     ) -> None:
         self._session = session
         self._request_id = request_id
         self._declared = declared
         self._query_timeout = query_timeout
+        self._notices = notices
 
     def can(self, need: Need) -> bool:
         if not self._session.can_send_request:
@@ -108,6 +171,8 @@ class LegacyAsker:
     async def _ask_url(self, flow: Flow, decision: Decision) -> Decision:
         assert decision.url is not None
         if decision.resume_policy is not ResumePolicy.AUTO:
+            if self._notices is not None:
+                self._notices.watch(decision.elicitation_id, self._session)
             raise UrlElicitationRequiredError(
                 [
                     ElicitRequestURLParams(

@@ -16,12 +16,14 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
+import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -60,7 +62,7 @@ from mcp_elicit.server.eras import Declared, Era, Need, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import A, Asker, CannotAsk, ClientQuery, ClientRefused, Flow, in_turn
 from mcp_elicit.server.identity import IdentityPolicy
-from mcp_elicit.server.legacy import LegacyAsker
+from mcp_elicit.server.legacy import CompletionNotices, LegacyAsker
 from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, Suspend, input_required
 from mcp_elicit.server.state import RoundState, refused
 from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
@@ -159,13 +161,40 @@ class Elicitation:
         self.long_poll = long_poll
         self._clock = clock
         self._server: MCPServer | None = None
+        self._notices = CompletionNotices(self._async_store)
 
     # -- installing -------------------------------------------------------------------------------
 
     def server(self, name: str, **kwargs: Any) -> MCPServer:
-        """An `MCPServer` whose requestState boundary uses this key ring; tools registered here land on it."""
-        self._server = MCPServer(name, request_state_security=self.request_state_security, **kwargs)
+        """An `MCPServer` whose requestState boundary uses this key ring; tools registered here land on it.
+
+        Its lifespan also runs the watcher that tells legacy clients answered `-32042` when their flow is done.
+        """
+        self._server = MCPServer(
+            name,
+            request_state_security=self.request_state_security,
+            lifespan=self._lifespan(kwargs.pop("lifespan", None)),
+            **kwargs,
+        )
         return self._server
+
+    def _lifespan(self, inner: Callable[[Any], AbstractAsyncContextManager[Any]] | None) -> Callable[[Any], Any]:
+        notices = self._notices
+
+        @asynccontextmanager
+        async def lifespan(server: Any) -> AsyncIterator[Any]:
+            async with anyio.create_task_group() as group:
+                group.start_soon(notices.run)
+                try:
+                    if inner is None:
+                        yield {}
+                    else:
+                        async with inner(server) as state:
+                            yield state
+                finally:
+                    group.cancel_scope.cancel()
+
+        return lifespan
 
     def attach(self, server: MCPServer) -> None:
         """Use a server built elsewhere; it must have been given `request_state_security=` from here."""
@@ -392,7 +421,7 @@ class Elicitation:
         if era is Era.MRTR:
             return MrtrAsker(declared, context.input_responses, asked, self.long_poll)
         if era is Era.LEGACY:
-            return LegacyAsker(context.request.session, context.request.request_id, declared)
+            return LegacyAsker(context.request.session, context.request.request_id, declared, notices=self._notices)
         return _CannotAskAnything()
 
     async def _resumed(self, principal: Principal, state: RoundState, entry: _Entry, digest: str) -> Operation | None:
