@@ -126,6 +126,12 @@ class ClientRefused(Exception):
     """The client answered a sampling or roots request with an error, or not in time; nothing was recorded."""
 
 
+class Waker(Protocol):
+    """Ends a wait on a decision early when the store reports that it moved."""
+
+    async def wait(self, elicitation_id: str, seconds: float) -> None: ...
+
+
 class Asker(Protocol):
     """One per era: puts open decisions in front of the person, queries the client, records what came back."""
 
@@ -176,8 +182,10 @@ class Flow:
         decision_url: Callable[[str], str] | None,
         fallback: Fallback,
         argument_answers: dict[str, Any] | None,
+        wakeups: Waker | None = None,
     ) -> None:
         self.operation = operation
+        self.wakeups = wakeups
         self.principal = principal
         self._store = store
         self._asker = asker

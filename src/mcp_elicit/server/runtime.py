@@ -13,6 +13,7 @@ own operation; journaled steps stay single within each, and their idempotency ke
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -24,6 +25,7 @@ from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
 import anyio
+from anyio.abc import TaskGroup
 from mcp.server import Server, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -65,7 +67,9 @@ from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.legacy import CompletionNotices, LegacyAsker
 from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, Suspend, input_required
 from mcp_elicit.server.state import RoundState, refused
+from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
+from mcp_elicit.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +166,8 @@ class Elicitation:
         self._clock = clock
         self._server: MCPServer | None = None
         self._notices = CompletionNotices(self._async_store)
+        self._wakeups = Wakeups()
+        self._listening = False
 
     # -- installing -------------------------------------------------------------------------------
 
@@ -185,6 +191,7 @@ class Elicitation:
         async def lifespan(server: Any) -> AsyncIterator[Any]:
             async with anyio.create_task_group() as group:
                 group.start_soon(notices.run)
+                self._listen_for_changes(group)
                 try:
                     if inner is None:
                         yield {}
@@ -315,6 +322,21 @@ class Elicitation:
         run.__doc__ = body.__doc__
         return entry, run
 
+    def _listen_for_changes(self, group: TaskGroup) -> None:
+        """Wake URL waiters on every move of their decision: from this process, and from other instances."""
+        if self._listening:
+            return
+        self._listening = True
+        loop = asyncio.get_running_loop()
+        wakeups = self._wakeups
+
+        def from_any_thread(elicitation_id: str) -> None:
+            loop.call_soon_threadsafe(wakeups.changed, elicitation_id)
+
+        self.store.add_change_listener(from_any_thread)
+        if isinstance(self.store, PostgresStore):
+            group.start_soon(self.store.listen, wakeups.changed)
+
     def close(self) -> None:
         self.store.close()
 
@@ -398,6 +420,7 @@ class Elicitation:
             decision_url=self.decision_url if self._base_url else None,
             fallback=entry.fallback,
             argument_answers=answers if isinstance(answers, dict) else None,
+            wakeups=self._wakeups,
         )
         try:
             result = await entry.body(**{entry.flow_parameter: flow}, **(arguments if pass_arguments else {}))

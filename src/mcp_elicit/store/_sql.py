@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -114,6 +114,7 @@ class SQLStore(ABC):
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
+        self._change_listeners: list[Callable[[str], None]] = []
 
     # -- what an engine supplies -------------------------------------------------------------
 
@@ -469,26 +470,48 @@ class SQLStore(ABC):
                     tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
                     details, now,
                 )  # fmt: skip
-                return replace(
+                if snapshot.mode is Mode.URL:
+                    self._announce(tx, snapshot.elicitation_id)
+                moved = replace(
                     snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
                     expires_at=new_expiry,
                 )  # fmt: skip
-            current = self._select_decision(tx, snapshot.elicitation_id, caller)
-            if current is None:
-                raise NotFound(f"no decision {snapshot.elicitation_id}")
-            if current.is_overdue(now):
-                self._expire_decisions(tx, [(current.elicitation_id, current.status, current.completion_version)],
-                                       now, f"late {to} after the TTL")  # fmt: skip
-                expired = replace(
-                    current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
-                    updated_at=now,
-                )  # fmt: skip
-                failure = DecisionExpired(expired, to)
-            elif current.status is DecisionStatus.EXPIRED:
-                failure = DecisionExpired(current, to)
             else:
-                failure = DecisionConflict(current, to)
-        raise failure
+                moved = None
+                failure = self._why_not(tx, snapshot, to, caller, now)
+        if moved is None:
+            raise failure
+        if moved.mode is Mode.URL:
+            for listener in list(self._change_listeners):
+                listener(moved.elicitation_id)
+        return moved
+
+    def add_change_listener(self, listener: Callable[[str], None]) -> None:
+        """Called with a URL decision's id after each of its transitions made through this store commits."""
+        self._change_listeners.append(listener)
+
+    def _announce(self, tx: Tx, elicitation_id: str) -> None:  # noqa: B027 (engines that cannot, need not)
+        """Tell other processes, inside the transition's transaction, that a URL decision moved."""
+
+    def _why_not(self, tx: Tx, snapshot: Decision, to: DecisionStatus, caller: Caller, now: datetime) -> StoreError:
+        """The error for a lost compare-and-set, expiring an overdue record on the way."""
+        failure: StoreError
+        current = self._select_decision(tx, snapshot.elicitation_id, caller)
+        if current is None:
+            raise NotFound(f"no decision {snapshot.elicitation_id}")
+        if current.is_overdue(now):
+            self._expire_decisions(tx, [(current.elicitation_id, current.status, current.completion_version)],
+                                   now, f"late {to} after the TTL")  # fmt: skip
+            expired = replace(
+                current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
+                updated_at=now,
+            )  # fmt: skip
+            failure = DecisionExpired(expired, to)
+        elif current.status is DecisionStatus.EXPIRED:
+            failure = DecisionExpired(current, to)
+        else:
+            failure = DecisionConflict(current, to)
+        return failure
 
     def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
         with self._write() as tx:

@@ -13,11 +13,12 @@ tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import anyio
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
@@ -41,6 +42,7 @@ from mcp_elicit.store.protocol import Clock
 
 log = logging.getLogger(__name__)
 
+CHANGES_CHANNEL = "elicit_decisions"
 _MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our migrations" to pg_advisory_lock
 
 
@@ -84,6 +86,7 @@ class PostgresStore(SQLStore):
     ) -> None:
         super().__init__(clock)
         self._display = describe(conninfo)
+        self._conninfo = conninfo
         try:
             conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as error:
@@ -159,6 +162,28 @@ class PostgresStore(SQLStore):
             f" jsonb_build_object('version', {version}), %s FROM moved",
             (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
         ).rowcount
+
+    def _announce(self, tx: Tx, elicitation_id: str) -> None:
+        tx.execute("SELECT pg_notify(%s, %s)", (CHANGES_CHANNEL, elicitation_id))
+
+    async def listen(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(elicitation_id)` for every URL decision any instance moves, until cancelled.
+
+        LISTEN/NOTIFY only hurries waiters along: a notice lost while reconnecting is covered by their polls.
+        """
+        pause = 0.5
+        while True:
+            try:
+                connection = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                async with connection:
+                    await connection.execute(f"LISTEN {CHANGES_CHANNEL}")
+                    pause = 0.5
+                    async for notice in connection.notifies():
+                        on_change(notice.payload)
+            except psycopg.Error as error:
+                log.warning("listening on %s stopped (%s); retrying", self._display, type(error).__name__)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 30.0)
 
     def _to_time(self, value: datetime) -> object:
         return value

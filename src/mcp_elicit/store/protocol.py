@@ -138,6 +138,10 @@ class Store(Protocol):
         """Record an event about a decision that changes nothing (a wrong user at its page, say)."""
         ...
 
+    def add_change_listener(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(elicitation_id)`, from the committing thread, after each URL decision move made here."""
+        ...
+
     def sweep_expired(self) -> SweepResult:
         """Expire every overdue waiting decision and open operation, and purge spent token entries."""
         ...
