@@ -10,10 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -44,6 +45,7 @@ class Deployment:
     public: str
     provider: str
     store_url: str
+    logs: list[Path] = field(default_factory=list)
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
@@ -59,6 +61,11 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def processes(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
+    with ExitStack() as sinks:
+        yield from _processes(store_url, tmp_path, sinks)
+
+
+def _processes(store_url: str, tmp_path: Path, sinks: ExitStack) -> Iterator[Deployment]:
     port_a, port_b, port_p = free_port(), free_port(), free_port()
     public = f"http://127.0.0.1:{port_b}"
     env = {
@@ -77,6 +84,7 @@ def processes(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
              "--client-id", "elicit-reference", "--redirect-uri", f"{public}/elicit/callback",
              "--user", "alice:wonderland:Alice Liddell", "--log-level", "warning"],
             env=env,
+            stderr=sinks.enter_context((tmp_path / "provider.log").open("wb")),
         ),
     ]  # fmt: skip
     for port in (port_a, port_b):
@@ -85,12 +93,14 @@ def processes(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
                 [sys.executable, "-m", "mcp_elicit", "serve", "--transport", "http", "--port", str(port),
                  "--public-url", public, "--store", store_url, "--workspace", str(tmp_path / "workspace")],
                 env=env,
+                stderr=sinks.enter_context((tmp_path / f"serve-{port}.log").open("wb")),
             )
         )  # fmt: skip
     try:
         for port, process in zip((port_p, port_a, port_b), started, strict=True):
             wait_for_port(port, process)
-        yield Deployment(f"http://127.0.0.1:{port_a}", public, public, f"http://127.0.0.1:{port_p}", store_url)
+        logs = [tmp_path / "provider.log", tmp_path / f"serve-{port_a}.log", tmp_path / f"serve-{port_b}.log"]
+        yield Deployment(f"http://127.0.0.1:{port_a}", public, public, f"http://127.0.0.1:{port_p}", store_url, logs)
     finally:
         for process in started:
             process.kill()
@@ -205,3 +215,58 @@ async def test_legacy_waiting_call_on_a_resumes_when_the_callback_lands_on_b(dep
             await anyio.sleep(0.2)
     assert text(results[0]) == "Connected as alice (Alice Liddell)."
     assert notified == [urls[0].rsplit("/", 1)[-1]]
+
+
+async def test_a_canary_api_key_never_reaches_mcp_messages_results_logs_or_audit(deployment: Deployment) -> None:
+    canary = "canary-" + base64.b16encode(os.urandom(8)).decode()
+    wire: list[bytes] = []
+
+    async def record_request(request: httpx2.Request) -> None:
+        wire.append(request.content)
+
+    async def record_response(response: httpx2.Response) -> None:
+        wire.append(await response.aread())
+
+    async with httpx2.AsyncClient(timeout=30) as browser:
+        registration = await registered(deployment.public)
+        verifier, challenge = pkce()
+        code = await code_for(browser, deployment.public, registration, challenge)
+        token = (await redeem(deployment.public, registration, code, verifier)).json()["access_token"]
+        hooks: dict[str, list[Callable[..., Any]]] = {"request": [record_request], "response": [record_response]}
+        async with httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=60, event_hooks=hooks
+        ) as http, Client(
+            streamable_http_client(f"{deployment.a}/mcp", http_client=http), mode="2026-07-28",
+            elicitation_callback=Person(),
+        ) as client:  # fmt: skip
+            first = await client.session.call_tool("set_api_key", {}, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult) and first.input_requests is not None
+            url = first.input_requests["set_api_key"].params.url  # type: ignore[union-attr]
+            page = await browser.get(url)
+            csrf = re.search(r'name="csrf" value="([^"]*)"', page.text)
+            assert csrf is not None
+            form = await browser.post(url + "/continue", data={"csrf": csrf.group(1)})
+            key_csrf = re.search(r'name="csrf" value="([^"]*)"', form.text)
+            assert key_csrf is not None
+            done = await browser.post(url + "/key", data={"csrf": key_csrf.group(1), "api_key": canary})
+            assert "Done" in done.text
+            result = await client.session.call_tool(
+                "set_api_key", {}, input_responses={"set_api_key": ElicitResult(action="accept")},
+                request_state=first.request_state, allow_input_required=True,
+            )  # fmt: skip
+    assert isinstance(result, CallToolResult)
+    assert text(result) == "Your Example API key is stored on the server."
+    assert len(wire) >= 4 and any(b"set_api_key" in message for message in wire)
+    assert not any(canary.encode() in message for message in wire)
+    assert canary not in result.model_dump_json()
+    for log in deployment.logs:
+        assert canary.encode() not in log.read_bytes(), log.name
+    store = open_store(deployment.store_url)
+    try:
+        [decision] = store.list_decisions(Operator())
+        trail = store.audit_trail(decision.elicitation_id, Operator())
+        assert trail and all(canary not in f"{e.reason} {e.details} {e.actor}" for e in trail)
+        vaulted = store.vault_get(f"{deployment.public}#alice", "example-api-key")
+        assert vaulted is not None and canary.encode() not in vaulted.sealed
+    finally:
+        store.close()
