@@ -16,6 +16,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -156,26 +157,48 @@ class SQLiteStore(SQLStore):
         try:
             connection = self._connect()
             self._local.connection = connection
-            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "elicit_schema" not in tables:
-                raise StoreCorrupt(
-                    f"{self._path} is a SQLite database of another application (tables: "
-                    f"{', '.join(sorted(tables)[:5])}); refusing to write to it"
-                )
-            found = self._stored_version(connection) if tables else 0
-            if found > _schema.LATEST_VERSION:
-                raise SchemaTooNew(found, _schema.LATEST_VERSION, str(self._path))
-            if found < _schema.LATEST_VERSION:
-                if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-                    log.warning("%s: WAL journal mode unavailable; falling back to the default", self._path)
-                self._migrate(connection)
-            return _schema.LATEST_VERSION
+            return self._settle_schema(connection)
         except sqlite3.Error as error:
             self.close()
             raise _translate(error, self._path) from None
         except StoreError:
             self.close()
             raise
+
+    def _settle_schema(self, connection: sqlite3.Connection) -> int:
+        """Check and migrate, again while another process is creating the same new file.
+
+        Switching to WAL needs the file to itself and does not wait for the busy handler, so two processes
+        opening one fresh file can meet `database is locked`; the later one then finds the schema done.
+        """
+        deadline = time.monotonic() + self._busy_timeout
+        pause = 0.01
+        while True:
+            try:
+                return self._check_and_migrate(connection)
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+
+    def _check_and_migrate(self, connection: sqlite3.Connection) -> int:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "elicit_schema" not in tables:
+            raise StoreCorrupt(
+                f"{self._path} is a SQLite database of another application (tables: "
+                f"{', '.join(sorted(tables)[:5])}); refusing to write to it"
+            )
+        found = self._stored_version(connection) if tables else 0
+        if found > _schema.LATEST_VERSION:
+            raise SchemaTooNew(found, _schema.LATEST_VERSION, str(self._path))
+        if found < _schema.LATEST_VERSION:
+            if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+                log.warning("%s: WAL journal mode unavailable; falling back to the default", self._path)
+            self._migrate(connection)
+        return _schema.LATEST_VERSION
 
     def _stored_version(self, connection: sqlite3.Connection) -> int:
         row = connection.execute("SELECT max(version) FROM elicit_schema").fetchone()
