@@ -285,6 +285,11 @@ def test_expired_and_cancelled_pages(site: Site) -> None:
         )
         assert late.status_code == 410 and "expired" in late.text
         assert "next request starts a new step" in open_page(browser, expiring).text
+        overdue = ask(site, "alice", "connect_account", ttl=timedelta(seconds=1))
+        time.sleep(1.1)
+        unopened = open_page(browser, overdue)
+        assert unopened.status_code == 410 and "Continue" not in unopened.text
+    assert site.store.get_decision(overdue.elicitation_id, Operator()).status is DecisionStatus.EXPIRED
     assert site.store.get_decision(expiring.elicitation_id, Operator()).status is DecisionStatus.EXPIRED
     assert site.store.get_decision(cancelled.elicitation_id, Operator()).status is DecisionStatus.CANCELLED
 

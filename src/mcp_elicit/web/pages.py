@@ -440,9 +440,19 @@ class UrlPages:
     def _own_decision(self, request: Request, principal: str) -> Decision | Response:
         elicitation_id = request.path_params["elicitation_id"]
         try:
-            return self._store.get_decision(elicitation_id, BrowserUser(principal))
+            decision = self._store.get_decision(elicitation_id, BrowserUser(principal))
         except NotFound:
             pass
+        else:
+            if not decision.is_overdue(datetime.now(UTC)):
+                return decision
+            try:
+                self._store.transition(
+                    decision, DecisionStatus.CANCELLED, caller=BrowserUser(principal), reason="opened after the TTL"
+                )
+            except (DecisionConflict, DecisionExpired) as late:
+                return late.current
+            return self._store.get_decision(elicitation_id, BrowserUser(principal))
         if self._audit_stranger(elicitation_id, principal, "opened by another user"):
             return self._message(
                 "This step belongs to another account",
