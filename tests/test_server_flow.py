@@ -203,3 +203,82 @@ async def test_url_decision_waits_for_the_external_flow(
 async def test_url_consent_refused(elicitation: Elicitation, era: str) -> None:
     person = Person([ElicitResult(action="decline")])
     assert text(await call(elicitation, era, person, "connect")) == "declined"
+
+
+async def test_modern_retry_before_completion_gets_a_still_waiting_round(store_url: str, tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from mcp_types import InputRequiredResult, InputResponses
+
+    runtime = Elicitation(
+        open_store(store_url), single_process=True, public_base_url="https://elicit.example",
+        long_poll=timedelta(milliseconds=300),
+    )  # fmt: skip
+    server = runtime.server("waiting-server")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    try:
+        async with Client(server, mode="2026-07-28", elicitation_callback=Person()) as client:
+            first = await client.session.call_tool("connect", {}, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult)
+            consent: InputResponses = {"connect_account": ElicitResult(action="accept")}
+            waiting = await client.session.call_tool(
+                "connect", {}, input_responses=consent, request_state=first.request_state, allow_input_required=True
+            )
+            assert isinstance(waiting, InputRequiredResult)
+            assert waiting.input_requests is None and waiting.request_state is not None
+            [decision] = runtime.store.list_decisions(Operator())
+            assert decision.status is DecisionStatus.ACCEPTED_URL
+            pending = runtime.store.transition(decision, DecisionStatus.EXTERNAL_PENDING, caller=LOCAL)
+            runtime.store.transition(pending, DecisionStatus.EXTERNAL_COMPLETED, caller=LOCAL)
+            done = await client.session.call_tool(
+                "connect", {}, request_state=waiting.request_state, allow_input_required=True
+            )
+        assert isinstance(done, CallToolResult) and text(done) == "connected"
+    finally:
+        runtime.close()
+
+
+async def test_after_an_expired_question_the_next_call_starts_afresh(store_url: str, tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from mcp_types import InputRequiredResult
+
+    from tests.conftest import FakeClock
+
+    clock = FakeClock(datetime.now(UTC))
+    runtime = Elicitation(open_store(store_url, clock=clock), single_process=True, clock=clock)
+    server = runtime.server("expiry-server")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    try:
+        async with Client(server, mode="2026-07-28", elicitation_callback=Person()) as client:
+            first = await client.session.call_tool("approve", {"scope": "prod"}, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult)
+            clock.advance(timedelta(hours=1))
+            late = await client.session.call_tool(
+                "approve",
+                {"scope": "prod"},
+                input_responses={"approve_scope": ElicitResult(action="accept", content={"approve": True})},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(late, CallToolResult) and text(late) == "expired"
+            again = await client.session.call_tool("approve", {"scope": "prod"}, allow_input_required=True)
+            assert isinstance(again, InputRequiredResult)
+        statuses = sorted(d.status.value for d in runtime.store.list_decisions(Operator()))
+        assert statuses == ["expired", "requested"]
+    finally:
+        runtime.close()
+
+
+def test_decision_urls_refuse_anything_but_a_decision_id(tmp_path: Path) -> None:
+    runtime = Elicitation(
+        f"sqlite://{tmp_path / 'urls.db'}", single_process=True, public_base_url="https://elicit.example"
+    )
+    try:
+        good = "0b9d3a4e-3c1f-4a53-9b0e-6f1f2a3b4c5d"
+        assert runtime.decision_url(good) == f"https://elicit.example/elicit/{good}"
+        for bad in (f"{good}?token=s3cret", "../admin", f"{good}#x", good.upper(), "alice@example.com"):
+            with pytest.raises(ValueError, match="only the decision's id"):
+                runtime.decision_url(bad)
+    finally:
+        runtime.close()

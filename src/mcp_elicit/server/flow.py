@@ -196,6 +196,11 @@ class Flow:
         self._argument_answers = argument_answers or {}
         self._keys_used: dict[str, int] = {}
 
+    @property
+    def saw_expiry(self) -> bool:
+        """Whether a question of this operation expired: its result is then not replayed, the next call starts anew."""
+        return any(decision.status is DecisionStatus.EXPIRED for decision in self._decisions.values())
+
     # -- steps --------------------------------------------------------------------------------
 
     def idempotency_key(self, name: str) -> str:

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -208,8 +209,15 @@ class Elicitation:
         self._server = server
 
     def decision_url(self, elicitation_id: str) -> str:
+        """The page of a decision: the server's own origin and the decision's opaque id, nothing else."""
         if self._base_url is None:
             raise RuntimeError("URL decisions need Elicitation(public_base_url=...)")
+        try:
+            canonical = str(uuid.UUID(elicitation_id))
+        except ValueError:
+            raise ValueError("a decision URL carries only the decision's id (a UUID)") from None
+        if canonical != elicitation_id:
+            raise ValueError("a decision URL carries only the decision's id (a UUID)")
         return f"{self._base_url}/elicit/{elicitation_id}"
 
     def tool(
@@ -430,12 +438,11 @@ class Elicitation:
         except ToolError as error:
             await self._finish(operation, principal, OperationStatus.FAILED, None, str(error))
             raise
-        await self._finish(
-            operation,
-            principal,
-            OperationStatus.COMPLETED,
-            cast(JSONValue, entry.result.dump_python(result, mode="json")),
-        )
+        recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
+        if flow.saw_expiry:
+            await self._finish(operation, principal, OperationStatus.FAILED, recorded, "a question expired")
+        else:
+            await self._finish(operation, principal, OperationStatus.COMPLETED, recorded)
         return result
 
     def _asker(self, era: Era, context: Call, asked: dict[str, str]) -> Asker:
