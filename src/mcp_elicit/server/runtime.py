@@ -83,6 +83,7 @@ DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
 CLOCK_SKEW = timedelta(seconds=60)
 _CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
+_ARGUMENTS: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 
 
 class _CannotAskAnything:
@@ -605,7 +606,7 @@ def _idempotency_key(meta: Any) -> str | None:
 
 
 def _jsonable(arguments: dict[str, Any]) -> Any:
-    return TypeAdapter(dict[str, Any]).dump_python(arguments, mode="json")
+    return _ARGUMENTS.dump_python(arguments, mode="json")
 
 
 def _checked_base_url(url: str) -> str:
