@@ -497,11 +497,10 @@ class Elicitation:
         self, operation: Operation, principal: Principal, to: OperationStatus, result: JSONValue, reason: str = ""
     ) -> None:
         store = self._async_store
-        current = await store(store.sync.get_operation, operation.operation_id, principal)
-        if current.status is not OperationStatus.OPEN:
+        if operation.status is not OperationStatus.OPEN:
             return
         try:
-            await store(store.sync.finish_operation, current, to, caller=principal, result=result, reason=reason)
+            await store(store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason)
         except (OperationConflict, OperationExpired) as lost:
             log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
 
