@@ -301,3 +301,15 @@ def test_decision_urls_carry_nothing_but_the_id(site: Site) -> None:
         Elicitation(site.store, single_process=True, public_base_url="http://elicit.example")
     with pytest.raises(ValueError, match=r"credentials|query"):
         Elicitation(site.store, single_process=True, public_base_url="https://u:p@elicit.example")
+
+
+def test_a_late_callback_is_refused_and_stores_nothing(site: Site) -> None:
+    decision = ask(site, "alice", "connect_account", ttl=timedelta(seconds=2))
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        callback = consent_at_provider(browser, start(browser, site, decision).headers["location"], allow=True)
+        time.sleep(2.1)
+        late = browser.get(callback)
+    assert late.status_code == 410 and "expired" in late.text
+    assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.EXPIRED
+    assert site.vault.get(Principal(f"{site.base}#alice", "browser"), "example-token") is None

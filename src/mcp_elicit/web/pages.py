@@ -382,6 +382,13 @@ class UrlPages:
             decision = self._store.get_decision(state.elicitation_id, BrowserUser(principal))
         except NotFound:
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 404)
+        if decision.is_overdue(datetime.now(UTC)):
+            try:
+                self._store.transition(
+                    decision, DecisionStatus.CANCELLED, caller=BrowserUser(principal), reason="callback after the TTL"
+                )
+            except (DecisionConflict, DecisionExpired) as late:
+                return self._outcome(late.current)
         flow = self._flows.get(decision.key)
         first = self._store.consume_token(f"oauth-state:{state.nonce}", expires_at=decision.expires_at)
         if first is Consumption.ALREADY_USED or decision.is_terminal or not isinstance(flow, OAuthConnect):
