@@ -7,6 +7,9 @@ runs apart from the client so the client's own CPU work never shares a GIL with 
 A control tool reports the process's CPU time, so the client can tell server work from waiting even when
 other load on the machine stretches wall times, and starts and stops a `cProfile` of the event-loop thread,
 so the client can profile exactly the calls it chooses.
+
+Logging is set up as a deployed server's would be (warnings and up, to stderr, which the client sends to a
+file): whatever a call logs is part of what it costs.
 """
 
 from __future__ import annotations
@@ -49,9 +52,10 @@ def outcome(n: int, approval: Approval | None) -> str:
 
 
 SDK_SCHEMA = render_elicitation_schema(Approval)
+"""Rendered once, as an author writing the 2026-07-28 round by hand would (`ctx.elicit` renders per call)."""
 
 
-def build(store_url: str) -> tuple[Elicitation, uvicorn.Config]:
+def build(store_url: str, port: int) -> tuple[Elicitation, uvicorn.Config]:
     elicitation = Elicitation(
         open_store(store_url), keys=[b"x" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
     )
@@ -72,8 +76,9 @@ def build(store_url: str) -> tuple[Elicitation, uvicorn.Config]:
             params = ElicitRequestFormParams(message=message(n), requested_schema=SDK_SCHEMA)
             return InputRequiredResult(input_requests={KEY: ElicitRequest(params=params)}, request_state=KEY)
         response = responses.get(KEY)
-        accepted = isinstance(response, ElicitResult) and response.action == "accept"
-        return outcome(n, Approval.model_validate(response.content) if accepted else None)  # type: ignore[union-attr]
+        if isinstance(response, ElicitResult) and response.action == "accept":
+            return outcome(n, Approval.model_validate(response.content))
+        return outcome(n, None)
 
     @elicitation.tool(name=ELICIT_TOOL)
     async def elicit_ask(flow: Flow, n: int) -> str:
@@ -98,7 +103,7 @@ def build(store_url: str) -> tuple[Elicitation, uvicorn.Config]:
         return f"wrote {path}"
 
     config = uvicorn.Config(
-        server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
+        server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
     )
     return elicitation, config
 
@@ -112,8 +117,7 @@ def main() -> None:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    elicitation, config = build(args.store)
-    config.port = args.port
+    elicitation, config = build(args.store, args.port)
     try:
         uvicorn.Server(config).run()
     finally:

@@ -397,7 +397,7 @@ def print_profiles(outcomes: list[Outcome], settings: Settings, top: int) -> Non
         busy = {side: busy_time(stats[side]) / calls * 1e6 for side in SIDES}
         print(
             f"  {o.backend:<8} {o.era:<10}  busy: sdk {busy[SDK]:,.0f}  mcp-elicit {busy[ELICIT]:,.0f}"
-            f"  (+{busy[ELICIT] - busy[SDK]:,.0f})"
+            f"  ({busy[ELICIT] - busy[SDK]:+,.0f})"
         )
         for name, cumulative in hot_spots(stats[ELICIT], top):
             print(f"    {cumulative / calls * 1e6:>8,.0f}  {name}")
