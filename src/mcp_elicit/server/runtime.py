@@ -397,6 +397,7 @@ class Elicitation:
         store = self._async_store
         asked: dict[str, str] = {}
         operation: Operation | None = None
+        fresh = False
         if era is Era.MRTR and context.request_state is not None:
             state = RoundState.decode(context.request_state)
             spent = await store(
@@ -409,15 +410,15 @@ class Elicitation:
             asked = state.asked
         if operation is None:
             attached = await self._attach(principal, entry, digest, _idempotency_key(context.request.meta))
-            if not isinstance(attached, Operation):
+            if isinstance(attached, _Recorded):
                 return attached.value
-            operation = attached
-        decisions = {
-            d.key: d
-            for d in reversed(
-                await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
-            )
-        }
+            fresh = isinstance(attached, _Fresh)
+            operation = attached.operation if isinstance(attached, _Fresh) else attached
+        if fresh:
+            decisions: dict[str, Decision] = {}
+        else:
+            listed = await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
+            decisions = {d.key: d for d in reversed(listed)}
         asker = self._asker(era, context, asked)
         flow = Flow(
             store=store,
@@ -465,7 +466,9 @@ class Elicitation:
             raise refused()
         return operation if operation.status is OperationStatus.OPEN else None
 
-    async def _attach(self, principal: Principal, entry: _Entry, digest: str, key: str | None) -> Operation | _Recorded:
+    async def _attach(
+        self, principal: Principal, entry: _Entry, digest: str, key: str | None
+    ) -> Operation | _Fresh | _Recorded:
         store = self._async_store
         now = self._clock()
         found = await store(
@@ -491,7 +494,7 @@ class Elicitation:
             ttl=self.operation_ttl,
             idempotency_key=key,
         )
-        return await store(store.sync.create_operation, fresh)
+        return _Fresh(await store(store.sync.create_operation, fresh))
 
     async def _finish(
         self, operation: Operation, principal: Principal, to: OperationStatus, result: JSONValue, reason: str = ""
@@ -503,6 +506,13 @@ class Elicitation:
             await store(store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason)
         except (OperationConflict, OperationExpired) as lost:
             log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fresh:
+    """An operation created for this call: it has no decisions yet, so there is nothing to read back."""
+
+    operation: Operation
 
 
 @dataclass(frozen=True, slots=True)
