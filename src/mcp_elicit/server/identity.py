@@ -4,7 +4,7 @@ Guarantees: over HTTP the principal is the subject (and issuer) of the access to
 together with its OAuth client id, never anything the client says about itself; on stdio it is the
 explicit `LocalIdentity` the server was configured with, because the process owner is the only user.
 Unauthenticated HTTP is refused unless explicitly allowed for loopback development, and then every
-such call shares one documented development principal, with a warning logged.
+such call shares one documented development principal, with a warning logged the first time each host calls.
 
 Does not guarantee: that a token's subject is a person. A service account is a principal like any other.
 """
@@ -12,7 +12,7 @@ Does not guarantee: that a token's subject is a person. A service account is a p
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -32,6 +32,7 @@ class IdentityPolicy:
     """How principals are derived when the transport has no verified access token."""
 
     local_principal: str = "local-user"
+    _warned: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
     allow_unauthenticated_loopback: bool = False
     development_principal: str = "loopback-dev"
 
@@ -49,7 +50,10 @@ class IdentityPolicy:
         client = getattr(request, "client", None)
         host = getattr(client, "host", None)
         if self.allow_unauthenticated_loopback and host in LOOPBACK_HOSTS:
-            log.warning(
+            level = logging.DEBUG if host in self._warned else logging.WARNING
+            self._warned.add(host)
+            log.log(
+                level,
                 "unauthenticated HTTP call from %s bound to the development principal %r",
                 host,
                 self.development_principal,
