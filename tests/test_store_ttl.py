@@ -145,3 +145,14 @@ def test_postgres_sweep_uses_the_partial_expiry_index(pg_schema_url: str, clock:
             )
         )
     assert "elicit_decisions_due" in plan, plan
+
+
+def test_expire_if_overdue_expires_only_past_the_ttl(store: Store, records: Records, clock: FakeClock) -> None:
+    decision = records.url(ttl=timedelta(minutes=5))
+    assert store.expire_if_overdue(decision.elicitation_id, ALICE, reason="looked") == decision
+    clock.advance(timedelta(minutes=5))
+    expired = store.expire_if_overdue(decision.elicitation_id, ALICE, reason="opened after the TTL")
+    assert (expired.status, expired.completion_version) == (D.EXPIRED, 1)
+    assert store.get_decision(decision.elicitation_id, ALICE) == expired
+    last = store.audit_trail(decision.elicitation_id, ALICE)[-1]
+    assert (last.to_status, last.actor, last.reason) == ("expired", "system:clock", "opened after the TTL")

@@ -402,7 +402,12 @@ class Flow:
         """The decision as stored now; an overdue one is expired on the spot (the store's late-signal rule)."""
         current = await self._store(self._store.sync.get_decision, decision.elicitation_id, self.principal)
         if current.is_overdue(self._clock()):
-            return await self.record(current, DecisionStatus.CANCELLED, reason="no answer before the TTL")
+            current = await self._store(
+                self._store.sync.expire_if_overdue,
+                decision.elicitation_id,
+                self.principal,
+                reason="no answer before the TTL",
+            )
         self._decisions[decision.key] = current
         return current
 

@@ -513,6 +513,20 @@ class SQLStore(ABC):
             failure = DecisionConflict(current, to)
         return failure
 
+    def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
+        now = self._clock()
+        with self._write() as tx:
+            current = self._select_decision(tx, elicitation_id, caller)
+            if current is None:
+                raise NotFound(f"no decision {elicitation_id}")
+            if current.is_overdue(now):
+                self._expire_decisions(tx, [(elicitation_id, current.status, current.completion_version)], now, reason)
+                current = replace(
+                    current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
+                    updated_at=now,
+                )  # fmt: skip
+        return current
+
     def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
         with self._write() as tx:
             self._audit(

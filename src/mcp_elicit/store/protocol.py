@@ -134,6 +134,10 @@ class Store(Protocol):
         expires_at: datetime | None = None,
     ) -> Decision: ...
 
+    def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
+        """The decision as it stands, expired on the spot (by the store's clock) when its TTL has passed."""
+        ...
+
     def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
         """Record an event about a decision that changes nothing (a wrong user at its page, say)."""
         ...

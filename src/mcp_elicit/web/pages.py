@@ -383,12 +383,11 @@ class UrlPages:
         except NotFound:
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 404)
         if decision.is_overdue(datetime.now(UTC)):
-            try:
-                self._store.transition(
-                    decision, DecisionStatus.CANCELLED, caller=BrowserUser(principal), reason="callback after the TTL"
-                )
-            except (DecisionConflict, DecisionExpired) as late:
-                return self._outcome(late.current)
+            decision = self._store.expire_if_overdue(
+                decision.elicitation_id, BrowserUser(principal), reason="callback after the TTL"
+            )
+            if decision.is_terminal:
+                return self._outcome(decision)
         flow = self._flows.get(decision.key)
         first = self._store.consume_token(f"oauth-state:{state.nonce}", expires_at=decision.expires_at)
         if first is Consumption.ALREADY_USED or decision.is_terminal or not isinstance(flow, OAuthConnect):
@@ -453,13 +452,7 @@ class UrlPages:
         else:
             if not decision.is_overdue(datetime.now(UTC)):
                 return decision
-            try:
-                self._store.transition(
-                    decision, DecisionStatus.CANCELLED, caller=BrowserUser(principal), reason="opened after the TTL"
-                )
-            except (DecisionConflict, DecisionExpired) as late:
-                return late.current
-            return self._store.get_decision(elicitation_id, BrowserUser(principal))
+            return self._store.expire_if_overdue(elicitation_id, BrowserUser(principal), reason="opened after the TTL")
         if self._audit_stranger(elicitation_id, principal, "opened by another user"):
             return self._message(
                 "This step belongs to another account",
