@@ -52,7 +52,6 @@ from mcp_elicit.model import (
     new_url_decision,
 )
 from mcp_elicit.model.decision import new_elicitation_id
-from mcp_elicit.server._offload import AsyncStore
 from mcp_elicit.server.answers import (
     Accepted,
     Answer,
@@ -67,6 +66,7 @@ from mcp_elicit.server.eras import Need
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer, form_spec
 from mcp_elicit.store import DecisionConflict, DecisionExpired
+from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
 

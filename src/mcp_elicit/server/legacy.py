@@ -25,12 +25,12 @@ from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
 from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, ResumePolicy
-from mcp_elicit.server._offload import AsyncStore
 from mcp_elicit.server.eras import Declared, Need
 from mcp_elicit.server.flow import A, ClientQuery, ClientRefused, Flow, in_turn
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.waiting import settle
 from mcp_elicit.store import StoreError
+from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,6 @@ from mcp_elicit.model import (
     new_operation,
     request_digest,
 )
-from mcp_elicit.server._offload import AsyncStore
 from mcp_elicit.server.eras import Declared, Era, Need, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import A, Asker, CannotAsk, ClientQuery, ClientRefused, Flow, in_turn
@@ -70,6 +69,7 @@ from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, Suspend, input_
 from mcp_elicit.server.state import RoundState, refused
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
+from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)

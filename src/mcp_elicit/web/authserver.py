@@ -68,9 +68,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from html import escape
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import anyio
@@ -98,7 +97,7 @@ from starlette.routing import Route
 
 from mcp_elicit.model import JSONObject
 from mcp_elicit.store import AlreadyExists, Consumption, Store
-from mcp_elicit.store.sqlite import SQLiteStore
+from mcp_elicit.store.offload import AsyncStore
 
 __all__ = [
     "ENV_VAR",
@@ -109,8 +108,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-P = ParamSpec("P")
-R = TypeVar("R")
 
 ENV_VAR = "MCP_ELICIT_USERS"
 SCOPE = "mcp"
@@ -329,9 +326,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         self.issuer = _canonical_issuer(issuer)
         self.users = users
         self.store = store
-        # As the runtime does (`server._offload`, not imported here so `mcp_elicit.web` needs no MCP runtime):
-        # SQLite calls run inline (a local file, microseconds), PostgreSQL calls in a worker thread.
-        self._store_inline = isinstance(store, SQLiteStore)
+        self._async_store = AsyncStore(store)
         self._ring = _key_ring(signing_keys)
         self._by_kid = {key.kid: key for key in self._ring}
         self.access_ttl = int(access_ttl)
@@ -549,11 +544,6 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
     async def _revoke_jti(self, jti: str, until: int) -> None:
         # The ledger entry must outlive the token it refuses: keep it until the token's own expiry.
         await self._async_store(self.store.consume_token, _REVOKED_LEDGER + jti, expires_at=_utc(until))
-
-    async def _async_store(self, function: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if self._store_inline:
-            return function(*args, **kwargs)
-        return await anyio.to_thread.run_sync(partial(function, *args, **kwargs))
 
     # -- JWTs -----------------------------------------------------------------------------------------------
 
