@@ -1,0 +1,81 @@
+"""What a host implements to put an elicitation in front of a person, whatever the protocol era.
+
+The kit calls the handler with what the person must see (which server asks, during which call, the message,
+the form schema or the reviewed URL) and maps the reply onto the wire for the negotiated era. Decline and
+cancel stay distinct end to end: `Decline` is the person's explicit "no", `Cancel` means nobody decided (the
+dialog was closed, no person is there). A handler never invents a decision: a host that cannot ask anyone
+returns `Cancel`, or better declares no elicitation mode at all (`modes` empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias
+
+from mcp_elicit.client.url_review import UrlReview
+
+Mode: TypeAlias = Literal["form", "url"]
+JsonValue: TypeAlias = str | int | float | bool | list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Asker:
+    """Who is asking: the server as it named itself at connection time, and the tool call it asks for."""
+
+    server_name: str
+    server_version: str | None = None
+    server_title: str | None = None
+    tool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FormRequest:
+    asker: Asker
+    message: str
+    requested_schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UrlRequest:
+    asker: Asker
+    message: str
+    review: UrlReview
+    elicitation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Accept a form with its content (validated against the requested schema by the kit before sending)."""
+
+    content: Mapping[str, JsonValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Consent:
+    """Consent to a URL: the kit then opens it in the system browser (never before) and tracks the flow."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decline:
+    """The person explicitly refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Nobody decided: dialog dismissed, Esc/Ctrl-C, or no person available."""
+
+
+FormReply: TypeAlias = Accept | Decline | Cancel
+UrlReply: TypeAlias = Consent | Decline | Cancel
+
+
+class ElicitationHandler(Protocol):
+    """The one interface a host implements. `modes` is what gets declared to servers, on every era."""
+
+    @property
+    def modes(self) -> frozenset[Mode]: ...
+
+    async def form(self, request: FormRequest) -> FormReply: ...
+
+    async def url(self, request: UrlRequest) -> UrlReply: ...
