@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from mcp_elicit.model import (
     Actor,
@@ -52,6 +53,8 @@ from mcp_elicit.store.errors import (
     StoreError,
 )
 from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, SweepResult, VaultRecord
+
+R = TypeVar("R")
 
 CLOCK = System("clock")
 _ID_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
@@ -115,15 +118,62 @@ class SQLStore(ABC):
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._change_listeners: list[Callable[[str], None]] = []
+        self._unit = threading.local()
 
     # -- what an engine supplies -------------------------------------------------------------
 
     @abstractmethod
-    def _write(self) -> AbstractContextManager[Tx]:
+    def _begin(self) -> AbstractContextManager[Tx]:
         """A transaction that takes the write lock (where the engine has one) and commits on success."""
 
     @abstractmethod
-    def _read(self) -> AbstractContextManager[Tx]: ...
+    def _begin_read(self) -> AbstractContextManager[Tx]: ...
+
+    @abstractmethod
+    def _join(self, tx: Tx) -> AbstractContextManager[Tx]:
+        """The open transaction `tx` again, for a store call inside `atomically`: no commit, same error translation."""
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def _write(self) -> AbstractContextManager[Tx]:
+        tx: Tx | None = getattr(self._unit, "tx", None)
+        return self._begin() if tx is None else self._join(tx)
+
+    def _read(self) -> AbstractContextManager[Tx]:
+        tx: Tx | None = getattr(self._unit, "tx", None)
+        return self._begin_read() if tx is None else self._join(tx)
+
+    def atomically(self, work: Callable[[], R]) -> R:
+        """Run `work`'s store calls (on this thread) in one transaction: all of them commit, or none.
+
+        Inside, every call reads what the earlier ones wrote. An exception from `work`, a store error
+        included, rolls everything back. Change listeners hear of URL moves only after the commit.
+        """
+        if getattr(self._unit, "tx", None) is not None:
+            return work()
+        announced: list[str] = []
+        with self._begin() as tx:
+            self._unit.tx = tx
+            self._unit.announced = announced
+            try:
+                result = work()
+            finally:
+                self._unit.tx = None
+                self._unit.announced = None
+        for elicitation_id in announced:
+            self._tell_listeners(elicitation_id)
+        return result
+
+    def _moved(self, elicitation_id: str) -> None:
+        announced: list[str] | None = getattr(self._unit, "announced", None)
+        if announced is not None:
+            announced.append(elicitation_id)
+        else:
+            self._tell_listeners(elicitation_id)
+
+    def _tell_listeners(self, elicitation_id: str) -> None:
+        for listener in list(self._change_listeners):
+            listener(elicitation_id)
 
     @abstractmethod
     def _to_time(self, value: datetime) -> object: ...
@@ -482,8 +532,7 @@ class SQLStore(ABC):
         if moved is None:
             raise failure
         if moved.mode is Mode.URL:
-            for listener in list(self._change_listeners):
-                listener(moved.elicitation_id)
+            self._moved(moved.elicitation_id)
         return moved
 
     def add_change_listener(self, listener: Callable[[str], None]) -> None:

@@ -137,7 +137,7 @@ class PostgresStore(SQLStore):
             connection.close()
 
     @contextmanager
-    def _write(self) -> Iterator[_PostgresTx]:
+    def _begin(self) -> Iterator[Tx]:
         try:
             with self._pool.connection() as connection, connection.cursor() as cursor:
                 yield _PostgresTx(cursor)
@@ -146,7 +146,14 @@ class PostgresStore(SQLStore):
         except PoolTimeout:
             raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
 
-    _read = _write
+    _begin_read = _begin
+
+    @contextmanager
+    def _join(self, tx: Tx) -> Iterator[Tx]:
+        try:
+            yield tx
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
 
     def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
         # One statement: rows another sweeper holds are skipped, never expired or audited twice.

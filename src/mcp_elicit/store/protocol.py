@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from mcp_elicit.model import (
     Actor,
@@ -37,6 +37,8 @@ from mcp_elicit.model import (
 )
 
 Clock = Callable[[], datetime]
+
+R = TypeVar("R")
 
 
 class Consumption(StrEnum):
@@ -78,6 +80,10 @@ class Store(Protocol):
         ...
 
     def schema_version(self) -> int: ...
+
+    def atomically(self, work: Callable[[], R]) -> R:
+        """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
+        ...
 
     def create_operation(self, operation: Operation) -> Operation: ...
 

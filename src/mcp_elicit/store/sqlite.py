@@ -223,13 +223,20 @@ class SQLiteStore(SQLStore):
             raise
         connection.execute("COMMIT")
 
-    def _write(self) -> _WriteTransaction:
+    def _begin(self) -> _WriteTransaction:
         return _WriteTransaction(self._connection(), self._path)
 
     @contextmanager
-    def _read(self) -> Iterator[_SQLiteTx]:
+    def _begin_read(self) -> Iterator[Tx]:
         try:
             yield _SQLiteTx(self._connection())
+        except sqlite3.Error as error:
+            raise _translate(error, self._path) from None
+
+    @contextmanager
+    def _join(self, tx: Tx) -> Iterator[Tx]:
+        try:
+            yield tx
         except sqlite3.Error as error:
             raise _translate(error, self._path) from None
 

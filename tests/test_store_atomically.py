@@ -1,0 +1,144 @@
+"""`Store.atomically`: several store calls, one transaction, on both engines."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from mcp_elicit.model import (
+    Decision,
+    DecisionOrigin,
+    DecisionStatus,
+    Operation,
+    OperationStatus,
+    new_form_decision,
+    new_operation,
+)
+from mcp_elicit.store import AlreadyExists, Consumption, NotFound, Store, open_store
+from tests.conftest import ALICE, FORM_SCHEMA, FakeClock, Records
+
+
+class Boom(Exception):
+    pass
+
+
+def _operation_and_decision(records: Records) -> tuple[Operation, Decision]:
+    operation = new_operation(
+        ALICE, method="tools/call", target="deploy", request_digest="sha256:x", now=records.clock(), ttl=timedelta(1)
+    )
+    decision = new_form_decision(
+        DecisionOrigin(
+            operation_id=operation.operation_id,
+            key="approve",
+            principal=ALICE,
+            origin_method="tools/call",
+            origin_request_digest="sha256:x",
+        ),
+        message="Deploy?",
+        requested_schema=FORM_SCHEMA,
+        now=records.clock(),
+        ttl=timedelta(minutes=10),
+    )
+    return operation, decision
+
+
+def test_all_calls_commit_together_and_later_calls_see_earlier_writes(store: Store, records: Records) -> None:
+    operation, decision = _operation_and_decision(records)
+
+    def work() -> DecisionStatus:
+        store.create_operation(operation)
+        store.create_decision(decision)
+        accepted = store.transition(
+            store.get_decision(decision.elicitation_id, ALICE),
+            DecisionStatus.ACCEPTED,
+            caller=ALICE,
+            content={"approve": True},
+        )
+        store.finish_operation(operation, OperationStatus.COMPLETED, caller=ALICE, result="done")
+        return accepted.status
+
+    assert store.atomically(work) is DecisionStatus.ACCEPTED
+    assert store.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.ACCEPTED
+    assert store.get_operation(operation.operation_id, ALICE).result == "done"
+
+
+def test_an_exception_rolls_every_call_back(store: Store, records: Records) -> None:
+    operation, decision = _operation_and_decision(records)
+
+    def work() -> None:
+        store.create_operation(operation)
+        store.create_decision(decision)
+        store.consume_token("round-1", expires_at=records.clock() + timedelta(minutes=5))
+        raise Boom
+
+    with pytest.raises(Boom):
+        store.atomically(work)
+    with pytest.raises(NotFound):
+        store.get_operation(operation.operation_id, ALICE)
+    assert not store.token_consumed("round-1")
+
+
+def test_a_store_error_inside_rolls_back_what_came_before(store: Store, records: Records) -> None:
+    existing = records.operation()
+    operation, _ = _operation_and_decision(records)
+
+    def work() -> None:
+        store.create_operation(operation)
+        store.create_operation(existing)
+
+    with pytest.raises(AlreadyExists):
+        store.atomically(work)
+    with pytest.raises(NotFound):
+        store.get_operation(operation.operation_id, ALICE)
+    store.create_operation(operation)
+    assert store.consume_token("after", expires_at=records.clock() + timedelta(minutes=5)) is Consumption.FIRST
+
+
+def test_listeners_hear_of_url_moves_after_the_commit_only(store: Store, records: Records) -> None:
+    heard: list[str] = []
+    store.add_change_listener(heard.append)
+    committed, rolled_back = records.url(), records.url()
+
+    def move(decision: Decision, fail: bool) -> None:
+        before = list(heard)
+        store.transition(decision, DecisionStatus.ACCEPTED_URL, caller=ALICE)
+        assert heard == before
+        if fail:
+            raise Boom
+
+    store.atomically(lambda: move(committed, False))
+    assert heard == [committed.elicitation_id]
+    with pytest.raises(Boom):
+        store.atomically(lambda: move(rolled_back, True))
+    assert heard == [committed.elicitation_id]
+    assert store.get_decision(rolled_back.elicitation_id, ALICE).status is DecisionStatus.REQUESTED
+
+
+def test_nested_atomically_joins_the_outer_transaction(store: Store, records: Records) -> None:
+    def inner() -> None:
+        store.consume_token("inner", expires_at=records.clock() + timedelta(minutes=5))
+
+    def outer() -> None:
+        store.atomically(inner)
+        raise Boom
+
+    with pytest.raises(Boom):
+        store.atomically(outer)
+    assert not store.token_consumed("inner")
+
+
+def test_another_store_on_the_same_database_sees_nothing_before_the_commit(store_url: str, clock: FakeClock) -> None:
+    writer, reader = open_store(store_url, clock=clock), open_store(store_url, clock=clock)
+    try:
+
+        def work() -> None:
+            writer.consume_token("pending", expires_at=clock() + timedelta(minutes=5))
+            assert writer.token_consumed("pending")
+            assert not reader.token_consumed("pending")
+
+        writer.atomically(work)
+        assert reader.token_consumed("pending")
+    finally:
+        writer.close()
+        reader.close()
