@@ -282,3 +282,29 @@ def test_decision_urls_refuse_anything_but_a_decision_id(tmp_path: Path) -> None
                 runtime.decision_url(bad)
     finally:
         runtime.close()
+
+
+async def test_an_answer_that_loses_to_an_operator_cancel_runs_the_body_again_on_the_cancel(
+    elicitation: Elicitation, counter: Counter
+) -> None:
+    """The answer is held until the next commit; the operator's cancel landed first, so the apply never runs."""
+
+    def cancel_then_accept(params: object) -> ElicitResult:
+        [asked] = elicitation.store.list_decisions(Operator())
+        elicitation.store.transition(asked, DecisionStatus.CANCELLED, caller=Operator(), reason="operator")
+        return accept(approve=True)
+
+    person = Person([cancel_then_accept])
+    assert text(await call(elicitation, "legacy", person, "approve", scope="prod")) == "cancelled"
+    assert counter.read() == {"plan": 1}
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.CANCELLED
+    [operation] = elicitation.store.find_operations(
+        LOCAL, method="tools/call", target="approve", request_digest=decision.origin_request_digest
+    )
+    assert operation.result == "cancelled"
+    trail = elicitation.store.audit_trail(decision.elicitation_id, Operator())
+    assert [(entry.to_status, entry.reason) for entry in trail] == [
+        ("requested", "requested"),
+        ("cancelled", "operator"),
+    ]

@@ -168,3 +168,71 @@ async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_
     finally:
         for runtime in instances:
             runtime.close()
+
+
+async def test_answers_sent_without_state_are_read_by_key_for_the_questions_asked(
+    elicitation: Elicitation,
+) -> None:
+    """As a stateless server would read them: by key, unknown keys ignored, validated, audited as such."""
+    name = ElicitResult(action="accept", content={"name": "Ada"})
+    extra = ElicitResult(action="accept", content={"foo": "bar"})
+    async with client(elicitation) as c:
+        round_one = await retry(c, "greet_and_book", {}, None, name=name, unknown_extra_key=extra)
+        assert isinstance(round_one, InputRequiredResult)
+        assert round_one.input_requests is not None and list(round_one.input_requests) == ["seats"]
+    decisions = {d.key: d for d in elicitation.store.list_decisions(Operator())}
+    assert decisions["name"].status is DecisionStatus.ACCEPTED
+    assert decisions["name"].content == {"name": "Ada"}
+    reasons = [e.reason for e in elicitation.store.audit_trail(decisions["name"].elicitation_id, Operator())]
+    assert reasons == ["requested", "answered with the request, without a round's state"]
+    assert decisions["seats"].status is DecisionStatus.REQUESTED
+
+
+async def test_an_answer_without_state_for_an_open_question_applies_once(elicitation: Elicitation) -> None:
+    """A call that attaches to its open operation may answer the question an earlier round asked."""
+    async with client(elicitation) as c:
+        await first_round(c, "greet_and_book", {})
+        name = ElicitResult(action="accept", content={"name": "Ada"})
+        again = await retry(c, "greet_and_book", {}, None, name=name)
+        assert isinstance(again, InputRequiredResult)
+        assert again.input_requests is not None and list(again.input_requests) == ["seats"]
+        other = ElicitResult(action="accept", content={"name": "Bob"})
+        seats = ElicitResult(action="accept", content={"seats": 2})
+        done = await retry(c, "greet_and_book", {}, None, name=other, seats=seats)
+    assert isinstance(done, CallToolResult)
+    assert text(done) == "2 seats for Ada"
+
+
+async def test_a_url_consent_without_state_counts_for_nothing(store_url: str, tmp_path: Path) -> None:
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], public_base_url="http://127.0.0.1:9")
+    runtime.server("urls")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    try:
+        async with client(runtime) as c:
+            again = await retry(c, "connect", {}, None, connect_account=ElicitResult(action="accept"))
+        assert isinstance(again, InputRequiredResult)
+        [decision] = runtime.store.list_decisions(Operator())
+        assert decision.status is DecisionStatus.REQUESTED
+    finally:
+        runtime.close()
+
+
+async def test_an_invalid_answer_without_state_asks_again(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        again = await retry(c, "greet_and_book", {}, None, name=ElicitResult(action="accept", content={"name": ""}))
+    assert isinstance(again, InputRequiredResult)
+    assert again.input_requests is not None and list(again.input_requests) == ["name"]
+
+
+async def test_answers_without_state_can_be_turned_off(store_url: str, tmp_path: Path) -> None:
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], answers_without_state=False)
+    runtime.server("strict")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    try:
+        async with client(runtime) as c:
+            name = ElicitResult(action="accept", content={"name": "Ada"})
+            again = await retry(c, "greet_and_book", {}, None, name=name)
+        assert isinstance(again, InputRequiredResult)
+        assert again.input_requests is not None and list(again.input_requests) == ["name"]
+    finally:
+        runtime.close()

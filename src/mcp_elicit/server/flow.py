@@ -20,7 +20,7 @@ import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, cast, get_type_hints, overload
 
@@ -48,6 +48,7 @@ from mcp_elicit.model import (
     Operation,
     Principal,
     ResumePolicy,
+    check_decision_transition,
     new_form_decision,
     new_url_decision,
 )
@@ -65,7 +66,8 @@ from mcp_elicit.server.answers import (
 from mcp_elicit.server.eras import Need
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer, form_spec
-from mcp_elicit.store import DecisionConflict, DecisionExpired
+from mcp_elicit.server.writes import HeldWrites
+from mcp_elicit.store import DecisionConflict, DecisionExpired, JournalEntry
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -183,11 +185,15 @@ class Flow:
         fallback: Fallback,
         argument_answers: dict[str, Any] | None,
         wakeups: Waker | None = None,
+        writes: HeldWrites | None = None,
+        fresh: bool = False,
     ) -> None:
         self.operation = operation
         self.wakeups = wakeups
         self.principal = principal
         self._store = store
+        self._writes = writes or HeldWrites(store)
+        self._fresh = fresh
         self._asker = asker
         self._decisions = decisions
         self._clock = clock
@@ -220,19 +226,16 @@ class Flow:
         if name.startswith(RESERVED_JOURNAL_PREFIX):
             raise ValueError(f"step names starting with {RESERVED_JOURNAL_PREFIX!r} are reserved: got {name!r}")
         adapter: TypeAdapter[Any] = TypeAdapter(returns if returns is not None else _return_type(function))
-        recorded = await self._store(
-            self._store.sync.journal_get, self.operation.operation_id, name, caller=self.principal
-        )
+        recorded = await self._journaled(name)
         if recorded is not None:
             return cast(R, adapter.validate_python(recorded.value))
+        await self.commit()
         if inspect.iscoroutinefunction(function):
             result = await function(*args, **kwargs)
         else:
             result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
         value = cast(JSONValue, adapter.dump_python(result, mode="json"))
-        entry = await self._store(
-            self._store.sync.journal_record, self.operation.operation_id, name, value, caller=self.principal
-        )
+        entry = await self._journal(name, value)
         return cast(R, adapter.validate_python(entry.value))
 
     # -- questions ------------------------------------------------------------------------------
@@ -388,18 +391,42 @@ class Flow:
     async def record(
         self, decision: Decision, to: DecisionStatus, *, content: JSONObject | None = None, reason: str = ""
     ) -> Decision:
-        """Record an outcome by compare-and-set; whoever recorded first wins and everyone reads that."""
-        try:
-            recorded = await self._store(
-                self._store.sync.transition, decision, to, caller=self.principal, content=content, reason=reason
+        """Record an outcome by compare-and-set, held until the call's next commit (see `writes`).
+
+        An overdue decision is settled at once instead: the store's late-signal rule expires it, and the
+        body must see that now. A held outcome that loses its compare-and-set at the commit makes the runtime
+        run the body again, so whoever recorded first wins and every run ends up reading that.
+        """
+        now = self._clock()
+        if decision.is_overdue(now):
+            await self.commit()
+            try:
+                recorded = await self._store(
+                    self._store.sync.transition, decision, to, caller=self.principal, content=content, reason=reason
+                )
+            except (DecisionConflict, DecisionExpired) as lost:
+                recorded = lost.current
+        else:
+            check_decision_transition(decision.mode, decision.status, to)
+            sync, principal = self._store.sync, self.principal
+            self._writes.hold(lambda: sync.transition(decision, to, caller=principal, content=content, reason=reason))
+            recorded = replace(
+                decision,
+                status=to,
+                completion_version=decision.completion_version + 1,
+                content=decision.content if content is None else content,
+                updated_at=now,
             )
-        except (DecisionConflict, DecisionExpired) as lost:
-            recorded = lost.current
         self._decisions[decision.key] = recorded
         return recorded
 
+    async def commit(self) -> None:
+        """Make what this call holds durable now: before anything leaves the process or waits on others."""
+        await self._writes.commit()
+
     async def refresh(self, decision: Decision) -> Decision:
         """The decision as stored now; an overdue one is expired on the spot (the store's late-signal rule)."""
+        await self.commit()
         current = await self._store(self._store.sync.get_decision, decision.elicitation_id, self.principal)
         if current.is_overdue(self._clock()):
             current = await self._store(
@@ -440,21 +467,32 @@ class Flow:
         )
 
     async def _create(self, decision: Decision) -> Decision:
-        created = await self._store(self._store.sync.create_decision, decision)
-        self._decisions[created.key] = created
-        return created
+        sync = self._store.sync
+        self._writes.hold(lambda: sync.create_decision(decision))
+        self._decisions[decision.key] = decision
+        return decision
+
+    async def _journaled(self, name: str) -> JournalEntry | None:
+        if self._fresh:
+            return None
+        await self.commit()
+        sync, operation_id, principal = self._store.sync, self.operation.operation_id, self.principal
+        return await self._store(sync.journal_get, operation_id, name, caller=principal)
+
+    async def _journal(self, name: str, value: JSONValue) -> JournalEntry:
+        sync, operation_id, principal = self._store.sync, self.operation.operation_id, self.principal
+        return await self._writes.commit_with(lambda: sync.journal_record(operation_id, name, value, caller=principal))
 
     async def _query(self, name: str, need: Need, query: ClientQuery, answer: type[A]) -> A:
         journal = f"{RESERVED_JOURNAL_PREFIX}input/{name}"
-        operation_id = self.operation.operation_id
-        recorded = await self._store(self._store.sync.journal_get, operation_id, journal, caller=self.principal)
+        recorded = await self._journaled(journal)
         if recorded is not None:
             return answer.model_validate(recorded.value)
         if not self._asker.can(need):
             raise CannotAsk([Unaskable(name, need)], self._fallback)
         result = await self._asker.query(self, name, query, answer)
         value = cast(JSONValue, result.model_dump(mode="json", by_alias=True, exclude_none=True))
-        entry = await self._store(self._store.sync.journal_record, operation_id, journal, value, caller=self.principal)
+        entry = await self._journal(journal, value)
         return answer.model_validate(entry.value)
 
     async def _put_to_person(self, decision: Decision, form: FormSpec[Any] | None) -> Decision:

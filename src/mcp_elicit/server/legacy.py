@@ -121,6 +121,7 @@ class LegacyAsker:
     async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
         """Send the request on the live call and wait for the client's answer, at most `query_timeout`."""
         what = "sampling" if query.method == "sampling/createMessage" else "roots"
+        await flow.commit()
         metadata = ServerMessageMetadata(related_request_id=self._request_id)
         with anyio.move_on_after(self._query_timeout.total_seconds()):
             try:
@@ -206,6 +207,7 @@ class LegacyAsker:
 
     async def _send(self, flow: Flow, decision: Decision, send: Any) -> ElicitResult | MCPError | None:
         """The client's answer, its error, or None when the TTL ran out first."""
+        await flow.commit()
         remaining = (decision.expires_at - flow.now()).total_seconds()
         if remaining <= 0:
             return None

@@ -3,9 +3,10 @@
 Nothing is pinned in memory between rounds. The round's plaintext state names the operation, what the
 round asked (each decision by its id, each question to the client itself by its method) and a
 single-use nonce; any instance can serve the retry. Answers are applied only for what that round
-asked, and only when valid: a missing, extra or invalid response leaves the decision open (or the
-query unanswered) and asks again, it never completes anything. A URL decision whose flow is still
-running gets a bounded server-side wait, then a state-only round so the client retries without a person.
+asked (or, sent without any round's state, for a form question the request asks), and only when
+valid: a missing, extra or invalid response leaves the decision open (or the query unanswered) and
+asks again, it never completes anything. A URL decision whose flow is still running gets a bounded
+server-side wait, then a state-only round so the client retries without a person.
 `gather` lets every item ask before the round ends, so one round carries them all.
 """
 
@@ -66,20 +67,23 @@ class MrtrAsker:
         responses: Mapping[str, Any] | None,
         asked: Mapping[str, str],
         long_poll: timedelta = DEFAULT_LONG_POLL,
+        *,
+        answers_without_state: bool = False,
     ) -> None:
         self._declared = declared
         self._responses = dict(responses or {})
         self._asked = dict(asked)
         self._long_poll = long_poll
+        self._answers_without_state = answers_without_state
 
     def can(self, need: Need) -> bool:
         return self._declared.allows(need)
 
     async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         note: str | None = None
-        response = self._response_for(decision)
+        response, reason = self._response_for(decision)
         if response is not None:
-            decision, note = await self._apply(flow, decision, form, response)
+            decision, note = await self._apply(flow, decision, form, response, reason)
             if decision.is_terminal:
                 return decision
         if decision.status is DecisionStatus.REQUESTED:
@@ -120,14 +124,27 @@ class MrtrAsker:
             raise Suspend.merged(suspended)
         return results
 
-    def _response_for(self, decision: Decision) -> ElicitResult | None:
-        if self._asked.get(decision.key) != decision.elicitation_id:
-            return None
+    def _response_for(self, decision: Decision) -> tuple[ElicitResult | None, str]:
+        """The response meant for this decision: the one its round asked for, or one sent without a round.
+
+        A request without `requestState` may carry responses keyed like the questions, as a stateless
+        server would read them. They count for a form question this request asks, once (the decision's
+        compare-and-set), validated like any answer. The round's state adds no proof that a person saw
+        the question (a client could always answer without asking anyone); it stops one round's answers
+        from being applied twice, which the compare-and-set does here. A URL consent counts only from a
+        round: it means someone was shown that URL.
+        """
         response = self._responses.get(decision.key)
-        return response if isinstance(response, ElicitResult) else None
+        if not isinstance(response, ElicitResult):
+            return None, ""
+        if self._asked.get(decision.key) == decision.elicitation_id:
+            return response, "answered"
+        if self._answers_without_state and decision.mode is Mode.FORM:
+            return response, "answered with the request, without a round's state"
+        return None, ""
 
     async def _apply(
-        self, flow: Flow, decision: Decision, form: FormSpec[Any] | None, response: ElicitResult
+        self, flow: Flow, decision: Decision, form: FormSpec[Any] | None, response: ElicitResult, reason: str
     ) -> tuple[Decision, str | None]:
         if response.action == "decline":
             return await flow.record(decision, DecisionStatus.DECLINED, reason="client answered decline"), None
@@ -141,7 +158,7 @@ class MrtrAsker:
         except InvalidAnswer as invalid:
             return decision, f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
         content = form.content(answer)
-        return await flow.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered"), None
+        return await flow.record(decision, DecisionStatus.ACCEPTED, content=content, reason=reason), None
 
 
 def _elicitation(decision: Decision, note: str | None) -> Asking:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
@@ -34,6 +35,7 @@ from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
@@ -68,6 +70,7 @@ from mcp_elicit.server.legacy import CompletionNotices, LegacyAsker
 from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, Suspend, input_required
 from mcp_elicit.server.state import RoundState, refused
 from mcp_elicit.server.waiting import Wakeups
+from mcp_elicit.server.writes import HeldWrites, StaleSnapshot
 from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
@@ -81,6 +84,7 @@ TOOLS_CALL = "tools/call"
 PROMPTS_GET = "prompts/get"
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
+MAX_STALE_RUNS = 3
 CLOCK_SKEW = timedelta(seconds=60)
 _CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
 _ARGUMENTS: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
@@ -132,7 +136,14 @@ class _Entry:
 
 
 class Elicitation:
-    """Durable elicitation for one MCP server: its store, its requestState keys, its public base URL."""
+    """Durable elicitation for one MCP server: its store, its requestState keys, its public base URL.
+
+    `answers_without_state` (on by default): on 2026-07-28 a client may send `inputResponses` without any
+    round's `requestState`, keyed like the questions, as a stateless server would expect (the spec asks
+    servers to use what they recognize). Such an answer counts for a form question the request asks,
+    validated like any answer, applied once, audited as given without a round. Turn it off to have
+    every answer come through the round that asked for it.
+    """
 
     def __init__(
         self,
@@ -146,6 +157,7 @@ class Elicitation:
         replay_window: timedelta = DEFAULT_REPLAY_WINDOW,
         operation_ttl: timedelta = DEFAULT_OPERATION_TTL,
         long_poll: timedelta = DEFAULT_LONG_POLL,
+        answers_without_state: bool = True,
         clock: Clock = utc_now,
     ) -> None:
         if keys is None and not single_process:
@@ -165,6 +177,7 @@ class Elicitation:
         self.replay_window = replay_window
         self.operation_ttl = operation_ttl
         self.long_poll = long_poll
+        self.answers_without_state = answers_without_state
         self._clock = clock
         self._server: MCPServer | None = None
         self._notices = CompletionNotices(self._async_store)
@@ -391,26 +404,46 @@ class Elicitation:
     async def _run(
         self, entry: _Entry, context: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
     ) -> Any:
-        era = context.era
         principal = self.identity.principal_for(context.request.request)
         digest = request_digest(entry.method, {"name": entry.name, "arguments": _jsonable(arguments)})
+        state: RoundState | None = None
+        if context.era is Era.MRTR and context.request_state is not None:
+            state = RoundState.decode(context.request_state)
+        for _ in range(MAX_STALE_RUNS):
+            try:
+                return await self._run_once(
+                    entry, context, arguments, answers, principal, digest, state, pass_arguments
+                )
+            except StaleSnapshot as stale:
+                log.info(
+                    "%s %s ran on records that changed meanwhile (%s); running it again", entry.kind, entry.name, stale
+                )
+        raise MCPError(code=INTERNAL_ERROR, message="The records of this call kept changing while it ran; try again")
+
+    async def _run_once(
+        self,
+        entry: _Entry,
+        context: Call,
+        arguments: dict[str, Any],
+        answers: Any,
+        principal: Principal,
+        digest: str,
+        state: RoundState | None,
+        pass_arguments: bool,
+    ) -> Any:
         store = self._async_store
+        writes = HeldWrites(store)
         asked: dict[str, str] = {}
         operation: Operation | None = None
         fresh = False
-        if era is Era.MRTR and context.request_state is not None:
-            state = RoundState.decode(context.request_state)
-            spent = await store(
-                store.sync.consume_token, state.ledger_id, expires_at=self._clock() + self._state_ttl + CLOCK_SKEW
-            )
-            if spent is Consumption.ALREADY_USED:
-                log.warning("requestState round replayed for operation %s", state.operation_id)
-                raise refused()
+        if state is not None:
+            writes.hold(partial(self._spend_round, state))
             operation = await self._resumed(principal, state, entry, digest)
             asked = state.asked
         if operation is None:
-            attached = await self._attach(principal, entry, digest, _idempotency_key(context.request.meta))
+            attached = await self._attach(principal, entry, digest, _idempotency_key(context.request.meta), writes)
             if isinstance(attached, _Recorded):
+                await writes.commit()
                 return attached.value
             fresh = isinstance(attached, _Fresh)
             operation = attached.operation if isinstance(attached, _Fresh) else attached
@@ -419,39 +452,59 @@ class Elicitation:
         else:
             listed = await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
             decisions = {d.key: d for d in reversed(listed)}
-        asker = self._asker(era, context, asked)
         flow = Flow(
             store=store,
             operation=operation,
             principal=principal,
-            asker=asker,
+            asker=self._asker(context.era, context, asked),
             decisions=decisions,
             clock=self._clock,
             decision_url=self.decision_url if self._base_url else None,
             fallback=entry.fallback,
             argument_answers=answers if isinstance(answers, dict) else None,
             wakeups=self._wakeups,
+            writes=writes,
+            fresh=fresh,
         )
         try:
             result = await entry.body(**{entry.flow_parameter: flow}, **(arguments if pass_arguments else {}))
         except Suspend as suspend:
+            await writes.commit()
             wire, _ = input_required(suspend, operation.operation_id)
             return wire
         except ToolError as error:
-            await self._finish(operation, principal, OperationStatus.FAILED, None, str(error))
+            self._finish(writes, operation, principal, OperationStatus.FAILED, None, str(error))
+            await writes.commit()
+            raise
+        except StaleSnapshot:
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await writes.commit()
             raise
         recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
         if flow.saw_expiry:
-            await self._finish(operation, principal, OperationStatus.FAILED, recorded, "a question expired")
+            self._finish(writes, operation, principal, OperationStatus.FAILED, recorded, "a question expired")
         else:
-            await self._finish(operation, principal, OperationStatus.COMPLETED, recorded)
+            self._finish(writes, operation, principal, OperationStatus.COMPLETED, recorded)
+        await writes.commit()
         return result
+
+    def _spend_round(self, state: RoundState) -> None:
+        """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
+        expires_at = self._clock() + self._state_ttl + CLOCK_SKEW
+        if self.store.consume_token(state.ledger_id, expires_at=expires_at) is Consumption.ALREADY_USED:
+            log.warning("requestState round replayed for operation %s", state.operation_id)
+            raise refused()
 
     def _asker(self, era: Era, context: Call, asked: dict[str, str]) -> Asker:
         protocol_version = context.request.protocol_version
         declared = Declared.of(context.request.session.client_capabilities, protocol_version)
         if era is Era.MRTR:
-            return MrtrAsker(declared, context.input_responses, asked, self.long_poll)
+            without_state = self.answers_without_state and context.request_state is None
+            return MrtrAsker(
+                declared, context.input_responses, asked, self.long_poll, answers_without_state=without_state
+            )
         if era is Era.LEGACY:
             return LegacyAsker(context.request.session, context.request.request_id, declared, notices=self._notices)
         return _CannotAskAnything()
@@ -467,7 +520,7 @@ class Elicitation:
         return operation if operation.status is OperationStatus.OPEN else None
 
     async def _attach(
-        self, principal: Principal, entry: _Entry, digest: str, key: str | None
+        self, principal: Principal, entry: _Entry, digest: str, key: str | None, writes: HeldWrites
     ) -> Operation | _Fresh | _Recorded:
         store = self._async_store
         now = self._clock()
@@ -494,18 +547,30 @@ class Elicitation:
             ttl=self.operation_ttl,
             idempotency_key=key,
         )
-        return _Fresh(await store(store.sync.create_operation, fresh))
+        sync = self.store
+        writes.hold(lambda: sync.create_operation(fresh))
+        return _Fresh(fresh)
 
-    async def _finish(
-        self, operation: Operation, principal: Principal, to: OperationStatus, result: JSONValue, reason: str = ""
+    def _finish(
+        self,
+        writes: HeldWrites,
+        operation: Operation,
+        principal: Principal,
+        to: OperationStatus,
+        result: JSONValue,
+        reason: str = "",
     ) -> None:
-        store = self._async_store
         if operation.status is not OperationStatus.OPEN:
             return
-        try:
-            await store(store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason)
-        except (OperationConflict, OperationExpired) as lost:
-            log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
+        sync = self.store
+
+        def finish() -> None:
+            try:
+                sync.finish_operation(operation, to, caller=principal, result=result, reason=reason)
+            except (OperationConflict, OperationExpired) as lost:
+                log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
+
+        writes.hold(finish)
 
 
 @dataclass(frozen=True, slots=True)

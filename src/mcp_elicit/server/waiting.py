@@ -45,6 +45,7 @@ class Wakeups:
 async def settle(flow: Flow, decision: Decision, *, until: datetime) -> Decision:
     """Look again until the decision is terminal or `until` passes: on a wake-up, or after a growing pause."""
     pause = FIRST_POLL
+    await flow.commit()
     while not decision.is_terminal:
         remaining = (until - flow.now()).total_seconds()
         if remaining <= 0:
