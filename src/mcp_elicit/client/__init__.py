@@ -1,5 +1,83 @@
 """The host side: what a client needs to put elicitation in front of a person safely."""
 
+from mcp_elicit.client.capabilities import elicitation_capability
+from mcp_elicit.client.errors import (
+    KitError,
+    ServerSilent,
+    StillWaiting,
+    TooManyRounds,
+    UnknownResultType,
+    UrlFlowStopped,
+)
+from mcp_elicit.client.handler import (
+    Accept,
+    Asker,
+    Cancel,
+    Consent,
+    Decline,
+    ElicitationHandler,
+    FormReply,
+    FormRequest,
+    JsonValue,
+    Mode,
+    UrlReply,
+    UrlRequest,
+)
+from mcp_elicit.client.handlers import (
+    NoPersonHandler,
+    ScriptedHandler,
+    ScriptEntry,
+    ScriptError,
+    load_script,
+    parse_script,
+)
+from mcp_elicit.client.mrtr_loop import Pacing
+from mcp_elicit.client.opener import UrlOpener, system_browser
+from mcp_elicit.client.pending import FlowStatus, PendingFlow, PendingFlows
+from mcp_elicit.client.replies import MAX_INVALID_REPLIES
+from mcp_elicit.client.session import DEFAULT_REQUEST_TIMEOUT, ElicitingClient, Era, kit_http_client
+from mcp_elicit.client.terminal import TerminalHandler
 from mcp_elicit.client.url_review import UrlReview, UrlWarning, review_url
 
-__all__ = ["UrlReview", "UrlWarning", "review_url"]
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
+    "MAX_INVALID_REPLIES",
+    "Accept",
+    "Asker",
+    "Cancel",
+    "Consent",
+    "Decline",
+    "ElicitationHandler",
+    "ElicitingClient",
+    "Era",
+    "FlowStatus",
+    "FormReply",
+    "FormRequest",
+    "JsonValue",
+    "KitError",
+    "Mode",
+    "NoPersonHandler",
+    "Pacing",
+    "PendingFlow",
+    "PendingFlows",
+    "ScriptEntry",
+    "ScriptError",
+    "ScriptedHandler",
+    "ServerSilent",
+    "StillWaiting",
+    "TerminalHandler",
+    "TooManyRounds",
+    "UnknownResultType",
+    "UrlFlowStopped",
+    "UrlOpener",
+    "UrlReply",
+    "UrlRequest",
+    "UrlReview",
+    "UrlWarning",
+    "elicitation_capability",
+    "kit_http_client",
+    "load_script",
+    "parse_script",
+    "review_url",
+    "system_browser",
+]

@@ -21,12 +21,18 @@ JsonValue: TypeAlias = str | int | float | bool | list[str] | None
 
 @dataclass(frozen=True, slots=True)
 class Asker:
-    """Who is asking: the server as it named itself at connection time, and the tool call it asks for."""
+    """Who is asking: the server as it named itself at connection time, and the tool call it asks for.
+
+    `tool` (or `prompt`, for a `prompts/get`) is None when the kit cannot tell which call a question belongs
+    to: on 2025-era connections a question arrives on its own, and with several calls in flight at once
+    nothing on the wire says which one it is for.
+    """
 
     server_name: str
     server_version: str | None = None
     server_title: str | None = None
     tool: str | None = None
+    prompt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,8 @@ class FormRequest:
     asker: Asker
     message: str
     requested_schema: Mapping[str, Any]
+    problem: str | None = None
+    """Why the handler's previous answer to this very question was refused (the kit asks again)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,175 @@
+"""Two ready-made handlers: one for hosts with nobody to ask, one that answers from a script.
+
+`NoPersonHandler` declares no elicitation mode at all, so servers fall back (or refuse) instead of asking
+into the void; it is what a batch job or a CI pipeline should use.
+
+`ScriptedHandler` answers from a list of entries, for demos (`mcp-elicit demo --script FILE`) and tests.
+The script is plain JSON, a list of objects:
+
+    [
+      {"match": "Deploy payments", "reply": "accept", "content": {"approve": true}},
+      {"match": "staging only", "reply": "decline"},
+      {"match": "Connect your", "reply": "consent"},
+      {"reply": "cancel"}
+    ]
+
+- `reply`: `accept` (forms; with `content`, an object), `consent` (URL mode), `decline` or `cancel` (both);
+- `match` (optional): a substring the question's message must contain; absent or empty matches anything;
+- `content` (optional, `accept` only): the answer; fields left out get the schema's defaults.
+
+Each question takes the first unused entry whose `match` fits and whose `reply` fits the mode; an entry is
+used once. A question no entry fits is answered `cancel`, since nobody decided. What a `consent` opens is
+the client's opener's business: without a browser, pass `ElicitingClient(opener=...)` a callable that
+completes the flow (the demo's opener does that).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast, get_args
+
+from mcp_elicit.client.handler import (
+    Accept,
+    Cancel,
+    Consent,
+    Decline,
+    FormReply,
+    FormRequest,
+    JsonValue,
+    Mode,
+    UrlReply,
+    UrlRequest,
+)
+
+log = logging.getLogger(__name__)
+
+Reply = Literal["accept", "decline", "cancel", "consent"]
+FORM_REPLIES = frozenset({"accept", "decline", "cancel"})
+URL_REPLIES = frozenset({"consent", "decline", "cancel"})
+ENTRY_KEYS = frozenset({"match", "reply", "content"})
+
+
+class NoPersonHandler:
+    """Declares no mode; if a server asks anyway, the kit refuses before this is ever called."""
+
+    @property
+    def modes(self) -> frozenset[Mode]:
+        return frozenset()
+
+    async def form(self, request: FormRequest) -> FormReply:
+        return Cancel()
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        return Cancel()
+
+
+class ScriptError(ValueError):
+    """A script that is not a list of valid entries; the message names the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptEntry:
+    reply: Reply
+    match: str = ""
+    content: Mapping[str, JsonValue] = field(default_factory=dict)
+
+    def fits(self, message: str, replies: frozenset[str]) -> bool:
+        return self.reply in replies and self.match in message
+
+
+def parse_script(data: Any) -> list[ScriptEntry]:
+    """Entries from decoded JSON, refused whole at the first bad entry."""
+    if not isinstance(data, list):
+        raise ScriptError("a script is a JSON list of entries")
+    return [_entry(index, item) for index, item in enumerate(data, start=1)]
+
+
+def load_script(path: str | Path) -> list[ScriptEntry]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ScriptError(f"{path} is not JSON: {error}") from None
+    return parse_script(data)
+
+
+class ScriptedHandler:
+    """Answers each question from the script; `asked` keeps every request it was shown, in order."""
+
+    def __init__(
+        self, script: Iterable[ScriptEntry | Mapping[str, Any]], *, modes: Iterable[Mode] = ("form", "url")
+    ) -> None:
+        self._entries = [
+            item if isinstance(item, ScriptEntry) else _entry(index, item) for index, item in enumerate(script, 1)
+        ]
+        self._used = [False] * len(self._entries)
+        self._modes = frozenset(modes)
+        self.asked: list[FormRequest | UrlRequest] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, modes: Iterable[Mode] = ("form", "url")) -> ScriptedHandler:
+        return cls(load_script(path), modes=modes)
+
+    @property
+    def modes(self) -> frozenset[Mode]:
+        return self._modes
+
+    @property
+    def remaining(self) -> list[ScriptEntry]:
+        return [entry for entry, used in zip(self._entries, self._used, strict=True) if not used]
+
+    async def form(self, request: FormRequest) -> FormReply:
+        self.asked.append(request)
+        entry = self._take(request.message, FORM_REPLIES)
+        if entry is None or entry.reply == "cancel":
+            return Cancel()
+        if entry.reply == "decline":
+            return Decline()
+        return Accept(dict(entry.content))
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        self.asked.append(request)
+        entry = self._take(request.message, URL_REPLIES)
+        if entry is None or entry.reply == "cancel":
+            return Cancel()
+        if entry.reply == "decline":
+            return Decline()
+        return Consent()
+
+    def _take(self, message: str, replies: frozenset[str]) -> ScriptEntry | None:
+        for index, entry in enumerate(self._entries):
+            if not self._used[index] and entry.fits(message, replies):
+                self._used[index] = True
+                return entry
+        log.info("no script entry fits %r; answering cancel", message)
+        return None
+
+
+def _entry(index: int, item: object) -> ScriptEntry:
+    where = f"script entry {index}"
+    if not isinstance(item, Mapping):
+        raise ScriptError(f"{where} is not an object")
+    unknown = sorted(set(item) - ENTRY_KEYS)
+    if unknown:
+        raise ScriptError(f"{where} has unknown keys: {', '.join(map(str, unknown))}")
+    reply = item.get("reply")
+    if reply not in get_args(Reply):
+        raise ScriptError(f"{where}: 'reply' must be one of {', '.join(get_args(Reply))}")
+    match = item.get("match", "")
+    if not isinstance(match, str):
+        raise ScriptError(f"{where}: 'match' must be a string")
+    content = item.get("content", {})
+    if "content" in item and reply != "accept":
+        raise ScriptError(f"{where}: 'content' goes with 'accept' only")
+    if not isinstance(content, Mapping) or not all(_is_answer_value(v) for v in content.values()):
+        raise ScriptError(f"{where}: 'content' must be an object of strings, numbers, booleans or lists of strings")
+    return ScriptEntry(cast(Reply, reply), match, dict(content))
+
+
+def _is_answer_value(value: object) -> bool:
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)

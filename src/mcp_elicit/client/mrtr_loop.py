@@ -1,0 +1,92 @@
+"""The 2026-07-28 round loop, paced for a person instead of a program.
+
+The SDK's own driver gives up after ten rounds and polls a "still waiting" server for about two seconds in
+all, which ends a URL flow long before a person has signed in anywhere. This loop:
+
+- answers a round's input requests one at a time through the kit (`dispatch`), then retries the original
+  request with `inputResponses` and the round's `requestState` echoed byte for byte (absent when the
+  server sent none); each retry is a new request, so a new JSON-RPC id;
+- paces state-only rounds ("still waiting"): `Pacing.first` seconds, growing by `factor` up to `cap`,
+  started again after every round that asked something, for at most `deadline` seconds of waiting in a
+  row; the host's `retry_now` on a flow of the call runs the next round at once;
+- stops a server that keeps asking new questions after `max_input_rounds` rounds in a row;
+- keeps everything in local variables of one call: parallel calls share nothing.
+
+A result without `resultType` is complete and an unknown `resultType` an error; the transport wrapper
+settles both before a result reaches this loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import ErrorData, InputRequest, InputRequiredResult, InputResponse, InputResponses
+
+from mcp_elicit.client.calls import CallInFlight, Sleep
+from mcp_elicit.client.errors import StillWaiting, TooManyRounds
+
+R = TypeVar("R")
+
+Send = Callable[[InputResponses | None, str | None], Awaitable[R | InputRequiredResult]]
+Dispatch = Callable[[str, InputRequest], Awaitable[InputResponse | ErrorData]]
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How the kit polls a server that answers "still waiting" (state-only rounds)."""
+
+    first: float = 0.5
+    factor: float = 2.0
+    cap: float = 5.0
+    deadline: float | None = 1800.0
+    """Seconds of state-only rounds in a row before the call stops with `StillWaiting`; None: never."""
+    max_input_rounds: int = 64
+    """Rounds in a row that ask something before the call stops with `TooManyRounds`."""
+
+    def __post_init__(self) -> None:
+        if self.first <= 0 or self.cap < self.first or self.factor < 1 or self.max_input_rounds < 1:
+            raise ValueError("pacing needs 0 < first <= cap, factor >= 1 and max_input_rounds >= 1")
+
+
+async def drive(
+    first: R | InputRequiredResult,
+    *,
+    send: Send[R],
+    dispatch: Dispatch,
+    call: CallInFlight,
+    pacing: Pacing,
+    clock: Callable[[], float],
+    sleep: Sleep,
+) -> R:
+    """Resolve `first` to the call's final result, round after round."""
+    current = first
+    asking_rounds = 0
+    delay = pacing.first
+    waiting_since: float | None = None
+    while isinstance(current, InputRequiredResult):
+        responses: InputResponses | None = None
+        if current.input_requests:
+            asking_rounds += 1
+            if asking_rounds > pacing.max_input_rounds:
+                raise TooManyRounds(pacing.max_input_rounds)
+            responses = {}
+            for key, request in current.input_requests.items():
+                response = await dispatch(key, request)
+                if isinstance(response, ErrorData):
+                    raise MCPError.from_error_data(response)
+                responses[key] = response
+            delay, waiting_since = pacing.first, None
+        else:
+            asking_rounds = 0
+            now = clock()
+            waiting_since = now if waiting_since is None else waiting_since
+            if pacing.deadline is not None and now - waiting_since >= pacing.deadline:
+                raise StillWaiting(now - waiting_since)
+            call.retry_requested = False
+            await call.pause(delay, sleep)
+            delay = min(delay * pacing.factor, pacing.cap)
+        current = await send(responses, current.request_state)
+    return current

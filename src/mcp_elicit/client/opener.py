@@ -1,0 +1,48 @@
+"""Opening a consented URL: the only place the kit lets anything touch an elicitation's URL.
+
+The kit never fetches a URL-mode URL itself (no prefetch, no preview, no metadata) and calls the opener
+only after the person's explicit consent. The default opener hands the URL to the system browser, where
+neither this client nor a model can read the page or what the person types. Hosts replace it for other
+surfaces, and tests or scripted demos replace it with whatever completes the flow without a browser.
+
+An opener returns False (or raises) when it could not open the URL; returning True or None means opened.
+A synchronous opener runs in a worker thread, since a browser launch may block.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import webbrowser
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+import anyio.to_thread
+
+log = logging.getLogger(__name__)
+
+UrlOpener = Callable[[str], Awaitable[bool | None] | bool | None]
+
+
+def system_browser(url: str) -> bool:
+    """Open in a new window of the person's default browser."""
+    return webbrowser.open(url, new=2)
+
+
+async def open_with(opener: UrlOpener, url: str) -> str | None:
+    """Open `url` with `opener`; None if it opened, otherwise why not."""
+    try:
+        if _is_async(opener):
+            opened = await cast(Callable[[str], Awaitable[bool | None]], opener)(url)
+        else:
+            opened = await anyio.to_thread.run_sync(cast(Callable[[str], bool | None], opener), url)
+    except Exception as error:
+        log.warning("the URL opener failed: %s", type(error).__name__)
+        return f"the URL could not be opened ({type(error).__name__}: {error})"
+    if opened is False:
+        return "the URL could not be opened (no browser available)"
+    return None
+
+
+def _is_async(opener: UrlOpener) -> bool:
+    return inspect.iscoroutinefunction(opener) or inspect.iscoroutinefunction(getattr(opener, "__call__", None))  # noqa: B004

@@ -1,0 +1,85 @@
+"""The 2025-11-25 `-32042` path: the server refuses the call until URL flows are done, the kit gets them done.
+
+For each elicitation in the error's `data.elicitations` the person is asked for consent and the URL is
+opened (an elicitation the kit already opened for this server, by its `elicitationId`, is not asked
+again). Then the call waits until every flow is completed (`notifications/elicitation/complete`), or the
+host says `retry_now` on one of them (the notification is optional and may be lost), and the caller
+retries the original call. A refused consent stops the call (`UrlFlowStopped`): the server has no way to
+hear the refusal on this path, so there is nothing to retry. So does the host's `cancel`, and so does the
+`deadline` (the flows then show as failed).
+
+A server that asks again for flows that were all already completed gets no automatic retry: only the
+host's `retry_now` (or the deadline) moves the call on, so a confused server cannot spin the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types import ErrorData
+
+from mcp_elicit.client.calls import CallInFlight, Sleep
+from mcp_elicit.client.elicitor import Elicitor
+from mcp_elicit.client.errors import UrlFlowStopped
+from mcp_elicit.client.pending import FlowStatus, PendingFlow, PendingFlows
+
+
+async def fulfil_url_required(
+    error: MCPError,
+    *,
+    call: CallInFlight,
+    elicitor: Elicitor,
+    connection: object,
+    deadline: float | None,
+    clock: Callable[[], float],
+    sleep: Sleep,
+) -> None:
+    """Return when the call should be retried; raise `UrlFlowStopped` when it must not be."""
+    pending = elicitor.pending
+    wanted = UrlElicitationRequiredError.from_error(error.error).elicitations
+    if not wanted:
+        raise error
+    flow_ids: list[str] = []
+    for params in wanted:
+        known = pending.find(connection, params.elicitation_id) if params.elicitation_id else None
+        if known is not None and known.status in (FlowStatus.OPEN, FlowStatus.COMPLETED):
+            _adopt(call, pending, known)
+            flow_ids.append(known.id)
+            continue
+        answer, flow = await elicitor.url(params, call)
+        if flow is None:
+            assert isinstance(answer, ErrorData)
+            raise error
+        if flow.status is not FlowStatus.OPEN:
+            raise UrlFlowStopped(flow)
+        flow_ids.append(flow.id)
+    fresh = {flow_id for flow_id in flow_ids if pending.get(flow_id).status is FlowStatus.OPEN}
+    started = clock()
+    while True:
+        flows = [pending.get(flow_id) for flow_id in flow_ids]
+        for flow in flows:
+            if flow.status not in (FlowStatus.OPEN, FlowStatus.COMPLETED):
+                raise UrlFlowStopped(flow)
+        if fresh and all(flow.status is FlowStatus.COMPLETED for flow in flows):
+            return
+        if call.retry_requested:
+            call.retry_requested = False
+            return
+        remaining = None if deadline is None else deadline - (clock() - started)
+        if remaining is not None and remaining <= 0:
+            late = [
+                pending.update(flow.id, FlowStatus.FAILED, f"not completed within {deadline:.0f} s")
+                for flow in flows
+                if flow.status is FlowStatus.OPEN
+            ]
+            raise UrlFlowStopped(late[0] if late else flows[0])
+        await call.pause(remaining, sleep)
+
+
+def _adopt(call: CallInFlight, pending: PendingFlows, flow: PendingFlow) -> None:
+    """An earlier call's open flow that this retry waits on: the host's controls now reach this call."""
+    if flow.id not in call.flows:
+        call.flows.append(flow.id)
+    if flow.status is FlowStatus.OPEN:
+        pending.controls(flow.id, retry=call.retry, stop=lambda: call.stop(flow.id))

@@ -1,0 +1,605 @@
+"""The client kit against real servers: the kit test server on loopback HTTP and as a stdio subprocess, the
+reference server (`mcp-elicit serve`) as a stdio subprocess, both protocol eras.
+
+URL-mode URLs point at a page server of the test's own that counts every request, so "nothing touched the
+URL before consent" is a count, and the only client of that page server is the opener. A flow is finished
+the way the page's callback would finish it: transitions on the server's store by the decision's owner.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import StdioServerParameters
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types import CallToolResult, ElicitRequestURLParams, TextContent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from mcp_elicit.client import (
+    Accept,
+    Asker,
+    Cancel,
+    Consent,
+    Decline,
+    ElicitingClient,
+    FlowStatus,
+    FormReply,
+    FormRequest,
+    Pacing,
+    PendingFlow,
+    PendingFlows,
+    ScriptedHandler,
+    ServerSilent,
+    StillWaiting,
+    UrlFlowStopped,
+    UrlReply,
+    UrlRequest,
+)
+from mcp_elicit.client.handler import Mode
+from mcp_elicit.client.session import Era, kit_http_client
+from mcp_elicit.model import Decision, DecisionStatus, Operator, Principal
+from mcp_elicit.server import Elicitation
+from mcp_elicit.store import DecisionConflict, Store, open_store
+from tests.http_harness import free_port, serving
+from tests.kit_server import SERVER_NAME, SERVER_TITLE, SERVER_VERSION, build
+
+pytestmark = pytest.mark.anyio
+ERAS = ["2025-11-25", "2026-07-28"]
+LOOPBACK = Principal("loopback-dev", "loopback")
+LOCAL = Principal("local-user", "stdio")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def text(result: CallToolResult) -> str:
+    assert not result.is_error, result.content
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+@dataclass
+class Pages:
+    """The page server URL-mode URLs point at: it only counts."""
+
+    base: str
+    hits: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def pages() -> Iterator[Pages]:
+    port = free_port()
+    seen = Pages(f"http://127.0.0.1:{port}")
+
+    async def page(request: Request) -> PlainTextResponse:
+        seen.hits.append(request.url.path)
+        return PlainTextResponse("the decision page")
+
+    with serving(Starlette(routes=[Route("/elicit/{id}", page)]), port):
+        yield seen
+
+
+@dataclass
+class Served:
+    runtime: Elicitation
+    server: MCPServer
+    url: str
+
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
+
+
+@pytest.fixture
+def served(sqlite_url: str, tmp_path: Path, pages: Pages) -> Iterator[Served]:
+    runtime, server = build(sqlite_url, tmp_path / "effects.json", public_base_url=pages.base, long_poll=0.1)
+    port = free_port()
+    try:
+        with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
+            yield Served(runtime, server, f"{base}/mcp")
+    finally:
+        runtime.close()
+
+
+def stdio_kit_server(tmp_path: Path, pages: Pages) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tests.kit_server", "--store", f"sqlite://{tmp_path / 'stdio.db'}",
+              "--effects", str(tmp_path / "stdio-effects.json"), "--public-base-url", pages.base],
+        cwd=ROOT,
+    )  # fmt: skip
+
+
+def url_decision(store: Store) -> Decision:
+    [decision] = [d for d in store.list_decisions(Operator()) if d.url is not None]
+    return decision
+
+
+def finish_flow(store: Store, owner: Principal) -> None:
+    """What the decision page's callback does once the person is done, racing the server's own writes."""
+    steps = {
+        DecisionStatus.REQUESTED: DecisionStatus.ACCEPTED_URL,
+        DecisionStatus.ACCEPTED_URL: DecisionStatus.EXTERNAL_PENDING,
+        DecisionStatus.EXTERNAL_PENDING: DecisionStatus.EXTERNAL_COMPLETED,
+    }
+    while (decision := url_decision(store)).status in steps:
+        try:
+            store.transition(decision, steps[decision.status], caller=owner, reason="the page's callback")
+        except DecisionConflict:
+            continue
+
+
+def finish_after_consent(store: Store, owner: Principal, server_records_consent: bool) -> None:
+    """The person finishes on the page; where the server records the consent itself, only once it has."""
+    deadline = time.monotonic() + 20
+    while server_records_consent and url_decision(store).status is DecisionStatus.REQUESTED:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the server never recorded the consent")
+        time.sleep(0.02)
+    finish_flow(store, owner)
+
+
+class Browser:
+    """The opener: a GET on the page (as a browser would); with a store, the person then finishes the flow."""
+
+    def __init__(self, finish: Store | None = None, owner: Principal = LOOPBACK, server_records_consent: bool = True):
+        self.opened: list[str] = []
+        self._finish = finish
+        self._owner = owner
+        self._server_records_consent = server_records_consent
+
+    async def __call__(self, url: str) -> bool:
+        async with httpx2.AsyncClient(timeout=10) as http:
+            await http.get(url)
+        self.opened.append(url)
+        if self._finish is not None:
+            finishing = (self._finish, self._owner, self._server_records_consent)
+            threading.Thread(target=finish_after_consent, args=finishing, daemon=True).start()
+        return True
+
+
+class Person:
+    """A handler with fixed replies that notes what it was shown and what the page server had seen by then."""
+
+    def __init__(
+        self,
+        form: FormReply | None = None,
+        url: UrlReply | None = None,
+        modes: tuple[Mode, ...] = ("form", "url"),
+        pages: Pages | None = None,
+    ) -> None:
+        self._form, self._url, self._pages = form or Cancel(), url or Cancel(), pages
+        self.modes = frozenset(modes)
+        self.asked: list[FormRequest | UrlRequest] = []
+        self.hits_when_asked: list[int] = []
+
+    async def form(self, request: FormRequest) -> FormReply:
+        self.asked.append(request)
+        return self._form
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        self.asked.append(request)
+        self.hits_when_asked.append(len(self._pages.hits) if self._pages else 0)
+        return self._url
+
+
+async def wait_for(predicate: object, seconds: float = 20) -> None:
+    with anyio.fail_after(seconds):
+        while not predicate():  # type: ignore[operator]
+            await anyio.sleep(0.02)
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+# -- what gets declared --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(
+    ("modes", "declared"),
+    [(("form",), {"form": {}}), (("url",), {"url": {}}), (("form", "url"), {"form": {}, "url": {}}), ((), None)],
+)
+async def test_the_server_sees_exactly_the_declared_modes(
+    served: Served, era: Era, modes: tuple[Mode, ...], declared: dict[str, object] | None
+) -> None:
+    async with ElicitingClient(served.url, ScriptedHandler([], modes=modes), era=era) as client:
+        seen = json.loads(text(await client.call_tool("capabilities", {})))
+        assert client.protocol_version == era
+        assert client.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE)
+    assert seen.get("elicitation") == declared
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_stdio_server_sees_the_declared_modes_too(tmp_path: Path, pages: Pages, era: Era) -> None:
+    handler = ScriptedHandler([], modes=("form",))
+    async with ElicitingClient(stdio_kit_server(tmp_path, pages), handler, era=era) as client:
+        seen = json.loads(text(await client.call_tool("capabilities", {})))
+    assert seen["elicitation"] == {"form": {}}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_form_only_client_is_never_sent_a_url_question(served: Served, era: Era) -> None:
+    person = Person(url=Consent(), modes=("form",))
+    browser = Browser()
+    async with ElicitingClient(served.url, person, era=era, opener=browser) as client:
+        try:
+            result = await client.call_tool("connect", {})
+        except MCPError as refused:
+            assert refused.code == -32021 and "url" in json.dumps(refused.error.data)
+        else:
+            assert result.is_error and "url elicitation" in result.content[0].text  # type: ignore[union-attr]
+        approved = await client.call_tool("approve", {"scope": "docs"})
+    assert person.asked and all(isinstance(asked, FormRequest) for asked in person.asked)
+    assert text(approved) == "cancelled"
+    assert browser.opened == []
+    assert url_decision(served.store).status is DecisionStatus.REQUESTED
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_url_only_client_gets_no_form_and_a_client_with_no_modes_gets_nothing(served: Served, era: Era) -> None:
+    url_only = Person(form=Accept({"approve": True}), modes=("url",))
+    async with ElicitingClient(served.url, url_only, era=era) as client:
+        try:
+            result = await client.call_tool("approve", {"scope": "prod"})
+        except MCPError as refused:
+            assert refused.code == -32021
+        else:
+            assert result.is_error
+    assert url_only.asked == []
+    nobody = ScriptedHandler([{"reply": "accept", "content": {"seats": 2}}], modes=())
+    async with ElicitingClient(served.url, nobody, era=era) as client:
+        fell_back = await client.call_tool(
+            "book_with_fallback", {"city": "Oslo", "elicit_answers": {"seats": {"seats": 3}}}
+        )
+    assert text(fell_back) == "booked 3 to Oslo"
+    assert nobody.asked == []
+
+
+# -- decisions travel as given ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_decline_and_cancel_stay_distinct_through_the_reference_stdio_server(tmp_path: Path, era: Era) -> None:
+    store_url = f"sqlite://{tmp_path / 'served.db'}"
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_elicit", "serve", "--store", store_url, "--workspace", str(tmp_path / "ws")],
+    )
+    handler = ScriptedHandler(
+        [{"match": "Rotate keys", "reply": "decline"}, {"match": "Renew certs", "reply": "cancel"}], modes=("form",)
+    )
+    async with ElicitingClient(server, handler, era=era) as client:
+        declined = await client.call_tool("create_ticket", {"title": "Rotate keys"})
+        cancelled = await client.call_tool("create_ticket", {"title": "Renew certs"})
+    assert text(declined) == "No ticket created (declined)."
+    assert text(cancelled) == "No ticket created (cancelled)."
+    assert [asked.asker.tool for asked in handler.asked] == ["create_ticket", "create_ticket"]
+    assert handler.asked[0].asker.server_name == "mcp-elicit-reference"
+    store = open_store(store_url)
+    try:
+        by_message = {d.message: d.status for d in store.list_decisions(Operator())}
+    finally:
+        store.close()
+    assert by_message == {
+        "Which priority for the ticket 'Rotate keys'?": DecisionStatus.DECLINED,
+        "Which priority for the ticket 'Renew certs'?": DecisionStatus.CANCELLED,
+    }
+
+
+# -- URL mode: consent, opening, pending flows -----------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_url_is_untouched_until_consent_then_opened_once(served: Served, pages: Pages, era: Era) -> None:
+    person = Person(url=Consent(), pages=pages)
+    browser = Browser(finish=served.store)
+    changes: list[PendingFlow] = []
+    pending = PendingFlows(on_change=changes.append)
+    async with ElicitingClient(served.url, person, era=era, opener=browser, pending=pending) as client:
+        result = await client.call_tool("connect", {})
+        final = FlowStatus.COMPLETED if era == "2025-11-25" else FlowStatus.ENDED
+        await wait_for(lambda: changes[-1].status is final)
+    assert text(result) == "connected"
+    decision = url_decision(served.store)
+    assert person.hits_when_asked == [0]
+    assert pages.hits == [f"/elicit/{decision.elicitation_id}"]
+    assert browser.opened == [decision.url]
+    [asked] = person.asked
+    assert isinstance(asked, UrlRequest)
+    assert asked.review.url == decision.url and asked.review.may_open
+    assert asked.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, tool="connect")
+    assert asked.elicitation_id == (decision.elicitation_id if era == "2025-11-25" else None)
+    assert [change.status for change in changes][:2] == [FlowStatus.AWAITING_CONSENT, FlowStatus.OPEN]
+    assert decision.status is DecisionStatus.EXTERNAL_COMPLETED
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(("reply", "said", "status"), [
+    (Decline(), "declined", DecisionStatus.DECLINED),
+    (Cancel(), "cancelled", DecisionStatus.CANCELLED),
+])  # fmt: skip
+async def test_refused_consent_opens_nothing_and_reaches_the_server_as_given(
+    served: Served, pages: Pages, era: Era, reply: UrlReply, said: str, status: DecisionStatus
+) -> None:
+    browser = Browser()
+    pending = PendingFlows()
+    async with ElicitingClient(served.url, Person(url=reply), era=era, opener=browser, pending=pending) as client:
+        result = await client.call_tool("connect", {})
+    assert text(result) == said
+    assert browser.opened == [] and pages.hits == []
+    assert url_decision(served.store).status is status
+    [flow] = pending.list()
+    assert flow.status == (FlowStatus.DECLINED if said == "declined" else FlowStatus.CANCELLED)
+
+
+async def test_32042_flow_completes_on_the_notification_and_the_call_is_retried(served: Served, pages: Pages) -> None:
+    changes: list[PendingFlow] = []
+    pending = PendingFlows(on_change=changes.append)
+    browser = Browser(finish=served.store, server_records_consent=False)
+    async with ElicitingClient(
+        served.url, Person(url=Consent(), pages=pages), era="2025-11-25", opener=browser, pending=pending
+    ) as client:
+        with anyio.fail_after(20):
+            result = await client.call_tool("connect_later", {})
+    assert text(result) == "connected"
+    decision = url_decision(served.store)
+    assert [(c.status, c.elicitation_id) for c in changes] == [
+        (FlowStatus.AWAITING_CONSENT, decision.elicitation_id),
+        (FlowStatus.OPEN, decision.elicitation_id),
+        (FlowStatus.COMPLETED, decision.elicitation_id),
+    ]
+    assert changes[-1].reason == "the server sent notifications/elicitation/complete"
+    assert len(pages.hits) == 1
+
+
+def flow_server(pages: Pages) -> tuple[MCPServer, dict[str, int]]:
+    """A server that answers -32042 until told the flow is done, and never sends a completion notice."""
+    server = MCPServer("flow-without-notices", version="1.0")
+    state = {"calls": 0, "done": 0}
+
+    @server.tool()
+    async def link_account() -> str:
+        state["calls"] += 1
+        if not state["done"]:
+            url = f"{pages.base}/elicit/link-1"
+            raise UrlElicitationRequiredError(
+                [ElicitRequestURLParams(message="Link it", url=url, elicitation_id="link-1")]
+            )
+        return "linked"
+
+    return server, state
+
+
+async def test_32042_without_a_notification_waits_for_the_hosts_retry_now(pages: Pages) -> None:
+    server, state = flow_server(pages)
+    pending = PendingFlows()
+    async with ElicitingClient(
+        server, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending
+    ) as client:
+        results: list[CallToolResult] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: _append(results, client.call_tool("link_account", {})))
+            await wait_for(lambda: pending.list(active=True) and pending.get("link-1").status is FlowStatus.OPEN)
+            await anyio.sleep(0.5)
+            assert state["calls"] == 1
+            state["done"] = 1
+            assert pending.retry_now("link-1")
+    assert text(results[0]) == "linked"
+    assert state["calls"] == 2
+    assert pending.get("link-1").status is FlowStatus.ENDED
+    assert pages.hits == ["/elicit/link-1"]
+
+
+async def _append(results: list[CallToolResult], call: object) -> None:
+    results.append(await call)  # type: ignore[misc]
+
+
+async def test_32042_flow_cancelled_by_the_host_stops_the_call(pages: Pages) -> None:
+    server, state = flow_server(pages)
+    pending = PendingFlows()
+    async with (
+        ElicitingClient(server, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending) as client,
+        anyio.create_task_group() as group,
+    ):
+
+        async def cancel_when_open() -> None:
+            await wait_for(lambda: pending.list(active=True) and pending.get("link-1").status is FlowStatus.OPEN)
+            assert pending.cancel("link-1", "the person gave up")
+
+        group.start_soon(cancel_when_open)
+        with pytest.raises(UrlFlowStopped) as stopped:
+            await client.call_tool("link_account", {})
+    assert stopped.value.flow.status is FlowStatus.CANCELLED
+    assert stopped.value.flow.reason == "the person gave up"
+    assert state["calls"] == 1
+    assert not pending.cancel("link-1")
+
+
+async def test_32042_declined_consent_stops_the_call_without_a_retry(pages: Pages) -> None:
+    server, state = flow_server(pages)
+    async with ElicitingClient(server, Person(url=Decline()), era="2025-11-25", opener=Browser()) as client:
+        with pytest.raises(UrlFlowStopped) as stopped:
+            await client.call_tool("link_account", {})
+    assert stopped.value.flow.status is FlowStatus.DECLINED
+    assert state["calls"] == 1 and pages.hits == []
+
+
+async def test_modern_rounds_are_paced_for_a_person(served: Served) -> None:
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) == 6:
+            await anyio.to_thread.run_sync(finish_flow, served.store, LOOPBACK)
+
+    async with ElicitingClient(
+        served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), sleep=sleep
+    ) as client:
+        with anyio.fail_after(20):
+            result = await client.call_tool("connect", {})
+    assert text(result) == "connected"
+    assert delays == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+async def test_modern_retry_now_runs_the_next_round_at_once(served: Served) -> None:
+    pending = PendingFlows()
+    pacing_started = anyio.Event()
+
+    async def sleep(seconds: float) -> None:
+        pacing_started.set()
+        await anyio.sleep(seconds)
+
+    async with ElicitingClient(
+        served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
+        pacing=Pacing(first=600, cap=600), sleep=sleep,
+    ) as client:  # fmt: skip
+        results: list[CallToolResult] = []
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(lambda: _append(results, client.call_tool("connect", {})))
+                await pacing_started.wait()
+                [flow] = pending.list()
+                await anyio.to_thread.run_sync(finish_flow, served.store, LOOPBACK)
+                assert pending.retry_now(flow.id)
+    assert text(results[0]) == "connected"
+    assert flow.input_key == "connect_account" and flow.elicitation_id is None
+
+
+async def test_modern_flow_cancelled_by_the_host_stops_the_rounds(served: Served) -> None:
+    pending = PendingFlows()
+    async with (
+        ElicitingClient(
+            served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending
+        ) as client,
+        anyio.create_task_group() as group,
+    ):
+
+        async def cancel_when_open() -> None:
+            await wait_for(lambda: any(f.status is FlowStatus.OPEN for f in pending.list()))
+            assert pending.cancel(pending.list()[0].id)
+
+        group.start_soon(cancel_when_open)
+        with pytest.raises(UrlFlowStopped) as stopped:
+            await client.call_tool("connect", {})
+    assert stopped.value.flow.status is FlowStatus.CANCELLED
+    assert url_decision(served.store).status is DecisionStatus.ACCEPTED_URL
+
+
+async def test_legacy_flow_held_by_the_server_cannot_be_retried_but_can_be_cancelled(served: Served) -> None:
+    pending = PendingFlows()
+    async with (
+        ElicitingClient(
+            served.url, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending
+        ) as client,
+        anyio.create_task_group() as group,
+    ):
+
+        async def steer() -> None:
+            await wait_for(lambda: any(f.status is FlowStatus.OPEN for f in pending.list()))
+            [flow] = pending.list()
+            assert not pending.retry_now(flow.id)
+            assert pending.cancel(flow.id)
+
+        group.start_soon(steer)
+        with pytest.raises(UrlFlowStopped):
+            await client.call_tool("connect", {})
+
+
+async def test_modern_polling_stops_at_the_deadline(served: Served) -> None:
+    clock = FakeMonotonic()
+    pending = PendingFlows()
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+
+    async with ElicitingClient(
+        served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
+        pacing=Pacing(deadline=10), clock=clock, sleep=sleep,
+    ) as client:  # fmt: skip
+        with pytest.raises(StillWaiting):
+            await client.call_tool("connect", {})
+    [flow] = pending.list()
+    assert flow.status is FlowStatus.FAILED
+
+
+# -- nothing cuts a call while a person decides ------------------------------------------------------
+
+
+class SlowPerson:
+    """Takes `minutes` to decide, on the kit's clock (fake) or for real (`real_seconds`)."""
+
+    modes: frozenset[Mode] = frozenset({"form", "url"})
+
+    def __init__(self, clock: FakeMonotonic | None = None, minutes: float = 0, real_seconds: float = 0) -> None:
+        self._clock, self._minutes, self._real = clock, minutes, real_seconds
+
+    async def form(self, request: FormRequest) -> FormReply:
+        if self._clock is not None:
+            self._clock.advance(self._minutes * 60)
+        await anyio.sleep(self._real)
+        return Accept({"approve": True})
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        return Cancel()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_person_answering_after_five_minutes_still_completes(served: Served, era: Era) -> None:
+    clock = FakeMonotonic()
+    person = SlowPerson(clock, minutes=5, real_seconds=0.3)
+    async with ElicitingClient(served.url, person, era=era, request_timeout=1, clock=clock) as client:
+        result = await client.call_tool("approve", {"scope": "prod"})
+    assert text(result) == "applied prod"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_silent_server_is_cut_on_the_same_clock(served: Served, era: Era) -> None:
+    clock = FakeMonotonic()
+    async with (
+        ElicitingClient(served.url, SlowPerson(), era=era, request_timeout=1, clock=clock) as client,
+        anyio.create_task_group() as group,
+    ):
+
+        async def time_passes() -> None:
+            await anyio.sleep(0.3)
+            clock.advance(2)
+
+        group.start_soon(time_passes)
+        with anyio.fail_after(10), pytest.raises(ServerSilent):
+            await client.call_tool("silent", {"seconds": 15})
+
+
+async def test_over_stdio_a_slow_person_is_waited_for_and_a_silent_server_is_not(tmp_path: Path, pages: Pages) -> None:
+    server = stdio_kit_server(tmp_path, pages)
+    async with ElicitingClient(server, SlowPerson(real_seconds=2.0), era="2025-11-25", request_timeout=0.5) as client:
+        assert text(await client.call_tool("approve", {"scope": "prod"})) == "applied prod"
+        with anyio.fail_after(10), pytest.raises(ServerSilent):
+            await client.call_tool("silent", {"seconds": 5})
+
+
+async def test_the_kits_own_http_client_has_no_read_timeout_but_sends_the_bearer_token() -> None:
+    async with kit_http_client(bearer_token="token-alice") as http:
+        assert http.timeout.read is None
+        assert http.timeout.connect == 30.0
+        assert http.headers["Authorization"] == "Bearer token-alice"
