@@ -1,0 +1,247 @@
+"""An `ElicitationHandler` for a person at a terminal: rich prints the request, prompt_toolkit reads the answers.
+
+A form is asked field by field (defaults filled in, each answer checked before the next field), then shown
+back as a numbered table where the person submits, edits a field by number, or declines. A URL request
+shows the full URL with its host highlighted, the ASCII host when it differs, and every warning of the
+review, then waits for an explicit key: `o` consents, `d` declines. Enter alone never decides anything.
+
+Decline and cancel stay apart, as the spec's result actions do: `d` in the review or at the URL prompt, or
+Ctrl-D in any prompt, is the person's explicit no (`Decline`); Esc or Ctrl-C in any prompt, or a closed
+terminal, dismisses the request (`Cancel`). Ctrl-C between prompts, while nothing reads the keyboard, is
+a signal and is left to the host's own handling.
+
+A schema that is not the spec's restricted form schema is not rendered at all: the person is told why and
+the request is cancelled. Guessing what an unknown keyword means would show a form whose rules differ
+from the server's (see `schema_form`). A URL that is not http(s) is shown but never offered: cancelled.
+Nothing here opens or fetches a URL; the kit opens it after `Consent`.
+
+The widgets need an asyncio event loop (prompt_toolkit's); they read the process's terminal unless
+`input`/`output` are given, which is how tests drive them without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prompt_toolkit.input import Input
+from prompt_toolkit.output import Output
+from rich.console import Console
+from rich.text import Text
+
+from mcp_elicit.client.handler import (
+    Accept,
+    Cancel,
+    Consent,
+    Decline,
+    FormReply,
+    FormRequest,
+    Mode,
+    UrlReply,
+    UrlRequest,
+)
+from mcp_elicit.client.schema_form import Answer, Field, Form, UnsupportedSchema, parse_form, read_text, text_of
+from mcp_elicit.client.terminal_input import Cancelled, Declined, Keyboard
+from mcp_elicit.client.terminal_views import (
+    WARNING_STYLE,
+    asker_view,
+    field_heading,
+    printable,
+    problem_line,
+    review_table,
+    url_view,
+)
+
+__all__ = ["TerminalHandler"]
+
+NO_ANSWER = "(no answer)"
+FORM_KEYS = "Enter accepts a field. Esc or Ctrl-C cancels the request, Ctrl-D declines it."
+
+
+class TerminalHandler:
+    """Asks the person at this terminal; declares `modes` (both by default) to servers through the kit."""
+
+    def __init__(
+        self,
+        *,
+        modes: Iterable[Mode] = ("form", "url"),
+        console: Console | None = None,
+        input: Input | None = None,
+        output: Output | None = None,
+    ) -> None:
+        self._modes = frozenset(modes)
+        self._console = console or Console(highlight=False, markup=False, emoji=False)
+        self._keys = Keyboard(input, output)
+
+    @property
+    def modes(self) -> frozenset[Mode]:
+        return self._modes
+
+    async def form(self, request: FormRequest) -> FormReply:
+        if "form" not in self._modes:
+            return Cancel()
+        self._console.print(asker_view("Form request", request.asker, request.message))
+        if request.problem:
+            self._say(f"Your previous answer was not accepted: {printable(request.problem)}", WARNING_STYLE)
+        try:
+            form = parse_form(request.requested_schema)
+        except UnsupportedSchema as why:
+            self._say(f"This form cannot be shown faithfully: {printable(str(why))}.", WARNING_STYLE)
+            self._say("Nothing was sent. The request is cancelled.", WARNING_STYLE)
+            return Cancel()
+        self._say(FORM_KEYS, "dim")
+        try:
+            answers = await _FormDialog(form, self._console, self._keys).run()
+        except Cancelled:
+            self._say("Cancelled: no answer was sent.", "bold")
+            return Cancel()
+        except Declined:
+            self._say("Declined: the server is told you refused.", "bold")
+            return Decline()
+        self._say("Submitted.", "bold green")
+        return Accept(content=answers)
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        if "url" not in self._modes:
+            return Cancel()
+        self._console.print(asker_view("Request to open a web page", request.asker, request.message))
+        self._console.print(url_view(request.review))
+        if not request.review.may_open:
+            self._say("This is not a web (http or https) address: it will not be opened.", WARNING_STYLE)
+            self._say("The request is cancelled.", WARNING_STYLE)
+            return Cancel()
+        self._say("Open this page in your browser? Nothing has been loaded from it yet.", "bold")
+        keys: dict[str, UrlReply] = {"o": Consent(), "O": Consent(), "d": Decline(), "D": Decline()}
+        try:
+            reply = await self._keys.press("[o] open   [d] decline   [Esc] cancel", keys)
+        except Cancelled:
+            self._say("Cancelled: the page was not opened.", "bold")
+            return Cancel()
+        except Declined:
+            reply = Decline()
+        if isinstance(reply, Consent):
+            self._say("Opening the page was allowed.", "bold green")
+        else:
+            self._say("Declined: the page will not be opened.", "bold")
+        return reply
+
+    def _say(self, text: str, style: str = "") -> None:
+        self._console.print(Text(text, style=style))
+
+
+class _FormDialog:
+    """One form being answered: the fields in order, then review and edit until submitted."""
+
+    def __init__(self, form: Form, console: Console, keys: Keyboard) -> None:
+        self._form = form
+        self._console = console
+        self._keys = keys
+        self._answers: dict[str, Answer] = {}
+        self._asked: set[str] = set()
+
+    async def run(self) -> dict[str, Answer]:
+        for index in range(len(self._form.fields)):
+            await self._ask(index)
+        while True:
+            if self._form.fields:
+                self._console.print(review_table(self._form, self._answers))
+            else:
+                self._console.print(Text("This request asks for no answers."))
+            problems = self._form.problems(self._answers)
+            if problems:
+                await self._fix(problems)
+                continue
+            choice = await self._review_choice()
+            if choice is None:
+                return dict(self._answers)
+            await self._ask(choice)
+
+    async def _fix(self, problems: dict[str, list[str]]) -> None:
+        names = [field.name for field in self._form.fields]
+        for name, found in problems.items():
+            field = self._form.field(name) if name in names else None
+            for problem in found:
+                self._console.print(problem_line(field, problem))
+        wrong = [index for index, name in enumerate(names) if name in problems]
+        if not wrong:
+            self._console.print(Text("The answers cannot satisfy this form.", style=WARNING_STYLE))
+            raise Cancelled
+        await self._ask(wrong[0])
+
+    async def _review_choice(self) -> int | None:
+        """None to submit, or the index of the field to edit; `Declined` on `d`."""
+        count = len(self._form.fields)
+        edit = f", a field number (1-{count}) to edit it" if count else ""
+        self._console.print(Text(f"Type s to submit{edit}, d to decline. Esc cancels.", style="bold"))
+        while True:
+            typed = (await self._keys.text()).strip().lower()
+            if typed in ("s", "submit"):
+                return None
+            if typed in ("d", "decline"):
+                raise Declined
+            if typed.isdigit() and 1 <= int(typed) <= count:
+                return int(typed) - 1
+            number = f", or a field number from 1 to {count}" if count else ""
+            self._console.print(Text(f"  ! Type s to submit, d to decline{number}.", style=WARNING_STYLE))
+
+    async def _ask(self, index: int) -> None:
+        field = self._form.fields[index]
+        self._console.print(field_heading(index + 1, len(self._form.fields), field))
+        start = self._answers.get(field.name)
+        if start is None and field.name not in self._asked:
+            start = field.default
+        self._asked.add(field.name)
+        if field.kind in ("text", "integer", "number"):
+            value = await self._type(field, start)
+        else:
+            value = await self._pick(field, start)
+            self._console.print(Text(f"  > {printable(field.display(value))}"))
+        if value is None:
+            self._answers.pop(field.name, None)
+        else:
+            self._answers[field.name] = value
+
+    async def _type(self, field: Field, start: Answer | None) -> Answer | None:
+        typed = text_of(start)
+        while True:
+            typed = await self._keys.text(typed)
+            try:
+                value = read_text(field, typed)
+            except ValueError as problem:
+                problems = [str(problem)]
+            else:
+                problems = self._form.field_problems(field, value)
+            if not problems:
+                return value
+            self._show(field, problems)
+
+    async def _pick(self, field: Field, start: Answer | None) -> Answer | None:
+        while True:
+            value = await self._pick_once(field, start)
+            problems = self._form.field_problems(field, value)
+            if not problems:
+                return value
+            self._show(field, problems)
+            start = value
+
+    async def _pick_once(self, field: Field, start: Answer | None) -> Answer | None:
+        optional = [] if field.required else [NO_ANSWER]
+        if field.kind == "boolean":
+            selected = {True: 0, False: 1}.get(start) if isinstance(start, bool) else None
+            picked = await self._keys.choose_one(["yes", "no", *optional], selected)
+            return (True, False, None)[picked]
+        titles = [printable(choice.title) for choice in field.choices]
+        values = [choice.value for choice in field.choices]
+        if field.kind == "choice":
+            selected = values.index(start) if isinstance(start, str) and start in values else None
+            picked = await self._keys.choose_one([*titles, *optional], selected)
+            return values[picked] if picked < len(values) else None
+        checked = frozenset(values.index(item) for item in start if item in values) if isinstance(start, list) else None
+        ticked = await self._keys.choose_many(titles, checked or frozenset())
+        chosen = [value for index, value in enumerate(values) if index in ticked]
+        if chosen or field.required or field.default is not None:
+            return chosen
+        return None
+
+    def _show(self, field: Field, problems: list[str]) -> None:
+        for problem in problems:
+            self._console.print(problem_line(field, problem))
