@@ -12,10 +12,12 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-## The main job: the operator view of the embedded SQLite store (default location, or MCP_ELICIT_STORE).
+## The main job: the demo. At a terminal a person answers the reference server's questions and connects an
+## account in the browser; without one (CI, a pipe) the example script answers and a scripted browser completes
+## the URL-mode step. Decisions go to the embedded SQLite store (default location, or MCP_ELICIT_STORE).
 run: $(STAMP)
-	$(BIN)/mcp-elicit decisions sweep
-	$(BIN)/mcp-elicit decisions ls
+	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/mcp-elicit demo; \
+	else $(BIN)/mcp-elicit demo --script examples/demo-script.json; fi
 
 ## The whole test suite: lint, strict typing, then pytest on both store backends.
 test: lint typecheck pytest
@@ -50,10 +52,12 @@ $(TOOLS_STAMP): Makefile
 	touch $(TOOLS_STAMP)
 
 ## External conformance: the suite (all scenarios) against conformance/server.py at 2025-11-25 and 2026-07-28;
-## fails on any failure not in conformance/expected-failures.json and on any listed one that passes.
+## fails on any failure not in conformance/expected-failures.json and on any listed one that passes. Then the
+## suite's client scenarios (CLIENT_SCENARIOS in conformance/run.py) against conformance/client.py, built on
+## the client kit: every one must exit 0 with no failed check. CONFORMANCE_ARGS=--only client runs just those.
 conformance: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/python -m conformance.run --node $(TOOLS)/node_modules/$(firstword $(subst @, ,$(CONFORMANCE_NODE)))/bin/node \
-		--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js
+		--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js $(CONFORMANCE_ARGS)
 
 ## Re-resolve the lock file after editing pyproject.toml dependencies.
 lock:

@@ -1,10 +1,14 @@
-"""Run `@modelcontextprotocol/conformance` against the adapter server and hold it to the expected failures.
+"""Run `@modelcontextprotocol/conformance` against the adapter server and the kit's client, held to account.
 
-The suite's own baseline mechanism (`--expected-failures`) decides each run: a failed check that is not
-listed, or a listed check that passes, fails it. Its baseline has no spec versions and no reasons, so the
-listed failures live in `expected-failures.json` with both, and each run gets the entries of its version.
-The suite tolerates a listed check that no longer appears at all (renamed, or its scenario gone); this
-runner does not, so a baseline cannot outlive the checks it names.
+Server side: the suite's own baseline mechanism (`--expected-failures`) decides each run: a failed check
+that is not listed, or a listed check that passes, fails it. Its baseline has no spec versions and no
+reasons, so the listed failures live in `expected-failures.json` with both, and each run gets the entries
+of its version. The suite tolerates a listed check that no longer appears at all (renamed, or its scenario
+gone); this runner does not, so a baseline cannot outlive the checks it names.
+
+Client side: the suite's `client` command runs `conformance/client.py` (built only on the client kit)
+against each scenario of `CLIENT_SCENARIOS` at the spec versions it applies to. There is no baseline: the
+suite must exit 0, and every check it saved must be a success (or skipped, or informational).
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ FAILED = frozenset({"FAILURE", "WARNING"})
 STATUSES = ("SUCCESS", "FAILURE", "WARNING", "SKIPPED", "INFO")
 RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$")
 STARTUP_TIMEOUT = 30.0
+CLIENT_SCENARIOS: dict[str, tuple[str, ...]] = {
+    "elicitation-sep1034-client-defaults": ("2025-11-25",),
+    "sep-2322-client-request-state": ("2026-07-28",),
+    "request-metadata": ("2026-07-28",),
+}
+"""The client scenarios the kit's client answers, and the spec versions each runs at."""
+PARTS = ("server", "client")
 
 Check = dict[str, Any]
 
@@ -98,6 +109,33 @@ class Outcome:
             f"{len(self.failed_as_expected)} failed only as expected, "
             f"{len(self.scenarios) - len(self.passed) - len(self.failed_as_expected)} failed otherwise; "
             f"checks: " + ", ".join(f"{counts[status]} {status.lower()}" for status in STATUSES)
+        )
+
+
+@dataclass
+class ClientOutcome:
+    """One client scenario at one spec version, read back from the checks the suite saved."""
+
+    scenario: str
+    spec_version: str
+    exit_code: int
+    checks: list[Check] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def judge(self) -> None:
+        failing = sorted({str(check.get("id")) for check in self.checks if check.get("status") in FAILED})
+        if failing:
+            self.problems.append(f"failed checks: {', '.join(failing)}")
+        if not any(check.get("status") == "SUCCESS" for check in self.checks):
+            self.problems.append("the suite saved no successful check")
+        if self.exit_code != 0:
+            self.problems.append(f"the suite exited with {self.exit_code}")
+
+    def summary(self) -> str:
+        counts = Counter(str(check.get("status")) for check in self.checks)
+        verdict = "passed" if not self.problems else "FAILED"
+        return f"client {self.scenario} at {self.spec_version}: {verdict}; checks: " + ", ".join(
+            f"{counts[status]} {status.lower()}" for status in STATUSES
         )
 
 
@@ -180,6 +218,29 @@ def run_suite(node: Path, cli: Path, url: str, spec_version: str, expected: list
     return outcome
 
 
+def client_command() -> str:
+    """The command the suite runs for the client; it splits it at spaces, so no path may contain one."""
+    if any(character.isspace() for character in sys.executable):
+        raise SystemExit(
+            f"the suite splits --command at spaces; run from a Python whose path has none, not {sys.executable!r}"
+        )
+    return f"{sys.executable} -m conformance.client"
+
+
+def run_client(node: Path, cli: Path, scenario: str, spec_version: str, results: Path) -> ClientOutcome:
+    """One client scenario at one spec version, run from the project root so `conformance.client` imports."""
+    output = results / "client" / f"{scenario}-{spec_version}"
+    command = [str(node), str(cli), "client", "--command", client_command(), "--scenario", scenario]
+    command += ["--spec-version", spec_version, "-o", str(output)]
+    print(f"\n##### conformance client --scenario {scenario} --spec-version {spec_version}", flush=True)
+    completed = subprocess.run(command, check=False, cwd=HERE.parent)  # noqa: S603
+    outcome = ClientOutcome(scenario, spec_version, completed.returncode)
+    for saved in sorted(output.rglob("checks.json")) if output.is_dir() else []:
+        outcome.checks.extend(json.loads(saved.read_text()))
+    outcome.judge()
+    return outcome
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--node", type=Path, required=True, help="a Node.js >= 22 binary")
@@ -187,18 +248,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("test-artifacts/conformance"))
     parser.add_argument("--expected", type=Path, default=HERE / "expected-failures.json")
     parser.add_argument("--spec-version", action="append", choices=SPEC_VERSIONS, dest="spec_versions")
+    parser.add_argument("--only", choices=PARTS, help="run only the server suite or only the client scenarios")
     arguments = parser.parse_args(argv)
     versions: list[str] = arguments.spec_versions or list(SPEC_VERSIONS)
+    parts = (arguments.only,) if arguments.only else PARTS
     expected = load_expected(arguments.expected)
     results: Path = arguments.results
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir(parents=True)
-    process, port = start_server(results / "server.log", results / "port")
-    try:
-        url = f"http://127.0.0.1:{port}/mcp"
-        outcomes = [run_suite(arguments.node, arguments.cli, url, v, expected, results) for v in versions]
-    finally:
-        stop_server(process)
+    outcomes: list[Outcome] = []
+    if "server" in parts:
+        process, port = start_server(results / "server.log", results / "port")
+        try:
+            url = f"http://127.0.0.1:{port}/mcp"
+            outcomes = [run_suite(arguments.node, arguments.cli, url, v, expected, results) for v in versions]
+        finally:
+            stop_server(process)
+    clients: list[ClientOutcome] = []
+    if "client" in parts:
+        clients = [
+            run_client(arguments.node, arguments.cli, scenario, version, results)
+            for scenario, applicable in CLIENT_SCENARIOS.items()
+            for version in applicable
+            if version in versions
+        ]
 
     print("\n##### conformance summary")
     for outcome in outcomes:
@@ -206,10 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in outcome.problems:
             print(f"  problem: {problem}")
     for entry in expected:
-        if set(entry.spec_versions) & set(versions):
+        if outcomes and set(entry.spec_versions) & set(versions):
             print(f"  expected failure at {', '.join(entry.spec_versions)}: {entry.check}")
-    passed = sum(len(outcome.passed) for outcome in outcomes)
-    failed = sum(len(outcome.problems) for outcome in outcomes)
+    for client in clients:
+        print(client.summary())
+        for problem in client.problems:
+            print(f"  problem: {problem}")
+    passed = sum(len(outcome.passed) for outcome in outcomes) + sum(not client.problems for client in clients)
+    failed = sum(len(outcome.problems) for outcome in outcomes) + sum(len(client.problems) for client in clients)
     print(f"conformance: {passed} passed, {failed} failed")
     if failed:
         print(f"results and the adapter's log are in {results}", file=sys.stderr)
