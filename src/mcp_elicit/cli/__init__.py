@@ -2,7 +2,7 @@
 
 import typer
 
-from mcp_elicit.cli import decisions, serve
+from mcp_elicit.cli import call, decisions, demo, serve
 
 app = typer.Typer(
     name="mcp-elicit",
@@ -12,6 +12,8 @@ app = typer.Typer(
 )
 app.add_typer(decisions.app, name="decisions")
 app.command("serve")(serve.serve)
+app.command("call")(call.call)
+app.command("demo")(demo.demo)
 
 
 def main() -> None:

@@ -109,5 +109,5 @@ def serve(
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {escape(message)}")
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(2)

@@ -1,0 +1,114 @@
+"""Why a client command failed, in one line a person can act on, and the exit code that goes with it.
+
+The SDK and anyio report a refused connection as an exception group two task groups deep, a server that
+died during the handshake as "Connection closed", an unauthenticated endpoint as an HTTP status error.
+None of that tells a person what to do; `describe` finds the error that matters and says it plainly.
+Exit codes follow the CLI's rule: 2 when the command could not do its job at all (usage, connection),
+1 when the call ran and did not succeed (a tool error, a refused or stopped call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+import httpx2
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, METHOD_NOT_FOUND
+
+from mcp_elicit.client import KitError, ServerSilent
+
+USAGE = 2
+"""Bad arguments, or no server to talk to."""
+CALL_FAILED = 1
+"""The call was made and did not succeed."""
+
+
+class CommandFailed(Exception):
+    """A failure already put into words, with its exit code."""
+
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """What was being done when it failed, to name it in the message."""
+
+    target: str
+    connected: bool
+    server_last_words: str | None = None
+    """The last line a stdio server wrote to stderr, if it wrote anything."""
+    http_status: int | None = None
+    """The last HTTP error status the endpoint answered: the SDK reports it only as a generic JSON-RPC error."""
+    token_given: bool = False
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """The errors inside (nested) exception groups, in order; the error itself if it is no group."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
+def describe(error: BaseException, situation: Situation) -> CommandFailed:
+    """The first leaf that explains the failure, as a message and an exit code."""
+    found = leaves(error)
+    for leaf in found:
+        if isinstance(leaf, CommandFailed):
+            return leaf
+    if situation.http_status is not None and any(isinstance(leaf, MCPError) for leaf in found):
+        return _http_status(situation.http_status, situation)
+    for leaf in found:
+        explained = _explain(leaf, situation)
+        if explained is not None:
+            return explained
+    first = found[0]
+    doing = "calling" if situation.connected else "connecting to"
+    return CommandFailed(f"{doing} {situation.target} failed: {type(first).__name__}: {first}", USAGE)
+
+
+def _explain(error: BaseException, situation: Situation) -> CommandFailed | None:
+    target = situation.target
+    if isinstance(error, httpx2.HTTPStatusError | httpx.HTTPStatusError):
+        return _http_status(error.response.status_code, situation)
+    if isinstance(error, httpx2.ConnectError | httpx.ConnectError):
+        return CommandFailed(f"cannot reach {target}: nothing answers there ({error})")
+    if isinstance(error, httpx2.TimeoutException | httpx.TimeoutException):
+        return CommandFailed(f"{target} did not answer in time")
+    if isinstance(error, httpx2.HTTPError | httpx.HTTPError):
+        return CommandFailed(f"talking to {target} failed: {type(error).__name__}: {error}")
+    if isinstance(error, ServerSilent):
+        return CommandFailed(f"{target}: {error}")
+    if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
+        said = f"; its last words: {situation.server_last_words}" if situation.server_last_words else ""
+        when = "during the call" if situation.connected else "before answering"
+        return CommandFailed(f"{target} closed the connection {when}{said}")
+    if isinstance(error, KitError):
+        return CommandFailed(f"the call stopped: {error}", CALL_FAILED)
+    if isinstance(error, MCPError) and situation.connected:
+        return CommandFailed(f"the server refused the call: {error.error.message} (code {error.code})", CALL_FAILED)
+    if isinstance(error, MCPError) and error.code == METHOD_NOT_FOUND:
+        return CommandFailed(f"no MCP endpoint at {target} ({error.error.message})")
+    if isinstance(error, MCPError):
+        return CommandFailed(f"{target} refused the connection: {error.error.message} (code {error.code})")
+    if isinstance(error, PermissionError):
+        return CommandFailed(f"cannot run {target}: permission denied")
+    if isinstance(error, FileNotFoundError):
+        return CommandFailed(f"command not found: {target}")
+    return None
+
+
+def _http_status(status: int, situation: Situation) -> CommandFailed:
+    target = situation.target
+    if status == 401 and situation.token_given:
+        return CommandFailed(f"{target} refused the token (HTTP 401): it is invalid or has expired")
+    if status == 401:
+        return CommandFailed(f"{target} requires authorization (HTTP 401): pass --token")
+    if status == 403:
+        return CommandFailed(f"{target} refused this token (HTTP 403): it lacks a scope the server needs")
+    if status == 404:
+        return CommandFailed(f"no MCP endpoint at {target} (HTTP 404)")
+    return CommandFailed(f"{target} answered HTTP {status}")

@@ -1,0 +1,249 @@
+"""`mcp-elicit call TARGET TOOL`: call one tool of any MCP server, with a person (or a script) to answer it.
+
+It is the client kit as a command: the server may ask mid-call, on whatever era was negotiated, and the
+question reaches the person at this terminal (or the answers of `--script FILE`); with no terminal and no
+script there is nobody to ask, and the kit declares no elicitation at all, so the server falls back or says
+what is missing instead of waiting for nobody. A stdio server is started like a command typed at the shell:
+it inherits this environment (the SDK would pass only a few safe variables, which would lose, for one,
+`MCP_ELICIT_STORE`). Its stderr goes to a temporary file, so that its logs do not run through the person's
+prompts; its last line is quoted if it dies.
+
+Exit codes: 0 the tool succeeded, 1 the tool reported an error or the call was refused or stopped,
+2 the command could not be run (bad arguments, unknown tool, no server to talk to), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TextIO
+
+import anyio
+import httpx2
+import typer
+from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
+from rich.console import Console
+from rich.markup import escape
+
+from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe
+from mcp_elicit.cli._logs import one_line_warnings
+from mcp_elicit.cli._shown import ShownHandler
+from mcp_elicit.cli._tool_result import print_result
+from mcp_elicit.client import (
+    ElicitationHandler,
+    ElicitingClient,
+    NoPersonHandler,
+    ScriptedHandler,
+    ScriptError,
+    TerminalHandler,
+    load_script,
+)
+from mcp_elicit.client.session import Target, kit_http_client
+
+INTERRUPTED = 130
+TOKEN_ENV = "MCP_ELICIT_TOKEN"  # noqa: S105 (the variable's name)
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class EraChoice(StrEnum):
+    AUTO = "auto"
+    V2025_11_25 = "2025-11-25"
+    V2026_07_28 = "2026-07-28"
+
+
+EraOption = Annotated[
+    EraChoice,
+    typer.Option(
+        "--era",
+        help="Protocol era: auto negotiates (2026-07-28 when the server offers it), or pin 2025-11-25 or 2026-07-28.",
+    ),
+]
+
+
+@dataclass
+class Server:
+    """Where to connect: an http(s) URL, or a stdio command whose stderr goes to `log`."""
+
+    label: str
+    url: str | None = None
+    command: list[str] = field(default_factory=list)
+    token: str | None = None
+    log: Path | None = None
+    http_status: int | None = None
+    """The last HTTP error status seen, since the SDK turns a 401 into a bare JSON-RPC error."""
+
+    async def _observe(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self.http_status = response.status_code
+
+    def situation(self, connected: bool) -> Situation:
+        return Situation(self.label, connected, self.last_words(), self.http_status, self.token is not None)
+
+    def last_words(self) -> str | None:
+        if self.log is None:
+            return None
+        try:
+            lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return None
+        return lines[-1] if lines else None
+
+    @asynccontextmanager
+    async def client(self, handler: ElicitationHandler, era: EraChoice) -> AsyncIterator[ElicitingClient]:
+        if self.url is not None:
+            async with kit_http_client(bearer_token=self.token) as http:
+                http.event_hooks = {"response": [self._observe]}
+                async with ElicitingClient(self.url, handler, era=era.value, http_client=http) as client:
+                    yield client
+            return
+        assert self.log is not None
+        params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=dict(os.environ))
+        with self.log.open("w", encoding="utf-8") as errlog:
+            transport: Target = stdio_client(params, errlog=errlog)
+            async with ElicitingClient(transport, handler, era=era.value) as client:
+                yield client
+
+
+def parse_arguments(pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs; a value that parses as JSON is that JSON (`true`, `3`, `["a"]`), any other a string."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, raw = pair.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise CommandFailed(f"--arg {pair!r} is not KEY=VALUE")
+        if key in arguments:
+            raise CommandFailed(f"--arg {key} is given twice")
+        try:
+            arguments[key] = json.loads(raw)
+        except ValueError:
+            arguments[key] = raw
+    return arguments
+
+
+def resolve_server(target: str, token: str | None) -> Server:
+    """An http(s) URL as it is; anything else is a command line, split as a shell would split it."""
+    text = target.strip()
+    if _URL_SCHEME.match(text):
+        if not text.lower().startswith(("http://", "https://")):
+            raise CommandFailed(f"unsupported target {text!r}: give an http(s):// URL or a command")
+        return Server(label=text, url=text, token=token)
+    if token is not None:
+        raise CommandFailed("--token applies to an http(s) target only; a stdio server runs as you")
+    try:
+        command = shlex.split(text)
+    except ValueError as error:
+        raise CommandFailed(f"cannot split the command {target!r}: {error}") from None
+    if not command:
+        raise CommandFailed("the target is empty: give an http(s):// URL or a command")
+    if shutil.which(command[0]) is None:
+        raise CommandFailed(f"command not found: {command[0]}")
+    return Server(label=shlex.join(command), command=command)
+
+
+def choose_handler(script: Path | None, console: Console) -> ElicitationHandler:
+    if script is not None:
+        try:
+            return ShownHandler(ScriptedHandler(load_script(script)), console)
+        except (ScriptError, OSError) as error:
+            raise CommandFailed(f"cannot use the script {script}: {error}") from None
+    if _interactive(sys.stdin) and _interactive(sys.stdout):
+        return TerminalHandler()
+    return NoPersonHandler()
+
+
+def call(
+    target: Annotated[
+        str, typer.Argument(help='An http(s):// MCP endpoint, or a command running a stdio server: "mcp-elicit serve".')
+    ],
+    tool: Annotated[str, typer.Argument(help="The tool to call.")],
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", "-a", help="KEY=VALUE, repeatable; VALUE is JSON when it parses as JSON, else a string."),
+    ] = None,
+    era: EraOption = EraChoice.AUTO,
+    script: Annotated[
+        Path | None, typer.Option(help="Answer the server's questions from this JSON script instead of asking.")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar=TOKEN_ENV, help="Bearer token for an http(s) target.", show_default=False)
+    ] = None,
+) -> None:
+    """Call one tool; the server's questions are asked at this terminal (or answered by --script)."""
+    one_line_warnings()
+    server: Server | None = None
+    try:
+        arguments = parse_arguments(arg or [])
+        server = resolve_server(target, token)
+        handler = choose_handler(script, out)
+        code = _run_in_temp_dir(server, tool, arguments, handler, era)
+    except CommandFailed as failed:
+        _fail(failed)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(INTERRUPTED) from None
+    raise typer.Exit(code)
+
+
+def _run_in_temp_dir(
+    server: Server, tool: str, arguments: dict[str, Any], handler: ElicitationHandler, era: EraChoice
+) -> int:
+    with tempfile.TemporaryDirectory(prefix="mcp-elicit-call-") as scratch:
+        if server.url is None:
+            server.log = Path(scratch) / "server-stderr.log"
+        return anyio.run(_call, server, tool, arguments, handler, era)
+
+
+async def _call(
+    server: Server, tool: str, arguments: dict[str, Any], handler: ElicitationHandler, era: EraChoice
+) -> int:
+    connected = False
+    try:
+        async with server.client(handler, era) as client:
+            connected = True
+            name = client.server_info.name if client.server_info is not None else server.label
+            err.print(f"[dim]connected to {escape(name)}, protocol {escape(client.protocol_version)}[/dim]")
+            listing = await client.list_tools()
+            names = sorted(t.name for t in listing.tools)
+            if tool not in names and listing.next_cursor is None:
+                offered = ", ".join(names) or "none"
+                raise CommandFailed(f"{server.label} has no tool {tool!r}; its tools: {offered}")
+            result = await client.call_tool(tool, arguments)
+    except Exception as error:
+        failed = describe(error, server.situation(connected))
+        if failed.code == CALL_FAILED and isinstance(handler, NoPersonHandler):
+            failed = CommandFailed(
+                f"{failed.message}; nobody can be asked here (no terminal): use --script FILE", CALL_FAILED
+            )
+        raise failed from None
+    print_result(out, result)
+    if result.is_error:
+        err.print(f"[red]the tool {escape(tool)} reported an error[/red]")
+        return CALL_FAILED
+    return 0
+
+
+def _interactive(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _fail(failed: CommandFailed) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(failed.message)}", soft_wrap=True)
+    raise typer.Exit(failed.code or USAGE)

@@ -1,0 +1,279 @@
+"""The demo's own URL-mode deployment: the reference server over HTTP and the stand-in provider, on loopback.
+
+URL mode needs the whole setting at once (an authorization server to sign the person in, the decision
+pages, the vault, a third party to connect), and a newcomer should not configure any of it. So the demo
+starts the very processes an operator runs, `mcp-elicit serve --transport http` and
+`python -m mcp_elicit.reference.provider`, on free loopback ports, with keys generated for this run and a
+throwaway user whose random password is printed for the person's browser. Keys already set in the
+environment (`MCP_ELICIT_AUTH_KEYS`, `_STATE_KEYS`, `_VAULT_KEYS`) are used instead, so that a persistent
+store's vault entries stay readable with the operator's own keys.
+
+The demo signs in its own throwaway user: `sign_in` registers an OAuth client, runs authorization code
+with PKCE and posts the sign-in form over HTTP, exactly what an MCP client and a person at a browser do,
+and returns the MCP access token. Nothing behind the HTTP surface is called.
+
+Every process started is stopped when the context ends, Ctrl-C included; their output goes to log files
+in the run's directory, and every failure names them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import httpx
+
+from mcp_elicit.reference.page_forms import read_page
+
+LOOPBACK: Final = "127.0.0.1"
+START_TIMEOUT: Final = 30.0
+STOP_TIMEOUT: Final = 5.0
+PROVIDER_CLIENT_ID: Final = "mcp-elicit-demo"
+KEY_VARIABLES: Final = ("MCP_ELICIT_AUTH_KEYS", "MCP_ELICIT_STATE_KEYS", "MCP_ELICIT_VAULT_KEYS")
+DEMO_CLIENT_REDIRECT: Final = "http://127.0.0.1/mcp-elicit-demo/callback"
+"""Registered for the demo's own OAuth client and never served: the code is read from the redirect itself."""
+
+
+class StackError(RuntimeError):
+    """The deployment could not start or sign in; the message names the log to read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    username: str
+    password: str
+    display_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DemoStack:
+    server_url: str
+    provider_url: str
+    store_url: str
+    workspace: Path
+    user: Credentials
+    """Signs in to the reference server: the MCP principal, and the person at the browser."""
+    provider_user: Credentials
+    """Signs in at the stand-in provider when the account is connected."""
+    server_log: Path
+    provider_log: Path
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.server_url}/mcp"
+
+    @property
+    def principal_id(self) -> str:
+        """How the reference server names the demo user in every record (issuer `#` username)."""
+        return f"{self.server_url}#{self.user.username}"
+
+    @property
+    def logs(self) -> tuple[Path, Path]:
+        return (self.server_log, self.provider_log)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def fresh_keys(environ: Mapping[str, str]) -> dict[str, str]:
+    """The three key rings: the environment's where set, otherwise 32 random bytes each, for this run only."""
+    generated = {
+        "MCP_ELICIT_AUTH_KEYS": _b64(secrets.token_bytes(32)),
+        "MCP_ELICIT_STATE_KEYS": _b64(secrets.token_bytes(32)),
+        "MCP_ELICIT_VAULT_KEYS": "demo:" + _b64(secrets.token_bytes(32)),
+    }
+    return {name: environ.get(name, "").strip() or value for name, value in generated.items()}
+
+
+@contextmanager
+def running_stack(
+    run_dir: Path, *, store_url: str, workspace: Path, environ: Mapping[str, str] | None = None
+) -> Iterator[DemoStack]:
+    """Start the provider and the reference server, wait until both listen, stop both on the way out."""
+    environ = dict(os.environ if environ is None else environ)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    workspace.mkdir(parents=True, exist_ok=True)
+    server_port, provider_port = free_port(), free_port()
+    server_url, provider_url = f"http://{LOOPBACK}:{server_port}", f"http://{LOOPBACK}:{provider_port}"
+    user = Credentials(f"demo-{secrets.token_hex(3)}", secrets.token_urlsafe(12), "Demo User")
+    provider_user = Credentials("ada", secrets.token_urlsafe(12), "Ada Lovelace")
+    provider_secret = secrets.token_urlsafe(24)
+    env = {
+        **environ,
+        **fresh_keys(environ),
+        "MCP_ELICIT_STORE": store_url,
+        "MCP_ELICIT_USERS": f"{user.username}:{user.password}:{user.display_name}",
+        "MCP_ELICIT_PROVIDER_URL": provider_url,
+        "MCP_ELICIT_PROVIDER_CLIENT_ID": PROVIDER_CLIENT_ID,
+        "MCP_ELICIT_PROVIDER_CLIENT_SECRET": provider_secret,
+        "PYTHONUNBUFFERED": "1",
+    }
+    stack = DemoStack(
+        server_url=server_url,
+        provider_url=provider_url,
+        store_url=store_url,
+        workspace=workspace,
+        user=user,
+        provider_user=provider_user,
+        server_log=run_dir / "server.log",
+        provider_log=run_dir / "provider.log",
+    )
+    provider_command = [
+        sys.executable, "-m", "mcp_elicit.reference.provider", "--host", LOOPBACK, "--port", str(provider_port),
+        "--client-id", PROVIDER_CLIENT_ID, "--client-name", "mcp-elicit reference server",
+        "--redirect-uri", f"{server_url}/elicit/callback",
+        "--user", f"{provider_user.username}:{provider_user.password}:{provider_user.display_name}",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    server_command = [
+        sys.executable, "-m", "mcp_elicit", "serve", "--transport", "http", "--host", LOOPBACK,
+        "--port", str(server_port), "--public-url", server_url, "--workspace", str(workspace),
+    ]  # fmt: skip
+    with ExitStack() as cleanup:
+        started: list[subprocess.Popen[bytes]] = []
+        cleanup.callback(_stop_all, started)
+        for command, log, port in (
+            (provider_command, stack.provider_log, provider_port),
+            (server_command, stack.server_log, server_port),
+        ):
+            sink = cleanup.enter_context(log.open("wb"))
+            process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)  # noqa: S603
+            started.append(process)
+            _wait_listening(port, process, log)
+        yield stack
+
+
+async def sign_in(stack: DemoStack) -> str:
+    """The MCP access token of the demo user, obtained the way an MCP client and a person obtain one."""
+    base = stack.server_url
+    async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
+        try:
+            metadata = (await browser.get(f"{base}/.well-known/oauth-authorization-server")).json()
+            registered = await browser.post(
+                metadata["registration_endpoint"],
+                json={"redirect_uris": [DEMO_CLIENT_REDIRECT], "client_name": "mcp-elicit demo"},
+            )
+            _expect(registered, 201, "client registration", stack)
+            client = registered.json()
+            verifier = secrets.token_urlsafe(48)
+            challenge = _b64(hashlib.sha256(verifier.encode()).digest()).rstrip("=")
+            state = secrets.token_urlsafe(16)
+            authorize = await browser.get(
+                metadata["authorization_endpoint"],
+                params={
+                    "response_type": "code",
+                    "client_id": client["client_id"],
+                    "redirect_uri": DEMO_CLIENT_REDIRECT,
+                    "code_challenge": challenge,
+                    "code_challenge_method": "S256",
+                    "state": state,
+                    "scope": "mcp",
+                    "resource": stack.mcp_url,
+                },
+            )
+            _expect(authorize, 302, "authorization", stack)
+            page_url = urljoin(base, authorize.headers["location"])
+            page = await browser.get(page_url)
+            form = read_page(page.text).form("/signin")
+            if form is None:
+                raise StackError(f"the sign-in page has no sign-in form (status {page.status_code}); {_see(stack)}")
+            signed = await browser.post(
+                urljoin(page_url, form.action),
+                data={**form.hidden, "username": stack.user.username, "password": stack.user.password},
+            )
+            _expect(signed, 302, "sign-in", stack)
+            answer = {k: v[0] for k, v in parse_qs(urlsplit(signed.headers["location"]).query).items()}
+            if answer.get("state") != state or "code" not in answer:
+                raise StackError(f"the sign-in did not return a code for this request; {_see(stack)}")
+            token = await browser.post(
+                metadata["token_endpoint"],
+                data={
+                    "grant_type": "authorization_code",
+                    "code": answer["code"],
+                    "redirect_uri": DEMO_CLIENT_REDIRECT,
+                    "client_id": client["client_id"],
+                    "client_secret": client["client_secret"],
+                    "code_verifier": verifier,
+                    "resource": stack.mcp_url,
+                },
+            )
+            _expect(token, 200, "token request", stack)
+            access_token: str = token.json()["access_token"]
+        except (httpx.HTTPError, KeyError, ValueError) as error:
+            raise StackError(
+                f"signing in the demo user failed ({type(error).__name__}: {error}); {_see(stack)}"
+            ) from None
+    return access_token
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex((LOOPBACK, port)) == 0:
+                return
+        code = process.poll()
+        if code is not None:
+            raise StackError(
+                f"{_name(process)} exited with status {code} before listening: {last_line(log)}; log {log}"
+            )
+        if time.monotonic() > deadline:
+            raise StackError(f"{_name(process)} did not listen on port {port} within {START_TIMEOUT:.0f} s; log {log}")
+        time.sleep(0.05)
+
+
+def _stop_all(started: list[subprocess.Popen[bytes]]) -> None:
+    """Ask every process to stop, then kill what is still running; never leave one behind."""
+    for process in reversed(started):
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for process in reversed(started):
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def last_line(log: Path) -> str:
+    """The last non-empty line a process wrote, which is usually its reason for stopping."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(nothing logged)"
+
+
+def _expect(response: httpx.Response, status: int, step: str, stack: DemoStack) -> None:
+    if response.status_code != status:
+        raise StackError(f"{step} answered {response.status_code} instead of {status}; {_see(stack)}")
+
+
+def _see(stack: DemoStack) -> str:
+    return f"see {stack.server_log}"
+
+
+def _name(process: subprocess.Popen[bytes]) -> str:
+    args = [str(arg) for arg in process.args] if isinstance(process.args, list) else [str(process.args)]
+    return "the provider" if "mcp_elicit.reference.provider" in args else "the reference server"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode()
