@@ -3,9 +3,11 @@
 The suite starts a scenario server and runs `python -m conformance.client <server-url>` with the scenario in
 `MCP_CONFORMANCE_SCENARIO` and its spec version in `MCP_CONFORMANCE_PROTOCOL_VERSION`. Everything here goes
 through `ElicitingClient` and a scripted handler, the way a host would use the kit: what the scenarios
-check (defaults applied to an accepted form, `requestState` echoed byte for byte with a new JSON-RPC id and
-nothing carried into another call, a result without `resultType` taken as complete, per-request `_meta`
-with the declared capabilities and a retry at a supported version) is the kit's own behaviour.
+check (`requestState` echoed byte for byte with a new JSON-RPC id and nothing carried into another call, a
+result without `resultType` taken as complete, per-request `_meta` with the declared capabilities and a
+retry at a supported version) is the kit's own behaviour. Defaults in an accepted form are the handler's:
+the kit sends an answer as the handler gave it, and the scripted handler, like a form that pre-fills the
+schema's defaults, answers with every default its script entry leaves out.
 
 Exit status: 0 when the scenario ran to its end, 1 when a call failed or returned something unexpected, 2
 for a scenario this client does not implement.
@@ -53,7 +55,7 @@ def expect_text(result: CallToolResult, wanted: str | None = None) -> str:
 
 
 async def elicitation_defaults(url: str, era: Era) -> None:
-    """Accept the form leaving every field out: the kit fills in the schema's defaults (SEP-1034)."""
+    """Accept the form as pre-filled: the scripted handler answers with the schema's defaults (SEP-1034)."""
     handler = ScriptedHandler([{"reply": "accept"}], modes=("form",))
     async with ElicitingClient(url, handler, era=era) as client:
         await client.list_tools()

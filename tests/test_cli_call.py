@@ -19,7 +19,7 @@ import pytest
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.reference.demo_stack import DemoStack, running_stack, sign_in
 from mcp_elicit.store import open_store
-from tests.cli_terminal import CHOICE, COMMAND, CTRL_D, ESC, TEXT_PROMPT, Terminal, terminal_env
+from tests.cli_terminal import CHOICE, COMMAND, ESC, TEXT_PROMPT, Terminal, terminal_env
 from tests.http_harness import free_port
 
 ERAS = ["2025-11-25", "2026-07-28"]
@@ -174,7 +174,7 @@ def test_a_person_answers_the_form_with_keystrokes(era: str, stdio_server: str, 
     try:
         terminal.see("Form request", "Tool:   deploy", "production: add migrations.sql; change app.py")
         terminal.see("[1/2] Approve (required)", "Deploy to production now")
-        terminal.answer(CHOICE, "\r")
+        terminal.answer(CHOICE, "1", "\r")
         terminal.see("[2/2] Note (optional)")
         terminal.answer(TEXT_PROMPT, "ship it\r")
         terminal.see("Your answers")
@@ -194,7 +194,9 @@ def test_decline_and_cancel_at_the_terminal_stay_distinct(stdio_server: str, sto
     )
     try:
         terminal.see("Deploy payments to production?")
-        terminal.answer(CHOICE, CTRL_D)
+        terminal.answer(CHOICE, "1", "\r")
+        terminal.answer(TEXT_PROMPT, "\r")
+        terminal.review("d\r")
         terminal.see("Declined: the server is told you refused.", "Deploy payments to staging only?")
         terminal.answer(CHOICE, ESC)
         terminal.see("Cancelled: no answer was sent.", "Nothing deployed for payments.")

@@ -233,7 +233,7 @@ def test_a_person_answers_at_the_terminal_and_connects_in_the_browser_at_2025_11
         started.append(int(terminal.search(PROVIDER).group(1)))
         provider_user = terminal.search(SIGN_IN).groups()
         terminal.see("Deploy payments to production?", "[1/2] Approve (required)")
-        terminal.answer(CHOICE, "\r")
+        terminal.answer(CHOICE, "1", "\r")
         terminal.see("[2/2] Note (optional)")
         terminal.answer(TEXT_PROMPT, "by hand\r")
         terminal.review("s\r")

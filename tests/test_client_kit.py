@@ -9,18 +9,20 @@ the way the page's callback would finish it: transitions on the server's store b
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import pytest
 from mcp import StdioServerParameters
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolResult, ElicitRequestURLParams, TextContent
 from starlette.applications import Starlette
@@ -44,20 +46,24 @@ from mcp_elicit.client import (
     ScriptedHandler,
     ServerSilent,
     StillWaiting,
+    TooManyRounds,
     UrlFlowStopped,
     UrlReply,
     UrlRequest,
+    UrlStillRequired,
 )
 from mcp_elicit.client.handler import Mode
 from mcp_elicit.client.session import Era, kit_http_client
 from mcp_elicit.model import Decision, DecisionStatus, Operator, Principal
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, waiting
 from mcp_elicit.store import DecisionConflict, Store, open_store
 from tests.http_harness import free_port, serving
 from tests.kit_server import SERVER_NAME, SERVER_TITLE, SERVER_VERSION, build
 
 pytestmark = pytest.mark.anyio
 ERAS = ["2025-11-25", "2026-07-28"]
+FORM_ERAS = ["2025-06-18", *ERAS]
+"""2025-06-18 has form mode only: it runs wherever no URL is asked."""
 LOOPBACK = Principal("loopback-dev", "loopback")
 LOCAL = Principal("local-user", "stdio")
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,6 +207,17 @@ async def wait_for(predicate: object, seconds: float = 20) -> None:
             await anyio.sleep(0.02)
 
 
+def flow_of(pending: PendingFlows, elicitation_id: str) -> PendingFlow:
+    """The newest flow a server asked under `elicitation_id` (flows have kit ids of their own)."""
+    [*_, flow] = [flow for flow in pending.list() if flow.elicitation_id == elicitation_id]
+    return flow
+
+
+def flow_status(pending: PendingFlows, elicitation_id: str) -> FlowStatus | None:
+    flows = [flow for flow in pending.list() if flow.elicitation_id == elicitation_id]
+    return flows[-1].status if flows else None
+
+
 class FakeMonotonic:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -215,7 +232,7 @@ class FakeMonotonic:
 # -- what gets declared --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", FORM_ERAS)
 @pytest.mark.parametrize(
     ("modes", "declared"),
     [(("form",), {"form": {}}), (("url",), {"url": {}}), (("form", "url"), {"form": {}, "url": {}}), ((), None)],
@@ -226,11 +243,11 @@ async def test_the_server_sees_exactly_the_declared_modes(
     async with ElicitingClient(served.url, ScriptedHandler([], modes=modes), era=era) as client:
         seen = json.loads(text(await client.call_tool("capabilities", {})))
         assert client.protocol_version == era
-        assert client.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE)
+        assert client.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, endpoint=served.url)
     assert seen.get("elicitation") == declared
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", FORM_ERAS)
 async def test_a_stdio_server_sees_the_declared_modes_too(tmp_path: Path, pages: Pages, era: Era) -> None:
     handler = ScriptedHandler([], modes=("form",))
     async with ElicitingClient(stdio_kit_server(tmp_path, pages), handler, era=era) as client:
@@ -238,7 +255,7 @@ async def test_a_stdio_server_sees_the_declared_modes_too(tmp_path: Path, pages:
     assert seen["elicitation"] == {"form": {}}
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", FORM_ERAS)
 async def test_a_form_only_client_is_never_sent_a_url_question(served: Served, era: Era) -> None:
     person = Person(url=Consent(), modes=("form",))
     browser = Browser()
@@ -256,7 +273,7 @@ async def test_a_form_only_client_is_never_sent_a_url_question(served: Served, e
     assert url_decision(served.store).status is DecisionStatus.REQUESTED
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", FORM_ERAS)
 async def test_a_url_only_client_gets_no_form_and_a_client_with_no_modes_gets_nothing(served: Served, era: Era) -> None:
     url_only = Person(form=Accept({"approve": True}), modes=("url",))
     async with ElicitingClient(served.url, url_only, era=era) as client:
@@ -279,7 +296,7 @@ async def test_a_url_only_client_gets_no_form_and_a_client_with_no_modes_gets_no
 # -- decisions travel as given ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", FORM_ERAS)
 async def test_decline_and_cancel_stay_distinct_through_the_reference_stdio_server(tmp_path: Path, era: Era) -> None:
     store_url = f"sqlite://{tmp_path / 'served.db'}"
     server = StdioServerParameters(
@@ -328,7 +345,7 @@ async def test_the_url_is_untouched_until_consent_then_opened_once(served: Serve
     [asked] = person.asked
     assert isinstance(asked, UrlRequest)
     assert asked.review.url == decision.url and asked.review.may_open
-    assert asked.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, tool="connect")
+    assert asked.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, tool="connect", endpoint=served.url)
     assert asked.elicitation_id == (decision.elicitation_id if era == "2025-11-25" else None)
     assert [change.status for change in changes][:2] == [FlowStatus.AWAITING_CONSENT, FlowStatus.OPEN]
     assert decision.status is DecisionStatus.EXTERNAL_COMPLETED
@@ -400,14 +417,14 @@ async def test_32042_without_a_notification_waits_for_the_hosts_retry_now(pages:
         results: list[CallToolResult] = []
         async with anyio.create_task_group() as group:
             group.start_soon(lambda: _append(results, client.call_tool("link_account", {})))
-            await wait_for(lambda: pending.list(active=True) and pending.get("link-1").status is FlowStatus.OPEN)
+            await wait_for(lambda: flow_status(pending, "link-1") is FlowStatus.OPEN)
             await anyio.sleep(0.5)
             assert state["calls"] == 1
             state["done"] = 1
-            assert pending.retry_now("link-1")
+            assert pending.retry_now(flow_of(pending, "link-1").id)
     assert text(results[0]) == "linked"
     assert state["calls"] == 2
-    assert pending.get("link-1").status is FlowStatus.ENDED
+    assert flow_of(pending, "link-1").status is FlowStatus.ENDED
     assert pages.hits == ["/elicit/link-1"]
 
 
@@ -424,8 +441,8 @@ async def test_32042_flow_cancelled_by_the_host_stops_the_call(pages: Pages) -> 
     ):
 
         async def cancel_when_open() -> None:
-            await wait_for(lambda: pending.list(active=True) and pending.get("link-1").status is FlowStatus.OPEN)
-            assert pending.cancel("link-1", "the person gave up")
+            await wait_for(lambda: flow_status(pending, "link-1") is FlowStatus.OPEN)
+            assert pending.cancel(flow_of(pending, "link-1").id, "the person gave up")
 
         group.start_soon(cancel_when_open)
         with pytest.raises(UrlFlowStopped) as stopped:
@@ -433,7 +450,7 @@ async def test_32042_flow_cancelled_by_the_host_stops_the_call(pages: Pages) -> 
     assert stopped.value.flow.status is FlowStatus.CANCELLED
     assert stopped.value.flow.reason == "the person gave up"
     assert state["calls"] == 1
-    assert not pending.cancel("link-1")
+    assert not pending.cancel(stopped.value.flow.id)
 
 
 async def test_32042_declined_consent_stops_the_call_without_a_retry(pages: Pages) -> None:
@@ -506,24 +523,174 @@ async def test_modern_flow_cancelled_by_the_host_stops_the_rounds(served: Served
     assert url_decision(served.store).status is DecisionStatus.ACCEPTED_URL
 
 
-async def test_legacy_flow_held_by_the_server_cannot_be_retried_but_can_be_cancelled(served: Served) -> None:
+async def test_legacy_retry_now_reissues_the_call_the_server_holds_and_it_completes(
+    served: Served, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow completes where the instance holding the call cannot hear of it: through another store
+    handle (no wake-up) while that instance polls only hourly, and so no notification comes. The person's
+    "I'm done" re-issues the call, which the server attaches to the same operation."""
+    monkeypatch.setattr(waiting, "FIRST_POLL", 3600.0)
+    monkeypatch.setattr(waiting, "LONGEST_POLL", 3600.0)
+    sent: list[dict[str, Any]] = []
+
+    async def record(request: httpx2.Request) -> None:
+        body = await request.aread()
+        if body:
+            sent.append(json.loads(body))
+
+    pending = PendingFlows()
+    elsewhere = open_store(sqlite_url)
+    results: list[CallToolResult] = []
+    try:
+        async with kit_http_client() as http:
+            http.event_hooks = {"request": [record]}
+            async with ElicitingClient(
+                served.url, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending, http_client=http
+            ) as client:
+                with anyio.fail_after(30):
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(lambda: _append(results, client.call_tool("connect", {})))
+                        await wait_for(lambda: any(f.status is FlowStatus.OPEN for f in pending.list()))
+                        [flow] = pending.list()
+                        await anyio.to_thread.run_sync(finish_after_consent, elsewhere, LOOPBACK, True)
+                        await anyio.sleep(1.0)
+                        assert results == []
+                        assert pending.retry_now(flow.id)
+    finally:
+        elsewhere.close()
+    assert text(results[0]) == "connected"
+    calls = [body for body in sent if body.get("method") == "tools/call"]
+    assert len(calls) == 2 and calls[0]["id"] != calls[1]["id"]
+    assert calls[0]["params"] == calls[1]["params"]
+    cancelled = [body["params"]["requestId"] for body in sent if body.get("method") == "notifications/cancelled"]
+    assert cancelled == [calls[0]["id"]]
+    assert not pending.get(flow.id).status.active
+    assert url_decision(served.store).status is DecisionStatus.EXTERNAL_COMPLETED  # one decision: one operation
+
+
+def stuck_server(pages: Pages) -> tuple[MCPServer, dict[str, int]]:
+    """Answers -32042 for `link-1` until `succeed_on` calls, even once the flow was completed (it does not
+    see the completion it asked for); `complete_link` sends the completion notification."""
+    server = MCPServer("stuck", version="1.0")
+    state = {"calls": 0, "succeed_on": 99}
+
+    @server.tool()
+    async def link_account() -> str:
+        state["calls"] += 1
+        if state["calls"] >= state["succeed_on"]:
+            return "linked"
+        url = f"{pages.base}/elicit/link-1"
+        raise UrlElicitationRequiredError([ElicitRequestURLParams(message="Link it", url=url, elicitation_id="link-1")])
+
+    @server.tool()
+    async def complete_link(ctx: Context) -> str:
+        await ctx.session.send_elicit_complete("link-1")
+        return "sent"
+
+    return server, state
+
+
+@pytest.mark.parametrize("host", ["retries", "cancels", "waits"])
+async def test_32042_asked_again_for_a_completed_flow_stays_in_the_hosts_hands(pages: Pages, host: str) -> None:
+    server, state = stuck_server(pages)
+    pending = PendingFlows()
+    clock = FakeMonotonic()
+
+    async def sleep(seconds: float) -> None:
+        await anyio.sleep(min(seconds, 0.05))
+
+    outcome: list[object] = []
+    async with ElicitingClient(
+        server, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending,
+        pacing=Pacing(max_wait=60), clock=clock, sleep=sleep,
+    ) as client:  # fmt: skip
+
+        async def call() -> None:
+            try:
+                outcome.append(text(await client.call_tool("link_account", {})))
+            except (UrlFlowStopped, UrlStillRequired) as stopped:
+                outcome.append(stopped)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                await wait_for(lambda: flow_status(pending, "link-1") is FlowStatus.OPEN)
+                assert text(await client.call_tool("complete_link", {})) == "sent"
+                await wait_for(lambda: state["calls"] == 2)
+                await anyio.sleep(0.3)
+                [flow] = pending.list()
+                assert flow.status is FlowStatus.COMPLETED and outcome == []
+                if host == "retries":
+                    state["succeed_on"] = 3
+                    assert pending.retry_now(flow.id)
+                elif host == "cancels":
+                    assert pending.cancel(flow.id, "the host gave up")
+                else:
+                    clock.advance(61)
+    [result] = outcome
+    if host == "retries":
+        assert result == "linked" and state["calls"] == 3
+    elif host == "cancels":
+        assert isinstance(result, UrlFlowStopped) and result.reason == "the host gave up"
+        assert result.flow.status is FlowStatus.COMPLETED
+    else:
+        assert isinstance(result, UrlStillRequired) and [f.id for f in result.flows] == [flow.id]
+    assert pending.get(flow.id).status is FlowStatus.COMPLETED and pages.hits == ["/elicit/link-1"]
+    assert not pending.retry_now(flow.id) and not pending.cancel(flow.id)
+
+
+async def test_a_server_that_keeps_answering_32042_stops_at_the_round_limit(pages: Pages) -> None:
+    server = MCPServer("spinning")
+    state = {"calls": 0}
+
+    @server.tool()
+    async def link_account() -> str:
+        state["calls"] += 1
+        number = state["calls"]
+        url = f"{pages.base}/elicit/link-{number}"
+        raise UrlElicitationRequiredError(
+            [ElicitRequestURLParams(message="Link it", url=url, elicitation_id=f"link-{number}")]
+        )
+
     pending = PendingFlows()
     async with (
         ElicitingClient(
-            served.url, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending
+            server, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending,
+            pacing=Pacing(max_input_rounds=3),
         ) as client,
         anyio.create_task_group() as group,
-    ):
+    ):  # fmt: skip
 
-        async def steer() -> None:
-            await wait_for(lambda: any(f.status is FlowStatus.OPEN for f in pending.list()))
-            [flow] = pending.list()
-            assert not pending.retry_now(flow.id)
-            assert pending.cancel(flow.id)
+        async def person_says_done_each_time() -> None:
+            done: set[str] = set()
+            while True:
+                for flow in pending.list(active=True):
+                    if flow.id not in done and flow.status is FlowStatus.OPEN and pending.retry_now(flow.id):
+                        done.add(flow.id)
+                await anyio.sleep(0.01)
 
-        group.start_soon(steer)
-        with pytest.raises(UrlFlowStopped):
-            await client.call_tool("connect", {})
+        group.start_soon(person_says_done_each_time)
+        with anyio.fail_after(20), pytest.raises(TooManyRounds):
+            await client.call_tool("link_account", {})
+        group.cancel_scope.cancel()
+    assert state["calls"] == 4
+
+
+async def test_a_server_that_never_finishes_connecting_is_given_up() -> None:
+    mute = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with anyio.fail_after(30), pytest.raises(ServerSilent) as silent:
+        async with ElicitingClient(mute, ScriptedHandler([]), era="2025-11-25", request_timeout=0.5):
+            pass
+    assert silent.value.connecting and "connecting" in str(silent.value)
+
+
+async def test_a_given_http_client_with_a_read_timeout_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mcp_elicit.client.session"):
+        async with httpx2.AsyncClient(timeout=30) as timed, kit_http_client() as untimed:
+            ElicitingClient("http://127.0.0.1:9/mcp", ScriptedHandler([]), http_client=timed)
+            ElicitingClient("http://127.0.0.1:9/mcp", ScriptedHandler([]), http_client=untimed)
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert "read timeout of 30 s" in warning
 
 
 async def test_modern_polling_stops_at_the_deadline(served: Served) -> None:
@@ -535,7 +702,7 @@ async def test_modern_polling_stops_at_the_deadline(served: Served) -> None:
 
     async with ElicitingClient(
         served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
-        pacing=Pacing(deadline=10), clock=clock, sleep=sleep,
+        pacing=Pacing(max_wait=10), clock=clock, sleep=sleep,
     ) as client:  # fmt: skip
         with pytest.raises(StillWaiting):
             await client.call_tool("connect", {})
@@ -553,27 +720,60 @@ class SlowPerson:
 
     def __init__(self, clock: FakeMonotonic | None = None, minutes: float = 0, real_seconds: float = 0) -> None:
         self._clock, self._minutes, self._real = clock, minutes, real_seconds
+        self.decided_while_a_call_waited = False
+        self.another_call_waits: Callable[[], bool] = lambda: False
 
     async def form(self, request: FormRequest) -> FormReply:
         if self._clock is not None:
             self._clock.advance(self._minutes * 60)
         await anyio.sleep(self._real)
+        self.decided_while_a_call_waited = self.another_call_waits()
         return Accept({"approve": True})
 
     async def url(self, request: UrlRequest) -> UrlReply:
         return Cancel()
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", FORM_ERAS)
 async def test_a_person_answering_after_five_minutes_still_completes(served: Served, era: Era) -> None:
+    """While the person decides, another call waits on a server that sends nothing: the watch runs and
+    must count neither call's time against the server."""
     clock = FakeMonotonic()
-    person = SlowPerson(clock, minutes=5, real_seconds=0.3)
+    person = SlowPerson(clock, minutes=5, real_seconds=0.5)
+    results: dict[str, str] = {}
+    person.another_call_waits = lambda: "silent" not in results
     async with ElicitingClient(served.url, person, era=era, request_timeout=1, clock=clock) as client:
-        result = await client.call_tool("approve", {"scope": "prod"})
-    assert text(result) == "applied prod"
+
+        async def quiet_call() -> None:
+            results["silent"] = text(await client.call_tool("silent", {"seconds": 3}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(quiet_call)
+            await anyio.sleep(0.1)
+            results["approve"] = text(await client.call_tool("approve", {"scope": "prod"}))
+            assert person.decided_while_a_call_waited
+    assert results == {"approve": "applied prod", "silent": "slept 3.0"}
 
 
-@pytest.mark.parametrize("era", ERAS)
+async def test_a_legacy_call_held_while_the_person_is_in_the_browser_is_not_cut(served: Served) -> None:
+    clock = FakeMonotonic()
+    pending = PendingFlows()
+    results: list[CallToolResult] = []
+    async with ElicitingClient(
+        served.url, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending,
+        request_timeout=1, clock=clock,
+    ) as client:  # fmt: skip
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(lambda: _append(results, client.call_tool("connect", {})))
+                await wait_for(lambda: any(f.status is FlowStatus.OPEN for f in pending.list()))
+                clock.advance(600)
+                await anyio.sleep(0.6)
+                await anyio.to_thread.run_sync(finish_after_consent, served.store, LOOPBACK, True)
+    assert text(results[0]) == "connected"
+
+
+@pytest.mark.parametrize("era", FORM_ERAS)
 async def test_a_silent_server_is_cut_on_the_same_clock(served: Served, era: Era) -> None:
     clock = FakeMonotonic()
     async with (
@@ -592,7 +792,9 @@ async def test_a_silent_server_is_cut_on_the_same_clock(served: Served, era: Era
 
 async def test_over_stdio_a_slow_person_is_waited_for_and_a_silent_server_is_not(tmp_path: Path, pages: Pages) -> None:
     server = stdio_kit_server(tmp_path, pages)
-    async with ElicitingClient(server, SlowPerson(real_seconds=2.0), era="2025-11-25", request_timeout=0.5) as client:
+    async with ElicitingClient(
+        server, SlowPerson(real_seconds=2.0), era="2025-11-25", request_timeout=0.5, connect_timeout=30
+    ) as client:
         assert text(await client.call_tool("approve", {"scope": "prod"})) == "applied prod"
         with anyio.fail_after(10), pytest.raises(ServerSilent):
             await client.call_tool("silent", {"seconds": 5})

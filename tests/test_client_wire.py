@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY, TextContent
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,6 +40,11 @@ CONFIRM = {
     },
 }
 MODERN_RESULT = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+URL_REQUIRED = {
+    "code": -32042,
+    "message": "URL elicitation required",
+    "data": {"elicitations": [{"mode": "url", "message": "Link", "url": "https://idp.example/", "elicitationId": "l"}]},
+}
 
 
 @dataclass
@@ -53,10 +59,17 @@ class Raw:
 
 def tool_results(raw: Raw) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
     def echo_state(params: dict[str, Any]) -> dict[str, Any]:
+        tag = (params.get("arguments") or {}).get("tag", "")
         if "inputResponses" not in params:
-            state = '{"nonce": "' + uuid.uuid4().hex + '",   "spacing": [2,  1]} '
+            state = '{"nonce": "' + uuid.uuid4().hex + '",   "spacing": [2,  1], "tag": "' + tag + '"} '
             raw.states.append(state)
             return {"resultType": "input_required", "inputRequests": {"confirm": CONFIRM}, "requestState": state}
+        if json.loads(params["requestState"])["tag"] != tag:
+            return {
+                "resultType": "complete",
+                "isError": True,
+                "content": [{"type": "text", "text": "state of another call"}],
+            }
         return {"resultType": "complete", "content": [{"type": "text", "text": params["requestState"]}]}
 
     def no_state(params: dict[str, Any]) -> dict[str, Any]:
@@ -88,8 +101,9 @@ def raw() -> Iterator[Raw]:
         method, params = body["method"], body.get("params") or {}
         result: dict[str, Any]
         if method == "initialize":
+            offered = params.get("protocolVersion")
             result = {
-                "protocolVersion": "2025-11-25",
+                "protocolVersion": offered if offered in ("2025-06-18", "2025-11-25") else "2025-11-25",
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "raw", "version": "1.0", "title": "Raw Server"},
             }
@@ -104,6 +118,8 @@ def raw() -> Iterator[Raw]:
         elif method == "tools/list":
             listed = [{"name": name, "inputSchema": {"type": "object"}} for name in tools]
             result = {**MODERN_RESULT, "tools": listed}
+        elif method == "tools/call" and params["name"] == "needs_url":
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "error": URL_REQUIRED})
         elif method == "tools/call":
             result = tools[params["name"]](params)
         else:
@@ -145,22 +161,27 @@ async def test_a_round_without_state_is_retried_without_state(raw: Raw) -> None:
 
 
 async def test_parallel_calls_never_share_responses_or_state(raw: Raw) -> None:
-    results: list[str] = []
+    """Each round's state is bound to its call by a tag; the server refuses a state sent with another call's."""
+    results: dict[str, str] = {}
     async with ElicitingClient(raw.url, confirming(), era="2026-07-28") as client:
 
-        async def call() -> None:
-            results.append(text_of(await client.call_tool("echo_state", {})))
+        async def call(tag: str) -> None:
+            result = await client.call_tool("echo_state", {"tag": tag})
+            assert not result.is_error, text_of(result)
+            results[tag] = text_of(result)
 
         async def plain() -> None:
-            results.append(text_of(await client.call_tool("plain", {})))
+            results["plain"] = text_of(await client.call_tool("plain", {}))
 
         async with anyio.create_task_group() as group:
-            group.start_soon(call)
-            group.start_soon(call)
+            group.start_soon(call, "a")
+            group.start_soon(call, "b")
             group.start_soon(plain)
-    assert sorted(results) == sorted([*raw.states, "ok"]) and len(set(raw.states)) == 2
-    echoed = [r["params"]["requestState"] for r in raw.calls("echo_state") if "requestState" in r["params"]]
-    assert sorted(echoed) == sorted(raw.states)
+    assert results["plain"] == "ok"
+    assert json.loads(results["a"])["tag"] == "a" and json.loads(results["b"])["tag"] == "b"
+    assert sorted([results["a"], results["b"]]) == sorted(raw.states)
+    for retry in [r for r in raw.calls("echo_state") if "requestState" in r["params"]]:
+        assert json.loads(retry["params"]["requestState"])["tag"] == retry["params"]["arguments"]["tag"]
     [plain_call] = raw.calls("plain")
     assert "requestState" not in plain_call["params"] and "inputResponses" not in plain_call["params"]
     ids = [r["id"] for r in raw.calls()]
@@ -231,3 +252,16 @@ async def test_a_form_answer_is_sent_as_accepted_content(raw: Raw) -> None:
         await client.call_tool("no_state", {})
     retry = raw.calls("no_state")[-1]
     assert retry["params"]["inputResponses"]["confirm"] == {"action": "accept", "content": {"confirmed": True}}
+
+
+async def test_era_2025_06_18_is_offered_and_has_no_32042_path(raw: Raw) -> None:
+    handler = ScriptedHandler([{"reply": "consent"}])
+    async with ElicitingClient(raw.url, handler, era="2025-06-18") as client:
+        assert client.protocol_version == "2025-06-18"
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("needs_url", {})
+    assert refused.value.code == -32042
+    assert handler.asked == []
+    [initialize] = [r for r in raw.requests if r["method"] == "initialize"]
+    assert initialize["params"]["protocolVersion"] == "2025-06-18"
+    assert len(raw.calls("needs_url")) == 1

@@ -179,7 +179,7 @@ def test_the_asker_message_and_field_texts_are_shown(form: Any) -> None:
         "Server: Deploy Bot (deploy-server 1.4.2)",
         "Tool:   deploy",
         "We need your name for the audit trail",
-        "Esc or Ctrl-C cancels the request, Ctrl-D declines it.",
+        "Esc, Ctrl-C or Ctrl-D cancels the request; d at the review declines it.",
         "[1/1] Your name (required)",
         "As printed on your badge",
         "at most 20 characters",
@@ -253,7 +253,7 @@ def test_integer_and_number_bounds(form: Any) -> None:
 def test_boolean_is_a_yes_no_choice(form: Any) -> None:
     terminal = form({"approve": {"type": "boolean", "title": "Approve the deploy?"}}, ["approve"])
     terminal.see("Approve the deploy? (required)", "1. yes", "2. no")
-    terminal.answer(CHOICE, DOWN, "\r")
+    terminal.answer(CHOICE, DOWN, DOWN, "\r")
     terminal.see("  > no")
     assert submit(terminal) == {"action": "accept", "content": {"approve": False}}
 
@@ -261,7 +261,7 @@ def test_boolean_is_a_yes_no_choice(form: Any) -> None:
 def test_untitled_single_select(form: Any) -> None:
     terminal = form({"env": {"type": "string", "enum": ["staging", "production", "qa"]}}, ["env"])
     terminal.see("1. staging", "2. production", "3. qa")
-    terminal.answer(CHOICE, DOWN, DOWN, UP, "\r")
+    terminal.answer(CHOICE, DOWN, DOWN, DOWN, UP, "\r")
     terminal.see("  > production")
     assert submit(terminal) == {"action": "accept", "content": {"env": "production"}}
 
@@ -364,7 +364,7 @@ def test_review_edits_a_field_by_number_then_submits(form: Any) -> None:
         ["name", "env"],
     )
     terminal.answer(TEXT_PROMPT, "Ada\r")
-    terminal.answer(CHOICE, "\r")
+    terminal.answer(CHOICE, "1", "\r")
     terminal.see("1 │ Name *", "Ada", "2 │ env *", "staging", "a field number (1-2) to edit it")
     terminal.answer(TEXT_PROMPT, "7\r")
     terminal.see("! Type s to submit, d to decline, or a field number from 1 to 2.")
@@ -386,11 +386,61 @@ def test_decline_from_the_review(form: Any) -> None:
     assert terminal.reply() == {"action": "decline"}
 
 
-def test_ctrl_d_declines_in_any_prompt(form: Any) -> None:
-    terminal = form({"env": {"type": "string", "enum": ["staging", "production"]}}, ["env"])
-    terminal.answer(CHOICE, CTRL_D)
-    terminal.see("Declined")
-    assert terminal.reply() == {"action": "decline"}
+@pytest.mark.parametrize("where", ["text", "choice", "checklist"])
+def test_ctrl_d_closes_the_input_and_cancels_never_declines(form: Any, where: str) -> None:
+    terminal = form(
+        {
+            "name": {"type": "string"},
+            "env": {"type": "string", "enum": ["staging", "production"]},
+            "regions": {"type": "array", "items": {"type": "string", "enum": ["eu", "us"]}},
+        },
+        ["name", "env", "regions"],
+    )
+    steps = [(TEXT_PROMPT, "Ada\r"), (CHOICE, "1\r"), (CHECKLIST, " \r")]
+    stop = ["text", "choice", "checklist"].index(where)
+    for prompt, keys in steps[:stop]:
+        terminal.answer(prompt, keys)
+    terminal.answer(steps[stop][0], CTRL_D)
+    terminal.see("Cancelled: no answer was sent.")
+    assert terminal.reply() == {"action": "cancel"}
+    assert "Declined" not in terminal.text
+
+
+def test_ctrl_d_in_a_typed_line_deletes_and_only_an_empty_line_closes(form: Any) -> None:
+    terminal = form({"name": {"type": "string"}}, ["name"])
+    terminal.answer(TEXT_PROMPT, "Adax", "\x1b[D", CTRL_D, "\r")
+    terminal.see("Your answers", "Ada")
+    assert submit(terminal) == {"action": "accept", "content": {"name": "Ada"}}
+
+
+def test_enter_chooses_nothing_the_person_did_not_move_to(form: Any) -> None:
+    terminal = form(
+        {"env": {"type": "string", "enum": ["staging", "production"]}, "size": {"type": "string", "enum": ["s", "m"]}},
+        ["env"],
+    )
+    terminal.see("[1/2] env (required)", "( ) 1. staging", "( ) 2. production")
+    terminal.answer("↑/↓ or a number to choose · Enter choose", "\r", "\r")
+    time.sleep(0.3)
+    terminal.press("2", "\r")
+    terminal.see("  > production", "[2/2] size (optional)", "(*) 3. (no answer)")
+    terminal.answer(CHOICE, "\r")
+    terminal.see("  > (no answer)")
+    assert terminal.text.count("  > production") == 1
+    assert submit(terminal) == {"action": "accept", "content": {"env": "production"}}
+
+
+def test_alt_keys_edit_the_line_and_do_not_cancel(form: Any) -> None:
+    terminal = form({"name": {"type": "string"}}, ["name"])
+    terminal.answer(TEXT_PROMPT, "hello world", "\x1bb", "big ", "\r")
+    terminal.see("Your answers", "hello big world")
+    assert submit(terminal) == {"action": "accept", "content": {"name": "hello big world"}}
+
+
+def test_a_lone_esc_still_cancels_after_the_escape_timeout(form: Any) -> None:
+    terminal = form({"name": {"type": "string"}}, ["name"])
+    terminal.answer(TEXT_PROMPT, "Ada", ESC)
+    terminal.see("Cancelled: no answer was sent.")
+    assert terminal.reply() == {"action": "cancel"}
 
 
 @pytest.mark.parametrize("key", [ESC, CTRL_C], ids=["esc", "ctrl-c"])
@@ -404,7 +454,7 @@ def test_esc_and_ctrl_c_cancel_anywhere(form: Any, key: str, where: str) -> None
         },
         ["name", "env", "regions"],
     )
-    steps = [(TEXT_PROMPT, "Ada\r"), (CHOICE, "\r"), (CHECKLIST, " \r")]
+    steps = [(TEXT_PROMPT, "Ada\r"), (CHOICE, "1\r"), (CHECKLIST, " \r")]
     stop = ["text", "choice", "checklist", "review"].index(where)
     for prompt, keys in steps[:stop]:
         terminal.answer(prompt, keys)
@@ -432,7 +482,7 @@ def test_server_text_cannot_drive_the_terminal(form: Any) -> None:
     terminal = form({"ok": {"type": "boolean", "title": "Fine\x1b[2J?"}}, message="Hello\x1b[31m\u202eevil")
     terminal.see("Hello<U+001B>[31m<U+202E>evil", "Fine<U+001B>[2J?")
     assert "\x1b[2J" not in terminal.raw
-    terminal.answer(CHOICE, "\r")
+    terminal.answer(CHOICE, "1", "\r")
     assert submit(terminal) == {"action": "accept", "content": {"ok": True}}
 
 
@@ -468,7 +518,7 @@ def test_url_consent_is_refused_with_d(url: Any) -> None:
     assert terminal.reply() == {"action": "decline"}
 
 
-@pytest.mark.parametrize("key", [ESC, CTRL_C], ids=["esc", "ctrl-c"])
+@pytest.mark.parametrize("key", [ESC, CTRL_C, CTRL_D], ids=["esc", "ctrl-c", "ctrl-d"])
 def test_url_consent_is_cancelled(url: Any, key: str) -> None:
     terminal = url("https://elicit.example/elicit/0b9d3a4e")
     terminal.answer(URL_PROMPT, key)
@@ -517,3 +567,31 @@ def test_a_non_http_url_is_shown_but_never_offered(url: Any, address: str) -> No
     )
     assert terminal.reply() == {"action": "cancel"}
     assert URL_PROMPT not in terminal.text
+
+
+def test_a_backslash_that_moves_the_host_is_shown_but_never_offered(url: Any) -> None:
+    address = "https://evil.example\\@good.example/connect"
+    terminal = url(address)
+    terminal.see(
+        f"URL, its host highlighted:\n{address}\n",
+        "WARNING: browsers read the host of this URL differently from how it is written: do not open it",
+        "it will not be opened",
+    )
+    assert not re.search(_HOST_HIGHLIGHT + re.escape("good.example"), terminal.raw)
+    assert terminal.reply() == {"action": "cancel"}
+    assert URL_PROMPT not in terminal.text
+
+
+def test_a_deviation_host_shows_the_name_the_browser_really_looks_up(url: Any) -> None:
+    terminal = url("https://fa\u00df.de/login")
+    terminal.see(
+        "URL, its host highlighted:\nhttps://xn--fa-hia.de/login\n",
+        "Host: fa\u00df.de",
+        "Host as the browser will look it up: xn--fa-hia.de",
+        "WARNING: the host contains ß, ς or an invisible joiner: it may pass for another name",
+        URL_PROMPT,
+    )
+    assert re.search(_HOST_HIGHLIGHT + re.escape("xn--fa-hia.de"), terminal.raw)
+    assert "fass.de" not in terminal.text
+    terminal.press("d")
+    assert terminal.reply() == {"action": "decline"}

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import io
 
+import anyio
 import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from rich.console import Console
+from rich.style import Style
 
 from mcp_elicit.client import review_url
-from mcp_elicit.client.handler import Accept, Asker, Cancel, Consent, FormRequest, UrlRequest
+from mcp_elicit.client.handler import Accept, Asker, Cancel, Consent, Decline, FormRequest, UrlRequest
 from mcp_elicit.client.terminal import TerminalHandler
-from mcp_elicit.client.terminal_views import host_span, printable, url_view
+from mcp_elicit.client.terminal_views import HOST_STYLE, asker_view, printable, url_view
+from mcp_elicit.client.url_review import UrlReview
 
 ASKER = Asker("deploy-server", "1.0", "Deploy Bot", "deploy")
 
@@ -45,6 +48,13 @@ def test_a_message_keeps_its_lines() -> None:
     assert printable("one\ntwo\tthree\r", multiline=True) == "one\ntwo    three<U+000D>"
 
 
+def highlighted(review: UrlReview) -> list[str]:
+    """The texts printed in the host style, in order (the URL line's first, then the host lines)."""
+    console = Console(width=200, color_system="standard", highlight=False, markup=False)
+    host_style = Style.parse(HOST_STYLE)
+    return [segment.text for segment in console.render(url_view(review)) if segment.style == host_style]
+
+
 @pytest.mark.parametrize(
     ("url", "host"),
     [
@@ -53,19 +63,40 @@ def test_a_message_keeps_its_lines() -> None:
         ("https://bank.example@evil.example/", "evil.example"),
         ("https://user:pw@evil.example:99/", "evil.example"),
         ("http://[::1]:8000/x", "[::1]"),
-        ("https://ELICIT.example/", "ELICIT.example"),
+        ("https://ELICIT.example/", "elicit.example"),
         ("https://xn--pple-43d.com/", "xn--pple-43d.com"),
+        ("https://2130706433/", "127.0.0.1"),
+        ("https://fa\u00df.de/", "xn--fa-hia.de"),
     ],
 )
-def test_the_host_span_is_the_real_host(url: str, host: str) -> None:
-    span = host_span(url)
-    assert span is not None
-    assert url[span[0] : span[1]] == host
+def test_the_highlighted_host_is_the_host_the_browser_contacts(url: str, host: str) -> None:
+    review = review_url(url)
+    assert highlighted(review)[0] == host
+    assert review.url.count(host) >= 1
 
 
-@pytest.mark.parametrize("url", ["javascript:alert(1)", "not a url", "", "http://[::1/"])
-def test_no_host_span_without_a_host(url: str) -> None:
-    assert host_span(url) is None
+@pytest.mark.parametrize(
+    "url", ["javascript:alert(1)", "not a url", "", "http://[::1/", "https://evil.example\\@good.example/"]
+)
+def test_nothing_is_highlighted_in_a_url_that_is_refused(url: str) -> None:
+    assert highlighted(review_url(url)) == []
+
+
+def test_a_joiner_in_a_host_is_shown() -> None:
+    console, sink = recording()
+    console.print(url_view(review_url("https://pay\u200dpal.com/")))
+    shown = sink.getvalue()
+    assert "https://pay<U+200D>pal.com/" in shown
+    assert "Host: pay<U+200D>pal.com" in shown
+    assert "WARNING: the host contains ß, ς or an invisible joiner" in shown
+    assert "WARNING: the host is not a valid name or address: do not open it" in shown
+
+
+def test_the_endpoint_is_shown_next_to_the_name_the_server_gives_itself() -> None:
+    console, sink = recording()
+    asker = Asker("deploy-server", "1.0", "Deploy Bot", "deploy", endpoint="https://mcp.example/mcp")
+    console.print(asker_view("Form request", asker, "Deploy?"))
+    assert "Server: Deploy Bot (deploy-server 1.0)\nAt:     https://mcp.example/mcp\nTool:   deploy" in sink.getvalue()
 
 
 def test_the_url_view_shows_the_full_url_both_hosts_and_every_warning() -> None:
@@ -134,3 +165,28 @@ async def test_the_handler_reads_any_prompt_toolkit_input() -> None:
         keys.send_text("x\r\x157\rs\r")
         assert await handler.form(FormRequest(ASKER, "How many?", schema)) == Accept(content={"n": 7})
     assert "! n: must be a whole number" in sink.getvalue()
+
+
+@pytest.mark.anyio
+async def test_two_clients_sharing_the_handler_never_prompt_at_once() -> None:
+    console, sink = recording()
+    with create_pipe_input() as keys:
+        handler = TerminalHandler(console=console, input=keys, output=DummyOutput())
+        replies: list[object] = []
+
+        async def ask(message: str) -> None:
+            request = UrlRequest(ASKER, message, review_url("https://elicit.example/elicit/1"))
+            replies.append(await handler.url(request))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask, "First question")
+            group.start_soon(ask, "Second question")
+            await anyio.sleep(0.3)
+            keys.send_text("o")
+            await anyio.sleep(0.3)
+            keys.send_text("d")
+    shown = sink.getvalue()
+    first, second = sorted(("First question", "Second question"), key=shown.index)
+    assert shown.index("Opening the page was allowed.") < shown.index(second)
+    assert shown.index(first) < shown.index("Opening the page was allowed.")
+    assert replies == [Consent(), Decline()]

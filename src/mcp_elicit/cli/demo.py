@@ -163,8 +163,8 @@ class Narrator:
         if not self.scripted:
             self.console.print(
                 Text(
-                    "In a question: Enter accepts a field, Esc or Ctrl-C cancels that question, Ctrl-D declines it. "
-                    "Ctrl-C anywhere else stops the demo.",
+                    "In a question: Enter accepts a field; Esc, Ctrl-C or Ctrl-D cancels that question; "
+                    "d at the review declines it. Ctrl-C anywhere else stops the demo.",
                     style="dim",
                 )
             )

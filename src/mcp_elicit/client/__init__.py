@@ -3,11 +3,13 @@
 from mcp_elicit.client.capabilities import elicitation_capability
 from mcp_elicit.client.errors import (
     KitError,
+    QuestionRefused,
     ServerSilent,
     StillWaiting,
     TooManyRounds,
     UnknownResultType,
     UrlFlowStopped,
+    UrlStillRequired,
 )
 from mcp_elicit.client.handler import (
     Accept,
@@ -60,6 +62,7 @@ __all__ = [
     "Pacing",
     "PendingFlow",
     "PendingFlows",
+    "QuestionRefused",
     "ScriptEntry",
     "ScriptError",
     "ScriptedHandler",
@@ -73,6 +76,7 @@ __all__ = [
     "UrlReply",
     "UrlRequest",
     "UrlReview",
+    "UrlStillRequired",
     "UrlWarning",
     "elicitation_capability",
     "kit_http_client",

@@ -1,9 +1,15 @@
 """One call in flight through the kit: what it is, the URL flows it waits on, and the host's hold on it.
 
-Each `call_tool` / `get_prompt` gets its own `CallInFlight`, and everything a round needs (responses,
-`requestState`, pacing) lives in that call's own loop, so parallel calls never see each other's state. The
-host's manual controls reach the call through it: `retry_now` wakes the call where the kit itself waits
-(between state-only rounds, or after `-32042` before retrying), and stopping cancels the call wherever it is.
+Each `call_tool` / `get_prompt` / `read_resource` gets its own `CallInFlight`, and everything a round
+needs (responses, `requestState`, pacing) lives in that call's own loop, so parallel calls never see each
+other's state. The host's manual controls reach the call through it:
+
+- `retry` goes on at once where the kit itself waits (between 2026-07-28 state-only rounds, or after
+  `-32042` before retrying); on a 2025-era connection, where the server holds the request open while a
+  URL flow runs, it cancels the request in flight (the SDK sends `notifications/cancelled`) and the call
+  is sent again under a new JSON-RPC id, which a durable server attaches to the same operation: that is
+  how a person says "I'm done" when the server's completion signal got lost;
+- `stop` cancels the call wherever it is; it then raises `UrlFlowStopped`.
 """
 
 from __future__ import annotations
@@ -19,33 +25,45 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass(eq=False)
 class CallInFlight:
-    kind: Literal["tool", "prompt"]
+    kind: Literal["tool", "prompt", "resource"]
     name: str
     flows: list[str] = field(default_factory=list, init=False)
+    """Every flow this call holds (asked during it, or adopted on `-32042`), in order."""
     consented: dict[str, tuple[str, str]] = field(default_factory=dict, init=False)
     """2026-07-28 input key -> (URL, flow id) the person already consented to in this call."""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, init=False)
     stopped_by: str | None = field(default=None, init=False)
+    stop_reason: str | None = field(default=None, init=False)
     retry_requested: bool = field(default=False, init=False)
+    """The host asked to go on now (read by the `-32042` wait, which also wakes for notifications)."""
+    _held: anyio.CancelScope | None = field(default=None, init=False)
     _waiting: bool = field(default=False, init=False)
     _wake: anyio.Event = field(default_factory=anyio.Event, init=False)
 
     def retry(self) -> bool:
-        """Go on at once if the kit is pacing or waiting; False when the server holds the call instead."""
-        if not self._waiting:
-            return False
-        self.retry_requested = True
-        self._wake.set()
-        return True
+        """Go on now: wake the kit's own wait, or re-issue a 2025-era request the server holds; else False."""
+        if self._waiting:
+            self.retry_requested = True
+            self._wake.set()
+            return True
+        if self._held is not None:
+            self._held.cancel()
+            return True
+        return False
 
-    def stop(self, flow_id: str) -> None:
+    def stop(self, flow_id: str, reason: str | None = None) -> None:
         """Stop the call because of this flow; the call then raises `UrlFlowStopped`."""
         self.stopped_by = flow_id
+        self.stop_reason = reason
         self.scope.cancel()
 
     def wake(self) -> None:
         """Something the call waits for happened (a completion notification): look again now."""
         self._wake.set()
+
+    def hold_request(self, scope: anyio.CancelScope | None) -> None:
+        """The scope of the 2025-era request in flight, which `retry` may cancel to re-issue it (None: none)."""
+        self._held = scope
 
     async def pause(self, seconds: float | None, sleep: Sleep) -> None:
         """Wait `seconds` (None: until woken), or less if the host retries now or a notification arrives."""

@@ -7,6 +7,7 @@ returned untouched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,12 +23,48 @@ class UrlFlowStopped(KitError):
 
     `flow.status` says how: `declined` (the person refused to open it), `cancelled` (the person or the
     host stopped it, or nobody could be asked), `failed` (it could not be opened, or the wait ran out).
+    The host may also cancel a call waiting on a flow that already finished (a server asking again for a
+    completed flow): the flow keeps its status and `reason` says the host stopped the call.
     """
 
-    def __init__(self, flow: PendingFlow) -> None:
+    def __init__(self, flow: PendingFlow, reason: str | None = None) -> None:
         self.flow = flow
-        reason = f": {flow.reason}" if flow.reason else ""
-        super().__init__(f"the URL flow {flow.id!r} ({flow.message!r}) was {flow.status}{reason}; the call stopped")
+        self.reason = reason if reason is not None else flow.reason
+        why = f": {self.reason}" if self.reason else ""
+        super().__init__(f"the URL flow {flow.id!r} ({flow.message!r}) was {flow.status}{why}; the call stopped")
+
+
+class UrlStillRequired(KitError):
+    """A 2025-11-25 server kept answering `-32042` for URL flows that were all done, past the kit's wait.
+
+    Nothing is left for the person to do (no flow is open), so waiting longer would hang the call: the
+    server does not see the completion it asked for. `flows` are the flows it asked for again.
+    """
+
+    def __init__(self, flows: Sequence[PendingFlow], seconds: float) -> None:
+        self.flows = tuple(flows)
+        self.seconds = seconds
+        named = ", ".join(repr(flow.id) for flow in self.flows)
+        super().__init__(
+            f"the server still required the URL flows {named} after {seconds:.0f} s although none was open; "
+            "the call stopped"
+        )
+
+
+class QuestionRefused(KitError):
+    """The kit refused a 2026-07-28 input request, so the call cannot go on.
+
+    A question in a mode this client did not declare, or a form whose `requestedSchema` is not the spec's
+    restricted form schema, is never shown. On 2025-era connections the server hears the refusal (`-32602`)
+    and decides; a 2026-07-28 round has no way to carry an error for one question, so the call stops here,
+    naming the question (`key`, the server's `message`) and why (`reason`).
+    """
+
+    def __init__(self, key: str, message: str, reason: str) -> None:
+        self.key = key
+        self.message = message
+        self.reason = reason
+        super().__init__(f"the kit refused the server's question {key!r} ({message!r}): {reason}; the call stopped")
 
 
 class UnknownResultType(KitError):
@@ -39,7 +76,10 @@ class UnknownResultType(KitError):
 
 
 class TooManyRounds(KitError):
-    """The server kept asking new questions past the kit's cap; a person should not be asked forever."""
+    """The server kept asking past the kit's cap; a person should not be asked forever.
+
+    Counts 2026-07-28 rounds that ask something, and 2025-11-25 `-32042` answers (each asks for URL flows).
+    """
 
     def __init__(self, rounds: int) -> None:
         self.rounds = rounds
@@ -47,7 +87,7 @@ class TooManyRounds(KitError):
 
 
 class StillWaiting(KitError):
-    """The server kept answering "still waiting" past the kit's deadline for one call."""
+    """The server kept answering "still waiting" past `Pacing.max_wait` for one call."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -55,8 +95,17 @@ class StillWaiting(KitError):
 
 
 class ServerSilent(KitError, TimeoutError):
-    """The server sent nothing for too long while nobody was deciding anything; the call was cut."""
+    """The server sent nothing for too long while nobody was deciding anything; the call was cut.
 
-    def __init__(self, seconds: float) -> None:
+    With `connecting`, the server did not finish the connection set-up (`initialize` or `server/discover`)
+    within the same limit, and the client was not opened.
+    """
+
+    def __init__(self, seconds: float, *, connecting: bool = False) -> None:
         self.seconds = seconds
-        super().__init__(f"the server sent nothing for {seconds:g} s while no person was deciding; the call was cut")
+        self.connecting = connecting
+        if connecting:
+            message = f"the server did not finish connecting within {seconds:g} s; the connection was given up"
+        else:
+            message = f"the server sent nothing for {seconds:g} s while no person was deciding; the call was cut"
+        super().__init__(message)

@@ -16,16 +16,21 @@ from typing import Any, Literal, Protocol, TypeAlias
 from mcp_elicit.client.url_review import UrlReview
 
 Mode: TypeAlias = Literal["form", "url"]
-JsonValue: TypeAlias = str | int | float | bool | list[str] | None
+JsonValue: TypeAlias = str | int | float | bool | list[str]
+"""A form answer's value: what the restricted form schema can ask for. A field left unanswered is left out."""
 
 
 @dataclass(frozen=True, slots=True)
 class Asker:
     """Who is asking: the server as it named itself at connection time, and the tool call it asks for.
 
-    `tool` (or `prompt`, for a `prompts/get`) is None when the kit cannot tell which call a question belongs
-    to: on 2025-era connections a question arrives on its own, and with several calls in flight at once
-    nothing on the wire says which one it is for.
+    A server's name, version and title are whatever the server says about itself, so `endpoint` adds what
+    the host knows for sure: the URL it connected to, or the command it started (None when the host gave a
+    ready transport and no label). A person compares the two.
+
+    `tool` (or `prompt` for a `prompts/get`, `resource` for a `resources/read`) is None when the kit cannot
+    tell which call a question belongs to: on 2025-era connections a question arrives on its own, and with
+    several calls in flight at once nothing on the wire says which one it is for.
     """
 
     server_name: str
@@ -33,6 +38,8 @@ class Asker:
     server_title: str | None = None
     tool: str | None = None
     prompt: str | None = None
+    endpoint: str | None = None
+    resource: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +61,11 @@ class UrlRequest:
 
 @dataclass(frozen=True, slots=True)
 class Accept:
-    """Accept a form with its content (validated against the requested schema by the kit before sending)."""
+    """Accept a form with its content (validated against the requested schema by the kit before sending).
+
+    The content is sent as given: the kit adds nothing, not even a schema's defaults, since only the person
+    (through the form, which may pre-fill them) can choose an answer.
+    """
 
     content: Mapping[str, JsonValue] = field(default_factory=dict)
 

@@ -15,7 +15,12 @@ The script is plain JSON, a list of objects:
 
 - `reply`: `accept` (forms; with `content`, an object), `consent` (URL mode), `decline` or `cancel` (both);
 - `match` (optional): a substring the question's message must contain; absent or empty matches anything;
-- `content` (optional, `accept` only): the answer; fields left out get the schema's defaults.
+- `content` (optional, `accept` only): the answer, strings, finite numbers, booleans and lists of strings
+  (no `null`: a field left unanswered is left out); fields it leaves out get the schema's defaults.
+
+The defaults are this handler's choice, the way a form pre-fills them for a person to keep or change: the
+kit itself never adds anything to an answer. A script stands for a person who kept every default it does
+not mention.
 
 Each question takes the first unused entry whose `match` fits and whose `reply` fits the mode; an entry is
 used once. A question no entry fits is answered `cancel`, since nobody decided. What a `consent` opens is
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,7 +134,7 @@ class ScriptedHandler:
             return Cancel()
         if entry.reply == "decline":
             return Decline()
-        return Accept(dict(entry.content))
+        return Accept(_prefilled(entry.content, request.requested_schema))
 
     async def url(self, request: UrlRequest) -> UrlReply:
         self.asked.append(request)
@@ -165,11 +171,28 @@ def _entry(index: int, item: object) -> ScriptEntry:
     if "content" in item and reply != "accept":
         raise ScriptError(f"{where}: 'content' goes with 'accept' only")
     if not isinstance(content, Mapping) or not all(_is_answer_value(v) for v in content.values()):
-        raise ScriptError(f"{where}: 'content' must be an object of strings, numbers, booleans or lists of strings")
+        raise ScriptError(
+            f"{where}: 'content' must be an object of strings, finite numbers, booleans or lists of strings"
+        )
     return ScriptEntry(cast(Reply, reply), match, dict(content))
 
 
 def _is_answer_value(value: object) -> bool:
-    if value is None or isinstance(value, str | int | float | bool):
+    """A value an answer may hold: JSON has no NaN or infinity, and an unanswered field is left out, not null."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str | int | bool):
         return True
     return isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)
+
+
+def _prefilled(content: Mapping[str, JsonValue], schema: Mapping[str, Any]) -> dict[str, JsonValue]:
+    """The form as a person would submit it after typing `content` into fields pre-filled with the defaults."""
+    filled: dict[str, JsonValue] = {}
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        for name, prop in properties.items():
+            if isinstance(prop, Mapping) and _is_answer_value(prop.get("default")):
+                filled[str(name)] = prop["default"]
+    filled.update(content)
+    return filled

@@ -7,13 +7,16 @@ all, which ends a URL flow long before a person has signed in anywhere. This loo
   request with `inputResponses` and the round's `requestState` echoed byte for byte (absent when the
   server sent none); each retry is a new request, so a new JSON-RPC id;
 - paces state-only rounds ("still waiting"): `Pacing.first` seconds, growing by `factor` up to `cap`,
-  started again after every round that asked something, for at most `deadline` seconds of waiting in a
-  row; the host's `retry_now` on a flow of the call runs the next round at once;
+  started again after every round that asked something, for at most `max_wait` seconds of waiting in a
+  row; the host's `retry_now` on a flow of the call runs the next round at once. This is the time a
+  person has in the browser after consenting to a URL (the server answers "still waiting" until the flow
+  is done): no request stays open meanwhile, so the silence watch does not bound it, `max_wait` does;
 - stops a server that keeps asking new questions after `max_input_rounds` rounds in a row;
 - keeps everything in local variables of one call: parallel calls share nothing.
 
 A result without `resultType` is complete and an unknown `resultType` an error; the transport wrapper
-settles both before a result reaches this loop.
+settles both before a result reaches this loop. A question the kit refuses (`dispatch` raises
+`QuestionRefused`) stops the call; an error from a host callback (sampling, roots) stops it as that error.
 """
 
 from __future__ import annotations
@@ -41,10 +44,13 @@ class Pacing:
     first: float = 0.5
     factor: float = 2.0
     cap: float = 5.0
-    deadline: float | None = 1800.0
-    """Seconds of state-only rounds in a row before the call stops with `StillWaiting`; None: never."""
+    max_wait: float | None = 1800.0
+    """Seconds the kit waits in a row on a server that is not done: 2026-07-28 state-only rounds (the
+    person's time in the browser; then `StillWaiting`) and a 2025-11-25 `-32042` wait for URL flows (then
+    `UrlFlowStopped`, or `UrlStillRequired` when no flow was left open). None: wait as long as it takes."""
     max_input_rounds: int = 64
-    """Rounds in a row that ask something before the call stops with `TooManyRounds`."""
+    """Rounds in a row that ask something (2026-07-28), or `-32042` answers of one call (2025-11-25), before
+    the call stops with `TooManyRounds`."""
 
     def __post_init__(self) -> None:
         if self.first <= 0 or self.cap < self.first or self.factor < 1 or self.max_input_rounds < 1:
@@ -83,9 +89,8 @@ async def drive(
             asking_rounds = 0
             now = clock()
             waiting_since = now if waiting_since is None else waiting_since
-            if pacing.deadline is not None and now - waiting_since >= pacing.deadline:
+            if pacing.max_wait is not None and now - waiting_since >= pacing.max_wait:
                 raise StillWaiting(now - waiting_since)
-            call.retry_requested = False
             await call.pause(delay, sleep)
             delay = min(delay * pacing.factor, pacing.cap)
         current = await send(responses, current.request_state)

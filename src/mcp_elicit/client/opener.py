@@ -6,7 +6,9 @@ neither this client nor a model can read the page or what the person types. Host
 surfaces, and tests or scripted demos replace it with whatever completes the flow without a browser.
 
 An opener returns False (or raises) when it could not open the URL; returning True or None means opened.
-A synchronous opener runs in a worker thread, since a browser launch may block.
+A synchronous opener runs in a worker thread, since a browser launch may block; when what it returns is
+awaitable (a lambda or partial around a coroutine function), that is awaited on the event loop, since an
+unawaited coroutine would count as "opened" without ever running.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ async def open_with(opener: UrlOpener, url: str) -> str | None:
     """Open `url` with `opener`; None if it opened, otherwise why not."""
     try:
         if _is_async(opener):
-            opened = await cast(Callable[[str], Awaitable[bool | None]], opener)(url)
+            opened: object = await cast(Callable[[str], Awaitable[bool | None]], opener)(url)
         else:
-            opened = await anyio.to_thread.run_sync(cast(Callable[[str], bool | None], opener), url)
+            opened = await anyio.to_thread.run_sync(cast(Callable[[str], object], opener), url)
+        if inspect.isawaitable(opened):
+            opened = await opened
     except Exception as error:
         log.warning("the URL opener failed: %s", type(error).__name__)
         return f"the URL could not be opened ({type(error).__name__}: {error})"
@@ -45,4 +49,5 @@ async def open_with(opener: UrlOpener, url: str) -> str | None:
 
 
 def _is_async(opener: UrlOpener) -> bool:
+    """A coroutine function, or an object whose `__call__` is one (`functools.partial` is unwrapped)."""
     return inspect.iscoroutinefunction(opener) or inspect.iscoroutinefunction(getattr(opener, "__call__", None))  # noqa: B004

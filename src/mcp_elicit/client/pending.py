@@ -14,22 +14,34 @@ has no completion signal at all). The first final status wins and later signals 
 exception: a completion notification still turns `ended` into `completed`, since it may be processed just
 after the result of the call it belongs to.
 
+A flow that leaves `awaiting_consent` any other way than by the person's answer (the host cancels it, its
+call ends) closes the consent dialog still on screen: the kit then opens nothing and answers `cancel`.
+
+The host's controls act on the call that holds a flow, for as long as that call runs and whatever the
+flow's status: a 2025-11-25 call the server answers `-32042` for a flow that is already completed still
+waits on it, and the host must be able to move it on or stop it. Flows are identified by ids of the kit's
+own (`flow-1`, `flow-2`...): a server's `elicitationId` is only unique on that server, and a server may use
+it again, so it stays a field (`elicitation_id`) to match completion notifications with.
+
 Call the registry from the event loop the client runs on.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+
+import anyio
 
 from mcp_elicit.client.url_review import UrlReview
 
 log = logging.getLogger(__name__)
 
 KEEP_FINISHED = 200
-"""Finished flows kept for listing; the oldest go first."""
+"""Finished flows kept for listing; those that finished first go first, and none a call still holds."""
 
 
 class FlowStatus(StrEnum):
@@ -48,7 +60,10 @@ class FlowStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PendingFlow:
-    """A snapshot of one flow; the registry hands out a new one on every change."""
+    """A snapshot of one flow; the registry hands out a new one on every change.
+
+    `url` is the reviewed URL (`review.url`): the one the person was shown and, after consent, the one opened.
+    """
 
     id: str
     server: str
@@ -67,8 +82,16 @@ class PendingFlow:
 class _Entry:
     flow: PendingFlow
     connection: object
+    holder: object | None = None
     retry: Callable[[], bool] | None = None
-    stop: Callable[[], None] | None = None
+    stop: Callable[[str], None] | None = None
+    dialog: anyio.CancelScope | None = None
+    finished: int = 0
+    """When the flow reached its final status, as a sequence number (0 while active)."""
+
+    @property
+    def evictable(self) -> bool:
+        return self.finished > 0 and self.holder is None and self.dialog is None
 
 
 class PendingFlows:
@@ -80,6 +103,8 @@ class PendingFlows:
         self._on_change = on_change
         self._keep_finished = keep_finished
         self._entries: dict[str, _Entry] = {}
+        self._ids = itertools.count(1)
+        self._finish_order = itertools.count(1)
 
     # -- for the host -----------------------------------------------------------------------------
 
@@ -96,51 +121,65 @@ class PendingFlows:
     def retry_now(self, flow_id: str) -> bool:
         """Retry the call waiting on this flow now instead of at its next pace; False if nothing can be retried.
 
-        Only a call the kit itself holds back can go on at once: between 2026-07-28 rounds, or after a
-        `-32042` before the retry. A 2025-era call whose server holds it open while the flow runs, or a
-        round already on its way to the server, has nothing to retry now.
+        Acts on the call that holds the flow, whatever the flow's status: between 2026-07-28 rounds, or
+        after a `-32042` before the retry, the call goes on at once; a 2025-era call the server holds open
+        while the flow runs is re-issued (the in-flight request is cancelled, the same call sent again under
+        a new id, which a durable server attaches to the same operation). False when no running call holds
+        the flow, or while a 2026-07-28 round is already on its way to the server.
         """
         entry = self._entries.get(flow_id)
-        if entry is None or entry.flow.status is not FlowStatus.OPEN or entry.retry is None:
+        if entry is None or entry.retry is None:
             return False
         return entry.retry()
 
     def cancel(self, flow_id: str, reason: str = "cancelled by the host") -> bool:
-        """Stop waiting on this flow: the call waiting on it stops with `UrlFlowStopped`; False if already over.
+        """Stop waiting on this flow: a consent dialog still open for it closes and nothing is opened, and the
+        call that holds it stops with `UrlFlowStopped`. False when there was nothing left to stop.
 
         A flow the kit could not tie to one call (a 2025-era question while several calls were in flight)
-        has no call to stop: it is only marked cancelled.
+        has no call to stop: it is only marked cancelled (its dialog closes all the same).
         """
         entry = self._entries.get(flow_id)
-        if entry is None or not entry.flow.status.active:
+        if entry is None:
             return False
+        acted = False
         stop = entry.stop
-        self._set(entry, FlowStatus.CANCELLED, reason)
+        if entry.flow.status.active:
+            self._set(entry, FlowStatus.CANCELLED, reason)
+            acted = True
         if stop is not None:
-            stop()
-        return True
+            stop(reason)
+            acted = True
+        return acted
 
     # -- for the kit ------------------------------------------------------------------------------
 
     def add(self, flow: PendingFlow, connection: object) -> PendingFlow:
-        """Register a new flow under an id unique in this registry (its elicitation id or input key first)."""
-        base = flow.id
-        flow_id, number = base, 1
-        while flow_id in self._entries:
-            number += 1
-            flow_id = f"{base}-{number}"
-        flow = replace(flow, id=flow_id)
-        self._entries[flow_id] = _Entry(flow, connection)
+        """Register a new flow under a new kit id (whatever `flow.id` says)."""
+        flow = replace(flow, id=f"flow-{next(self._ids)}")
+        self._entries[flow.id] = _Entry(flow, connection)
         self._notify(flow)
         return flow
 
-    def controls(
-        self, flow_id: str, *, retry: Callable[[], bool] | None = None, stop: Callable[[], None] | None = None
-    ) -> None:
-        """Wire the host's manual controls of a flow to the call that waits on it."""
+    def hold(self, flow_id: str, holder: object, *, retry: Callable[[], bool], stop: Callable[[str], None]) -> None:
+        """A call now waits on this flow: the host's controls reach that call until it lets go (`release`)."""
         entry = self._entries[flow_id]
-        entry.retry = retry
-        entry.stop = stop
+        entry.holder, entry.retry, entry.stop = holder, retry, stop
+
+    def release(self, flow_ids: Iterable[str], holder: object) -> None:
+        """The call `holder` no longer waits on these flows (it finished); they may be forgotten later."""
+        for flow_id in flow_ids:
+            entry = self._entries.get(flow_id)
+            if entry is not None and entry.holder is holder:
+                entry.holder, entry.retry, entry.stop = None, None, None
+        self._forget_oldest_finished()
+
+    def consent_dialog(self, flow_id: str, scope: anyio.CancelScope | None) -> None:
+        """The scope the person's consent dialog for this flow runs in (None once it is closed).
+
+        Moving the flow out of `awaiting_consent` from outside (the host's cancel, the call's end) cancels it.
+        """
+        self._entries[flow_id].dialog = scope
 
     def update(self, flow_id: str, status: FlowStatus, reason: str = "") -> PendingFlow:
         """Move a flow; a flow that already reached a final status keeps it."""
@@ -157,40 +196,58 @@ class PendingFlows:
                 self._set(entry, status, reason)
 
     def of_connection(self, connection: object) -> tuple[str, ...]:
+        """The flows one client registered: a registry may serve several clients, and a client that closes
+        ends its own flows only."""
         return tuple(flow_id for flow_id, entry in self._entries.items() if entry.connection is connection)
 
     def find(self, connection: object, elicitation_id: str) -> PendingFlow | None:
-        for entry in self._entries.values():
+        """The newest flow this connection's server asked under `elicitation_id`, or None."""
+        for entry in reversed(self._entries.values()):
             if entry.connection is connection and entry.flow.elicitation_id == elicitation_id:
                 return entry.flow
         return None
 
     def completed(self, connection: object, elicitation_id: str) -> PendingFlow | None:
-        """A completion notification for `elicitation_id` from this connection's server."""
-        for entry in self._entries.values():
-            if (
-                entry.connection is connection
-                and entry.flow.elicitation_id == elicitation_id
-                and entry.flow.status in (FlowStatus.OPEN, FlowStatus.ENDED)
-            ):
-                self._set(entry, FlowStatus.COMPLETED, "the server sent notifications/elicitation/complete")
+        """A completion notification for `elicitation_id` from this connection's server; the flow it completed.
+
+        A server may use an id again, so the newest open flow under it wins. Only when none is active does
+        the notification complete an `ended` one (it arrived just after its call's result); a flow still
+        awaiting consent was never opened, so nothing is completed then.
+        """
+        matches = [
+            entry
+            for entry in reversed(self._entries.values())
+            if entry.connection is connection and entry.flow.elicitation_id == elicitation_id
+        ]
+        reason = "the server sent notifications/elicitation/complete"
+        for entry in matches:
+            if entry.flow.status is FlowStatus.OPEN:
+                self._set(entry, FlowStatus.COMPLETED, reason)
+                return entry.flow
+        if any(entry.flow.status.active for entry in matches):
+            return None
+        for entry in matches:
+            if entry.flow.status is FlowStatus.ENDED:
+                self._set(entry, FlowStatus.COMPLETED, reason)
                 return entry.flow
         return None
 
     # -- internals --------------------------------------------------------------------------------
 
     def _set(self, entry: _Entry, status: FlowStatus, reason: str) -> None:
+        was = entry.flow.status
         entry.flow = replace(entry.flow, status=status, reason=reason)
+        if was is FlowStatus.AWAITING_CONSENT and status is not was and entry.dialog is not None:
+            entry.dialog.cancel()
         if not status.active:
-            entry.retry = None
-            entry.stop = None
+            entry.finished = next(self._finish_order)
             self._forget_oldest_finished()
         self._notify(entry.flow)
 
     def _forget_oldest_finished(self) -> None:
-        finished = [key for key, entry in self._entries.items() if not entry.flow.status.active]
-        for key in finished[: max(0, len(finished) - self._keep_finished)]:
-            del self._entries[key]
+        evictable = sorted((entry for entry in self._entries.values() if entry.evictable), key=lambda e: e.finished)
+        for entry in evictable[: max(0, len(evictable) - self._keep_finished)]:
+            del self._entries[entry.flow.id]
 
     def _notify(self, flow: PendingFlow) -> None:
         if self._on_change is None:

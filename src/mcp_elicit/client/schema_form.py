@@ -20,8 +20,9 @@ Guarantees:
   refused too: asking would only waste the person's time.
 - `read_text` turns what a person typed into the JSON value the schema asks for, or says in plain words
   why it cannot; `Form.problems` then checks a whole answer with `jsonschema` (Draft 2020-12: the
-  restricted keywords mean the same in every dialect the spec names). Every problem names its field and
-  never quotes the answer, so it can be shown and logged as it is.
+  restricted keywords mean the same in every dialect the spec names). It is the only judge of answers:
+  the kit checks every handler's answer with it too, so a form and the kit never disagree. Every problem
+  names its field and never quotes the answer, so it can be shown and logged as it is.
 
 Reading conventions: empty text is no answer, and an optional field without an answer is left out; a
 required one is reported as required. A date-time must carry its UTC offset (`Z` or `+02:00`): the
@@ -166,15 +167,27 @@ class Form:
         return next(field for field in self.fields if field.name == name)
 
     def problems(self, content: Mapping[str, Answer]) -> dict[str, list[str]]:
-        """What is wrong with a whole answer, per field name (empty when it may be sent)."""
+        """What is wrong with a whole answer, per field name (empty when it may be sent).
+
+        The one judge of answers, for the terminal form and for the kit checking any handler's answer: a key
+        the form did not ask for, a missing required field, a number that is not finite (JSON has none), and
+        everything the schema's keywords say.
+        """
         found: dict[str, list[str]] = {}
+        names = {field.name for field in self.fields}
+        for name in content:
+            if name not in names:
+                found[str(name)] = ["was not asked for"]
         for field in self.fields:
+            value = content.get(field.name)
             if field.required and field.name not in content:
                 found[field.name] = ["is required"]
+            elif isinstance(value, float) and not math.isfinite(value):
+                found[field.name] = ["must be a finite number"]
         for error in _validator(self.schema).iter_errors(dict(content)):
             path = list(error.absolute_path)
             if not path:
-                if error.validator != "required":
+                if error.validator not in ("required", "additionalProperties"):
                     found.setdefault("", []).append("the answer does not fit the form")
                 continue
             name = str(path[0])

@@ -5,21 +5,28 @@
 
 It is the SDK's `mcp.Client` behind the kit's transport wrapper (`transport.KitTransport`), and it adds:
 
-- the handler's modes, and only those, declared on every era (`capabilities`);
+- the handler's modes, and only those, declared on every era (`capabilities`), read once at connection;
 - every question put to the handler through one path (`elicitor.Elicitor`): undeclared modes refused,
   form answers checked, URLs reviewed and opened only after consent, decline and cancel kept apart;
 - its own 2026-07-28 round loop paced for a person (`mrtr_loop`), and the 2025-11-25 `-32042` path
   (`url_required`), both steerable through `pending` (`PendingFlows`: list, retry now, cancel);
 - no read timeout cutting a call while a person decides (`watch.SilenceWatch`): the server may stay
-  silent `request_timeout` seconds, counted only while nobody is deciding.
+  silent `request_timeout` seconds, counted only while nobody is deciding, in a dialog or (on a
+  2025-11-25 call the server holds during a URL flow) in the browser. The connection set-up
+  (`initialize`, `server/discover`) gets `connect_timeout` in all, by default the same `request_timeout`.
 
 Eras: `"auto"` negotiates (2026-07-28 if the server offers it, else the `initialize` handshake),
-`"2025-11-25"` pins the handshake (the SDK offers 2025-11-25; the server may settle on 2025-06-18), and
-`"2026-07-28"` pins the stateless era. `-32042` is handled on handshake eras only: 2026-07-28 forbids it.
+`"2025-11-25"` pins the handshake (the SDK offers 2025-11-25; the server may settle on 2025-06-18),
+`"2025-06-18"` offers 2025-06-18 in the handshake, and `"2026-07-28"` pins the stateless era. `-32042`
+is handled on 2025-11-25 only: 2025-06-18 has no URL mode and 2026-07-28 forbids it. A 2025-06-18 server
+does not know URL mode either: it reads any declared elicitation capability as form support, so a
+URL-only handler may still get form questions there, which the kit refuses (`-32602`) unseen.
 """
 
 from __future__ import annotations
 
+import logging
+import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -29,6 +36,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpx2
+from anyio.abc import TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client import ClientRequestContext, ClientSession, Transport
 from mcp.client._memory import InMemoryTransport  # the SDK's in-process transport, as Client builds it itself
@@ -56,6 +64,7 @@ from mcp_types import (
     InputResponse,
     InputResponses,
     ListToolsResult,
+    ReadResourceResult,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -63,8 +72,15 @@ from pydantic import ValidationError
 from mcp_elicit import __version__
 from mcp_elicit.client.calls import CallInFlight, Sleep
 from mcp_elicit.client.elicitor import Elicitor
-from mcp_elicit.client.errors import StillWaiting, UnknownResultType, UrlFlowStopped
-from mcp_elicit.client.handler import Asker, ElicitationHandler
+from mcp_elicit.client.errors import (
+    QuestionRefused,
+    ServerSilent,
+    StillWaiting,
+    TooManyRounds,
+    UnknownResultType,
+    UrlFlowStopped,
+)
+from mcp_elicit.client.handler import Asker, ElicitationHandler, Mode
 from mcp_elicit.client.mrtr_loop import Pacing, drive
 from mcp_elicit.client.opener import UrlOpener, system_browser
 from mcp_elicit.client.pending import FlowStatus, PendingFlows
@@ -72,8 +88,14 @@ from mcp_elicit.client.transport import KitTransport, unknown_result_type
 from mcp_elicit.client.url_required import fulfil_url_required
 from mcp_elicit.client.watch import SilenceWatch
 
-Era = Literal["auto", "2025-11-25", "2026-07-28"]
-SDK_MODE: dict[str, str] = {"auto": "auto", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
+log = logging.getLogger(__name__)
+
+Era = Literal["auto", "2025-06-18", "2025-11-25", "2026-07-28"]
+SDK_MODE: dict[str, str] = {"auto": "auto", "2025-06-18": "legacy", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
+OFFERED_VERSION: dict[str, str] = {"2025-06-18": "2025-06-18"}
+"""Handshake eras the kit offers itself, since the SDK always offers its newest one."""
+URL_REQUIRED_VERSION = "2025-11-25"
+"""The one era with the `-32042` path: URL mode starts there, and 2026-07-28 forbids the error."""
 DEFAULT_REQUEST_TIMEOUT = 1800.0
 """Seconds a server may send nothing on a call while no person is deciding (30 minutes)."""
 HTTP_CONNECT_TIMEOUT = 30.0
@@ -83,15 +105,22 @@ CLIENT_INFO = Implementation(name="mcp-elicit", version=__version__)
 
 Target = str | Sequence[str] | StdioServerParameters | Server[Any] | MCPServer | Transport
 R = TypeVar("R")
+Send = Callable[[InputResponses | None, str | None], Awaitable[R | InputRequiredResult]]
 
 
 class ElicitingClient:
-    """An MCP client for one server; enter it with `async with`, then call tools and prompts.
+    """An MCP client for one server; enter it with `async with`, then call tools, prompts and resources.
 
     `target`: an `http(s)://` MCP endpoint (streamable HTTP), a stdio command (`["cmd", "arg", ...]` or
     `StdioServerParameters`), an in-process `Server` / `MCPServer`, or any SDK `Transport`.
     HTTP only: `bearer_token` (sent as `Authorization: Bearer ...`), `auth` (an `httpx2.Auth`, e.g. the
-    SDK's OAuth provider), `headers`, or a ready `http_client` (then its timeouts are the caller's choice).
+    SDK's OAuth provider), `headers`, or a ready `http_client` (then its timeouts are the caller's choice;
+    a read timeout there cuts a person who takes longer to decide, so the kit logs a warning).
+    `endpoint`: how the person is told where the server is (shown next to the name the server gives
+    itself, which any server can make up); by default the URL or the command of `target`.
+    `request_timeout`: seconds a server may send nothing on a call while no person is deciding (None: no
+    limit); `connect_timeout` bounds the whole connection set-up, starting the server's process included
+    (default: `request_timeout`).
     `opener` is the only thing that ever touches a URL-mode URL, after consent (default: system browser).
     `pending` may be shared by several clients, so one host view lists the flows of all its servers.
     `clock` and `sleep` drive the silence watch and the pacing; tests replace them.
@@ -107,9 +136,11 @@ class ElicitingClient:
         auth: httpx2.Auth | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        endpoint: str | None = None,
         opener: UrlOpener = system_browser,
         pending: PendingFlows | None = None,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        connect_timeout: float | None = None,
         pacing: Pacing | None = None,
         sampling_callback: SamplingFnT | None = None,
         list_roots_callback: ListRootsFnT | None = None,
@@ -129,9 +160,16 @@ class ElicitingClient:
             raise ValueError("pass bearer_token, auth and headers, or a configured http_client, not both")
         if bearer_token is not None and auth is not None:
             raise ValueError("pass bearer_token or auth, not both")
+        if http_client is not None and http_client.timeout.read is not None:
+            log.warning(
+                "the http_client given has a read timeout of %g s: a call is cut when a person takes longer to "
+                "decide; the kit's own client (kit_http_client) has none and cuts only a silent server",
+                http_client.timeout.read,
+            )
         self.target = target
         self.handler = handler
         self.era = era
+        self.endpoint = endpoint if endpoint is not None else _endpoint(target)
         self.pending = pending if pending is not None else PendingFlows()
         self.pacing = pacing if pacing is not None else Pacing()
         self._headers = dict(headers or {})
@@ -142,14 +180,17 @@ class ElicitingClient:
         self._list_roots_callback = list_roots_callback
         self._message_handler = message_handler
         self._client_info = client_info
+        self._connect_timeout = connect_timeout if connect_timeout is not None else request_timeout
         self._clock = clock
         self._sleep = sleep
         self._watch = SilenceWatch(request_timeout, clock)
+        self._modes: frozenset[Mode] = frozenset()
         self._elicitor = Elicitor(
             handler,
             self.pending,
             opener,
             connection=self,
+            modes=lambda: self._modes,
             asker=self._asker_for,
             protocol_version=lambda: self._client.protocol_version if self._client is not None else None,
             person_deciding=self._watch.person_deciding,
@@ -164,12 +205,18 @@ class ElicitingClient:
     async def __aenter__(self) -> ElicitingClient:
         if self._stack is not None:
             raise RuntimeError("this ElicitingClient is already open")
+        self._modes = frozenset(self.handler.modes)
         stack = AsyncExitStack()
         try:
-            watcher = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(watcher.cancel_scope.cancel)
-            watcher.start_soon(self._watch.run)
-            transport = KitTransport(await self._transport(stack), self.handler.modes, on_inbound=self._watch.heard)
+            group = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(group.cancel_scope.cancel)
+            group.start_soon(self._watch.run)
+            transport = KitTransport(
+                await self._transport(stack),
+                self._modes,
+                on_inbound=self._watch.heard,
+                offer_version=OFFERED_VERSION.get(self.era),
+            )
             client = Client(
                 transport,
                 mode=SDK_MODE[self.era],
@@ -179,9 +226,14 @@ class ElicitingClient:
                 list_roots_callback=self._list_roots_callback,
                 client_info=self._client_info or CLIENT_INFO,
             )
-            await stack.enter_async_context(client)
+            connection = _Connection(client, self._identify)
+            stack.push_async_callback(connection.close)
+            with anyio.move_on_after(self._connect_timeout) as setup:
+                self._server_info = await group.start(connection.hold)
+            if setup.cancelled_caught:
+                assert self._connect_timeout is not None
+                raise ServerSilent(self._connect_timeout, connecting=True)
             self._client = client
-            self._server_info = await self._identify(client)
         except BaseException:
             self._client = None
             await stack.aclose()
@@ -270,6 +322,8 @@ class ElicitingClient:
             server_title=info.title if info is not None else None,
             tool=call.name if call is not None and call.kind == "tool" else None,
             prompt=call.name if call is not None and call.kind == "prompt" else None,
+            endpoint=self.endpoint,
+            resource=call.name if call is not None and call.kind == "resource" else None,
         )
 
     # -- calls ------------------------------------------------------------------------------------
@@ -282,8 +336,10 @@ class ElicitingClient:
         """Call a tool; the person is asked whatever the server needs, on whatever era was negotiated.
 
         Raises `UrlFlowStopped` when a URL flow the call waits on was declined on the `-32042` path or
-        cancelled, `StillWaiting` / `TooManyRounds` when the 2026-07-28 rounds go on past the pacing's limits,
-        `ServerSilent` when the server went quiet, `UnknownResultType`, and the server's own `MCPError`s.
+        cancelled, `UrlStillRequired` when a `-32042` server keeps asking for flows already done,
+        `StillWaiting` / `TooManyRounds` when the rounds go on past the pacing's limits, `QuestionRefused`
+        when a 2026-07-28 round asks what the kit may not show, `ServerSilent` when the server went quiet,
+        `UnknownResultType`, and the server's own `MCPError`s.
         """
         session = self.session
 
@@ -305,18 +361,25 @@ class ElicitingClient:
 
         return await self._run(CallInFlight("prompt", name), send)
 
-    async def _run(
-        self,
-        call: CallInFlight,
-        send: Callable[[InputResponses | None, str | None], Awaitable[R | InputRequiredResult]],
-    ) -> R:
-        guarded = self._guarded(send)
+    async def read_resource(self, uri: str) -> ReadResourceResult:
+        """Read a resource; a resource that asks the person goes through the same rounds as a tool."""
+        session = self.session
+
+        async def send(responses: InputResponses | None, state: str | None) -> ReadResourceResult | InputRequiredResult:
+            return await session.read_resource(
+                uri, input_responses=responses, request_state=state, allow_input_required=True
+            )
+
+        return await self._run(CallInFlight("resource", uri), send)
+
+    async def _run(self, call: CallInFlight, send: Send[R]) -> R:
+        guarded = self._guarded(send, call)
         self._calls.add(call)
         try:
             with call.scope:
                 return await self._attempts(call, guarded)
             assert call.stopped_by is not None
-            raise UrlFlowStopped(self.pending.get(call.stopped_by))
+            raise UrlFlowStopped(self.pending.get(call.stopped_by), call.stop_reason)
         except StillWaiting as waited:
             self.pending.finish(
                 call.flows, FlowStatus.FAILED, f"the server was still waiting after {waited.seconds:.0f} s"
@@ -325,15 +388,13 @@ class ElicitingClient:
         finally:
             self._calls.discard(call)
             self.pending.finish(call.flows, FlowStatus.ENDED, "the call finished")
+            self.pending.release(call.flows, call)
 
-    async def _attempts(
-        self,
-        call: CallInFlight,
-        send: Callable[[InputResponses | None, str | None], Awaitable[R | InputRequiredResult]],
-    ) -> R:
+    async def _attempts(self, call: CallInFlight, send: Send[R]) -> R:
+        url_rounds = 0
         while True:
             try:
-                first = await send(None, None)
+                first = await self._first_request(call, send)
                 return await drive(
                     first,
                     send=send,
@@ -350,37 +411,72 @@ class ElicitingClient:
                 if not (
                     isinstance(error, MCPError)
                     and error.code == URL_ELICITATION_REQUIRED
-                    and self.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+                    and self.protocol_version == URL_REQUIRED_VERSION
                 ):
                     if error is not raised and isinstance(error, MCPError):
                         raise error from None
                     raise
+                url_rounds += 1
+                if url_rounds > self.pacing.max_input_rounds:
+                    raise TooManyRounds(self.pacing.max_input_rounds) from None
                 await fulfil_url_required(
                     error,
                     call=call,
                     elicitor=self._elicitor,
                     connection=self,
-                    deadline=self.pacing.deadline,
+                    max_wait=self.pacing.max_wait,
                     clock=self._clock,
                     sleep=self._sleep,
                 )
 
-    def _guarded(
-        self, send: Callable[[InputResponses | None, str | None], Awaitable[R]]
-    ) -> Callable[[InputResponses | None, str | None], Awaitable[R]]:
-        """One round under the silence watch, re-sent once after a tool listing refresh on `-32020`."""
+    async def _first_request(self, call: CallInFlight, send: Send[R]) -> R | InputRequiredResult:
+        """The call's request; on a handshake era, sent again under a new id each time the host retries it.
+
+        A 2025-era server holds the request open while a URL flow runs; if its completion signal is lost,
+        the person's "I'm done" must reach the server somehow, and re-issuing the call is the one way the
+        protocol has: the SDK cancels the request in flight (`notifications/cancelled`), and a durable
+        server attaches the new request to the same operation, where it finds the flow completed.
+        """
+        if self.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return await send(None, None)
+        while True:
+            held = anyio.CancelScope()
+            call.hold_request(held)
+            try:
+                with held:
+                    return await send(None, None)
+            finally:
+                call.hold_request(None)
+            log.info("re-issuing the %s call %r at the host's request", call.kind, call.name)
+
+    def _guarded(self, send: Send[R], call: CallInFlight) -> Send[R]:
+        """One round under the silence watch, re-sent once after a tool listing refresh on `-32020`.
+
+        The watch also leaves the round alone while the call holds an open URL flow: a 2025-11-25 server
+        holds the call open, silent, while the person works in the browser.
+        """
         client = self._connected()
 
-        async def round_trip(responses: InputResponses | None, state: str | None) -> R:
+        def busy() -> bool:
+            return self._browser_open(call)
+
+        async def round_trip(responses: InputResponses | None, state: str | None) -> R | InputRequiredResult:
             try:
-                return await self._watch.guard(lambda: send(responses, state))
+                return await self._watch.guard(lambda: send(responses, state), busy)
             except MCPError as mismatch:
                 if mismatch.code != HEADER_MISMATCH or client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                     raise
                 await self._watch.guard(lambda: client.list_tools(cache_mode="refresh"))
-                return await self._watch.guard(lambda: send(responses, state))
+                return await self._watch.guard(lambda: send(responses, state), busy)
 
         return round_trip
+
+    def _browser_open(self, call: CallInFlight) -> bool:
+        """Whether a person may be working in the browser for this call: one of its flows, or a flow of
+        this connection that could not be tied to a call (it may be this one's), is open."""
+        unattributed = self._elicitor.unattributed
+        unattributed[:] = [flow_id for flow_id in unattributed if self._flow_status(flow_id) in _ACTIVE]
+        return any(self._flow_status(flow_id) is FlowStatus.OPEN for flow_id in (*call.flows, *unattributed))
 
     async def _dispatch(self, call: CallInFlight, key: str, request: InputRequest) -> InputResponse | ErrorData:
         """One 2026-07-28 input request: elicitations through the kit, sampling and roots through the SDK."""
@@ -393,20 +489,27 @@ class ElicitingClient:
         params = request.params
         if isinstance(params, ElicitRequestURLParams):
             consented = call.consented.get(key)
-            if consented is not None and consented[0] == params.url and self._flow_open(consented[1]):
+            if (
+                consented is not None
+                and consented[0] == params.url
+                and self._flow_status(consented[1]) is FlowStatus.OPEN
+            ):
                 return ElicitResult(action="accept")
             answer, flow = await self._elicitor.url(params, call, input_key=key)
             if flow is not None and flow.status is FlowStatus.OPEN:
                 call.consented[key] = (params.url, flow.id)
-            return answer
-        assert isinstance(params, ElicitRequestFormParams)
-        return await self._elicitor.form(params, call)
+        else:
+            assert isinstance(params, ElicitRequestFormParams)
+            answer = await self._elicitor.form(params, call)
+        if isinstance(answer, ErrorData):
+            raise QuestionRefused(key, params.message, answer.message)
+        return answer
 
-    def _flow_open(self, flow_id: str) -> bool:
+    def _flow_status(self, flow_id: str) -> FlowStatus | None:
         try:
-            return self.pending.get(flow_id).status is FlowStatus.OPEN
+            return self.pending.get(flow_id).status
         except KeyError:
-            return False
+            return None
 
     # -- what the SDK hands over ------------------------------------------------------------------
 
@@ -426,6 +529,40 @@ class ElicitingClient:
                         call.wake()
         if self._message_handler is not None:
             await self._message_handler(message)
+
+
+_ACTIVE = (FlowStatus.AWAITING_CONSENT, FlowStatus.OPEN)
+
+
+class _Connection:
+    """The SDK client, kept open in a task of its own.
+
+    The SDK's client leaves task groups open when it is entered, and an anyio cancel scope must be left in
+    the order it was entered: a timeout around entering the client in the caller's task could never be
+    left. Entered in a task of its own, the whole set-up (`initialize` or `server/discover`, and asking the
+    server's name) can be cancelled when it takes too long, and the client is closed in that same task.
+    """
+
+    def __init__(self, client: Client, identify: Callable[[Client], Awaitable[Implementation | None]]) -> None:
+        self._client = client
+        self._identify = identify
+        self._closing = anyio.Event()
+        self._closed = anyio.Event()
+        self._started = False
+
+    async def hold(self, *, task_status: TaskStatus[Implementation | None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._started = True
+        try:
+            async with self._client as client:
+                task_status.started(await self._identify(client))
+                await self._closing.wait()
+        finally:
+            self._closed.set()
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._started:
+            await self._closed.wait()
 
 
 def kit_http_client(
@@ -456,3 +593,20 @@ def _label(target: Target) -> str:
     if isinstance(target, Sequence) and target:
         return str(target[0])
     return "MCP server"
+
+
+def _endpoint(target: Target) -> str | None:
+    """Where the server is, as the host knows it: its URL (no credentials, query or fragment) or its command."""
+    if isinstance(target, str):
+        parts = urlsplit(target)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+        shown_host = f"[{host}]" if ":" in host else host
+        return f"{parts.scheme}://{shown_host}{port}{parts.path}"
+    if isinstance(target, StdioServerParameters):
+        return shlex.join([target.command, *target.args])
+    if isinstance(target, Server | MCPServer):
+        return f"in-process server {target.name!r}"
+    if isinstance(target, Sequence) and target and all(isinstance(part, str) for part in target):
+        return shlex.join(target)
+    return None

@@ -5,10 +5,16 @@ back as a numbered table where the person submits, edits a field by number, or d
 shows the full URL with its host highlighted, the ASCII host when it differs, and every warning of the
 review, then waits for an explicit key: `o` consents, `d` declines. Enter alone never decides anything.
 
-Decline and cancel stay apart, as the spec's result actions do: `d` in the review or at the URL prompt, or
-Ctrl-D in any prompt, is the person's explicit no (`Decline`); Esc or Ctrl-C in any prompt, or a closed
-terminal, dismisses the request (`Cancel`). Ctrl-C between prompts, while nothing reads the keyboard, is
-a signal and is left to the host's own handling.
+Decline and cancel stay apart, as the spec's result actions do: `d` in the review or at the URL prompt is
+the person's explicit no (`Decline`), and nothing else declines; Esc or Ctrl-C in any prompt, Ctrl-D (the
+input closing) or a closed terminal dismisses the request (`Cancel`). Ctrl-C between prompts, while
+nothing reads the keyboard, is a signal and is left to the host's own handling. A choice starts on the
+field's default or earlier answer, on "(no answer)" for an optional field, and otherwise on nothing: Enter
+alone never picks an option the person did not move to.
+
+One handler serves one terminal, and a person reads one request at a time: the handler asks one request
+at a time, even for several clients sharing it (each client only queues its own questions), so two
+prompts never read the same keyboard at once.
 
 A schema that is not the spec's restricted form schema is not rendered at all: the person is told why and
 the request is cancelled. Guessing what an unknown keyword means would show a form whose rules differ
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import anyio
 from prompt_toolkit.input import Input
 from prompt_toolkit.output import Output
 from rich.console import Console
@@ -54,7 +61,7 @@ from mcp_elicit.client.terminal_views import (
 __all__ = ["TerminalHandler"]
 
 NO_ANSWER = "(no answer)"
-FORM_KEYS = "Enter accepts a field. Esc or Ctrl-C cancels the request, Ctrl-D declines it."
+FORM_KEYS = "Enter accepts a field. Esc, Ctrl-C or Ctrl-D cancels the request; d at the review declines it."
 
 
 class TerminalHandler:
@@ -71,6 +78,7 @@ class TerminalHandler:
         self._modes = frozenset(modes)
         self._console = console or Console(highlight=False, markup=False, emoji=False)
         self._keys = Keyboard(input, output)
+        self._one_at_a_time = anyio.Lock()
 
     @property
     def modes(self) -> frozenset[Mode]:
@@ -79,6 +87,16 @@ class TerminalHandler:
     async def form(self, request: FormRequest) -> FormReply:
         if "form" not in self._modes:
             return Cancel()
+        async with self._one_at_a_time:
+            return await self._form(request)
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        if "url" not in self._modes:
+            return Cancel()
+        async with self._one_at_a_time:
+            return await self._url(request)
+
+    async def _form(self, request: FormRequest) -> FormReply:
         self._console.print(asker_view("Form request", request.asker, request.message))
         if request.problem:
             self._say(f"Your previous answer was not accepted: {printable(request.problem)}", WARNING_STYLE)
@@ -100,9 +118,7 @@ class TerminalHandler:
         self._say("Submitted.", "bold green")
         return Accept(content=answers)
 
-    async def url(self, request: UrlRequest) -> UrlReply:
-        if "url" not in self._modes:
-            return Cancel()
+    async def _url(self, request: UrlRequest) -> UrlReply:
         self._console.print(asker_view("Request to open a web page", request.asker, request.message))
         self._console.print(url_view(request.review))
         if not request.review.may_open:
@@ -116,8 +132,6 @@ class TerminalHandler:
         except Cancelled:
             self._say("Cancelled: the page was not opened.", "bold")
             return Cancel()
-        except Declined:
-            reply = Decline()
         if isinstance(reply, Consent):
             self._say("Opening the page was allowed.", "bold green")
         else:
@@ -226,13 +240,16 @@ class _FormDialog:
     async def _pick_once(self, field: Field, start: Answer | None) -> Answer | None:
         optional = [] if field.required else [NO_ANSWER]
         if field.kind == "boolean":
-            selected = {True: 0, False: 1}.get(start) if isinstance(start, bool) else None
+            selected = {True: 0, False: 1}.get(start) if isinstance(start, bool) else _unanswered(field, 2)
             picked = await self._keys.choose_one(["yes", "no", *optional], selected)
             return (True, False, None)[picked]
         titles = [printable(choice.title) for choice in field.choices]
         values = [choice.value for choice in field.choices]
         if field.kind == "choice":
-            selected = values.index(start) if isinstance(start, str) and start in values else None
+            if isinstance(start, str) and start in values:
+                selected = values.index(start)
+            else:
+                selected = _unanswered(field, len(values))
             picked = await self._keys.choose_one([*titles, *optional], selected)
             return values[picked] if picked < len(values) else None
         checked = frozenset(values.index(item) for item in start if item in values) if isinstance(start, list) else None
@@ -245,3 +262,8 @@ class _FormDialog:
     def _show(self, field: Field, problems: list[str]) -> None:
         for problem in problems:
             self._console.print(problem_line(field, problem))
+
+
+def _unanswered(field: Field, no_answer: int) -> int | None:
+    """Where a choice without an answer starts: on "(no answer)" (at `no_answer`) if optional, else nowhere."""
+    return None if field.required else no_answer

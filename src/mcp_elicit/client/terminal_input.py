@@ -2,10 +2,18 @@
 
 Each widget is a short prompt_toolkit application run inline (never full screen), so everything said before
 it stays in the scrollback. Keys mean the same everywhere: Esc or Ctrl-C raise `Cancelled` (nobody decided),
-Ctrl-D raises `Declined` (the person's explicit no), and a closed input is `Cancelled` too. Esc is bound
-eagerly: prompt_toolkit would otherwise wait to see whether it starts an Alt-key sequence, and a person
-pressing Esc expects the dialog gone at once. Arrow keys still work, since a terminal sends their whole
-escape sequence at once.
+and so does a closed input: Ctrl-D, the terminal's end-of-input key, is read as the input closing (in a text
+line it still deletes the character under the cursor, as it always does there, and closes the input on an
+empty line). No key here declines: a decline is the person's explicit no, given only by its own choice
+(`d` at a form's review or at the URL prompt, which raise `Declined` or return it).
+
+Esc is not bound eagerly: a terminal sends Alt-key combinations, and arrow keys on a slow link, as Esc
+followed by more bytes, and an eager Esc would cancel the whole request on them. prompt_toolkit waits
+`ESCAPE_TIMEOUT` seconds for the rest of such a sequence instead, then takes a lone Esc for Esc.
+
+Choice lists start with nothing highlighted unless there is an answer to start from (a default, an earlier
+answer, or "no answer" for an optional field): Enter does nothing until the person has moved to an option,
+so no option is ever chosen for them.
 
 Widgets return what was picked or typed and judge nothing: the form flow checks answers and asks again.
 Every label they show must already be safe to print (`terminal_views.printable`).
@@ -41,27 +49,40 @@ STYLE = Style.from_dict(
 )
 
 
+ESCAPE_TIMEOUT = 0.3
+"""Seconds to wait after Esc for the rest of an escape sequence (Alt-key, arrow) before taking it alone."""
+
+
 class Cancelled(Exception):
-    """Esc, Ctrl-C or a closed input: the dialog was dismissed without a decision."""
+    """Esc, Ctrl-C or a closed input (Ctrl-D): the dialog was dismissed without a decision."""
 
 
 class Declined(Exception):
-    """Ctrl-D: the person refused the whole request."""
+    """The person chose to refuse the whole request (`d` at the review)."""
 
 
-def _exits() -> KeyBindings:
+def _exits(*, closing: bool) -> KeyBindings:
+    """Esc and Ctrl-C cancel; with `closing`, Ctrl-D too (a text line has its own end-of-input handling)."""
     bindings = KeyBindings()
 
-    @bindings.add("escape", eager=True)
+    @bindings.add("escape")
     @bindings.add("c-c", eager=True)
     def _cancel(event: KeyPressEvent) -> None:
         event.app.exit(exception=Cancelled())
 
-    @bindings.add("c-d", eager=True)
-    def _decline(event: KeyPressEvent) -> None:
-        event.app.exit(exception=Declined())
+    if closing:
+
+        @bindings.add("c-d", eager=True)
+        def _closed(event: KeyPressEvent) -> None:
+            event.app.exit(exception=Cancelled())
 
     return bindings
+
+
+def _escape_timeouts(application: Application[T]) -> Application[T]:
+    application.ttimeoutlen = ESCAPE_TIMEOUT
+    application.timeoutlen = ESCAPE_TIMEOUT
+    return application
 
 
 class Keyboard:
@@ -77,25 +98,31 @@ class Keyboard:
             history=InMemoryHistory(),
             input=self._input,
             output=self._output,
-            key_bindings=_exits(),
+            key_bindings=_exits(closing=False),
             style=STYLE,
             enable_system_prompt=False,
             enable_suspend=False,
             enable_open_in_editor=False,
         )
+        _escape_timeouts(session.app)
         try:
             return await session.prompt_async([("class:prompt", "  > ")], default=default, handle_sigint=False)
         except EOFError:
             raise Cancelled from None
 
     async def choose_one(self, options: Sequence[str], selected: int | None = None) -> int:
-        """The index of one option: arrows (or j/k) move, a digit jumps to that number, Enter picks."""
-        state = _Cursor(len(options), selected or 0)
+        """The index of one option: arrows (or j/k) move, a digit jumps to that number, Enter picks.
+
+        The highlight starts on `selected` (the current answer, marked `(*)`); with None it starts nowhere and
+        Enter does nothing until an option is highlighted.
+        """
+        state = _Cursor(len(options), selected)
         bindings = state.movement()
 
         @bindings.add("enter")
         def _pick(event: KeyPressEvent) -> None:
-            event.app.exit(result=state.position)
+            if state.position is not None:
+                event.app.exit(result=state.position)
 
         def lines() -> StyleAndTextTuples:
             fragments: StyleAndTextTuples = []
@@ -103,7 +130,8 @@ class Keyboard:
                 here = index == state.position
                 mark = "(*)" if index == selected else "( )"
                 fragments += _line(here, f"{'>' if here else ' '} {mark} {index + 1}. {option}")
-            fragments.append(("class:hint", "    ↑/↓ move · Enter choose · Esc cancel · Ctrl-D decline\n"))
+            hint = "↑/↓ or a number to choose · Enter choose" if state.position is None else "↑/↓ move · Enter choose"
+            fragments.append(("class:hint", f"    {hint} · Esc cancel\n"))
             return fragments
 
         return await self._run(_application(lines, bindings, self._input, self._output))
@@ -116,7 +144,8 @@ class Keyboard:
 
         @bindings.add("space")
         def _toggle(event: KeyPressEvent) -> None:
-            ticked.symmetric_difference_update({state.position})
+            if state.position is not None:
+                ticked.symmetric_difference_update({state.position})
 
         @bindings.add("enter")
         def _confirm(event: KeyPressEvent) -> None:
@@ -128,9 +157,7 @@ class Keyboard:
                 here = index == state.position
                 box = "[x]" if index in ticked else "[ ]"
                 fragments += _line(here, f"{'>' if here else ' '} {box} {index + 1}. {option}", index in ticked)
-            fragments.append(
-                ("class:hint", "    ↑/↓ move · Space tick · Enter confirm · Esc cancel · Ctrl-D decline\n")
-            )
+            fragments.append(("class:hint", "    ↑/↓ move · Space tick · Enter confirm · Esc cancel\n"))
             return fragments
 
         return await self._run(_application(lines, bindings, self._input, self._output))
@@ -157,11 +184,11 @@ class Keyboard:
 
 
 class _Cursor:
-    """The highlighted line of a list, moved by arrows, j/k, Home/End and digits."""
+    """The highlighted line of a list (None: none yet), moved by arrows, j/k, Home/End and digits."""
 
-    def __init__(self, size: int, position: int) -> None:
+    def __init__(self, size: int, position: int | None) -> None:
         self.size = size
-        self.position = min(max(position, 0), max(size - 1, 0))
+        self.position = None if position is None else min(max(position, 0), max(size - 1, 0))
 
     def movement(self) -> KeyBindings:
         bindings = KeyBindings()
@@ -169,13 +196,13 @@ class _Cursor:
         @bindings.add("up")
         @bindings.add("k")
         def _up(event: KeyPressEvent) -> None:
-            self.position = (self.position - 1) % self.size
+            self.position = self.size - 1 if self.position is None else (self.position - 1) % self.size
 
         @bindings.add("down")
         @bindings.add("j")
         @bindings.add("tab")
         def _down(event: KeyPressEvent) -> None:
-            self.position = (self.position + 1) % self.size
+            self.position = 0 if self.position is None else (self.position + 1) % self.size
 
         @bindings.add("home")
         def _first(event: KeyPressEvent) -> None:
@@ -206,9 +233,9 @@ def _application(
     lines: Callable[[], StyleAndTextTuples], bindings: KeyBindings, input: Input | None, output: Output | None
 ) -> Application[T]:
     control = FormattedTextControl(lines, focusable=True, show_cursor=False)
-    return Application(
+    application: Application[T] = Application(
         layout=Layout(HSplit([Window(control, dont_extend_height=True, wrap_lines=True)])),
-        key_bindings=merge_key_bindings([bindings, _exits()]),
+        key_bindings=merge_key_bindings([bindings, _exits(closing=True)]),
         style=STYLE,
         full_screen=False,
         erase_when_done=True,
@@ -216,3 +243,4 @@ def _application(
         input=input,
         output=output,
     )
+    return _escape_timeouts(application)

@@ -5,14 +5,15 @@ objects are printed), and `printable` shows control and invisible formatting cha
 instead of passing them to the terminal, where an escape sequence could rewrite the screen (a fake
 "approved" line, a hidden URL) and a right-to-left override could reverse what a person reads. URLs are
 printed as plain text, never as terminal hyperlinks: the spec keeps every URL but a URL request's own one
-from being clickable, and that one is opened only after consent.
+from being clickable, and that one is opened only after consent. The URL shown is the review's rebuilt one,
+the very text the kit opens, with the host highlighted where the review found it (never re-parsed here,
+where another parser could find another host); a host is shown with its joiners made visible too.
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
 from rich.console import Group, RenderableType
 from rich.rule import Rule
@@ -27,7 +28,6 @@ __all__ = [
     "HOST_STYLE",
     "asker_view",
     "field_heading",
-    "host_span",
     "printable",
     "problem_line",
     "review_table",
@@ -40,15 +40,18 @@ _KEEP_FORMAT = frozenset({"\u200d"})
 """The zero-width joiner stays: emoji sequences need it and it cannot reorder or hide text."""
 
 
-def printable(text: str, *, multiline: bool = False) -> str:
-    """The text with every character that could act on the terminal, or hide or reorder text, made visible."""
+def printable(text: str, *, multiline: bool = False, joiners: bool = False) -> str:
+    """The text with every character that could act on the terminal, or hide or reorder text, made visible.
+
+    `joiners`: show the zero-width joiner too, as in a host name, where it only ever disguises a name.
+    """
     shown = []
     for character in text:
         if character == "\n" and multiline:
             shown.append(character)
         elif character == "\t":
             shown.append("    " if multiline else " ")
-        elif _hidden(character):
+        elif _hidden(character) or (joiners and character in _KEEP_FORMAT):
             shown.append(f"<U+{ord(character):04X}>")
         else:
             shown.append(character)
@@ -61,17 +64,22 @@ def _hidden(character: str) -> bool:
 
 
 def asker_view(kind: str, asker: Asker, message: str) -> RenderableType:
-    """Which server asks, during which tool call, and why: the first thing a person must see."""
+    """Which server asks (as it names itself, and where the host reached it), during which call, and why:
+    the first thing a person must see."""
     server = printable(asker.server_name)
     if asker.server_version:
         server += f" {printable(asker.server_version)}"
     if asker.server_title:
         server = f"{printable(asker.server_title)} ({server})"
     lines = [Text.assemble(("Server: ", "bold"), server)]
+    if asker.endpoint:
+        lines.append(Text.assemble(("At:     ", "bold"), printable(asker.endpoint)))
     if asker.tool:
         lines.append(Text.assemble(("Tool:   ", "bold"), printable(asker.tool)))
     if asker.prompt:
         lines.append(Text.assemble(("Prompt: ", "bold"), printable(asker.prompt)))
+    if asker.resource:
+        lines.append(Text.assemble(("Resource: ", "bold"), printable(asker.resource)))
     lines.append(Text(""))
     lines.append(Text(printable(message, multiline=True)))
     lines.append(Text(""))
@@ -114,43 +122,22 @@ def review_table(form: Form, answers: Mapping[str, Answer]) -> Table:
     return table
 
 
-def host_span(url: str) -> tuple[int, int] | None:
-    """Where the host is in the URL's own text (after any user-info, before any port), to highlight it."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if not parts.netloc:
-        return None
-    start = url.find(parts.netloc, len(parts.scheme))
-    if start < 0:
-        return None
-    host_and_port = parts.netloc.rpartition("@")[2]
-    start += len(parts.netloc) - len(host_and_port)
-    if host_and_port.startswith("["):
-        end = host_and_port.find("]") + 1
-    else:
-        end = host_and_port.rfind(":") if ":" in host_and_port else len(host_and_port)
-    return (start, start + end) if end > 0 else None
-
-
 def url_view(review: UrlReview) -> RenderableType:
     """The full URL with its host highlighted, the host alone (and its ASCII form), then every warning."""
     url = Text(overflow="fold")
-    span = host_span(review.url)
+    span = review.host_span
     if span is None:
-        url.append(printable(review.url))
+        url.append(printable(review.url, joiners=True))
     else:
         start, end = span
-        url.append(printable(review.url[:start]))
-        url.append(printable(review.url[start:end]), style=HOST_STYLE)
-        url.append(printable(review.url[end:]))
+        url.append(printable(review.url[:start], joiners=True))
+        url.append(printable(review.url[start:end], joiners=True), style=HOST_STYLE)
+        url.append(printable(review.url[end:], joiners=True))
     lines: list[RenderableType] = [Text("URL, its host highlighted:", style="bold"), url]
     if review.host:
-        lines.append(Text.assemble(("Host: ", "bold"), (printable(review.host), HOST_STYLE)))
+        lines.append(Text.assemble(("Host: ", "bold"), (printable(review.host, joiners=True), HOST_STYLE)))
     if review.host_ascii and review.host_ascii != review.host:
-        lines.append(
-            Text.assemble(("Host as the browser will look it up: ", "bold"), (printable(review.host_ascii), HOST_STYLE))
-        )
+        looked_up = printable(review.host_ascii, joiners=True)
+        lines.append(Text.assemble(("Host as the browser will look it up: ", "bold"), (looked_up, HOST_STYLE)))
     lines.extend(Text(f"WARNING: {warning.value}", style=WARNING_STYLE) for warning in review.warnings)
     return Group(*lines, Text(""))

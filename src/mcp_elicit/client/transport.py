@@ -3,7 +3,9 @@
 Everything the kit must change about the SDK client's behaviour happens here, on the JSON-RPC messages,
 never by patching the SDK:
 
-- outgoing: the elicitation capability is set to the handler's modes (`capabilities.declare_modes`);
+- outgoing: the elicitation capability is set to the handler's modes (`capabilities.declare_modes`), and
+  `initialize` offers `offer_version` when one is pinned (the SDK always offers its newest handshake
+  version; a host pinned to 2025-06-18 offers that one, and the server answers with it);
 - incoming, for `tools/call`, `prompts/get` and `resources/read` on 2026-07-28: a result without
   `resultType` is a complete result (the spec's rule for legacy servers; the SDK would reject it), and a
   `resultType` this client does not know becomes an error response the kit raises as `UnknownResultType`
@@ -63,10 +65,12 @@ class KitTransport:
         inner: Transport | AbstractAsyncContextManager[TransportStreams],
         modes: frozenset[Mode],
         on_inbound: Callable[[], None] | None = None,
+        offer_version: str | None = None,
     ) -> None:
         self._inner = inner
         self.modes = modes
         self._on_inbound = on_inbound
+        self._offer_version = offer_version
         self._awaiting_result: dict[RequestId, str] = {}
 
     async def __aenter__(self) -> TransportStreams:
@@ -83,6 +87,8 @@ class KitTransport:
         if not isinstance(message, JSONRPCRequest | JSONRPCNotification):
             return item
         params = declare_modes(message.method, message.params, self.modes)
+        if message.method == "initialize" and self._offer_version is not None and message.params is not None:
+            params = {**(params if params is not None else message.params), "protocolVersion": self._offer_version}
         if isinstance(message, JSONRPCRequest) and _is_modern_input_method(message):
             self._awaiting_result[message.id] = message.method
         elif message.method == "notifications/cancelled" and message.params is not None:

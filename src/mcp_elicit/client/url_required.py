@@ -1,15 +1,18 @@
 """The 2025-11-25 `-32042` path: the server refuses the call until URL flows are done, the kit gets them done.
 
 For each elicitation in the error's `data.elicitations` the person is asked for consent and the URL is
-opened (an elicitation the kit already opened for this server, by its `elicitationId`, is not asked
-again). Then the call waits until every flow is completed (`notifications/elicitation/complete`), or the
-host says `retry_now` on one of them (the notification is optional and may be lost), and the caller
-retries the original call. A refused consent stops the call (`UrlFlowStopped`): the server has no way to
-hear the refusal on this path, so there is nothing to retry. So does the host's `cancel`, and so does the
-`deadline` (the flows then show as failed).
+opened (an elicitation the kit already opened or saw completed for this server, by its `elicitationId`,
+is not asked again: the call adopts that flow). Then the call waits until every flow is completed
+(`notifications/elicitation/complete`), or the host says `retry_now` on one of them (the notification is
+optional and may be lost), and the caller retries the original call. A refused consent stops the call
+(`UrlFlowStopped`): the server has no way to hear the refusal on this path, so there is nothing to retry.
+So does the host's `cancel`, and so does `max_wait` with a flow still open (the open flows then show as
+failed).
 
-A server that asks again for flows that were all already completed gets no automatic retry: only the
-host's `retry_now` (or the deadline) moves the call on, so a confused server cannot spin the client.
+A server that asks again for flows that were all already completed gets no automatic retry: it did not
+see the completion, and retrying at once would spin. The host's controls stay on every adopted flow,
+completed or not, so `retry_now` retries and `cancel` stops the call; without either, `max_wait` ends the
+call with `UrlStillRequired` (no flow is open, so nothing is left for the person to finish).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from mcp_types import ErrorData
 
 from mcp_elicit.client.calls import CallInFlight, Sleep
 from mcp_elicit.client.elicitor import Elicitor
-from mcp_elicit.client.errors import UrlFlowStopped
+from mcp_elicit.client.errors import UrlFlowStopped, UrlStillRequired
 from mcp_elicit.client.pending import FlowStatus, PendingFlow, PendingFlows
 
 
@@ -31,11 +34,11 @@ async def fulfil_url_required(
     call: CallInFlight,
     elicitor: Elicitor,
     connection: object,
-    deadline: float | None,
+    max_wait: float | None,
     clock: Callable[[], float],
     sleep: Sleep,
 ) -> None:
-    """Return when the call should be retried; raise `UrlFlowStopped` when it must not be."""
+    """Return when the call should be retried; raise `UrlFlowStopped` or `UrlStillRequired` when it must not be."""
     pending = elicitor.pending
     wanted = UrlElicitationRequiredError.from_error(error.error).elicitations
     if not wanted:
@@ -54,7 +57,8 @@ async def fulfil_url_required(
         if flow.status is not FlowStatus.OPEN:
             raise UrlFlowStopped(flow)
         flow_ids.append(flow.id)
-    fresh = {flow_id for flow_id in flow_ids if pending.get(flow_id).status is FlowStatus.OPEN}
+    fresh = any(pending.get(flow_id).status is FlowStatus.OPEN for flow_id in flow_ids)
+    call.retry_requested = False
     started = clock()
     while True:
         flows = [pending.get(flow_id) for flow_id in flow_ids]
@@ -66,20 +70,21 @@ async def fulfil_url_required(
         if call.retry_requested:
             call.retry_requested = False
             return
-        remaining = None if deadline is None else deadline - (clock() - started)
+        remaining = None if max_wait is None else max_wait - (clock() - started)
         if remaining is not None and remaining <= 0:
+            still_open = [flow for flow in flows if flow.status is FlowStatus.OPEN]
+            if not still_open:
+                raise UrlStillRequired(flows, clock() - started)
             late = [
-                pending.update(flow.id, FlowStatus.FAILED, f"not completed within {deadline:.0f} s")
-                for flow in flows
-                if flow.status is FlowStatus.OPEN
+                pending.update(flow.id, FlowStatus.FAILED, f"not completed within {max_wait:.0f} s")
+                for flow in still_open
             ]
-            raise UrlFlowStopped(late[0] if late else flows[0])
+            raise UrlFlowStopped(late[0])
         await call.pause(remaining, sleep)
 
 
 def _adopt(call: CallInFlight, pending: PendingFlows, flow: PendingFlow) -> None:
-    """An earlier call's open flow that this retry waits on: the host's controls now reach this call."""
+    """An earlier call's flow that this retry waits on: the host's controls now reach this call, whatever its status."""
     if flow.id not in call.flows:
         call.flows.append(flow.id)
-    if flow.status is FlowStatus.OPEN:
-        pending.controls(flow.id, retry=call.retry, stop=lambda: call.stop(flow.id))
+    pending.hold(flow.id, call, retry=call.retry, stop=lambda reason: call.stop(flow.id, reason))

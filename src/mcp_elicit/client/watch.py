@@ -7,6 +7,12 @@ timeout), and this watch cuts a call instead when the server has sent nothing on
 `limit` seconds *while no person was deciding*: time inside the handler does not count, and every
 incoming message (a result, a progress notification, the next question) starts the count again.
 
+A person also decides in the browser: after consenting to a URL, a 2025-11-25 server holds the call open
+until the flow is done, and sends nothing meanwhile. A guarded call whose `busy` check says so (it holds
+an open URL flow) is not cut either, and gets the full `limit` again once the flow is no longer open. On
+2026-07-28 no request stays open during a flow (the kit polls with short rounds), so there the browser
+time is bounded by `Pacing.max_wait` instead.
+
 One watcher task per client looks at every guarded call; a call pays nothing but a cancel scope.
 """
 
@@ -30,8 +36,8 @@ Clock = Callable[[], float]
 @dataclass(eq=False)
 class _Guarded:
     started: float
+    busy: Callable[[], bool] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    silent: bool = False
 
 
 class SilenceWatch:
@@ -60,11 +66,14 @@ class SilenceWatch:
             self._deciding -= 1
             self._heard = self._clock()
 
-    async def guard(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run one call; raise `ServerSilent` if the watch had to cut it."""
+    async def guard(self, operation: Callable[[], Awaitable[T]], busy: Callable[[], bool] | None = None) -> T:
+        """Run one call; raise `ServerSilent` if the watch had to cut it.
+
+        `busy`: whether a person is working on something this call waits for (an open URL flow).
+        """
         if self.limit is None:
             return await operation()
-        guarded = _Guarded(started=self._clock())
+        guarded = _Guarded(started=self._clock(), busy=busy)
         self._guarded.add(guarded)
         self._wake.set()
         try:
@@ -88,12 +97,15 @@ class SilenceWatch:
                 continue
             now = self._clock()
             for guarded in list(self._guarded):
-                if now - max(guarded.started, self._heard) > limit:
-                    guarded.silent = True
+                if guarded.busy is not None and guarded.busy():
+                    guarded.started = now
+                elif now - max(guarded.started, self._heard) > limit:
                     guarded.scope.cancel()
 
 
 def _tick_for(limit: float | None) -> float:
+    """How often the watcher looks: an eighth of the limit, so a call is cut at most 12.5 % late, but no more
+    than once a second (a limit is minutes in practice) and no less than every 50 ms (short test limits)."""
     if limit is None:
         return 1.0
     return min(1.0, max(0.05, limit / 8))
