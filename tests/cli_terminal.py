@@ -55,15 +55,23 @@ def terminal_env(**extra: str) -> dict[str, str]:
 
 
 class Terminal:
-    """One run of `mcp-elicit ARGS...`; `see` waits for texts in order, after what was already seen."""
+    """One run of `mcp-elicit ARGS...` (or of `command`); `see` waits for texts in order, after what was seen."""
 
-    def __init__(self, args: list[str], env: dict[str, str], *, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        command: str = COMMAND,
+        timeout: float = 60.0,
+        dimensions: tuple[int, int] = (ROWS, COLS),
+    ) -> None:
         self.timeout = timeout
         self.child = pexpect.spawn(
-            COMMAND,
+            command,
             args,
             env=env,
-            dimensions=(ROWS, COLS),
+            dimensions=dimensions,
             encoding="utf-8",
             codec_errors="replace",
             timeout=timeout,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -65,3 +66,15 @@ def serving(app: ASGIApp, port: int) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    """Until a subprocess listens on `port` on loopback; fails at once if it died."""
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on {port}")
+        time.sleep(0.05)

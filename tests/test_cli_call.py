@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.reference.demo_stack import DemoStack, running_stack, sign_in
 from mcp_elicit.store import open_store
 from tests.cli_terminal import CHOICE, COMMAND, ESC, TEXT_PROMPT, Terminal, terminal_env
-from tests.http_harness import free_port
+from tests.http_harness import free_port, wait_for_port
 
 ERAS = ["2025-11-25", "2026-07-28"]
 SERVE = f"{shlex.quote(COMMAND)} serve"
@@ -61,17 +59,6 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"nothing listens on {port}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def dev_http(tmp_path: Path, store_file: str) -> Iterator[str]:
     port = free_port()
@@ -82,7 +69,7 @@ def dev_http(tmp_path: Path, store_file: str) -> Iterator[str]:
             stdout=log, stderr=log,
         )  # fmt: skip
         try:
-            wait_listening(port, process)
+            wait_for_port(port, process)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
             process.kill()

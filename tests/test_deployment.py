@@ -6,10 +6,8 @@ from __future__ import annotations
 import base64
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +24,7 @@ from mcp_types import CallToolResult, ElicitCompleteNotification, ElicitResult, 
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
-from tests.http_harness import free_port
+from tests.http_harness import free_port, wait_for_port
 from tests.serving import Person
 from tests.test_authserver import code_for, hidden_fields, pkce, redeem, registered
 from tests.test_server_flow import text
@@ -46,17 +44,6 @@ class Deployment:
     provider: str
     store_url: str
     logs: list[Path] = field(default_factory=list)
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"nothing listens on {port}")
-        time.sleep(0.05)
 
 
 @contextmanager

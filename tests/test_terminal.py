@@ -8,7 +8,6 @@ line editor, as it would for a person typing ahead), and checks the reply the ki
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -19,77 +18,31 @@ from typing import Any
 import pexpect  # type: ignore[import-untyped]
 import pytest
 
+from tests.cli_terminal import Terminal as PtyTerminal
+from tests.cli_terminal import terminal_env
+
 DRIVER = Path(__file__).with_name("terminal_driver.py")
 ROWS, COLS = 40, 120
 TIMEOUT = 20.0
 UP, DOWN = "\x1b[A", "\x1b[B"
 ESC, CTRL_C, CTRL_D, CTRL_U, BACKSPACE = "\x1b", "\x03", "\x04", "\x15", "\x7f"
 ASKER = {"server_name": "deploy-server", "server_version": "1.4.2", "server_title": "Deploy Bot", "tool": "deploy"}
-_CSI = re.compile(r"\x1b\[([0-9;?]*)([@-~])")
-_OTHER_ESCAPES = re.compile(r"\x1b[()][0-9A-Za-z]|\x1b[=>78]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-_BACKSPACED = re.compile(r"[^\n]\x08")
 _HOST_HIGHLIGHT = r"\x1b\[[0-9;]*43m"
 """rich's SGR for the host style (yellow background), right before the host's text."""
 
 
-def _screen_text(raw: str) -> str:
-    """The output as text: styles dropped, cursor-forward moves (prompt_toolkit's spaces) made spaces."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(2) == "C":
-            return " " * int(match.group(1) or "1")
-        return ""
-
-    return _BACKSPACED.sub("", _OTHER_ESCAPES.sub("", _CSI.sub(replace, raw)).replace("\r", ""))
-
-
-class Terminal:
-    """One run of the handler in a pseudo-terminal: `see` waits for text after what was already seen."""
+class Terminal(PtyTerminal):
+    """One run of the handler in a pseudo-terminal; `reply` is what the kit would send."""
 
     def __init__(self, kind: str, request: dict[str, Any]) -> None:
-        env = {
-            **os.environ,
-            "TERM": "xterm",
-            "LANG": "C.UTF-8",
-            "PYTHONIOENCODING": "utf-8",
-            "PROMPT_TOOLKIT_NO_CPR": "1",
-            "COLUMNS": str(COLS),
-            "LINES": str(ROWS),
-        }
-        env.pop("NO_COLOR", None)
-        self.child = pexpect.spawn(
-            sys.executable,
+        env = terminal_env(COLUMNS=str(COLS), LINES=str(ROWS))
+        super().__init__(
             [str(DRIVER), kind, json.dumps({"asker": ASKER} | request)],
-            env=env,
-            dimensions=(ROWS, COLS),
-            encoding="utf-8",
-            codec_errors="replace",
+            env,
+            command=sys.executable,
             timeout=TIMEOUT,
+            dimensions=(ROWS, COLS),
         )
-        self.raw = ""
-        self._seen = 0
-
-    @property
-    def text(self) -> str:
-        return _screen_text(self.raw)
-
-    def see(self, *texts: str) -> None:
-        """Wait until each text shows, in order, after what earlier calls saw."""
-        for text in texts:
-            deadline = time.monotonic() + TIMEOUT
-            while (found := self.text.find(text, self._seen)) < 0:
-                if time.monotonic() > deadline or not self._read():
-                    pytest.fail(f"{text!r} never showed; the screen after the last match:\n{self.text[self._seen :]}")
-            self._seen = found + len(text)
-
-    def press(self, *keys: str) -> None:
-        for key in keys:
-            self.child.send(key)
-            time.sleep(0.05)
-
-    def answer(self, prompt: str, *keys: str) -> None:
-        self.see(prompt)
-        self.press(*keys)
 
     def reply(self) -> dict[str, Any]:
         self.see("REPLY ")
@@ -103,19 +56,6 @@ class Terminal:
         assert self.child.exitstatus == 0, self.text
         result: dict[str, Any] = json.loads(line)
         return result
-
-    def _read(self) -> bool:
-        try:
-            self.raw += self.child.read_nonblocking(4096, timeout=0.2)
-        except pexpect.TIMEOUT:
-            return True
-        except pexpect.EOF:
-            return False
-        return True
-
-    def close(self) -> None:
-        if self.child.isalive():
-            self.child.terminate(force=True)
 
 
 @pytest.fixture
