@@ -36,16 +36,19 @@ from mcp_elicit.client import (
     Asker,
     Cancel,
     Consent,
+    Decline,
     ElicitingClient,
     FlowStatus,
     FormReply,
     FormRequest,
+    Pacing,
     PendingFlow,
     PendingFlows,
     QuestionRefused,
     ScriptedHandler,
     ScriptEntry,
     ScriptError,
+    ServerSilent,
     UrlFlowStopped,
     UrlReply,
     UrlRequest,
@@ -395,7 +398,7 @@ async def test_a_host_cancel_closes_the_consent_dialog_and_nothing_is_opened(
     assert outcome == (["cancel"] if parallel else ["stopped: cancelled"])
 
 
-async def test_a_call_that_ends_closes_its_consent_dialog_and_nothing_is_opened() -> None:
+async def test_a_consent_after_its_call_was_given_up_opens_nothing() -> None:
     person = HeldDialog(ignores_closing=True)
     opened: list[str] = []
     pending = PendingFlows()
@@ -414,7 +417,7 @@ async def test_a_call_that_ends_closes_its_consent_dialog_and_nothing_is_opened(
                 person.release.set()
             await anyio.sleep(0.1)
     [flow] = pending.list()
-    assert flow.status is FlowStatus.ENDED and flow.reason == "the call finished"
+    assert flow.status is FlowStatus.ENDED  # by the client's close: the call's end left the guessed flow alone
     assert opened == []
 
 
@@ -695,3 +698,200 @@ def test_finished_flows_are_forgotten_by_finish_time_and_never_while_a_call_hold
     assert pending.retry_now(held.id)
     pending.release([held.id], call)
     assert [flow.id for flow in pending.list()] == [first.id]
+
+
+# -- a person past consent, a server that goes quiet, questions that are not the call's -------------
+
+
+class Clock:
+    """The kit's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Declines(Replies):
+    async def url(self, request: UrlRequest) -> UrlReply:
+        self.asked.append(request)
+        return Decline()
+
+
+def quiet_server() -> tuple[MCPServer, dict[str, Any]]:
+    """2025-11-25 URL questions from tools that then go quiet, give up asking, or go on to other things;
+    `remember` keeps the server's session so a test can ask a question no request of the client's made."""
+    server = MCPServer("quiet")
+    state: dict[str, Any] = {"calls": 0, "session": None}
+
+    @server.tool()
+    async def open_page(ctx: Context) -> str:
+        state["calls"] += 1
+        answer = await ctx.session.elicit_url("Open this page", "https://bank.example/x", "page-1")
+        return str(answer.action)
+
+    @server.tool()
+    async def open_then_go_silent(ctx: Context) -> str:
+        """Takes consent, then never completes the flow nor answers the call."""
+        await ctx.session.elicit_url("Open this page", "https://bank.example/x", "page-1")
+        await anyio.sleep(3600)
+        return "never"
+
+    @server.tool()
+    async def give_up_asking(ctx: Context) -> str:
+        with anyio.move_on_after(0.3):
+            await ctx.session.elicit_url("Open this page", "https://bank.example/x", "page-1")
+        return "gave up"
+
+    @server.tool()
+    async def ask_then_go_on(ctx: Context) -> str:
+        answer = await ctx.session.elicit_url("Open this page", "https://bank.example/x", "page-1")
+        await anyio.sleep(0.5)
+        return f"went on after {answer.action}"
+
+    @server.tool()
+    async def remember(ctx: Context) -> str:
+        state["session"] = ctx.session
+        return "remembered"
+
+    @server.tool()
+    async def wait_a_bit(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "waited"
+
+    return server, state
+
+
+async def test_a_server_that_took_consent_and_went_silent_is_cut_after_max_wait() -> None:
+    server, _ = quiet_server()
+    clock = Clock()
+    pending = PendingFlows()
+    outcome: list[object] = []
+    async with ElicitingClient(
+        server, Replies(), era="2025-11-25", opener=lambda url: True, pending=pending,
+        request_timeout=1, pacing=Pacing(max_wait=60), clock=clock,
+    ) as client:  # fmt: skip
+
+        async def call() -> None:
+            try:
+                outcome.append(await client.call_tool("open_then_go_silent", {}))
+            except ServerSilent as silent:
+                outcome.append(silent)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                while not pending.list(active=True) or pending.list()[0].status is not FlowStatus.OPEN:
+                    await anyio.sleep(0.01)
+                [flow] = pending.list()
+                assert flow.opened_at == clock.now
+                clock.now += 30
+                await anyio.sleep(0.5)
+                assert outcome == []  # the person is in the browser: not cut
+                clock.now += 31
+    [result] = outcome
+    assert isinstance(result, ServerSilent)
+
+
+async def test_retry_while_the_person_is_still_asked_returns_false_and_sends_nothing() -> None:
+    server, state = quiet_server()
+    person = HeldDialog()
+    pending = PendingFlows()
+    async with ElicitingClient(server, person, era="2025-11-25", opener=lambda url: True, pending=pending) as client:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                results: list[str] = []
+
+                async def call() -> None:
+                    results.append(text(await client.call_tool("open_page", {})))
+
+                group.start_soon(call)
+                await person.shown.wait()
+                [flow] = pending.list()
+                assert not pending.retry_now(flow.id)
+                await anyio.sleep(0.2)
+                person.release.set()
+    assert results == ["accept"] and state["calls"] == 1 and not person.closed_early
+
+
+async def test_held_calls_are_not_reissued_when_the_host_says_so() -> None:
+    server, _ = quiet_server()
+    pending = PendingFlows()
+    async with ElicitingClient(
+        server, Replies(), era="2025-11-25", opener=lambda url: True, pending=pending, reissue_held_calls=False
+    ) as client:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "open_then_go_silent", {})
+                while not pending.list() or pending.list()[0].status is not FlowStatus.OPEN:
+                    await anyio.sleep(0.01)
+                [flow] = pending.list()
+                assert not pending.retry_now(flow.id)
+                group.cancel_scope.cancel()
+
+
+async def test_a_question_outside_the_one_call_in_flight_outlives_that_call() -> None:
+    server, state = quiet_server()
+    person = HeldDialog()
+    opened: list[str] = []
+    pending = PendingFlows()
+    answers: list[str] = []
+    async with ElicitingClient(server, person, era="2025-11-25", opener=opened.append, pending=pending) as client:
+        assert text(await client.call_tool("remember", {})) == "remembered"
+
+        async def ask_unrelated() -> None:
+            answer = await state["session"].elicit_url("Open this page", "https://bank.example/y", "late-1")
+            answers.append(str(answer.action))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                results: list[str] = []
+
+                async def call() -> None:
+                    results.append(text(await client.call_tool("wait_a_bit", {"seconds": 0.5})))
+
+                group.start_soon(call)
+                await anyio.sleep(0.1)
+                group.start_soon(ask_unrelated)
+                await person.shown.wait()
+                while not results:
+                    await anyio.sleep(0.01)
+                [flow] = pending.list()
+                assert flow.status is FlowStatus.AWAITING_CONSENT  # the call's end did not withdraw it
+                person.release.set()
+    assert answers == ["accept"] and not person.closed_early and opened == ["https://bank.example/y"]
+    assert pending.get(flow.id).opened_at is not None  # opened after consent, then ended with the client
+
+
+async def test_a_question_the_server_withdraws_leaves_the_flow_cancelled() -> None:
+    server, _ = quiet_server()
+    person = HeldDialog()
+    pending = PendingFlows()
+    async with ElicitingClient(server, person, era="2025-11-25", opener=lambda url: True, pending=pending) as client:
+        with anyio.fail_after(10):
+            assert text(await client.call_tool("give_up_asking", {})) == "gave up"
+            while not pending.list() or pending.list()[0].status is FlowStatus.AWAITING_CONSENT:
+                await anyio.sleep(0.01)
+    [flow] = pending.list()
+    assert (flow.status, flow.reason) == (FlowStatus.CANCELLED, "withdrawn by the server")
+    assert person.closed_early
+
+
+async def test_cancelling_a_flow_declined_earlier_does_not_stop_the_call() -> None:
+    server, _ = quiet_server()
+    pending = PendingFlows()
+    async with ElicitingClient(server, Declines(), era="2025-11-25", pending=pending) as client:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                results: list[str] = []
+
+                async def call() -> None:
+                    results.append(text(await client.call_tool("ask_then_go_on", {})))
+
+                group.start_soon(call)
+                while not pending.list() or pending.list()[0].status is not FlowStatus.DECLINED:
+                    await anyio.sleep(0.01)
+                [flow] = pending.list()
+                assert not pending.cancel(flow.id)
+    assert results == ["went on after decline"]

@@ -679,7 +679,7 @@ async def test_a_server_that_keeps_answering_32042_stops_at_the_round_limit(page
 async def test_a_server_that_never_finishes_connecting_is_given_up() -> None:
     mute = [sys.executable, "-c", "import time; time.sleep(60)"]
     with anyio.fail_after(30), pytest.raises(ServerSilent) as silent:
-        async with ElicitingClient(mute, ScriptedHandler([]), era="2025-11-25", request_timeout=0.5):
+        async with ElicitingClient(mute, ScriptedHandler([]), era="2025-11-25", connect_timeout=0.5):
             pass
     assert silent.value.connecting and "connecting" in str(silent.value)
 
@@ -792,9 +792,7 @@ async def test_a_silent_server_is_cut_on_the_same_clock(served: Served, era: Era
 
 async def test_over_stdio_a_slow_person_is_waited_for_and_a_silent_server_is_not(tmp_path: Path, pages: Pages) -> None:
     server = stdio_kit_server(tmp_path, pages)
-    async with ElicitingClient(
-        server, SlowPerson(real_seconds=2.0), era="2025-11-25", request_timeout=0.5, connect_timeout=30
-    ) as client:
+    async with ElicitingClient(server, SlowPerson(real_seconds=2.0), era="2025-11-25", request_timeout=0.5) as client:
         assert text(await client.call_tool("approve", {"scope": "prod"})) == "applied prod"
         with anyio.fail_after(10), pytest.raises(ServerSilent):
             await client.call_tool("silent", {"seconds": 5})

@@ -8,7 +8,10 @@ other's state. The host's manual controls reach the call through it:
   `-32042` before retrying); on a 2025-era connection, where the server holds the request open while a
   URL flow runs, it cancels the request in flight (the SDK sends `notifications/cancelled`) and the call
   is sent again under a new JSON-RPC id, which a durable server attaches to the same operation: that is
-  how a person says "I'm done" when the server's completion signal got lost;
+  how a person says "I'm done" when the server's completion signal got lost. Only when the person is
+  past consent (`may_reissue`, given by the client: a flow of the call is open or completed and none
+  still awaits consent), since re-issuing while the person is still being asked would withdraw the
+  question, and a server that is not durable runs the tool again;
 - `stop` cancels the call wherever it is; it then raises `UrlFlowStopped`.
 """
 
@@ -36,7 +39,11 @@ class CallInFlight:
     stop_reason: str | None = field(default=None, init=False)
     retry_requested: bool = field(default=False, init=False)
     """The host asked to go on now (read by the `-32042` wait, which also wakes for notifications)."""
+    guessed: set[str] = field(default_factory=set, init=False)
+    """Flows tied to this call only because it was the one call in flight (2025-era questions carry no
+    reference to their request): when the call ends, one still awaiting consent is left to the person."""
     _held: anyio.CancelScope | None = field(default=None, init=False)
+    _may_reissue: Callable[[], bool] | None = field(default=None, init=False)
     _waiting: bool = field(default=False, init=False)
     _wake: anyio.Event = field(default_factory=anyio.Event, init=False)
 
@@ -46,7 +53,7 @@ class CallInFlight:
             self.retry_requested = True
             self._wake.set()
             return True
-        if self._held is not None:
+        if self._held is not None and self._may_reissue is not None and self._may_reissue():
             self._held.cancel()
             return True
         return False
@@ -61,9 +68,11 @@ class CallInFlight:
         """Something the call waits for happened (a completion notification): look again now."""
         self._wake.set()
 
-    def hold_request(self, scope: anyio.CancelScope | None) -> None:
-        """The scope of the 2025-era request in flight, which `retry` may cancel to re-issue it (None: none)."""
+    def hold_request(self, scope: anyio.CancelScope | None, may_reissue: Callable[[], bool] | None = None) -> None:
+        """The scope of the 2025-era request in flight, which `retry` cancels to re-issue it when `may_reissue`
+        says the person is where a re-issue makes sense (None: no request to re-issue)."""
         self._held = scope
+        self._may_reissue = may_reissue if scope is not None else None
 
     async def pause(self, seconds: float | None, sleep: Sleep) -> None:
         """Wait `seconds` (None: until woken), or less if the host retries now or a notification arrives."""

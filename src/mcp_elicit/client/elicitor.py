@@ -18,7 +18,8 @@ Both delivery paths end here: a 2025-era `elicitation/create` request (through t
   (the flow shows as failed);
 - the consent dialog runs in a cancel scope of its flow: when the host cancels the flow, or its call ends,
   the dialog closes, and whatever the handler answers after that, nothing is opened and the answer is
-  `cancel`.
+  `cancel`. A dialog cancelled from outside (the SDK interrupts the handler when the server withdraws its
+  2025-era request with `notifications/cancelled`) leaves the flow `cancelled`, not awaiting consent.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class Elicitor:
         asker: Callable[[CallInFlight | None], Asker],
         protocol_version: Callable[[], str | None],
         person_deciding: Callable[[], AbstractContextManager[None]],
+        clock: Callable[[], float],
     ) -> None:
         self.handler = handler
         self.pending = pending
@@ -86,6 +88,7 @@ class Elicitor:
         self._asker = asker
         self._protocol_version = protocol_version
         self._person_deciding = person_deciding
+        self._clock = clock
         self._one_at_a_time = anyio.Lock()
         self.unattributed: list[str] = []
         """Flows asked while the client could not tell for which call (several 2025-era calls in flight)."""
@@ -93,9 +96,9 @@ class Elicitor:
     async def answer(
         self, params: ElicitRequestFormParams | ElicitRequestURLParams, call: CallInFlight | None
     ) -> ElicitResult | ErrorData:
-        """A 2025-era `elicitation/create`, answered on the wire."""
+        """A 2025-era `elicitation/create`, answered on the wire; `call` is a guess (the one call in flight)."""
         if isinstance(params, ElicitRequestURLParams):
-            result, _ = await self.url(params, call)
+            result, _ = await self.url(params, call, guessed=True)
             return result
         return await self.form(params, call)
 
@@ -126,9 +129,17 @@ class Elicitor:
         return ElicitResult(action="cancel")
 
     async def url(
-        self, params: ElicitRequestURLParams, call: CallInFlight | None, input_key: str | None = None
+        self,
+        params: ElicitRequestURLParams,
+        call: CallInFlight | None,
+        input_key: str | None = None,
+        *,
+        guessed: bool = False,
     ) -> tuple[ElicitResult | ErrorData, PendingFlow | None]:
-        """The wire answer, and the flow now tracked for it (None when the mode was not declared)."""
+        """The wire answer, and the flow now tracked for it (None when the mode was not declared).
+
+        `guessed`: `call` is only the one call that was in flight, not known to be the question's.
+        """
         if "url" not in self._modes():
             return _undeclared("url"), None
         review = review_url(params.url)
@@ -150,6 +161,8 @@ class Elicitor:
         )
         if call is not None:
             call.flows.append(flow.id)
+            if guessed:
+                call.guessed.add(flow.id)
             owner, flow_id = call, flow.id
             self.pending.hold(flow_id, owner, retry=owner.retry, stop=lambda reason: owner.stop(flow_id, reason))
         else:
@@ -170,7 +183,7 @@ class Elicitor:
                 failure = await open_with(self._opener, review.url)
                 if failure is not None:
                     return ElicitResult(action="cancel"), self.pending.update(flow.id, FlowStatus.FAILED, failure)
-                flow = self.pending.update(flow.id, FlowStatus.OPEN, "opened after consent")
+                flow = self.pending.update(flow.id, FlowStatus.OPEN, "opened after consent", opened_at=self._clock())
                 if flow.status is not FlowStatus.OPEN:
                     return ElicitResult(action="cancel"), flow
                 return url_result(reply), flow
@@ -182,13 +195,21 @@ class Elicitor:
         raise TypeError(f"a URL handler must return Consent, Decline or Cancel, not {type(reply).__name__}")
 
     async def _consent(self, flow_id: str, request: UrlRequest) -> UrlReply | None:
-        """The person's answer, or None when the flow ended (host cancel, call over) before they gave one."""
+        """The person's answer, or None when the flow ended (host cancel, call over) before they gave one.
+
+        Cancelled from outside (on 2025-era connections, the SDK interrupts the handler after the server's
+        `notifications/cancelled`), the flow is marked cancelled before the cancellation goes on, so the host
+        never sees it awaiting a consent nobody can give any more.
+        """
         dialog = anyio.CancelScope()
         self.pending.consent_dialog(flow_id, dialog)
         reply: UrlReply | None = None
         try:
             with dialog:
                 reply = await self._ask(partial(self.handler.url, request))
+        except anyio.get_cancelled_exc_class():
+            self.pending.update(flow_id, FlowStatus.CANCELLED, "withdrawn by the server")
+            raise
         finally:
             self.pending.consent_dialog(flow_id, None)
         return reply

@@ -17,11 +17,14 @@ after the result of the call it belongs to.
 A flow that leaves `awaiting_consent` any other way than by the person's answer (the host cancels it, its
 call ends) closes the consent dialog still on screen: the kit then opens nothing and answers `cancel`.
 
-The host's controls act on the call that holds a flow, for as long as that call runs and whatever the
-flow's status: a 2025-11-25 call the server answers `-32042` for a flow that is already completed still
-waits on it, and the host must be able to move it on or stop it. Flows are identified by ids of the kit's
-own (`flow-1`, `flow-2`...): a server's `elicitationId` is only unique on that server, and a server may use
-it again, so it stays a field (`elicitation_id`) to match completion notifications with.
+The host's controls act on the call that holds a flow, for as long as that call runs: `retry_now` whatever
+the flow's status (the call decides whether it can go on, see `calls`), `cancel` while the flow is active
+or when the call adopted it on the `-32042` path: a 2025-11-25 call the server answers `-32042` for a flow
+that is already completed still waits on it, and the host must be able to move it on or stop it, while a
+flow declined earlier in a call that went on to other things is no reason to stop that call.
+Flows are identified by ids of the kit's own (`flow-1`, `flow-2`...): a server's `elicitationId` is only
+unique on that server, and a server may use it again, so it stays a field (`elicitation_id`) to match
+completion notifications with.
 
 Call the registry from the event loop the client runs on.
 """
@@ -76,6 +79,9 @@ class PendingFlow:
     elicitation_id: str | None = None
     input_key: str | None = None
     reason: str = ""
+    opened_at: float | None = None
+    """When the URL was opened after consent, on the client's clock: how long a person has been in the
+    browser, which bounds how long a silent server holding the call is waited for (see `watch`)."""
 
 
 @dataclass(eq=False)
@@ -86,6 +92,8 @@ class _Entry:
     retry: Callable[[], bool] | None = None
     stop: Callable[[str], None] | None = None
     dialog: anyio.CancelScope | None = None
+    adopted: bool = False
+    """The holder waits on this flow through `-32042`: cancelling it stops the call whatever its status."""
     finished: int = 0
     """When the flow reached its final status, as a sequence number (0 while active)."""
 
@@ -137,17 +145,21 @@ class PendingFlows:
         call that holds it stops with `UrlFlowStopped`. False when there was nothing left to stop.
 
         A flow the kit could not tie to one call (a 2025-era question while several calls were in flight)
-        has no call to stop: it is only marked cancelled (its dialog closes all the same).
+        has no call to stop: it is only marked cancelled (its dialog closes all the same). Nor does a flow
+        that already finished (declined, completed...) in an earlier exchange of a call that went on to other
+        things: cancelling it stops the call only when the call still waits on it, that is when the call
+        adopted it on the `-32042` path.
         """
         entry = self._entries.get(flow_id)
         if entry is None:
             return False
         acted = False
         stop = entry.stop
-        if entry.flow.status.active:
+        was_active = entry.flow.status.active
+        if was_active:
             self._set(entry, FlowStatus.CANCELLED, reason)
             acted = True
-        if stop is not None:
+        if stop is not None and (was_active or entry.adopted):
             stop(reason)
             acted = True
         return acted
@@ -161,17 +173,30 @@ class PendingFlows:
         self._notify(flow)
         return flow
 
-    def hold(self, flow_id: str, holder: object, *, retry: Callable[[], bool], stop: Callable[[str], None]) -> None:
-        """A call now waits on this flow: the host's controls reach that call until it lets go (`release`)."""
+    def hold(
+        self,
+        flow_id: str,
+        holder: object,
+        *,
+        retry: Callable[[], bool],
+        stop: Callable[[str], None],
+        adopted: bool = False,
+    ) -> None:
+        """A call now waits on this flow: the host's controls reach that call until it lets go (`release`).
+
+        `adopted`: the call waits on it through `-32042`, so the host's cancel stops the call even once the
+        flow has finished; otherwise only while the flow is still active.
+        """
         entry = self._entries[flow_id]
         entry.holder, entry.retry, entry.stop = holder, retry, stop
+        entry.adopted = entry.adopted or adopted
 
     def release(self, flow_ids: Iterable[str], holder: object) -> None:
         """The call `holder` no longer waits on these flows (it finished); they may be forgotten later."""
         for flow_id in flow_ids:
             entry = self._entries.get(flow_id)
             if entry is not None and entry.holder is holder:
-                entry.holder, entry.retry, entry.stop = None, None, None
+                entry.holder, entry.retry, entry.stop, entry.adopted = None, None, None, False
         self._forget_oldest_finished()
 
     def consent_dialog(self, flow_id: str, scope: anyio.CancelScope | None) -> None:
@@ -181,10 +206,14 @@ class PendingFlows:
         """
         self._entries[flow_id].dialog = scope
 
-    def update(self, flow_id: str, status: FlowStatus, reason: str = "") -> PendingFlow:
-        """Move a flow; a flow that already reached a final status keeps it."""
+    def update(
+        self, flow_id: str, status: FlowStatus, reason: str = "", *, opened_at: float | None = None
+    ) -> PendingFlow:
+        """Move a flow; a flow that already reached a final status keeps it. `opened_at`: see `PendingFlow`."""
         entry = self._entries[flow_id]
         if entry.flow.status.active:
+            if opened_at is not None:
+                entry.flow = replace(entry.flow, opened_at=opened_at)
             self._set(entry, status, reason)
         return entry.flow
 

@@ -12,8 +12,10 @@ It is the SDK's `mcp.Client` behind the kit's transport wrapper (`transport.KitT
   (`url_required`), both steerable through `pending` (`PendingFlows`: list, retry now, cancel);
 - no read timeout cutting a call while a person decides (`watch.SilenceWatch`): the server may stay
   silent `request_timeout` seconds, counted only while nobody is deciding, in a dialog or (on a
-  2025-11-25 call the server holds during a URL flow) in the browser. The connection set-up
-  (`initialize`, `server/discover`) gets `connect_timeout` in all, by default the same `request_timeout`.
+  2025-11-25 call the server holds during a URL flow) in the browser, for at most `Pacing.max_wait`
+  seconds after the URL was opened (`BROWSER_LIMIT_FACTOR` x `request_timeout` when `max_wait` is None):
+  a server that took consent and then never completes nor answers is cut all the same. The connection
+  set-up (`initialize`, `server/discover`) gets `connect_timeout` in all (`DEFAULT_CONNECT_TIMEOUT`).
 
 Eras: `"auto"` negotiates (2026-07-28 if the server offers it, else the `initialize` handshake),
 `"2025-11-25"` pins the handshake (the SDK offers 2025-11-25; the server may settle on 2025-06-18),
@@ -98,6 +100,12 @@ URL_REQUIRED_VERSION = "2025-11-25"
 """The one era with the `-32042` path: URL mode starts there, and 2026-07-28 forbids the error."""
 DEFAULT_REQUEST_TIMEOUT = 1800.0
 """Seconds a server may send nothing on a call while no person is deciding (30 minutes)."""
+DEFAULT_CONNECT_TIMEOUT = 120.0
+"""Seconds for the whole connection set-up: its own limit, since starting a stdio server (an interpreter,
+a container) may take far longer than a host wants a silent call to last."""
+BROWSER_LIMIT_FACTOR = 4
+"""Without `Pacing.max_wait`, a person counts as busy in the browser for this many `request_timeout`s
+after opening a URL (2 hours at the defaults): never unbounded, or a silent server would hang a call."""
 HTTP_CONNECT_TIMEOUT = 30.0
 """Connect, write and pool timeout of the kit's own HTTP client; it has no read timeout (see `watch`)."""
 
@@ -120,7 +128,11 @@ class ElicitingClient:
     itself, which any server can make up); by default the URL or the command of `target`.
     `request_timeout`: seconds a server may send nothing on a call while no person is deciding (None: no
     limit); `connect_timeout` bounds the whole connection set-up, starting the server's process included
-    (default: `request_timeout`).
+    (default `DEFAULT_CONNECT_TIMEOUT`, None: no limit).
+    `reissue_held_calls`: on a 2025-era connection, `retry_now` re-issues a call the server holds open
+    while the person is in the browser (after consent). Meant for durable servers, which attach the new
+    request to the same operation; a server that is not durable runs the tool again, so a host talking
+    to such servers should pass False (then `retry_now` on such a call returns False).
     `opener` is the only thing that ever touches a URL-mode URL, after consent (default: system browser).
     `pending` may be shared by several clients, so one host view lists the flows of all its servers.
     `clock` and `sleep` drive the silence watch and the pacing; tests replace them.
@@ -140,8 +152,9 @@ class ElicitingClient:
         opener: UrlOpener = system_browser,
         pending: PendingFlows | None = None,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
-        connect_timeout: float | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         pacing: Pacing | None = None,
+        reissue_held_calls: bool = True,
         sampling_callback: SamplingFnT | None = None,
         list_roots_callback: ListRootsFnT | None = None,
         message_handler: MessageHandlerFnT | None = None,
@@ -180,7 +193,9 @@ class ElicitingClient:
         self._list_roots_callback = list_roots_callback
         self._message_handler = message_handler
         self._client_info = client_info
-        self._connect_timeout = connect_timeout if connect_timeout is not None else request_timeout
+        self._connect_timeout = connect_timeout
+        self._reissue_held_calls = reissue_held_calls
+        self._request_timeout = request_timeout
         self._clock = clock
         self._sleep = sleep
         self._watch = SilenceWatch(request_timeout, clock)
@@ -194,6 +209,7 @@ class ElicitingClient:
             asker=self._asker_for,
             protocol_version=lambda: self._client.protocol_version if self._client is not None else None,
             person_deciding=self._watch.person_deciding,
+            clock=clock,
         )
         self._client: Client | None = None
         self._stack: AsyncExitStack | None = None
@@ -387,7 +403,11 @@ class ElicitingClient:
             raise
         finally:
             self._calls.discard(call)
-            self.pending.finish(call.flows, FlowStatus.ENDED, "the call finished")
+            left = [flow_id for flow_id in call.guessed if self._flow_status(flow_id) is FlowStatus.AWAITING_CONSENT]
+            self._elicitor.unattributed.extend(left)
+            self.pending.finish(
+                [flow_id for flow_id in call.flows if flow_id not in left], FlowStatus.ENDED, "the call finished"
+            )
             self.pending.release(call.flows, call)
 
     async def _attempts(self, call: CallInFlight, send: Send[R]) -> R:
@@ -436,24 +456,41 @@ class ElicitingClient:
         the person's "I'm done" must reach the server somehow, and re-issuing the call is the one way the
         protocol has: the SDK cancels the request in flight (`notifications/cancelled`), and a durable
         server attaches the new request to the same operation, where it finds the flow completed.
+
+        Only once the person is past consent (`_may_reissue`), and only when the request in flight was
+        really cancelled with no answer taken: an answer that arrived first is the call's result. Off with
+        `reissue_held_calls=False`.
         """
-        if self.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        if self.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS or not self._reissue_held_calls:
             return await send(None, None)
         while True:
             held = anyio.CancelScope()
-            call.hold_request(held)
+            answers: list[R | InputRequiredResult] = []
+            call.hold_request(held, lambda: self._may_reissue(call))
             try:
                 with held:
-                    return await send(None, None)
+                    answers.append(await send(None, None))
             finally:
                 call.hold_request(None)
+            if answers:
+                return answers[0]
+            if not held.cancelled_caught:
+                raise RuntimeError("the held request ended with neither an answer nor a cancellation")
             log.info("re-issuing the %s call %r at the host's request", call.kind, call.name)
+
+    def _may_reissue(self, call: CallInFlight) -> bool:
+        """Whether re-issuing a held call makes sense: the person consented (a flow of the call is open or
+        completed) and is not being asked anything of it (a re-issue would withdraw that question)."""
+        statuses = [self._flow_status(flow_id) for flow_id in call.flows]
+        return FlowStatus.AWAITING_CONSENT not in statuses and any(
+            status in (FlowStatus.OPEN, FlowStatus.COMPLETED) for status in statuses
+        )
 
     def _guarded(self, send: Send[R], call: CallInFlight) -> Send[R]:
         """One round under the silence watch, re-sent once after a tool listing refresh on `-32020`.
 
         The watch also leaves the round alone while the call holds an open URL flow: a 2025-11-25 server
-        holds the call open, silent, while the person works in the browser.
+        holds the call open, silent, while the person works in the browser (bounded: see `_browser_open`).
         """
         client = self._connected()
 
@@ -473,10 +510,31 @@ class ElicitingClient:
 
     def _browser_open(self, call: CallInFlight) -> bool:
         """Whether a person may be working in the browser for this call: one of its flows, or a flow of
-        this connection that could not be tied to a call (it may be this one's), is open."""
+        this connection that could not be tied to a call (it may be this one's), is open, and was opened
+        less than `_browser_limit` seconds ago. Past that, a server that took consent and then said nothing
+        (no completion, no result) gets the ordinary silence limit, and an unattributed flow keeps no call
+        alive any more."""
         unattributed = self._elicitor.unattributed
         unattributed[:] = [flow_id for flow_id in unattributed if self._flow_status(flow_id) in _ACTIVE]
-        return any(self._flow_status(flow_id) is FlowStatus.OPEN for flow_id in (*call.flows, *unattributed))
+        now, limit = self._clock(), self._browser_limit()
+        for flow_id in (*call.flows, *unattributed):
+            try:
+                flow = self.pending.get(flow_id)
+            except KeyError:
+                continue
+            opened = flow.opened_at
+            if flow.status is FlowStatus.OPEN and opened is not None and (limit is None or now - opened < limit):
+                return True
+        return False
+
+    def _browser_limit(self) -> float | None:
+        """Seconds a person counts as busy in the browser after opening a URL (None only with no silence
+        limit at all, when the watch cuts nothing anyway)."""
+        if self.pacing.max_wait is not None:
+            return self.pacing.max_wait
+        if self._request_timeout is None:
+            return None
+        return BROWSER_LIMIT_FACTOR * self._request_timeout
 
     async def _dispatch(self, call: CallInFlight, key: str, request: InputRequest) -> InputResponse | ErrorData:
         """One 2026-07-28 input request: elicitations through the kit, sampling and roots through the SDK."""
@@ -516,7 +574,13 @@ class ElicitingClient:
     async def _on_elicitation(
         self, context: ClientRequestContext, params: ElicitRequestFormParams | ElicitRequestURLParams
     ) -> ElicitResult | ErrorData:
-        """A 2025-era `elicitation/create`: for the call in flight if there is exactly one, else unattributed."""
+        """A 2025-era `elicitation/create`: for the call in flight if there is exactly one, else unattributed.
+
+        The SDK hands over no reference to the request the question belongs to (`ClientRequestContext`
+        has the question's own id only), so the one call in flight is a guess: it names the call to the
+        person and lets the host's controls reach it, but when that call ends a dialog still on screen is
+        left to the person (the flow becomes unattributed) instead of being withdrawn.
+        """
         only = next(iter(self._calls)) if len(self._calls) == 1 else None
         return await self._elicitor.answer(params, only)
 

@@ -56,6 +56,7 @@ async def fulfil_url_required(
             raise error
         if flow.status is not FlowStatus.OPEN:
             raise UrlFlowStopped(flow)
+        _adopt(call, pending, flow)
         flow_ids.append(flow.id)
     fresh = any(pending.get(flow_id).status is FlowStatus.OPEN for flow_id in flow_ids)
     call.retry_requested = False
@@ -84,7 +85,8 @@ async def fulfil_url_required(
 
 
 def _adopt(call: CallInFlight, pending: PendingFlows, flow: PendingFlow) -> None:
-    """An earlier call's flow that this retry waits on: the host's controls now reach this call, whatever its status."""
+    """A flow this call waits on through `-32042` (asked now or by an earlier call): the host's controls now
+    reach this call, and its cancel stops the call whatever the flow's status."""
     if flow.id not in call.flows:
         call.flows.append(flow.id)
-    pending.hold(flow.id, call, retry=call.retry, stop=lambda reason: call.stop(flow.id, reason))
+    pending.hold(flow.id, call, retry=call.retry, stop=lambda reason: call.stop(flow.id, reason), adopted=True)

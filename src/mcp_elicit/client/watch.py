@@ -9,7 +9,9 @@ incoming message (a result, a progress notification, the next question) starts t
 
 A person also decides in the browser: after consenting to a URL, a 2025-11-25 server holds the call open
 until the flow is done, and sends nothing meanwhile. A guarded call whose `busy` check says so (it holds
-an open URL flow) is not cut either, and gets the full `limit` again once the flow is no longer open. On
+an open URL flow) is not cut either, and gets the full `limit` again once the flow no longer counts:
+the client decides how long it does (a flow counts for at most `Pacing.max_wait` after it was opened),
+so a server that took consent and then went silent for good is still cut. On
 2026-07-28 no request stays open during a flow (the kit polls with short rounds), so there the browser
 time is bounded by `Pacing.max_wait` instead.
 
