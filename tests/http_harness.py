@@ -68,9 +68,9 @@ def serving(app: ASGIApp, port: int) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+def wait_for_port(port: int, process: subprocess.Popen[bytes], *, timeout: float = 30.0) -> None:
     """Until a subprocess listens on `port` on loopback; fails at once if it died."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while True:
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
-from tests.http_harness import free_port
+from tests.http_harness import free_port, wait_for_port
 from tests.serving import Person, accept
 from tests.test_server_flow import text
 
@@ -46,14 +44,7 @@ def server_process(port: int, store: str, workspace: Path, pause: str) -> Iterat
         env={**os.environ, "CRASH_PAUSE": pause},
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the crash server did not start")
-            time.sleep(0.05)
+        wait_for_port(port, process, timeout=20)
         yield process
     finally:
         if process.poll() is None:

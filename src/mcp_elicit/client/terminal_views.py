@@ -1,7 +1,7 @@
 """What the terminal handler prints with rich: who asks, each field's heading, the review table, the URL.
 
 Every text here comes from a server, so none is trusted: it is never parsed as rich markup (only `Text`
-objects are printed), and `printable` shows control and invisible formatting characters as `<U+XXXX>`
+objects are printed), and `printable` shows control and invisible formatting characters by code point (`<U+202E>`)
 instead of passing them to the terminal, where an escape sequence could rewrite the screen (a fake
 "approved" line, a hidden URL) and a right-to-left override could reverse what a person reads. URLs are
 printed as plain text, never as terminal hyperlinks: the spec keeps every URL but a URL request's own one

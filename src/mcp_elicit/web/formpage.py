@@ -280,32 +280,37 @@ def _hint_html(field: FormField) -> str:
 
 def _constraint_hint(field: FormField) -> str | None:
     if field.kind in ("integer", "number"):
-        low, high = field.minimum, field.maximum
-        whole = "a whole number" if field.kind == "integer" else "a number"
-        if low is not None and high is not None:
-            return f"{whole.capitalize()} from {_shown(low)} to {_shown(high)}."
-        if low is not None:
-            return f"{whole.capitalize()}, at least {_shown(low)}."
-        if high is not None:
-            return f"{whole.capitalize()}, at most {_shown(high)}."
-        return f"{whole.capitalize()}." if field.kind == "integer" else None
-    low_n, high_n = field.min_length, field.max_length
+        whole = "A whole number" if field.kind == "integer" else "A number"
+        low = None if field.minimum is None else _shown(field.minimum)
+        high = None if field.maximum is None else _shown(field.maximum)
+        if low is None and high is None:
+            return f"{whole}." if field.kind == "integer" else None
+        return _bounds(low, high, f"{whole} from {{}} to {{}}.", f"{whole}, at least {{}}.", f"{whole}, at most {{}}.")
     if field.kind == "string":
         if field.format == "date-time":
             return "In UTC."
-        if low_n is not None and high_n is not None:
-            return f"{low_n} to {high_n} characters."
-        if low_n is not None:
-            return f"At least {low_n} characters."
-        if high_n is not None:
-            return f"At most {high_n} characters."
+        return _bounds(
+            field.min_length,
+            field.max_length,
+            "{} to {} characters.",
+            "At least {} characters.",
+            "At most {} characters.",
+        )
     if field.kind == "choices":
-        if low_n is not None and high_n is not None:
-            return f"Choose {low_n} to {high_n}."
-        if low_n is not None:
-            return f"Choose at least {low_n}."
-        if high_n is not None:
-            return f"Choose at most {high_n}."
+        return _bounds(
+            field.min_length, field.max_length, "Choose {} to {}.", "Choose at least {}.", "Choose at most {}."
+        )
+    return None
+
+
+def _bounds(low: object, high: object, both: str, at_least: str, at_most: str) -> str | None:
+    """One phrasing of a range, whichever of its ends the schema gives."""
+    if low is not None and high is not None:
+        return both.format(low, high)
+    if low is not None:
+        return at_least.format(low)
+    if high is not None:
+        return at_most.format(high)
     return None
 
 

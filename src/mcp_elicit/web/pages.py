@@ -136,12 +136,7 @@ class UrlPages:
         body = f"""
 <h1>{text(self._title)} asks you to {text(doing)}</h1>
 <div class="message">{text(decision.message)}</div>
-<dl>
-<dt>Server</dt><dd>{text(self._title)}</dd>
-<dt>Tool</dt><dd>{text(operation.target)}</dd>
-<dt>For</dt><dd>{text(_who(principal))}</dd>
-<dt>Until</dt><dd>{text(decision.expires_at.strftime("%Y-%m-%d %H:%M UTC"))}</dd>
-</dl>
+{self._summary(decision, operation.target, principal)}
 <p class="muted">Your credentials stay with this server: they are never shown to the assistant or its app.</p>
 <div class="actions">
 <form method="post" action="/elicit/{text(decision.elicitation_id)}/continue">
@@ -219,12 +214,7 @@ class UrlPages:
         body = f"""
 <h1>{text(self._title)} needs your answer</h1>
 <div class="message">{text(decision.message)}</div>
-<dl>
-<dt>Server</dt><dd>{text(self._title)}</dd>
-<dt>Tool</dt><dd>{text(operation.target)}</dd>
-<dt>For</dt><dd>{text(_who(principal))}</dd>
-<dt>Until</dt><dd>{text(decision.expires_at.strftime("%Y-%m-%d %H:%M UTC"))}</dd>
-</dl>
+{self._summary(decision, operation.target, principal)}
 {notice}
 <form method="post" action="/elicit/{text(decision.elicitation_id)}/answer">
 <input type="hidden" name="csrf" value="{text(token)}">
@@ -506,6 +496,14 @@ class UrlPages:
     def _message(self, title: str, detail: str, status: int, *, ok: bool = False) -> Response:
         body = f'<h1>{text(title)}</h1><p class="{"ok" if ok else "muted"}">{text(detail)}</p>'
         return page(title, body, server=self._title, status=status)
+
+    def _summary(self, decision: Decision, tool: str, principal: str) -> str:
+        """Who asks, for which tool, for whom and until when: the same on every page about a decision."""
+        until = decision.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+        return (
+            f"<dl>\n<dt>Server</dt><dd>{text(self._title)}</dd>\n<dt>Tool</dt><dd>{text(tool)}</dd>\n"
+            f"<dt>For</dt><dd>{text(_who(principal))}</dd>\n<dt>Until</dt><dd>{text(until)}</dd>\n</dl>"
+        )
 
     def _csrf(self, elicitation_id: str, principal: str) -> str:
         mac = hmac.new(self._mac_key, f"{elicitation_id}\x00{principal}".encode(), hashlib.sha256).digest()
