@@ -1,11 +1,13 @@
-"""Change reports for URL decisions: in-process listeners, and PostgreSQL LISTEN/NOTIFY across instances."""
+"""Change reports that wake waiting calls: in-process listeners, and PostgreSQL LISTEN/NOTIFY across instances."""
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 import anyio
 import pytest
 
-from mcp_elicit.model import DecisionStatus
+from mcp_elicit.model import DecisionStatus, OperationStatus
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.store.postgres import PostgresStore
 from tests.conftest import ALICE, FakeClock, Records
@@ -13,13 +15,32 @@ from tests.conftest import ALICE, FakeClock, Records
 pytestmark = pytest.mark.anyio
 
 
-def test_listeners_hear_url_moves_after_commit_and_not_form_moves(store: Store, records: Records) -> None:
+def test_listeners_hear_every_decision_move_after_commit(store: Store, records: Records) -> None:
     heard: list[str] = []
     store.add_change_listener(heard.append)
-    url = records.url()
+    url, form = records.url(), records.form()
     store.transition(url, DecisionStatus.ACCEPTED_URL, caller=ALICE)
-    store.transition(records.form(), DecisionStatus.DECLINED, caller=ALICE)
-    assert heard == [url.elicitation_id]
+    store.transition(form, DecisionStatus.DECLINED, caller=ALICE)
+    assert heard == [url.elicitation_id, form.elicitation_id]
+
+
+def test_listeners_hear_an_operation_on_its_journal_claims_and_end(store: Store, records: Records) -> None:
+    operation = records.operation()
+    heard: list[str] = []
+    store.add_change_listener(heard.append)
+    lease = store_now(records) + timedelta(seconds=30)
+    store.claim(operation.operation_id, "step:plan", holder="a", lease_until=lease, caller=ALICE)
+    assert heard == []
+    store.journal_record(operation.operation_id, "plan", 1, caller=ALICE)
+    store.journal_record(operation.operation_id, "plan", 2, caller=ALICE)
+    store.release_claim(operation.operation_id, "step:plan", caller=ALICE, holder="a")
+    store.release_claim(operation.operation_id, "step:plan", caller=ALICE, holder="a")
+    store.finish_operation(operation, OperationStatus.COMPLETED, caller=ALICE, result="done")
+    assert heard == [operation.operation_id] * 3
+
+
+def store_now(records: Records) -> datetime:
+    return records.clock()
 
 
 @pytest.mark.postgres

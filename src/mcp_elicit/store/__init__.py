@@ -4,6 +4,7 @@ from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
     DecisionExpired,
+    IdempotencyKeyConflict,
     NotFound,
     OperationConflict,
     OperationExpired,
@@ -15,20 +16,32 @@ from mcp_elicit.store.errors import (
     StoreUnavailable,
     TransitionConflict,
 )
-from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, Store, SweepResult, VaultRecord
+from mcp_elicit.store.protocol import (
+    Claim,
+    Clock,
+    Consumption,
+    JournalEntry,
+    OperationStart,
+    Store,
+    SweepResult,
+    VaultRecord,
+)
 from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url, open_store, utc_now
 
 __all__ = [
     "ENV_VAR",
     "AlreadyExists",
+    "Claim",
     "Clock",
     "Consumption",
     "DecisionConflict",
     "DecisionExpired",
+    "IdempotencyKeyConflict",
     "JournalEntry",
     "NotFound",
     "OperationConflict",
     "OperationExpired",
+    "OperationStart",
     "RecordExpired",
     "SchemaTooNew",
     "Store",

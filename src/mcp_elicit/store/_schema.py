@@ -118,7 +118,77 @@ CREATE TABLE elicit_oauth_clients (
 )
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Single flight. At most one open operation per logical call, enforced by the database: one per
+# (principal, client, method, target, request digest) for calls without an idempotency key, one per key
+# for the others. Open duplicates left by earlier versions (identical calls that raced) are expired first,
+# the newest kept, each with its audit row. One question per key in an operation: later duplicates keep
+# their rows under a key nobody asks for. Keys are bound to the request they first named, and claims let
+# one call at a time run a step or put a question to the person.
+_SAME_CALL = """(
+    (o.idempotency_key IS NULL AND elicit_operations.idempotency_key IS NULL
+     AND o.principal_id = elicit_operations.principal_id AND o.client_id = elicit_operations.client_id
+     AND o.method = elicit_operations.method AND o.target = elicit_operations.target
+     AND o.request_digest = elicit_operations.request_digest)
+    OR (o.idempotency_key IS NOT NULL AND o.idempotency_key = elicit_operations.idempotency_key))"""
+_SUPERSEDED = f"""elicit_operations.status = 'open' AND EXISTS (
+    SELECT 1 FROM elicit_operations o WHERE o.status = 'open' AND o.operation_id <> elicit_operations.operation_id
+    AND {_SAME_CALL}
+    AND (o.created_at > elicit_operations.created_at
+         OR (o.created_at = elicit_operations.created_at AND o.operation_id > elicit_operations.operation_id)))"""
+# A key's binding comes from its open operation if it has one, else from its newest.
+_OTHER_OPEN = "(CASE WHEN o.status = 'open' THEN 1 ELSE 0 END)"
+_THIS_OPEN = "(CASE WHEN elicit_operations.status = 'open' THEN 1 ELSE 0 END)"
+_V4 = f"""
+INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)
+    SELECT 'operation', operation_id, 'open', 'expired', 'system:migration',
+        'superseded by a newer open operation for the same call', '{{{{}}}}', updated_at
+    FROM elicit_operations WHERE {_SUPERSEDED};
+UPDATE elicit_operations SET status = 'expired', version = version + 1 WHERE {_SUPERSEDED};
+CREATE UNIQUE INDEX elicit_operations_open_call
+    ON elicit_operations (principal_id, client_id, method, target, request_digest)
+    WHERE status = 'open' AND idempotency_key IS NULL;
+CREATE UNIQUE INDEX elicit_operations_open_key ON elicit_operations (idempotency_key)
+    WHERE status = 'open' AND idempotency_key IS NOT NULL;
+CREATE TABLE elicit_idempotency_keys (
+    idempotency_key TEXT NOT NULL PRIMARY KEY,
+    principal_id TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    target TEXT NOT NULL,
+    request_digest TEXT NOT NULL,
+    created_at {{time}} NOT NULL,
+    expires_at {{time}} NOT NULL
+);
+CREATE INDEX elicit_idempotency_keys_expiry ON elicit_idempotency_keys (expires_at);
+INSERT INTO elicit_idempotency_keys
+    (idempotency_key, principal_id, client_id, method, target, request_digest, created_at, expires_at)
+    SELECT idempotency_key, principal_id, client_id, method, target, request_digest, created_at, expires_at
+    FROM elicit_operations WHERE idempotency_key IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM elicit_operations o WHERE o.idempotency_key = elicit_operations.idempotency_key
+        AND o.operation_id <> elicit_operations.operation_id AND (
+            {_OTHER_OPEN} > {_THIS_OPEN}
+            OR ({_OTHER_OPEN} = {_THIS_OPEN}
+                AND (o.created_at > elicit_operations.created_at
+                     OR (o.created_at = elicit_operations.created_at
+                         AND o.operation_id > elicit_operations.operation_id)))));
+UPDATE elicit_decisions SET key = key || '#superseded-' || elicitation_id WHERE EXISTS (
+    SELECT 1 FROM elicit_decisions d WHERE d.operation_id = elicit_decisions.operation_id
+    AND d.key = elicit_decisions.key AND (d.created_at < elicit_decisions.created_at
+        OR (d.created_at = elicit_decisions.created_at AND d.elicitation_id < elicit_decisions.elicitation_id)));
+DROP INDEX elicit_decisions_operation;
+CREATE UNIQUE INDEX elicit_decisions_operation_key ON elicit_decisions (operation_id, key);
+CREATE TABLE elicit_claims (
+    operation_id TEXT NOT NULL REFERENCES elicit_operations (operation_id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    claimed_at {{time}} NOT NULL,
+    lease_until {{time}} NOT NULL,
+    PRIMARY KEY (operation_id, name)
+)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 LATEST_VERSION = len(MIGRATIONS)
 
 

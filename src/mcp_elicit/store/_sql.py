@@ -47,12 +47,13 @@ from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
     DecisionExpired,
+    IdempotencyKeyConflict,
     NotFound,
     OperationConflict,
     OperationExpired,
     StoreError,
 )
-from mcp_elicit.store.protocol import Clock, Consumption, JournalEntry, SweepResult, VaultRecord
+from mcp_elicit.store.protocol import Claim, Clock, Consumption, JournalEntry, OperationStart, SweepResult, VaultRecord
 
 R = TypeVar("R")
 
@@ -77,6 +78,8 @@ VAULT_DELETED = "deleted"
 VAULT_ROTATION = System("vault-rotation")
 _VAULT_PUT_ATTEMPTS = 5
 BINDING = " AND principal_id = %s AND client_id = %s"
+KEY_COLUMNS = "principal_id, client_id, method, target, request_digest, expires_at"
+_CREATE_ATTEMPTS = 3
 
 
 class Cursor(Protocol):
@@ -160,20 +163,27 @@ class SQLStore(ABC):
             finally:
                 self._unit.tx = None
                 self._unit.announced = None
-        for elicitation_id in announced:
-            self._tell_listeners(elicitation_id)
+        for subject in announced:
+            self._tell_listeners(subject)
         return result
 
-    def _moved(self, elicitation_id: str) -> None:
+    def _moved(self, subject: str) -> None:
         announced: list[str] | None = getattr(self._unit, "announced", None)
         if announced is not None:
-            announced.append(elicitation_id)
+            announced.append(subject)
         else:
-            self._tell_listeners(elicitation_id)
+            self._tell_listeners(subject)
 
-    def _tell_listeners(self, elicitation_id: str) -> None:
+    def _tell_listeners(self, subject: str) -> None:
         for listener in list(self._change_listeners):
-            listener(elicitation_id)
+            listener(subject)
+
+    @property
+    def runs_inline(self) -> bool:
+        return False
+
+    async def listen(self, on_change: Callable[[str], None]) -> None:
+        return None
 
     @abstractmethod
     def _to_time(self, value: datetime) -> object: ...
@@ -301,6 +311,105 @@ class SQLStore(ABC):
             raise NotFound(f"no operation {operation_id}")
         return operation
 
+    def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
+        if candidate.status is not OperationStatus.OPEN:
+            raise ValueError("an operation is created open")
+        now = self._clock()
+        with self._write() as tx:
+            if candidate.idempotency_key is not None:
+                self._bind_key(tx, candidate, now)
+            for _ in range(_CREATE_ATTEMPTS):
+                found = self._newest_of_call(tx, candidate)
+                if found is not None and found.status is OperationStatus.OPEN:
+                    if now < found.expires_at:
+                        return OperationStart(found, created=False)
+                    self._expire_operations(tx, [(found.operation_id, found.version)], now, "overdue; call made again")
+                elif (
+                    found is not None
+                    and found.status is OperationStatus.COMPLETED
+                    and replay_since is not None
+                    and found.updated_at >= replay_since
+                ):
+                    return OperationStart(found, created=False)
+                if candidate.idempotency_key is not None:
+                    self._expire_lapsed_of_key(tx, candidate.idempotency_key, now)
+                inserted = tx.execute(
+                    f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)}) ON CONFLICT DO NOTHING",
+                    self._operation_row(candidate),
+                ).rowcount
+                if inserted == 1:
+                    self._audit(
+                        tx, SubjectKind.OPERATION, candidate.operation_id, None, candidate.status,
+                        candidate.principal.actor, "created",
+                        {"method": candidate.method, "target": candidate.target,
+                         "request_digest": candidate.request_digest},
+                        candidate.created_at,
+                    )  # fmt: skip
+                    return OperationStart(candidate, created=True)
+        raise StoreError(f"operation for {candidate.method} {candidate.target} kept changing; not started")
+
+    def _newest_of_call(self, tx: Tx, candidate: Operation) -> Operation | None:
+        """The call's newest operation: its open one if there is one (never older than a finished one).
+
+        A keyed call is its key *and* the request the key is bound to now: operations a key named under
+        an earlier, lapsed binding belong to another request and are never attached to nor replayed.
+        """
+        key = candidate.idempotency_key
+        where = "request_digest = %s AND method = %s AND target = %s" + BINDING
+        params: tuple[str, ...] = (candidate.request_digest, candidate.method, candidate.target,
+                                   candidate.principal_id, candidate.client_id)  # fmt: skip
+        if key is None:
+            where = "idempotency_key IS NULL AND " + where
+        else:
+            where, params = "idempotency_key = %s AND " + where, (key, *params)
+        row = tx.execute(
+            f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE {where}"
+            " ORDER BY CASE WHEN status = 'open' THEN 0 ELSE 1 END, created_at DESC LIMIT 1",
+            params,
+        ).fetchone()
+        return None if row is None else self._operation(row)
+
+    def _expire_lapsed_of_key(self, tx: Tx, key: str, now: datetime) -> None:
+        """An overdue open operation of the key's earlier binding would hold the key's unique index."""
+        rows = tx.execute(
+            "SELECT operation_id, version FROM elicit_operations"
+            " WHERE idempotency_key = %s AND status = 'open' AND expires_at <= %s",
+            (key, self._to_time(now)),
+        ).fetchall()
+        if rows:
+            self._expire_operations(tx, [(row[0], row[1]) for row in rows], now, "overdue; its key was bound anew")
+
+    def _bind_key(self, tx: Tx, candidate: Operation, now: datetime) -> None:
+        """Bind the key to this request, or check that it names this request; first binder wins."""
+        key = candidate.idempotency_key
+        assert key is not None
+        bound = (candidate.principal_id, candidate.client_id, candidate.method, candidate.target,
+                 candidate.request_digest)  # fmt: skip
+        tx.execute(
+            f"INSERT INTO elicit_idempotency_keys (idempotency_key, {KEY_COLUMNS}, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO UPDATE SET"
+            " principal_id = excluded.principal_id, client_id = excluded.client_id, method = excluded.method,"
+            " target = excluded.target, request_digest = excluded.request_digest, created_at = excluded.created_at,"
+            " expires_at = excluded.expires_at WHERE elicit_idempotency_keys.expires_at <= %s",
+            (key, *bound, self._to_time(candidate.expires_at), self._to_time(now), self._to_time(now)),
+        )  # fmt: skip
+        row = tx.execute(
+            f"SELECT {KEY_COLUMNS} FROM elicit_idempotency_keys WHERE idempotency_key = %s", (key,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"idempotency key {key!r} vanished while it was being bound")
+        if tuple(row[:2]) != bound[:2]:
+            raise IdempotencyKeyConflict(key, "a request of another caller")
+        if tuple(row[2:4]) != bound[2:4]:
+            raise IdempotencyKeyConflict(key, f"another {_kind(row[2])} ({row[3]})")
+        if row[4] != bound[4]:
+            raise IdempotencyKeyConflict(key, f"the same {_kind(row[2])} with other arguments")
+        if self._from_time(row[5]) < candidate.expires_at:
+            tx.execute(
+                "UPDATE elicit_idempotency_keys SET expires_at = %s WHERE idempotency_key = %s",
+                (self._to_time(candidate.expires_at), key),
+            )
+
     def find_operations(
         self,
         caller: Principal,
@@ -340,6 +449,7 @@ class SQLStore(ABC):
         version = snapshot.version + 1
         where, params = _binding(caller)
         failure: StoreError
+        finished: Operation | None = None
         with self._write() as tx:
             cursor = tx.execute(
                 "UPDATE elicit_operations SET status = %s, result = %s, version = %s, updated_at = %s"
@@ -352,11 +462,11 @@ class SQLStore(ABC):
                     tx, SubjectKind.OPERATION, snapshot.operation_id, snapshot.status, to, caller.actor, reason,
                     {"version": version}, now,
                 )  # fmt: skip
-                return replace(snapshot, status=to, result=result, version=version, updated_at=now)
-            current = self._select_operation(tx, snapshot.operation_id, caller)
-            if current is None:
+                self._announce(tx, snapshot.operation_id)
+                finished = replace(snapshot, status=to, result=result, version=version, updated_at=now)
+            elif (current := self._select_operation(tx, snapshot.operation_id, caller)) is None:
                 raise NotFound(f"no operation {snapshot.operation_id}")
-            if current.status is OperationStatus.OPEN and now >= current.expires_at:
+            elif current.status is OperationStatus.OPEN and now >= current.expires_at:
                 self._expire_operations(tx, [(current.operation_id, current.version)], now, f"late {to}")
                 expired = replace(current, status=OperationStatus.EXPIRED, version=current.version + 1, updated_at=now)
                 failure = OperationExpired(expired, to)
@@ -364,7 +474,10 @@ class SQLStore(ABC):
                 failure = OperationExpired(current, to)
             else:
                 failure = OperationConflict(current, to)
-        raise failure
+        if finished is None:
+            raise failure
+        self._moved(finished.operation_id)
+        return finished
 
     def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
         stamp = self._to_time(now)
@@ -520,8 +633,7 @@ class SQLStore(ABC):
                     tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
                     details, now,
                 )  # fmt: skip
-                if snapshot.mode is Mode.URL:
-                    self._announce(tx, snapshot.elicitation_id)
+                self._announce(tx, snapshot.elicitation_id)
                 moved = replace(
                     snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
                     expires_at=new_expiry,
@@ -531,16 +643,16 @@ class SQLStore(ABC):
                 failure = self._why_not(tx, snapshot, to, caller, now)
         if moved is None:
             raise failure
-        if moved.mode is Mode.URL:
-            self._moved(moved.elicitation_id)
+        self._moved(moved.elicitation_id)
         return moved
 
     def add_change_listener(self, listener: Callable[[str], None]) -> None:
-        """Called with a URL decision's id after each of its transitions made through this store commits."""
+        """Called after each commit that moved something a call may wait on, with its subject: a decision's
+        id for its transitions, an operation's id for its journal, its claims and its end."""
         self._change_listeners.append(listener)
 
-    def _announce(self, tx: Tx, elicitation_id: str) -> None:  # noqa: B027 (engines that cannot, need not)
-        """Tell other processes, inside the transition's transaction, that a URL decision moved."""
+    def _announce(self, tx: Tx, subject: str) -> None:  # noqa: B027 (engines that cannot, need not)
+        """Tell other processes, inside the change's transaction, that `subject` moved."""
 
     def _why_not(self, tx: Tx, snapshot: Decision, to: DecisionStatus, caller: Caller, now: datetime) -> StoreError:
         """The error for a lost compare-and-set, expiring an overdue record on the way."""
@@ -604,10 +716,10 @@ class SQLStore(ABC):
                     break
             counts.append(total)
         with self._write() as tx:
-            tokens = tx.execute(
-                "DELETE FROM elicit_tokens WHERE expires_at <= %s", (self._to_time(self._clock()),)
-            ).rowcount
-        return SweepResult(decisions=counts[0], operations=counts[1], tokens=tokens)
+            stamp = self._to_time(self._clock())
+            tokens = tx.execute("DELETE FROM elicit_tokens WHERE expires_at <= %s", (stamp,)).rowcount
+            keys = tx.execute("DELETE FROM elicit_idempotency_keys WHERE expires_at <= %s", (stamp,)).rowcount
+        return SweepResult(decisions=counts[0], operations=counts[1], tokens=tokens, keys=keys)
 
     @abstractmethod
     def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
@@ -656,10 +768,14 @@ class SQLStore(ABC):
                  caller.client_id),
             ).rowcount  # fmt: skip
             if inserted == 1:
-                return JournalEntry(name=name, value=value, recorded_at=now)
-            entry = self._select_journal(tx, operation_id, name, caller)
+                self._announce(tx, operation_id)
+                entry: JournalEntry | None = JournalEntry(name=name, value=value, recorded_at=now)
+            else:
+                entry = self._select_journal(tx, operation_id, name, caller)
         if entry is None:
             raise NotFound(f"no operation {operation_id}")
+        if inserted == 1:
+            self._moved(operation_id)
         return entry
 
     def _select_journal(self, tx: Tx, operation_id: str, name: str, caller: Principal) -> JournalEntry | None:
@@ -673,6 +789,94 @@ class SQLStore(ABC):
     def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None:
         with self._read() as tx:
             return self._select_journal(tx, operation_id, name, caller)
+
+    # -- claims -------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        operation_id: str,
+        name: str,
+        *,
+        holder: str,
+        lease_until: datetime,
+        caller: Principal,
+        succeeding: str | None = None,
+    ) -> Claim:
+        now = self._clock()
+        mine = {holder} if succeeding is None else {holder, succeeding}
+        with self._write() as tx:
+            if self._select_operation(tx, operation_id, caller) is None:
+                raise NotFound(f"no operation {operation_id}")
+            current = self._select_claim(tx, operation_id, name)
+            if current is None:
+                inserted = tx.execute(
+                    "INSERT INTO elicit_claims (operation_id, name, holder, attempt, claimed_at, lease_until)"
+                    " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (operation_id, name) DO NOTHING",
+                    (operation_id, name, holder, self._to_time(now), self._to_time(lease_until)),
+                ).rowcount
+                if inserted == 1:
+                    return Claim(operation_id, name, holder, 1, lease_until)
+                current = self._select_claim(tx, operation_id, name)
+                assert current is not None
+            if current.holder not in mine and current.lease_until > now:
+                return current
+            taken_over = current.holder not in mine
+            attempt = current.attempt + 1 if taken_over else current.attempt
+            tx.execute(
+                "UPDATE elicit_claims SET holder = %s, attempt = %s, claimed_at = %s, lease_until = %s"
+                " WHERE operation_id = %s AND name = %s",
+                (holder, attempt, self._to_time(now), self._to_time(lease_until), operation_id, name),
+            )
+            if taken_over:
+                self._audit(
+                    tx, SubjectKind.OPERATION, operation_id, OperationStatus.OPEN, OperationStatus.OPEN, caller.actor,
+                    f"claim on {name} lapsed at {current.lease_until.isoformat()}; taken over",
+                    {"claim": name, "attempt": attempt}, now,
+                )  # fmt: skip
+        return Claim(operation_id, name, holder, attempt, lease_until)
+
+    def _select_claim(self, tx: Tx, operation_id: str, name: str) -> Claim | None:
+        row = tx.execute(
+            f"SELECT holder, attempt, lease_until FROM elicit_claims WHERE operation_id = %s AND name = %s"
+            f"{self._lock_row}",
+            (operation_id, name),
+        ).fetchone()
+        return None if row is None else Claim(operation_id, name, row[0], row[1], self._from_time(row[2]))
+
+    def claims(self, operation_id: str, *, caller: Principal) -> list[Claim]:
+        with self._read() as tx:
+            rows = tx.execute(
+                "SELECT c.name, c.holder, c.attempt, c.lease_until FROM elicit_claims c"
+                " JOIN elicit_operations o USING (operation_id)"
+                " WHERE c.operation_id = %s AND o.principal_id = %s AND o.client_id = %s ORDER BY c.name",
+                (operation_id, caller.principal_id, caller.client_id),
+            ).fetchall()
+        return [Claim(operation_id, row[0], row[1], row[2], self._from_time(row[3])) for row in rows]
+
+    def renew_claim(
+        self, operation_id: str, name: str, *, holder: str, lease_until: datetime, caller: Principal
+    ) -> bool:
+        with self._write() as tx:
+            renewed = tx.execute(
+                "UPDATE elicit_claims SET lease_until = %s WHERE operation_id = %s AND name = %s AND holder = %s"
+                f" AND EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})",
+                (self._to_time(lease_until), operation_id, name, holder, operation_id, caller.principal_id,
+                 caller.client_id),
+            ).rowcount  # fmt: skip
+        return renewed == 1
+
+    def release_claim(self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None) -> None:
+        whose, params = ("", ()) if holder is None else (" AND holder = %s", (holder,))
+        with self._write() as tx:
+            released = tx.execute(
+                f"DELETE FROM elicit_claims WHERE operation_id = %s AND name = %s{whose}"
+                f" AND EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})",
+                (operation_id, name, *params, operation_id, caller.principal_id, caller.client_id),
+            ).rowcount
+            if released:
+                self._announce(tx, operation_id)
+        if released:
+            self._moved(operation_id)
 
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         with self._write() as tx:
@@ -831,6 +1035,10 @@ DECISIONS = Sweepable(
 )
 OPERATIONS = Sweepable(SubjectKind.OPERATION, "elicit_operations", "operation_id", "version", "status = 'open'")
 SWEEP_REASON = "TTL passed (sweep)"
+
+
+def _kind(method: str) -> str:
+    return {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(method, method)
 
 
 def _marks(count: int) -> str:

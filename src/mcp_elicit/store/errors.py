@@ -46,6 +46,20 @@ class AlreadyExists(StoreError):
     """A record with this id is already stored."""
 
 
+class IdempotencyKeyConflict(StoreError):
+    """An idempotency key came back with another request than the one it was first used for.
+
+    A key stays bound to the method, target, arguments digest and caller it first named: reusing it for
+    something else must fail loudly (the rule payment APIs follow), since attaching would let an answer
+    given for one request act on another. `reason` says what differs without naming the other caller.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"idempotency key {key!r} was first used for {reason}; use a new key for this request")
+
+
 class TransitionConflict(StoreError):
     """The compare-and-set lost: the record is no longer in the state the caller saw."""
 

@@ -9,18 +9,17 @@ from typing import ParamSpec, TypeVar
 import anyio.to_thread
 
 from mcp_elicit.store import Store
-from mcp_elicit.store.sqlite import SQLiteStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 class AsyncStore:
-    """SQLite calls run inline (microseconds, local file); PostgreSQL calls run in a worker thread."""
+    """Calls of a store that `runs_inline` (SQLite: microseconds, local file) run inline; others in a worker thread."""
 
     def __init__(self, store: Store) -> None:
         self.sync = store
-        self._inline = isinstance(store, SQLiteStore)
+        self._inline = store.runs_inline
 
     async def __call__(self, function: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._inline:

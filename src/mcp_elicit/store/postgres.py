@@ -170,11 +170,11 @@ class PostgresStore(SQLStore):
             (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
         ).rowcount
 
-    def _announce(self, tx: Tx, elicitation_id: str) -> None:
-        tx.execute("SELECT pg_notify(%s, %s)", (CHANGES_CHANNEL, elicitation_id))
+    def _announce(self, tx: Tx, subject: str) -> None:
+        tx.execute("SELECT pg_notify(%s, %s)", (CHANGES_CHANNEL, subject))
 
     async def listen(self, on_change: Callable[[str], None]) -> None:
-        """Call `on_change(elicitation_id)` for every URL decision any instance moves, until cancelled.
+        """Call `on_change(subject)` for every change any instance announces (see `add_change_listener`).
 
         LISTEN/NOTIFY only hurries waiters along: a notice lost while reconnecting is covered by their polls.
         """

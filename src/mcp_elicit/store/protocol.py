@@ -51,6 +51,8 @@ class SweepResult:
     decisions: int
     operations: int
     tokens: int
+    keys: int = 0
+    """Idempotency keys whose binding lapsed: free for any request again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,33 @@ class JournalEntry:
     name: str
     value: JSONValue
     recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OperationStart:
+    """What `begin_operation` found or made: the call's one open operation, or a completed one to replay."""
+
+    operation: Operation
+    created: bool
+    """True when this call's candidate became the open operation: nothing of it is stored but itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Who may run a step or put a question to the person for an operation now, and until when.
+
+    A claim lapses at `lease_until` unless its holder renews it; only then may someone else take it, and
+    `attempt` counts how often that happened.
+    """
+
+    operation_id: str
+    name: str
+    holder: str
+    attempt: int
+    lease_until: datetime
+
+    def held_by(self, holder: str) -> bool:
+        return self.holder == holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +110,18 @@ class Store(Protocol):
 
     def schema_version(self) -> int: ...
 
+    @property
+    def runs_inline(self) -> bool:
+        """Whether a call takes microseconds on local files, so async code may make it on the event loop."""
+        ...
+
+    async def listen(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(subject)` for each change other instances announce, until cancelled.
+
+        Returns at once on an engine without a channel between processes: waiters then rely on polling.
+        """
+        ...
+
     def atomically(self, work: Callable[[], R]) -> R:
         """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
         ...
@@ -88,6 +129,17 @@ class Store(Protocol):
     def create_operation(self, operation: Operation) -> Operation: ...
 
     def get_operation(self, operation_id: str, caller: Caller) -> Operation: ...
+
+    def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
+        """The open operation of `candidate`'s call, or `candidate` stored as that operation.
+
+        The call is the candidate's principal, client, method, target and request digest, or its
+        idempotency key. At most one open operation exists per call (a unique index, so a racing creator
+        attaches). An overdue open one is expired on the way. A completed one updated at or after
+        `replay_since` is returned instead of starting anew. A key bound to another request raises
+        `IdempotencyKeyConflict`; a fresh key is bound to this request until its operation ends.
+        """
+        ...
 
     def find_operations(
         self,
@@ -163,6 +215,37 @@ class Store(Protocol):
         ...
 
     def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None: ...
+
+    def claim(
+        self,
+        operation_id: str,
+        name: str,
+        *,
+        holder: str,
+        lease_until: datetime,
+        caller: Principal,
+        succeeding: str | None = None,
+    ) -> Claim:
+        """Take the claim `name` of the operation if it is free, lapsed, or held by `holder` or `succeeding`.
+
+        Returns the claim as it then stands: held by `holder`, or by someone else whose lease still runs.
+        Taking over a lapsed claim of another holder is audited on the operation.
+        """
+        ...
+
+    def claims(self, operation_id: str, *, caller: Principal) -> list[Claim]:
+        """The operation's claims as they stand, lapsed ones included (their `lease_until` says so)."""
+        ...
+
+    def renew_claim(
+        self, operation_id: str, name: str, *, holder: str, lease_until: datetime, caller: Principal
+    ) -> bool:
+        """Extend `holder`'s lease; False if the claim is no longer its own."""
+        ...
+
+    def release_claim(self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None) -> None:
+        """Drop the claim (only `holder`'s, when given) and tell waiters on the operation."""
+        ...
 
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""

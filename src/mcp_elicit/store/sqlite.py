@@ -117,6 +117,10 @@ class SQLiteStore(SQLStore):
         self._version = self._open_and_migrate()
 
     @property
+    def runs_inline(self) -> bool:
+        return True
+
+    @property
     def path(self) -> Path:
         return self._path
 
