@@ -2,6 +2,7 @@
 
 `CRASH_PAUSE=before` stalls after the answer is recorded and before the side effect; `after` stalls
 after the side effect and before its result is journaled; anything else runs straight through. The
+step's claim lapses `CRASH_LEASE` seconds (default 2) after the killed holder's last renewal. The
 external system is a ledger file that takes an idempotency key, as a payment provider would.
 """
 
@@ -11,6 +12,7 @@ import argparse
 import json
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
@@ -62,7 +64,10 @@ def main() -> None:
     args = parser.parse_args()
     ledger = Ledger(args.workspace, os.environ.get("CRASH_PAUSE", ""))
     elicitation = Elicitation(
-        open_store(args.store), keys=[b"c" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+        open_store(args.store),
+        keys=[b"c" * 32],
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
+        lease=timedelta(seconds=float(os.environ.get("CRASH_LEASE", "2"))),
     )
     server = elicitation.server("crash-server")
 

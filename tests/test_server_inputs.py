@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field, FileUrl
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal, request_digest
 from mcp_elicit.server import Accepted, Elicitation, Flow
-from mcp_elicit.server.state import RoundState
+from mcp_elicit.server.eras.mrtr_state import RoundState
 from mcp_elicit.store import open_store
 from tests.serving import Approval, Counter, Name, Person, accept
 from tests.test_server_flow import error_text, text, unwrap

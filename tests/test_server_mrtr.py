@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation
+from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
 from tests.serving import Counter, Person, build_tools
 from tests.test_server_flow import text, unwrap
@@ -23,7 +25,7 @@ MODERN = "2026-07-28"
 
 @pytest.fixture
 def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], state_ttl=2.0)
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], state_ttl=2.0, long_poll=timedelta(seconds=0.5))
     runtime.server("mrtr-server")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     yield runtime
@@ -80,17 +82,36 @@ async def test_replayed_state_is_refused_and_a_fresh_call_resumes(elicitation: E
 
         await refused(c, "greet_and_book", {}, state, name=ElicitResult(action="accept", content={"name": "Eve"}))
 
-        fresh = await first_round(c, "greet_and_book", {})
-        assert fresh.input_requests is not None and list(fresh.input_requests) == ["seats"]
-        asked = fresh.input_requests["seats"].params
-        assert isinstance(asked, ElicitRequestFormParams) and "Ada" in asked.message
+        overlapping = await first_round(c, "greet_and_book", {})
+        assert overlapping.input_requests is None, "the seats question is out in round two already"
         done = await retry(
-            c, "greet_and_book", {}, fresh.request_state, seats=ElicitResult(action="accept", content={"seats": 3})
+            c, "greet_and_book", {}, round_two.request_state, seats=ElicitResult(action="accept", content={"seats": 3})
         )
-    assert isinstance(done, CallToolResult)
-    assert text(done) == "3 seats for Ada"
+        assert isinstance(done, CallToolResult)
+        assert text(done) == "3 seats for Ada"
+        again = await retry(c, "greet_and_book", {}, overlapping.request_state)
+    assert isinstance(again, CallToolResult)
+    assert text(again) == "3 seats for Ada"
     names = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
     assert [d.content for d in names] == [{"name": "Ada"}]
+
+
+async def test_a_question_out_in_a_lapsed_round_is_asked_in_the_next(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "greet_and_book", {})
+        assert round_one.input_requests is not None and list(round_one.input_requests) == ["name"]
+        overlapping = await first_round(c, "greet_and_book", {})
+        assert overlapping.input_requests is None
+        await anyio.sleep(2.0 + ROUND_LAPSE_MARGIN.total_seconds() + 0.5)
+        later = await first_round(c, "greet_and_book", {})
+        assert later.input_requests is not None and list(later.input_requests) == ["name"]
+        done = await retry(
+            c, "greet_and_book", {}, later.request_state, name=ElicitResult(action="accept", content={"name": "Ada"})
+        )
+    assert isinstance(done, InputRequiredResult) and done.input_requests is not None
+    assert list(done.input_requests) == ["seats"]
+    [name] = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
+    assert name.content == {"name": "Ada"}
 
 
 @pytest.mark.parametrize(

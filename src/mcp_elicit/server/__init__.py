@@ -1,5 +1,6 @@
 """The tool-author API: one tool body, every protocol era, durable decisions."""
 
+from mcp_elicit.model import ResumePolicy
 from mcp_elicit.server.answers import (
     Accepted,
     Answer,
@@ -10,15 +11,19 @@ from mcp_elicit.server.answers import (
     Failed,
     UrlAnswer,
 )
+from mcp_elicit.server.execution import DEFAULT_LEASE, ClientRefused
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
-from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, ClientRefused, Flow
+from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.forms import Email, FormSpec, InvalidAnswer, SecretField, Titled, UnsupportedField, form_spec
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, Elicitation
+from mcp_elicit.server.signals import SwallowedSignal
+from mcp_elicit.store import IdempotencyKeyConflict
 
 __all__ = [
     "ANSWERS_ARGUMENT",
     "DEFAULT_FORM_TTL",
+    "DEFAULT_LEASE",
     "DEFAULT_URL_TTL",
     "IDEMPOTENCY_META_KEY",
     "Accepted",
@@ -34,9 +39,12 @@ __all__ = [
     "Fallback",
     "Flow",
     "FormSpec",
+    "IdempotencyKeyConflict",
     "IdentityPolicy",
     "InvalidAnswer",
+    "ResumePolicy",
     "SecretField",
+    "SwallowedSignal",
     "Titled",
     "UnsupportedField",
     "UrlAnswer",

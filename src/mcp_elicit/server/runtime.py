@@ -1,14 +1,21 @@
 """`Elicitation`: installs durable decision points on an MCP server and runs tool and prompt bodies through them.
 
-Guarantees, per tool call or prompt get: the operation is bound to the caller's principal and client; a
-retry of the same call (same principal, client, method, tool or prompt name, arguments digest, or the
-same idempotency key in `_meta`) attaches to the open operation instead of starting over; a completed
-operation hands its recorded result to an identical call within `replay_window`; a 2026-07-28 round
-state is accepted once and only from the principal it was issued to; nothing is ever asked that the
-client did not declare (elicitation per mode, sampling, roots).
+Guarantees, per tool call or prompt get: the operation is bound to the caller's principal and client.
+Identical calls (same principal, client, method, tool or prompt name and arguments digest, or the same
+idempotency key in `_meta`) share one open operation, whether one retries after the other or they
+overlap: the store admits one open operation per call (a unique index), and a racing creator attaches.
+Within it a step runs in one call at a time and a question goes to the person once (see `execution`);
+every call returns the result the operation recorded. A completed operation hands that result to an
+identical call within `replay_window`. An idempotency key stays bound to the request it first named:
+another tool, other arguments or another caller with it is refused with -32602 naming the key. A
+2026-07-28 round state is accepted once and only from the principal it was issued to; nothing is ever
+asked that the client did not declare (elicitation per mode, sampling, roots).
 
-Does not guarantee: that two identical calls racing each other share one operation. Each then runs its
-own operation; journaled steps stay single within each, and their idempotency keys differ.
+Does not guarantee: that a step runs once when its call dies half-way. Its claim lapses after `lease`
+and another call runs it again, with the same idempotency key, which the external system must honour.
+
+Era mechanics stay in the adapters of `eras/`: this module finds the operation, runs the body, and
+finishes the operation the same way on every era.
 """
 
 from __future__ import annotations
@@ -22,7 +29,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
@@ -36,20 +42,12 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     CallToolResult,
-    ClientCapabilities,
-    ElicitationCapability,
-    FormElicitationCapability,
     InputRequiredResult,
-    InputResponses,
-    MissingRequiredClientCapabilityErrorData,
-    RootsCapability,
-    SamplingCapability,
     TextContent,
-    UrlElicitationCapability,
 )
 from pydantic import TypeAdapter
 
@@ -62,18 +60,29 @@ from mcp_elicit.model import (
     new_operation,
     request_digest,
 )
-from mcp_elicit.server.eras import Declared, Era, Need, era_of
+from mcp_elicit.server.eras import Call, EraAdapter, Target
+from mcp_elicit.server.eras.capabilities import Era
+from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
+from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, MrtrEra, RoundSettings
+from mcp_elicit.server.eras.unaskable import UnaskableEra
+from mcp_elicit.server.execution import DEFAULT_LEASE, CallSettings, CannotAsk, ClientRefused, Execution
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
-from mcp_elicit.server.flow import A, Asker, CannotAsk, ClientQuery, ClientRefused, Flow, in_turn
+from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.identity import IdentityPolicy
-from mcp_elicit.server.legacy import CompletionNotices, LegacyAsker
-from mcp_elicit.server.mrtr import DEFAULT_LONG_POLL, MrtrAsker, Suspend, input_required
-from mcp_elicit.server.state import RoundState, refused
+from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, SwallowedSignal
 from mcp_elicit.server.waiting import Wakeups
-from mcp_elicit.server.writes import HeldWrites, StaleSnapshot
-from mcp_elicit.store import Clock, Consumption, OperationConflict, OperationExpired, Store, open_store, utc_now
+from mcp_elicit.server.writes import HeldWrites, KeyRefused
+from mcp_elicit.store import (
+    Claim,
+    Clock,
+    IdempotencyKeyConflict,
+    OperationConflict,
+    OperationExpired,
+    Store,
+    open_store,
+    utc_now,
+)
 from mcp_elicit.store.offload import AsyncStore
-from mcp_elicit.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -84,39 +93,10 @@ TOOLS_CALL = "tools/call"
 PROMPTS_GET = "prompts/get"
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
-MAX_STALE_RUNS = 3
-CLOCK_SKEW = timedelta(seconds=60)
+MAX_STALE_RUNS = 10
+"""Runs of one call whose commit found records changed meanwhile: each such loss is another call's progress."""
 _CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
 _ARGUMENTS: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
-
-
-class _CannotAskAnything:
-    """The asker for peers of unknown or pre-elicitation versions: it can never ask."""
-
-    def can(self, need: Need) -> bool:
-        return False
-
-    async def ask(self, flow: Flow, decision: Decision, form: Any) -> Decision:
-        raise AssertionError("never called: can is always False")
-
-    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
-        raise AssertionError("never called: can is always False")
-
-    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
-        return await in_turn(items)
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """What one `tools/call` or `prompts/get` brings, through an `MCPServer` entry or a lowlevel handler."""
-
-    request: ServerRequestContext[Any, Any]
-    input_responses: InputResponses | None
-    request_state: str | None
-
-    @property
-    def era(self) -> Era:
-        return era_of(self.request.protocol_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +138,7 @@ class Elicitation:
         operation_ttl: timedelta = DEFAULT_OPERATION_TTL,
         long_poll: timedelta = DEFAULT_LONG_POLL,
         answers_without_state: bool = True,
+        lease: timedelta = DEFAULT_LEASE,
         clock: Clock = utc_now,
     ) -> None:
         if keys is None and not single_process:
@@ -178,6 +159,9 @@ class Elicitation:
         self.operation_ttl = operation_ttl
         self.long_poll = long_poll
         self.answers_without_state = answers_without_state
+        if lease <= timedelta(0):
+            raise ValueError(f"lease must be positive, got {lease}")
+        self.lease = lease
         self._clock = clock
         self._server: MCPServer | None = None
         self._notices = CompletionNotices(self._async_store)
@@ -345,19 +329,18 @@ class Elicitation:
         return entry, run
 
     def _listen_for_changes(self, group: TaskGroup) -> None:
-        """Wake URL waiters on every move of their decision: from this process, and from other instances."""
+        """Wake waiting calls on every change they wait on: from this process, and from other instances."""
         if self._listening:
             return
         self._listening = True
         loop = asyncio.get_running_loop()
         wakeups = self._wakeups
 
-        def from_any_thread(elicitation_id: str) -> None:
-            loop.call_soon_threadsafe(wakeups.changed, elicitation_id)
+        def from_any_thread(subject: str) -> None:
+            loop.call_soon_threadsafe(wakeups.changed, subject)
 
         self.store.add_change_listener(from_any_thread)
-        if isinstance(self.store, PostgresStore):
-            group.start_soon(self.store.listen, wakeups.changed)
+        group.start_soon(self.store.listen, wakeups.changed)
 
     def close(self) -> None:
         self.store.close()
@@ -392,27 +375,51 @@ class Elicitation:
         self, entry: _Entry, call: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
     ) -> Any:
         """Run the entry and say what went wrong the way its method and era expect."""
+        era = self._era(call)
         try:
-            return await self._run(entry, call, arguments, answers, pass_arguments=pass_arguments)
+            return await self._run(entry, call, era, arguments, answers, pass_arguments=pass_arguments)
         except CannotAsk as cannot:
-            raise _cannot_ask_error(cannot, call.era, entry, self.decision_url) from None
+            raise self._cannot_ask_error(cannot, era, entry) from None
+        except KeyRefused as refused:
+            log.info("%s %s refused: %s", entry.kind, entry.name, refused.conflict)
+            raise MCPError(code=INVALID_PARAMS, message=str(refused.conflict)) from None
         except ClientRefused as refused:
             if entry.method == TOOLS_CALL:
                 raise ToolError(str(refused)) from None
             raise MCPError(code=INVALID_REQUEST, message=str(refused)) from None
+        except SwallowedSignal as swallowed:
+            log.error("%s %s: %s", entry.kind, entry.name, swallowed)
+            if entry.method == TOOLS_CALL:
+                raise ToolError(str(swallowed)) from None
+            raise MCPError(code=INTERNAL_ERROR, message=str(swallowed)) from None
+
+    def _era(self, call: Call) -> EraAdapter:
+        era = call.era
+        if era is Era.MRTR:
+            settings = RoundSettings(self.long_poll, self._state_ttl, self.answers_without_state, self._clock)
+            return MrtrEra(call, settings)
+        if era is Era.LEGACY:
+            return LegacyEra(call, self._notices)
+        return UnaskableEra()
 
     async def _run(
-        self, entry: _Entry, context: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
+        self,
+        entry: _Entry,
+        call: Call,
+        era: EraAdapter,
+        arguments: dict[str, Any],
+        answers: Any,
+        *,
+        pass_arguments: bool = True,
     ) -> Any:
-        principal = self.identity.principal_for(context.request.request)
+        principal = self.identity.principal_for(call.request.request)
         digest = request_digest(entry.method, {"name": entry.name, "arguments": _jsonable(arguments)})
-        state: RoundState | None = None
-        if context.era is Era.MRTR and context.request_state is not None:
-            state = RoundState.decode(context.request_state)
+        target = Target(entry.method, entry.name, digest)
+        key = _idempotency_key(call.request.meta)
         for _ in range(MAX_STALE_RUNS):
             try:
                 return await self._run_once(
-                    entry, context, arguments, answers, principal, digest, state, pass_arguments
+                    entry, call, era, target, key, arguments, answers, principal, pass_arguments
                 )
             except StaleSnapshot as stale:
                 log.info(
@@ -423,216 +430,178 @@ class Elicitation:
     async def _run_once(
         self,
         entry: _Entry,
-        context: Call,
+        call: Call,
+        era: EraAdapter,
+        target: Target,
+        key: str | None,
         arguments: dict[str, Any],
         answers: Any,
         principal: Principal,
-        digest: str,
-        state: RoundState | None,
         pass_arguments: bool,
     ) -> Any:
         store = self._async_store
         writes = HeldWrites(store)
-        asked: dict[str, str] = {}
-        operation: Operation | None = None
+        operation = await era.resume(store, principal, target, writes)
         fresh = False
-        if state is not None:
-            writes.hold(partial(self._spend_round, state))
-            operation = await self._resumed(principal, state, entry, digest)
-            asked = state.asked
         if operation is None:
-            attached = await self._attach(principal, entry, digest, _idempotency_key(context.request.meta), writes)
-            if isinstance(attached, _Recorded):
+            found = await self._attach(principal, target, key, writes, entry.result)
+            if isinstance(found, _Recorded):
                 await writes.commit()
-                return attached.value
-            fresh = isinstance(attached, _Fresh)
-            operation = attached.operation if isinstance(attached, _Fresh) else attached
-        if fresh:
-            decisions: dict[str, Decision] = {}
-        else:
-            listed = await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
+                return found.value
+            operation, fresh = found.operation, found.fresh
+        decisions: dict[str, Decision] = {}
+        claims: dict[str, Claim] = {}
+        if not fresh:
+            sync, operation_id = store.sync, operation.operation_id
+            listed, claims = await store(
+                sync.atomically,
+                lambda: (
+                    sync.list_decisions(principal, operation_id=operation_id, limit=1000),
+                    {c.name: c for c in sync.claims(operation_id, caller=principal)},
+                ),
+            )
             decisions = {d.key: d for d in reversed(listed)}
-        flow = Flow(
+        run = Execution(
             store=store,
             operation=operation,
             principal=principal,
-            asker=self._asker(context.era, context, asked),
             decisions=decisions,
-            clock=self._clock,
-            decision_url=self.decision_url if self._base_url else None,
-            fallback=entry.fallback,
-            argument_answers=answers if isinstance(answers, dict) else None,
-            wakeups=self._wakeups,
+            claims=claims,
+            settings=CallSettings(
+                clock=self._clock,
+                decision_url=self.decision_url if self._base_url else None,
+                fallback=entry.fallback,
+                wakeups=self._wakeups,
+                lease=self.lease,
+            ),
             writes=writes,
+            argument_answers=answers if isinstance(answers, dict) else None,
             fresh=fresh,
         )
+        run.asker = era.asker()
         try:
-            result = await entry.body(**{entry.flow_parameter: flow}, **(arguments if pass_arguments else {}))
-        except Suspend as suspend:
-            await writes.commit()
-            wire, _ = input_required(suspend, operation.operation_id)
-            return wire
+            result = await entry.body(**{entry.flow_parameter: Flow(run)}, **(arguments if pass_arguments else {}))
+        except Suspended as suspended:
+            return await era.suspended(suspended, run)
         except ToolError as error:
-            self._finish(writes, operation, principal, OperationStatus.FAILED, None, str(error))
-            await writes.commit()
+            _swallowed(run)
+            await writes.commit_with(
+                _finish(self.store, operation, principal, OperationStatus.FAILED, None, str(error))
+            )
             raise
-        except StaleSnapshot:
+        except (StaleSnapshot, KeyRefused):
             raise
-        except BaseException:
+        except BaseException as failure:
             with anyio.CancelScope(shield=True):
                 await writes.commit()
+            if not isinstance(failure, Signal | anyio.get_cancelled_exc_class()):
+                _swallowed(run)
             raise
+        _swallowed(run)
         recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
-        if flow.saw_expiry:
-            self._finish(writes, operation, principal, OperationStatus.FAILED, recorded, "a question expired")
+        if run.saw_expiry:
+            finish = _finish(self.store, operation, principal, OperationStatus.FAILED, recorded, "a question expired")
         else:
-            self._finish(writes, operation, principal, OperationStatus.COMPLETED, recorded)
-        await writes.commit()
+            finish = _finish(self.store, operation, principal, OperationStatus.COMPLETED, recorded)
+        winner = await writes.commit_with(finish)
+        if winner is not None and winner.status is OperationStatus.COMPLETED and winner.result != recorded:
+            log.info("operation %s was completed by an overlapping call; returning its result", winner.operation_id)
+            return entry.result.validate_python(winner.result)
         return result
 
-    def _spend_round(self, state: RoundState) -> None:
-        """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
-        expires_at = self._clock() + self._state_ttl + CLOCK_SKEW
-        if self.store.consume_token(state.ledger_id, expires_at=expires_at) is Consumption.ALREADY_USED:
-            log.warning("requestState round replayed for operation %s", state.operation_id)
-            raise refused()
-
-    def _asker(self, era: Era, context: Call, asked: dict[str, str]) -> Asker:
-        protocol_version = context.request.protocol_version
-        declared = Declared.of(context.request.session.client_capabilities, protocol_version)
-        if era is Era.MRTR:
-            without_state = self.answers_without_state and context.request_state is None
-            return MrtrAsker(
-                declared, context.input_responses, asked, self.long_poll, answers_without_state=without_state
-            )
-        if era is Era.LEGACY:
-            return LegacyAsker(context.request.session, context.request.request_id, declared, notices=self._notices)
-        return _CannotAskAnything()
-
-    async def _resumed(self, principal: Principal, state: RoundState, entry: _Entry, digest: str) -> Operation | None:
-        store = self._async_store
-        try:
-            operation = await store(store.sync.get_operation, state.operation_id, principal)
-        except Exception:
-            raise refused() from None
-        if (operation.method, operation.target, operation.request_digest) != (entry.method, entry.name, digest):
-            raise refused()
-        return operation if operation.status is OperationStatus.OPEN else None
-
     async def _attach(
-        self, principal: Principal, entry: _Entry, digest: str, key: str | None, writes: HeldWrites
-    ) -> Operation | _Fresh | _Recorded:
+        self, principal: Principal, target: Target, key: str | None, writes: HeldWrites, result: TypeAdapter[Any]
+    ) -> _Found | _Recorded:
+        """The call's open operation, its recorded result within the replay window, or a new operation.
+
+        A new one is held, not written: the commit that makes it durable goes through the store's
+        `begin_operation`, whose unique index lets one of several overlapping creators in. The others'
+        commits fail as stale, and their next run attaches to the winner.
+        """
         store = self._async_store
         now = self._clock()
         found = await store(
             store.sync.find_operations,
             principal,
-            method=entry.method,
-            target=entry.name,
-            request_digest=None if key else digest,
+            method=target.method,
+            target=target.name,
+            request_digest=None if key else target.request_digest,
             idempotency_key=key,
         )
         for operation in found[:1]:
+            if key is not None and operation.request_digest != target.request_digest:
+                raise KeyRefused(IdempotencyKeyConflict(key, "the same tool with other arguments"))
             if operation.status is OperationStatus.OPEN and now < operation.expires_at:
-                return operation
+                return _Found(operation, fresh=False)
             if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
-                return _Recorded(entry.result.validate_python(operation.result))
-        fresh = new_operation(
+                return _Recorded(result.validate_python(operation.result))
+        candidate = new_operation(
             principal,
-            method=entry.method,
-            target=entry.name,
-            request_digest=digest,
+            method=target.method,
+            target=target.name,
+            request_digest=target.request_digest,
             now=now,
             ttl=self.operation_ttl,
             idempotency_key=key,
         )
-        sync = self.store
-        writes.hold(lambda: sync.create_operation(fresh))
-        return _Fresh(fresh)
+        sync, replay_since = self.store, now - self.replay_window
 
-    def _finish(
-        self,
-        writes: HeldWrites,
-        operation: Operation,
-        principal: Principal,
-        to: OperationStatus,
-        result: JSONValue,
-        reason: str = "",
-    ) -> None:
+        def begin() -> None:
+            if not sync.begin_operation(candidate, replay_since=replay_since).created:
+                raise StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
+
+        writes.hold(begin)
+        return _Found(candidate, fresh=True)
+
+    def _cannot_ask_error(self, cannot: CannotAsk, era: EraAdapter, entry: _Entry) -> Exception:
+        """What the caller sees: the ARGUMENTS or WEB fallback's instructions, else what capability is missing.
+
+        The fallbacks answer with a tool error on every era, since the call is meant to be made again. Else
+        the era adapter says how a missing capability is reported. Sampling and roots have no fallback.
+        """
+        questions = [u for u in cannot.unaskable if u.decision is not None and u.form is not None]
+        if cannot.fallback is Fallback.ARGUMENTS and questions and len(questions) == len(cannot.unaskable):
+            return ToolError(_answers_instructions(questions))
+        decisions = [u.decision for u in cannot.unaskable if u.decision is not None]
+        if cannot.fallback is Fallback.WEB and decisions and len(decisions) == len(cannot.unaskable):
+            return ToolError(_web_instructions(decisions, self.decision_url))
+        return era.missing_capability(cannot.needs, tool=entry.method == TOOLS_CALL)
+
+
+def _swallowed(run: Execution) -> None:
+    """A body that caught a signal and went on must not end as if nothing happened."""
+    if run.pending is not None:
+        raise SwallowedSignal(run.pending)
+
+
+def _finish(
+    store: Store, operation: Operation, principal: Principal, to: OperationStatus, result: JSONValue, reason: str = ""
+) -> Callable[[], Operation | None]:
+    """The write that ends the operation; if an overlapping call ended it first, its end is returned instead."""
+
+    def finish() -> Operation | None:
         if operation.status is not OperationStatus.OPEN:
-            return
-        sync = self.store
+            return None
+        try:
+            return store.finish_operation(operation, to, caller=principal, result=result, reason=reason)
+        except (OperationConflict, OperationExpired) as lost:
+            log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
+            return lost.current
 
-        def finish() -> None:
-            try:
-                sync.finish_operation(operation, to, caller=principal, result=result, reason=reason)
-            except (OperationConflict, OperationExpired) as lost:
-                log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
-
-        writes.hold(finish)
+    return finish
 
 
 @dataclass(frozen=True, slots=True)
-class _Fresh:
-    """An operation created for this call: it has no decisions yet, so there is nothing to read back."""
-
+class _Found:
     operation: Operation
+    fresh: bool
+    """Created for this call: it has no decisions yet, so there is nothing to read back."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Recorded:
     value: Any
-
-
-_DESCRIBED = {
-    Need.FORM: "form elicitation",
-    Need.URL: "url elicitation",
-    Need.SAMPLING: "sampling",
-    Need.ROOTS: "roots",
-}
-
-
-def _cannot_ask_error(cannot: CannotAsk, era: Era, entry: _Entry, decision_url: Callable[[str], str]) -> Exception:
-    """What the caller sees: the ARGUMENTS or WEB fallback's instructions, else what capability is missing.
-
-    The fallbacks answer with a tool error on every era, since the call is meant to be made again. Else
-    -32021 with `data.requiredCapabilities` on 2026-07-28 and for prompts (which have no error result);
-    a tool error the model can read for tools on the legacy eras. Sampling and roots have no fallback.
-    """
-    questions = [u for u in cannot.unaskable if u.decision is not None and u.form is not None]
-    if cannot.fallback is Fallback.ARGUMENTS and questions and len(questions) == len(cannot.unaskable):
-        return ToolError(_answers_instructions(questions))
-    decisions = [u.decision for u in cannot.unaskable if u.decision is not None]
-    if cannot.fallback is Fallback.WEB and decisions and len(decisions) == len(cannot.unaskable):
-        return ToolError(_web_instructions(decisions, decision_url))
-    needs = [need for need in Need if need in cannot.needs]
-    described = " and ".join(_DESCRIBED[need] for need in needs)
-    if era is Era.MRTR or entry.method != TOOLS_CALL:
-        elicitation = None
-        if Need.FORM in needs or Need.URL in needs:
-            elicitation = ElicitationCapability(
-                form=FormElicitationCapability() if Need.FORM in needs else None,
-                url=UrlElicitationCapability() if Need.URL in needs else None,
-            )
-        required = ClientCapabilities(
-            elicitation=elicitation,
-            sampling=SamplingCapability() if Need.SAMPLING in needs else None,
-            roots=RootsCapability() if Need.ROOTS in needs else None,
-        )
-        data = MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        )
-        plural = "capabilities" if len(needs) > 1 else "capability"
-        return MCPError(
-            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message=f"This {entry.kind} needs the client's {described} {plural}",
-            data=data,
-        )
-    return ToolError(
-        f"This tool needs to ask something ({described}), but this client cannot receive "
-        f"{described} requests on this connection. Use a client that supports them."
-    )
 
 
 def _answers_instructions(questions: Sequence[Any]) -> str:

@@ -1,59 +1,55 @@
-"""Waiting for a URL decision to settle, without a task per decision between polls.
+"""Waiting for what another call or another instance moves, without a task per waiter between polls.
 
 Polling the store with growing pauses is the floor, and it alone is correct across processes. `Wakeups`
-only shortens the wait: the store reports each URL decision it moves (in this process, and through
-PostgreSQL LISTEN/NOTIFY from every instance), and a waiter on that decision looks again at once.
+only shortens the wait: the store reports each subject it moves (a decision by its id, an operation by
+its id when its journal, its claims or its end change), in this process and, on PostgreSQL, through
+LISTEN/NOTIFY from every instance; a waiter on that subject looks again at once.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
 
 import anyio
-
-from mcp_elicit.model import Decision
-from mcp_elicit.server.flow import Flow
 
 FIRST_POLL = 0.1
 LONGEST_POLL = 1.0
 
 
 class Wakeups:
-    """One event per waiting decision, set when the store says the decision moved."""
+    """One event per waiter, set when the store says one of the subjects it waits on moved."""
 
     def __init__(self) -> None:
         self._waiting: dict[str, set[anyio.Event]] = {}
 
-    def changed(self, elicitation_id: str) -> None:
-        for event in self._waiting.pop(elicitation_id, ()):
+    def changed(self, subject: str) -> None:
+        for event in self._waiting.pop(subject, ()):
             event.set()
 
-    async def wait(self, elicitation_id: str, seconds: float) -> None:
+    async def wait(self, subjects: str | Sequence[str], seconds: float) -> None:
+        names = (subjects,) if isinstance(subjects, str) else tuple(subjects)
         event = anyio.Event()
-        self._waiting.setdefault(elicitation_id, set()).add(event)
+        for name in names:
+            self._waiting.setdefault(name, set()).add(event)
         try:
             with anyio.move_on_after(seconds):
                 await event.wait()
         finally:
-            waiters = self._waiting.get(elicitation_id)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiting[elicitation_id]
+            for name in names:
+                waiters = self._waiting.get(name)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiting[name]
 
 
-async def settle(flow: Flow, decision: Decision, *, until: datetime) -> Decision:
-    """Look again until the decision is terminal or `until` passes: on a wake-up, or after a growing pause."""
-    pause = FIRST_POLL
-    await flow.commit()
-    while not decision.is_terminal:
-        remaining = (until - flow.now()).total_seconds()
-        if remaining <= 0:
-            break
-        if flow.wakeups is None:
-            await anyio.sleep(min(pause, remaining))
-        else:
-            await flow.wakeups.wait(decision.elicitation_id, min(pause, remaining))
-        pause = min(pause * 2, LONGEST_POLL)
-        decision = await flow.refresh(decision)
-    return decision
+class Backoff:
+    """The growing pause between two looks at the store: short at first, then at most `LONGEST_POLL`."""
+
+    def __init__(self) -> None:
+        self._pause = FIRST_POLL
+
+    def next(self, remaining: float) -> float:
+        pause = min(self._pause, max(remaining, 0.0))
+        self._pause = min(self._pause * 2, LONGEST_POLL)
+        return pause

@@ -10,7 +10,10 @@ an error). A crash in between loses only what nobody saw; the retry redoes it.
 Optimism needs a check: a held answer is a compare-and-set on the decision as this call read it. If
 someone else moved the decision meanwhile (an operator's cancel, a racing retry, the web page), the commit
 fails as a whole with `StaleSnapshot` and the runtime runs the body again on what is stored now; nothing
-the body did between the last commit and that one was visible outside.
+the body did between the last commit and that one was visible outside. The same holds for records two
+overlapping calls both meant to create (the call's operation, a question under one key): the database
+lets one in, and the other call runs again and finds it. An idempotency key bound to another request
+refuses the commit with `KeyRefused`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mcp_elicit.store import DecisionConflict, DecisionExpired
+from mcp_elicit.server.signals import Signal, StaleSnapshot
+from mcp_elicit.store import AlreadyExists, DecisionConflict, DecisionExpired, IdempotencyKeyConflict
 from mcp_elicit.store.offload import AsyncStore
 
 R = TypeVar("R")
 
 
-class StaleSnapshot(Exception):
-    """A held write lost its compare-and-set: the body ran on records that changed meanwhile."""
+class KeyRefused(Signal):
+    """The call's idempotency key names another request: nothing of this call may be stored."""
+
+    def __init__(self, conflict: IdempotencyKeyConflict) -> None:
+        self.conflict = conflict
+        super().__init__(str(conflict))
 
 
 class HeldWrites:
@@ -56,8 +64,10 @@ class HeldWrites:
 
         try:
             return await self._store(sync.atomically, run)
-        except (DecisionConflict, DecisionExpired) as lost:
+        except (DecisionConflict, DecisionExpired, AlreadyExists) as lost:
             raise StaleSnapshot(str(lost)) from lost
+        except IdempotencyKeyConflict as conflict:
+            raise KeyRefused(conflict) from conflict
 
 
 def _nothing() -> None:

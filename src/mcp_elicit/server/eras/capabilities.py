@@ -10,7 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from mcp_types import ClientCapabilities
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    ClientCapabilities,
+    ElicitationCapability,
+    FormElicitationCapability,
+    MissingRequiredClientCapabilityErrorData,
+    RootsCapability,
+    SamplingCapability,
+    UrlElicitationCapability,
+)
 
 
 class Era(StrEnum):
@@ -77,3 +87,39 @@ class Declared:
             sampling=sampling,
             roots=roots,
         )
+
+
+DESCRIBED = {
+    Need.FORM: "form elicitation",
+    Need.URL: "url elicitation",
+    Need.SAMPLING: "sampling",
+    Need.ROOTS: "roots",
+}
+
+
+def described(needs: frozenset[Need]) -> str:
+    return " and ".join(DESCRIBED[need] for need in Need if need in needs)
+
+
+def missing_capability(needs: frozenset[Need], kind: str) -> MCPError:
+    """-32021 with `data.requiredCapabilities` naming exactly what asking needed."""
+    elicitation = None
+    if Need.FORM in needs or Need.URL in needs:
+        elicitation = ElicitationCapability(
+            form=FormElicitationCapability() if Need.FORM in needs else None,
+            url=UrlElicitationCapability() if Need.URL in needs else None,
+        )
+    required = ClientCapabilities(
+        elicitation=elicitation,
+        sampling=SamplingCapability() if Need.SAMPLING in needs else None,
+        roots=RootsCapability() if Need.ROOTS in needs else None,
+    )
+    data = MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
+        by_alias=True, mode="json", exclude_none=True
+    )
+    plural = "capabilities" if len(needs) > 1 else "capability"
+    return MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message=f"This {kind} needs the client's {described(needs)} {plural}",
+        data=data,
+    )

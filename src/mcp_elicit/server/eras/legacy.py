@@ -7,28 +7,37 @@ only for clients that declared it; the decision id is the `elicitationId`. A URL
 policy is not `auto` does not block: the call ends with `-32042` and the client retries once the flow
 is done. Sampling and roots go out as `sampling/createMessage` and `roots/list` on the same call, only
 to clients that declared them; `gather` asks its items one after another.
+
+Overlapping calls of one operation share its questions: the call holding a question's claim carries
+the `elicitation/create`, renewing the claim while the person thinks; the others wait on the same
+decision and read its answer. If the carrying call ends first (cancelled, connection lost, process
+gone), its claim is released or lapses and one waiting call asks again on its own request.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import anyio
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
 from pydantic import ValidationError
 
-from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, ResumePolicy
-from mcp_elicit.server.eras import Declared, Need
-from mcp_elicit.server.flow import A, ClientQuery, ClientRefused, Flow, in_turn
+from mcp_elicit.model import Decision, DecisionStatus, Mode, Operation, Operator, Principal, ResumePolicy
+from mcp_elicit.server.eras import Call, Declared, Need, Target
+from mcp_elicit.server.eras.capabilities import described, missing_capability
+from mcp_elicit.server.execution import A, ClientQuery, ClientRefused, Execution, in_turn, question_claim
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
-from mcp_elicit.server.waiting import settle
+from mcp_elicit.server.signals import Suspended
+from mcp_elicit.server.waiting import Backoff
+from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import StoreError
 from mcp_elicit.store.offload import AsyncStore
 
@@ -98,6 +107,51 @@ class CompletionNotices:
 _NOTICES = Operator("completion-notices")
 
 
+class UrlRequired(Suspended):
+    """The call ends with `-32042`: the client opens the URL and retries once the flow is done."""
+
+    def __init__(self, error: UrlElicitationRequiredError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+class LegacyEra:
+    """2025-06-18 and 2025-11-25: questions ride the live call; nothing to resume but the operation."""
+
+    def __init__(self, call: Call, notices: CompletionNotices | None) -> None:
+        self._call = call
+        self._notices = notices
+
+    async def resume(
+        self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
+    ) -> Operation | None:
+        return None
+
+    def asker(self) -> LegacyAsker:
+        request = self._call.request
+        return LegacyAsker(request.session, request.request_id, self._call.declared, notices=self._notices)
+
+    async def suspended(self, signal: Suspended, run: Execution) -> Any:
+        await run.commit()
+        if isinstance(signal, UrlRequired):
+            raise signal.error
+        raise TypeError(f"{type(signal).__name__} is not a legacy-era suspension")
+
+    def missing_capability(self, needs: frozenset[Need], *, tool: bool) -> Exception:
+        return legacy_missing_capability(needs, tool=tool)
+
+
+def legacy_missing_capability(needs: frozenset[Need], *, tool: bool) -> Exception:
+    """A tool error the model can read for tools (the legacy eras have no -32021); -32021 for prompts."""
+    if not tool:
+        return missing_capability(needs, "prompt")
+    what = described(needs)
+    return ToolError(
+        f"This tool needs to ask something ({what}), but this client cannot receive "
+        f"{what} requests on this connection. Use a client that supports them."
+    )
+
+
 class LegacyAsker:
     def __init__(
         self,
@@ -118,10 +172,10 @@ class LegacyAsker:
             return False
         return self._declared.allows(need)
 
-    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
+    async def query(self, run: Execution, key: str, query: ClientQuery, answer: type[A]) -> A:
         """Send the request on the live call and wait for the client's answer, at most `query_timeout`."""
         what = "sampling" if query.method == "sampling/createMessage" else "roots"
-        await flow.commit()
+        await run.commit()
         metadata = ServerMessageMetadata(related_request_id=self._request_id)
         with anyio.move_on_after(self._query_timeout.total_seconds()):
             try:
@@ -134,81 +188,114 @@ class LegacyAsker:
                 raise ClientRefused(f"The client's answer to the {what} request {key!r} was malformed") from None
         raise ClientRefused(f"The client did not answer the {what} request {key!r} in time")
 
-    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+    async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
         return await in_turn(items)
 
-    async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision:
+    async def ask(self, run: Execution, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         if decision.mode is Mode.FORM and form is not None:
-            return await self._ask_form(flow, decision, form)
-        return await self._ask_url(flow, decision)
+            return await self._carried(run, decision, partial(self._ask_form, run, form=form))
+        return await self._ask_url(run, decision)
 
-    async def _ask_form(self, flow: Flow, decision: Decision, form: FormSpec[Any]) -> Decision:
+    async def _carried(
+        self, run: Execution, decision: Decision, put: Callable[[Decision], Awaitable[Decision]]
+    ) -> Decision:
+        """Put the question to the person on this call if no other call carries it; else wait for its answer."""
+        claim_name = question_claim(decision.key)
+        backoff = Backoff()
+        while decision.status is DecisionStatus.REQUESTED:
+            claim, decision = await run.claim_question(decision)
+            if decision.status is not DecisionStatus.REQUESTED:
+                break
+            if claim.held_by(run.holder):
+                async with run.carrying(claim_name):
+                    return await put(decision)
+            log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
+            until = min(claim.lease_until, decision.expires_at)
+            await run.pause([decision.elicitation_id, run.operation.operation_id], until=until, backoff=backoff)
+            decision = await run.refresh(decision)
+        return decision
+
+    async def _ask_form(self, run: Execution, decision: Decision, *, form: FormSpec[Any]) -> Decision:
         note = ""
         session, request_id = self._session, self._request_id
         for _ in range(MAX_INVALID_ANSWERS):
             schema: Any = decision.requested_schema
             result = await self._send(
-                flow,
+                run,
                 decision,
                 partial(session.elicit_form, decision.message + note, schema, related_request_id=request_id),
             )
             if result is None:
-                return await flow.refresh(decision)
+                return await run.refresh(decision)
             if isinstance(result, MCPError):
-                return await flow.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
+                return await run.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
             if result.action != "accept":
-                return await flow.record(decision, _closing_status(result), reason=f"client answered {result.action}")
+                return await run.record(decision, _closing_status(result), reason=f"client answered {result.action}")
             try:
                 answer = form.validate(result.content)
             except InvalidAnswer as invalid:
                 note = f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
                 continue
             content = form.content(answer)
-            return await flow.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered")
-        return await flow.record(
+            return await run.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered")
+        return await run.record(
             decision, DecisionStatus.CANCELLED, reason=f"{MAX_INVALID_ANSWERS} answers in a row were invalid"
         )
 
-    async def _ask_url(self, flow: Flow, decision: Decision) -> Decision:
+    async def _ask_url(self, run: Execution, decision: Decision) -> Decision:
         assert decision.url is not None
         if decision.resume_policy is not ResumePolicy.AUTO:
             if self._notices is not None:
                 self._notices.watch(decision.elicitation_id, self._session)
-            raise UrlElicitationRequiredError(
-                [
-                    ElicitRequestURLParams(
-                        message=decision.message, url=decision.url, elicitation_id=decision.elicitation_id
+            raise run.signal(
+                UrlRequired(
+                    UrlElicitationRequiredError(
+                        [
+                            ElicitRequestURLParams(
+                                message=decision.message, url=decision.url, elicitation_id=decision.elicitation_id
+                            )
+                        ]
                     )
-                ]
+                )
             )
         session, request_id = self._session, self._request_id
         if decision.status is DecisionStatus.REQUESTED:
-            url = decision.url
-            result = await self._send(
-                flow,
-                decision,
-                partial(
-                    session.elicit_url, decision.message, url, decision.elicitation_id, related_request_id=request_id
-                ),
-            )
-            if result is None:
-                return await flow.refresh(decision)
-            if isinstance(result, MCPError):
-                return await flow.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
-            if result.action != "accept":
-                return await flow.record(decision, _closing_status(result), reason=f"client answered {result.action}")
-            decision = await flow.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL")
-        decision = await settle(flow, decision, until=decision.expires_at)
+            decision = await self._carried(run, decision, partial(self._consent, run))
+            if decision.is_terminal:
+                return decision
+        decision = await run.settle(decision, until=decision.expires_at)
         if not decision.is_terminal:
-            decision = await flow.refresh(decision)
+            decision = await run.refresh(decision)
         if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
             await session.send_elicit_complete(decision.elicitation_id, related_request_id=request_id)
         return decision
 
-    async def _send(self, flow: Flow, decision: Decision, send: Any) -> ElicitResult | MCPError | None:
+    async def _consent(self, run: Execution, decision: Decision) -> Decision:
+        assert decision.url is not None
+        session, request_id = self._session, self._request_id
+        result = await self._send(
+            run,
+            decision,
+            partial(
+                session.elicit_url,
+                decision.message,
+                decision.url,
+                decision.elicitation_id,
+                related_request_id=request_id,
+            ),
+        )
+        if result is None:
+            return await run.refresh(decision)
+        if isinstance(result, MCPError):
+            return await run.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
+        if result.action != "accept":
+            return await run.record(decision, _closing_status(result), reason=f"client answered {result.action}")
+        return await run.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL")
+
+    async def _send(self, run: Execution, decision: Decision, send: Any) -> ElicitResult | MCPError | None:
         """The client's answer, its error, or None when the TTL ran out first."""
-        await flow.commit()
-        remaining = (decision.expires_at - flow.now()).total_seconds()
+        await run.commit()
+        remaining = (decision.expires_at - run.now()).total_seconds()
         if remaining <= 0:
             return None
         with anyio.move_on_after(remaining):

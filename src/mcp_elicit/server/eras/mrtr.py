@@ -8,13 +8,21 @@ valid: a missing, extra or invalid response leaves the decision open (or the que
 asks again, it never completes anything. A URL decision whose flow is still running gets a bounded
 server-side wait, then a state-only round so the client retries without a person.
 `gather` lets every item ask before the round ends, so one round carries them all.
+
+A question is out in at most one outstanding round. The round that asks it takes the question's claim
+(leased for as long as the round's state is accepted, at most until the decision's TTL); an
+overlapping call of the same operation finds it taken and gets the still-waiting treatment (a bounded
+long poll, then state-only rounds) until it is answered or that round lapses. The retry of the round
+itself may ask the question again, and its claim passes on to the new round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from mcp_types import (
@@ -27,14 +35,24 @@ from mcp_types import (
     InputRequiredResult,
 )
 
-from mcp_elicit.model import Decision, DecisionStatus, Mode
-from mcp_elicit.server.eras import Declared, Need
-from mcp_elicit.server.flow import A, CannotAsk, ClientQuery, Flow, discard
+from mcp_elicit.model import Decision, DecisionStatus, Mode, Operation, OperationStatus, Principal
+from mcp_elicit.server.eras import Call, Declared, Need, Target
+from mcp_elicit.server.eras.capabilities import missing_capability
+from mcp_elicit.server.eras.mrtr_state import RoundState, refused
+from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, discard, question_claim
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
-from mcp_elicit.server.state import RoundState
-from mcp_elicit.server.waiting import settle
+from mcp_elicit.server.signals import Suspended
+from mcp_elicit.server.writes import HeldWrites
+from mcp_elicit.store import Consumption, StoreError
+from mcp_elicit.store.offload import AsyncStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LONG_POLL = timedelta(seconds=5)
+CLOCK_SKEW = timedelta(seconds=60)
+"""How long past a round's TTL its spent nonce stays in the ledger: another instance's clock checks that TTL."""
+ROUND_LAPSE_MARGIN = timedelta(seconds=5)
+"""How long past its state's TTL a round keeps its questions' claims before another round may ask them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +63,97 @@ class Asking:
     request: InputRequest
     marker: str
     """The decision's elicitation id, or the method of a question to the client itself."""
+    decision: Decision | None = None
 
 
-class Suspend(Exception):
+def round_holder(nonce: str) -> str:
+    return f"round:{nonce}"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSettings:
+    long_poll: timedelta
+    state_ttl: timedelta
+    answers_without_state: bool
+    clock: Callable[[], datetime]
+
+
+class MrtrEra:
+    """2026-07-28: a turn ends with `InputRequiredResult`; the retry names its round in `requestState`."""
+
+    def __init__(self, call: Call, settings: RoundSettings) -> None:
+        self._call = call
+        self._settings = settings
+        self._state: RoundState | None = None
+        self._next = RoundState(operation_id="", nonce=secrets.token_urlsafe(18))
+
+    async def resume(
+        self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
+    ) -> Operation | None:
+        """The operation a round's state names, if still open; the round's nonce is spent with the next commit."""
+        if self._call.request_state is None:
+            return None
+        state = self._state = RoundState.decode(self._call.request_state)
+        sync, ttl, clock = store.sync, self._settings.state_ttl, self._settings.clock
+
+        def spend() -> None:
+            """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
+            if sync.consume_token(state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW) is Consumption.ALREADY_USED:
+                log.warning("requestState round replayed for operation %s", state.operation_id)
+                raise refused()
+
+        writes.hold(spend)
+        try:
+            operation = await store(sync.get_operation, state.operation_id, principal)
+        except StoreError:
+            raise refused() from None
+        if (operation.method, operation.target, operation.request_digest) != (
+            target.method,
+            target.name,
+            target.request_digest,
+        ):
+            raise refused()
+        return operation if operation.status is OperationStatus.OPEN else None
+
+    def asker(self) -> MrtrAsker:
+        settings, call = self._settings, self._call
+        answering = round_holder(self._state.nonce) if self._state is not None else None
+        return MrtrAsker(
+            call.declared,
+            call.input_responses,
+            self._state.asked if self._state is not None else {},
+            settings.long_poll,
+            answers_without_state=settings.answers_without_state and call.request_state is None,
+            holders=(round_holder(self._next.nonce), answering),
+        )
+
+    async def suspended(self, signal: Suspended, run: Execution) -> Any:
+        if not isinstance(signal, Suspend):
+            raise TypeError(f"{type(signal).__name__} is not a 2026-07-28 suspension")
+        answering = round_holder(self._state.nonce) if self._state is not None else None
+        holder = round_holder(self._next.nonce)
+        state_end = run.now() + self._settings.state_ttl + ROUND_LAPSE_MARGIN
+        for asking in signal.asking:
+            if asking.decision is not None:
+                self._take(run, asking.decision, holder, answering, min(state_end, asking.decision.expires_at))
+        await run.commit()
+        wire, _ = input_required(signal, run.operation.operation_id, nonce=self._next.nonce)
+        return wire
+
+    @staticmethod
+    def _take(run: Execution, decision: Decision, holder: str, answering: str | None, lease_until: datetime) -> None:
+        """The question's claim passes to the new round with the round's commit, or the commit fails."""
+        run.take_at_commit(decision, holder=holder, succeeding=answering, lease_until=lease_until)
+
+    def missing_capability(self, needs: frozenset[Need], *, tool: bool) -> Exception:
+        return missing_capability(needs, "tool" if tool else "prompt")
+
+
+class Suspend(Suspended):
     """Ends a 2026-07-28 round: these must be asked (or something is still waiting) before the body goes on."""
 
     def __init__(self, asking: Sequence[Asking] = (), waiting: bool = False) -> None:
-        super().__init__("input required")
+        super().__init__("input required" if asking else "still waiting")
         self.asking = list(asking)
         self.waiting = waiting
 
@@ -69,41 +171,49 @@ class MrtrAsker:
         long_poll: timedelta = DEFAULT_LONG_POLL,
         *,
         answers_without_state: bool = False,
+        holders: tuple[str, str | None] = ("", None),
     ) -> None:
         self._declared = declared
         self._responses = dict(responses or {})
         self._asked = dict(asked)
         self._long_poll = long_poll
         self._answers_without_state = answers_without_state
+        self._ours = {holder for holder in holders if holder}
+        """The round this turn may hand out, and the round it answers: a question claimed by either is ours."""
 
     def can(self, need: Need) -> bool:
         return self._declared.allows(need)
 
-    async def ask(self, flow: Flow, decision: Decision, form: FormSpec[Any] | None) -> Decision:
+    async def ask(self, run: Execution, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         note: str | None = None
         response, reason = self._response_for(decision)
         if response is not None:
-            decision, note = await self._apply(flow, decision, form, response, reason)
+            decision, note = await self._apply(run, decision, form, response, reason)
             if decision.is_terminal:
                 return decision
         if decision.status is DecisionStatus.REQUESTED:
-            raise Suspend([_elicitation(decision, note)])
-        decision = await settle(flow, decision, until=min(decision.expires_at, flow.now() + self._long_poll))
-        if not decision.is_terminal and decision.is_overdue(flow.now()):
-            decision = await flow.refresh(decision)
+            elsewhere = run.claims.get(question_claim(decision.key))
+            if elsewhere is None or elsewhere.holder in self._ours or elsewhere.lease_until <= run.now():
+                raise run.signal(Suspend([_elicitation(decision, note)]))
+            until = min(decision.expires_at, run.now() + self._long_poll, elsewhere.lease_until)
+        else:
+            until = min(decision.expires_at, run.now() + self._long_poll)
+        decision = await run.settle(decision, until=until)
+        if not decision.is_terminal and decision.is_overdue(run.now()):
+            decision = await run.refresh(decision)
         if decision.is_terminal:
             return decision
-        raise Suspend([], waiting=True)
+        raise run.signal(Suspend([], waiting=True))
 
-    async def query(self, flow: Flow, key: str, query: ClientQuery, answer: type[A]) -> A:
+    async def query(self, run: Execution, key: str, query: ClientQuery, answer: type[A]) -> A:
         """The response the round that asked `key` this very question got back, or a new round asking it."""
         if self._asked.get(key) == query.method:
             response = self._responses.get(key)
             if isinstance(response, answer):
                 return response
-        raise Suspend([Asking(key, query, query.method)])
+        raise run.signal(Suspend([Asking(key, query, query.method)]))
 
-    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+    async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
         """Let every item ask before the round ends; one round then carries all their input requests."""
         results: list[Any] = []
         suspended: list[Suspend] = []
@@ -112,16 +222,18 @@ class MrtrAsker:
             try:
                 results.append(await item)
             except Suspend as suspend:
+                run.absorb(suspend)
                 suspended.append(suspend)
             except CannotAsk as cannot:
+                run.absorb(cannot)
                 unaskable.append(cannot)
             except BaseException:
                 discard(items[index + 1 :])
                 raise
         if unaskable:
-            raise CannotAsk.merged(unaskable)
+            raise run.signal(CannotAsk.merged(unaskable))
         if suspended:
-            raise Suspend.merged(suspended)
+            raise run.signal(Suspend.merged(suspended))
         return results
 
     def _response_for(self, decision: Decision) -> tuple[ElicitResult | None, str]:
@@ -144,21 +256,21 @@ class MrtrAsker:
         return None, ""
 
     async def _apply(
-        self, flow: Flow, decision: Decision, form: FormSpec[Any] | None, response: ElicitResult, reason: str
+        self, run: Execution, decision: Decision, form: FormSpec[Any] | None, response: ElicitResult, reason: str
     ) -> tuple[Decision, str | None]:
         if response.action == "decline":
-            return await flow.record(decision, DecisionStatus.DECLINED, reason="client answered decline"), None
+            return await run.record(decision, DecisionStatus.DECLINED, reason="client answered decline"), None
         if response.action == "cancel":
-            return await flow.record(decision, DecisionStatus.CANCELLED, reason="client answered cancel"), None
+            return await run.record(decision, DecisionStatus.CANCELLED, reason="client answered cancel"), None
         if decision.mode is Mode.URL:
-            return await flow.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL"), None
+            return await run.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL"), None
         assert form is not None
         try:
             answer = form.validate(response.content)
         except InvalidAnswer as invalid:
             return decision, f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
         content = form.content(answer)
-        return await flow.record(decision, DecisionStatus.ACCEPTED, content=content, reason=reason), None
+        return await run.record(decision, DecisionStatus.ACCEPTED, content=content, reason=reason), None
 
 
 def _elicitation(decision: Decision, note: str | None) -> Asking:
@@ -171,10 +283,10 @@ def _elicitation(decision: Decision, note: str | None) -> Asking:
     else:
         assert decision.url is not None
         params = ElicitRequestURLParams(message=message, url=decision.url)
-    return Asking(decision.key, ElicitRequest(params=params), decision.elicitation_id)
+    return Asking(decision.key, ElicitRequest(params=params), decision.elicitation_id, decision)
 
 
-def input_required(suspend: Suspend, operation_id: str) -> tuple[InputRequiredResult, RoundState]:
+def input_required(suspend: Suspend, operation_id: str, *, nonce: str) -> tuple[InputRequiredResult, RoundState]:
     """The round's wire result and the plaintext state it carries (the SDK's boundary seals it)."""
     requests: InputRequests = {}
     asked: dict[str, str] = {}
@@ -183,5 +295,5 @@ def input_required(suspend: Suspend, operation_id: str) -> tuple[InputRequiredRe
             raise RuntimeError(f"input request key {asking.key!r} asked twice in one round")
         requests[asking.key] = asking.request
         asked[asking.key] = asking.marker
-    state = RoundState(operation_id=operation_id, asked=asked)
+    state = RoundState(operation_id=operation_id, nonce=nonce, asked=asked)
     return InputRequiredResult(input_requests=requests or None, request_state=state.encode()), state

@@ -1,0 +1,72 @@
+"""Protocol eras: one adapter each, and the one interface the era-blind runtime drives them through.
+
+The runtime finds the call's operation, runs the body and finishes the operation the same way on every
+era. What differs stays in the adapter: how a question reaches the person (`Asker`), whether a request
+resumes a round the server handed out earlier, what a suspended turn looks like on the wire, and how a
+missing client capability is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp.server import ServerRequestContext
+from mcp_types import InputResponses
+
+from mcp_elicit.server.eras.capabilities import Declared, Era, Need, era_of
+
+if TYPE_CHECKING:
+    from mcp_elicit.model import Operation, Principal
+    from mcp_elicit.server.execution import Asker, Execution
+    from mcp_elicit.server.signals import Suspended
+    from mcp_elicit.server.writes import HeldWrites
+    from mcp_elicit.store.offload import AsyncStore
+
+__all__ = ["Call", "Declared", "Era", "EraAdapter", "Need", "Target", "era_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What one `tools/call` or `prompts/get` brings, through an `MCPServer` entry or a lowlevel handler."""
+
+    request: ServerRequestContext[Any, Any]
+    input_responses: InputResponses | None
+    request_state: str | None
+
+    @property
+    def era(self) -> Era:
+        return era_of(self.request.protocol_version)
+
+    @property
+    def declared(self) -> Declared:
+        return Declared.of(self.request.session.client_capabilities, self.request.protocol_version)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The logical call an operation stands for, as a resumed round must match it."""
+
+    method: str
+    name: str
+    request_digest: str
+
+
+class EraAdapter(Protocol):
+    """How one era asks, resumes and reports; built for one call."""
+
+    async def resume(
+        self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
+    ) -> Operation | None:
+        """The open operation this request continues by the era's own means (a round's state), if any."""
+        ...
+
+    def asker(self) -> Asker: ...
+
+    async def suspended(self, signal: Suspended, run: Execution) -> Any:
+        """Commit what the turn holds and return what the caller sees for a turn that ended early."""
+        ...
+
+    def missing_capability(self, needs: frozenset[Need], *, tool: bool) -> Exception:
+        """What a caller that cannot be asked gets when no fallback answers for it."""
+        ...

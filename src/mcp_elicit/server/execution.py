@@ -1,0 +1,603 @@
+"""One call's run of a tool body: the plumbing `Flow` stands on, and what the era adapters receive.
+
+A tool body may run many times for one operation: every 2026-07-28 retry re-runs it, and so does a
+legacy retry after a crash, and so does every overlapping identical call, which attaches to the same
+operation. What makes that safe lives here:
+
+- a step whose result is journaled is never run again; a step is run by one call at a time, the one
+  holding its claim, while the others wait for its recorded result. A claim is renewed while its step
+  runs and lapses `lease` after its holder's last renewal (a holder that died): only then may another
+  call run the step again, with the same idempotency key. A step that crashed half-way may therefore
+  run twice, and only that way;
+- a question goes to the person through one call at a time, the one holding its claim; the others wait
+  on the same decision and read the same answer;
+- every record is written by compare-and-set through the call's held writes (see `writes`).
+
+Nothing here knows a protocol era: the adapter in `eras/` puts questions to the person and decides
+what a suspended turn looks like on the wire.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+from mcp_types import CreateMessageRequest, CreateMessageResult, ListRootsRequest, ListRootsResult
+from pydantic import TypeAdapter
+
+from mcp_elicit.model import (
+    Decision,
+    DecisionOrigin,
+    DecisionStatus,
+    JSONObject,
+    JSONValue,
+    Mode,
+    Operation,
+    Principal,
+    ResumePolicy,
+    check_decision_transition,
+)
+from mcp_elicit.server.answers import Accepted, Answer, Cancelled, Completed, Declined, Expired, Failed, UrlAnswer
+from mcp_elicit.server.eras.capabilities import Need
+from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
+from mcp_elicit.server.forms import FormSpec, InvalidAnswer
+from mcp_elicit.server.signals import Signal, StaleSnapshot
+from mcp_elicit.server.waiting import Backoff, Wakeups
+from mcp_elicit.server.writes import HeldWrites
+from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, Store, StoreError
+from mcp_elicit.store.offload import AsyncStore
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+S = TypeVar("S", bound=Signal)
+DEFAULT_LEASE = timedelta(seconds=30)
+MAX_UNUSABLE_ANSWERS = 3
+"""How often one question is asked again because its recorded answer no longer fits the model."""
+RESERVED_JOURNAL_PREFIX = "mcp-elicit/"
+"""Journal names under this prefix belong to the library (`sample` and `roots` answers), never to a step."""
+
+ClientQuery = CreateMessageRequest | ListRootsRequest
+"""A question to the client itself, not to the person: its model (sampling) or its roots."""
+A = TypeVar("A", CreateMessageResult, ListRootsResult)
+
+NEED_OF_MODE = {Mode.FORM: Need.FORM, Mode.URL: Need.URL}
+
+
+def step_claim(name: str) -> str:
+    return f"step:{name}"
+
+
+def question_claim(key: str) -> str:
+    return f"ask:{key}"
+
+
+@dataclass(frozen=True, slots=True)
+class Unaskable:
+    """One thing the body asked that this client cannot be asked; a decision's, with its form, if it is one."""
+
+    key: str
+    need: Need
+    decision: Decision | None = None
+    form: FormSpec[Any] | None = None
+
+
+class CannotAsk(Signal):
+    """The client cannot be asked these things and the entry's fallback decides what the caller sees."""
+
+    def __init__(self, unaskable: Sequence[Unaskable], fallback: Fallback) -> None:
+        self.unaskable = tuple(unaskable)
+        self.fallback = fallback
+        super().__init__("cannot ask " + ", ".join(f"{u.key} ({u.need})" for u in self.unaskable))
+
+    @property
+    def needs(self) -> frozenset[Need]:
+        return frozenset(u.need for u in self.unaskable)
+
+    @classmethod
+    def merged(cls, errors: Sequence[CannotAsk]) -> CannotAsk:
+        """One signal naming everything several items of one `gather` could not ask."""
+        return cls([u for error in errors for u in error.unaskable], errors[0].fallback)
+
+
+class ClientRefused(Exception):
+    """The client answered a sampling or roots request with an error, or not in time; nothing was recorded."""
+
+
+class Asker(Protocol):
+    """One per era: puts open decisions in front of the person, queries the client, records what came back."""
+
+    def can(self, need: Need) -> bool: ...
+
+    async def ask(self, run: Execution, decision: Decision, form: FormSpec[Any] | None) -> Decision: ...
+
+    async def query(self, run: Execution, key: str, query: ClientQuery, answer: type[A]) -> A:
+        """The client's answer to `query`; the run journals it under `key` before the body sees it."""
+        ...
+
+    async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
+        """Await every item, asking what they ask in as few exchanges as the era allows."""
+        ...
+
+
+async def in_turn(items: Sequence[Awaitable[Any]]) -> list[Any]:
+    """`gather` for eras that ask on the live call: each item in order, nothing batched."""
+    results: list[Any] = []
+    for index, item in enumerate(items):
+        try:
+            results.append(await item)
+        except BaseException:
+            discard(items[index + 1 :])
+            raise
+    return results
+
+
+def discard(items: Sequence[Awaitable[Any]]) -> None:
+    """Close the coroutines a failed `gather` will never await, so none is left half-born."""
+    for item in items:
+        if inspect.iscoroutine(item):
+            cast(Coroutine[Any, Any, Any], item).close()
+
+
+@dataclass(frozen=True, slots=True)
+class CallSettings:
+    """What the server decided for every call: who may be asked how, and how claims behave."""
+
+    clock: Callable[[], datetime]
+    decision_url: Callable[[str], str] | None
+    fallback: Fallback
+    wakeups: Wakeups | None
+    lease: timedelta = DEFAULT_LEASE
+
+
+class Execution:
+    """One call's run of a body over one operation; adapters and `Flow` share it, the body never sees it."""
+
+    def __init__(
+        self,
+        *,
+        store: AsyncStore,
+        operation: Operation,
+        principal: Principal,
+        decisions: dict[str, Decision],
+        claims: dict[str, Claim],
+        settings: CallSettings,
+        writes: HeldWrites,
+        argument_answers: dict[str, Any] | None = None,
+        fresh: bool = False,
+    ) -> None:
+        self.operation = operation
+        self.principal = principal
+        self.claims = claims
+        self.holder = f"call:{uuid.uuid4().hex}"
+        self.asker: Asker
+        self._store = store
+        self._settings = settings
+        self._writes = writes
+        self._fresh = fresh
+        self._decisions = decisions
+        self._argument_answers = argument_answers or {}
+        self._pending: Signal | None = None
+
+    def _ids(self) -> tuple[Store, str, Principal, str]:
+        """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
+        return self._store.sync, self.operation.operation_id, self.principal, self.holder
+
+    # -- signals ------------------------------------------------------------------------------------
+
+    def signal(self, signal: S) -> S:
+        """`raise run.signal(...)` ends the turn, and the run remembers the signal in case the body swallows it."""
+        self._pending = signal
+        return signal
+
+    @property
+    def pending(self) -> Signal | None:
+        return self._pending
+
+    def check(self) -> None:
+        """Every flow call starts here: a body that swallowed a signal meets it again."""
+        if self._pending is not None:
+            raise self._pending
+
+    def absorb(self, signal: Signal) -> None:
+        """An adapter collected `signal` itself (one round for a whole `gather`)."""
+        if self._pending is signal:
+            self._pending = None
+
+    # -- facts --------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self._settings.clock()
+
+    @property
+    def fallback(self) -> Fallback:
+        return self._settings.fallback
+
+    @property
+    def saw_expiry(self) -> bool:
+        """Whether a question of this operation expired: its result is then not replayed, the next call starts anew."""
+        return any(decision.status is DecisionStatus.EXPIRED for decision in self._decisions.values())
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    def hold(self, write: Callable[[], Any]) -> None:
+        self._writes.hold(write)
+
+    async def commit(self) -> None:
+        """Make what this call holds durable now: before anything leaves the process or waits on others."""
+        await self._writes.commit()
+
+    async def record(
+        self, decision: Decision, to: DecisionStatus, *, content: JSONObject | None = None, reason: str = ""
+    ) -> Decision:
+        """Record an outcome by compare-and-set, held until the call's next commit (see `writes`).
+
+        An overdue decision is settled at once instead: the store's late-signal rule expires it, and the
+        body must see that now. A decision that leaves `requested` frees its question claim with it.
+        """
+        sync, principal, operation_id = self._store.sync, self.principal, self.operation.operation_id
+        frees_claim = decision.status is DecisionStatus.REQUESTED
+        now = self.now()
+        if decision.is_overdue(now):
+            await self.commit()
+            try:
+                recorded = await self._store(
+                    sync.transition, decision, to, caller=principal, content=content, reason=reason
+                )
+            except (DecisionConflict, DecisionExpired) as lost:
+                recorded = lost.current
+        else:
+            check_decision_transition(decision.mode, decision.status, to)
+            self._writes.hold(lambda: sync.transition(decision, to, caller=principal, content=content, reason=reason))
+            recorded = replace(
+                decision,
+                status=to,
+                completion_version=decision.completion_version + 1,
+                content=decision.content if content is None else content,
+                updated_at=now,
+            )
+        if frees_claim:
+            claim = question_claim(decision.key)
+            self._writes.hold(lambda: sync.release_claim(operation_id, claim, caller=principal))
+        self._decisions[decision.key] = recorded
+        return recorded
+
+    async def refresh(self, decision: Decision) -> Decision:
+        """The decision as stored now; an overdue one is expired on the spot (the store's late-signal rule)."""
+        await self.commit()
+        sync = self._store.sync
+        current = await self._store(sync.get_decision, decision.elicitation_id, self.principal)
+        if current.is_overdue(self.now()):
+            current = await self._store(
+                sync.expire_if_overdue, decision.elicitation_id, self.principal, reason="no answer before the TTL"
+            )
+        self._decisions[decision.key] = current
+        return current
+
+    # -- waiting ------------------------------------------------------------------------------------
+
+    async def pause(self, subjects: Sequence[str], *, until: datetime, backoff: Backoff) -> None:
+        """Wait until one of `subjects` moves, the next poll is due, or `until`; whichever comes first."""
+        remaining = (until - self.now()).total_seconds()
+        seconds = backoff.next(remaining)
+        if seconds <= 0:
+            return
+        if self._settings.wakeups is None:
+            await anyio.sleep(seconds)
+        else:
+            await self._settings.wakeups.wait(subjects, seconds)
+
+    async def settle(self, decision: Decision, *, until: datetime) -> Decision:
+        """Look again until the decision is terminal or `until` passes: on a wake-up, or after a growing pause."""
+        await self.commit()
+        backoff = Backoff()
+        while not decision.is_terminal and self.now() < until:
+            await self.pause([decision.elicitation_id], until=until, backoff=backoff)
+            decision = await self.refresh(decision)
+        return decision
+
+    # -- claims -------------------------------------------------------------------------------------
+
+    def lease_end(self) -> datetime:
+        return self.now() + self._settings.lease
+
+    async def claim_question(self, decision: Decision) -> tuple[Claim, Decision]:
+        """Commit what is held and take the question's claim for this call if it is free, in one transaction.
+
+        The decision is read again after the claim: a call that gets the claim the moment its previous
+        holder let go must see the answer that holder recorded in the same transaction, not ask again.
+        """
+        sync, operation_id, principal, holder = self._ids()
+        name, lease_until = question_claim(decision.key), self.lease_end()
+
+        def claim_and_read() -> tuple[Claim, Decision]:
+            claim = sync.claim(operation_id, name, holder=holder, lease_until=lease_until, caller=principal)
+            current = sync.get_decision(decision.elicitation_id, principal)
+            if claim.held_by(holder) and current.status is not DecisionStatus.REQUESTED:
+                sync.release_claim(operation_id, name, caller=principal, holder=holder)
+            return claim, current
+
+        claim, current = await self._writes.commit_with(claim_and_read)
+        self.claims[name] = claim
+        self._decisions[current.key] = current
+        return claim, current
+
+    def take_at_commit(
+        self, decision: Decision, *, holder: str, lease_until: datetime, succeeding: str | None = None
+    ) -> None:
+        """Take the question's claim for `holder` with the next commit; the commit fails if another holder
+        has it or the decision moved since this call read it."""
+        sync, operation_id, principal, _ = self._ids()
+        name = question_claim(decision.key)
+
+        def take() -> None:
+            claim = sync.claim(
+                operation_id, name, holder=holder, lease_until=lease_until, caller=principal, succeeding=succeeding
+            )
+            if not claim.held_by(holder):
+                raise StaleSnapshot(f"{name} was claimed by another call meanwhile")
+            current = sync.get_decision(decision.elicitation_id, principal)
+            if (current.status, current.completion_version) != (decision.status, decision.completion_version):
+                raise StaleSnapshot(f"decision {decision.elicitation_id} moved meanwhile")
+
+        self._writes.hold(take)
+
+    @asynccontextmanager
+    async def carrying(self, name: str) -> AsyncIterator[None]:
+        """Hold the claim `name` (taken already) while the block runs: renewed, then given up.
+
+        On success the release is held with the block's writes, so waiters wake when its result is
+        durable; on failure or cancellation it is released at once, so a waiting call can take over.
+        """
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._renew, name)
+            try:
+                yield
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._release_now(name)
+                raise
+            finally:
+                group.cancel_scope.cancel()
+        sync, operation_id, principal, holder = self._ids()
+        self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
+
+    async def _renew(self, name: str) -> None:
+        sync, operation_id, principal, holder = self._ids()
+        interval = self._settings.lease.total_seconds() / 3
+        while True:
+            await anyio.sleep(interval)
+            try:
+                kept = await self._store(
+                    sync.renew_claim, operation_id, name, holder=holder, lease_until=self.lease_end(), caller=principal
+                )
+            except StoreError as error:
+                log.warning("operation %s: cannot renew the claim on %s: %s", operation_id, name, error)
+                continue
+            if not kept:
+                log.warning("operation %s: the claim on %s lapsed and another call took it over", operation_id, name)
+                return
+
+    async def _release_now(self, name: str) -> None:
+        sync, operation_id, principal, holder = self._ids()
+        try:
+            await self._store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
+        except StoreError as error:
+            log.warning(
+                "operation %s: cannot release the claim on %s (it lapses on its own): %s", operation_id, name, error
+            )
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def idempotency_key(self, name: str) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(f"{self.operation.operation_id}\x00{name}".encode()).hexdigest()
+        return f"mcp-elicit-{digest[:40]}"
+
+    async def step(
+        self,
+        name: str,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        adapter: TypeAdapter[Any],
+    ) -> Any:
+        recorded = await self._journaled(name)
+        if recorded is not None:
+            return adapter.validate_python(recorded.value)
+        found = await self._wait_for_turn(name)
+        if isinstance(found, JournalEntry):
+            return adapter.validate_python(found.value)
+        async with self.carrying(found.name):
+            if inspect.iscoroutinefunction(function):
+                result = await function(*args, **kwargs)
+            else:
+                result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+        value = cast(JSONValue, adapter.dump_python(result, mode="json"))
+        entry = await self._journal(name, value)
+        return adapter.validate_python(entry.value)
+
+    async def _wait_for_turn(self, name: str) -> JournalEntry | Claim:
+        """The step's recorded result, or its claim for this call once no live holder has it."""
+        sync, operation_id, principal, holder = self._ids()
+        claim_name = step_claim(name)
+        backoff = Backoff()
+
+        def journaled_or_claimed() -> JournalEntry | Claim:
+            # The claim first, the journal second: a claim freed by a holder that journaled its result in
+            # the same transaction is ours only once that commit is visible, and then so is the result.
+            claim = sync.claim(operation_id, claim_name, holder=holder, lease_until=self.lease_end(), caller=principal)
+            entry = None if self._fresh else sync.journal_get(operation_id, name, caller=principal)
+            if entry is None:
+                return claim
+            if claim.held_by(holder):
+                sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
+            return entry
+
+        while True:
+            found = await self._writes.commit_with(journaled_or_claimed)
+            if isinstance(found, JournalEntry) or found.held_by(holder):
+                return found
+            self._fresh = False
+            log.debug("operation %s: step %s runs in another call; waiting for its result", operation_id, name)
+            await self.pause([operation_id], until=found.lease_until, backoff=backoff)
+
+    async def _journaled(self, name: str) -> JournalEntry | None:
+        if self._fresh:
+            return None
+        await self.commit()
+        sync, operation_id, principal, _ = self._ids()
+        return await self._store(sync.journal_get, operation_id, name, caller=principal)
+
+    async def _journal(self, name: str, value: JSONValue) -> JournalEntry:
+        sync, operation_id, principal, holder = self._ids()
+        claim_name = step_claim(name)
+
+        def record() -> JournalEntry:
+            entry = sync.journal_record(operation_id, name, value, caller=principal)
+            sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
+            return entry
+
+        return await self._writes.commit_with(record)
+
+    # -- questions ----------------------------------------------------------------------------------
+
+    async def ask_form(self, message: str, form: FormSpec[Any], name: str, ttl: timedelta) -> Answer[Any]:
+        note = ""
+        for attempt in range(1, MAX_UNUSABLE_ANSWERS + 1):
+            question = name if attempt == 1 else f"{name}#{attempt}"
+            decision = self._decisions.get(question)
+            if decision is None:
+                from mcp_elicit.model import new_form_decision
+
+                decision = self._create(
+                    new_form_decision(
+                        self._origin(question, form.sensitive_fields, ResumePolicy.AUTO),
+                        message=message + note,
+                        requested_schema=form.schema,
+                        now=self.now(),
+                        ttl=ttl,
+                    )
+                )
+            if decision.status is DecisionStatus.REQUESTED:
+                decision = await self._put_to_person(decision, form)
+            if decision.status is not DecisionStatus.ACCEPTED:
+                return _closed_answer(decision)
+            try:
+                return Accepted(form.validate(decision.content))
+            except InvalidAnswer as unusable:
+                log.warning(
+                    "decision %s: the recorded answer does not fit %s; asking again",
+                    decision.elicitation_id,
+                    form.model.__name__,
+                )
+                note = f"\n\n(The previous answer could not be used: {unusable} Please answer again.)"
+        return Cancelled()
+
+    async def ask_url(self, message: str, name: str, ttl: timedelta, resume: ResumePolicy) -> UrlAnswer:
+        if self._settings.decision_url is None:
+            raise RuntimeError("ask_url needs the server's public base URL: Elicitation(public_base_url=...)")
+        decision = self._decisions.get(name)
+        if decision is None:
+            from mcp_elicit.model import new_url_decision
+            from mcp_elicit.model.decision import new_elicitation_id
+
+            elicitation_id = new_elicitation_id()
+            decision = self._create(
+                new_url_decision(
+                    self._origin(name, (), resume),
+                    message=message,
+                    url=self._settings.decision_url(elicitation_id),
+                    now=self.now(),
+                    ttl=ttl,
+                    elicitation_id=elicitation_id,
+                )
+            )
+        if not decision.is_terminal:
+            decision = await self._put_to_person(decision, None)
+        return _url_answer(decision)
+
+    async def query(self, name: str, need: Need, query: ClientQuery, answer: type[A]) -> A:
+        journal = f"{RESERVED_JOURNAL_PREFIX}input/{name}"
+        recorded = await self._journaled(journal)
+        if recorded is not None:
+            return answer.model_validate(recorded.value)
+        if not self.asker.can(need):
+            raise self.signal(CannotAsk([Unaskable(name, need)], self.fallback))
+        result = await self.asker.query(self, name, query, answer)
+        value = cast(JSONValue, result.model_dump(mode="json", by_alias=True, exclude_none=True))
+        sync, operation_id, principal, _ = self._ids()
+        entry = await self._writes.commit_with(
+            lambda: sync.journal_record(operation_id, journal, value, caller=principal)
+        )
+        return answer.model_validate(entry.value)
+
+    async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
+        return await self.asker.gather(self, items)
+
+    def _origin(self, key: str, sensitive: tuple[str, ...], resume: ResumePolicy) -> DecisionOrigin:
+        return DecisionOrigin(
+            operation_id=self.operation.operation_id,
+            key=key,
+            principal=self.principal,
+            origin_method=self.operation.method,
+            origin_request_digest=self.operation.request_digest,
+            resume_policy=resume,
+            sensitive_fields=sensitive,
+        )
+
+    def _create(self, decision: Decision) -> Decision:
+        sync = self._store.sync
+        self._writes.hold(lambda: sync.create_decision(decision))
+        self._decisions[decision.key] = decision
+        return decision
+
+    async def _put_to_person(self, decision: Decision, form: FormSpec[Any] | None) -> Decision:
+        need = NEED_OF_MODE[decision.mode]
+        if self.asker.can(need):
+            return await self.asker.ask(self, decision, form)
+        if self.fallback is Fallback.ARGUMENTS and decision.mode is Mode.FORM and form is not None:
+            supplied = self._argument_answers.get(decision.key)
+            if supplied is not None:
+                try:
+                    answer = form.validate(supplied)
+                except InvalidAnswer:
+                    raise self.signal(
+                        CannotAsk([Unaskable(decision.key, need, decision, form)], self.fallback)
+                    ) from None
+                content = form.content(answer)
+                return await self.record(
+                    decision, DecisionStatus.ACCEPTED, content=content, reason=f"answered through {ANSWERS_ARGUMENT}"
+                )
+        if self.fallback is Fallback.WEB and decision.is_overdue(self.now()):
+            decision = await self.refresh(decision)
+            if decision.is_terminal:
+                return decision
+        raise self.signal(CannotAsk([Unaskable(decision.key, need, decision, form)], self.fallback))
+
+
+def _url_answer(decision: Decision) -> UrlAnswer:
+    if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
+        return Completed()
+    if decision.status is DecisionStatus.EXTERNAL_FAILED:
+        return Failed()
+    return _closed_answer(decision)
+
+
+def _closed_answer(decision: Decision) -> Declined | Cancelled | Expired:
+    if decision.status is DecisionStatus.DECLINED:
+        return Declined()
+    if decision.status is DecisionStatus.EXPIRED:
+        return Expired()
+    if decision.status is DecisionStatus.CANCELLED:
+        return Cancelled()
+    raise RuntimeError(f"decision {decision.elicitation_id} is still {decision.status}; the era adapter returned early")
