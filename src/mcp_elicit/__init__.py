@@ -1,94 +1,158 @@
-"""mcp-elicit: MCP elicitation as a durable, bound and audited protocol capability."""
+"""mcp-elicit: MCP elicitation as a durable, bound and audited protocol capability.
 
-from mcp_elicit.model import (
-    AuditEntry,
-    Decision,
-    DecisionOrigin,
-    DecisionStatus,
-    IllegalTransition,
-    JSONObject,
-    JSONValue,
-    Mode,
-    Operation,
-    OperationStatus,
-    Operator,
-    Principal,
-    ResumePolicy,
-    System,
-    looks_secret,
-    new_form_decision,
-    new_operation,
-    new_url_decision,
-    redact_content,
-    redact_text,
-    redact_url,
-    request_digest,
-)
-from mcp_elicit.store import (
-    AlreadyExists,
-    Clock,
-    Consumption,
-    DecisionConflict,
-    DecisionExpired,
-    JournalEntry,
-    NotFound,
-    OperationConflict,
-    OperationExpired,
-    RecordExpired,
-    SchemaTooNew,
-    Store,
-    StoreConfigError,
-    StoreCorrupt,
-    StoreError,
-    StoreUnavailable,
-    SweepResult,
-    TransitionConflict,
-    open_store,
-)
+The top level is the short face users write against: the tool author's `Elicitation`, `Flow`, the outcome
+types and the policies; the host's `ElicitingClient`, the handler interface, its replies and the ready-made
+handlers; and what it takes to open a store. Everything else (records, transition tables, digests,
+redaction, store errors beyond the basic ones) stays in its subpackage: `mcp_elicit.model`,
+`mcp_elicit.store`, `mcp_elicit.server`, `mcp_elicit.client`.
+
+The names resolve lazily, on first access (PEP 562), so `import mcp_elicit` stays cheap for the CLI and for
+hosts: it imports neither the MCP SDK, the client kit's terminal stack nor a database driver until a name
+that needs one is used. Only `__version__` is defined eagerly.
+"""
+
+import importlib
+import sys
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
+# Each public name and the subpackage it lives in (and is documented in).
+_HOMES: dict[str, str] = {
+    # Writing a tool.
+    "Elicitation": "mcp_elicit.server",
+    "Flow": "mcp_elicit.server",
+    "Answer": "mcp_elicit.server",
+    "UrlAnswer": "mcp_elicit.server",
+    "Accepted": "mcp_elicit.server",
+    "Declined": "mcp_elicit.server",
+    "Cancelled": "mcp_elicit.server",
+    "Expired": "mcp_elicit.server",
+    "Completed": "mcp_elicit.server",
+    "Failed": "mcp_elicit.server",
+    "ClientRefused": "mcp_elicit.server",
+    "IdempotencyKeyConflict": "mcp_elicit.server",  # not yet in __all__ or below: see the TYPE_CHECKING note
+    "Fallback": "mcp_elicit.server",
+    "IdentityPolicy": "mcp_elicit.server",
+    "ResumePolicy": "mcp_elicit.model",
+    # Hosting a client.
+    "ElicitingClient": "mcp_elicit.client",
+    "ElicitationHandler": "mcp_elicit.client",
+    "FormRequest": "mcp_elicit.client",
+    "UrlRequest": "mcp_elicit.client",
+    "FormReply": "mcp_elicit.client",
+    "UrlReply": "mcp_elicit.client",
+    "Accept": "mcp_elicit.client",
+    "Decline": "mcp_elicit.client",
+    "Cancel": "mcp_elicit.client",
+    "Consent": "mcp_elicit.client",
+    "TerminalHandler": "mcp_elicit.client",
+    "ScriptedHandler": "mcp_elicit.client",
+    "NoPersonHandler": "mcp_elicit.client",
+    "load_script": "mcp_elicit.client",
+    "ScriptError": "mcp_elicit.client",
+    # Opening a store.
+    "open_store": "mcp_elicit.store",
+    "Store": "mcp_elicit.store",
+    "StoreError": "mcp_elicit.store",
+    "StoreUnavailable": "mcp_elicit.store",
+}
+
+if TYPE_CHECKING:
+    # What type checkers see; at run time `__getattr__` below imports these on first use.
+    # IdempotencyKeyConflict joins these imports and `__all__` once mcp_elicit.server defines it; until then
+    # it resolves lazily if present, and stays out of `__all__` so `from mcp_elicit import *` keeps working.
+    from mcp_elicit.client import (
+        Accept,
+        Cancel,
+        Consent,
+        Decline,
+        ElicitationHandler,
+        ElicitingClient,
+        FormReply,
+        FormRequest,
+        NoPersonHandler,
+        ScriptedHandler,
+        ScriptError,
+        TerminalHandler,
+        UrlReply,
+        UrlRequest,
+        load_script,
+    )
+    from mcp_elicit.model import ResumePolicy
+    from mcp_elicit.server import (
+        Accepted,
+        Answer,
+        Cancelled,
+        ClientRefused,
+        Completed,
+        Declined,
+        Elicitation,
+        Expired,
+        Failed,
+        Fallback,
+        Flow,
+        IdentityPolicy,
+        UrlAnswer,
+    )
+    from mcp_elicit.store import Store, StoreError, StoreUnavailable, open_store
+
 __all__ = [
-    "AlreadyExists",
-    "AuditEntry",
-    "Clock",
-    "Consumption",
-    "Decision",
-    "DecisionConflict",
-    "DecisionExpired",
-    "DecisionOrigin",
-    "DecisionStatus",
-    "IllegalTransition",
-    "JSONObject",
-    "JSONValue",
-    "JournalEntry",
-    "Mode",
-    "NotFound",
-    "Operation",
-    "OperationConflict",
-    "OperationExpired",
-    "OperationStatus",
-    "Operator",
-    "Principal",
-    "RecordExpired",
+    "Accept",
+    "Accepted",
+    "Answer",
+    "Cancel",
+    "Cancelled",
+    "ClientRefused",
+    "Completed",
+    "Consent",
+    "Decline",
+    "Declined",
+    "Elicitation",
+    "ElicitationHandler",
+    "ElicitingClient",
+    "Expired",
+    "Failed",
+    "Fallback",
+    "Flow",
+    "FormReply",
+    "FormRequest",
+    "IdentityPolicy",
+    "NoPersonHandler",
     "ResumePolicy",
-    "SchemaTooNew",
+    "ScriptError",
+    "ScriptedHandler",
     "Store",
-    "StoreConfigError",
-    "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
-    "SweepResult",
-    "System",
-    "TransitionConflict",
+    "TerminalHandler",
+    "UrlAnswer",
+    "UrlReply",
+    "UrlRequest",
     "__version__",
-    "looks_secret",
-    "new_form_decision",
-    "new_operation",
-    "new_url_decision",
+    "load_script",
     "open_store",
-    "redact_content",
-    "redact_text",
-    "redact_url",
-    "request_digest",
 ]
+
+# Hidden from type checkers: a module-level `__getattr__` would make them accept any name imported from
+# `mcp_elicit` (typed as its return type), so a misspelt import would no longer be an error.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+        try:
+            value = getattr(importlib.import_module(home), name)
+        except AttributeError:
+            raise AttributeError(
+                f"module {__name__!r} has no attribute {name!r} ({home} does not define it)",
+                name=name,
+                obj=sys.modules[__name__],
+            ) from None
+        globals()[name] = value  # resolved once; later lookups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

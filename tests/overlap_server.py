@@ -1,0 +1,151 @@
+"""A server process for the single-flight tests: one slow journaled step, with or without a question first.
+
+The step stands for an external system: each run appends `n key` (the tool's argument and the step's
+`flow.idempotency_key("work")`) to `keys` in the workspace, sleeps `--work-seconds`, and returns a receipt
+that is new on every run, so two runs of one operation's step never give the same result. With `--stall`
+the step stalls instead, after writing `stalled`, to be SIGKILLed while it holds the step.
+
+Several processes may share one store (`--store`) and one workspace; they share the requestState keys,
+so a 2026-07-28 round can be answered by any of them. Run it as `python -m tests.overlap_server ...`, or
+call `serve` in a fresh process (the tests fork it from a preloaded interpreter); `build` registers the
+same tools on an `Elicitation` made elsewhere (the tests' authenticated in-thread server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from pydantic import BaseModel, Field
+
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.store import open_store
+
+KEYS = [b"o" * 32]
+DEFAULT_LEASE = 10.0
+
+
+class Confirm(BaseModel):
+    confirm: bool = Field(description="Run the job")
+
+
+class Works:
+    """The external system behind the step: it logs every run with the idempotency key it was given."""
+
+    def __init__(self, root: Path, *, seconds: float = 0.5, stall: bool = False) -> None:
+        self.root = root
+        self.seconds = seconds
+        self.stall = stall
+
+    def work(self, n: int, idempotency_key: str) -> str:
+        with (self.root / "keys").open("a") as log:
+            log.write(f"{n} {idempotency_key}\n")
+        if self.stall:
+            (self.root / "stalled").write_text(idempotency_key)
+            time.sleep(3600)
+        time.sleep(self.seconds)
+        return f"receipt-{uuid.uuid4().hex[:12]}"
+
+    def arrived(self, n: int) -> None:
+        with (self.root / "bodies").open("a") as log:
+            log.write(f"{n}\n")
+
+
+def runs(root: Path, n: int) -> list[str]:
+    """The idempotency keys the step of the calls with argument `n` ran with, one per run, in order."""
+    path = root / "keys"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [key for number, key in (line.split(" ", 1) for line in lines) if number == str(n)]
+
+
+def bodies(root: Path, n: int) -> int:
+    """How often a body of the calls with argument `n` started (each 2026-07-28 round runs it again)."""
+    path = root / "bodies"
+    return path.read_text().split().count(str(n)) if path.exists() else 0
+
+
+def build(elicitation: Elicitation, works: Works) -> None:
+    @elicitation.tool()
+    async def compute(flow: Flow, n: int) -> str:
+        """One slow journaled step."""
+        works.arrived(n)
+        receipt = await flow.step("work", works.work, n, flow.idempotency_key("work"))
+        return f"computed {n}: {receipt}"
+
+    @elicitation.tool()
+    async def approve(flow: Flow, n: int) -> str:
+        """A question to the person, then the slow step."""
+        answer = await flow.ask(f"Run job {n}?", Confirm, key="confirm")
+        if not (isinstance(answer, Accepted) and answer.data.confirm):
+            return f"job {n} not run: {type(answer).__name__}"
+        receipt = await flow.step("work", works.work, n, flow.idempotency_key("work"))
+        return f"approved {n}: {receipt}"
+
+
+def lease_option(seconds: float, workspace: Path) -> dict[str, Any]:
+    """`lease=` arrives with single-flight operations: passed when this `Elicitation` takes it.
+
+    A runtime from before has no claims to lease and refuses the argument; the server then runs without
+    it, so the tests show what that runtime does with overlapping calls instead of failing to start. The
+    lease used (or `none`) is written to `lease` in the workspace, for the tests that depend on it.
+    """
+    if "lease" in inspect.signature(Elicitation).parameters:
+        (workspace / "lease").write_text(str(float(seconds)))
+        return {"lease": timedelta(seconds=seconds)}
+    (workspace / "lease").write_text("none")
+    print("overlap_server: this Elicitation takes no lease=; running without one", file=sys.stderr)
+    return {}
+
+
+def serve(
+    port: int,
+    store: str,
+    workspace: Path,
+    *,
+    lease: float = DEFAULT_LEASE,
+    long_poll: float = 0.5,
+    work_seconds: float = 0.5,
+    stall: bool = False,
+) -> None:
+    elicitation = Elicitation(
+        open_store(store),
+        keys=KEYS,
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
+        long_poll=timedelta(seconds=long_poll),
+        **lease_option(lease, workspace),
+    )
+    server = elicitation.server("overlap-server")
+    build(elicitation, Works(workspace, seconds=work_seconds, stall=stall))
+    uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=port, log_level="warning")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--workspace", type=Path, required=True)
+    parser.add_argument("--lease", type=float, default=DEFAULT_LEASE, help="seconds a step claim lasts unrenewed")
+    parser.add_argument("--long-poll", type=float, default=0.5, help="seconds a 2026-07-28 round may be held")
+    parser.add_argument("--work-seconds", type=float, default=0.5)
+    parser.add_argument("--stall", action="store_true", help="the step stalls for an hour instead of working")
+    args = parser.parse_args()
+    serve(
+        args.port,
+        args.store,
+        args.workspace,
+        lease=args.lease,
+        long_poll=args.long_poll,
+        work_seconds=args.work_seconds,
+        stall=args.stall,
+    )
+
+
+if __name__ == "__main__":
+    main()
