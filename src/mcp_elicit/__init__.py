@@ -31,7 +31,8 @@ _HOMES: dict[str, str] = {
     "Completed": "mcp_elicit.server",
     "Failed": "mcp_elicit.server",
     "ClientRefused": "mcp_elicit.server",
-    "IdempotencyKeyConflict": "mcp_elicit.server",  # not yet in __all__ or below: see the TYPE_CHECKING note
+    "IdempotencyKeyConflict": "mcp_elicit.server",
+    "SwallowedSignal": "mcp_elicit.server",
     "Fallback": "mcp_elicit.server",
     "IdentityPolicy": "mcp_elicit.server",
     "ResumePolicy": "mcp_elicit.model",
@@ -60,8 +61,6 @@ _HOMES: dict[str, str] = {
 
 if TYPE_CHECKING:
     # What type checkers see; at run time `__getattr__` below imports these on first use.
-    # IdempotencyKeyConflict joins these imports and `__all__` once mcp_elicit.server defines it; until then
-    # it resolves lazily if present, and stays out of `__all__` so `from mcp_elicit import *` keeps working.
     from mcp_elicit.client import (
         Accept,
         Cancel,
@@ -92,7 +91,9 @@ if TYPE_CHECKING:
         Failed,
         Fallback,
         Flow,
+        IdempotencyKeyConflict,
         IdentityPolicy,
+        SwallowedSignal,
         UrlAnswer,
     )
     from mcp_elicit.store import Store, StoreError, StoreUnavailable, open_store
@@ -117,6 +118,7 @@ __all__ = [
     "Flow",
     "FormReply",
     "FormRequest",
+    "IdempotencyKeyConflict",
     "IdentityPolicy",
     "NoPersonHandler",
     "ResumePolicy",
@@ -125,6 +127,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "SwallowedSignal",
     "TerminalHandler",
     "UrlAnswer",
     "UrlReply",
