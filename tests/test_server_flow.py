@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, TextContent
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import REPLAYED_META_KEY, Elicitation
 from mcp_elicit.store import open_store
 from tests.serving import Counter, Person, accept, build_tools
 
@@ -122,8 +122,17 @@ async def test_identical_call_after_completion_replays_the_result(
     assert text(first) == text(second) == "applied prod"
     assert len(person.asked) == 1
     assert counter.read() == {"plan": 1, "apply": 1}
+    assert first.meta is None or REPLAYED_META_KEY not in first.meta
+    assert second.meta is not None
+    [decision] = elicitation.store.list_decisions(Operator())
+    operation = elicitation.store.get_operation(decision.operation_id, Operator())
+    assert second.meta[REPLAYED_META_KEY] == {
+        "recordedAt": operation.updated_at.isoformat(),
+        "operationId": operation.operation_id,
+    }
     other = await call(elicitation, era, Person([accept(approve=False)]), "approve", scope="staging")
     assert text(other) == "not approved"
+    assert other.meta is None or REPLAYED_META_KEY not in other.meta
 
 
 async def test_legacy_client_without_elicitation_gets_a_clear_tool_error(elicitation: Elicitation) -> None:

@@ -16,7 +16,7 @@ from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.forms import Email, FormSpec, InvalidAnswer, SecretField, Titled, UnsupportedField, form_spec
 from mcp_elicit.server.identity import IdentityPolicy
-from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, Elicitation
+from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY, Elicitation
 from mcp_elicit.server.signals import SwallowedSignal
 from mcp_elicit.store import IdempotencyKeyConflict
 
@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_URL_TTL",
     "IDEMPOTENCY_META_KEY",
+    "REPLAYED_META_KEY",
     "Accepted",
     "Answer",
     "Cancelled",

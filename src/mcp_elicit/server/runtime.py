@@ -38,6 +38,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -89,6 +90,8 @@ log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 IDEMPOTENCY_META_KEY = "io.github.mcp-elicit/idempotencyKey"
+REPLAYED_META_KEY = "io.github.mcp-elicit/replayed"
+"""Result `_meta` of a replayed tool result: `{"recordedAt": ISO-8601, "operationId": ...}`."""
 TOOLS_CALL = "tools/call"
 PROMPTS_GET = "prompts/get"
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
@@ -236,7 +239,7 @@ class Elicitation:
         self._check_fallback(fallback)
 
         def register(body: F) -> F:
-            entry, run = self._bind(TOOLS_CALL, name, body, fallback)
+            entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output)
             server.add_tool(
                 run,
                 name=entry.name,
@@ -287,7 +290,12 @@ class Elicitation:
         return self._server
 
     def _bind(
-        self, method: str, name: str | None, body: Callable[..., Any], fallback: Fallback
+        self,
+        method: str,
+        name: str | None,
+        body: Callable[..., Any],
+        fallback: Fallback,
+        structured: bool | None = None,
     ) -> tuple[_Entry, Callable[..., Any]]:
         """The entry for `body`, and the function `MCPServer` registers: the body's parameters minus the
         Flow, plus the SDK's `Context` (and `elicit_answers` for an ARGUMENTS fallback)."""
@@ -314,11 +322,22 @@ class Elicitation:
         annotations["mcp_ctx"] = Context
         annotations["return"] = returned | InputRequiredResult
 
+        converted: list[Callable[[Any], Any]] = []
+
         async def run(**kwargs: Any) -> Any:
             context: Context = kwargs.pop("mcp_ctx")
             answers = kwargs.pop(ANSWERS_ARGUMENT, None)
             call = Call(context.request_context, context.input_responses, context.request_state)
-            return await self._serve(entry, call, kwargs, answers)
+            outcome = await self._serve(entry, call, kwargs, answers)
+            if not isinstance(outcome, Replayed):
+                return outcome
+            if method != TOOLS_CALL:
+                return outcome.value
+            if not converted:  # the conversion MCPServer applies to this tool's results, built once
+                converted.append(
+                    Tool.from_function(run, name=entry_name, structured_output=structured).fn_metadata.convert_result
+                )
+            return outcome.marked(converted[0](outcome.value))
 
         run.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[*kept, *added], return_annotation=annotations["return"]
@@ -369,6 +388,8 @@ class Elicitation:
             result = await self._serve(entry, call, arguments, answers, pass_arguments=False)
         except ToolError as error:
             return CallToolResult(content=[TextContent(type="text", text=str(error))], is_error=True)
+        if isinstance(result, Replayed):
+            return result.marked(result.value)
         return cast(CallToolResult | InputRequiredResult, result)
 
     async def _serve(
@@ -445,9 +466,9 @@ class Elicitation:
         fresh = False
         if operation is None:
             found = await self._attach(principal, target, key, writes, entry.result)
-            if isinstance(found, _Recorded):
+            if isinstance(found, Replayed):
                 await writes.commit()
-                return found.value
+                return found
             operation, fresh = found.operation, found.fresh
         decisions: dict[str, Decision] = {}
         claims: dict[str, Claim] = {}
@@ -511,7 +532,7 @@ class Elicitation:
 
     async def _attach(
         self, principal: Principal, target: Target, key: str | None, writes: HeldWrites, result: TypeAdapter[Any]
-    ) -> _Found | _Recorded:
+    ) -> _Found | Replayed:
         """The call's open operation, its recorded result within the replay window, or a new operation.
 
         A new one is held, not written: the commit that makes it durable goes through the store's
@@ -535,7 +556,7 @@ class Elicitation:
                 return _Found(operation, fresh=False)
             if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
-                return _Recorded(result.validate_python(operation.result))
+                return Replayed(result.validate_python(operation.result), operation)
         candidate = new_operation(
             principal,
             method=target.method,
@@ -600,8 +621,15 @@ class _Found:
 
 
 @dataclass(frozen=True, slots=True)
-class _Recorded:
+class Replayed:
+    """A completed operation's recorded result handed to an identical call, which is told so in `_meta`."""
+
     value: Any
+    operation: Operation
+
+    def marked(self, result: CallToolResult) -> CallToolResult:
+        recorded = {"recordedAt": self.operation.updated_at.isoformat(), "operationId": self.operation.operation_id}
+        return result.model_copy(update={"meta": {**(result.meta or {}), REPLAYED_META_KEY: recorded}})
 
 
 def _answers_instructions(questions: Sequence[Any]) -> str:

@@ -285,16 +285,18 @@ class SQLStore(ABC):
                     f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)})",
                     self._operation_row(operation),
                 )
-                self._audit(
-                    tx, SubjectKind.OPERATION, operation.operation_id, None, operation.status,
-                    operation.principal.actor, "created",
-                    {"method": operation.method, "target": operation.target,
-                     "request_digest": operation.request_digest},
-                    operation.created_at,
-                )  # fmt: skip
+                self._audit_created(tx, operation)
         except UniqueViolation:
             raise AlreadyExists(f"operation {operation.operation_id} already exists") from None
         return operation
+
+    def _audit_created(self, tx: Tx, operation: Operation) -> None:
+        self._audit(
+            tx, SubjectKind.OPERATION, operation.operation_id, None, operation.status, operation.principal.actor,
+            "created",
+            {"method": operation.method, "target": operation.target, "request_digest": operation.request_digest},
+            operation.created_at,
+        )  # fmt: skip
 
     def _select_operation(self, tx: Tx, operation_id: str, caller: Caller) -> Operation | None:
         where, params = _binding(caller)
@@ -338,13 +340,7 @@ class SQLStore(ABC):
                     self._operation_row(candidate),
                 ).rowcount
                 if inserted == 1:
-                    self._audit(
-                        tx, SubjectKind.OPERATION, candidate.operation_id, None, candidate.status,
-                        candidate.principal.actor, "created",
-                        {"method": candidate.method, "target": candidate.target,
-                         "request_digest": candidate.request_digest},
-                        candidate.created_at,
-                    )  # fmt: skip
+                    self._audit_created(tx, candidate)
                     return OperationStart(candidate, created=True)
         raise StoreError(f"operation for {candidate.method} {candidate.target} kept changing; not started")
 

@@ -225,12 +225,8 @@ class LegacyAsker:
                 decision,
                 partial(session.elicit_form, decision.message + note, schema, related_request_id=request_id),
             )
-            if result is None:
-                return await run.refresh(decision)
-            if isinstance(result, MCPError):
-                return await run.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
-            if result.action != "accept":
-                return await run.record(decision, _closing_status(result), reason=f"client answered {result.action}")
+            if result is None or isinstance(result, MCPError) or result.action != "accept":
+                return await _not_accepted(run, decision, result)
             try:
                 answer = form.validate(result.content)
             except InvalidAnswer as invalid:
@@ -284,12 +280,8 @@ class LegacyAsker:
                 related_request_id=request_id,
             ),
         )
-        if result is None:
-            return await run.refresh(decision)
-        if isinstance(result, MCPError):
-            return await run.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
-        if result.action != "accept":
-            return await run.record(decision, _closing_status(result), reason=f"client answered {result.action}")
+        if result is None or isinstance(result, MCPError) or result.action != "accept":
+            return await _not_accepted(run, decision, result)
         return await run.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL")
 
     async def _send(self, run: Execution, decision: Decision, send: Any) -> ElicitResult | MCPError | None:
@@ -308,5 +300,11 @@ class LegacyAsker:
         return None
 
 
-def _closing_status(result: ElicitResult) -> DecisionStatus:
-    return DecisionStatus.DECLINED if result.action == "decline" else DecisionStatus.CANCELLED
+async def _not_accepted(run: Execution, decision: Decision, result: ElicitResult | MCPError | None) -> Decision:
+    """The decision after anything but an acceptance: the TTL ran out, the client erred, declined or cancelled."""
+    if result is None:
+        return await run.refresh(decision)
+    if isinstance(result, MCPError):
+        return await run.record(decision, DecisionStatus.CANCELLED, reason=f"client error {result.code}")
+    closing = DecisionStatus.DECLINED if result.action == "decline" else DecisionStatus.CANCELLED
+    return await run.record(decision, closing, reason=f"client answered {result.action}")
