@@ -166,10 +166,11 @@ class Records:
         *,
         ttl: timedelta = timedelta(minutes=10),
         url: str = "https://elicit.example/elicit/abc",
+        key: str = "connect",
     ) -> Decision:
         operation = operation or self.operation()
         decision = new_url_decision(
-            self._origin(operation, "connect", ()), message="Connect your account", url=url, now=self.clock(), ttl=ttl
+            self._origin(operation, key, ()), message="Connect your account", url=url, now=self.clock(), ttl=ttl
         )
         return self.store.create_decision(decision)
 

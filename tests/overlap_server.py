@@ -1,9 +1,10 @@
-"""A server process for the single-flight tests: one slow journaled step, with or without a question first.
+"""A server process for the single-flight tests: a slow journaled step and an instant one, with or without
+a question first.
 
-The step stands for an external system: each run appends `n key` (the tool's argument and the step's
-`flow.idempotency_key("work")`) to `keys` in the workspace, sleeps `--work-seconds`, and returns a receipt
-that is new on every run, so two runs of one operation's step never give the same result. With `--stall`
-the step stalls instead, after writing `stalled`, to be SIGKILLed while it holds the step.
+The steps stand for an external system: each run appends `step n key` (the step, the tool's argument and
+the step's `flow.idempotency_key`) to `keys` in the workspace, and returns a receipt that is new on every
+run, so two runs of one operation's step never give the same result. `work` sleeps `--work-seconds`; with
+`--stall` it stalls instead, after writing `stalled`, to be SIGKILLed while it holds the step.
 
 Several processes may share one store (`--store`) and one workspace; they share the requestState keys,
 so a 2026-07-28 round can be answered by any of them. Run it as `python -m tests.overlap_server ...`, or
@@ -37,7 +38,12 @@ class Confirm(BaseModel):
 
 
 class Works:
-    """The external system behind the step: it logs every run with the idempotency key it was given."""
+    """The external system behind the steps: it logs every run with the idempotency key it was given.
+
+    `work` is slow (the calls overlap while it runs); `seal` is instant and follows it, so every call
+    waiting on `work` reaches `seal` at the same moment: a claim taken without looking at the journal
+    again runs it twice.
+    """
 
     def __init__(self, root: Path, *, seconds: float = 0.5, stall: bool = False) -> None:
         self.root = root
@@ -45,24 +51,31 @@ class Works:
         self.stall = stall
 
     def work(self, n: int, idempotency_key: str) -> str:
-        with (self.root / "keys").open("a") as log:
-            log.write(f"{n} {idempotency_key}\n")
+        self._log("work", n, idempotency_key)
         if self.stall:
             (self.root / "stalled").write_text(idempotency_key)
             time.sleep(3600)
         time.sleep(self.seconds)
         return f"receipt-{uuid.uuid4().hex[:12]}"
 
+    def seal(self, n: int, idempotency_key: str) -> str:
+        self._log("seal", n, idempotency_key)
+        return f"seal-{uuid.uuid4().hex[:8]}"
+
     def arrived(self, n: int) -> None:
         with (self.root / "bodies").open("a") as log:
             log.write(f"{n}\n")
 
+    def _log(self, step: str, n: int, idempotency_key: str) -> None:
+        with (self.root / "keys").open("a") as log:
+            log.write(f"{step} {n} {idempotency_key}\n")
 
-def runs(root: Path, n: int) -> list[str]:
-    """The idempotency keys the step of the calls with argument `n` ran with, one per run, in order."""
+
+def runs(root: Path, n: int, step: str = "work") -> list[str]:
+    """The idempotency keys `step` of the calls with argument `n` ran with, one per run, in order."""
     path = root / "keys"
     lines = path.read_text().splitlines() if path.exists() else []
-    return [key for number, key in (line.split(" ", 1) for line in lines) if number == str(n)]
+    return [key for name, number, key in (line.split(" ", 2) for line in lines) if (name, number) == (step, str(n))]
 
 
 def bodies(root: Path, n: int) -> int:
@@ -74,19 +87,21 @@ def bodies(root: Path, n: int) -> int:
 def build(elicitation: Elicitation, works: Works) -> None:
     @elicitation.tool()
     async def compute(flow: Flow, n: int) -> str:
-        """One slow journaled step."""
+        """A slow journaled step, then an instant one."""
         works.arrived(n)
         receipt = await flow.step("work", works.work, n, flow.idempotency_key("work"))
-        return f"computed {n}: {receipt}"
+        seal = await flow.step("seal", works.seal, n, flow.idempotency_key("seal"))
+        return f"computed {n}: {receipt} {seal}"
 
     @elicitation.tool()
     async def approve(flow: Flow, n: int) -> str:
-        """A question to the person, then the slow step."""
+        """A question to the person, then the slow step and the instant one."""
         answer = await flow.ask(f"Run job {n}?", Confirm, key="confirm")
         if not (isinstance(answer, Accepted) and answer.data.confirm):
             return f"job {n} not run: {type(answer).__name__}"
         receipt = await flow.step("work", works.work, n, flow.idempotency_key("work"))
-        return f"approved {n}: {receipt}"
+        seal = await flow.step("seal", works.seal, n, flow.idempotency_key("seal"))
+        return f"approved {n}: {receipt} {seal}"
 
 
 def lease_option(seconds: float, workspace: Path) -> dict[str, Any]:

@@ -1,10 +1,13 @@
 """Single flight: overlapping identical calls share one operation, one run of each step, one question.
 
 Real server processes (`tests.overlap_server`) over streamable HTTP on loopback, K real SDK clients each on
-its own connection, started together behind a barrier so their calls overlap. The step logs every run
-with the idempotency key it got (`runs`), and returns a receipt that is new on every run: two runs can
-never hand their callers the same result. One `Desk` stands for the person behind all K clients and
+its own connection, whose calls start together behind a barrier so they overlap. Each step logs every run
+with the idempotency key it got (`runs`) and returns a receipt that is new on every run, so two runs can
+never hand their callers the same result. One `Desk` stands for the person behind all the clients and
 counts what they were asked, whichever connection it came on.
+
+Reused idempotency keys are tried against an authenticated in-thread server (two principals), and tool
+bodies that catch exceptions around flow calls run in-process, alone and overlapping.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ pytestmark = pytest.mark.anyio
 ERAS = ["2025-06-18", "2025-11-25", "2026-07-28"]
 K = 20
 """Overlapping calls per batch, each on its own connection."""
+WAITERS = 10
+"""Calls waiting on P2 while the step's holder on P1 is killed."""
+CALLERS = 10
+"""Overlapping calls when the one carrying the question is cancelled."""
 PATIENT_ROUNDS = 400
 """2026-07-28 rounds an SDK client drives before giving up (its default, 10, is about 2 s of state-only rounds)."""
 LOOPBACK = Principal("loopback-dev", "loopback")
@@ -143,32 +150,36 @@ async def nobody(seat: int, params: Params) -> ElicitResult:
 async def together(
     count: int,
     open_seat: Callable[[int], AbstractAsyncContextManager[Client]],
-    call_seat: Callable[[int, Client], Awaitable[str]],
-    *,
+    *rounds: Callable[[int, Client], Awaitable[str]],
     start: anyio.Event | None = None,
     timeout: float = 45,
-) -> list[str]:
-    """Connect `count` clients, then (and once `start` is set) make every seat's call at the same moment."""
-    connected = 0
-    everyone = anyio.Event()
-    outcomes: dict[int, str] = {}
+) -> list[list[str]]:
+    """Connect `count` clients, then (and once `start` is set) make every seat's call at the same moment;
+    each further round starts, on the same connections, once every seat is done with the one before."""
+    outcomes: list[dict[int, str]] = [{} for _ in rounds]
+    gates = [anyio.Event() for _ in range(len(rounds) + 1)]
+    arrived = [0] * len(gates)
+
+    async def pass_gate(gate: int) -> None:
+        arrived[gate] += 1
+        if arrived[gate] == count:
+            gates[gate].set()
+        await gates[gate].wait()
 
     async def seat(index: int) -> None:
-        nonlocal connected
         async with open_seat(index) as client:
-            connected += 1
-            if connected == count:
-                everyone.set()
-            await everyone.wait()
+            await pass_gate(0)
             if start is not None:
                 await start.wait()
-            outcomes[index] = await call_seat(index, client)
+            for number, call_seat in enumerate(rounds):
+                outcomes[number][index] = await call_seat(index, client)
+                await pass_gate(number + 1)  # stay connected until every call of the round is done
 
     with anyio.fail_after(timeout):
         async with anyio.create_task_group() as group:
             for index in range(count):
                 group.start_soon(seat, index)
-    return [outcomes[index] for index in range(count)]
+    return [[done[index] for index in range(count)] for done in outcomes]
 
 
 def the_one(results: list[str], prefix: str) -> str:
@@ -235,25 +246,32 @@ def listening(port: int) -> bool:
 # -- K overlapping calls on one process ------------------------------------------------------------------
 
 
-async def batch(url: str, era: str, desk: Desk, tool: str, n: int, meta: RequestParamsMeta | None = None) -> list[str]:
+def calling(tool: str, n: int, meta: RequestParamsMeta | None = None) -> Callable[[int, Client], Awaitable[str]]:
     async def call_seat(index: int, client: Client) -> str:
         return await call(client, tool, {"n": n}, meta)
 
-    return await together(K, lambda index: connect(url, era, desk.seat(index)), call_seat)
+    return call_seat
 
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_overlapping_identical_calls_run_the_step_once(store_url: str, tmp_path: Path, era: str) -> None:
-    """K identical calls, then K calls sharing one idempotency key: one run of the step per batch."""
+    """K identical calls, then (on the same connections) K calls sharing one idempotency key: each step
+    runs once per batch, and every call of a batch gets the same result."""
     server = launch(store_url, tmp_path)
     desk = Desk(nobody)
+    batches = {1: None, 2: keyed(f"batch-{era}")}
     with running(server):
-        for n, meta in ((1, None), (2, keyed(f"batch-{era}"))):
-            results = await batch(server.url, era, desk, "compute", n, meta)
-            keys = runs(tmp_path, n)
-            how = "identical" if meta is None else "same-key"
-            assert len(keys) == 1, f"the step ran {len(keys)} times for {K} overlapping {how} calls"
-            the_one(results, f"computed {n}: receipt-")
+        outcomes = await together(
+            K,
+            lambda index: connect(server.url, era, desk.seat(index)),
+            *(calling("compute", n, meta) for n, meta in batches.items()),
+        )
+    for (n, meta), results in zip(batches.items(), outcomes, strict=True):
+        how = "identical" if meta is None else "same-key"
+        for step in ("work", "seal"):
+            keys = runs(tmp_path, n, step)
+            assert len(keys) == 1, f"step {step} ran {len(keys)} times for {K} overlapping {how} calls"
+        the_one(results, f"computed {n}: receipt-")
     assert desk.asked == []
 
 
@@ -264,10 +282,11 @@ async def test_overlapping_identical_calls_ask_the_person_once(store_url: str, t
     server = launch(store_url, tmp_path)
     desk = Desk(confirming(after=0.3))
     with running(server):
-        results = await batch(server.url, era, desk, "approve", 3)
+        [results] = await together(K, lambda index: connect(server.url, era, desk.seat(index)), calling("approve", 3))
     assert len(desk.asked) == 1, f"the person was asked {len(desk.asked)} times by {K} overlapping calls"
-    keys = runs(tmp_path, 3)
-    assert len(keys) == 1, f"the step ran {len(keys)} times for {K} overlapping calls"
+    for step in ("work", "seal"):
+        keys = runs(tmp_path, 3, step)
+        assert len(keys) == 1, f"step {step} ran {len(keys)} times for {K} overlapping calls"
     the_one(results, "approved 3: receipt-")
     store = open_store(store_url)
     try:
@@ -282,11 +301,12 @@ async def test_overlapping_identical_calls_ask_the_person_once(store_url: str, t
 async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses(
     store_url: str, tmp_path: Path, era: str
 ) -> None:
-    """The holder's call runs on P1, whose step stalls; K-1 waiters call P2; P1 is SIGKILLed. The claim
-    lapses after the 2 s lease, the step runs once more on P2 with the same idempotency key, and every
-    waiter, and the holder's caller retrying on P2, gets that one result."""
-    doomed = launch(store_url, tmp_path, lease=2, stall=True)
-    survivor = launch(store_url, tmp_path, lease=2)
+    """The holder's call runs on P1, whose step stalls; the waiters' calls go to P2, on the same store;
+    P1 is SIGKILLed once every body has reached the step. The claim lapses after the 4 s lease (P1 renews
+    it until it dies, so a slow machine cannot lapse it early), the step runs once more on P2 with the same
+    idempotency key, and every waiter, and the holder's caller retrying on P2, gets that one result."""
+    doomed = launch(store_url, tmp_path, lease=4, stall=True)
+    survivor = launch(store_url, tmp_path, lease=4)
     holder_failed: list[BaseException] = []
     runs_before_kill: list[str] = []
     go = anyio.Event()
@@ -304,8 +324,8 @@ async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses
             while not (tmp_path / "stalled").exists():
                 await anyio.sleep(0.02)
         go.set()
-        with anyio.move_on_after(1.5):  # within the 2 s lease, renewed or not
-            while bodies(tmp_path, 5) < K:  # the holder's body, and every waiter's
+        with anyio.fail_after(30):
+            while bodies(tmp_path, 5) < 1 + WAITERS:  # the holder's body, and every waiter's, at the step
                 await anyio.sleep(0.02)
         await anyio.sleep(0.2)
         runs_before_kill.extend(runs(tmp_path, 5))
@@ -318,8 +338,8 @@ async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses
         async with anyio.create_task_group() as group:
             group.start_soon(holder)
             group.start_soon(kill_once_waiters_wait)
-            results = await together(
-                K - 1, lambda index: connect(survivor.url, era, None), call_seat, start=go, timeout=50
+            [results] = await together(
+                WAITERS, lambda index: connect(survivor.url, era, None), call_seat, start=go, timeout=50
             )
         assert doomed.process.exitcode == -9
         assert len(runs_before_kill) == 1, (
@@ -329,11 +349,12 @@ async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses
         keys = runs(tmp_path, 5)
         assert len(keys) == 2, f"the step ran {len(keys)} times: once on the killed holder, then once per waiter?"
         assert keys[0] == keys[1], "the step's second run got another idempotency key"
+        assert len(runs(tmp_path, 5, "seal")) == 1
         shared = the_one(results, "computed 5: receipt-")
         async with connect(survivor.url, era, None) as retrying:
             assert await call(retrying, "compute", {"n": 5}) == shared
     assert len(runs(tmp_path, 5)) == 2
-    assert (tmp_path / "lease").read_text() == "2.0", "the server ran without Elicitation(lease=...)"
+    assert (tmp_path / "lease").read_text() == "4.0", "the server ran without Elicitation(lease=...)"
 
 
 async def test_a_cancelled_call_hands_its_question_to_a_waiting_call(store_url: str, tmp_path: Path) -> None:
@@ -359,7 +380,7 @@ async def test_a_cancelled_call_hands_its_question_to_a_waiting_call(store_url: 
             scopes[index] = scope
             result = await call(client, "approve", {"n": 6})
             finished.append(index)
-            if len(finished) == K - 1:
+            if len(finished) == CALLERS - 1:
                 others_done.set()
             return result
         await others_done.wait()  # only the call was cancelled: the connection stays
@@ -374,14 +395,15 @@ async def test_a_cancelled_call_hands_its_question_to_a_waiting_call(store_url: 
     with running(server):
         async with anyio.create_task_group() as group:
             group.start_soon(cancel_the_carrier)
-            results = await together(K, lambda index: connect(server.url, era, desk.seat(index)), call_seat)
+            [results] = await together(CALLERS, lambda index: connect(server.url, era, desk.seat(index)), call_seat)
     seats = [seat for seat, _ in desk.asked]
-    assert len(seats) == 2, f"the person was asked {len(seats)} times by {K} overlapping calls, one cancelled"
+    assert len(seats) == 2, f"the person was asked {len(seats)} times by {CALLERS} overlapping calls, one cancelled"
     carrier, heir = seats
     assert heir != carrier, "the question was asked again on the call that was cancelled"
     assert results[carrier] == cancelled
-    keys = runs(tmp_path, 6)
-    assert len(keys) == 1, f"the step ran {len(keys)} times"
+    for step in ("work", "seal"):
+        keys = runs(tmp_path, 6, step)
+        assert len(keys) == 1, f"step {step} ran {len(keys)} times"
     the_one([r for seat, r in enumerate(results) if seat != carrier], "approved 6: receipt-")
 
 
@@ -458,7 +480,7 @@ async def test_a_key_reused_for_another_request_is_refused(
     assert key in refusal.message, refusal.message
     [done] = first
     assert done.startswith("approved 1: receipt-"), done
-    assert len(runs(tmp_path, 1)) == 1
+    assert [len(runs(tmp_path, 1, step)) for step in ("work", "seal")] == [1, 1]
     assert runs(tmp_path, 2) == []
     store = open_store(store_url)
     try:
@@ -582,7 +604,7 @@ async def test_except_exception_around_flow_calls_changes_nothing(
     async with anyio.create_task_group() as group:
         group.start_soon(complete_url_flows, runtime, done)
         try:
-            results = await together(overlapping, lambda index: connect(server, era, desk.seat(index)), call_seat)
+            [results] = await together(overlapping, lambda index: connect(server, era, desk.seat(index)), call_seat)
         finally:
             done.set()
     linked = "Completed" if connecting else "nothing to connect"

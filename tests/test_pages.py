@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -109,15 +110,16 @@ def site(store_url: str, provider: tuple[str, int]) -> Iterator[Site]:
 def ask(site: Site, user: str, key: str, ttl: timedelta = timedelta(minutes=10)) -> Decision:
     principal = Principal(f"{site.base}#{user}", "client-x")
     now = datetime.now(UTC)
+    digest = f"sha256:{uuid.uuid4().hex}"  # one open operation per call: each question here is its own call
     operation = site.store.create_operation(
-        new_operation(principal, method="tools/call", target="connect_account", request_digest="sha256:x", now=now,
+        new_operation(principal, method="tools/call", target="connect_account", request_digest=digest, now=now,
                       ttl=timedelta(hours=1))
     )  # fmt: skip
     elicitation_id = new_elicitation_id()
     return site.store.create_decision(
         new_url_decision(
             DecisionOrigin(operation_id=operation.operation_id, key=key, principal=principal,
-                           origin_method="tools/call", origin_request_digest="sha256:x"),
+                           origin_method="tools/call", origin_request_digest=digest),
             message="Connect your Example account so I can list your repositories",
             url=site.elicitation.decision_url(elicitation_id), now=now, ttl=ttl, elicitation_id=elicitation_id,
         )

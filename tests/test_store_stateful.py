@@ -83,7 +83,7 @@ class StoreMachine(RuleBasedStateMachine):
         if mode is Mode.FORM:
             decision = self.records.form(self.operation, ttl=timedelta(seconds=ttl), key=uuid.uuid4().hex)
         else:
-            decision = self.records.url(self.operation, ttl=timedelta(seconds=ttl))
+            decision = self.records.url(self.operation, ttl=timedelta(seconds=ttl), key=uuid.uuid4().hex)
         self.model[decision.elicitation_id] = Modelled(mode, DecisionStatus.REQUESTED, 0, self.now + ttl)
         self.snapshots[decision.elicitation_id] = [decision]
         return decision.elicitation_id

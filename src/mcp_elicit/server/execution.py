@@ -233,7 +233,19 @@ class Execution:
 
     async def commit(self) -> None:
         """Make what this call holds durable now: before anything leaves the process or waits on others."""
-        await self._writes.commit()
+        await self._commit_with(_nothing)
+
+    async def _commit_with(self, last: Callable[[], R]) -> R:
+        """Commit what is held and `last` in one transaction; a lost commit ends the turn like any signal."""
+        try:
+            return await self._writes.commit_with(last)
+        except Signal as lost:
+            raise self.signal(lost) from lost.__cause__
+
+    @property
+    def _unseen(self) -> bool:
+        """Nothing of this call's new operation is durable yet, so no other call can have added to it."""
+        return self._fresh and not self._writes.committed
 
     async def record(
         self, decision: Decision, to: DecisionStatus, *, content: JSONObject | None = None, reason: str = ""
@@ -325,7 +337,7 @@ class Execution:
                 sync.release_claim(operation_id, name, caller=principal, holder=holder)
             return claim, current
 
-        claim, current = await self._writes.commit_with(claim_and_read)
+        claim, current = await self._commit_with(claim_and_read)
         self.claims[name] = claim
         self._decisions[current.key] = current
         return claim, current
@@ -352,23 +364,29 @@ class Execution:
 
     @asynccontextmanager
     async def carrying(self, name: str) -> AsyncIterator[None]:
-        """Hold the claim `name` (taken already) while the block runs: renewed, then given up.
-
-        On success the release is held with the block's writes, so waiters wake when its result is
-        durable; on failure or cancellation it is released at once, so a waiting call can take over.
-        """
+        """Hold the claim `name` (taken already) while the block runs: renewed, then given up with the
+        call's next commit, so waiters wake when what the block did is durable."""
+        failure: BaseException | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(self._renew, name)
             try:
                 yield
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._release_now(name)
-                raise
+            except BaseException as error:  # re-raised below, outside the group, exactly as the block raised it
+                failure = error
             finally:
                 group.cancel_scope.cancel()
         sync, operation_id, principal, holder = self._ids()
-        self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
+        if isinstance(failure, Signal):
+            # The turn ends without committing what it holds: let go now, or waiters sit out the lease.
+            with anyio.CancelScope(shield=True):
+                await self._release_now(name)
+        else:
+            # Success, an error or a cancellation: the runtime commits what the call holds on every such
+            # end (a result, a failed operation), and the claim goes with it, so no waiter starts the work
+            # again before it can see how it ended.
+            self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
+        if failure is not None:
+            raise failure
 
     async def _renew(self, name: str) -> None:
         sync, operation_id, principal, holder = self._ids()
@@ -436,7 +454,7 @@ class Execution:
             # The claim first, the journal second: a claim freed by a holder that journaled its result in
             # the same transaction is ours only once that commit is visible, and then so is the result.
             claim = sync.claim(operation_id, claim_name, holder=holder, lease_until=self.lease_end(), caller=principal)
-            entry = None if self._fresh else sync.journal_get(operation_id, name, caller=principal)
+            entry = None if self._unseen else sync.journal_get(operation_id, name, caller=principal)
             if entry is None:
                 return claim
             if claim.held_by(holder):
@@ -444,15 +462,14 @@ class Execution:
             return entry
 
         while True:
-            found = await self._writes.commit_with(journaled_or_claimed)
+            found = await self._commit_with(journaled_or_claimed)
             if isinstance(found, JournalEntry) or found.held_by(holder):
                 return found
-            self._fresh = False
             log.debug("operation %s: step %s runs in another call; waiting for its result", operation_id, name)
             await self.pause([operation_id], until=found.lease_until, backoff=backoff)
 
     async def _journaled(self, name: str) -> JournalEntry | None:
-        if self._fresh:
+        if self._unseen:
             return None
         await self.commit()
         sync, operation_id, principal, _ = self._ids()
@@ -467,7 +484,7 @@ class Execution:
             sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
             return entry
 
-        return await self._writes.commit_with(record)
+        return await self._commit_with(record)
 
     # -- questions ----------------------------------------------------------------------------------
 
@@ -536,9 +553,7 @@ class Execution:
         result = await self.asker.query(self, name, query, answer)
         value = cast(JSONValue, result.model_dump(mode="json", by_alias=True, exclude_none=True))
         sync, operation_id, principal, _ = self._ids()
-        entry = await self._writes.commit_with(
-            lambda: sync.journal_record(operation_id, journal, value, caller=principal)
-        )
+        entry = await self._commit_with(lambda: sync.journal_record(operation_id, journal, value, caller=principal))
         return answer.model_validate(entry.value)
 
     async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
@@ -583,6 +598,10 @@ class Execution:
             if decision.is_terminal:
                 return decision
         raise self.signal(CannotAsk([Unaskable(decision.key, need, decision, form)], self.fallback))
+
+
+def _nothing() -> None:
+    return None
 
 
 def _url_answer(decision: Decision) -> UrlAnswer:

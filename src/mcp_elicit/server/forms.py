@@ -14,7 +14,9 @@ Guarantees:
 - A field whose name, title or description looks like a secret (`looks_secret`, the project's single
   vocabulary), or whose type is a pydantic secret type, is refused with `SecretField`. The spec forbids
   form mode for passwords, API keys, access tokens and payment credentials; they go through URL mode
-  (`ask_url`). There is no override: a false positive is resolved by renaming the field.
+  (`ask_url`). The field's type counts: a boolean is never a secret, and a number only when it could be
+  the secret itself (`pin`, `cvv`, `card_number`, `otp`), not when it counts one (`max_tokens`, "How many
+  tokens to mint"). There is no override: a false positive is resolved by renaming the field.
 - `FormSpec.validate` takes any JSON value and returns a model instance or raises `InvalidAnswer`, whose
   problems each name their field (or `answer` for the whole) and never quote the answer, so they can be
   logged and shown back as they are.
@@ -79,7 +81,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from mcp_elicit.model.json import JSONValue
-from mcp_elicit.model.redaction import looks_secret
+from mcp_elicit.model.redaction import ValueKind, looks_secret
 
 __all__ = ["Email", "FormSpec", "InvalidAnswer", "SecretField", "Titled", "UnsupportedField", "form_spec"]
 
@@ -265,15 +267,16 @@ def _build(model: type[T]) -> FormSpec[T]:
 
 
 def _field(model: type[BaseModel], name: str, info: FieldInfo) -> tuple[_Field, dict[str, JSONValue], bool]:
+    annotation, metadata, optional = _unwrap(info.annotation)
+    value_kind = _value_kind(annotation)
     for part, text in (("name", name), ("title", info.title), ("description", info.description)):
-        if text is not None and looks_secret(text):
+        if text is not None and looks_secret(text, kind=value_kind):
             raise SecretField(model, name, f"looks like a secret (its {part} {text!r})")
     sensitive = _sensitive_mark(model, name, info)
     for alias in (info.alias, info.validation_alias):
         if alias is not None and alias != name:
             raise UnsupportedField(model, name, "aliases are not supported; the field name is the form's key")
 
-    annotation, metadata, optional = _unwrap(info.annotation)
     metadata = [*_expand(info.metadata), *metadata]
     if _is_secret_type(annotation):
         raise SecretField(model, name, f"has the secret type {_type_name(annotation)}")
@@ -340,6 +343,12 @@ def _expand(metadata: Any) -> Iterator[Any]:
             yield from _expand(item)
         else:
             yield item
+
+
+def _value_kind(annotation: Any) -> ValueKind:
+    if annotation is bool:
+        return "boolean"
+    return "number" if annotation in (int, float) else "text"
 
 
 def _is_secret_type(annotation: Any) -> bool:

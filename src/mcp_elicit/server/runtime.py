@@ -72,7 +72,7 @@ from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, SwallowedSignal
 from mcp_elicit.server.waiting import Wakeups
-from mcp_elicit.server.writes import HeldWrites, KeyRefused
+from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
     Claim,
     Clock,
@@ -94,6 +94,7 @@ REPLAYED_META_KEY = "io.github.mcp-elicit/replayed"
 """Result `_meta` of a replayed tool result: `{"recordedAt": ISO-8601, "operationId": ...}`."""
 TOOLS_CALL = "tools/call"
 PROMPTS_GET = "prompts/get"
+_KINDS = {TOOLS_CALL: "tool", PROMPTS_GET: "prompt"}
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
 MAX_STALE_RUNS = 10
@@ -115,7 +116,7 @@ class _Entry:
 
     @property
     def kind(self) -> str:
-        return "tool" if self.method == TOOLS_CALL else "prompt"
+        return _KINDS[self.method]
 
 
 class Elicitation:
@@ -503,22 +504,32 @@ class Elicitation:
         try:
             result = await entry.body(**{entry.flow_parameter: Flow(run)}, **(arguments if pass_arguments else {}))
         except Suspended as suspended:
-            return await era.suspended(suspended, run)
+            try:
+                return await era.suspended(suspended, run)
+            except OperationEnded as ended:
+                return _ended(ended.operation, entry)
+        except OperationEnded as ended:
+            return _ended(ended.operation, entry)
         except ToolError as error:
-            _swallowed(run)
-            await writes.commit_with(
-                _finish(self.store, operation, principal, OperationStatus.FAILED, None, str(error))
-            )
+            await _swallowed(run, writes)
+            failed = _finish(self.store, operation, principal, OperationStatus.FAILED, None, str(error))
+            await writes.commit_with(failed)
             raise
         except (StaleSnapshot, KeyRefused):
             raise
         except BaseException as failure:
+            cancelled = isinstance(failure, anyio.get_cancelled_exc_class())
             with anyio.CancelScope(shield=True):
-                await writes.commit()
-            if not isinstance(failure, Signal | anyio.get_cancelled_exc_class()):
-                _swallowed(run)
+                try:
+                    await writes.commit()
+                except StaleSnapshot as stale:
+                    if not cancelled:
+                        raise
+                    log.info("a cancelled %s %s left writes that lost meanwhile: %s", entry.kind, entry.name, stale)
+            if not isinstance(failure, Signal) and not cancelled:
+                await _swallowed(run, writes)
             raise
-        _swallowed(run)
+        await _swallowed(run, writes)
         recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
         if run.saw_expiry:
             finish = _finish(self.store, operation, principal, OperationStatus.FAILED, recorded, "a question expired")
@@ -549,9 +560,11 @@ class Elicitation:
             request_digest=None if key else target.request_digest,
             idempotency_key=key,
         )
+        if key is None:
+            found = [operation for operation in found if operation.idempotency_key is None]
         for operation in found[:1]:
             if key is not None and operation.request_digest != target.request_digest:
-                raise KeyRefused(IdempotencyKeyConflict(key, "the same tool with other arguments"))
+                raise KeyRefused(IdempotencyKeyConflict(key, f"the same {_KINDS[target.method]} with other arguments"))
             if operation.status is OperationStatus.OPEN and now < operation.expires_at:
                 return _Found(operation, fresh=False)
             if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
@@ -590,10 +603,33 @@ class Elicitation:
         return era.missing_capability(cannot.needs, tool=entry.method == TOOLS_CALL)
 
 
-def _swallowed(run: Execution) -> None:
-    """A body that caught a signal and went on must not end as if nothing happened."""
-    if run.pending is not None:
-        raise SwallowedSignal(run.pending)
+async def _swallowed(run: Execution, writes: HeldWrites) -> None:
+    """A body that caught a signal and went on must not end as if nothing happened.
+
+    What it holds is still committed where it can be (an answer it recorded, claims it let go), so the
+    error loses nothing that was valid and leaves no claim to lapse.
+    """
+    if run.pending is None:
+        return
+    with anyio.CancelScope(shield=True):
+        try:
+            await writes.commit()
+        except Signal as lost:
+            log.info("writes held by a body that swallowed a signal were not kept: %s", lost)
+    raise SwallowedSignal(run.pending)
+
+
+def _ended(operation: Operation, entry: _Entry) -> Any:
+    """What a call gets when an overlapping call ended the operation it waited in."""
+    if operation.status is OperationStatus.COMPLETED:
+        return Replayed(entry.result.validate_python(operation.result), operation)
+    message = (
+        f"An identical call of this {entry.kind} ended its operation as {operation.status} while this call waited; "
+        "call again to start afresh"
+    )
+    if entry.method == TOOLS_CALL:
+        raise ToolError(message)
+    raise MCPError(code=INVALID_REQUEST, message=message)
 
 
 def _finish(

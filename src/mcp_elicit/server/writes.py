@@ -21,8 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from mcp_elicit.model import Operation
 from mcp_elicit.server.signals import Signal, StaleSnapshot
-from mcp_elicit.store import AlreadyExists, DecisionConflict, DecisionExpired, IdempotencyKeyConflict
+from mcp_elicit.store import (
+    AlreadyExists,
+    DecisionConflict,
+    DecisionExpired,
+    IdempotencyKeyConflict,
+    OperationConflict,
+)
 from mcp_elicit.store.offload import AsyncStore
 
 R = TypeVar("R")
@@ -36,10 +43,20 @@ class KeyRefused(Signal):
         super().__init__(str(conflict))
 
 
+class OperationEnded(Signal):
+    """Another call ended the operation this call was waiting in: its end, not this run, decides the result."""
+
+    def __init__(self, operation: Operation) -> None:
+        self.operation = operation
+        super().__init__(f"operation {operation.operation_id} is {operation.status}")
+
+
 class HeldWrites:
     def __init__(self, store: AsyncStore) -> None:
         self._store = store
         self._held: list[Callable[[], Any]] = []
+        self.committed = False
+        """Whether anything of this call became durable: from then on other calls may see and add to it."""
 
     @property
     def pending(self) -> bool:
@@ -63,11 +80,15 @@ class HeldWrites:
             return last()
 
         try:
-            return await self._store(sync.atomically, run)
+            result = await self._store(sync.atomically, run)
         except (DecisionConflict, DecisionExpired, AlreadyExists) as lost:
             raise StaleSnapshot(str(lost)) from lost
         except IdempotencyKeyConflict as conflict:
             raise KeyRefused(conflict) from conflict
+        except OperationConflict as ended:
+            raise OperationEnded(ended.current) from ended
+        self.committed = self.committed or bool(held)
+        return result
 
 
 def _nothing() -> None:

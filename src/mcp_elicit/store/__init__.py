@@ -15,6 +15,7 @@ from mcp_elicit.store.errors import (
     StoreError,
     StoreUnavailable,
     TransitionConflict,
+    UnreadableRow,
 )
 from mcp_elicit.store.protocol import (
     Claim,
@@ -51,6 +52,7 @@ __all__ = [
     "StoreUnavailable",
     "SweepResult",
     "TransitionConflict",
+    "UnreadableRow",
     "VaultRecord",
     "default_store_path",
     "default_store_url",

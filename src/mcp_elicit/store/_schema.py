@@ -135,13 +135,18 @@ _SUPERSEDED = f"""elicit_operations.status = 'open' AND EXISTS (
     AND {_SAME_CALL}
     AND (o.created_at > elicit_operations.created_at
          OR (o.created_at = elicit_operations.created_at AND o.operation_id > elicit_operations.operation_id)))"""
+# The runtime reads the newest question of a key; older duplicates are expired and set aside.
+_NEWER_QUESTION = """EXISTS (
+    SELECT 1 FROM elicit_decisions d WHERE d.operation_id = elicit_decisions.operation_id
+    AND d.key = elicit_decisions.key AND (d.created_at > elicit_decisions.created_at
+        OR (d.created_at = elicit_decisions.created_at AND d.elicitation_id > elicit_decisions.elicitation_id)))"""
 # A key's binding comes from its open operation if it has one, else from its newest.
 _OTHER_OPEN = "(CASE WHEN o.status = 'open' THEN 1 ELSE 0 END)"
 _THIS_OPEN = "(CASE WHEN elicit_operations.status = 'open' THEN 1 ELSE 0 END)"
 _V4 = f"""
 INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)
     SELECT 'operation', operation_id, 'open', 'expired', 'system:migration',
-        'superseded by a newer open operation for the same call', '{{{{}}}}', updated_at
+        'superseded by a newer open operation of the same call or idempotency key', '{{{{}}}}', updated_at
     FROM elicit_operations WHERE {_SUPERSEDED};
 UPDATE elicit_operations SET status = 'expired', version = version + 1 WHERE {_SUPERSEDED};
 CREATE UNIQUE INDEX elicit_operations_open_call
@@ -171,10 +176,13 @@ INSERT INTO elicit_idempotency_keys
                 AND (o.created_at > elicit_operations.created_at
                      OR (o.created_at = elicit_operations.created_at
                          AND o.operation_id > elicit_operations.operation_id)))));
-UPDATE elicit_decisions SET key = key || '#superseded-' || elicitation_id WHERE EXISTS (
-    SELECT 1 FROM elicit_decisions d WHERE d.operation_id = elicit_decisions.operation_id
-    AND d.key = elicit_decisions.key AND (d.created_at < elicit_decisions.created_at
-        OR (d.created_at = elicit_decisions.created_at AND d.elicitation_id < elicit_decisions.elicitation_id)));
+INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)
+    SELECT 'decision', elicitation_id, status, 'expired', 'system:migration',
+        'superseded by a newer question under the same key', '{{{{}}}}', updated_at
+    FROM elicit_decisions WHERE status IN {{waiting}} AND {_NEWER_QUESTION};
+UPDATE elicit_decisions SET status = 'expired', completion_version = completion_version + 1
+    WHERE status IN {{waiting}} AND {_NEWER_QUESTION};
+UPDATE elicit_decisions SET key = key || '#superseded-' || elicitation_id WHERE {_NEWER_QUESTION};
 DROP INDEX elicit_decisions_operation;
 CREATE UNIQUE INDEX elicit_decisions_operation_key ON elicit_decisions (operation_id, key);
 CREATE TABLE elicit_claims (

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from mcp_elicit.model import (
@@ -51,11 +52,14 @@ from mcp_elicit.store.errors import (
     NotFound,
     OperationConflict,
     OperationExpired,
+    StoreCorrupt,
     StoreError,
+    UnreadableRow,
 )
 from mcp_elicit.store.protocol import Claim, Clock, Consumption, JournalEntry, OperationStart, SweepResult, VaultRecord
 
 R = TypeVar("R")
+E = TypeVar("E", bound=Enum)
 
 CLOCK = System("clock")
 _ID_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
@@ -71,6 +75,9 @@ OPERATION_COLUMNS = (
     "version, created_at, updated_at, expires_at"
 )
 AUDIT_COLUMNS = "seq, subject_kind, subject_id, from_status, to_status, actor, reason, details, at"
+DECISION_NAMES = tuple(DECISION_COLUMNS.split(", "))
+OPERATION_NAMES = tuple(OPERATION_COLUMNS.split(", "))
+AUDIT_NAMES = tuple(AUDIT_COLUMNS.split(", "))
 VAULT_COLUMNS = "principal_id, name, key_id, sealed, created_at, updated_at"
 VAULT_KEY = "principal_id = %s AND name = %s"
 VAULT_STORED = "stored"
@@ -103,6 +110,62 @@ class UniqueViolation(StoreError):
 
 class ForeignKeyViolation(StoreError):
     """Raised by an engine adapter when a referenced record is missing."""
+
+
+class BadValue(StoreCorrupt):
+    """A stored value of a kind mcp-elicit never writes there, met while decoding it.
+
+    The row codecs turn it into `UnreadableRow`, which names the row and the column; where no row is at
+    hand it is raised as it is: a store error saying what is wrong, not a `TypeError` far from the store.
+    """
+
+
+class _Cells:
+    """A fetched row whose values are read by column: a value of the wrong kind is an `UnreadableRow`.
+
+    One corrupt row (a hand edit, another program, a disk fault SQLite could not see) then says which
+    row and which column, instead of surfacing later as a `TypeError` in whatever used the record.
+    """
+
+    __slots__ = ("_names", "_record", "_row")
+
+    def __init__(self, record: str, names: tuple[str, ...], row: Sequence[Any]) -> None:
+        self._record = record
+        self._names = names
+        self._row = row
+
+    def text(self, index: int) -> str:
+        value = self._row[index]
+        if isinstance(value, str):
+            return value
+        raise self._unreadable(index, f"{shape(value)} where text belongs")
+
+    def optional_text(self, index: int) -> str | None:
+        return None if self._row[index] is None else self.text(index)
+
+    def integer(self, index: int) -> int:
+        value = self._row[index]
+        if type(value) is int:
+            return value
+        raise self._unreadable(index, f"{shape(value)} where an integer belongs")
+
+    def choice(self, index: int, kind: type[E]) -> E:
+        value = self._row[index]
+        try:
+            return kind(value)
+        except ValueError:
+            allowed = ", ".join(str(member.value) for member in kind)
+            raise self._unreadable(index, f"{_quoted(value)}, not one of: {allowed}") from None
+
+    def read(self, index: int, decode: Callable[[Any], R]) -> R:
+        try:
+            return decode(self._row[index])
+        except BadValue as error:
+            raise self._unreadable(index, str(error)) from None
+
+    def _unreadable(self, index: int, why: str) -> UnreadableRow:
+        row_id = self._row[0]
+        return UnreadableRow(self._record, row_id if isinstance(row_id, str | int) else None, self._names[index], why)
 
 
 def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
@@ -189,13 +252,15 @@ class SQLStore(ABC):
     def _to_time(self, value: datetime) -> object: ...
 
     @abstractmethod
-    def _from_time(self, value: Any) -> datetime: ...
+    def _from_time(self, value: Any) -> datetime:
+        """The stored time, or `BadValue` for a value of another kind."""
 
     @abstractmethod
     def _to_json(self, value: JSONValue) -> object: ...
 
     @abstractmethod
-    def _from_json(self, value: Any) -> JSONValue: ...
+    def _from_json(self, value: Any) -> JSONValue:
+        """The stored JSON value, or `BadValue` for one that is not JSON."""
 
     @property
     @abstractmethod
@@ -226,16 +291,15 @@ class SQLStore(ABC):
         )  # fmt: skip
 
     def _decision(self, row: Sequence[Any]) -> Decision:
-        t, j = self._from_time, self._from_json
-        sensitive = j(row[13])
+        c, t = _Cells("decision", DECISION_NAMES, row), self._from_time
         return Decision(
-            elicitation_id=row[0], operation_id=row[1], key=row[2], principal_id=row[3], client_id=row[4],
-            origin_method=row[5], origin_request_digest=row[6], mode=Mode(row[7]), status=DecisionStatus(row[8]),
-            resume_policy=ResumePolicy(row[9]), message=row[10],
-            requested_schema=None if row[11] is None else _object(j(row[11])), url=row[12],
-            sensitive_fields=tuple(str(name) for name in sensitive) if isinstance(sensitive, list) else (),
-            content=None if row[14] is None else _object(j(row[14])), completion_version=row[15],
-            created_at=t(row[16]), updated_at=t(row[17]), expires_at=t(row[18]),
+            elicitation_id=c.text(0), operation_id=c.text(1), key=c.text(2), principal_id=c.text(3),
+            client_id=c.text(4), origin_method=c.text(5), origin_request_digest=c.text(6), mode=c.choice(7, Mode),
+            status=c.choice(8, DecisionStatus), resume_policy=c.choice(9, ResumePolicy), message=c.text(10),
+            requested_schema=c.read(11, self._optional_object), url=c.optional_text(12),
+            sensitive_fields=c.read(13, self._names), content=c.read(14, self._optional_object),
+            completion_version=c.integer(15), created_at=c.read(16, t), updated_at=c.read(17, t),
+            expires_at=c.read(18, t),
         )  # fmt: skip
 
     def _operation_row(self, o: Operation) -> tuple[object, ...]:
@@ -247,13 +311,41 @@ class SQLStore(ABC):
         )  # fmt: skip
 
     def _operation(self, row: Sequence[Any]) -> Operation:
-        t = self._from_time
+        c, t = _Cells("operation", OPERATION_NAMES, row), self._from_time
         return Operation(
-            operation_id=row[0], principal_id=row[1], client_id=row[2], method=row[3], target=row[4],
-            request_digest=row[5], idempotency_key=row[6], status=OperationStatus(row[7]),
-            result=None if row[8] is None else self._from_json(row[8]), version=row[9],
-            created_at=t(row[10]), updated_at=t(row[11]), expires_at=t(row[12]),
+            operation_id=c.text(0), principal_id=c.text(1), client_id=c.text(2), method=c.text(3), target=c.text(4),
+            request_digest=c.text(5), idempotency_key=c.optional_text(6), status=c.choice(7, OperationStatus),
+            result=c.read(8, self._optional_value), version=c.integer(9), created_at=c.read(10, t),
+            updated_at=c.read(11, t), expires_at=c.read(12, t),
         )  # fmt: skip
+
+    def _audit_entry(self, row: Sequence[Any]) -> AuditEntry:
+        c = _Cells("audit row", AUDIT_NAMES, row)
+        return AuditEntry(
+            seq=c.integer(0), subject_kind=c.choice(1, SubjectKind), subject_id=c.text(2),
+            from_status=c.optional_text(3), to_status=c.text(4), actor=c.text(5), reason=c.text(6),
+            details=c.read(7, self._stored_object), at=c.read(8, self._from_time),
+        )  # fmt: skip
+
+    def _stored_object(self, value: Any) -> JSONObject:
+        decoded = self._from_json(value)
+        if not isinstance(decoded, dict):
+            raise BadValue(f"{_json_shape(decoded)} where a JSON object belongs")
+        return decoded
+
+    def _optional_object(self, value: Any) -> JSONObject | None:
+        return None if value is None else self._stored_object(value)
+
+    def _optional_value(self, value: Any) -> JSONValue:
+        return None if value is None else self._from_json(value)
+
+    def _names(self, value: Any) -> tuple[str, ...]:
+        decoded = self._from_json(value)
+        if isinstance(decoded, list):
+            names = tuple(name for name in decoded if isinstance(name, str))
+            if len(names) == len(decoded):
+                return names
+        raise BadValue(f"{_json_shape(decoded)} where a JSON list of field names belongs")
 
     def _audit(
         self,
@@ -298,10 +390,11 @@ class SQLStore(ABC):
             operation.created_at,
         )  # fmt: skip
 
-    def _select_operation(self, tx: Tx, operation_id: str, caller: Caller) -> Operation | None:
+    def _select_operation(self, tx: Tx, operation_id: str, caller: Caller, *, lock: bool = False) -> Operation | None:
         where, params = _binding(caller)
         row = tx.execute(
-            f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE operation_id = %s{where}",
+            f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE operation_id = %s{where}"
+            f"{self._lock_row if lock else ''}",
             (operation_id, *params),
         ).fetchone()
         return None if row is None else self._operation(row)
@@ -476,13 +569,18 @@ class SQLStore(ABC):
         return finished
 
     def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
+        """Expire these open operations by compare-and-set; only those this transaction moved are audited."""
         stamp = self._to_time(now)
-        tx.executemany(
-            "UPDATE elicit_operations SET status = 'expired', version = version + 1, updated_at = %s"
-            " WHERE operation_id = %s AND status = 'open' AND version = %s",
-            [(stamp, operation_id, version) for operation_id, version in rows],
-        )
-        self._audit_many(tx, SubjectKind.OPERATION, [(i, "open", v + 1) for i, v in rows], "expired", reason, now)
+        moved = [
+            (operation_id, "open", version + 1)
+            for operation_id, version in rows
+            if tx.execute(
+                "UPDATE elicit_operations SET status = 'expired', version = version + 1, updated_at = %s"
+                " WHERE operation_id = %s AND status = 'open' AND version = %s",
+                (stamp, operation_id, version),
+            ).rowcount
+        ]
+        self._audit_many(tx, SubjectKind.OPERATION, moved, "expired", reason, now)
 
     def _audit_many(
         self,
@@ -493,6 +591,8 @@ class SQLStore(ABC):
         reason: str,
         at: datetime,
     ) -> None:
+        if not rows:
+            return
         stamp = self._to_time(at)
         tx.executemany(
             "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
@@ -558,6 +658,7 @@ class SQLStore(ABC):
         expiring_before: datetime | None = None,
         id_prefix: str | None = None,
         limit: int = 100,
+        on_unreadable: Callable[[UnreadableRow], None] | None = None,
     ) -> list[Decision]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
@@ -585,7 +686,15 @@ class SQLStore(ABC):
                 " ORDER BY created_at DESC, elicitation_id LIMIT %s",
                 (*values, limit),
             ).fetchall()
-        return [self._decision(row) for row in rows]
+        if on_unreadable is None:
+            return [self._decision(row) for row in rows]
+        decisions = []
+        for row in rows:
+            try:
+                decisions.append(self._decision(row))
+            except UnreadableRow as error:
+                on_unreadable(error)
+        return decisions
 
     def transition(
         self,
@@ -692,13 +801,18 @@ class SQLStore(ABC):
             )  # fmt: skip
 
     def _expire_decisions(self, tx: Tx, rows: Sequence[tuple[str, str, int]], now: datetime, reason: str) -> None:
+        """Expire these decisions by compare-and-set; only those this transaction moved are audited."""
         stamp = self._to_time(now)
-        tx.executemany(
-            "UPDATE elicit_decisions SET status = 'expired', completion_version = completion_version + 1,"
-            " updated_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s",
-            [(stamp, elicitation_id, status, version) for elicitation_id, status, version in rows],
-        )
-        self._audit_many(tx, SubjectKind.DECISION, [(i, s, v + 1) for i, s, v in rows], "expired", reason, now)
+        moved = [
+            (elicitation_id, status, version + 1)
+            for elicitation_id, status, version in rows
+            if tx.execute(
+                "UPDATE elicit_decisions SET status = 'expired', completion_version = completion_version + 1,"
+                " updated_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s",
+                (stamp, elicitation_id, status, version),
+            ).rowcount
+        ]
+        self._audit_many(tx, SubjectKind.DECISION, moved, "expired", reason, now)
 
     def sweep_expired(self) -> SweepResult:
         counts = []
@@ -736,20 +850,7 @@ class SQLStore(ABC):
             rows = tx.execute(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
             ).fetchall()
-        return [
-            AuditEntry(
-                seq=row[0],
-                subject_kind=SubjectKind(row[1]),
-                subject_id=row[2],
-                from_status=row[3],
-                to_status=row[4],
-                actor=row[5],
-                reason=row[6],
-                details=_object(self._from_json(row[7])),
-                at=self._from_time(row[8]),
-            )
-            for row in rows
-        ]
+        return [self._audit_entry(row) for row in rows]
 
     # -- journal and token ledger ---------------------------------------------------------------
 
@@ -801,10 +902,17 @@ class SQLStore(ABC):
         now = self._clock()
         mine = {holder} if succeeding is None else {holder, succeeding}
         with self._write() as tx:
-            if self._select_operation(tx, operation_id, caller) is None:
+            # Claims of one operation take turns on its row (SQLite's write lock does this for all writes).
+            operation = self._select_operation(tx, operation_id, caller, lock=True)
+            if operation is None:
                 raise NotFound(f"no operation {operation_id}")
-            current = self._select_claim(tx, operation_id, name)
-            if current is None:
+            if operation.status is not OperationStatus.OPEN:
+                raise OperationConflict(operation, f"claim {name}")
+            for _ in range(_CREATE_ATTEMPTS):
+                # A claim inserted and deleted by others between two statements shows as neither: look again.
+                current = self._select_claim(tx, operation_id, name)
+                if current is not None:
+                    break
                 inserted = tx.execute(
                     "INSERT INTO elicit_claims (operation_id, name, holder, attempt, claimed_at, lease_until)"
                     " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (operation_id, name) DO NOTHING",
@@ -812,8 +920,8 @@ class SQLStore(ABC):
                 ).rowcount
                 if inserted == 1:
                     return Claim(operation_id, name, holder, 1, lease_until)
-                current = self._select_claim(tx, operation_id, name)
-                assert current is not None
+            else:
+                raise StoreError(f"claim {name} of operation {operation_id} kept changing; not taken")
             if current.holder not in mine and current.lease_until > now:
                 return current
             taken_over = current.holder not in mine
@@ -904,7 +1012,7 @@ class SQLStore(ABC):
     def oauth_client_get(self, client_id: str) -> JSONObject | None:
         with self._read() as tx:
             row = tx.execute("SELECT metadata FROM elicit_oauth_clients WHERE client_id = %s", (client_id,)).fetchone()
-        return None if row is None else _object(self._from_json(row[0]))
+        return None if row is None else self._stored_object(row[0])
 
     # -- token vault ----------------------------------------------------------------------------
 
@@ -1039,6 +1147,31 @@ def _kind(method: str) -> str:
 
 def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
+
+
+_SHAPES: dict[type, str] = {
+    str: "text", int: "an integer", float: "a real number", bytes: "a blob", memoryview: "a blob", bool: "a boolean",
+    datetime: "a timestamp", type(None): "NULL",
+}  # fmt: skip
+_JSON_SHAPES: dict[type, str] = {
+    dict: "a JSON object", list: "a JSON list", str: "a JSON string", int: "a JSON number", float: "a JSON number",
+    bool: "a JSON boolean", type(None): "JSON null",
+}  # fmt: skip
+
+
+def shape(value: object) -> str:
+    """What kind of stored value this is, in words; never the value, which may be an answer."""
+    return _SHAPES.get(type(value), f"a {type(value).__name__} value")
+
+
+def _json_shape(value: object) -> str:
+    return _JSON_SHAPES.get(type(value), f"a {type(value).__name__} value")
+
+
+def _quoted(value: object) -> str:
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(value[:40]) + "..."
+    return shape(value)
 
 
 def _object(value: JSONValue) -> JSONObject:

@@ -26,6 +26,23 @@ class StoreCorrupt(StoreError):
     """The store's file or tables are not what mcp-elicit wrote; nothing was changed."""
 
 
+class UnreadableRow(StoreCorrupt):
+    """One stored row holds a value mcp-elicit never writes there (invalid JSON, text where a time belongs...).
+
+    `row_id` is the row's id as stored (`None` when the id itself is unreadable), `column` the first column
+    found unreadable. `why` describes the value by its kind (an unknown status or mode is quoted), never by
+    text it holds, which may be an answer.
+    """
+
+    def __init__(self, record: str, row_id: object, column: str, why: str) -> None:
+        self.record = record
+        self.row_id = row_id
+        self.column = column
+        self.why = why
+        named = f"{record} {row_id}" if row_id is not None else f"a {record} with an unreadable id"
+        super().__init__(f"{named}: column {column} holds {why}; the row was left as it is")
+
+
 class SchemaTooNew(StoreError):
     """The database was migrated by a newer mcp-elicit; this code must not write to it."""
 

@@ -30,12 +30,14 @@ from mcp_elicit.store import _schema
 from mcp_elicit.store._sql import (
     CLOCK,
     SWEEP_REASON,
+    BadValue,
     Cursor,
     ForeignKeyViolation,
     SQLStore,
     Sweepable,
     Tx,
     UniqueViolation,
+    shape,
 )
 from mcp_elicit.store.errors import SchemaTooNew, StoreConfigError, StoreCorrupt, StoreError, StoreUnavailable
 from mcp_elicit.store.protocol import Clock
@@ -196,8 +198,10 @@ class PostgresStore(SQLStore):
         return value
 
     def _from_time(self, value: Any) -> datetime:
-        result: datetime = value
-        return result
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            kind = "a timestamp without a time zone" if isinstance(value, datetime) else shape(value)
+            raise BadValue(f"{kind} where a time belongs (timestamptz)")
+        return value
 
     def _to_json(self, value: JSONValue) -> object:
         return Jsonb(value)

@@ -35,6 +35,7 @@ from mcp_elicit.model import (
     OperationStatus,
     Principal,
 )
+from mcp_elicit.store.errors import UnreadableRow
 
 Clock = Callable[[], datetime]
 
@@ -177,8 +178,13 @@ class Store(Protocol):
         expiring_before: datetime | None = None,
         id_prefix: str | None = None,
         limit: int = 100,
+        on_unreadable: Callable[[UnreadableRow], None] | None = None,
     ) -> list[Decision]:
-        """Decisions visible to the caller, newest first; `expiring_before` keeps only waiting ones."""
+        """Decisions visible to the caller, newest first; `expiring_before` keeps only waiting ones.
+
+        A row that cannot be decoded raises `UnreadableRow`; with `on_unreadable`, it is handed there instead
+        and left out, so that one corrupt row does not hide the others (it still counts towards `limit`).
+        """
         ...
 
     def transition(

@@ -28,6 +28,7 @@ from mcp_elicit.store import _schema
 from mcp_elicit.store._sql import (
     CLOCK,
     SWEEP_REASON,
+    BadValue,
     Cursor,
     ForeignKeyViolation,
     SQLStore,
@@ -35,6 +36,7 @@ from mcp_elicit.store._sql import (
     Tx,
     UniqueViolation,
     json_text,
+    shape,
 )
 from mcp_elicit.store.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreUnavailable
 from mcp_elicit.store.protocol import Clock
@@ -266,13 +268,25 @@ class SQLiteStore(SQLStore):
         return (value - _EPOCH) // _MICROSECOND
 
     def _from_time(self, value: Any) -> datetime:
-        return _EPOCH + timedelta(microseconds=value)
+        if type(value) is not int:
+            raise BadValue(f"{shape(value)} where a time belongs (whole microseconds since 1970)")
+        try:
+            return _EPOCH + timedelta(microseconds=value)
+        except OverflowError:
+            raise BadValue("a time outside the years 1 to 9999") from None
 
     def _to_json(self, value: JSONValue) -> object:
         return json_text(value)
 
     def _from_json(self, value: Any) -> JSONValue:
-        return _loads(value)
+        if not isinstance(value, str):
+            raise BadValue(f"{shape(value)} where JSON text belongs")
+        try:
+            return _loads(value)
+        except json.JSONDecodeError as error:
+            raise BadValue(f"invalid JSON ({error.msg} at character {error.pos})") from None
+        except RecursionError:
+            raise BadValue("JSON nested too deeply to read") from None
 
     def close(self) -> None:
         with self._guard:

@@ -38,7 +38,7 @@ from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.waiting import Backoff
 from mcp_elicit.server.writes import HeldWrites
-from mcp_elicit.store import StoreError
+from mcp_elicit.store import NotFound, StoreError
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,9 @@ class CompletionNotices:
         for elicitation_id, session in list(self._watched.items()):
             try:
                 decision = await self._store(self._store.sync.get_decision, elicitation_id, _NOTICES)
+            except NotFound:
+                del self._watched[elicitation_id]
+                continue
             except StoreError as error:
                 log.warning("cannot check decision %s for its completion notice: %s", elicitation_id, error)
                 continue
@@ -134,6 +137,10 @@ class LegacyEra:
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
         await run.commit()
         if isinstance(signal, UrlRequired):
+            if self._notices is not None:
+                for params in signal.error.elicitations:
+                    if params.elicitation_id is not None:
+                        self._notices.watch(params.elicitation_id, self._call.request.session)
             raise signal.error
         raise TypeError(f"{type(signal).__name__} is not a legacy-era suspension")
 
@@ -208,7 +215,9 @@ class LegacyAsker:
                 break
             if claim.held_by(run.holder):
                 async with run.carrying(claim_name):
-                    return await put(decision)
+                    decision = await put(decision)
+                    await run.commit()  # the answer is durable before the claim stops being renewed
+                return decision
             log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
             until = min(claim.lease_until, decision.expires_at)
             await run.pause([decision.elicitation_id, run.operation.operation_id], until=until, backoff=backoff)
@@ -241,8 +250,6 @@ class LegacyAsker:
     async def _ask_url(self, run: Execution, decision: Decision) -> Decision:
         assert decision.url is not None
         if decision.resume_policy is not ResumePolicy.AUTO:
-            if self._notices is not None:
-                self._notices.watch(decision.elicitation_id, self._session)
             raise run.signal(
                 UrlRequired(
                     UrlElicitationRequiredError(
