@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.sweep
 	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench.overlap
 
 # The external conformance suite and the Node.js it needs (>= 22), pinned, installed from the npm registry by
 # package name into $(TOOLS) (git-ignored), never globally.
