@@ -138,7 +138,7 @@ def test_sweep_human_and_json(populated: tuple[str, dict[str, Decision]]) -> Non
 def test_default_store_is_created_in_the_data_directory(tmp_path: Path) -> None:
     result = cli("decisions", "ls", env={"XDG_DATA_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr
-    assert "No decisions in" in result.stdout
+    assert "No decisions in" in result.stderr  # stdout, a pipe, holds the listing's header line only
     assert (tmp_path / "mcp-elicit" / "elicit.db").is_file()
 
 

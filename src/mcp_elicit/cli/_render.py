@@ -1,23 +1,37 @@
-"""Turning records into what a person reads (rich) or a script parses (JSON).
+"""Turning records into what a person reads (rich), what a pipe reads (tab-separated lines) or JSON.
 
-Content shown here passes through the model's redaction: the CLI is an output like a log.
+Content shown here passes through the model's redaction: the CLI is an output like a log. Stored text
+is no more trusted than a server's: a tool's message may quote file names or arguments. So every stored
+text goes through `printable` and is printed as a `Text`, never read as rich markup: a record cannot move
+the cursor, colour or clear the screen, plant a terminal hyperlink, ring the bell or reorder what is read.
+JSON escapes the same characters (`\\u202e`), so a script parses back exactly what is stored.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
 from mcp_elicit.model import AuditEntry, Decision, DecisionStatus, JSONValue, redact_content, redact_url
+from mcp_elicit.printable import hidden, printable
 
 SHORT_ID = 8
-"""Tables show ids shortened like git's; every command accepts a unique prefix."""
+"""Tables show ids shortened like git's, never below this; every command accepts a unique prefix."""
+MESSAGE_PREVIEW = 120
+"""Characters of a message a listing shows; `show` prints the whole message."""
+PLAIN_COLUMNS = (
+    "elicitation_id", "status", "mode", "key", "principal_id", "client_id", "created_at", "expires_at", "message",
+)  # fmt: skip
+"""The fields of `ls` when stdout is not a terminal: a header line of these names, then one line per decision."""
 
 STATUS_STYLE: dict[DecisionStatus, str] = {
     DecisionStatus.REQUESTED: "yellow",
@@ -30,6 +44,7 @@ STATUS_STYLE: dict[DecisionStatus, str] = {
     DecisionStatus.EXPIRED: "dim",
     DecisionStatus.EXTERNAL_FAILED: "red",
 }
+_LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 
 
 def decision_json(decision: Decision) -> dict[str, JSONValue]:
@@ -69,8 +84,24 @@ def audit_json(entry: AuditEntry) -> dict[str, JSONValue]:
     }
 
 
+def json_text(value: Any) -> str:
+    """Indented JSON in which every character `printable` would show is escaped instead of written."""
+    dumped = json.dumps(value, ensure_ascii=False, indent=2)
+    return "".join(
+        _escaped(character) if character != "\n" and hidden(character) else character for character in dumped
+    )
+
+
+def _escaped(character: str) -> str:
+    code = ord(character)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def print_json(console: Console, value: Any) -> None:
-    console.print_json(json.dumps(value, ensure_ascii=False))
+    console.print(JSONHighlighter()(Text(json_text(value))), soft_wrap=True)
 
 
 def relative(moment: datetime, now: datetime) -> str:
@@ -89,28 +120,80 @@ def status_text(status: DecisionStatus) -> Text:
     return Text(status.value, style=STATUS_STYLE[status])
 
 
+def short_ids(ids: Sequence[str], minimum: int = SHORT_ID) -> dict[str, str]:
+    """Each id cut to its shortest prefix, `minimum` characters at least, that no other of `ids` starts with.
+
+    Only the ids given are compared: a prefix shown for a filtered listing may also start an id left out,
+    which `show` then reports as ambiguous, naming both.
+    """
+    ordered = sorted(set(ids))
+    shown: dict[str, str] = {}
+    for index, full in enumerate(ordered):
+        length = minimum
+        for neighbour in ordered[max(index - 1, 0) : index + 2]:
+            if neighbour != full:
+                length = max(length, _common_length(full, neighbour) + 1)
+        shown[full] = full[:length]
+    return shown
+
+
+def _common_length(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def preview(message: str) -> str:
+    """The message on one line, cut to `MESSAGE_PREVIEW` characters, made printable."""
+    joined = _LINE_BREAK.sub(" ", message.strip())
+    if len(joined) > MESSAGE_PREVIEW:
+        joined = joined[: MESSAGE_PREVIEW - 1].rstrip() + "…"
+    return printable(joined)
+
+
 def decisions_table(decisions: list[Decision], now: datetime) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    """The listing for a person: short ids, then each question (its key in bold, the start of its message)
+    wrapped in what the terminal's width leaves."""
+    ids = short_ids([decision.elicitation_id for decision in decisions])
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, expand=True, padding=(0, 1, 0, 0))
     table.add_column("id", no_wrap=True)
-    for column in ("key", "mode", "status", "principal", "client", "expires", "created"):
-        table.add_column(column, overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("expires", no_wrap=True)
+    table.add_column("principal", overflow="fold", max_width=16)
+    table.add_column("question", overflow="fold", ratio=1)
     for decision in decisions:
         table.add_row(
-            Text(decision.elicitation_id[:SHORT_ID]),
-            Text(decision.key),
-            decision.mode.value,
+            Text(ids[decision.elicitation_id]),
             status_text(decision.status),
-            Text(decision.principal_id),
-            Text(decision.client_id),
             "—" if decision.is_terminal else relative(decision.expires_at, now),
-            relative(decision.created_at, now),
+            Text(printable(decision.principal_id)),
+            Text.assemble((printable(decision.key), "bold"), " ", preview(decision.message)),
         )
     return table
 
 
+def plain_lines(decisions: list[Decision]) -> Iterator[str]:
+    """The listing for a pipe: `PLAIN_COLUMNS`, tab-separated, one decision a line, full ids and UTC times.
+
+    Values are printable and on one line (a tab shown as a space, a newline as `<U+000A>`), so a tab only
+    ever separates fields and a line is always one decision.
+    """
+    yield "\t".join(PLAIN_COLUMNS)
+    for decision in decisions:
+        values = (
+            decision.elicitation_id, decision.status.value, decision.mode.value, decision.key, decision.principal_id,
+            decision.client_id, decision.created_at.isoformat(timespec="seconds"),
+            decision.expires_at.isoformat(timespec="seconds"), decision.message,
+        )  # fmt: skip
+        yield "\t".join(printable(value) for value in values)
+
+
 def decision_table(decision: Decision, now: datetime) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
+    table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     shown = decision_json(decision)
     for name, value in shown.items():
@@ -120,7 +203,9 @@ def decision_table(decision: Decision, now: datetime) -> Table:
             suffix = "" if decision.is_terminal else f" ({relative(decision.expires_at, now)})"
             table.add_row(name, Text(f"{value}{suffix}"))
         elif isinstance(value, dict | list):
-            table.add_row(name, Text(json.dumps(value, ensure_ascii=False, indent=2)))
+            table.add_row(name, Text(printable(json.dumps(value, ensure_ascii=False, indent=2), multiline=True)))
+        elif isinstance(value, str):
+            table.add_row(name, Text(printable(value, multiline=True)))
         else:
             table.add_row(name, Text("—" if value is None else str(value)))
     return table
@@ -134,9 +219,9 @@ def audit_table(entries: list[AuditEntry]) -> Table:
         table.add_row(
             str(entry.seq),
             entry.at.strftime("%Y-%m-%d %H:%M:%S"),
-            f"{entry.from_status or '∅'} → {entry.to_status}",
-            Text(entry.actor),
-            Text(entry.reason),
+            Text(f"{printable(entry.from_status or '∅')} → {printable(entry.to_status)}"),
+            Text(printable(entry.actor)),
+            Text(printable(entry.reason, multiline=True)),
             Text(_details(entry.details)),
         )
     return table
@@ -144,6 +229,6 @@ def audit_table(entries: list[AuditEntry]) -> Table:
 
 def _details(details: dict[str, JSONValue]) -> str:
     return "\n".join(
-        f"{name}: {json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value}"
+        printable(f"{name}: {json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value}")
         for name, value in sorted(details.items())
     )

@@ -23,7 +23,8 @@ from mcp_elicit.client import (
     UrlRequest,
 )
 from mcp_elicit.client.handler import Mode
-from mcp_elicit.client.terminal_views import asker_view, printable, url_view
+from mcp_elicit.client.terminal_views import asker_view, url_view
+from mcp_elicit.printable import printable
 
 
 class ShownHandler:

@@ -1,4 +1,9 @@
-"""`mcp-elicit decisions ...`: the operator's view of pending and past decisions."""
+"""`mcp-elicit decisions ...`: the operator's view of pending and past decisions.
+
+Exit codes: 0 done; 1 the decision is not found (or the id prefix names several), already ended, or the
+cancel lost a race; 2 the store cannot be used, a stored row included. Everything printed, errors too,
+passes through `printable`: stored text reaches the terminal as text, never as control sequences or markup.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from mcp_elicit.cli import _render
 from mcp_elicit.model import Decision, DecisionStatus, Operator
+from mcp_elicit.printable import printable
 from mcp_elicit.store import (
     ENV_VAR,
     NotFound,
@@ -21,6 +26,7 @@ from mcp_elicit.store import (
     Store,
     StoreError,
     TransitionConflict,
+    UnreadableRow,
     open_store,
     utc_now,
 )
@@ -44,8 +50,17 @@ err = Console(stderr=True)
 
 class Exit:
     NOT_FOUND = 1
+    AMBIGUOUS = 1
     CONFLICT = 1
     STORE = 2
+
+
+class AmbiguousId(Exception):
+    """A shortened id that matches more than one decision: a reference to give again, not a store fault."""
+
+
+def _say(console: Console, label: str, style: str, message: str) -> None:
+    console.print(Text.assemble((label, style), " ", printable(message)), soft_wrap=True)
 
 
 @contextmanager
@@ -53,34 +68,40 @@ def _store(url: str | None) -> Iterator[Store]:
     try:
         store = open_store(url)
     except StoreError as error:
-        err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+        _say(err, "error:", "red", str(error))
         raise typer.Exit(Exit.STORE) from None
     try:
         yield store
+    except AmbiguousId as error:
+        _say(err, "ambiguous id:", "red", str(error))
+        raise typer.Exit(Exit.AMBIGUOUS) from None
     except NotFound as error:
-        err.print(f"[red]not found:[/red] {escape(str(error))}", highlight=False)
+        _say(err, "not found:", "red", str(error))
         raise typer.Exit(Exit.NOT_FOUND) from None
     except StoreError as error:
-        err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+        _say(err, "error:", "red", str(error))
         raise typer.Exit(Exit.STORE) from None
     finally:
         store.close()
 
 
-class AmbiguousId(StoreError):
-    """A shortened id that matches more than one decision."""
-
-
 def _find(store: Store, reference: str, caller: Operator) -> Decision:
-    """The decision a full id or a unique id prefix names."""
+    """The decision a full id or a unique id prefix names; an unreadable match is reported, not skipped."""
     try:
         return store.get_decision(reference, caller)
     except NotFound:
-        matches = store.list_decisions(caller, id_prefix=reference, limit=2)
-        if len(matches) == 1:
-            return matches[0]
+        unreadable: list[UnreadableRow] = []
+        matches = store.list_decisions(caller, id_prefix=reference, limit=3, on_unreadable=unreadable.append)
+        named = [decision.elicitation_id for decision in matches] + [str(row.row_id) for row in unreadable]
+        if len(named) > 1:
+            more = " and more" if len(named) > 2 else ""
+            raise AmbiguousId(
+                f"{reference!r} starts several decision ids ({' and '.join(named[:2])}{more}); give more of the id"
+            ) from None
+        if unreadable:
+            raise unreadable[0] from None
         if matches:
-            raise AmbiguousId(f"{reference!r} matches several decisions; give more of the id") from None
+            return matches[0]
         raise
 
 
@@ -102,19 +123,46 @@ def list_decisions(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many, newest first.")] = 100,
     as_json: JsonOption = False,
 ) -> None:
-    """List decisions, newest first."""
+    """List decisions, newest first.
+
+    At a terminal: a table with short ids and the start of each message. Otherwise (a pipe, a file): a
+    header line, then one tab-separated line per decision with its full id. A row that cannot be read is
+    named on stderr and the others are listed; the exit code is then 2.
+    """
     with _store(store) as opened:
+        unreadable: list[UnreadableRow] = []
         decisions = opened.list_decisions(
-            _operator(None), status=status, principal_id=principal, operation_id=operation, limit=limit
+            _operator(None),
+            status=status,
+            principal_id=principal,
+            operation_id=operation,
+            limit=limit,
+            on_unreadable=unreadable.append,
         )
         if as_json:
             _render.print_json(out, [_render.decision_json(decision) for decision in decisions])
-        elif not decisions:
-            out.print(
-                Text(f"No decisions in {opened.display_url}" + (f" with status {status.value}." if status else "."))
-            )
-        else:
+        elif not _to_terminal():
+            for line in _render.plain_lines(decisions):
+                typer.echo(line)  # not through rich, which would turn the tabs into spaces
+        elif decisions:
             out.print(_render.decisions_table(decisions, utc_now()))
+        if not decisions and not as_json:
+            empty = f"No decisions in {opened.display_url}" + (f" with status {status.value}." if status else ".")
+            (out if _to_terminal() else err).print(Text(printable(empty)), soft_wrap=True)
+        if unreadable:
+            rows = "1 row" if len(unreadable) == 1 else f"{len(unreadable)} rows"
+            _say(err, "error:", "red", f"{rows} of {opened.display_url} could not be read and are not listed:")
+            for row in unreadable:
+                err.print(Text(f"  {printable(str(row))}"), soft_wrap=True)
+            raise typer.Exit(Exit.STORE)
+
+
+def _to_terminal() -> bool:
+    """Whether a person reads stdout: the format follows the file, whatever FORCE_COLOR says of colours."""
+    try:
+        return out.file.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 @app.command("show")
@@ -166,19 +214,17 @@ def cancel(
     with _store(store) as opened:
         decision = _find(opened, elicitation_id, actor)
         if decision.is_terminal:
-            err.print(
-                f"[yellow]not cancelled:[/yellow] {decision.elicitation_id} already ended as {decision.status.value}"
-            )
+            _say(err, "not cancelled:", "yellow", f"{decision.elicitation_id} already ended as {decision.status.value}")
             raise typer.Exit(Exit.CONFLICT)
         try:
             cancelled = opened.transition(decision, DecisionStatus.CANCELLED, caller=actor, reason=reason)
         except (TransitionConflict, RecordExpired) as error:
-            err.print(f"[yellow]not cancelled:[/yellow] {escape(str(error))}", highlight=False)
+            _say(err, "not cancelled:", "yellow", str(error))
             raise typer.Exit(Exit.CONFLICT) from None
         if as_json:
             _render.print_json(out, _render.decision_json(cancelled))
         else:
-            out.print(Text(f"Cancelled {decision.elicitation_id} (was {decision.status.value})."))
+            out.print(Text(printable(f"Cancelled {decision.elicitation_id} (was {decision.status.value}).")))
 
 
 @app.command("sweep")
@@ -192,6 +238,8 @@ def sweep(store: StoreOption = None, as_json: JsonOption = False) -> None:
             )
         else:
             out.print(
-                f"Expired {result.decisions} decision(s) and {result.operations} operation(s); "
-                f"purged {result.tokens} spent token(s)."
+                Text(
+                    f"Expired {result.decisions} decision(s) and {result.operations} operation(s); "
+                    f"purged {result.tokens} spent token(s)."
+                )
             )

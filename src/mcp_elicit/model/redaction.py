@@ -2,7 +2,9 @@
 
 Guarantees: content of a form field that is declared sensitive, or whose name looks like a secret, is
 replaced by `REDACTED`; URLs lose their user-info, every query value and the fragment (OAuth codes,
-states, signed links live there); free text has every URL inside it treated the same way.
+states, signed links live there); free text has every URL inside it treated the same way. "Looks like a
+secret" is one rule over one table (`SECRET_WORDS`, `looks_secret`): the forms refuse what it names and
+redaction hides it, so an answer a form may ask for is one the audit trail may show.
 
 Does not guarantee: that free text without a URL is free of secrets. Callers must not put secrets in
 reasons; the vocabulary here only catches what looks like one.
@@ -11,20 +13,40 @@ reasons; the vocabulary here only catches what looks like one.
 import functools
 import itertools
 import re
+from collections.abc import Mapping
+from typing import Final, Literal, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from mcp_elicit.model.json import JSONObject, JSONValue
 
 REDACTED = "[redacted]"
 
-_SECRET_WORDS = frozenset(
-    {
-        "password", "passwd", "passphrase", "secret", "token", "apikey", "credential", "credentials",
-        "cvv", "cvc", "ssn", "pin", "otp", "iban", "privatekey", "accesskey", "cardnumber", "creditcard",
-        "card", "pan", "bearer", "cookie", "session", "sessionid", "signature", "mfa", "totp",
-    }
-)  # fmt: skip
-_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+ValueKind: TypeAlias = Literal["text", "number", "boolean"]
+"""What a field holds, as far as secrets go: a yes/no carries none, and only some secrets can be all digits."""
+
+TEXT: Final = "text"
+DIGITS: Final = "digits"
+
+SECRET_WORDS: Mapping[str, Literal["text", "digits"]] = {
+    "password": DIGITS, "passwd": DIGITS, "pwd": DIGITS, "passcode": DIGITS, "passphrase": TEXT,
+    "secret": DIGITS, "token": TEXT, "apikey": TEXT, "accesskey": TEXT, "privatekey": TEXT, "credential": TEXT,
+    "bearer": TEXT, "cookie": TEXT, "session": TEXT, "sessionid": TEXT, "signature": TEXT,
+    "otp": DIGITS, "totp": DIGITS, "mfa": DIGITS, "pin": DIGITS, "recoverycode": DIGITS, "backupcode": DIGITS,
+    "seedphrase": TEXT, "mnemonic": TEXT,
+    "card": TEXT, "cardnumber": DIGITS, "creditcard": DIGITS, "pan": DIGITS, "cvv": DIGITS, "cvc": DIGITS,
+    "iban": TEXT, "ssn": DIGITS,
+}  # fmt: skip
+"""The one vocabulary of secrets: each word as it reads once a name's snake, camel or kebab case words are
+lower-cased and one word is joined to the next (`api_key`, `apiKey`, `API-Key` all give `apikey`).
+
+`DIGITS` marks a secret that can be all digits (a PIN, a card number, a one-time code), so that a number
+field so named asks for the secret itself; a number named with a `TEXT` word (`max_tokens`, "How many
+tokens to mint", `session_minutes`) counts or measures something and asks for no secret.
+"""
+
+_WORD_SPLIT = re.compile(
+    r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z]{2})|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])"
+)
 _URL = re.compile(r"\bhttps?://[^\s\"'<>]+", re.IGNORECASE)
 
 
@@ -32,22 +54,41 @@ def _words(text: str) -> list[str]:
     return [word.lower() for word in _WORD_SPLIT.split(text) if word]
 
 
-def looks_secret(name: str, description: str | None = None) -> bool:
-    """Whether a field's name or description marks it as a secret (password, token, API key, card...)."""
-    return _text_looks_secret(name) or (description is not None and _text_looks_secret(description))
+def looks_secret(name: str, description: str | None = None, *, kind: ValueKind = "text") -> bool:
+    """Whether a field's name or description marks it as a secret (password, token, API key, card...).
+
+    Words match whole (`pin`, never the one in `spinner` or `shipping`), alone or joined to the next word
+    (`private_key`), singular or plural (`api_keys`), with the field's `kind` deciding what can be a secret:
+    a boolean never is, a number only by a `DIGITS` word in the singular (`pin`, `card_number`, not
+    `max_tokens` nor `pins`, which count), text by any word of `SECRET_WORDS`.
+    """
+    if kind == "boolean":
+        return False
+    return _text_looks_secret(name, kind) or (description is not None and _text_looks_secret(description, kind))
+
+
+def kind_of(value: JSONValue) -> ValueKind:
+    """The kind of an answer's value, for `looks_secret`."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "text"
 
 
 @functools.lru_cache(maxsize=4096)
-def _text_looks_secret(text: str) -> bool:
+def _text_looks_secret(text: str, kind: ValueKind) -> bool:
     words = _words(text)
-    joined_pairs = {a + b for a, b in itertools.pairwise(words)}
-    return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined_pairs))
+    candidates = itertools.chain(words, (a + b for a, b in itertools.pairwise(words)))
+    if kind == "number":
+        return any(SECRET_WORDS.get(word) == DIGITS for word in candidates)
+    return any(word in SECRET_WORDS or (word.endswith("s") and word[:-1] in SECRET_WORDS) for word in candidates)
 
 
 def redact_content(content: JSONObject, sensitive_fields: tuple[str, ...] = ()) -> JSONObject:
     sensitive = set(sensitive_fields)
     return {
-        key: REDACTED if key in sensitive or looks_secret(key) else _redact_value(value)
+        key: REDACTED if key in sensitive or looks_secret(key, kind=kind_of(value)) else _redact_value(value)
         for key, value in content.items()
     }
 
