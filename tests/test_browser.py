@@ -166,7 +166,7 @@ async def test_oauth_connect_in_chromium_then_the_retry_finishes(
         async with browser_page(chromium, tmp_path / "profile") as page:
             decision = await open_decision(page, deployment, url, shots, "alice")
             assert decision.status == 200 and page.url == url
-            assert await heading(page) == "mcp-elicit reference server asks you to connect your Example account"
+            assert await heading(page) == "mcp-elicit-reference asks you to connect your Example account"
             facts = await page.locator("dl").inner_text()
             assert "connect_account" in facts and "alice" in facts
             await shots(page, "decision")
@@ -215,7 +215,7 @@ async def test_api_key_in_chromium_reaches_the_vault_not_the_tool_result(
         url = decision_url(first, "set_api_key")
         async with browser_page(chromium, tmp_path / "profile") as page:
             await open_decision(page, deployment, url, shots, "alice")
-            assert await heading(page) == "mcp-elicit reference server asks you to enter your Example API key"
+            assert await heading(page) == "mcp-elicit-reference asks you to enter your Example API key"
             await shots(page, "decision")
 
             form = await press(page, "Continue")

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_elicit.reference import Workspace, build_reference_server
-from mcp_elicit.reference.deployment import build_http_deployment
+from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
 from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
 
@@ -75,10 +75,17 @@ def serve(
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     root = workspace or default_store_path().parent / "workspace"
     public = public_url or f"http://{host}:{port}"
+    deployment = None
+    try:
+        # Every setting is checked before anything is created, and every problem is said at once.
+        settings = http_settings(os.environ) if transport is Transport.HTTP and not dev_loopback else None
+    except ConfigurationError as error:
+        count = f"{len(error.problems)} setting{'s' if len(error.problems) > 1 else ''}"
+        _fail(f"mcp-elicit serve --transport http cannot start; fix {count} in its environment:", *error.problems)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        if transport is Transport.HTTP and not dev_loopback:
-            deployment = build_http_deployment(store=store, workspace=root, public_url=public, environ=os.environ)
+        if settings is not None:
+            deployment = build_http_deployment(store=store, workspace=root, public_url=public, settings=settings)
             elicitation, server = deployment.elicitation, deployment.server
         else:
             if transport is Transport.HTTP and host not in LOOPBACK:
@@ -101,13 +108,16 @@ def serve(
         if transport is Transport.STDIO:
             server.run("stdio")
         else:
-            app = server.streamable_http_app(host=host)
+            app = deployment.http_app(host) if deployment is not None else server.streamable_http_app(host=host)
             err.print(f"serving MCP on {public}/mcp")
             uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         elicitation.close()
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, *items: str) -> NoReturn:
+    """Say why the server cannot run, with one line per item (each a problem to fix), and exit 2."""
     err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    for item in items:
+        err.print(f"  - {escape(item)}", soft_wrap=True)
     raise typer.Exit(2)

@@ -15,6 +15,8 @@ from mcp_elicit.web import Vault
 
 TOKEN_VAULT = "example-token"  # noqa: S105 (a vault entry name, not a secret)
 API_KEY_VAULT = "example-api-key"
+SERVER_NAME = "mcp-elicit-reference"
+"""The name the reference server gives itself: in `initialize`, so in the client's terminal, and on its pages."""
 
 
 class Approval(BaseModel):
@@ -40,7 +42,7 @@ class Priority(BaseModel):
 def build_reference_server(
     elicitation: Elicitation,
     workspace: Workspace,
-    name: str = "mcp-elicit-reference",
+    name: str = SERVER_NAME,
     *,
     vault: Vault | None = None,
     provider_api: str | None = None,

@@ -14,17 +14,20 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
+from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
-from mcp_elicit.reference.app import build_reference_server
 from mcp_elicit.reference.workspace import Workspace
 from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.web import (
@@ -37,9 +40,36 @@ from mcp_elicit.web import (
     VaultKeyRing,
 )
 
+PROVIDER_URL_ENV = "MCP_ELICIT_PROVIDER_URL"
+PROVIDER_CLIENT_ID_ENV = "MCP_ELICIT_PROVIDER_CLIENT_ID"
+PROVIDER_SECRET_ENV = "MCP_ELICIT_PROVIDER_CLIENT_SECRET"  # noqa: S105 (the variable's name)
+_T = TypeVar("_T")
+
 
 class ConfigurationError(ValueError):
-    """A setting the deployment cannot run with; the message names the variable."""
+    """Settings the deployment cannot run with: every problem found, each naming its variable."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    url: str
+    client_id: str
+    client_secret: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """What `mcp-elicit serve --transport http` reads from the environment, all of it checked."""
+
+    users: LocalUsers
+    auth_keys: list[bytes] = field(repr=False)
+    state_keys: list[bytes] = field(repr=False)
+    vault_keys: VaultKeyRing = field(repr=False)
+    provider: ProviderSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,22 +77,66 @@ class Deployment:
     server: MCPServer
     elicitation: Elicitation
     public_url: str
+    auth: LocalAuthorizationServer
+
+    def http_app(self, host: str) -> Starlette:
+        """The app to serve: the MCP endpoint, the authorization server (its metadata listing only what it serves),
+        the sign-in and decision pages."""
+        return self.auth.http_app(self.server, host=host)
 
 
 def keys_from(environ: Mapping[str, str], name: str) -> list[bytes]:
     text = environ.get(name, "").strip()
     if not text:
-        raise ConfigurationError(f"set {name}: comma-separated base64 keys of at least 32 bytes, the newest first")
+        raise ConfigurationError(
+            [f"{name} is not set: give comma-separated base64 keys of at least 32 bytes, the newest first"]
+        )
     keys = []
     for index, part in enumerate(p.strip() for p in text.split(",")):
         try:
             key = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
         except (binascii.Error, ValueError):
-            raise ConfigurationError(f"key {index + 1} of {name} is not base64") from None
+            raise ConfigurationError([f"{name}: key {index + 1} is not base64"]) from None
         if len(key) < 32:
-            raise ConfigurationError(f"key {index + 1} of {name} has {len(key)} bytes; at least 32 are needed")
+            raise ConfigurationError([f"{name}: key {index + 1} has {len(key)} bytes; at least 32 are needed"])
         keys.append(key)
     return keys
+
+
+def http_settings(environ: Mapping[str, str]) -> HttpSettings:
+    """Every setting, read and checked before anything is opened; all the problems at once, not the first."""
+    problems: list[str] = []
+
+    def read(parse: Callable[[], _T]) -> _T | None:
+        try:
+            return parse()
+        except ConfigurationError as error:
+            problems.extend(error.problems)
+        except ValueError as error:
+            problems.append(str(error))
+        return None
+
+    users = read(lambda: LocalUsers.from_env(environ))
+    auth_keys = read(lambda: keys_from(environ, "MCP_ELICIT_AUTH_KEYS"))
+    state_keys = read(lambda: keys_from(environ, "MCP_ELICIT_STATE_KEYS"))
+    vault_keys = read(lambda: VaultKeyRing.from_env(environ))
+    provider = read(lambda: _provider_settings(environ))
+    if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
+        raise ConfigurationError(problems)
+    return HttpSettings(users, auth_keys, state_keys, vault_keys, provider)
+
+
+def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
+    url = environ.get(PROVIDER_URL_ENV, "").strip().rstrip("/")
+    if not url:
+        return None
+    missing = [name for name in (PROVIDER_CLIENT_ID_ENV, PROVIDER_SECRET_ENV) if not environ.get(name, "").strip()]
+    if missing:
+        raise ConfigurationError([f"{name} is not set, and {PROVIDER_URL_ENV} needs it" for name in missing])
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ConfigurationError([f"{PROVIDER_URL_ENV} must be the provider's http(s) base URL, not {url!r}"])
+    return ProviderSettings(url, environ[PROVIDER_CLIENT_ID_ENV].strip(), environ[PROVIDER_SECRET_ENV].strip())
 
 
 def build_http_deployment(
@@ -70,59 +144,58 @@ def build_http_deployment(
     store: str | None,
     workspace: Path,
     public_url: str,
-    environ: Mapping[str, str],
+    settings: HttpSettings,
 ) -> Deployment:
     """Everything `mcp-elicit serve --transport http` runs, checked before anything listens."""
     public_url = public_url.rstrip("/")
-    try:
-        users = LocalUsers.from_text(environ.get("MCP_ELICIT_USERS", ""))
-        ring = VaultKeyRing.from_env(environ)
-    except ValueError as error:
-        raise ConfigurationError(str(error)) from None
-    auth_keys = keys_from(environ, "MCP_ELICIT_AUTH_KEYS")
     elicitation = Elicitation(
         store,
-        keys=keys_from(environ, "MCP_ELICIT_STATE_KEYS"),
+        keys=settings.state_keys,
         public_base_url=public_url,
         identity=IdentityPolicy(),
     )
-    auth = LocalAuthorizationServer(public_url, users, elicitation.store, signing_keys=auth_keys)
-    vault = Vault(elicitation.store, ring)
-    provider = environ.get("MCP_ELICIT_PROVIDER_URL", "").rstrip("/")
+    auth = LocalAuthorizationServer(
+        public_url, settings.users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
+    )
+    vault = Vault(elicitation.store, settings.vault_keys)
+    provider = settings.provider
     flows: dict[str, OAuthConnect | ApiKeyEntry] = {
         "set_api_key": ApiKeyEntry(vault_name=API_KEY_VAULT_NAME, service_title="Example")
     }
-    if provider:
+    if provider is not None:
         flows["connect_account"] = OAuthConnect(
             vault_name=TOKEN_VAULT_NAME,
             provider_title="Example",
-            authorize_url=f"{provider}/authorize",
-            token_url=f"{provider}/token",
-            client_id=environ.get("MCP_ELICIT_PROVIDER_CLIENT_ID", ""),
-            client_secret=environ.get("MCP_ELICIT_PROVIDER_CLIENT_SECRET", ""),
+            authorize_url=f"{provider.url}/authorize",
+            token_url=f"{provider.url}/token",
+            client_id=provider.client_id,
+            client_secret=provider.client_secret,
             scope="profile",
+            profile_url=f"{provider.url}/api/me",
         )
     server = build_reference_server(
         elicitation,
         Workspace.open(workspace),
+        SERVER_NAME,
         vault=vault,
-        provider_api=provider or None,
+        provider_api=provider.url if provider is not None else None,
         server_kwargs=auth.mcp_server_kwargs(f"{public_url}/mcp"),
     )
     auth.add_routes(server)
-    page_key = hmac.new(auth_keys[0], b"mcp-elicit url pages", hashlib.sha256).digest()
+    page_key = hmac.new(settings.auth_keys[0], b"mcp-elicit url pages", hashlib.sha256).digest()
     pages = UrlPages(
         elicitation=elicitation,
         sign_in=auth,
         vault=vault,
         flows=flows,
         page_key=page_key,
-        server_title="mcp-elicit reference server",
+        server_title=server.name,
         public_base_url=public_url,
     )
+    auth.sign_in_reason = pages.sign_in_reason
     for route in pages.routes():
         server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(_endpoint(route.endpoint))
-    return Deployment(server=server, elicitation=elicitation, public_url=public_url)
+    return Deployment(server=server, elicitation=elicitation, public_url=public_url, auth=auth)
 
 
 def _endpoint(endpoint: object) -> object:

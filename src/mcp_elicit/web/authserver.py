@@ -6,7 +6,8 @@ completing a decision *is* the decision's principal). `LocalAuthorizationServer`
 the SDK's authorization-server support: pass `mcp_server_kwargs(resource_url)` to `Elicitation.server`
 and the `MCPServer` serves `/.well-known/oauth-authorization-server`, `/register`, `/authorize`, `/token`
 and `/revoke`, and verifies the tokens it issued; `add_routes(server)` adds the sign-in pages
-(`GET|POST /signin`, `POST /signout`). Users come from configuration (`LocalUsers`, `MCP_ELICIT_USERS`).
+(`GET|POST /signin`, `POST /signout`), and `http_app(server)` is the app to serve, its metadata saying
+only what is served. Users come from configuration (`LocalUsers`, `MCP_ELICIT_USERS`).
 
 Guarantees:
 
@@ -40,8 +41,9 @@ Does not guarantee:
   lockout or rate limiting of failed sign-ins, no password change, no user store. It is a local or
   demonstration authorization server; put a real identity provider in front of production use.
 - Refresh tokens: none are issued (`load_refresh_token` returns None, `exchange_refresh_token` refuses
-  with `unsupported_grant_type`), even though the SDK's metadata lists the grant. A client signs the
-  user in again when its access token expires (`access_ttl`, default one hour).
+  with `unsupported_grant_type`). The SDK's metadata lists the grant all the same; the app from
+  `http_app(server)` advertises only `authorization_code`. A client signs the user in again when its
+  access token expires (`access_ttl`, default one hour).
 - Consent screens: an OAuth authorization asks for the password every time and shows the client's
   self-declared name and its redirect host, but it has no per-client consent records.
 - Server-side session revocation: sign-out clears the cookie in that browser; a copy taken earlier
@@ -75,6 +77,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import anyio
 import anyio.to_thread
 import jwt
+from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
@@ -86,11 +89,12 @@ from mcp.server.auth.provider import (
     TokenError,
     construct_redirect_uri,
 )
-from mcp.server.auth.routes import validate_issuer_url
+from mcp.server.auth.routes import build_metadata, cors_middleware, validate_issuer_url
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyHttpUrl, AnyUrl, ValidationError
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -113,6 +117,8 @@ ENV_VAR = "MCP_ELICIT_USERS"
 SCOPE = "mcp"
 SIGN_IN_PATH = "/signin"
 SIGN_OUT_PATH = "/signout"
+METADATA_PATH = "/.well-known/oauth-authorization-server"
+SERVED_GRANT_TYPES: Final = ("authorization_code",)
 MIN_KEY_BYTES = 32
 MAX_FORM_BYTES = 16 * 1024
 MAX_NEXT_LENGTH = 2048
@@ -314,7 +320,11 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         session_ttl: int = 8 * 3600,
         request_ttl: int = 600,
         clock: Callable[[], float] = time.time,
+        server_name: str | None = None,
+        sign_in_reason: Callable[[str], str | None] | None = None,
     ) -> None:
+        """`server_name` is the MCP server's name, which the sign-in page names; `sign_in_reason(next_path)` says
+        why a browser on its way to `next_path` must sign in (the URL-mode pages' `UrlPages.sign_in_reason`)."""
         for name, ttl in (
             ("access_ttl", access_ttl),
             ("code_ttl", code_ttl),
@@ -334,6 +344,8 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         self.session_ttl = int(session_ttl)
         self.request_ttl = int(request_ttl)
         self._clock = clock
+        self.server_name = server_name
+        self.sign_in_reason = sign_in_reason
         self.secure_cookies = self.issuer.startswith("https://")
         prefix = "__Host-" if self.secure_cookies else ""
         self.session_cookie = f"{prefix}mcp-elicit-session"
@@ -370,6 +382,33 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         """
         return {"auth_server_provider": self, "auth": self.auth_settings(resource_server_url)}
 
+    def http_app(self, server: MCPServer, **kwargs: Any) -> Starlette:
+        """`server.streamable_http_app(**kwargs)`, its OAuth metadata listing only the grants served here.
+
+        The SDK's metadata always lists `refresh_token`, which this server never issues, and a client plans its
+        sessions on what the metadata says. That route comes before any custom route, so it is replaced here.
+        """
+        settings = server.settings.auth
+        if settings is None or str(settings.issuer_url).rstrip("/") != self.issuer:
+            raise ValueError("the server does not use this authorization server: create it with mcp_server_kwargs()")
+        metadata = build_metadata(
+            settings.issuer_url,
+            settings.service_documentation_url,
+            settings.client_registration_options or ClientRegistrationOptions(),
+            settings.revocation_options or RevocationOptions(),
+        ).model_copy(update={"grant_types_supported": list(SERVED_GRANT_TYPES)})
+        app = server.streamable_http_app(**kwargs)
+        served = Route(
+            METADATA_PATH,
+            endpoint=cors_middleware(MetadataHandler(metadata).handle, ["GET", "OPTIONS"]),
+            methods=["GET", "OPTIONS"],
+        )
+        for index, route in enumerate(app.router.routes):
+            if isinstance(route, Route) and route.path == METADATA_PATH:
+                app.router.routes[index] = served
+                return app
+        raise RuntimeError(f"the SDK's app serves no {METADATA_PATH} to correct")
+
     def routes(self) -> list[Route]:
         """`GET|POST /signin` and `POST /signout`, for the app served at the issuer's origin."""
         return [
@@ -391,6 +430,11 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
 
     def principal_id(self, username: str) -> str:
         return f"{self.issuer}#{username}"
+
+    def display_name_of(self, principal: str) -> str | None:
+        """The configured display name of the user behind a principal id of this issuer, or None."""
+        issuer, _, username = principal.rpartition("#")
+        return self.users.display_name(username) if issuer == self.issuer else None
 
     def sign_in_redirect(self, request: Request) -> RedirectResponse:
         """303 to `/signin?next=<this request's path and query>`."""
@@ -618,8 +662,14 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
                 return self._with_csrf_cookie(authorization, nonce)
             response = self._form(request, nonce, authorization=authorization)
         else:
-            response = self._form(request, nonce, next_path=safe_next(request.query_params.get("next")))
+            next_path = safe_next(request.query_params.get("next"))
+            response = self._form(request, nonce, next_path=next_path, reason=await self._reason(next_path))
         return self._with_csrf_cookie(response, nonce)
+
+    async def _reason(self, next_path: str) -> str | None:
+        if self.sign_in_reason is None or next_path == "/":
+            return None
+        return await self._async_store(self.sign_in_reason, next_path)
 
     async def _sign_in_post(self, request: Request) -> Response:
         form = await _read_form(request)
@@ -643,11 +693,13 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         if not await self._verify(username, password):
             # Never log what was typed: a password entered in the username field would end up in the log.
             log.info("failed sign-in (%s)", f"user {username}" if username in self.users else "unknown user")
+            next_path = safe_next(form.get("next"))
             return self._form(
                 request,
                 nonce,
                 authorization=authorization,
-                next_path=safe_next(form.get("next")),
+                next_path=next_path,
+                reason=None if authorization is not None else await self._reason(next_path),
                 error=_WRONG_CREDENTIALS,
                 username=username,
             )
@@ -737,9 +789,12 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         *,
         authorization: _Authorization | None = None,
         next_path: str = "/",
+        reason: str | None = None,
         error: str | None = None,
         username: str = "",
     ) -> HTMLResponse:
+        where = f"<strong>{_h(urlsplit(self.issuer).netloc)}</strong>"
+        here = f"<strong>{_h(self.server_name)}</strong> at {where}" if self.server_name else where
         if authorization is not None:
             client = authorization.client
             binding = f"request:{authorization.raw}"
@@ -748,8 +803,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
                 authorization.claims["redirect_uri"]
             )
             context = (
-                f'<p class="context"><strong>{_h(name[:100])}</strong> asks to use '
-                f"<strong>{_h(urlsplit(self.issuer).netloc)}</strong> as you.</p>"
+                f'<p class="context"><strong>{_h(name[:100])}</strong> asks to use {here} as you.</p>'
                 f'<p class="note">After you sign in you return to <strong>{_h(redirect_host)}</strong>.</p>'
             )
             hidden = (
@@ -757,7 +811,12 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
                 f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(nonce, binding))}">'
             )
         else:
-            context = f'<p class="context">Sign in to <strong>{_h(urlsplit(self.issuer).netloc)}</strong>.</p>'
+            context = f'<p class="context">Sign in to {here}.</p>'
+            if reason:
+                context += (
+                    f'<p class="note reason">{_h(reason)} Once you are signed in, its page shows what it asks '
+                    "and for whom.</p>"
+                )
             hidden = (
                 f'<input type="hidden" name="next" value="{_h(next_path)}">'
                 f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(nonce, f"next:{next_path}"))}">'

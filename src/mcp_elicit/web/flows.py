@@ -20,6 +20,9 @@ class OAuthConnect:
     client_id: str
     client_secret: str
     scope: str = ""
+    profile_url: str = ""
+    """The provider's user-info API (GET with the new token, JSON with `login` and `name`); the "Done" page says
+    whom the account was connected as. Empty: the page says only that it was connected."""
 
 
 @dataclass(frozen=True, slots=True)

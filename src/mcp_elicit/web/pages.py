@@ -23,15 +23,17 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
 
+from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
-from authlib.oauth2.rfc6749.errors import OAuth2Error
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from httpx import HTTPError
@@ -40,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
+from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
@@ -52,13 +54,18 @@ log = logging.getLogger(__name__)
 
 CALLBACK_PATH = "/elicit/callback"
 STATE_TTL = 600
+MAX_SAID = 300
+"""At most this many characters of a provider's own words (an error, a login) reach a page or the audit."""
 _PAGES_OPERATOR = Operator("url-pages")
+_DECISION_PATH = re.compile(r"/elicit/([0-9A-Za-z-]{1,64})(?:/[a-z]+)?")
 
 
 class SignIn(Protocol):
     def principal_of(self, request: Request) -> str | None: ...
 
     def sign_in_redirect(self, request: Request) -> Response: ...
+
+    def display_name_of(self, principal: str) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,19 +131,12 @@ class UrlPages:
         if decision.is_terminal:
             return self._outcome(decision)
         operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
-        flow = self._flows.get(decision.key)
-        doing = (
-            f"connect your {flow.provider_title} account"
-            if isinstance(flow, OAuthConnect)
-            else f"enter your {flow.service_title} API key"
-            if isinstance(flow, ApiKeyEntry)
-            else "finish this step"
-        )
         token = self._csrf(decision.elicitation_id, principal)
         body = f"""
-<h1>{text(self._title)} asks you to {text(doing)}</h1>
+<h1>{text(self._title)} asks you to {text(self._doing(decision))}</h1>
 <div class="message">{text(decision.message)}</div>
 {self._summary(decision, operation.target, principal)}
+<p class="next">{self._leads_to(self._flows.get(decision.key))}</p>
 <p class="muted">Your credentials stay with this server: they are never shown to the assistant or its app.</p>
 <div class="actions">
 <form method="post" action="/elicit/{text(decision.elicitation_id)}/continue">
@@ -145,6 +145,52 @@ class UrlPages:
 <input type="hidden" name="csrf" value="{text(token)}"><button type="submit">Cancel</button></form>
 </div>"""
         return page(f"{self._title}: a step needs you", body, server=self._title)
+
+    def _doing(self, decision: Decision) -> str:
+        if decision.mode is Mode.FORM:
+            return "answer a question"
+        flow = self._flows.get(decision.key)
+        if isinstance(flow, OAuthConnect):
+            return f"connect your {flow.provider_title} account"
+        if isinstance(flow, ApiKeyEntry):
+            return f"enter your {flow.service_title} API key"
+        return "finish this step"
+
+    def _leads_to(self, flow: ExternalFlow | None) -> str:
+        """Where Continue takes the person, said before they press it: another site, or a form here."""
+        if isinstance(flow, OAuthConnect):
+            host = urlsplit(flow.authorize_url).netloc
+            return (
+                f"Continue takes you to <strong>{text(flow.provider_title)}</strong> at <strong>{text(host)}</strong>, "
+                "where you sign in and allow access; then you come back here."
+            )
+        if isinstance(flow, ApiKeyEntry):
+            return "Continue opens a form on this server, where you enter the key. It is sent nowhere else."
+        return "Continue goes on with this step."
+
+    def sign_in_reason(self, next_path: str) -> str | None:
+        """Why a browser sent to sign in on its way to `next_path` is asked to: which tool waits, on what.
+
+        The sign-in page shows it before anyone is known, so it names the tool and the kind of step only: the
+        message and the person it was asked of are for the decision's principal, once signed in.
+        """
+        parts = urlsplit(next_path)
+        if parts.path == CALLBACK_PATH:
+            state = self._unseal(parse_qs(parts.query).get("state", [""])[0])
+            elicitation_id = state.elicitation_id if state is not None else None
+        else:
+            found = _DECISION_PATH.fullmatch(parts.path)
+            elicitation_id = found.group(1) if found is not None else None
+        if elicitation_id is None:
+            return None
+        try:
+            decision = self._store.get_decision(elicitation_id, _PAGES_OPERATOR)
+        except NotFound:
+            return None
+        if decision.is_terminal or self._overdue(decision):
+            return None
+        operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
+        return f"The tool {operation.target} is waiting for you to {self._doing(decision)}."
 
     async def proceed(self, request: Request) -> Response:
         checked = await self._checked_post(request)
@@ -337,7 +383,9 @@ class UrlPages:
         if not key or len(key) > flow.max_length:
             return self._key_form(flow, decision, principal)
         self._vault.put(BrowserUser(principal).as_owner(), flow.vault_name, key)
-        return self._complete(decision, principal, "API key stored")
+        return self._complete(
+            decision, principal, "API key stored", done=f"Your {flow.service_title} API key is stored on {self._title}."
+        )
 
     # -- OAuth -----------------------------------------------------------------------------------------
 
@@ -392,7 +440,13 @@ class UrlPages:
             return self._message("Start from the beginning", "Open the link from your assistant again.", 409)
         error = request.query_params.get("error")
         if error:
-            return self._fail(decision, principal, f"the provider answered {error[:40]}")
+            said = _said(error, request.query_params.get("error_description"))
+            return self._fail(
+                decision,
+                principal,
+                f"{flow.provider_title} answered {said}",
+                why=f"{flow.provider_title} did not allow the connection ({said}).",
+            )
         code = request.query_params.get("code", "")
         client = AsyncOAuth2Client(
             client_id=flow.client_id,
@@ -401,37 +455,75 @@ class UrlPages:
             code_challenge_method="S256",
         )
         try:
-            token = await client.fetch_token(flow.token_url, code=code, code_verifier=state.verifier)
-        except (OAuth2Error, HTTPError, ValueError) as failure:
-            log.warning("token exchange for %s failed: %s", decision.elicitation_id, type(failure).__name__)
-            return self._fail(decision, principal, "the token exchange failed")
+            try:
+                token = await client.fetch_token(flow.token_url, code=code, code_verifier=state.verifier)
+            except AuthlibBaseError as refused:
+                # The provider answered with an OAuth error: a replayed or expired code, a PKCE mismatch.
+                said = _said(refused.error, refused.description)
+                log.warning(
+                    "decision %s: %s refused the token exchange: %s", decision.elicitation_id, flow.provider_title, said
+                )
+                return self._fail(
+                    decision,
+                    principal,
+                    f"the token exchange failed at {flow.provider_title}: {said}",
+                    why=f"{flow.provider_title} refused the connection: {said}.",
+                )
+            except (HTTPError, ValueError) as failure:
+                log.warning("token exchange for %s failed: %s", decision.elicitation_id, type(failure).__name__)
+                return self._fail(
+                    decision,
+                    principal,
+                    f"the token exchange with {flow.provider_title} failed ({type(failure).__name__})",
+                    why=f"{flow.provider_title} could not be reached or gave an answer that could not be read.",
+                )
+            access = token.get("access_token") if isinstance(token, dict) else None
+            if not isinstance(access, str) or not access:
+                return self._fail(
+                    decision,
+                    principal,
+                    f"{flow.provider_title} gave no access token",
+                    why=f"{flow.provider_title} gave no access.",
+                )
+            account = await _account(client, flow)
         finally:
             await client.aclose()
-        access = token.get("access_token") if isinstance(token, dict) else None
-        if not isinstance(access, str) or not access:
-            return self._fail(decision, principal, "the provider gave no access token")
         self._vault.put(BrowserUser(principal).as_owner(), flow.vault_name, access)
-        return self._complete(decision, principal, f"{flow.provider_title} connected")
+        if account is None:
+            return self._complete(
+                decision,
+                principal,
+                f"{flow.provider_title} connected",
+                done=f"Your {flow.provider_title} account is connected.",
+            )
+        return self._complete(
+            decision,
+            principal,
+            f"{flow.provider_title} connected as {account}",
+            done=f"Connected to {flow.provider_title} as {account}.",
+        )
 
     # -- shared steps -----------------------------------------------------------------------------------
 
-    def _complete(self, decision: Decision, principal: str, reason: str) -> Response:
+    def _complete(self, decision: Decision, principal: str, reason: str, *, done: str) -> Response:
+        """Complete the decision; the page says `done` (what was done) when this request is the one that did it."""
         try:
-            done = self._store.transition(
+            completed = self._store.transition(
                 decision, DecisionStatus.EXTERNAL_COMPLETED, caller=BrowserUser(principal), reason=reason
             )
         except (DecisionConflict, DecisionExpired) as lost:
-            done = lost.current
-        return self._outcome(done)
+            return self._outcome(lost.current)
+        return self._outcome(completed, detail=done)
 
-    def _fail(self, decision: Decision, principal: str, reason: str) -> Response:
+    def _fail(self, decision: Decision, principal: str, reason: str, *, why: str) -> Response:
+        """Fail the decision, `reason` in the audit; the page says `why` when this request is the one that failed it."""
         try:
             failed = self._store.transition(
                 decision, DecisionStatus.EXTERNAL_FAILED, caller=BrowserUser(principal), reason=reason
             )
         except (DecisionConflict, DecisionExpired) as lost:
-            failed = lost.current
-        return self._outcome(failed)
+            return self._outcome(lost.current)
+        return self._outcome(failed, detail=why)
 
     def _own_decision(self, request: Request, principal: str) -> Decision | Response:
         elicitation_id = request.path_params["elicitation_id"]
@@ -472,15 +564,20 @@ class UrlPages:
             return self._message("This form has expired", "Reload the page and try again.", 403)
         return principal, decision, form
 
-    def _outcome(self, decision: Decision) -> Response:
+    def _outcome(self, decision: Decision, *, detail: str | None = None) -> Response:
+        """The page for where the decision now is; `detail` says what this very request did, when it did."""
         status = decision.status
         if status is DecisionStatus.EXTERNAL_COMPLETED:
-            return self._message("Done", "You can close this page and go back to your assistant.", 200, ok=True)
+            close = "You can close this page and go back to your assistant."
+            if detail is None:
+                return self._message("Done", close, 200, ok=True)
+            body = f'<h1>Done</h1><p class="ok">{text(detail)}</p><p class="muted">{text(close)}</p>'
+            return page("Done", body, server=self._title)
         if status is DecisionStatus.EXTERNAL_FAILED:
+            why = detail or "The connection was refused or failed."
             return self._message(
                 "That did not work",
-                "The connection was refused or failed. Nothing was stored. Ask your assistant to try again: "
-                "it will give you a new link.",
+                f"{why} Nothing was stored. Ask your assistant to try again: it will give you a new link.",
                 200,
             )
         if status is DecisionStatus.EXPIRED:
@@ -502,8 +599,14 @@ class UrlPages:
         until = decision.expires_at.strftime("%Y-%m-%d %H:%M UTC")
         return (
             f"<dl>\n<dt>Server</dt><dd>{text(self._title)}</dd>\n<dt>Tool</dt><dd>{text(tool)}</dd>\n"
-            f"<dt>For</dt><dd>{text(_who(principal))}</dd>\n<dt>Until</dt><dd>{text(until)}</dd>\n</dl>"
+            f"<dt>For</dt><dd>{text(self._who(principal))}</dd>\n<dt>Until</dt><dd>{text(until)}</dd>\n</dl>"
         )
+
+    def _who(self, principal: str) -> str:
+        """The signed-in user as people know them: the display name, and the username it belongs to."""
+        username = principal.rsplit("#", 1)[-1]
+        name = self._sign_in.display_name_of(principal)
+        return f"{name} ({username})" if name and name != username else username
 
     def _csrf(self, elicitation_id: str, principal: str) -> str:
         mac = hmac.new(self._mac_key, f"{elicitation_id}\x00{principal}".encode(), hashlib.sha256).digest()
@@ -531,5 +634,34 @@ class UrlPages:
             return None
 
 
-def _who(principal_id: str) -> str:
-    return principal_id.rsplit("#", 1)[-1]
+def _shown(words: str) -> str:
+    """A third party's words as they may reach a page or the audit: printable, bounded, URLs redacted."""
+    return redact_text("".join(c if c.isprintable() else " " for c in words)[:MAX_SAID])
+
+
+def _said(error: object, description: object) -> str:
+    """A provider's reason for refusing: its error code, then its description."""
+    return _shown(": ".join(str(word) for word in (error, description) if word)) or "no reason given"
+
+
+async def _account(client: AsyncOAuth2Client, flow: OAuthConnect) -> str | None:
+    """Who the new token speaks for, as the provider's user-info API says ("ada (Ada Lovelace)"), if it says."""
+    if not flow.profile_url:
+        return None
+    try:
+        response = await client.get(flow.profile_url)
+        profile = response.json() if response.status_code == 200 else None
+    except (AuthlibBaseError, HTTPError, ValueError) as failure:
+        log.info("the %s profile could not be read: %s", flow.provider_title, type(failure).__name__)
+        return None
+    if not isinstance(profile, dict):
+        return None
+    login, name = _field(profile, "login", "username", "preferred_username"), _field(profile, "name")
+    if login and name and name != login:
+        return f"{login} ({name})"
+    return login or name or None
+
+
+def _field(profile: dict[str, object], *names: str) -> str:
+    """The first of `names` that `profile` gives as text, as it may be shown; "" when it gives none."""
+    return next((_shown(value) for name in names if isinstance(value := profile.get(name), str)), "")

@@ -1,0 +1,149 @@
+"""A served site of URL-mode pages, with the stand-in provider as its own process, for the page tests.
+
+The site is the reference wiring in small: the local authorization server's sign-in, the decision pages and
+the vault on one Starlette app, served on loopback; the provider is `python -m mcp_elicit.reference.provider`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx2
+from starlette.applications import Starlette
+
+from mcp_elicit.model import Decision, DecisionOrigin, Principal, new_operation, new_url_decision
+from mcp_elicit.model.decision import new_elicitation_id
+from mcp_elicit.server import Elicitation
+from mcp_elicit.store import Store, open_store
+from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
+from mcp_elicit.web.flows import ApiKeyEntry, OAuthConnect
+from mcp_elicit.web.pages import UrlPages
+from tests.http_harness import serving
+from tests.test_pages import hidden
+
+PROVIDER_CLIENT = "elicit-pages"
+PROVIDER_SECRET = "provider-secret"
+VAULT_KEYS = "v1:dmF1bHQta2V5LXZhdWx0LWtleS12YXVsdC1rZXktMDE="
+SERVER_NAME = "ticket-desk"
+
+
+@dataclass
+class Site:
+    base: str
+    store: Store
+    elicitation: Elicitation
+    vault: Vault
+    provider: str
+
+
+@contextmanager
+def provider_process(port: int, redirect_uri: str, *extra: str) -> Iterator[str]:
+    """The stand-in third party on `port`, as its own process, with alice (password wonderland) as its user."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mcp_elicit.reference.provider", "--port", str(port), "--client-id", PROVIDER_CLIENT,
+         "--redirect-uri", redirect_uri, "--user", "alice:wonderland:Alice Liddell", "--log-level", "warning", *extra],
+        env={**os.environ, "MCP_ELICIT_PROVIDER_CLIENT_SECRET": PROVIDER_SECRET},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx2.get(f"{url}/.well-known/oauth-authorization-server", timeout=1)
+                break
+            except httpx2.HTTPError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the provider did not start") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@contextmanager
+def served_site(store_url: str, provider: str, port: int, *, token_url: str | None = None) -> Iterator[Site]:
+    """The pages on `port`; the OAuth flow authorizes at `provider` and redeems at `token_url` (the provider's)."""
+    base = f"http://127.0.0.1:{port}"
+    store = open_store(store_url)
+    elicitation = Elicitation(store, keys=[b"s" * 32], public_base_url=base)
+    users = LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw")
+    auth = LocalAuthorizationServer(base, users, store, signing_keys=[b"a" * 32], server_name=SERVER_NAME)
+    vault = Vault(store, VaultKeyRing.from_text(VAULT_KEYS))
+    pages = UrlPages(
+        elicitation=elicitation,
+        sign_in=auth,
+        vault=vault,
+        flows={
+            "connect_account": OAuthConnect(
+                vault_name="example-token",
+                provider_title="Example",
+                authorize_url=f"{provider}/authorize",
+                token_url=token_url or f"{provider}/token",
+                client_id=PROVIDER_CLIENT,
+                client_secret=PROVIDER_SECRET,
+                scope="profile",
+                profile_url=f"{provider}/api/me",
+            ),
+            "set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example"),
+        },
+        page_key=b"p" * 32,
+        server_title=SERVER_NAME,
+        public_base_url=base,
+    )
+    auth.sign_in_reason = pages.sign_in_reason
+    try:
+        with serving(Starlette(routes=[*auth.routes(), *pages.routes()]), port):
+            yield Site(base, store, elicitation, vault, provider)
+    finally:
+        store.close()
+
+
+def ask(site: Site, user: str, key: str, *, tool: str = "connect_account") -> Decision:
+    """A URL decision of `user`'s, asked by `tool`, as the runtime records one."""
+    principal = Principal(f"{site.base}#{user}", "client-x")
+    now = datetime.now(UTC)
+    operation = site.store.create_operation(
+        new_operation(principal, method="tools/call", target=tool, request_digest="sha256:" + new_elicitation_id(),
+                      now=now, ttl=timedelta(hours=1))
+    )  # fmt: skip
+    elicitation_id = new_elicitation_id()
+    return site.store.create_decision(
+        new_url_decision(
+            DecisionOrigin(operation_id=operation.operation_id, key=key, principal=principal,
+                           origin_method="tools/call", origin_request_digest=operation.request_digest),
+            message="Connect your Example account so I can file the ticket",
+            url=site.elicitation.decision_url(elicitation_id), now=now, ttl=timedelta(minutes=10),
+            elicitation_id=elicitation_id,
+        )
+    )  # fmt: skip
+
+
+def sign_in(browser: httpx2.Client, site: Site, user: str, password: str, next_path: str) -> httpx2.Response:
+    """Sign in on the site's own /signin page, as a browser sent there by `next_path`; the form page shown."""
+    form = browser.get(f"{site.base}/signin", params={"next": next_path})
+    assert form.status_code == 200, form.text
+    signed = browser.post(
+        f"{site.base}/signin",
+        data={"username": user, "password": password, "next": next_path, "csrf": hidden(form.text, "csrf")},
+    )
+    assert signed.status_code == 303 and signed.headers["location"] == next_path, signed.text
+    return form
+
+
+def start(browser: httpx2.Client, site: Site, decision: Decision) -> tuple[httpx2.Response, httpx2.Response]:
+    """Open the decision page and press Continue: the page, and the answer to Continue."""
+    assert decision.url is not None
+    page = browser.get(decision.url)
+    assert page.status_code == 200, page.text
+    pressed = browser.post(
+        f"{site.base}/elicit/{decision.elicitation_id}/continue", data={"csrf": hidden(page.text, "csrf")}
+    )
+    return page, pressed
