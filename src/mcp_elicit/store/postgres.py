@@ -89,6 +89,7 @@ class PostgresStore(SQLStore):
         super().__init__(clock)
         self._display = describe(conninfo)
         self._conninfo = conninfo
+        self._connect_timeout = max(1, int(connect_timeout))
         try:
             conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as error:
@@ -183,7 +184,12 @@ class PostgresStore(SQLStore):
         pause = 0.5
         while True:
             try:
-                connection = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                # Shielded, and bounded by the connect timeout: a connection cancelled half-way through its
+                # handshake would be left open for the garbage collector to find.
+                with anyio.CancelScope(shield=True):
+                    connection = await psycopg.AsyncConnection.connect(
+                        self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+                    )
                 async with connection:
                     await connection.execute(f"LISTEN {CHANGES_CHANNEL}")
                     pause = 0.5
