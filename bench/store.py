@@ -13,6 +13,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -102,17 +103,21 @@ def raw_cycle(d: Decision, now: datetime, dialect: Dialect) -> RawCycle:
 
 
 def decisions(operation: Operation, count: int) -> list[Decision]:
-    origin = DecisionOrigin(
-        operation_id=operation.operation_id,
-        key="approve",
-        principal=PRINCIPAL,
-        origin_method=operation.method,
-        origin_request_digest=operation.request_digest,
-    )
+    """`count` questions of one operation, each under a key of its own (an operation asks one per key)."""
     now = utc_now()
     return [
         new_form_decision(
-            origin, message="Deploy to production?", requested_schema=FORM_SCHEMA, now=now, ttl=timedelta(hours=1)
+            DecisionOrigin(
+                operation_id=operation.operation_id,
+                key=f"approve_{uuid.uuid4().hex}",
+                principal=PRINCIPAL,
+                origin_method=operation.method,
+                origin_request_digest=operation.request_digest,
+            ),
+            message="Deploy to production?",
+            requested_schema=FORM_SCHEMA,
+            now=now,
+            ttl=timedelta(hours=1),
         )
         for _ in range(count)
     ]

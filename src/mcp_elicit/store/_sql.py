@@ -390,11 +390,10 @@ class SQLStore(ABC):
             operation.created_at,
         )  # fmt: skip
 
-    def _select_operation(self, tx: Tx, operation_id: str, caller: Caller, *, lock: bool = False) -> Operation | None:
+    def _select_operation(self, tx: Tx, operation_id: str, caller: Caller) -> Operation | None:
         where, params = _binding(caller)
         row = tx.execute(
-            f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE operation_id = %s{where}"
-            f"{self._lock_row if lock else ''}",
+            f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE operation_id = %s{where}",
             (operation_id, *params),
         ).fetchone()
         return None if row is None else self._operation(row)
@@ -627,7 +626,11 @@ class SQLStore(ABC):
                     tx, SubjectKind.DECISION, decision.elicitation_id, None, decision.status,
                     decision.principal.actor, "requested", details, decision.created_at,
                 )  # fmt: skip
-        except UniqueViolation:
+        except UniqueViolation as clash:
+            if "operation_key" in str(clash) or "elicit_decisions.key" in str(clash):
+                raise AlreadyExists(
+                    f"operation {decision.operation_id} already has a question under key {decision.key!r}"
+                ) from None
             raise AlreadyExists(f"decision {decision.elicitation_id} already exists") from None
         except ForeignKeyViolation:
             raise NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}") from None
@@ -901,27 +904,24 @@ class SQLStore(ABC):
     ) -> Claim:
         now = self._clock()
         mine = {holder} if succeeding is None else {holder, succeeding}
+        stamp = self._to_time(now)
         with self._write() as tx:
-            # Claims of one operation take turns on its row (SQLite's write lock does this for all writes).
-            operation = self._select_operation(tx, operation_id, caller, lock=True)
+            operation = self._select_operation(tx, operation_id, caller)
             if operation is None:
                 raise NotFound(f"no operation {operation_id}")
             if operation.status is not OperationStatus.OPEN:
                 raise OperationConflict(operation, f"claim {name}")
-            for _ in range(_CREATE_ATTEMPTS):
-                # A claim inserted and deleted by others between two statements shows as neither: look again.
-                current = self._select_claim(tx, operation_id, name)
-                if current is not None:
-                    break
-                inserted = tx.execute(
-                    "INSERT INTO elicit_claims (operation_id, name, holder, attempt, claimed_at, lease_until)"
-                    " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (operation_id, name) DO NOTHING",
-                    (operation_id, name, holder, self._to_time(now), self._to_time(lease_until)),
-                ).rowcount
-                if inserted == 1:
-                    return Claim(operation_id, name, holder, 1, lease_until)
-            else:
-                raise StoreError(f"claim {name} of operation {operation_id} kept changing; not taken")
+            # One statement inserts the claim or locks the one there: no gap for others' claims and releases,
+            # and no lock on the operation's row (whose journal and end other transactions write meanwhile).
+            row = tx.execute(
+                "INSERT INTO elicit_claims (operation_id, name, holder, attempt, claimed_at, lease_until)"
+                " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (operation_id, name) DO UPDATE"
+                " SET holder = elicit_claims.holder RETURNING holder, attempt, claimed_at, lease_until",
+                (operation_id, name, holder, stamp, self._to_time(lease_until)),
+            ).fetchone()
+            current = Claim(operation_id, name, row[0], row[1], self._from_time(row[3]))
+            if current.holder == holder and row[1] == 1 and self._from_time(row[2]) == now:
+                return current
             if current.holder not in mine and current.lease_until > now:
                 return current
             taken_over = current.holder not in mine
@@ -929,7 +929,7 @@ class SQLStore(ABC):
             tx.execute(
                 "UPDATE elicit_claims SET holder = %s, attempt = %s, claimed_at = %s, lease_until = %s"
                 " WHERE operation_id = %s AND name = %s",
-                (holder, attempt, self._to_time(now), self._to_time(lease_until), operation_id, name),
+                (holder, attempt, stamp, self._to_time(lease_until), operation_id, name),
             )
             if taken_over:
                 self._audit(
@@ -938,14 +938,6 @@ class SQLStore(ABC):
                     {"claim": name, "attempt": attempt}, now,
                 )  # fmt: skip
         return Claim(operation_id, name, holder, attempt, lease_until)
-
-    def _select_claim(self, tx: Tx, operation_id: str, name: str) -> Claim | None:
-        row = tx.execute(
-            f"SELECT holder, attempt, lease_until FROM elicit_claims WHERE operation_id = %s AND name = %s"
-            f"{self._lock_row}",
-            (operation_id, name),
-        ).fetchone()
-        return None if row is None else Claim(operation_id, name, row[0], row[1], self._from_time(row[2]))
 
     def claims(self, operation_id: str, *, caller: Principal) -> list[Claim]:
         with self._read() as tx:
