@@ -168,7 +168,6 @@ class Execution:
         operation: Operation,
         principal: Principal,
         decisions: dict[str, Decision],
-        claims: dict[str, Claim],
         settings: CallSettings,
         writes: HeldWrites,
         argument_answers: dict[str, Any] | None = None,
@@ -176,7 +175,10 @@ class Execution:
     ) -> None:
         self.operation = operation
         self.principal = principal
-        self.claims = claims
+        self._claims: dict[str, Claim] | None = {} if fresh else None
+        self._released: set[str] = set()
+        self._creating: set[str] = set()
+        """Decisions this call holds the creation of: none is durable, so none can have moved."""
         self.holder = f"call:{uuid.uuid4().hex}"
         self.asker: Asker
         self._store = store
@@ -238,9 +240,11 @@ class Execution:
     async def _commit_with(self, last: Callable[[], R]) -> R:
         """Commit what is held and `last` in one transaction; a lost commit ends the turn like any signal."""
         try:
-            return await self._writes.commit_with(last)
+            result = await self._writes.commit_with(last)
         except Signal as lost:
             raise self.signal(lost) from lost.__cause__
+        self._creating.clear()
+        return result
 
     @property
     def _unseen(self) -> bool:
@@ -278,6 +282,7 @@ class Execution:
             )
         if frees_claim:
             claim = question_claim(decision.key)
+            self._released.add(claim)
             self._writes.hold(lambda: sync.release_claim(operation_id, claim, caller=principal))
         self._decisions[decision.key] = recorded
         return recorded
@@ -318,6 +323,14 @@ class Execution:
 
     # -- claims -------------------------------------------------------------------------------------
 
+    async def claim_of(self, name: str) -> Claim | None:
+        """The claim `name` as this call last saw it; the operation's claims are read once, when first needed."""
+        if self._claims is None:
+            sync, operation_id, principal, _ = self._ids()
+            listed = await self._store(sync.claims, operation_id, caller=principal)
+            self._claims = {claim.name: claim for claim in listed}
+        return self._claims.get(name)
+
     def lease_end(self) -> datetime:
         return self.now() + self._settings.lease
 
@@ -332,13 +345,12 @@ class Execution:
 
         def claim_and_read() -> tuple[Claim, Decision]:
             claim = sync.claim(operation_id, name, holder=holder, lease_until=lease_until, caller=principal)
-            current = sync.get_decision(decision.elicitation_id, principal)
+            current = self._stored(sync, decision)
             if claim.held_by(holder) and current.status is not DecisionStatus.REQUESTED:
                 sync.release_claim(operation_id, name, caller=principal, holder=holder)
             return claim, current
 
         claim, current = await self._commit_with(claim_and_read)
-        self.claims[name] = claim
         self._decisions[current.key] = current
         return claim, current
 
@@ -356,11 +368,17 @@ class Execution:
             )
             if not claim.held_by(holder):
                 raise StaleSnapshot(f"{name} was claimed by another call meanwhile")
-            current = sync.get_decision(decision.elicitation_id, principal)
+            current = self._stored(sync, decision)
             if (current.status, current.completion_version) != (decision.status, decision.completion_version):
                 raise StaleSnapshot(f"decision {decision.elicitation_id} moved meanwhile")
 
         self._writes.hold(take)
+
+    def _stored(self, sync: Store, decision: Decision) -> Decision:
+        """The decision as stored, read inside a commit; one this very commit creates cannot have moved."""
+        if decision.elicitation_id in self._creating:
+            return decision
+        return sync.get_decision(decision.elicitation_id, self.principal)
 
     @asynccontextmanager
     async def carrying(self, name: str) -> AsyncIterator[None]:
@@ -380,10 +398,10 @@ class Execution:
             # The turn ends without committing what it holds: let go now, or waiters sit out the lease.
             with anyio.CancelScope(shield=True):
                 await self._release_now(name)
-        else:
+        elif name not in self._released:
             # Success, an error or a cancellation: the runtime commits what the call holds on every such
             # end (a result, a failed operation), and the claim goes with it, so no waiter starts the work
-            # again before it can see how it ended.
+            # again before it can see how it ended. (An answer recorded in the block let go of it already.)
             self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
         if failure is not None:
             raise failure
@@ -572,6 +590,7 @@ class Execution:
 
     def _create(self, decision: Decision) -> Decision:
         sync = self._store.sync
+        self._creating.add(decision.elicitation_id)
         self._writes.hold(lambda: sync.create_decision(decision))
         self._decisions[decision.key] = decision
         return decision

@@ -74,7 +74,6 @@ from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, Swallowe
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
-    Claim,
     Clock,
     IdempotencyKeyConflict,
     OperationConflict,
@@ -472,23 +471,14 @@ class Elicitation:
                 return found
             operation, fresh = found.operation, found.fresh
         decisions: dict[str, Decision] = {}
-        claims: dict[str, Claim] = {}
         if not fresh:
-            sync, operation_id = store.sync, operation.operation_id
-            listed, claims = await store(
-                sync.atomically,
-                lambda: (
-                    sync.list_decisions(principal, operation_id=operation_id, limit=1000),
-                    {c.name: c for c in sync.claims(operation_id, caller=principal)},
-                ),
-            )
+            listed = await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
             decisions = {d.key: d for d in reversed(listed)}
         run = Execution(
             store=store,
             operation=operation,
             principal=principal,
             decisions=decisions,
-            claims=claims,
             settings=CallSettings(
                 clock=self._clock,
                 decision_url=self.decision_url if self._base_url else None,

@@ -906,19 +906,23 @@ class SQLStore(ABC):
         mine = {holder} if succeeding is None else {holder, succeeding}
         stamp = self._to_time(now)
         with self._write() as tx:
-            operation = self._select_operation(tx, operation_id, caller)
-            if operation is None:
-                raise NotFound(f"no operation {operation_id}")
-            if operation.status is not OperationStatus.OPEN:
-                raise OperationConflict(operation, f"claim {name}")
-            # One statement inserts the claim or locks the one there: no gap for others' claims and releases,
-            # and no lock on the operation's row (whose journal and end other transactions write meanwhile).
+            # One statement inserts the claim or locks the one there, for an open operation of the caller's
+            # only: no gap for others' claims and releases, and no lock on the operation's row (whose journal
+            # and end other transactions write meanwhile).
             row = tx.execute(
                 "INSERT INTO elicit_claims (operation_id, name, holder, attempt, claimed_at, lease_until)"
-                " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (operation_id, name) DO UPDATE"
-                " SET holder = elicit_claims.holder RETURNING holder, attempt, claimed_at, lease_until",
-                (operation_id, name, holder, stamp, self._to_time(lease_until)),
-            ).fetchone()
+                " SELECT %s, %s, %s, 1, %s, %s WHERE EXISTS (SELECT 1 FROM elicit_operations"
+                f" WHERE operation_id = %s AND status = 'open'{BINDING})"
+                " ON CONFLICT (operation_id, name) DO UPDATE SET holder = elicit_claims.holder"
+                " RETURNING holder, attempt, claimed_at, lease_until",
+                (operation_id, name, holder, stamp, self._to_time(lease_until), operation_id, caller.principal_id,
+                 caller.client_id),
+            ).fetchone()  # fmt: skip
+            if row is None:
+                operation = self._select_operation(tx, operation_id, caller)
+                if operation is None:
+                    raise NotFound(f"no operation {operation_id}")
+                raise OperationConflict(operation, f"claim {name}")
             current = Claim(operation_id, name, row[0], row[1], self._from_time(row[3]))
             if current.holder == holder and row[1] == 1 and self._from_time(row[2]) == now:
                 return current

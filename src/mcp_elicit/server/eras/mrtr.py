@@ -192,7 +192,7 @@ class MrtrAsker:
             if decision.is_terminal:
                 return decision
         if decision.status is DecisionStatus.REQUESTED:
-            elsewhere = run.claims.get(question_claim(decision.key))
+            elsewhere = await run.claim_of(question_claim(decision.key))
             if elsewhere is None or elsewhere.holder in self._ours or elsewhere.lease_until <= run.now():
                 raise run.signal(Suspend([_elicitation(decision, note)]))
             until = min(decision.expires_at, run.now() + self._long_poll, elsewhere.lease_until)
