@@ -2,26 +2,38 @@
 
 The SDK and anyio report a refused connection as an exception group two task groups deep, a server that
 died during the handshake as "Connection closed", an unauthenticated endpoint as an HTTP status error.
-None of that tells a person what to do; `describe` finds the error that matters and says it plainly.
+None of that tells a person what to do; `describe` finds the error that matters and says it plainly. A tool
+that asks with a server-initiated request (the SDK's `ctx.elicit`) fails on a 2026-07-28 connection with a
+message about a missing back-channel: `era_hint` reads that as what it means, and names the era that works.
 Exit codes follow the CLI's rule: 2 when the command could not do its job at all (usage, connection),
 1 when the call ran and did not succeed (a tool error, a refused or stopped call).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
 import httpx2
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, METHOD_NOT_FOUND
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_elicit.client import KitError, ServerSilent
+from mcp_elicit.client import ConnectionLost, KitError, ServerSilent, UnsupportedEra
 
 USAGE = 2
 """Bad arguments, or no server to talk to."""
 CALL_FAILED = 1
 """The call was made and did not succeed."""
+PINNABLE_ERAS = ("2025-11-25", "2026-07-28")
+"""The eras `--era` can pin, newest last."""
+HANDSHAKE_ERA = "2025-11-25"
+_NO_BACK_CHANNEL = re.compile(r"back-channel|server-initiated request", re.IGNORECASE)
+"""How servers say a tool asked on a live call that 2026-07-28 does not have: the SDK's `NoBackChannelError`
+("... no back-channel for server-initiated requests"), FastMCP's "elicitation via server-initiated requests
+is unavailable on 2026-07-28 connections"."""
 
 
 class CommandFailed(Exception):
@@ -44,6 +56,18 @@ class Situation:
     http_status: int | None = None
     """The last HTTP error status the endpoint answered: the SDK reports it only as a generic JSON-RPC error."""
     token_given: bool = False
+    protocol: str | None = None
+    """The protocol version of the connection, once there is one."""
+
+
+def era_hint(said: str, protocol: str | None) -> str | None:
+    """What a server's failure text means when its tool asked with a request the connection's era lacks."""
+    if protocol not in MODERN_PROTOCOL_VERSIONS or not _NO_BACK_CHANNEL.search(said):
+        return None
+    return (
+        f"the tool asks with a server-initiated request, which protocol {protocol} does not have; "
+        f"call it with --era {HANDSHAKE_ERA} (the server said: {said.strip()})"
+    )
 
 
 def leaves(error: BaseException) -> list[BaseException]:
@@ -82,10 +106,14 @@ def _explain(error: BaseException, situation: Situation) -> CommandFailed | None
         return CommandFailed(f"talking to {target} failed: {type(error).__name__}: {error}")
     if isinstance(error, ServerSilent):
         return CommandFailed(f"{target}: {error}")
-    if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
+    if isinstance(error, UnsupportedEra):
+        return CommandFailed(f"{target} does not speak protocol {error.wanted}; {_offers(error.offered)}")
+    if isinstance(error, ConnectionLost) or (isinstance(error, MCPError) and error.code == CONNECTION_CLOSED):
         said = f"; its last words: {situation.server_last_words}" if situation.server_last_words else ""
         when = "during the call" if situation.connected else "before answering"
         return CommandFailed(f"{target} closed the connection {when}{said}")
+    if isinstance(error, MCPError) and (hint := era_hint(error.error.message, situation.protocol)) is not None:
+        return CommandFailed(hint, CALL_FAILED)
     if isinstance(error, KitError):
         return CommandFailed(f"the call stopped: {error}", CALL_FAILED)
     if isinstance(error, MCPError) and situation.connected:
@@ -99,6 +127,14 @@ def _explain(error: BaseException, situation: Situation) -> CommandFailed | None
     if isinstance(error, FileNotFoundError):
         return CommandFailed(f"command not found: {target}")
     return None
+
+
+def _offers(offered: Sequence[str]) -> str:
+    if not offered:
+        return "it names no revision it speaks"
+    pinnable = [era for era in PINNABLE_ERAS if era in offered]
+    use = f"--era {pinnable[-1]}" if pinnable else "--era auto (negotiated)"
+    return f"it offers {', '.join(offered)}: use {use}"
 
 
 def _http_status(status: int, situation: Situation) -> CommandFailed:

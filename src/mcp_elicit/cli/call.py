@@ -5,8 +5,13 @@ question reaches the person at this terminal (or the answers of `--script FILE`)
 script there is nobody to ask, and the kit declares no elicitation at all, so the server falls back or says
 what is missing instead of waiting for nobody. A stdio server is started like a command typed at the shell:
 it inherits this environment (the SDK would pass only a few safe variables, which would lose, for one,
-`MCP_ELICIT_STORE`). Its stderr goes to a temporary file, so that its logs do not run through the person's
-prompts; its last line is quoted if it dies.
+`MCP_ELICIT_STORE`). Its stderr goes to a log file (`--server-log FILE`, by default a new file in the
+temporary directory, kept only when the call fails), so that its logs do not run through the person's
+prompts: its last line is quoted if it dies, its last lines are shown when the tool reports an error (the
+SDK tells the client only "Error executing tool X" about a crash), and the file is named with any failure.
+A result the server replayed from an identical earlier call is said to be one. While the call waits on a
+URL flow, a live status line says since when and until when, with keys to retry now ("I'm done") or to
+cancel; a script answers that prompt with `done` or `stop` (`_waits`).
 
 Exit codes: 0 the tool succeeded, 1 the tool reported an error or the call was refused or stopped,
 2 the command could not be run (bad arguments, unknown tool, no server to talk to), 130 interrupted.
@@ -21,9 +26,11 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
@@ -35,11 +42,12 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
-from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe
+from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe, era_hint
 from mcp_elicit.cli._logs import one_line_warnings
-from mcp_elicit.cli._shown import ShownHandler
-from mcp_elicit.cli._tool_result import print_result
+from mcp_elicit.cli._tool_result import print_result, replay_note, result_text
+from mcp_elicit.cli._waits import ScriptShown, waits_shown
 from mcp_elicit.client import (
     ElicitationHandler,
     ElicitingClient,
@@ -49,9 +57,13 @@ from mcp_elicit.client import (
     TerminalHandler,
     load_script,
 )
+from mcp_elicit.client.pending import FlowWaits
 from mcp_elicit.client.session import Target, kit_http_client
+from mcp_elicit.client.terminal_views import printable
 
 INTERRUPTED = 130
+LOG_TAIL_LINES = 20
+"""Lines of a stdio server's log shown when its tool reports an error."""
 TOKEN_ENV = "MCP_ELICIT_TOKEN"  # noqa: S105 (the variable's name)
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -85,22 +97,41 @@ class Server:
     log: Path | None = None
     http_status: int | None = None
     """The last HTTP error status seen, since the SDK turns a 401 into a bare JSON-RPC error."""
+    protocol: str | None = None
 
     async def _observe(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
             self.http_status = response.status_code
 
     def situation(self, connected: bool) -> Situation:
-        return Situation(self.label, connected, self.last_words(), self.http_status, self.token is not None)
+        return Situation(
+            self.label,
+            connected,
+            self.last_words(),
+            self.http_status,
+            self.token is not None,
+            protocol=self.protocol,
+        )
 
     def last_words(self) -> str | None:
+        lines = self.last_lines(1)
+        return lines[0].strip() if lines else None
+
+    def last_lines(self, count: int) -> list[str]:
+        """The last `count` lines the stdio server wrote to its log that are not blank."""
         if self.log is None:
-            return None
+            return []
         try:
-            lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+            text = self.log.read_text(errors="replace")
         except OSError:
-            return None
-        return lines[-1] if lines else None
+            return []
+        return [line.rstrip() for line in text.splitlines() if line.strip()][-count:]
+
+    def with_log(self, failed: CommandFailed) -> CommandFailed:
+        """The failure, naming the server's log when the server wrote one."""
+        if not self.last_lines(1):
+            return failed
+        return CommandFailed(f"{failed.message} (server log: {self.log})", failed.code)
 
     @asynccontextmanager
     async def client(self, handler: ElicitationHandler, era: EraChoice) -> AsyncIterator[ElicitingClient]:
@@ -158,7 +189,7 @@ def resolve_server(target: str, token: str | None) -> Server:
 def choose_handler(script: Path | None, console: Console) -> ElicitationHandler:
     if script is not None:
         try:
-            return ShownHandler(ScriptedHandler(load_script(script)), console)
+            return ScriptShown(ScriptedHandler(load_script(script)), console)
         except (ScriptError, OSError) as error:
             raise CommandFailed(f"cannot use the script {script}: {error}") from None
     if _interactive(sys.stdin) and _interactive(sys.stdout):
@@ -182,6 +213,13 @@ def call(
     token: Annotated[
         str | None, typer.Option(envvar=TOKEN_ENV, help="Bearer token for an http(s) target.", show_default=False)
     ] = None,
+    server_log: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write a stdio server's stderr to this file (default: a temporary file, kept if the call fails).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Call one tool; the server's questions are asked at this terminal (or answered by --script)."""
     one_line_warnings()
@@ -189,8 +227,10 @@ def call(
     try:
         arguments = parse_arguments(arg or [])
         server = resolve_server(target, token)
+        if server_log is not None and server.url is not None:
+            raise CommandFailed("--server-log applies to a stdio server only; an http(s) server keeps its own logs")
         handler = choose_handler(script, out)
-        code = _run_in_temp_dir(server, tool, arguments, handler, era)
+        code = _run_with_log(server, tool, arguments, handler, era, server_log)
     except CommandFailed as failed:
         _fail(failed)
     except KeyboardInterrupt:
@@ -199,13 +239,36 @@ def call(
     raise typer.Exit(code)
 
 
-def _run_in_temp_dir(
-    server: Server, tool: str, arguments: dict[str, Any], handler: ElicitationHandler, era: EraChoice
+def _run_with_log(
+    server: Server,
+    tool: str,
+    arguments: dict[str, Any],
+    handler: ElicitationHandler,
+    era: EraChoice,
+    server_log: Path | None,
 ) -> int:
-    with tempfile.TemporaryDirectory(prefix="mcp-elicit-call-") as scratch:
-        if server.url is None:
-            server.log = Path(scratch) / "server-stderr.log"
+    """The call, a stdio server's stderr going to `server_log`, or to a temporary file kept only on failure."""
+    if server.url is not None:
         return anyio.run(_call, server, tool, arguments, handler, era)
+    server.log = server_log if server_log is not None else _new_log_file()
+    keep = False
+    try:
+        code = anyio.run(_call, server, tool, arguments, handler, era)
+        keep = code != 0
+        return code
+    except CommandFailed:
+        keep = True
+        raise
+    finally:
+        if server_log is None and not (keep and server.last_lines(1)):
+            server.log.unlink(missing_ok=True)
+
+
+def _new_log_file() -> Path:
+    """A new file only this user can read: a server's log may hold what its tools were given."""
+    descriptor, name = tempfile.mkstemp(prefix="mcp-elicit-call-", suffix=".log")
+    os.close(descriptor)
+    return Path(name)
 
 
 async def _call(
@@ -215,6 +278,7 @@ async def _call(
     try:
         async with server.client(handler, era) as client:
             connected = True
+            server.protocol = client.protocol_version
             name = client.server_info.name if client.server_info is not None else server.label
             err.print(f"[dim]connected to {escape(name)}, protocol {escape(client.protocol_version)}[/dim]")
             listing = await client.list_tools()
@@ -222,19 +286,35 @@ async def _call(
             if tool not in names and listing.next_cursor is None:
                 offered = ", ".join(names) or "none"
                 raise CommandFailed(f"{server.label} has no tool {tool!r}; its tools: {offered}")
-            result = await client.call_tool(tool, arguments)
+            waits = FlowWaits(client.pending, browser_time=client.pacing.max_wait)
+            async with waits_shown(handler, waits, out, time.monotonic):
+                result = await client.call_tool(tool, arguments)
     except Exception as error:
         failed = describe(error, server.situation(connected))
         if failed.code == CALL_FAILED and isinstance(handler, NoPersonHandler):
             failed = CommandFailed(
                 f"{failed.message}; nobody can be asked here (no terminal): use --script FILE", CALL_FAILED
             )
-        raise failed from None
+        raise server.with_log(failed) from None
     print_result(out, result)
+    if (note := replay_note(result, datetime.now(UTC))) is not None:
+        err.print(Text(note, style="dim"), soft_wrap=True)
     if result.is_error:
         err.print(f"[red]the tool {escape(tool)} reported an error[/red]")
+        if (hint := era_hint(result_text(result), server.protocol)) is not None:
+            err.print(Text(printable(hint)), soft_wrap=True)
+        _show_log_tail(server)
         return CALL_FAILED
     return 0
+
+
+def _show_log_tail(server: Server) -> None:
+    lines = server.last_lines(LOG_TAIL_LINES)
+    if not lines:
+        return
+    err.print(Text(f"the server's log ({server.log}) ends with:", style="dim"), soft_wrap=True)
+    for line in lines:
+        err.print(Text(f"  {printable(line)}", style="dim"), soft_wrap=True)
 
 
 def _interactive(stream: TextIO) -> bool:

@@ -7,6 +7,12 @@ reads the store and says what just became durable. With `--script FILE` the answ
 the URL-mode consent is completed by a scripted browser walking the same pages over HTTP, so an unattended
 run (`make run` without a terminal, CI) exercises the very same path.
 
+Ctrl-C at a question (or at the status line of the browser step) cancels that question only, and says
+so; a second Ctrl-C within `CTRL_C_AGAIN` seconds stops the demo, as Ctrl-C does anywhere else. A browser
+step cancelled that way, or left open by a stop, is cancelled in the store too (audited, by "mcp-elicit
+demo"): the demo owns the whole deployment, and its throwaway user vanishes with it, so a decision nobody
+can complete any more says so at once instead of staying `accepted_url` until its TTL.
+
 Exit codes: 0 every scenario ran (whatever was answered), 1 a tool reported an error or a call stopped,
 2 the demo could not start (store, processes, sign-in, no terminal and no script), 130 interrupted.
 """
@@ -17,7 +23,9 @@ import os
 import secrets
 import signal
 import sys
+import time
 import webbrowser
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
@@ -27,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import typer
 from anyio.abc import TaskGroup
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
@@ -36,8 +44,8 @@ from rich.text import Text
 from mcp_elicit.cli._demo_scenarios import SCENARIOS, Scenario
 from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe
 from mcp_elicit.cli._logs import one_line_warnings
-from mcp_elicit.cli._shown import ShownHandler
 from mcp_elicit.cli._tool_result import print_result
+from mcp_elicit.cli._waits import ScriptShown, waits_shown
 from mcp_elicit.cli.call import EraChoice, EraOption
 from mcp_elicit.client import (
     ElicitationHandler,
@@ -51,13 +59,16 @@ from mcp_elicit.client import (
     UrlOpener,
     load_script,
 )
-from mcp_elicit.model import Decision, Operator
+from mcp_elicit.client.pending import FlowWaits, Wait
+from mcp_elicit.model import Decision, DecisionStatus, Operator
 from mcp_elicit.reference.demo_stack import DemoStack, StackError, running_stack, sign_in
 from mcp_elicit.reference.scripted_browser import ScriptedBrowser, WalkFailed
 from mcp_elicit.store import ENV_VAR, Store, StoreError, default_store_path, default_store_url, open_store
 
 SCRIPTED_SCENARIO_TIMEOUT = 120.0
 """Seconds one scenario may take when nobody is at the keyboard; an unattended run must never hang."""
+CTRL_C_AGAIN = 2.0
+"""Seconds within which a second Ctrl-C stops the demo; the first one cancels the question on screen."""
 INTERRUPTED = 130
 READER = Operator("mcp-elicit demo")
 
@@ -86,6 +97,7 @@ def demo(
     one_line_warnings()
     signal.signal(signal.SIGTERM, _interrupt)
     handler = _handler(script)
+    say = handler.say if isinstance(handler, TerminalHandler) else out.print
     store_url = store or default_store_url()
     try:
         if store is None:
@@ -95,7 +107,7 @@ def demo(
         _fail(CommandFailed(f"cannot use the store: {error}"))
     hint = f" --store {_shown_url(store)}" if store is not None and os.environ.get(ENV_VAR) != store else ""
     run_dir = default_store_path().parent / "demo" / f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-    narrator = Narrator(out, scripted=script is not None, store_hint=hint)
+    narrator = Narrator(out, scripted=script is not None, store_hint=hint, say=say)
     narrator.intro()
     code = USAGE
     try:
@@ -107,6 +119,9 @@ def demo(
     except CommandFailed as failed:
         _fail(failed, run_dir)
     except KeyboardInterrupt:
+        if narrator.stack is not None:
+            for decision in _cancel_open(records, narrator.stack.principal_id, "the demo was stopped"):
+                err.print(Text(f"cancelled the open {_decision_line(decision)}"), soft_wrap=True)
         err.print(
             f"interrupted: the reference server and the provider are stopped; logs in {escape(str(run_dir))}",
             soft_wrap=True,
@@ -121,10 +136,14 @@ def demo(
 class Narrator:
     """Everything the demo says besides the questions and results: where things are, what became durable."""
 
-    def __init__(self, console: Console, *, scripted: bool, store_hint: str) -> None:
+    def __init__(
+        self, console: Console, *, scripted: bool, store_hint: str, say: Callable[[RenderableType], None]
+    ) -> None:
         self.console = console
         self.scripted = scripted
         self.store_hint = store_hint
+        self.say = say
+        """How to print while a call runs: above the live status line, when one shows."""
         self.seen: set[str] = set()
         self.stack: DemoStack | None = None
 
@@ -164,7 +183,8 @@ class Narrator:
             self.console.print(
                 Text(
                     "In a question: Enter accepts a field; Esc, Ctrl-C or Ctrl-D cancels that question; "
-                    "d at the review declines it. Ctrl-C anywhere else stops the demo.",
+                    "d at the review declines it. A second Ctrl-C within 2 s, or Ctrl-C anywhere else, "
+                    "stops the demo.",
                     style="dim",
                 )
             )
@@ -209,20 +229,20 @@ class Narrator:
     def flow_changed(self, flow: PendingFlow) -> None:
         stack = self._stack()
         if flow.status is FlowStatus.OPEN and self.scripted:
-            self.console.print(Text("The scripted browser walks the pages over HTTP...", style="dim"))
+            self.say(Text("The scripted browser walks the pages over HTTP...", style="dim"))
         elif flow.status is FlowStatus.OPEN:
-            self.console.print(
+            self.say(
                 Text(
                     f"Waiting for the browser: sign in as {stack.user.username} (password {stack.user.password}), "
                     f"press Continue, sign in at Example as {stack.provider_user.username} "
-                    f"(password {stack.provider_user.password}), press Allow. Ctrl-C stops the demo.",
+                    f"(password {stack.provider_user.password}), press Allow. c or Ctrl-C cancels this step.",
                     style="bold",
                 )
             )
         elif flow.status is FlowStatus.COMPLETED:
-            self.console.print(Text("The server announced the flow's completion.", style="dim"))
+            self.say(Text("The server announced the flow's completion.", style="dim"))
         elif flow.status in (FlowStatus.FAILED, FlowStatus.CANCELLED):
-            self.console.print(Text(f"The browser flow {flow.status.value}: {flow.reason}", style="bold red"))
+            self.say(Text(f"The browser flow {flow.status.value}: {flow.reason}", style="bold red"))
 
     def page_to_open(self, url: str, why: str) -> None:
         self.console.print(Text(why, style="bold"))
@@ -259,10 +279,12 @@ async def _walkthrough(
                 stack.mcp_url, handler, era=era.value, bearer_token=token, pending=pending, opener=opener
             ) as client:
                 connected = True
+                waits = BrowserWaits(FlowWaits(pending, browser_time=client.pacing.max_wait), records, narrator)
                 for number, scenario in enumerate(SCENARIOS, start=1):
                     narrator.scenario(number, scenario)
                     with anyio.move_on_after(SCRIPTED_SCENARIO_TIMEOUT if narrator.scripted else None) as limit:
-                        result = await client.call_tool(scenario.tool, scenario.arguments)
+                        async with waits_shown(handler, waits, out, time.monotonic):
+                            result = await client.call_tool(scenario.tool, scenario.arguments)
                     if limit.cancelled_caught:
                         raise CommandFailed(
                             f"{scenario.tool} did not finish within {SCRIPTED_SCENARIO_TIMEOUT:.0f} s", CALL_FAILED
@@ -277,6 +299,77 @@ async def _walkthrough(
     except Exception as error:
         raise describe(error, Situation(stack.mcp_url, connected)) from None
     return code
+
+
+class BrowserWaits:
+    """The demo's URL flows as waits; cancelling one cancels its decision in the store, then lets the call
+    go on, so the server ends the step itself ("Not connected (cancelled)") on either era."""
+
+    def __init__(self, flows: FlowWaits, records: Store, narrator: Narrator) -> None:
+        self._flows = flows
+        self._records = records
+        self._narrator = narrator
+
+    def waits(self) -> Sequence[Wait]:
+        return self._flows.waits()
+
+    def retry_now(self, wait_id: str) -> bool:
+        return self._flows.retry_now(wait_id)
+
+    def cancel(self, wait_id: str, reason: str) -> bool:
+        flow = self._flows.pending.get(wait_id)
+        decision_id = flow.elicitation_id or _decision_of(flow.url)
+        if decision_id is None:
+            return self._flows.cancel(wait_id, reason)
+        try:
+            decision = self._records.get_decision(decision_id, READER)
+            if not decision.is_terminal:
+                decision = self._records.transition(decision, DecisionStatus.CANCELLED, caller=READER, reason=reason)
+        except StoreError as error:
+            self._narrator.say(Text(f"The decision {decision_id[:8]} could not be cancelled: {error}", style="bold"))
+            return self._flows.cancel(wait_id, reason)
+        self._narrator.say(Text(f"In the store: {_decision_line(decision)}; the server ends the step.", style="bold"))
+        self._flows.retry_now(wait_id)
+        return True
+
+
+def _decision_of(url: str) -> str | None:
+    """The decision a page of the reference server is about: `/elicit/{id}`."""
+    parts = urlsplit(url).path.strip("/").split("/")
+    return parts[1] if len(parts) == 2 and parts[0] == "elicit" else None
+
+
+def _cancel_open(records: Store, principal_id: str, reason: str) -> list[Decision]:
+    """Cancel every decision of the run's throwaway user still open: once the demo stops, nobody can."""
+    cancelled = []
+    for decision in records.list_decisions(READER, principal_id=principal_id, limit=100):
+        if decision.is_terminal:
+            continue
+        try:
+            cancelled.append(records.transition(decision, DecisionStatus.CANCELLED, caller=READER, reason=reason))
+        except StoreError:
+            continue
+    return cancelled
+
+
+class CtrlC:
+    """Ctrl-C read at a prompt or at the status line: the first press cancels what is on screen (and says how
+    to stop); a second within `CTRL_C_AGAIN` seconds stops the demo the way Ctrl-C does between prompts, with
+    SIGINT, and the prompt answers nothing on the way down."""
+
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+        self._console = console
+        self._clock = clock
+        self._last: float | None = None
+
+    def __call__(self) -> bool:
+        now = self._clock()
+        if self._last is not None and now - self._last <= CTRL_C_AGAIN:
+            signal.raise_signal(signal.SIGINT)
+            return True
+        self._last = now
+        self._console.print(Text("Press Ctrl-C again to stop the demo.", style="bold"))
+        return False
 
 
 def _scripted_opener(stack: DemoStack, pending: PendingFlows, narrator: Narrator, background: TaskGroup) -> UrlOpener:
@@ -327,12 +420,12 @@ def _graphical_session() -> bool:
 def _handler(script: Path | None) -> ElicitationHandler:
     if script is not None:
         try:
-            return ShownHandler(ScriptedHandler(load_script(script)), out)
+            return ScriptShown(ScriptedHandler(load_script(script)), out)
         except (ScriptError, OSError) as error:
             _fail(CommandFailed(f"cannot use the script {script}: {error}"))
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         _fail(CommandFailed("no terminal to ask you at: run with --script examples/demo-script.json"))
-    return TerminalHandler()
+    return TerminalHandler(on_ctrl_c=CtrlC(out))
 
 
 def _shown_url(url: str) -> str:

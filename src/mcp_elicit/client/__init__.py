@@ -2,12 +2,14 @@
 
 from mcp_elicit.client.capabilities import elicitation_capability
 from mcp_elicit.client.errors import (
+    ConnectionLost,
     KitError,
     QuestionRefused,
     ServerSilent,
     StillWaiting,
     TooManyRounds,
     UnknownResultType,
+    UnsupportedEra,
     UrlFlowStopped,
     UrlStillRequired,
 )
@@ -47,6 +49,7 @@ __all__ = [
     "Accept",
     "Asker",
     "Cancel",
+    "ConnectionLost",
     "Consent",
     "Decline",
     "ElicitationHandler",
@@ -71,6 +74,7 @@ __all__ = [
     "TerminalHandler",
     "TooManyRounds",
     "UnknownResultType",
+    "UnsupportedEra",
     "UrlFlowStopped",
     "UrlOpener",
     "UrlReply",

@@ -13,6 +13,10 @@ other's state. The host's manual controls reach the call through it:
   still awaits consent), since re-issuing while the person is still being asked would withdraw the
   question, and a server that is not durable runs the tool again;
 - `stop` cancels the call wherever it is; it then raises `UrlFlowStopped`.
+
+Where the kit itself waits on the server for a call (after `-32042`, between 2026-07-28 still-waiting
+rounds), the wait is on the call too (`waiting`: since when, until when, for which flows), so that a host
+can show the person how long it has been and when the kit gives up (`pending.FlowWaits`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,17 @@ import anyio
 Sleep = Callable[[float], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """One stretch of the kit's own waiting on the server for a call, on the client's clock."""
+
+    started: float
+    deadline: float | None
+    """When the kit stops waiting (`Pacing.max_wait` after `started`); None: no limit."""
+    flows: tuple[str, ...]
+    """The flows of the call the server is waiting on, as far as the kit can tell."""
+
+
 @dataclass(eq=False)
 class CallInFlight:
     kind: Literal["tool", "prompt", "resource"]
@@ -37,6 +52,8 @@ class CallInFlight:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, init=False)
     stopped_by: str | None = field(default=None, init=False)
     stop_reason: str | None = field(default=None, init=False)
+    waiting: Waiting | None = field(default=None, init=False)
+    """The kit's own wait on the server for this call, while it lasts (set by the round loops)."""
     retry_requested: bool = field(default=False, init=False)
     """The host asked to go on now (read by the `-32042` wait, which also wakes for notifications)."""
     guessed: set[str] = field(default_factory=set, init=False)

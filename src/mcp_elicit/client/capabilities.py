@@ -5,7 +5,8 @@ else. A server then may send a URL elicitation to a client that can only show fo
 sees it. The kit therefore rewrites what leaves the client: the `initialize` capabilities (2025-06-18,
 2025-11-25) and the per-request `_meta` client capabilities (2026-07-28, where the spec says servers must
 not infer capabilities from earlier requests). A handler with no mode declares no elicitation at all, so a
-server falls back instead of asking nobody.
+server falls back instead of asking nobody. A revision without URL mode (2025-06-18) is offered form mode
+only: declaring what the revision cannot carry would tell its server nothing true.
 """
 
 from __future__ import annotations
@@ -14,10 +15,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
+from mcp_types.version import is_version_at_least
 
 from mcp_elicit.client.handler import Mode
 
 MODE_ORDER: tuple[Mode, ...] = ("form", "url")
+URL_MODE_SINCE = "2025-11-25"
+"""The first revision with URL mode: 2025-06-18 has form mode only."""
+
+
+def has_url_mode(version: str) -> bool:
+    """Whether protocol `version` has URL-mode elicitation (unknown versions: no)."""
+    return is_version_at_least(version, URL_MODE_SINCE)
+
+
+def modes_on(version: str | None, modes: frozenset[Mode]) -> frozenset[Mode]:
+    """The part of `modes` that protocol `version` can carry (all of them while the version is not known)."""
+    if version is None or has_url_mode(version):
+        return modes
+    return modes - {"url"}
 
 
 def elicitation_capability(modes: frozenset[Mode]) -> dict[str, Any] | None:

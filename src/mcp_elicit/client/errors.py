@@ -109,3 +109,29 @@ class ServerSilent(KitError, TimeoutError):
         else:
             message = f"the server sent nothing for {seconds:g} s while no person was deciding; the call was cut"
         super().__init__(message)
+
+
+class ConnectionLost(KitError, ConnectionError):
+    """The connection to the server ended under the client: its process died, its HTTP endpoint went away, or
+    the stream carrying a response was cut. `__cause__` is what the transport reported.
+
+    A call in flight has no result then, and whether it took effect is for the server to say: a durable server
+    hands the recorded result to the same call made again. With `connecting`, the server went before the
+    connection was set up.
+    """
+
+    def __init__(self, detail: str, *, connecting: bool = False) -> None:
+        self.detail = detail
+        self.connecting = connecting
+        when = " while connecting" if connecting else ""
+        super().__init__(f"the connection to the server was lost{when}: {detail}")
+
+
+class UnsupportedEra(KitError):
+    """The server does not speak the protocol revision the client was pinned to; `offered` is what it speaks."""
+
+    def __init__(self, wanted: str, offered: Sequence[str]) -> None:
+        self.wanted = wanted
+        self.offered = tuple(offered)
+        speaks = ", ".join(self.offered) if self.offered else "no revision it names"
+        super().__init__(f"the server does not speak protocol {wanted}; it offers {speaks}")

@@ -13,7 +13,8 @@ The script is plain JSON, a list of objects:
       {"reply": "cancel"}
     ]
 
-- `reply`: `accept` (forms; with `content`, an object), `consent` (URL mode), `decline` or `cancel` (both);
+- `reply`: `accept` (forms; with `content`, an object), `consent` (URL mode), `decline` or `cancel` (both),
+  `done` or `stop` (the pending-flow prompt, see below);
 - `match` (optional): a substring the question's message must contain; absent or empty matches anything;
 - `content` (optional, `accept` only): the answer, strings, finite numbers, booleans and lists of strings
   (no `null`: a field left unanswered is left out); fields it leaves out get the schema's defaults.
@@ -26,6 +27,13 @@ Each question takes the first unused entry whose `match` fits and whose `reply` 
 used once. A question no entry fits is answered `cancel`, since nobody decided. What a `consent` opens is
 the client's opener's business: without a browser, pass `ElicitingClient(opener=...)` a callable that
 completes the flow (the demo's opener does that).
+
+After a consent, the kit may wait on the flow (a server's completion notification is optional, and a
+2026-07-28 server just says "still waiting"). `follow` puts each such wait to the script as a person at
+a terminal gets it, the pending-flow prompt: an entry with `done` ("I'm done in the browser") retries the
+call now, one with `stop` cancels the flow and stops the call, matched on the flow's message like any
+question. A wait no entry fits goes on as it would with nobody at the keyboard, until it ends or its
+deadline. Each stretch of waiting is one prompt: a server answering `-32042` again after a `done` asks again.
 """
 
 from __future__ import annotations
@@ -33,10 +41,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
+
+import anyio
 
 from mcp_elicit.client.handler import (
     Accept,
@@ -50,13 +60,18 @@ from mcp_elicit.client.handler import (
     UrlReply,
     UrlRequest,
 )
+from mcp_elicit.client.pending import Wait, WaitSource
 
 log = logging.getLogger(__name__)
 
-Reply = Literal["accept", "decline", "cancel", "consent"]
+Reply = Literal["accept", "decline", "cancel", "consent", "done", "stop"]
+WaitReply = Literal["done", "stop"]
 FORM_REPLIES = frozenset({"accept", "decline", "cancel"})
 URL_REPLIES = frozenset({"consent", "decline", "cancel"})
+WAIT_REPLIES = frozenset(get_args(WaitReply))
 ENTRY_KEYS = frozenset({"match", "reply", "content"})
+WAIT_POLL = 0.1
+"""Seconds between two looks for new waits while following them."""
 
 
 class NoPersonHandler:
@@ -145,12 +160,36 @@ class ScriptedHandler:
             return Decline()
         return Consent()
 
-    def _take(self, message: str, replies: frozenset[str]) -> ScriptEntry | None:
+    async def follow(self, *sources: WaitSource, shown: Callable[[Wait, WaitReply | None], None] | None = None) -> None:
+        """Until cancelled: the pending-flow prompt of every new stretch of waiting in `sources`, answered.
+
+        `shown` hears of each prompt and the script's answer (None: no entry fits, the wait goes on).
+        """
+        prompted: set[tuple[int, str, float]] = set()
+        while True:
+            for number, source in enumerate(sources):
+                for wait in source.waits():
+                    if (number, wait.id, wait.started) in prompted:
+                        continue
+                    prompted.add((number, wait.id, wait.started))
+                    entry = self._take(wait.message, WAIT_REPLIES, unanswered="the wait goes on")
+                    reply = cast(WaitReply, entry.reply) if entry is not None else None
+                    if shown is not None:
+                        shown(wait, reply)
+                    if reply == "done":
+                        source.retry_now(wait.id)
+                    elif reply == "stop":
+                        source.cancel(wait.id, "stopped by the script")
+            await anyio.sleep(WAIT_POLL)
+
+    def _take(
+        self, message: str, replies: frozenset[str], *, unanswered: str = "answering cancel"
+    ) -> ScriptEntry | None:
         for index, entry in enumerate(self._entries):
             if not self._used[index] and entry.fits(message, replies):
                 self._used[index] = True
                 return entry
-        log.info("no script entry fits %r; answering cancel", message)
+        log.info("no script entry fits %r; %s", message, unanswered)
         return None
 
 

@@ -11,6 +11,8 @@ all, which ends a URL flow long before a person has signed in anywhere. This loo
   row; the host's `retry_now` on a flow of the call runs the next round at once. This is the time a
   person has in the browser after consenting to a URL (the server answers "still waiting" until the flow
   is done): no request stays open meanwhile, so the silence watch does not bound it, `max_wait` does;
+  the stretch is on the call (`CallInFlight.waiting`) from its first state-only round to the next round
+  that asks something, so a host can show the person how long it has been and when the kit gives up;
 - stops a server that keeps asking new questions after `max_input_rounds` rounds in a row;
 - keeps everything in local variables of one call: parallel calls share nothing.
 
@@ -28,7 +30,7 @@ from typing import TypeVar
 from mcp.shared.exceptions import MCPError
 from mcp_types import ErrorData, InputRequest, InputRequiredResult, InputResponse, InputResponses
 
-from mcp_elicit.client.calls import CallInFlight, Sleep
+from mcp_elicit.client.calls import CallInFlight, Sleep, Waiting
 from mcp_elicit.client.errors import StillWaiting, TooManyRounds
 
 R = TypeVar("R")
@@ -68,30 +70,36 @@ async def drive(
     sleep: Sleep,
 ) -> R:
     """Resolve `first` to the call's final result, round after round."""
-    current = first
-    asking_rounds = 0
-    delay = pacing.first
-    waiting_since: float | None = None
-    while isinstance(current, InputRequiredResult):
-        responses: InputResponses | None = None
-        if current.input_requests:
-            asking_rounds += 1
-            if asking_rounds > pacing.max_input_rounds:
-                raise TooManyRounds(pacing.max_input_rounds)
-            responses = {}
-            for key, request in current.input_requests.items():
-                response = await dispatch(key, request)
-                if isinstance(response, ErrorData):
-                    raise MCPError.from_error_data(response)
-                responses[key] = response
-            delay, waiting_since = pacing.first, None
-        else:
-            asking_rounds = 0
-            now = clock()
-            waiting_since = now if waiting_since is None else waiting_since
-            if pacing.max_wait is not None and now - waiting_since >= pacing.max_wait:
-                raise StillWaiting(now - waiting_since)
-            await call.pause(delay, sleep)
-            delay = min(delay * pacing.factor, pacing.cap)
-        current = await send(responses, current.request_state)
-    return current
+    try:
+        current = first
+        asking_rounds = 0
+        delay = pacing.first
+        waiting_since: float | None = None
+        while isinstance(current, InputRequiredResult):
+            responses: InputResponses | None = None
+            if current.input_requests:
+                asking_rounds += 1
+                if asking_rounds > pacing.max_input_rounds:
+                    raise TooManyRounds(pacing.max_input_rounds)
+                responses = {}
+                for key, request in current.input_requests.items():
+                    response = await dispatch(key, request)
+                    if isinstance(response, ErrorData):
+                        raise MCPError.from_error_data(response)
+                    responses[key] = response
+                delay, waiting_since, call.waiting = pacing.first, None, None
+            else:
+                asking_rounds = 0
+                now = clock()
+                if waiting_since is None:
+                    waiting_since = now
+                    deadline = None if pacing.max_wait is None else now + pacing.max_wait
+                    call.waiting = Waiting(now, deadline, tuple(call.flows))
+                if pacing.max_wait is not None and now - waiting_since >= pacing.max_wait:
+                    raise StillWaiting(now - waiting_since)
+                await call.pause(delay, sleep)
+                delay = min(delay * pacing.factor, pacing.cap)
+            current = await send(responses, current.request_state)
+        return current
+    finally:
+        call.waiting = None

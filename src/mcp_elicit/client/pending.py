@@ -26,6 +26,12 @@ Flows are identified by ids of the kit's own (`flow-1`, `flow-2`...): a server's
 unique on that server, and a server may use it again, so it stays a field (`elicitation_id`) to match
 completion notifications with.
 
+What a call waits on, the person sees as waits (`FlowWaits`): a flow that is open while the kit waits on
+the server for its call (after `-32042`, between 2026-07-28 still-waiting rounds: `CallInFlight.waiting`),
+or while a 2025-era server holds the call, and a completed flow a `-32042` server asks for again. Each says
+since when the person has been at it, and when the kit gives up, so that no wait is ever silent. `Wait` and
+`WaitSource` are not about URLs: anything else a call may wait on (a task) is shown and steered the same way.
+
 Call the registry from the event loop the client runs on.
 """
 
@@ -33,12 +39,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 import anyio
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from mcp_elicit.client.calls import CallInFlight
 from mcp_elicit.client.url_review import UrlReview
 
 log = logging.getLogger(__name__)
@@ -84,6 +93,59 @@ class PendingFlow:
     browser, which bounds how long a silent server holding the call is waited for (see `watch`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Something a call waits on that a person can act on, as a status line shows it; times on the client's clock.
+
+    `message` and `server` come from the server: show them through `terminal_views.printable`.
+    """
+
+    id: str
+    """What the source's `retry_now` and `cancel` take (a flow's id for a URL flow)."""
+    server: str
+    message: str
+    since: float
+    """When the person's part began (the URL was opened): the elapsed time counts from here."""
+    started: float
+    """When this stretch of waiting began; a new stretch (a server answering `-32042` again) is a new prompt."""
+    deadline: float | None
+    """When the kit stops waiting; None: no limit."""
+    done: bool = False
+    """The person's part is over (the flow completed) but the server still asks for it: retrying goes on."""
+
+
+class WaitSource(Protocol):
+    """What a status line shows and steers: the waits of one kind, and the host's two controls on each."""
+
+    def waits(self) -> Sequence[Wait]: ...
+
+    def retry_now(self, wait_id: str) -> bool: ...
+
+    def cancel(self, wait_id: str, reason: str) -> bool: ...
+
+
+class FlowWaits:
+    """The URL flows of `pending` that calls wait on now, as waits.
+
+    `browser_time`: how long the kit counts a person as busy in the browser after opening a URL, which
+    bounds a 2025-era call the server holds open meanwhile (the client's `Pacing.max_wait`; see `watch`);
+    the kit's own waits carry their deadline themselves.
+    """
+
+    def __init__(self, pending: PendingFlows, *, browser_time: float | None) -> None:
+        self.pending = pending
+        self.browser_time = browser_time
+
+    def waits(self) -> Sequence[Wait]:
+        return self.pending.waits(browser_time=self.browser_time)
+
+    def retry_now(self, wait_id: str) -> bool:
+        return self.pending.retry_now(wait_id)
+
+    def cancel(self, wait_id: str, reason: str) -> bool:
+        return self.pending.cancel(wait_id, reason)
+
+
 @dataclass(eq=False)
 class _Entry:
     flow: PendingFlow
@@ -125,6 +187,15 @@ class PendingFlows:
 
     def get(self, flow_id: str) -> PendingFlow:
         return self._entries[flow_id].flow
+
+    def waits(self, *, browser_time: float | None = None) -> Sequence[Wait]:
+        """The flows a call waits on now, oldest first: see `FlowWaits` (which passes `browser_time`)."""
+        found: list[Wait] = []
+        for entry in self._entries.values():
+            wait = _wait_of(entry, browser_time)
+            if wait is not None:
+                found.append(wait)
+        return found
 
     def retry_now(self, flow_id: str) -> bool:
         """Retry the call waiting on this flow now instead of at its next pace; False if nothing can be retried.
@@ -285,3 +356,28 @@ class PendingFlows:
             self._on_change(flow)
         except Exception:
             log.exception("the pending-flow observer raised on %s (%s)", flow.id, flow.status)
+
+
+def _wait_of(entry: _Entry, browser_time: float | None) -> Wait | None:
+    """The wait on this flow, if its call waits on it now.
+
+    The kit waiting itself (`CallInFlight.waiting`): on an open flow of that wait, or on a completed one a
+    `-32042` server asks for again. Otherwise only a 2025-era call the server holds open while the person
+    is in the browser: an open flow the call did not adopt on the `-32042` path (between two `-32042`
+    answers the kit is about to wait again, and a 2026-07-28 round on its way is no wait yet).
+    """
+    call, flow = entry.holder, entry.flow
+    if not isinstance(call, CallInFlight):
+        return None
+    waiting = call.waiting
+    if waiting is not None and flow.id in waiting.flows:
+        done = flow.status is FlowStatus.COMPLETED and entry.adopted
+        if flow.status is not FlowStatus.OPEN and not done:
+            return None
+        since = flow.opened_at if flow.opened_at is not None else waiting.started
+        return Wait(flow.id, flow.server, flow.message, since, waiting.started, waiting.deadline, done)
+    held = flow.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS and not entry.adopted and waiting is None
+    if not held or flow.status is not FlowStatus.OPEN or flow.opened_at is None:
+        return None
+    deadline = None if browser_time is None else flow.opened_at + browser_time
+    return Wait(flow.id, flow.server, flow.message, flow.opened_at, flow.opened_at, deadline)

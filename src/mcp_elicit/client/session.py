@@ -19,10 +19,17 @@ It is the SDK's `mcp.Client` behind the kit's transport wrapper (`transport.KitT
 
 Eras: `"auto"` negotiates (2026-07-28 if the server offers it, else the `initialize` handshake),
 `"2025-11-25"` pins the handshake (the SDK offers 2025-11-25; the server may settle on 2025-06-18),
-`"2025-06-18"` offers 2025-06-18 in the handshake, and `"2026-07-28"` pins the stateless era. `-32042`
-is handled on 2025-11-25 only: 2025-06-18 has no URL mode and 2026-07-28 forbids it. A 2025-06-18 server
-does not know URL mode either: it reads any declared elicitation capability as form support, so a
-URL-only handler may still get form questions there, which the kit refuses (`-32602`) unseen.
+`"2025-06-18"` offers 2025-06-18 in the handshake, and `"2026-07-28"` requires the stateless era: a server
+that does not speak it (or a pinned handshake era) is refused at connection with `UnsupportedEra`, naming
+what it offers. 2025-06-18 has no URL mode: the kit declares form mode only there, and refuses a URL
+elicitation on such a connection (`-32602`) without showing it, whatever was declared (a negotiated
+connection may settle on 2025-06-18 after `initialize` declared URL mode). A 2025-06-18 server reads any
+declared elicitation capability as form support, so a URL-only handler declares none there. `-32042` is
+handled on 2025-11-25 only: 2025-06-18 has no URL mode and 2026-07-28 forbids it.
+
+A server that goes away (its process killed, its HTTP endpoint stopped) ends calls in flight, and the
+`async with` block, with one `ConnectionLost`, its cause chained; an exception of the block itself
+leaves it unchanged, never wrapped in an exception group.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, contextmanager
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -49,8 +56,11 @@ from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    CONNECTION_CLOSED,
     HEADER_MISMATCH,
+    INVALID_PARAMS,
     SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
     URL_ELICITATION_REQUIRED,
     CallToolResult,
     ElicitCompleteNotification,
@@ -67,19 +77,24 @@ from mcp_types import (
     InputResponses,
     ListToolsResult,
     ReadResourceResult,
+    UnsupportedProtocolVersionErrorData,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from mcp_elicit import __version__
 from mcp_elicit.client.calls import CallInFlight, Sleep
+from mcp_elicit.client.capabilities import has_url_mode
 from mcp_elicit.client.elicitor import Elicitor
 from mcp_elicit.client.errors import (
+    ConnectionLost,
+    KitError,
     QuestionRefused,
     ServerSilent,
     StillWaiting,
     TooManyRounds,
     UnknownResultType,
+    UnsupportedEra,
     UrlFlowStopped,
 )
 from mcp_elicit.client.handler import Asker, ElicitationHandler, Mode
@@ -93,7 +108,10 @@ from mcp_elicit.client.watch import SilenceWatch
 log = logging.getLogger(__name__)
 
 Era = Literal["auto", "2025-06-18", "2025-11-25", "2026-07-28"]
-SDK_MODE: dict[str, str] = {"auto": "auto", "2025-06-18": "legacy", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
+SDK_MODE: dict[str, str] = {"auto": "auto", "2025-06-18": "legacy", "2025-11-25": "legacy", "2026-07-28": "auto"}
+"""The SDK's connection mode per era. 2026-07-28 negotiates too, then requires the result: the SDK's own
+2026-07-28 mode assumes the server speaks it without asking, and a server that does not then fails the
+first call with a validation error; negotiated, it says what it speaks instead."""
 OFFERED_VERSION: dict[str, str] = {"2025-06-18": "2025-06-18"}
 """Handshake eras the kit offers itself, since the SDK always offers its newest one."""
 URL_REQUIRED_VERSION = "2025-11-25"
@@ -250,9 +268,12 @@ class ElicitingClient:
                 assert self._connect_timeout is not None
                 raise ServerSilent(self._connect_timeout, connecting=True)
             self._client = client
-        except BaseException:
+        except BaseException as failed:
             self._client = None
-            await stack.aclose()
+            try:
+                await stack.aclose()
+            finally:
+                _raise_as_kit_error(failed, connecting=True, wanted=None if self.era == "auto" else self.era)
             raise
         self._stack = stack
         return self
@@ -263,10 +284,29 @@ class ElicitingClient:
         stack, self._stack = self._stack, None
         try:
             if stack is not None:
-                await stack.__aexit__(exc_type, exc, tb)
+                await self._close(stack, exc)
         finally:
             self._client = None
             self.pending.finish(self.pending.of_connection(self), FlowStatus.ENDED, "the client closed")
+
+    async def _close(self, stack: AsyncExitStack, raised: BaseException | None) -> None:
+        """Close the connection; what the block raised is left as it is, a lost connection is `ConnectionLost`.
+
+        Only a cancellation goes into the task group's exit (it must, to be told apart from the group's own):
+        any other exception of the block would come out of the group wrapped in an `ExceptionGroup`, which no
+        `except KitError` or `except MCPError` around the block catches.
+        """
+        handed = raised if isinstance(raised, anyio.get_cancelled_exc_class()) else None
+        try:
+            await stack.__aexit__(type(handed) if handed is not None else None, handed, None)
+        except BaseException as closing:
+            if closing is handed:
+                raise
+            if raised is not None and handed is None:
+                log.debug("closing the connection failed after the block raised %r", raised, exc_info=closing)
+                return
+            _raise_as_kit_error(closing, connecting=False)
+            raise
 
     async def _transport(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[Any]:
         target = self.target
@@ -288,10 +328,15 @@ class ElicitingClient:
         return target
 
     async def _identify(self, client: Client) -> Implementation | None:
-        """The server's name for the person: from `initialize`, or `server/discover` (asked once if pinned)."""
+        """The server's name for the person: from `initialize`, or `server/discover` (asked again if it had none).
+
+        Refuses a server that negotiated another era than the one required (`UnsupportedEra`).
+        """
+        version = client.protocol_version
+        if self.era in MODERN_PROTOCOL_VERSIONS and version != self.era:
+            raise UnsupportedEra(self.era, [version])
         if client.server_info is not None:
             return client.server_info
-        version = client.protocol_version
         if version not in MODERN_PROTOCOL_VERSIONS:
             return None
         try:
@@ -346,7 +391,8 @@ class ElicitingClient:
 
     async def list_tools(self) -> ListToolsResult:
         client = self._connected()
-        return await self._watch.guard(lambda: client.list_tools(cache_mode="refresh"))
+        with _losing_connection():
+            return await self._watch.guard(lambda: client.list_tools(cache_mode="refresh"))
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> CallToolResult:
         """Call a tool; the person is asked whatever the server needs, on whatever era was negotiated.
@@ -355,7 +401,7 @@ class ElicitingClient:
         cancelled, `UrlStillRequired` when a `-32042` server keeps asking for flows already done,
         `StillWaiting` / `TooManyRounds` when the rounds go on past the pacing's limits, `QuestionRefused`
         when a 2026-07-28 round asks what the kit may not show, `ServerSilent` when the server went quiet,
-        `UnknownResultType`, and the server's own `MCPError`s.
+        `ConnectionLost` when it went away, `UnknownResultType`, and the server's own `MCPError`s.
         """
         session = self.session
 
@@ -425,6 +471,8 @@ class ElicitingClient:
                     sleep=self._sleep,
                 )
             except Exception as raised:
+                if (lost := _lost_connection(raised)) is not None:
+                    raise ConnectionLost(_detail(lost)) from lost
                 error = _unwrap(raised)
                 if isinstance(error, MCPError) and (result_type := unknown_result_type(error)) is not None:
                     raise UnknownResultType(result_type) from None
@@ -581,6 +629,10 @@ class ElicitingClient:
         person and lets the host's controls reach it, but when that call ends a dialog still on screen is
         left to the person (the flow becomes unattributed) instead of being withdrawn.
         """
+        version = self._client.protocol_version if self._client is not None else None
+        if isinstance(params, ElicitRequestURLParams) and version is not None and not has_url_mode(version):
+            log.warning("refused a URL elicitation: protocol %s has no URL mode", version)
+            return ErrorData(code=INVALID_PARAMS, message=f"protocol {version} has no URL-mode elicitation")
         only = next(iter(self._calls)) if len(self._calls) == 1 else None
         return await self._elicitor.answer(params, only)
 
@@ -644,6 +696,78 @@ def _unwrap(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+def _failures(error: BaseException) -> list[BaseException]:
+    """The errors inside (nested) exception groups, cancellations left out: they follow a failure elsewhere."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _failures(inner)]
+    return [] if isinstance(error, anyio.get_cancelled_exc_class()) else [error]
+
+
+_TRANSPORT_ENDED = (
+    httpx2.TransportError,
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+    ConnectionError,
+)
+
+
+def _is_connection_failure(error: BaseException, *, connecting: bool) -> bool:
+    """Whether `error` says the connection ended. While connecting, an HTTP endpoint nobody answers at was
+    never there, which is not losing it (the caller sees the transport's own error)."""
+    if isinstance(error, KitError):
+        return False
+    if isinstance(error, MCPError):
+        return error.code == CONNECTION_CLOSED
+    if connecting and isinstance(error, httpx2.ConnectError | httpx2.TimeoutException):
+        return False
+    return isinstance(error, _TRANSPORT_ENDED)
+
+
+def _lost_connection(error: BaseException, *, connecting: bool = False) -> BaseException | None:
+    """The first failure inside `error` when every one says the connection ended, else None."""
+    found = _failures(error)
+    if found and all(_is_connection_failure(leaf, connecting=connecting) for leaf in found):
+        return found[0]
+    return None
+
+
+def _detail(error: BaseException) -> str:
+    if isinstance(error, MCPError):
+        return error.error.message
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+@contextmanager
+def _losing_connection() -> Iterator[None]:
+    try:
+        yield
+    except Exception as raised:
+        if (lost := _lost_connection(raised)) is not None:
+            raise ConnectionLost(_detail(lost)) from lost
+        raise
+
+
+def _raise_as_kit_error(failed: BaseException, *, connecting: bool, wanted: str | None = None) -> None:
+    """Raise what `failed` means as the kit's own error when it has one; return when it has none.
+
+    A kit error alone inside task groups comes out alone; a server naming the versions it speaks
+    (`-32022`) while `wanted` was required is `UnsupportedEra`; a connection that ended is `ConnectionLost`.
+    """
+    found = _failures(failed)
+    if len(found) == 1 and isinstance(found[0], KitError):
+        raise found[0] from found[0].__cause__
+    for leaf in found:
+        if wanted is not None and isinstance(leaf, MCPError) and leaf.code == UNSUPPORTED_PROTOCOL_VERSION:
+            try:
+                supported = UnsupportedProtocolVersionErrorData.model_validate(leaf.error.data).supported
+            except ValidationError:
+                continue
+            raise UnsupportedEra(wanted, supported) from leaf
+    if (lost := _lost_connection(failed, connecting=connecting)) is not None:
+        raise ConnectionLost(_detail(lost), connecting=connecting) from lost
 
 
 def _label(target: Target) -> str:

@@ -21,18 +21,30 @@ the request is cancelled. Guessing what an unknown keyword means would show a fo
 from the server's (see `schema_form`). A URL that is not http(s) is shown but never offered: cancelled.
 Nothing here opens or fetches a URL; the kit opens it after `Consent`.
 
+While the kit waits on something a person is doing elsewhere (a URL flow in the browser, see
+`pending.FlowWaits`), `status_line` keeps a live line on screen: what is awaited, the time elapsed, the
+deadline, and two keys: `r` ("I'm done": retry now, since the server's completion notification is optional
+and may never come) and `c` (cancel; Esc and Ctrl-C too, as in every prompt). The line gives the keyboard
+up to any question and comes back after it. Anything printed while it shows goes through `say`, above it.
+
+`on_ctrl_c` lets a host take Ctrl-C over (see `terminal_input.Keyboard`), e.g. to stop on a second press.
+
 The widgets need an asyncio event loop (prompt_toolkit's); they read the process's terminal unless
 `input`/`output` are given, which is how tests drive them without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Literal
 
 import anyio
+from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.input import Input
 from prompt_toolkit.output import Output
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.text import Text
 
 from mcp_elicit.client.handler import (
@@ -46,6 +58,7 @@ from mcp_elicit.client.handler import (
     UrlReply,
     UrlRequest,
 )
+from mcp_elicit.client.pending import Wait, WaitSource
 from mcp_elicit.client.schema_form import Answer, Field, Form, UnsupportedSchema, parse_form, read_text, text_of
 from mcp_elicit.client.terminal_input import Cancelled, Declined, Keyboard
 from mcp_elicit.client.terminal_views import (
@@ -56,12 +69,21 @@ from mcp_elicit.client.terminal_views import (
     problem_line,
     review_table,
     url_view,
+    wait_times,
+    wait_title,
 )
 
 __all__ = ["TerminalHandler"]
 
 NO_ANSWER = "(no answer)"
 FORM_KEYS = "Enter accepts a field. Esc, Ctrl-C or Ctrl-D cancels the request; d at the review declines it."
+WAIT_KEYS = "[r] I'm done: retry now   [c] cancel"
+WAIT_IDLE = 0.2
+"""Seconds between two looks for waits while the status line is not showing, and after a key acted on
+one: the call moves on first (a retry ends this stretch of waiting), so the line never shows what was."""
+
+WaitAction = Literal["retry", "cancel"]
+_WAIT_ACTIONS: dict[str, WaitAction] = {"r": "retry", "R": "retry", "c": "cancel", "C": "cancel"}
 
 
 class TerminalHandler:
@@ -74,11 +96,14 @@ class TerminalHandler:
         console: Console | None = None,
         input: Input | None = None,
         output: Output | None = None,
+        on_ctrl_c: Callable[[], bool] | None = None,
     ) -> None:
         self._modes = frozenset(modes)
         self._console = console or Console(highlight=False, markup=False, emoji=False)
-        self._keys = Keyboard(input, output)
+        self._keys = Keyboard(input, output, on_ctrl_c=on_ctrl_c)
         self._one_at_a_time = anyio.Lock()
+        self._asking = 0
+        """Questions waiting for the keyboard: the status line gives it up to them."""
 
     @property
     def modes(self) -> frozenset[Mode]:
@@ -87,14 +112,106 @@ class TerminalHandler:
     async def form(self, request: FormRequest) -> FormReply:
         if "form" not in self._modes:
             return Cancel()
-        async with self._one_at_a_time:
+        async with self._keyboard():
             return await self._form(request)
 
     async def url(self, request: UrlRequest) -> UrlReply:
         if "url" not in self._modes:
             return Cancel()
-        async with self._one_at_a_time:
+        async with self._keyboard():
             return await self._url(request)
+
+    @asynccontextmanager
+    async def status_line(
+        self, *sources: WaitSource, clock: Callable[[], float] = time.monotonic
+    ) -> AsyncIterator[None]:
+        """While inside: whenever a source has waits and no question is on screen, the live status line.
+
+        `clock` is the kit's clock (the client's, `time.monotonic` unless replaced), which the waits' times
+        are on. The keys act on every wait shown: in practice the waits of the one call in flight.
+        """
+        done = anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._show_waits, sources, clock, done)
+            try:
+                yield
+            finally:
+                done.set()
+
+    def say(self, renderable: RenderableType) -> None:
+        """Print now, or above the status line while it shows (printing under it would garble the screen)."""
+        self._keys.above(lambda: self._console.print(renderable))
+
+    @asynccontextmanager
+    async def _keyboard(self) -> AsyncIterator[None]:
+        """The keyboard for one question: the status line steps aside, other questions queue."""
+        self._asking += 1
+        try:
+            await self._one_at_a_time.acquire()
+        finally:
+            self._asking -= 1
+        try:
+            yield
+        finally:
+            self._one_at_a_time.release()
+
+    async def _show_waits(self, sources: Sequence[WaitSource], clock: Callable[[], float], done: anyio.Event) -> None:
+        cancelled: set[tuple[int, str]] = set()  # by the person: never shown again while their call ends
+
+        def current() -> list[tuple[int, Wait]]:
+            return [
+                (number, wait)
+                for number, source in enumerate(sources)
+                for wait in source.waits()
+                if (number, wait.id) not in cancelled
+            ]
+
+        def wanted() -> bool:
+            return not done.is_set() and not self._asking and bool(current())
+
+        def lines() -> StyleAndTextTuples:
+            now = clock()
+            fragments: StyleAndTextTuples = []
+            for _, wait in current():
+                fragments += [("class:prompt", f"  {wait_title(wait)}\n"), ("", f"  {wait_times(wait, now)}\n")]
+            return [*fragments, ("class:hint", f"  {WAIT_KEYS}"), ("[SetCursorPosition]", ""), ("", "\n")]
+
+        while not done.is_set():
+            if not wanted():
+                with anyio.move_on_after(WAIT_IDLE):
+                    await done.wait()
+                continue
+            async with self._one_at_a_time:
+                if not wanted():
+                    continue
+                shown = current()
+                try:
+                    action = await self._keys.status(lines, _WAIT_ACTIONS, wanted=wanted)
+                except Cancelled as dismissed:
+                    if dismissed.closed:
+                        self._say("The terminal's input closed: the kit goes on waiting, no key is read.", "dim")
+                        return
+                    action = "cancel"
+                if action is not None:
+                    acted_on = current() or shown
+                    if action == "cancel":
+                        cancelled.update((number, wait.id) for number, wait in acted_on)
+                    self._act(action, [(sources[number], wait) for number, wait in acted_on])
+            if action is not None:
+                with anyio.move_on_after(WAIT_IDLE):
+                    await done.wait()
+
+    def _act(self, action: WaitAction, waits: list[tuple[WaitSource, Wait]]) -> None:
+        if action == "retry":
+            if any([source.retry_now(wait.id) for source, wait in waits]):
+                self._say("Retrying now: the server is asked again.", "bold")
+            else:
+                self._say("The server is being asked right now: its answer comes back shortly.", "dim")
+            return
+        if any([source.cancel(wait.id, "cancelled at the terminal") for source, wait in waits]):
+            self._say("Cancelled.", "bold")
+        else:
+            self._say("Nothing was left to cancel.", "dim")
 
     async def _form(self, request: FormRequest) -> FormReply:
         self._console.print(asker_view("Form request", request.asker, request.message))

@@ -15,6 +15,14 @@ Choice lists start with nothing highlighted unless there is an answer to start f
 answer, or "no answer" for an optional field): Enter does nothing until the person has moved to an option,
 so no option is ever chosen for them.
 
+A host may take Ctrl-C over (`Keyboard(on_ctrl_c=...)`): it hears of every Ctrl-C that dismisses a widget,
+once the widget is gone and before the dismissal is acted on, and may answer that this press stops the
+whole program (a second press in a row, say); the widget then answers nothing at all and waits to be
+cancelled, so no decision goes out on the way down.
+
+`status` is the one widget that shows no question: a live status line, redrawn every `STATUS_REFRESH`
+seconds until a key is pressed or the host says it is no longer wanted.
+
 Widgets return what was picked or typed and judge nothing: the form flow checks answers and asks again.
 Every label they show must already be safe to print (`terminal_views.printable`).
 """
@@ -22,10 +30,12 @@ Every label they show must already be safe to print (`terminal_views.printable`)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import anyio
 from prompt_toolkit import PromptSession
-from prompt_toolkit.application import Application
+from prompt_toolkit.application import Application, run_in_terminal
+from prompt_toolkit.application.current import set_app
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.input import Input
@@ -53,8 +63,22 @@ ESCAPE_TIMEOUT = 0.3
 """Seconds to wait after Esc for the rest of an escape sequence (Alt-key, arrow) before taking it alone."""
 
 
+STATUS_REFRESH = 0.5
+"""Seconds between two drawings of a live status line (it shows elapsed seconds)."""
+STATUS_POLL = 0.1
+"""Seconds between two looks at whether a live status line is still wanted."""
+
+
 class Cancelled(Exception):
-    """Esc, Ctrl-C or a closed input (Ctrl-D): the dialog was dismissed without a decision."""
+    """Esc, Ctrl-C or a closed input (Ctrl-D): the dialog was dismissed without a decision.
+
+    `ctrl_c`: it was Ctrl-C; `closed`: the input closed, so nothing more can be read from it.
+    """
+
+    def __init__(self, *, ctrl_c: bool = False, closed: bool = False) -> None:
+        super().__init__("closed" if closed else "Ctrl-C" if ctrl_c else "cancelled")
+        self.ctrl_c = ctrl_c
+        self.closed = closed
 
 
 class Declined(Exception):
@@ -66,17 +90,26 @@ def _exits(*, closing: bool) -> KeyBindings:
     bindings = KeyBindings()
 
     @bindings.add("escape")
-    @bindings.add("c-c", eager=True)
     def _cancel(event: KeyPressEvent) -> None:
-        event.app.exit(exception=Cancelled())
+        _exit(event, Cancelled())
+
+    @bindings.add("c-c", eager=True)
+    def _interrupt(event: KeyPressEvent) -> None:
+        _exit(event, Cancelled(ctrl_c=True))
 
     if closing:
 
         @bindings.add("c-d", eager=True)
         def _closed(event: KeyPressEvent) -> None:
-            event.app.exit(exception=Cancelled())
+            _exit(event, Cancelled(closed=True))
 
     return bindings
+
+
+def _exit(event: KeyPressEvent, error: Cancelled) -> None:
+    """Dismiss the widget; keys typed ahead before it is gone find it already dismissed and change nothing."""
+    if not event.app.is_done:
+        event.app.exit(exception=error)
 
 
 def _escape_timeouts(application: Application[T]) -> Application[T]:
@@ -88,9 +121,13 @@ def _escape_timeouts(application: Application[T]) -> Application[T]:
 class Keyboard:
     """The widgets, reading from one terminal (the process's own unless `input`/`output` are given)."""
 
-    def __init__(self, input: Input | None = None, output: Output | None = None) -> None:
+    def __init__(
+        self, input: Input | None = None, output: Output | None = None, *, on_ctrl_c: Callable[[], bool] | None = None
+    ) -> None:
         self._input = input
         self._output = output
+        self._on_ctrl_c = on_ctrl_c
+        self._live: Application[Any] | None = None
 
     async def text(self, default: str = "") -> str:
         """One line of text, starting from `default`, which the person edits or accepts with Enter."""
@@ -108,7 +145,10 @@ class Keyboard:
         try:
             return await session.prompt_async([("class:prompt", "  > ")], default=default, handle_sigint=False)
         except EOFError:
-            raise Cancelled from None
+            raise Cancelled(closed=True) from None
+        except Cancelled as dismissed:
+            await self._dismissed(dismissed)
+            raise
 
     async def choose_one(self, options: Sequence[str], selected: int | None = None) -> int:
         """The index of one option: arrows (or j/k) move, a digit jumps to that number, Enter picks.
@@ -176,11 +216,60 @@ class Keyboard:
 
         return await self._run(_application(lines, bindings, self._input, self._output))
 
-    async def _run(self, application: Application[T]) -> T:
+    async def status(
+        self, lines: Callable[[], StyleAndTextTuples], keys: Mapping[str, T], *, wanted: Callable[[], bool]
+    ) -> T | None:
+        """A live status line: `lines` drawn anew every `STATUS_REFRESH` seconds, until a key of `keys` is
+        pressed (what it stands for) or `wanted()` turns false (None). Esc and Ctrl-C raise `Cancelled`."""
+        bindings = KeyBindings()
+        for key, meaning in keys.items():
+
+            @bindings.add(key)
+            def _press(event: KeyPressEvent, meaning: T = meaning) -> None:
+                if not event.app.is_done:
+                    event.app.exit(result=meaning)
+
+        application: Application[T | None] = _application(lines, bindings, self._input, self._output)
+        application.refresh_interval = STATUS_REFRESH
+
+        async def unwanted() -> None:
+            while wanted():
+                await anyio.sleep(STATUS_POLL)
+            if not application.is_done:
+                application.exit(result=None)
+
+        def start_watching() -> None:
+            application.create_background_task(unwanted())
+
+        self._live = application
         try:
-            return await application.run_async(handle_sigint=False)
+            return await self._run(application, pre_run=start_watching)
+        finally:
+            self._live = None
+
+    def above(self, show: Callable[[], None]) -> None:
+        """Run `show` (which prints) now, or, while a status line is live, above it: printing under it would
+        leave the line's drawing where the cursor no longer is, garbling the screen."""
+        live = self._live
+        if live is None or not live.is_running:
+            show()
+            return
+        with set_app(live):
+            run_in_terminal(show)
+
+    async def _run(self, application: Application[T], pre_run: Callable[[], None] | None = None) -> T:
+        try:
+            return await application.run_async(pre_run=pre_run, handle_sigint=False)
         except EOFError:
-            raise Cancelled from None
+            raise Cancelled(closed=True) from None
+        except Cancelled as dismissed:
+            await self._dismissed(dismissed)
+            raise
+
+    async def _dismissed(self, dismissed: Cancelled) -> None:
+        """A Ctrl-C the host takes as the end of the program: answer nothing, wait to be cancelled."""
+        if dismissed.ctrl_c and self._on_ctrl_c is not None and self._on_ctrl_c():
+            await anyio.sleep_forever()
 
 
 class _Cursor:

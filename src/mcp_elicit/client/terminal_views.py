@@ -8,11 +8,15 @@ printed as plain text, never as terminal hyperlinks: the spec keeps every URL bu
 from being clickable, and that one is opened only after consent. The URL shown is the review's rebuilt one,
 the very text the kit opens, with the host highlighted where the review found it (never re-parsed here,
 where another parser could find another host); a host is shown with its joiners made visible too.
+
+A wait is plain text, since the live status line draws it with prompt_toolkit and a script run prints it
+with rich: what is awaited and for whom (`wait_title`), how long it has been and the deadline as a time of
+day with the time left (`wait_times`), so a person knows whether to keep going in the browser.
 """
 
 from __future__ import annotations
 
-import unicodedata
+import time
 from collections.abc import Mapping
 
 from rich.console import Group, RenderableType
@@ -21,8 +25,10 @@ from rich.table import Table
 from rich.text import Text
 
 from mcp_elicit.client.handler import Asker
+from mcp_elicit.client.pending import Wait
 from mcp_elicit.client.schema_form import Answer, Field, Form
 from mcp_elicit.client.url_review import UrlReview
+from mcp_elicit.printable import printable
 
 __all__ = [
     "HOST_STYLE",
@@ -32,35 +38,15 @@ __all__ = [
     "problem_line",
     "review_table",
     "url_view",
+    "wait_summary",
+    "wait_times",
+    "wait_title",
 ]
 
 HOST_STYLE = "bold black on yellow"
 WARNING_STYLE = "bold red"
-_KEEP_FORMAT = frozenset({"\u200d"})
-"""The zero-width joiner stays: emoji sequences need it and it cannot reorder or hide text."""
-
-
-def printable(text: str, *, multiline: bool = False, joiners: bool = False) -> str:
-    """The text with every character that could act on the terminal, or hide or reorder text, made visible.
-
-    `joiners`: show the zero-width joiner too, as in a host name, where it only ever disguises a name.
-    """
-    shown = []
-    for character in text:
-        if character == "\n" and multiline:
-            shown.append(character)
-        elif character == "\t":
-            shown.append("    " if multiline else " ")
-        elif _hidden(character) or (joiners and character in _KEEP_FORMAT):
-            shown.append(f"<U+{ord(character):04X}>")
-        else:
-            shown.append(character)
-    return "".join(shown)
-
-
-def _hidden(character: str) -> bool:
-    category = unicodedata.category(character)
-    return category in ("Cc", "Cs", "Co", "Zl", "Zp") or (category == "Cf" and character not in _KEEP_FORMAT)
+WAIT_MESSAGE_CHARS = 60
+"""How much of a server's message a status line shows: it must stay one line."""
 
 
 def asker_view(kind: str, asker: Asker, message: str) -> RenderableType:
@@ -141,3 +127,38 @@ def url_view(review: UrlReview) -> RenderableType:
         lines.append(Text.assemble(("Host as the browser will look it up: ", "bold"), (looked_up, HOST_STYLE)))
     lines.extend(Text(f"WARNING: {warning.value}", style=WARNING_STYLE) for warning in review.warnings)
     return Group(*lines, Text(""))
+
+
+def wait_summary(wait: Wait, now: float, wall: float | None = None) -> str:
+    """One wait in one line: `now` on the kit's clock (that of `wait`), `wall` the time of day (default now)."""
+    return f"{wait_title(wait)} · {wait_times(wait, now, wall)}"
+
+
+def wait_title(wait: Wait) -> str:
+    """What is awaited, and for which server."""
+    message = printable(" ".join(wait.message.split()))
+    if len(message) > WAIT_MESSAGE_CHARS:
+        message = message[: WAIT_MESSAGE_CHARS - 1] + "…"
+    what = "Done in the browser, the server still asks for" if wait.done else "Waiting for the browser"
+    return f"{what}: {message} ({printable(wait.server)})"
+
+
+def wait_times(wait: Wait, now: float, wall: float | None = None) -> str:
+    """How long it has been, and the deadline as a time of day with the time left."""
+    elapsed = f"{_duration(now - wait.since)} elapsed"
+    if wait.deadline is None:
+        return f"{elapsed} · no deadline"
+    left = wait.deadline - now
+    at = time.strftime("%H:%M:%S", time.localtime((time.time() if wall is None else wall) + left))
+    return f"{elapsed} · deadline {at} " + (f"({_duration(left)} left)" if left > 0 else "(passed)")
+
+
+def _duration(seconds: float) -> str:
+    whole = max(0, int(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

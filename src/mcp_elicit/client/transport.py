@@ -3,7 +3,8 @@
 Everything the kit must change about the SDK client's behaviour happens here, on the JSON-RPC messages,
 never by patching the SDK:
 
-- outgoing: the elicitation capability is set to the handler's modes (`capabilities.declare_modes`), and
+- outgoing: the elicitation capability is set to the handler's modes (`capabilities.declare_modes`), less
+  those the offered revision does not have (`initialize` offering 2025-06-18 declares form mode only), and
   `initialize` offers `offer_version` when one is pinned (the SDK always offers its newest handshake
   version; a host pinned to 2025-06-18 offers that one, and the server answers with it);
 - incoming, for `tools/call`, `prompts/get` and `resources/read` on 2026-07-28: a result without
@@ -37,7 +38,7 @@ from mcp_types import (
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_elicit.client.capabilities import declare_modes
+from mcp_elicit.client.capabilities import declare_modes, modes_on
 from mcp_elicit.client.handler import Mode
 
 if TYPE_CHECKING:
@@ -86,7 +87,11 @@ class KitTransport:
         message = item.message
         if not isinstance(message, JSONRPCRequest | JSONRPCNotification):
             return item
-        params = declare_modes(message.method, message.params, self.modes)
+        modes = self.modes
+        if message.method == "initialize" and message.params is not None:
+            offered = self._offer_version or message.params.get("protocolVersion")
+            modes = modes_on(offered if isinstance(offered, str) else None, modes)
+        params = declare_modes(message.method, message.params, modes)
         if message.method == "initialize" and self._offer_version is not None and message.params is not None:
             params = {**(params if params is not None else message.params), "protocolVersion": self._offer_version}
         if isinstance(message, JSONRPCRequest) and _is_modern_input_method(message):

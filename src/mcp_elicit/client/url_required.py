@@ -13,6 +13,9 @@ A server that asks again for flows that were all already completed gets no autom
 see the completion, and retrying at once would spin. The host's controls stay on every adopted flow,
 completed or not, so `retry_now` retries and `cancel` stops the call; without either, `max_wait` ends the
 call with `UrlStillRequired` (no flow is open, so nothing is left for the person to finish).
+
+While it waits, the call says so (`CallInFlight.waiting`: since when, until when, on which flows): the
+notification is optional, and a person must see that the kit is waiting for them and for how long.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import ErrorData
 
-from mcp_elicit.client.calls import CallInFlight, Sleep
+from mcp_elicit.client.calls import CallInFlight, Sleep, Waiting
 from mcp_elicit.client.elicitor import Elicitor
 from mcp_elicit.client.errors import UrlFlowStopped, UrlStillRequired
 from mcp_elicit.client.pending import FlowStatus, PendingFlow, PendingFlows
@@ -61,27 +64,32 @@ async def fulfil_url_required(
     fresh = any(pending.get(flow_id).status is FlowStatus.OPEN for flow_id in flow_ids)
     call.retry_requested = False
     started = clock()
-    while True:
-        flows = [pending.get(flow_id) for flow_id in flow_ids]
-        for flow in flows:
-            if flow.status not in (FlowStatus.OPEN, FlowStatus.COMPLETED):
-                raise UrlFlowStopped(flow)
-        if fresh and all(flow.status is FlowStatus.COMPLETED for flow in flows):
-            return
-        if call.retry_requested:
-            call.retry_requested = False
-            return
-        remaining = None if max_wait is None else max_wait - (clock() - started)
-        if remaining is not None and remaining <= 0:
-            still_open = [flow for flow in flows if flow.status is FlowStatus.OPEN]
-            if not still_open:
-                raise UrlStillRequired(flows, clock() - started)
-            late = [
-                pending.update(flow.id, FlowStatus.FAILED, f"not completed within {max_wait:.0f} s")
-                for flow in still_open
-            ]
-            raise UrlFlowStopped(late[0])
-        await call.pause(remaining, sleep)
+    call.waiting = Waiting(started, None if max_wait is None else started + max_wait, tuple(flow_ids))
+    try:
+        while True:
+            flows = [pending.get(flow_id) for flow_id in flow_ids]
+            for flow in flows:
+                if flow.status not in (FlowStatus.OPEN, FlowStatus.COMPLETED):
+                    raise UrlFlowStopped(flow)
+            if fresh and all(flow.status is FlowStatus.COMPLETED for flow in flows):
+                return
+            if call.retry_requested:
+                call.retry_requested = False
+                return
+            remaining = None if max_wait is None else max_wait - (clock() - started)
+            if remaining is not None and remaining <= 0:
+                still_open = [flow for flow in flows if flow.status is FlowStatus.OPEN]
+                if not still_open:
+                    raise UrlStillRequired(flows, clock() - started)
+                late = [
+                    pending.update(flow.id, FlowStatus.FAILED, f"not completed within {max_wait:.0f} s")
+                    for flow in still_open
+                ]
+                raise UrlFlowStopped(late[0])
+            await call.pause(remaining, sleep)
+
+    finally:
+        call.waiting = None
 
 
 def _adopt(call: CallInFlight, pending: PendingFlows, flow: PendingFlow) -> None:

@@ -1,0 +1,172 @@
+"""A pending URL flow is never silent: `mcp-elicit call` against a real stdio server that never announces the
+flow's completion, with a person at a real pseudo-terminal (the live status line, its retry and cancel keys)
+or a script answering the pending-flow prompt (`done`, `stop`), on 2025-11-25 (`-32042`) and on 2026-07-28
+(still-waiting rounds).
+
+The flow is completed out of band, the way the decision page's callback completes it: transitions on the
+server's store by the decision's owner (`tests.pending_server.complete`), either by the test or by the
+"browser" the kit opens (`$BROWSER`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_elicit.client import ScriptError, parse_script
+from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.store import open_store
+from tests.cli_terminal import COMMAND, Terminal, terminal_env
+from tests.pending_server import CONNECTED, MESSAGE, complete
+
+PENDING_SERVER = Path(__file__).with_name("pending_server.py")
+SERVER = shlex.join([sys.executable, str(PENDING_SERVER), "serve"])
+NO_OP_BROWSER = f"{shlex.quote(sys.executable)} -c pass %s"
+"""A browser that opens nothing and completes nothing: the person has not finished yet."""
+COMPLETING_BROWSER = f"{shlex.quote(sys.executable)} {shlex.quote(str(PENDING_SERVER))} complete %s"
+"""A browser in which the person finishes the flow at once (the store comes from MCP_ELICIT_STORE)."""
+WAITING = rf"Waiting for the browser: {MESSAGE} \(pending-flow-server\)"
+TIMES = r"(\d+)s elapsed · deadline \d\d:\d\d:\d\d \((\d+)m \d\ds left\)"
+STATUS = rf"{WAITING} · {TIMES}"
+"""The wait as a script run prints it, on one line; the live status line puts the times on a line of their own."""
+KEYS = "[r] I'm done: retry now   [c] cancel"
+CONSENT = "[o] open"
+
+
+@pytest.fixture
+def store_file(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path / 'elicit.db'}"
+
+
+def decision_status(store_url: str) -> DecisionStatus:
+    store = open_store(store_url)
+    try:
+        [decision] = store.list_decisions(Operator())
+    finally:
+        store.close()
+    return decision.status
+
+
+def assert_status_line(terminal: Terminal) -> None:
+    """The live line: elapsed seconds, and a deadline as a time of day about 30 minutes (`Pacing.max_wait`) ahead."""
+    terminal.search(WAITING)
+    shown = terminal.search(TIMES)
+    assert int(shown.group(1)) < 30
+    assert 28 <= int(shown.group(2)) <= 29, shown.group(0)
+    terminal.see(KEYS)
+
+
+def test_at_2025_11_25_the_status_line_shows_and_r_retries_until_the_flow_is_done(store_file: str) -> None:
+    terminal = Terminal(
+        ["call", SERVER, "connect_later", "--era", "2025-11-25"],
+        terminal_env(MCP_ELICIT_STORE=store_file, BROWSER=NO_OP_BROWSER),
+    )
+    try:
+        terminal.see("Request to open a web page", MESSAGE)
+        terminal.answer(CONSENT, "o")
+        terminal.see("Opening the page was allowed.")
+        assert_status_line(terminal)
+
+        terminal.press("r")
+        terminal.see("Retrying now: the server is asked again.")
+        assert_status_line(terminal)  # the server answered -32042 again: the flow is not done
+
+        complete(store_file)
+        time.sleep(1.5)
+        assert CONNECTED not in terminal.text, "no notification comes: only the person's retry finishes the call"
+        terminal.press("r")
+        terminal.see("Retrying now: the server is asked again.", CONNECTED)
+        assert terminal.finish() == 0
+    finally:
+        terminal.close()
+    assert decision_status(store_file) is DecisionStatus.EXTERNAL_COMPLETED
+
+
+def test_c_at_the_status_line_cancels_the_flow_and_stops_the_call(store_file: str) -> None:
+    terminal = Terminal(
+        ["call", SERVER, "connect_later", "--era", "2025-11-25"],
+        terminal_env(MCP_ELICIT_STORE=store_file, BROWSER=NO_OP_BROWSER),
+    )
+    try:
+        terminal.answer(CONSENT, "o")
+        assert_status_line(terminal)
+        terminal.press("c")
+        terminal.see(
+            "Cancelled.",
+            f"the URL flow 'flow-1' ('{MESSAGE}') was cancelled: cancelled at the terminal; the call stopped",
+        )
+        assert terminal.finish() == 1
+    finally:
+        terminal.close()
+
+
+def test_at_2026_07_28_a_still_waiting_wait_shows_the_same_line(store_file: str) -> None:
+    terminal = Terminal(
+        ["call", SERVER, "connect_later", "--era", "2026-07-28"],
+        terminal_env(MCP_ELICIT_STORE=store_file, BROWSER=NO_OP_BROWSER),
+    )
+    try:
+        terminal.see("protocol 2026-07-28")
+        terminal.answer(CONSENT, "o")
+        assert_status_line(terminal)
+        time.sleep(1.5)
+        assert decision_status(store_file) is DecisionStatus.ACCEPTED_URL, "the server waits for the flow"
+        complete(store_file)
+        terminal.press("r")
+        terminal.see(CONNECTED)
+        assert terminal.finish() == 0
+    finally:
+        terminal.close()
+    assert decision_status(store_file) is DecisionStatus.EXTERNAL_COMPLETED
+
+
+# -- a script answers the pending-flow prompt -----------------------------------------------------------------
+
+
+def run_with_script(
+    tmp_path: Path, store_file: str, era: str, script: list[dict[str, str]], browser: str
+) -> subprocess.CompletedProcess[str]:
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps(script))
+    env = {**os.environ, "COLUMNS": "200", "MCP_ELICIT_STORE": store_file, "BROWSER": browser}
+    env.pop("DISPLAY", None)
+    return subprocess.run(
+        [COMMAND, "call", SERVER, "connect_later", "--era", era, "--script", str(answers)],
+        capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=90,
+    )  # fmt: skip
+
+
+def test_a_script_says_done_and_the_call_is_retried(tmp_path: Path, store_file: str) -> None:
+    script = [{"match": "Connect your", "reply": "consent"}, {"match": "Connect your", "reply": "done"}]
+    done = run_with_script(tmp_path, store_file, "2025-11-25", script, COMPLETING_BROWSER)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(STATUS, done.stdout), done.stdout
+    assert "Answered by the script: done (retry now)" in done.stdout
+    assert CONNECTED in done.stdout
+    assert decision_status(store_file) is DecisionStatus.EXTERNAL_COMPLETED
+
+
+def test_a_script_says_stop_and_the_call_stops(tmp_path: Path, store_file: str) -> None:
+    script = [{"match": "Connect your", "reply": "consent"}, {"match": "Example account", "reply": "stop"}]
+    stopped = run_with_script(tmp_path, store_file, "2026-07-28", script, NO_OP_BROWSER)
+    assert stopped.returncode == 1, stopped.stdout + stopped.stderr
+    assert re.search(STATUS, stopped.stdout), stopped.stdout
+    assert "Answered by the script: stop (cancel the flow)" in stopped.stdout
+    assert "was cancelled: stopped by the script; the call stopped" in stopped.stderr
+
+
+def test_pending_flow_replies_take_no_content() -> None:
+    assert [entry.reply for entry in parse_script([{"reply": "done"}, {"match": "x", "reply": "stop"}])] == [
+        "done",
+        "stop",
+    ]
+    with pytest.raises(ScriptError, match="'content' goes with 'accept' only"):
+        parse_script([{"reply": "done", "content": {}}])
