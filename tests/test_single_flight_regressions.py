@@ -28,6 +28,7 @@ from mcp_types import (
     ElicitRequestFormParams,
     ElicitRequestURLParams,
     ElicitResult,
+    InputRequiredResult,
     RequestParamsMeta,
     TextContent,
 )
@@ -534,3 +535,38 @@ async def test_a_call_waiting_on_a_step_whose_holder_failed_says_so(runtime: Run
     assert results["waiter"].startswith("tool error:")
     assert "An identical call of this tool ended its operation as failed" in results["waiter"]
     assert only_operation(elicitation, "pay", {"amount": 5}).status is OperationStatus.FAILED
+
+
+# -- answers sent without a round's state never cross a key's binding ---------------------------------
+
+
+async def test_answers_without_state_under_a_key_bound_to_other_arguments_are_refused(runtime: Runtime) -> None:
+    """2026-07-28 answers may come without any round's state; with a key first used for other arguments
+    they must be refused before they touch anything, like any other use of that key."""
+    elicitation = runtime()
+
+    @elicitation.tool()
+    async def deploy(flow: Flow, service: str) -> str:
+        answer = await flow.ask(f"Deploy {service}?", Go, key="go")
+        return f"deployed {service}" if isinstance(answer, Accepted) and answer.data.go else "not deployed"
+
+    meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: "release-7"})
+    assert elicitation._server is not None
+    async def nobody(context: ClientRequestContext, params: Params) -> ElicitResult:
+        raise AssertionError("the rounds are driven by hand here")
+
+    async with Client(elicitation._server, mode="2026-07-28", elicitation_callback=nobody) as client:
+        first = await client.session.call_tool("deploy", {"service": "payments"}, meta=meta, allow_input_required=True)
+        assert isinstance(first, InputRequiredResult) and first.input_requests is not None
+        with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
+            await client.session.call_tool(
+                "deploy",
+                {"service": "docs"},
+                meta=meta,
+                input_responses={"go": ElicitResult(action="accept", content={"go": True})},
+                allow_input_required=True,
+            )
+    refused = unwrap(raised.value)
+    assert isinstance(refused, MCPError) and refused.code == -32602 and "release-7" in refused.message
+    [decision] = elicitation.store.list_decisions(OPERATOR)
+    assert decision.status is DecisionStatus.REQUESTED and "payments" in decision.message
