@@ -552,6 +552,7 @@ async def test_answers_without_state_under_a_key_bound_to_other_arguments_are_re
 
     meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: "release-7"})
     assert elicitation._server is not None
+
     async def nobody(context: ClientRequestContext, params: Params) -> ElicitResult:
         raise AssertionError("the rounds are driven by hand here")
 
