@@ -10,9 +10,7 @@ with the duplicates earlier versions could leave.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -36,6 +34,7 @@ from mcp_elicit.store import (
 from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, Types, statements
 from mcp_elicit.store.url import sqlite_path
 from tests.conftest import ALICE, ALICE_OTHER_CLIENT, BOB, START, FakeClock
+from tests.test_store_concurrency import race
 
 T = TypeVar("T")
 
@@ -113,20 +112,6 @@ def contenders(store_url: str, store: Store, clock: FakeClock) -> Iterator[list[
     finally:
         for each in opened:
             each.close()
-
-
-def race(stores: list[Store], attempt: Callable[[Store, int], T]) -> list[T | Exception]:
-    barrier = threading.Barrier(len(stores))
-
-    def run(index: int) -> T | Exception:
-        barrier.wait()
-        try:
-            return attempt(stores[index], index)
-        except Exception as error:
-            return error
-
-    with ThreadPoolExecutor(max_workers=len(stores)) as pool:
-        return list(pool.map(run, range(len(stores))))
 
 
 def starts(outcomes: Sequence[OperationStart | Exception]) -> list[OperationStart]:

@@ -19,6 +19,7 @@ what a suspended turn looks like on the wire.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import uuid
@@ -44,6 +45,9 @@ from mcp_elicit.model import (
     Principal,
     ResumePolicy,
     check_decision_transition,
+    new_elicitation_id,
+    new_form_decision,
+    new_url_decision,
 )
 from mcp_elicit.server.answers import Accepted, Answer, Cancelled, Completed, Declined, Expired, Failed, UrlAnswer
 from mcp_elicit.server.eras.capabilities import Need
@@ -434,8 +438,6 @@ class Execution:
     # -- steps --------------------------------------------------------------------------------------
 
     def idempotency_key(self, name: str) -> str:
-        import hashlib
-
         digest = hashlib.sha256(f"{self.operation.operation_id}\x00{name}".encode()).hexdigest()
         return f"mcp-elicit-{digest[:40]}"
 
@@ -512,8 +514,6 @@ class Execution:
             question = name if attempt == 1 else f"{name}#{attempt}"
             decision = self._decisions.get(question)
             if decision is None:
-                from mcp_elicit.model import new_form_decision
-
                 decision = self._create(
                     new_form_decision(
                         self._origin(question, form.sensitive_fields, ResumePolicy.AUTO),
@@ -543,9 +543,6 @@ class Execution:
             raise RuntimeError("ask_url needs the server's public base URL: Elicitation(public_base_url=...)")
         decision = self._decisions.get(name)
         if decision is None:
-            from mcp_elicit.model import new_url_decision
-            from mcp_elicit.model.decision import new_elicitation_id
-
             elicitation_id = new_elicitation_id()
             decision = self._create(
                 new_url_decision(
