@@ -10,8 +10,9 @@ temporary directory, kept only when the call fails), so that its logs do not run
 prompts: its last line is quoted if it dies, its last lines are shown when the tool reports an error (the
 SDK tells the client only "Error executing tool X" about a crash), and the file is named with any failure.
 A result the server replayed from an identical earlier call is said to be one. While the call waits on a
-URL flow, a live status line says since when and until when, with keys to retry now ("I'm done") or to
-cancel; a script answers that prompt with `done` or `stop` (`_waits`).
+URL flow, or the server keeps it in still-waiting rounds with no URL flow of its own (an identical call
+carries the question it waits on), a live status line says since when and until when, with keys to retry
+now ("I'm done") or to cancel; a script answers that prompt with `done` or `stop` (`_waits`).
 
 Exit codes: 0 the tool succeeded, 1 the tool reported an error or the call was refused or stopped,
 2 the command could not be run (bad arguments, unknown tool, no server to talk to), 130 interrupted.
@@ -286,7 +287,7 @@ async def _call(
             if tool not in names and listing.next_cursor is None:
                 offered = ", ".join(names) or "none"
                 raise CommandFailed(f"{server.label} has no tool {tool!r}; its tools: {offered}")
-            waits = FlowWaits(client.pending, browser_time=client.pacing.max_wait)
+            waits = (FlowWaits(client.pending, browser_time=client.pacing.max_wait), client.rounds)
             async with waits_shown(handler, waits, out, time.monotonic):
                 result = await client.call_tool(tool, arguments)
     except Exception as error:

@@ -2,6 +2,7 @@
 
 from mcp_elicit.client.capabilities import elicitation_capability
 from mcp_elicit.client.errors import (
+    CallStopped,
     ConnectionLost,
     KitError,
     QuestionRefused,
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_INVALID_REPLIES",
     "Accept",
     "Asker",
+    "CallStopped",
     "Cancel",
     "ConnectionLost",
     "Consent",

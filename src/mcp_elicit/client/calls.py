@@ -12,11 +12,14 @@ other's state. The host's manual controls reach the call through it:
   past consent (`may_reissue`, given by the client: a flow of the call is open or completed and none
   still awaits consent), since re-issuing while the person is still being asked would withdraw the
   question, and a server that is not durable runs the tool again;
-- `stop` cancels the call wherever it is; it then raises `UrlFlowStopped`.
+- `stop` cancels the call wherever it is (a round in flight is cancelled as a request, nothing more); it
+  then raises `UrlFlowStopped` when it stopped because of a flow, `CallStopped` when the host stopped a
+  call that waits on the server with no URL flow of its own.
 
 Where the kit itself waits on the server for a call (after `-32042`, between 2026-07-28 still-waiting
 rounds), the wait is on the call too (`waiting`: since when, until when, for which flows), so that a host
-can show the person how long it has been and when the kit gives up (`pending.FlowWaits`).
+can show the person how long it has been and when the kit gives up (`pending.FlowWaits` for the flows,
+`mrtr_loop.RoundWaits` for still-waiting rounds no open flow of the call stands for).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class CallInFlight:
     """2026-07-28 input key -> (URL, flow id) the person already consented to in this call."""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, init=False)
     stopped_by: str | None = field(default=None, init=False)
+    """The flow the call was stopped because of (None: not stopped, or stopped as a whole, see `stopped`)."""
+    stopped: bool = field(default=False, init=False)
     stop_reason: str | None = field(default=None, init=False)
     waiting: Waiting | None = field(default=None, init=False)
     """The kit's own wait on the server for this call, while it lasts (set by the round loops)."""
@@ -75,10 +80,9 @@ class CallInFlight:
             return True
         return False
 
-    def stop(self, flow_id: str, reason: str | None = None) -> None:
-        """Stop the call because of this flow; the call then raises `UrlFlowStopped`."""
-        self.stopped_by = flow_id
-        self.stop_reason = reason
+    def stop(self, flow_id: str | None, reason: str | None = None) -> None:
+        """Stop the call because of this flow (`UrlFlowStopped`), or with no flow to blame (None: `CallStopped`)."""
+        self.stopped, self.stopped_by, self.stop_reason = True, flow_id, reason
         self.scope.cancel()
 
     def wake(self) -> None:

@@ -34,6 +34,26 @@ class UrlFlowStopped(KitError):
         super().__init__(f"the URL flow {flow.id!r} ({flow.message!r}) was {flow.status}{why}; the call stopped")
 
 
+class CallStopped(KitError):
+    """The person or the host stopped a call while the server was still waiting, with no URL flow of the
+    call's own to blame: 2026-07-28 still-waiting rounds, e.g. on a question an identical call carries.
+
+    Only the client stopped waiting. It withdrew nothing on the server: a round in flight is cancelled as a
+    request (`notifications/cancelled`), never the operation, so what the call waited on goes on there and
+    a durable server hands the same call made again its place, or the result it recorded meanwhile.
+    """
+
+    def __init__(self, kind: str, name: str, reason: str | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.reason = reason
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"the {kind} {name!r} was stopped while the server was still waiting{why}; nothing was withdrawn "
+            "on the server: what the call waited on goes on there, and the same call made again can take it up"
+        )
+
+
 class UrlStillRequired(KitError):
     """A 2025-11-25 server kept answering `-32042` for URL flows that were all done, past the kit's wait.
 

@@ -8,13 +8,22 @@ all, which ends a URL flow long before a person has signed in anywhere. This loo
   server sent none); each retry is a new request, so a new JSON-RPC id;
 - paces state-only rounds ("still waiting"): `Pacing.first` seconds, growing by `factor` up to `cap`,
   started again after every round that asked something, for at most `max_wait` seconds of waiting in a
-  row; the host's `retry_now` on a flow of the call runs the next round at once. This is the time a
-  person has in the browser after consenting to a URL (the server answers "still waiting" until the flow
-  is done): no request stays open meanwhile, so the silence watch does not bound it, `max_wait` does;
+  row; the host's `retry_now` on a flow of the call (or on its round wait) runs the next round at once.
+  This is the time a person has in the browser after consenting to a URL (the server answers "still
+  waiting" until the flow is done): no request stays open meanwhile, so the silence watch does not bound
+  it, `max_wait` does;
   the stretch is on the call (`CallInFlight.waiting`) from its first state-only round to the next round
   that asks something, so a host can show the person how long it has been and when the kit gives up;
 - stops a server that keeps asking new questions after `max_input_rounds` rounds in a row;
 - keeps everything in local variables of one call: parallel calls share nothing.
+
+A call in still-waiting rounds with no open URL flow of its own (an identical call carries the question it
+waits on, another call runs the step it needs, the server waits on something out of band) has no flow to
+show, yet it must not wait silently either: `RoundWaits` shows each such stretch as a wait of its own, with
+the same controls, retry now (the next round goes out at once) and cancel (the call stops with
+`CallStopped`, nothing withdrawn on the server). The protocol gives a still-waiting round no message, so
+the wait says which call waits: `the tool NAME is still waiting` (`round_wait_message`), which a script's
+`match` can name.
 
 A result without `resultType` is complete and an unknown `resultType` an error; the transport wrapper
 settles both before a result reaches this loop. A question the kit refuses (`dispatch` raises
@@ -23,7 +32,8 @@ settles both before a result reaches this loop. A question the kit refuses (`dis
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -32,6 +42,7 @@ from mcp_types import ErrorData, InputRequest, InputRequiredResult, InputRespons
 
 from mcp_elicit.client.calls import CallInFlight, Sleep, Waiting
 from mcp_elicit.client.errors import StillWaiting, TooManyRounds
+from mcp_elicit.client.pending import Wait
 
 R = TypeVar("R")
 
@@ -59,6 +70,63 @@ class Pacing:
             raise ValueError("pacing needs 0 < first <= cap, factor >= 1 and max_input_rounds >= 1")
 
 
+STILL_WAITING = "is still waiting"
+"""The fixed end of a round wait's message: a script entry matching it answers any such wait."""
+
+
+def round_wait_message(call: CallInFlight) -> str:
+    """What a still-waiting wait says it is: the call, since the server's round carries no message."""
+    return f"the {call.kind} {call.name} {STILL_WAITING}"
+
+
+class RoundWaits:
+    """The calls in a stretch of still-waiting rounds that no open URL flow of theirs shows for, as waits.
+
+    The round loop adds a call when its stretch begins and takes it out when the loop ends; a call whose
+    round asks something again is in no stretch (`CallInFlight.waiting` is None) and shows nothing.
+    `server` names the server (read when shown: the name comes with the connection), `flow_open` says
+    whether a flow is open, in which case `pending.FlowWaits` shows that flow and this shows nothing, so
+    one wait is never on screen twice. Wait ids are this registry's own (`rounds-1`...).
+    """
+
+    def __init__(self, *, server: Callable[[], str], flow_open: Callable[[str], bool]) -> None:
+        self._server = server
+        self._flow_open = flow_open
+        self._calls: dict[str, CallInFlight] = {}
+        self._ids = itertools.count(1)
+
+    def waits(self) -> Sequence[Wait]:
+        found: list[Wait] = []
+        for wait_id, call in self._calls.items():
+            waiting = call.waiting
+            if waiting is None or call.stopped or any(self._flow_open(flow_id) for flow_id in waiting.flows):
+                continue
+            since, deadline = waiting.started, waiting.deadline
+            found.append(Wait(wait_id, self._server(), round_wait_message(call), since, since, deadline, kind="server"))
+        return found
+
+    def retry_now(self, wait_id: str) -> bool:
+        """Send the next round now; False when there is no such wait, or its round is already on its way."""
+        call = self._calls.get(wait_id)
+        return call is not None and call.waiting is not None and call.retry()
+
+    def cancel(self, wait_id: str, reason: str = "cancelled by the host") -> bool:
+        """Stop the call of this wait (`CallStopped`); False when it no longer waits."""
+        call = self._calls.get(wait_id)
+        if call is None or call.waiting is None or call.stopped:
+            return False
+        call.stop(None, reason)
+        return True
+
+    def add(self, call: CallInFlight) -> None:
+        if call not in self._calls.values():
+            self._calls[f"rounds-{next(self._ids)}"] = call
+
+    def discard(self, call: CallInFlight) -> None:
+        for wait_id in [wait_id for wait_id, held in self._calls.items() if held is call]:
+            del self._calls[wait_id]
+
+
 async def drive(
     first: R | InputRequiredResult,
     *,
@@ -68,8 +136,9 @@ async def drive(
     pacing: Pacing,
     clock: Callable[[], float],
     sleep: Sleep,
+    rounds: RoundWaits | None = None,
 ) -> R:
-    """Resolve `first` to the call's final result, round after round."""
+    """Resolve `first` to the call's final result, round after round; `rounds` shows its still-waiting stretches."""
     try:
         current = first
         asking_rounds = 0
@@ -95,6 +164,8 @@ async def drive(
                     waiting_since = now
                     deadline = None if pacing.max_wait is None else now + pacing.max_wait
                     call.waiting = Waiting(now, deadline, tuple(call.flows))
+                    if rounds is not None:
+                        rounds.add(call)
                 if pacing.max_wait is not None and now - waiting_since >= pacing.max_wait:
                     raise StillWaiting(now - waiting_since)
                 await call.pause(delay, sleep)
@@ -103,3 +174,5 @@ async def drive(
         return current
     finally:
         call.waiting = None
+        if rounds is not None:
+            rounds.discard(call)

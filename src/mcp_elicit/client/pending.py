@@ -30,7 +30,8 @@ What a call waits on, the person sees as waits (`FlowWaits`): a flow that is ope
 the server for its call (after `-32042`, between 2026-07-28 still-waiting rounds: `CallInFlight.waiting`),
 or while a 2025-era server holds the call, and a completed flow a `-32042` server asks for again. Each says
 since when the person has been at it, and when the kit gives up, so that no wait is ever silent. `Wait` and
-`WaitSource` are not about URLs: anything else a call may wait on (a task) is shown and steered the same way.
+`WaitSource` are not about URLs: anything else a call may wait on is shown and steered the same way, such
+as 2026-07-28 still-waiting rounds with no open URL flow of the call's own (`mrtr_loop.RoundWaits`).
 
 Call the registry from the event loop the client runs on.
 """
@@ -42,7 +43,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, Protocol
 
 import anyio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -51,6 +52,9 @@ from mcp_elicit.client.calls import CallInFlight
 from mcp_elicit.client.url_review import UrlReview
 
 log = logging.getLogger(__name__)
+
+WaitKind = Literal["url_flow", "server"]
+"""What a wait is on: a URL flow the person is at in the browser, or the server alone (still-waiting rounds)."""
 
 KEEP_FINISHED = 200
 """Finished flows kept for listing; those that finished first go first, and none a call still holds."""
@@ -112,6 +116,8 @@ class Wait:
     """When the kit stops waiting; None: no limit."""
     done: bool = False
     """The person's part is over (the flow completed) but the server still asks for it: retrying goes on."""
+    kind: WaitKind = "url_flow"
+    """On a URL flow, or on the server alone: then `cancel` stops the call itself (`CallStopped`)."""
 
 
 class WaitSource(Protocol):

@@ -9,7 +9,9 @@ It is the SDK's `mcp.Client` behind the kit's transport wrapper (`transport.KitT
 - every question put to the handler through one path (`elicitor.Elicitor`): undeclared modes refused,
   form answers checked, URLs reviewed and opened only after consent, decline and cancel kept apart;
 - its own 2026-07-28 round loop paced for a person (`mrtr_loop`), and the 2025-11-25 `-32042` path
-  (`url_required`), both steerable through `pending` (`PendingFlows`: list, retry now, cancel);
+  (`url_required`), both steerable through `pending` (`PendingFlows`: list, retry now, cancel), and a
+  call in still-waiting rounds with no open URL flow of its own through `rounds` (`RoundWaits`, the same
+  controls; cancelling stops the call with `CallStopped`);
 - no read timeout cutting a call while a person decides (`watch.SilenceWatch`): the server may stay
   silent `request_timeout` seconds, counted only while nobody is deciding, in a dialog or (on a
   2025-11-25 call the server holds during a URL flow) in the browser, for at most `Pacing.max_wait`
@@ -87,6 +89,7 @@ from mcp_elicit.client.calls import CallInFlight, Sleep
 from mcp_elicit.client.capabilities import has_url_mode
 from mcp_elicit.client.elicitor import Elicitor
 from mcp_elicit.client.errors import (
+    CallStopped,
     ConnectionLost,
     KitError,
     QuestionRefused,
@@ -98,7 +101,7 @@ from mcp_elicit.client.errors import (
     UrlFlowStopped,
 )
 from mcp_elicit.client.handler import Asker, ElicitationHandler, Mode
-from mcp_elicit.client.mrtr_loop import Pacing, drive
+from mcp_elicit.client.mrtr_loop import Pacing, RoundWaits, drive
 from mcp_elicit.client.opener import UrlOpener, system_browser
 from mcp_elicit.client.pending import FlowStatus, PendingFlows
 from mcp_elicit.client.transport import KitTransport, unknown_result_type
@@ -153,6 +156,8 @@ class ElicitingClient:
     to such servers should pass False (then `retry_now` on such a call returns False).
     `opener` is the only thing that ever touches a URL-mode URL, after consent (default: system browser).
     `pending` may be shared by several clients, so one host view lists the flows of all its servers.
+    `rounds` (this client's own) shows its calls in still-waiting rounds that no open flow stands for: a
+    status line shows it next to `FlowWaits(pending, ...)`.
     `clock` and `sleep` drive the silence watch and the pacing; tests replace them.
     """
 
@@ -203,6 +208,10 @@ class ElicitingClient:
         self.endpoint = endpoint if endpoint is not None else _endpoint(target)
         self.pending = pending if pending is not None else PendingFlows()
         self.pacing = pacing if pacing is not None else Pacing()
+        self.rounds = RoundWaits(
+            server=lambda: self._asker_for(None).server_name,
+            flow_open=lambda flow_id: self._flow_status(flow_id) is FlowStatus.OPEN,
+        )
         self._headers = dict(headers or {})
         self._bearer_token = bearer_token
         self._auth = auth
@@ -398,7 +407,8 @@ class ElicitingClient:
         """Call a tool; the person is asked whatever the server needs, on whatever era was negotiated.
 
         Raises `UrlFlowStopped` when a URL flow the call waits on was declined on the `-32042` path or
-        cancelled, `UrlStillRequired` when a `-32042` server keeps asking for flows already done,
+        cancelled, `CallStopped` when the host stopped it in still-waiting rounds with no flow of its own
+        (`rounds`), `UrlStillRequired` when a `-32042` server keeps asking for flows already done,
         `StillWaiting` / `TooManyRounds` when the rounds go on past the pacing's limits, `QuestionRefused`
         when a 2026-07-28 round asks what the kit may not show, `ServerSilent` when the server went quiet,
         `ConnectionLost` when it went away, `UnknownResultType`, and the server's own `MCPError`s.
@@ -440,7 +450,8 @@ class ElicitingClient:
         try:
             with call.scope:
                 return await self._attempts(call, guarded)
-            assert call.stopped_by is not None
+            if call.stopped_by is None:
+                raise CallStopped(call.kind, call.name, call.stop_reason)
             raise UrlFlowStopped(self.pending.get(call.stopped_by), call.stop_reason)
         except StillWaiting as waited:
             self.pending.finish(
@@ -469,6 +480,7 @@ class ElicitingClient:
                     pacing=self.pacing,
                     clock=self._clock,
                     sleep=self._sleep,
+                    rounds=self.rounds,
                 )
             except Exception as raised:
                 if (lost := _lost_connection(raised)) is not None:

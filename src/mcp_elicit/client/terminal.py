@@ -24,8 +24,10 @@ Nothing here opens or fetches a URL; the kit opens it after `Consent`.
 While the kit waits on something a person is doing elsewhere (a URL flow in the browser, see
 `pending.FlowWaits`), `status_line` keeps a live line on screen: what is awaited, the time elapsed, the
 deadline, and two keys: `r` ("I'm done": retry now, since the server's completion notification is optional
-and may never come) and `c` (cancel; Esc and Ctrl-C too, as in every prompt). The line gives the keyboard
-up to any question and comes back after it. Anything printed while it shows goes through `say`, above it.
+and may never come) and `c` (cancel; Esc and Ctrl-C too, as in every prompt). A call the server keeps in
+still-waiting rounds with no URL flow of its own (`mrtr_loop.RoundWaits`) gets the same line: `r` sends
+the next round now, `c` stops the call. The line gives the keyboard up to any question and comes back
+after it. Anything printed while it shows goes through `say`, above it.
 
 `on_ctrl_c` lets a host take Ctrl-C over (see `terminal_input.Keyboard`), e.g. to stop on a second press.
 
@@ -78,6 +80,8 @@ __all__ = ["TerminalHandler"]
 NO_ANSWER = "(no answer)"
 FORM_KEYS = "Enter accepts a field. Esc, Ctrl-C or Ctrl-D cancels the request; d at the review declines it."
 WAIT_KEYS = "[r] I'm done: retry now   [c] cancel"
+SERVER_WAIT_KEYS = "[r] retry now   [c] stop the call"
+"""The keys when every wait shown is on the server alone: nobody is in the browser to be done."""
 WAIT_IDLE = 0.2
 """Seconds between two looks for waits while the status line is not showing, and after a key acted on
 one: the call moves on first (a retry ends this stretch of waiting), so the line never shows what was."""
@@ -172,9 +176,11 @@ class TerminalHandler:
         def lines() -> StyleAndTextTuples:
             now = clock()
             fragments: StyleAndTextTuples = []
-            for _, wait in current():
+            shown = current()
+            for _, wait in shown:
                 fragments += [("class:prompt", f"  {wait_title(wait)}\n"), ("", f"  {wait_times(wait, now)}\n")]
-            return [*fragments, ("class:hint", f"  {WAIT_KEYS}"), ("[SetCursorPosition]", ""), ("", "\n")]
+            keys = WAIT_KEYS if any(wait.kind == "url_flow" for _, wait in shown) else SERVER_WAIT_KEYS
+            return [*fragments, ("class:hint", f"  {keys}"), ("[SetCursorPosition]", ""), ("", "\n")]
 
         while not done.is_set():
             if not wanted():
@@ -209,7 +215,10 @@ class TerminalHandler:
                 self._say("The server is being asked right now: its answer comes back shortly.", "dim")
             return
         if any([source.cancel(wait.id, "cancelled at the terminal") for source, wait in waits]):
-            self._say("Cancelled.", "bold")
+            if all(wait.kind == "server" for _, wait in waits):
+                self._say("Stopped: the call ends here; nothing is withdrawn on the server.", "bold")
+            else:
+                self._say("Cancelled.", "bold")
         else:
             self._say("Nothing was left to cancel.", "dim")
 

@@ -139,7 +139,12 @@ def wait_title(wait: Wait) -> str:
     message = printable(" ".join(wait.message.split()))
     if len(message) > WAIT_MESSAGE_CHARS:
         message = message[: WAIT_MESSAGE_CHARS - 1] + "…"
-    what = "Done in the browser, the server still asks for" if wait.done else "Waiting for the browser"
+    if wait.kind == "server":
+        what = "Waiting for the server"
+    elif wait.done:
+        what = "Done in the browser, the server still asks for"
+    else:
+        what = "Waiting for the browser"
     return f"{what}: {message} ({printable(wait.server)})"
 
 
