@@ -34,6 +34,7 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store
+	$(BIN)/python -m bench.listing
 	$(BIN)/python -m bench.sweep
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.overlap

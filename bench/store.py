@@ -3,6 +3,10 @@
 The raw side is the floor: the very statements and transactions the store issues, with every parameter
 computed beforehand, so store/raw is what the abstraction costs. Both sides share one database and take
 turns round by round, first one then the other, so growth of the tables and machine drift hit them alike.
+A cycle is two commits. SQLite runs twice, with `synchronous=normal` (the default) and `full` (the WAL
+synced at every commit, both sides alike); the full rows take fewer cycles, each costing two syncs.
+The SQLite store also checks, before each write transaction, that its file is still the one it opened:
+that check is timed on its own at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+import timeit
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -49,6 +54,7 @@ from mcp_elicit.model import (
     redact_content,
 )
 from mcp_elicit.store import Store, open_store, utc_now
+from mcp_elicit.store.sqlite import SQLiteStore, Synchronous
 
 TARGET = 0.80
 DESCRIPTION = "Create -> accept cycles per second, store API against the same SQL on the bare driver."
@@ -155,11 +161,11 @@ class StoreSide(Side):
 class RawSQLite(Side):
     name = "raw"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, synchronous: Synchronous) -> None:
         self._connection = sqlite3.connect(path, isolation_level=None)
         self._connection.execute("PRAGMA journal_mode = WAL")
         self._connection.execute("PRAGMA foreign_keys = ON")
-        self._connection.execute("PRAGMA synchronous = NORMAL")
+        self._connection.execute(f"PRAGMA synchronous = {synchronous.name}")
         self._cycles: list[RawCycle] = []
         self._insert_decision = qmark(INSERT_DECISION)
         self._insert_audit = qmark(INSERT_AUDIT)
@@ -237,6 +243,7 @@ def timed_rate(side: Side, operation: Operation, cycles: int) -> float:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     backend: str
+    cycles: int
     store_rates: list[float]
     raw_rates: list[float]
 
@@ -267,21 +274,35 @@ def contest(backend: str, store: Store, raw: Side, cycles: int, rounds: int) -> 
     for number in range(rounds):
         for side in sides if number % 2 == 0 else reversed(sides):
             rates[side.name].append(timed_rate(side, operation, cycles))
-    return Outcome(backend, rates["store"], rates["raw"])
+    return Outcome(backend, cycles, rates["store"], rates["raw"])
 
 
-def run_sqlite(cycles: int, rounds: int) -> Outcome:
+def run_sqlite(cycles: int, rounds: int, synchronous: Synchronous) -> Outcome:
+    name = "sqlite" if synchronous is Synchronous.NORMAL else f"sqlite-{synchronous.value}"
     with tempfile.TemporaryDirectory(prefix="mcp-elicit-bench-") as directory:
         path = Path(directory) / "elicit.db"
-        store = open_store(f"sqlite://{path}")
-        raw = RawSQLite(path)
+        store = open_store(f"sqlite://{path}?synchronous={synchronous.value}")
+        raw = RawSQLite(path, synchronous)
         try:
-            outcome = contest("sqlite", store, raw, cycles, rounds)
+            outcome = contest(name, store, raw, cycles, rounds)
             check_counts(raw.count, cycles, rounds)
         finally:
             raw.close()
             store.close()
     return outcome
+
+
+def identity_check_microseconds(repeat: int = 7, number: int = 20_000) -> float:
+    """The SQLite store's per-write-transaction check that its file is still the one it opened (a `stat`)."""
+    with tempfile.TemporaryDirectory(prefix="mcp-elicit-bench-") as directory:
+        store = open_store(f"sqlite://{Path(directory) / 'elicit.db'}")
+        try:
+            identity = store._identity if isinstance(store, SQLiteStore) else None
+            if identity is None:
+                raise RuntimeError("the SQLite store took no file identity when it opened")
+            return min(timeit.repeat(identity.check, repeat=repeat, number=number)) / number * 1e6
+        finally:
+            store.close()
 
 
 def run_postgres(url: str, cycles: int, rounds: int) -> Outcome:
@@ -307,19 +328,22 @@ def check_counts(count: Callable[[str], int], cycles: int, rounds: int) -> None:
                            f"found {accepted} and {audited}")  # fmt: skip
 
 
-def print_table(outcomes: list[Outcome], cycles: int, rounds: int) -> None:
-    print(f"\ncreate -> accept cycles/s (median of {rounds} rounds x {cycles} cycles per side)")
+def print_table(outcomes: list[Outcome], rounds: int) -> None:
+    print(f"\ncreate -> accept cycles/s (median of {rounds} rounds per side)")
     for outcome in outcomes:
         for name, rates in (("store", outcome.store_rates), ("raw", outcome.raw_rates)):
             shown = ", ".join(f"{rate:,.0f}" for rate in rates)
-            print(f"  {outcome.backend:<8} {name:<5} rounds: {shown}")
-    header = f"{'backend':<10}{'store cycles/s':>16}{'raw cycles/s':>14}{'store/raw':>11}{'target':>9}  result"
+            print(f"  {outcome.backend:<12} {name:<5} rounds of {outcome.cycles} cycles: {shown}")
+    header = (
+        f"{'backend':<13}{'store cycles/s':>15}{'raw cycles/s':>14}{'raw cycle ms':>14}{'store/raw':>11}"
+        f"{'target':>9}  result"
+    )
     print()
     print(header)
     print("-" * len(header))
     for o in outcomes:
         print(
-            f"{o.backend:<10}{o.store_rate:>16,.0f}{o.raw_rate:>14,.0f}{o.ratio:>11.2f}"
+            f"{o.backend:<13}{o.store_rate:>15,.0f}{o.raw_rate:>14,.0f}{1000 / o.raw_rate:>14.3f}{o.ratio:>11.2f}"
             f"{'>= ' + format(TARGET, '.2f'):>9}  {verdict(o.ratio >= TARGET)}"
         )
 
@@ -327,11 +351,17 @@ def print_table(outcomes: list[Outcome], cycles: int, rounds: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.store", description=DESCRIPTION)
     parser.add_argument("--cycles", type=int, default=2000, help="cycles per side per round (default %(default)s)")
+    parser.add_argument(
+        "--full-cycles",
+        type=int,
+        default=300,
+        help="cycles per side per round with synchronous=full, two syncs each (default %(default)s)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side (default %(default)s)")
     add_backend_arguments(parser)
     args = parser.parse_args(argv)
-    if args.cycles < 1 or args.rounds < 1:
-        parser.error("--cycles and --rounds must be at least 1")
+    if args.cycles < 1 or args.full_cycles < 1 or args.rounds < 1:
+        parser.error("--cycles, --full-cycles and --rounds must be at least 1")
     backends = select_backends(args.backend, args.pg_url)
     if backends is None:
         return 2
@@ -339,10 +369,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for backend in backends:
         print(f"running {backend} ...", flush=True)
         if backend == "sqlite":
-            outcomes.append(run_sqlite(args.cycles, args.rounds))
+            outcomes.append(run_sqlite(args.cycles, args.rounds, Synchronous.NORMAL))
+            print("running sqlite with synchronous=full ...", flush=True)
+            outcomes.append(run_sqlite(args.full_cycles, args.rounds, Synchronous.FULL))
         else:
             outcomes.append(run_postgres(args.pg_url, args.cycles, args.rounds))
-    print_table(outcomes, args.cycles, args.rounds)
+    print_table(outcomes, args.rounds)
+    if "sqlite" in backends:
+        print(f"\nsqlite file identity check before each write transaction: {identity_check_microseconds():.2f} us")
     return 0
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import anyio
 import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus
-from mcp_elicit.store import Store, open_store
+from mcp_elicit.store import Store, open_store, postgres
 from mcp_elicit.store.postgres import PostgresStore
 from tests.conftest import ALICE, FakeClock, Records
 
@@ -59,6 +60,75 @@ async def test_another_instance_hears_the_move_through_listen_notify(pg_schema_u
                     await anyio.sleep(0.02)
             group.cancel_scope.cancel()
         assert heard == [url.elicitation_id]
+    finally:
+        mover.close()
+        listener.close()
+
+
+class Waiters:
+    """An `Interest` the test turns on and off, as calls starting and ending their waits would."""
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self._changed = anyio.Event()
+
+    def set(self, waiting: bool) -> None:
+        self.waiting = waiting
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def awaited(self) -> bool:
+        return self.waiting
+
+    async def until_awaited(self) -> None:
+        while not self.waiting:
+            await self._changed.wait()
+
+
+def listening_backends(store: PostgresStore) -> int:
+    with store._begin_read() as tx:
+        row = tx.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+            (postgres.LISTENER_NAME,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
+    with anyio.fail_after(seconds):
+        while not check():
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.postgres
+async def test_an_instance_listens_only_while_something_in_it_waits(
+    pg_schema_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody waiting: no LISTEN connection, so moves signal nobody. A waiter appears: the instance listens
+    and hears the next move. The last waiter gone: after the linger the connection closes again."""
+    monkeypatch.setattr(postgres, "LISTEN_CHECK", 0.05)
+    monkeypatch.setattr(postgres, "LISTEN_LINGER", 0.3)
+    mover, listener = open_store(pg_schema_url, clock=clock), open_store(pg_schema_url, clock=clock)
+    assert isinstance(listener, PostgresStore)
+    waiters, heard = Waiters(), list[str]()
+    try:
+        records = Records(mover, clock)
+        unheard, awaited = records.url(), records.url()
+        async with anyio.create_task_group() as group:
+            others = listening_backends(listener)  # listeners other tests may have left behind
+            group.start_soon(listener.listen, heard.append, waiters)
+            await anyio.sleep(0.3)
+            assert listening_backends(listener) == others
+            mover.transition(unheard, DecisionStatus.ACCEPTED_URL, caller=ALICE)
+            waiters.set(True)
+            await eventually(lambda: listening_backends(listener) == others + 1)
+            mover.transition(awaited, DecisionStatus.ACCEPTED_URL, caller=ALICE)
+            await eventually(lambda: bool(heard))
+            waiters.set(False)
+            await eventually(lambda: listening_backends(listener) == others)
+            group.cancel_scope.cancel()
+        assert heard == [awaited.elicitation_id]
     finally:
         mover.close()
         listener.close()

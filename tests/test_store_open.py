@@ -195,7 +195,7 @@ def test_missing_directory_is_a_clear_error_not_a_new_tree(tmp_path: Path, clock
         ("just-a-path.db", "unknown store URL scheme"),
         ("sqlite://", "needs a file path"),
         ("sqlite://host/file.db", "names a file, not a host"),
-        ("sqlite:///tmp/x.db?mode=ro", "no query"),
+        ("sqlite:///tmp/x.db?mode=ro", "unknown SQLite URL parameter .mode."),
         ("sqlite:///:memory:", "needs a file path|not durable"),
         ("sqlite::memory:", "not durable"),
     ],

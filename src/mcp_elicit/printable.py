@@ -22,6 +22,8 @@ def printable(text: str, *, multiline: bool = False, joiners: bool = False) -> s
 
     `joiners`: show the zero-width joiner too, as in a host name, where it only ever disguises a name.
     """
+    if text.isprintable():  # no Cc, Cf, Cs, Co, Zl, Zp (tab and newline included): nothing to change
+        return text
     shown = []
     for character in text:
         if character == "\n" and multiline:

@@ -3,24 +3,32 @@
 Exit codes: 0 done; 1 the decision is not found (or the id prefix names several), already ended, or the
 cancel lost a race; 2 the store cannot be used, a stored row included. Everything printed, errors too,
 passes through `printable`: stored text reaches the terminal as text, never as control sequences or markup.
+
+`ls` reads the store a page at a time (keyset pages, `Store.decision_page`) and, into a pipe or as JSON,
+writes each page before reading the next: a listing of any length holds one page in memory.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import islice
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
 from mcp_elicit.cli import _render
 from mcp_elicit.model import Decision, DecisionStatus, Operator
-from mcp_elicit.printable import printable
+from mcp_elicit.printable import hidden, printable
 from mcp_elicit.store import (
     ENV_VAR,
+    DecisionFilter,
     NotFound,
     RecordExpired,
     Store,
@@ -43,6 +51,9 @@ StoreOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+PAGE = 500
+"""Decisions `ls` reads at a time, whatever `--limit` says."""
+_JSON = json.JSONEncoder(ensure_ascii=False)
 
 out = Console(soft_wrap=False)
 err = Console(stderr=True)
@@ -114,47 +125,153 @@ def _operator(name: str | None) -> Operator:
         return Operator()
 
 
+class _Listing:
+    """What `ls` lists, read a page at a time, with what the lines after it need: how many rows were read,
+    the unreadable ones, and the cursor of the next page."""
+
+    def __init__(self, store: Store, caller: Operator, where: DecisionFilter, after: str | None, limit: int) -> None:
+        self.store, self.caller, self.where, self.after = store, caller, where, after
+        self.rows = 0
+        self.unreadable: list[UnreadableRow] = []
+        self.next_after: str | None = None
+        self._left = limit
+
+    def pages(self) -> Iterator[list[Decision]]:
+        """The pages; the first is read at once, so that a bad cursor is refused before anything is written."""
+        try:
+            first = self._read(self.after)
+        except ValueError as error:  # only a cursor given can be one: the later ones are the store's own
+            raise typer.BadParameter(str(error), param_hint="--after") from None
+        return self._from(first)
+
+    def _from(self, page: list[Decision]) -> Iterator[list[Decision]]:
+        while True:
+            yield page
+            if self.next_after is None or self._left == 0:
+                return
+            page = self._read(self.next_after)
+
+    def _read(self, after: str | None) -> list[Decision]:
+        page = self.store.decision_page(self.caller, self.where, after=after, limit=min(PAGE, self._left))
+        self.rows += page.rows
+        self._left -= page.rows
+        self.unreadable.extend(page.unreadable)
+        self.next_after = page.after
+        return page.decisions
+
+    def summary(self) -> str | None:
+        """Where these rows are in the whole listing, and how to go on; nothing for a listing shown whole."""
+        if self.rows == 0 or (self.next_after is None and self.after is None):
+            return None
+        total = self.store.count_decisions(self.caller, self.where)
+        first = 1
+        if self.after is not None:
+            first = total - self.store.count_decisions(self.caller, self.where, after=self.after) + 1
+        last = first + self.rows - 1
+        total = max(total, last)
+        span = f" ({first:,} to {last:,})" if self.after is not None else ""
+        listed = f"Listed {self.rows:,} of {total:,} decisions{span}, newest first"
+        if self.next_after is None:
+            return f"{listed}; that is the last page."
+        return f"{listed}; the next page (same filters):\n  --after {self.next_after}"
+
+
 @app.command("ls")
 def list_decisions(
     store: StoreOption = None,
     status: Annotated[DecisionStatus | None, typer.Option(help="Only decisions in this status.")] = None,
     principal: Annotated[str | None, typer.Option(help="Only decisions of this principal.")] = None,
     operation: Annotated[str | None, typer.Option(help="Only decisions of this operation.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many, newest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 100,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CURSOR",
+            help="Go on past the decisions a listing showed: the cursor it printed after them (same filters).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List decisions, newest first.
 
     At a terminal: a table with short ids and the start of each message. Otherwise (a pipe, a file): a
-    header line, then one tab-separated line per decision with its full id. A row that cannot be read is
-    named on stderr and the others are listed; the exit code is then 2.
+    header line, then one tab-separated line per decision with its full id. `--json`: a JSON array, one
+    decision a line. A listing cut short by `--limit` ends with "Listed 100 of 10,000 decisions" and the
+    cursor of the next page (on stderr unless at a terminal); `--after CURSOR` lists that page. A row
+    that cannot be read is named on stderr and the others are listed; the exit code is then 2.
     """
     with _store(store) as opened:
-        unreadable: list[UnreadableRow] = []
-        decisions = opened.list_decisions(
-            _operator(None),
-            status=status,
-            principal_id=principal,
-            operation_id=operation,
-            limit=limit,
-            on_unreadable=unreadable.append,
-        )
+        listing = _Listing(
+            opened, _operator(None), DecisionFilter(status=status, principal_id=principal, operation_id=operation),
+            after, limit,
+        )  # fmt: skip
         if as_json:
-            _render.print_json(out, [_render.decision_json(decision) for decision in decisions])
+            listed = _write_json(listing.pages())
         elif not _to_terminal():
-            for line in _render.plain_lines(decisions):
-                typer.echo(line)  # not through rich, which would turn the tabs into spaces
-        elif decisions:
-            out.print(_render.decisions_table(decisions, utc_now()))
-        if not decisions and not as_json:
-            empty = f"No decisions in {opened.display_url}" + (f" with status {status.value}." if status else ".")
-            (out if _to_terminal() else err).print(Text(printable(empty)), soft_wrap=True)
-        if unreadable:
-            rows = "1 row" if len(unreadable) == 1 else f"{len(unreadable)} rows"
+            listed = _write_plain(listing.pages())
+        else:
+            decisions = [decision for page in listing.pages() for decision in page]
+            if decisions:
+                out.print(_render.decisions_table(decisions, utc_now()))
+            listed = len(decisions)
+        if not listed and not as_json:
+            past = " past the cursor given" if after is not None else ""
+            empty = f"No decisions in {opened.display_url}" + (f" with status {status.value}" if status else "")
+            (out if _to_terminal() else err).print(Text(printable(f"{empty}{past}.")), soft_wrap=True)
+        summary = listing.summary()
+        if summary is not None:
+            person = _to_terminal() and not as_json
+            (out if person else err).print(Text(summary), soft_wrap=not person)
+        if listing.unreadable:
+            rows = "1 row" if len(listing.unreadable) == 1 else f"{len(listing.unreadable)} rows"
             _say(err, "error:", "red", f"{rows} of {opened.display_url} could not be read and are not listed:")
-            for row in unreadable:
+            for row in listing.unreadable:
                 err.print(Text(f"  {printable(str(row))}"), soft_wrap=True)
             raise typer.Exit(Exit.STORE)
+
+
+def _write_plain(pages: Iterator[list[Decision]]) -> int:
+    """The header line, then each page's tab-separated lines as it comes (not through rich, which would turn the
+    tabs into spaces); how many decisions were written."""
+    sys.stdout.write("\t".join(_render.PLAIN_COLUMNS) + "\n")
+    written = 0
+    for page in pages:
+        if page:
+            sys.stdout.write("".join(line + "\n" for line in islice(_render.plain_lines(page), 1, None)))
+            sys.stdout.flush()
+            written += len(page)
+    return written
+
+
+def _write_json(pages: Iterator[list[Decision]]) -> int:
+    """A JSON array written as it is read, one decision a line; how many decisions were written."""
+    terminal = _to_terminal()
+    written = 0
+    _emit("[", terminal)
+    for page in pages:
+        for decision in page:
+            _emit(("," if written else "") + "\n" + _json_line(_render.decision_json(decision)), terminal)
+            written += 1
+        sys.stdout.flush()
+    _emit("\n]\n", terminal)
+    return written
+
+
+def _emit(text: str, terminal: bool) -> None:
+    if terminal:
+        out.print(JSONHighlighter()(Text(text)), end="", soft_wrap=True)
+    else:
+        sys.stdout.write(text)
+
+
+def _json_line(value: object) -> str:
+    """Compact JSON in which every character `printable` would show is escaped instead of written, as
+    `_render.json_text` does; the quick test first, since such characters are rare."""
+    text = _JSON.encode(value)
+    if text.isprintable():
+        return text
+    return "".join(json.dumps(character)[1:-1] if hidden(character) else character for character in text)
 
 
 def _to_terminal() -> bool:

@@ -196,7 +196,13 @@ CREATE TABLE elicit_claims (
 )
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Listing newest first (`decisions ls`, `Store.decision_page`): the listing's order as an index, so a page of
+# the newest decisions, or of those past a cursor, reads its own rows instead of sorting the table.
+_V5 = """
+CREATE INDEX elicit_decisions_newest ON elicit_decisions (created_at DESC, elicitation_id)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -8,14 +8,15 @@ overdue), and an overdue record is expired right there so a late signal can neve
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Protocol, TypeVar
 
@@ -43,20 +44,33 @@ from mcp_elicit.model import (
     redact_url,
 )
 from mcp_elicit.model.transitions import TERMINAL_DECISION_STATUSES
-from mcp_elicit.store._schema import WAITING_SQL
+from mcp_elicit.store._schema import LATEST_VERSION, WAITING_SQL
 from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
     DecisionExpired,
     IdempotencyKeyConflict,
+    MigrationPending,
     NotFound,
     OperationConflict,
     OperationExpired,
+    SchemaTooNew,
     StoreCorrupt,
     StoreError,
     UnreadableRow,
 )
-from mcp_elicit.store.protocol import Claim, Clock, Consumption, JournalEntry, OperationStart, SweepResult, VaultRecord
+from mcp_elicit.store.protocol import (
+    Claim,
+    Clock,
+    Consumption,
+    DecisionFilter,
+    DecisionPage,
+    Interest,
+    JournalEntry,
+    OperationStart,
+    SweepResult,
+    VaultRecord,
+)
 
 R = TypeVar("R")
 E = TypeVar("E", bound=Enum)
@@ -102,6 +116,15 @@ class Tx(Protocol):
     def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor: ...
 
     def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
+
+    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        """A write whose result nobody reads (an audit row, a notice): the engine may hold it back and send it
+        with the commit, so its transaction must not read what it writes before `flush`."""
+        ...
+
+    def flush(self) -> None:
+        """Send what `defer` held back, before a read that needs it."""
+        ...
 
 
 class UniqueViolation(StoreError):
@@ -201,9 +224,25 @@ class SQLStore(ABC):
 
     # -- transactions ---------------------------------------------------------------------------
 
-    def _write(self) -> AbstractContextManager[Tx]:
+    @contextmanager
+    def _write(self) -> Iterator[Tx]:
+        """A write transaction, or the unit's one; what it moved is announced once, before it commits."""
         tx: Tx | None = getattr(self._unit, "tx", None)
-        return self._begin() if tx is None else self._join(tx)
+        if tx is not None:
+            with self._join(tx) as joined:
+                yield joined
+            return
+        moved: list[str] = []
+        with self._begin() as tx:
+            self._unit.tx, self._unit.moved = tx, moved
+            try:
+                yield tx
+                if moved:
+                    self._announce(tx, moved)
+            finally:
+                self._unit.tx, self._unit.moved = None, None
+        for subject in moved:
+            self._tell_listeners(subject)
 
     def _read(self) -> AbstractContextManager[Tx]:
         tx: Tx | None = getattr(self._unit, "tx", None)
@@ -213,29 +252,17 @@ class SQLStore(ABC):
         """Run `work`'s store calls (on this thread) in one transaction: all of them commit, or none.
 
         Inside, every call reads what the earlier ones wrote. An exception from `work`, a store error
-        included, rolls everything back. Change listeners hear of URL moves only after the commit.
+        included, rolls everything back. Other processes and change listeners hear of what moved once,
+        with the commit.
         """
-        if getattr(self._unit, "tx", None) is not None:
+        with self._write():
             return work()
-        announced: list[str] = []
-        with self._begin() as tx:
-            self._unit.tx = tx
-            self._unit.announced = announced
-            try:
-                result = work()
-            finally:
-                self._unit.tx = None
-                self._unit.announced = None
-        for subject in announced:
-            self._tell_listeners(subject)
-        return result
 
     def _moved(self, subject: str) -> None:
-        announced: list[str] | None = getattr(self._unit, "announced", None)
-        if announced is not None:
-            announced.append(subject)
-        else:
-            self._tell_listeners(subject)
+        """`subject` moved in the transaction under way: announce it with the commit (once however often)."""
+        moved: list[str] = self._unit.moved
+        if subject not in moved:
+            moved.append(subject)
 
     def _tell_listeners(self, subject: str) -> None:
         for listener in list(self._change_listeners):
@@ -245,7 +272,7 @@ class SQLStore(ABC):
     def runs_inline(self) -> bool:
         return False
 
-    async def listen(self, on_change: Callable[[str], None]) -> None:
+    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
         return None
 
     @abstractmethod
@@ -268,6 +295,19 @@ class SQLStore(ABC):
 
     @abstractmethod
     def schema_version(self) -> int: ...
+
+    def verify_schema(self) -> None:
+        with self._read() as tx:
+            row = tx.execute("SELECT max(version) FROM elicit_schema").fetchone()
+        self._check_schema(row[0] if row is not None else None)
+
+    def _check_schema(self, found: object) -> None:
+        if type(found) is not int:
+            raise StoreCorrupt(f"{self.display_url} has an elicit_schema table without a version")
+        if found > LATEST_VERSION:
+            raise SchemaTooNew(found, LATEST_VERSION, self.display_url)
+        if found < LATEST_VERSION:
+            raise MigrationPending(found, LATEST_VERSION, self.display_url)
 
     @abstractmethod
     def close(self) -> None: ...
@@ -359,7 +399,7 @@ class SQLStore(ABC):
         details: JSONObject,
         at: datetime,
     ) -> None:
-        tx.execute(
+        tx.defer(
             "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (kind.value, subject_id, from_status, to_status, actor, redact_text(reason), self._to_json(details),
@@ -412,6 +452,9 @@ class SQLStore(ABC):
         with self._write() as tx:
             if candidate.idempotency_key is not None:
                 self._bind_key(tx, candidate, now)
+            if self._insert_if_first(tx, candidate, now, replay_since):
+                self._audit_created(tx, candidate)
+                return OperationStart(candidate, created=True)
             for _ in range(_CREATE_ATTEMPTS):
                 found = self._newest_of_call(tx, candidate)
                 if found is not None and found.status is OperationStatus.OPEN:
@@ -436,20 +479,38 @@ class SQLStore(ABC):
                     return OperationStart(candidate, created=True)
         raise StoreError(f"operation for {candidate.method} {candidate.target} kept changing; not started")
 
-    def _newest_of_call(self, tx: Tx, candidate: Operation) -> Operation | None:
-        """The call's newest operation: its open one if there is one (never older than a finished one).
+    def _insert_if_first(self, tx: Tx, candidate: Operation, now: datetime, replay_since: datetime | None) -> bool:
+        """Insert the operation in one statement when nothing of the call stands in its way: no open operation
+        (lapsed or not) and no result to replay. Anything else is for the careful path to sort out."""
+        where, params = self._of_call(candidate)
+        replayable, replay_params = (
+            ("", ()) if replay_since is None else (" OR (status = 'completed' AND updated_at >= %s)", (replay_since,))
+        )
+        return (
+            tx.execute(
+                f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) SELECT {_marks(13)}"
+                f" WHERE NOT EXISTS (SELECT 1 FROM elicit_operations WHERE {where}"
+                f" AND (status = 'open'{replayable})) ON CONFLICT DO NOTHING",
+                (*self._operation_row(candidate), *params, *(self._to_time(t) for t in replay_params)),
+            ).rowcount
+            == 1
+        )
 
-        A keyed call is its key *and* the request the key is bound to now: operations a key named under
-        an earlier, lapsed binding belong to another request and are never attached to nor replayed.
-        """
+    def _of_call(self, candidate: Operation) -> tuple[str, tuple[str, ...]]:
+        """Which operations are the call's: a keyed call is its key *and* the request the key is bound to now,
+        so operations a key named under an earlier, lapsed binding belong to another request."""
         key = candidate.idempotency_key
         where = "request_digest = %s AND method = %s AND target = %s" + BINDING
         params: tuple[str, ...] = (candidate.request_digest, candidate.method, candidate.target,
                                    candidate.principal_id, candidate.client_id)  # fmt: skip
         if key is None:
-            where = "idempotency_key IS NULL AND " + where
-        else:
-            where, params = "idempotency_key = %s AND " + where, (key, *params)
+            return "idempotency_key IS NULL AND " + where, params
+        return "idempotency_key = %s AND " + where, (key, *params)
+
+    def _newest_of_call(self, tx: Tx, candidate: Operation) -> Operation | None:
+        """The call's newest operation: its open one if there is one (never older than a finished one);
+        operations of a key's earlier, lapsed binding are never attached to nor replayed (`_of_call`)."""
+        where, params = self._of_call(candidate)
         row = tx.execute(
             f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE {where}"
             " ORDER BY CASE WHEN status = 'open' THEN 0 ELSE 1 END, created_at DESC LIMIT 1",
@@ -550,7 +611,7 @@ class SQLStore(ABC):
                     tx, SubjectKind.OPERATION, snapshot.operation_id, snapshot.status, to, caller.actor, reason,
                     {"version": version}, now,
                 )  # fmt: skip
-                self._announce(tx, snapshot.operation_id)
+                self._moved(snapshot.operation_id)
                 finished = replace(snapshot, status=to, result=result, version=version, updated_at=now)
             elif (current := self._select_operation(tx, snapshot.operation_id, caller)) is None:
                 raise NotFound(f"no operation {snapshot.operation_id}")
@@ -564,7 +625,6 @@ class SQLStore(ABC):
                 failure = OperationConflict(current, to)
         if finished is None:
             raise failure
-        self._moved(finished.operation_id)
         return finished
 
     def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
@@ -665,30 +725,8 @@ class SQLStore(ABC):
     ) -> list[Decision]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        if id_prefix is not None and not _ID_PREFIX.fullmatch(id_prefix):
-            return []
-        where, params = _binding(caller)
-        clauses: list[str] = [where] if where else []
-        values: list[object] = list(params)
-        for clause, value in (
-            (" AND status = %s", None if status is None else DecisionStatus(status).value),
-            (" AND principal_id = %s", principal_id),
-            (" AND operation_id = %s", operation_id),
-            (" AND elicitation_id LIKE %s", id_prefix and id_prefix.lower() + "%"),
-            (
-                f" AND status IN {WAITING_SQL} AND expires_at < %s",
-                expiring_before and self._to_time(expiring_before),
-            ),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                values.append(value)
-        with self._read() as tx:
-            rows = tx.execute(
-                f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE 1 = 1{''.join(clauses)}"
-                " ORDER BY created_at DESC, elicitation_id LIMIT %s",
-                (*values, limit),
-            ).fetchall()
+        where = DecisionFilter(status, principal_id, operation_id, expiring_before, id_prefix)
+        rows = self._decision_rows(caller, where, None, limit)
         if on_unreadable is None:
             return [self._decision(row) for row in rows]
         decisions = []
@@ -698,6 +736,79 @@ class SQLStore(ABC):
             except UnreadableRow as error:
                 on_unreadable(error)
         return decisions
+
+    def decision_page(
+        self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None, limit: int = 100
+    ) -> DecisionPage:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        rows = self._decision_rows(caller, where or DecisionFilter(), after, limit + 1)
+        decisions: list[Decision] = []
+        unreadable: list[UnreadableRow] = []
+        for row in rows[:limit]:
+            try:
+                decisions.append(self._decision(row))
+            except UnreadableRow as error:
+                unreadable.append(error)
+        last = rows[limit - 1] if len(rows) > limit else None
+        return DecisionPage(decisions, unreadable, None if last is None else _cursor(last[_CREATED], last[0]))
+
+    def count_decisions(self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None) -> int:
+        found = self._decision_filter(caller, where or DecisionFilter(), after)
+        if found is None:
+            return 0
+        clauses, values = found
+        with self._read() as tx:
+            row = tx.execute(f"SELECT count(*) FROM elicit_decisions WHERE 1 = 1{clauses}", values).fetchone()
+        return int(row[0])
+
+    def _decision_rows(self, caller: Caller, where: DecisionFilter, after: str | None, limit: int) -> list[Any]:
+        found = self._decision_filter(caller, where, after)
+        if found is None:
+            return []
+        clauses, values = found
+        with self._read() as tx:
+            # The order is the elicit_decisions_newest index's, so a page reads its own rows and no others.
+            return tx.execute(
+                f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE 1 = 1{clauses}"
+                " ORDER BY created_at DESC, elicitation_id LIMIT %s",
+                (*values, limit),
+            ).fetchall()
+
+    def _decision_filter(
+        self, caller: Caller, where: DecisionFilter, after: str | None
+    ) -> tuple[str, list[object]] | None:
+        """The clauses to append to `WHERE 1 = 1`, and their values; `None` when no decision can match."""
+        if where.id_prefix is not None and not _ID_PREFIX.fullmatch(where.id_prefix):
+            return None
+        binding, params = _binding(caller)
+        clauses: list[str] = [binding] if binding else []
+        values: list[object] = list(params)
+        for clause, value in (
+            (" AND status = %s", None if where.status is None else DecisionStatus(where.status).value),
+            (" AND principal_id = %s", where.principal_id),
+            (" AND operation_id = %s", where.operation_id),
+            (" AND elicitation_id LIKE %s", where.id_prefix and where.id_prefix.lower() + "%"),
+            (
+                f" AND status IN {WAITING_SQL} AND expires_at < %s",
+                where.expiring_before and self._to_time(where.expiring_before),
+            ),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                values.append(value)
+        if after is not None:
+            created, elicitation_id = _parse_cursor(after)
+            if type(created) is int:
+                try:
+                    created = self._to_time(_EPOCH + timedelta(microseconds=created))
+                except OverflowError:
+                    raise ValueError(f"{_quoted(after)} is not a cursor of a decision listing") from None
+            # The first condition is the index's range; the second drops the rows of the cursor's own instant
+            # up to and including the cursor's row.
+            clauses.append(" AND created_at <= %s AND (created_at < %s OR elicitation_id > %s)")
+            values.extend((created, created, elicitation_id))
+        return "".join(clauses), values
 
     def transition(
         self,
@@ -741,7 +852,7 @@ class SQLStore(ABC):
                     tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
                     details, now,
                 )  # fmt: skip
-                self._announce(tx, snapshot.elicitation_id)
+                self._moved(snapshot.elicitation_id)
                 moved = replace(
                     snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
                     expires_at=new_expiry,
@@ -751,7 +862,6 @@ class SQLStore(ABC):
                 failure = self._why_not(tx, snapshot, to, caller, now)
         if moved is None:
             raise failure
-        self._moved(moved.elicitation_id)
         return moved
 
     def add_change_listener(self, listener: Callable[[str], None]) -> None:
@@ -759,8 +869,8 @@ class SQLStore(ABC):
         id for its transitions, an operation's id for its journal, its claims and its end."""
         self._change_listeners.append(listener)
 
-    def _announce(self, tx: Tx, subject: str) -> None:  # noqa: B027 (engines that cannot, need not)
-        """Tell other processes, inside the change's transaction, that `subject` moved."""
+    def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:  # noqa: B027 (engines that cannot, need not)
+        """Tell other processes, inside the changes' transaction, that `subjects` moved."""
 
     def _why_not(self, tx: Tx, snapshot: Decision, to: DecisionStatus, caller: Caller, now: datetime) -> StoreError:
         """The error for a lost compare-and-set, expiring an overdue record on the way."""
@@ -850,6 +960,7 @@ class SQLStore(ABC):
             ).fetchone()
             if visible is None:
                 raise NotFound(f"no decision or operation {subject_id}")
+            tx.flush()
             rows = tx.execute(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
             ).fetchall()
@@ -868,14 +979,12 @@ class SQLStore(ABC):
                  caller.client_id),
             ).rowcount  # fmt: skip
             if inserted == 1:
-                self._announce(tx, operation_id)
+                self._moved(operation_id)
                 entry: JournalEntry | None = JournalEntry(name=name, value=value, recorded_at=now)
             else:
                 entry = self._select_journal(tx, operation_id, name, caller)
         if entry is None:
             raise NotFound(f"no operation {operation_id}")
-        if inserted == 1:
-            self._moved(operation_id)
         return entry
 
     def _select_journal(self, tx: Tx, operation_id: str, name: str, caller: Principal) -> JournalEntry | None:
@@ -974,9 +1083,7 @@ class SQLStore(ABC):
                 (operation_id, name, *params, operation_id, caller.principal_id, caller.client_id),
             ).rowcount
             if released:
-                self._announce(tx, operation_id)
-        if released:
-            self._moved(operation_id)
+                self._moved(operation_id)
 
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         with self._write() as tx:
@@ -1185,3 +1292,72 @@ def json_text(value: JSONValue) -> str:
 
 def utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_CREATED = DECISION_NAMES.index("created_at")
+
+
+def _cursor(created: Any, elicitation_id: Any) -> str:
+    """A listing cursor: the sort key of a page's last row as stored, so an unreadable row has one too.
+
+    Usually `<microseconds since 1970>.<id>`, short enough to give on a command line. A key no healthy row
+    holds (only a corrupt SQLite row can: text where the time belongs, an id of another kind) is kept as
+    stored instead, `~` and base64 JSON, so the next page resumes past that row in the engine's own order.
+    """
+    time: JSONValue
+    if type(created) is int:
+        time = created
+    elif isinstance(created, datetime):
+        time = ((created if created.tzinfo else created.replace(tzinfo=UTC)) - _EPOCH) // _MICROSECOND
+    else:
+        time = _raw_key(created)
+    if type(time) is int and isinstance(elicitation_id, str) and _PLAIN_ID.fullmatch(elicitation_id):
+        return f"{time}.{elicitation_id}"
+    key = [time, elicitation_id if isinstance(elicitation_id, str) else _raw_key(elicitation_id)]
+    return "~" + base64.urlsafe_b64encode(json_text(key).encode()).decode().rstrip("=")
+
+
+_PLAIN_ID = re.compile(r"[0-9A-Za-z_-]+")
+_MICROSECONDS = re.compile(r"-?[0-9]{1,20}")
+
+
+def _raw_key(value: Any) -> JSONValue:
+    if isinstance(value, bytes | memoryview):
+        return {"blob": bytes(value).hex()}
+    return {"raw": value}
+
+
+def _parse_cursor(token: str) -> tuple[object, object]:
+    """The (time, id) key of a cursor; the time still in microseconds when it is one."""
+    if not token.startswith("~"):
+        time, dot, elicitation_id = token.partition(".")
+        if dot and _MICROSECONDS.fullmatch(time) and _PLAIN_ID.fullmatch(elicitation_id):
+            return int(time), elicitation_id
+        raise ValueError(f"{_quoted(token)} is not a cursor of a decision listing")
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token[1:] + "=" * (-len(token[1:]) % 4)))
+    except ValueError:
+        key = None
+    if isinstance(key, list) and len(key) == 2:
+        created = key[0] if type(key[0]) is int else _raw_value(key[0])
+        identity = key[1] if isinstance(key[1], str) else _raw_value(key[1])
+        if created is not _NOT_A_KEY and identity is not _NOT_A_KEY:
+            return created, identity
+    raise ValueError(f"{_quoted(token)} is not a cursor of a decision listing")
+
+
+_NOT_A_KEY = object()
+
+
+def _raw_value(key: object) -> object:
+    if isinstance(key, dict) and len(key) == 1:
+        if "raw" in key and (key["raw"] is None or type(key["raw"]) in (str, int, float)):
+            return key["raw"]
+        if "blob" in key and isinstance(key["blob"], str):
+            try:
+                return bytes.fromhex(key["blob"])
+            except ValueError:
+                return _NOT_A_KEY
+    return _NOT_A_KEY

@@ -55,6 +55,40 @@ class SchemaTooNew(StoreError):
         )
 
 
+class MigrationPending(StoreError):
+    """The database is at an older schema version (0: none yet) than this code's; it was opened without migrating.
+
+    Opening a store migrates it; a check that must change nothing (`open_store(url, migrate=False)`) says this
+    instead, and so does a running store whose database was set back (a restored backup) under it.
+    """
+
+    def __init__(self, found: int, supported: int, where: str) -> None:
+        self.found = found
+        self.supported = supported
+        held = f"schema version {found}" if found else "no mcp-elicit schema yet"
+        super().__init__(f"{where} has {held}, and this mcp-elicit needs version {supported}")
+
+
+class StoreFileReplaced(StoreError):
+    """The SQLite file a running store opened was deleted, or another file took its path.
+
+    A write would go on to the file the store opened, which no later start reads: every call would report
+    success and the records be gone after a restart (and a retry then act again). So every write is refused.
+    The latest commits of the file opened are in the `-wal` file beside the path, which SQLite leaves there.
+    """
+
+    def __init__(self, path: str, *, deleted: bool) -> None:
+        self.path = path
+        self.deleted = deleted
+        what = "was deleted" if deleted else "was replaced by another file"
+        super().__init__(
+            f"the database file {path} {what} while this store had it open; refusing to write to the file it "
+            "opened, which no later start would read. Nothing of this write was stored. Stop the server, then "
+            f"put back the file it opened ({path}-wal beside it holds its latest commits), or remove {path}-wal "
+            f"and {path}-shm before starting on {'a new store' if deleted else 'the new file'}"
+        )
+
+
 class NotFound(StoreError):
     """No such record for this caller. Someone else's record is reported exactly like a missing one."""
 

@@ -13,6 +13,7 @@ tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -39,26 +40,70 @@ from mcp_elicit.store._sql import (
     UniqueViolation,
     shape,
 )
-from mcp_elicit.store.errors import SchemaTooNew, StoreConfigError, StoreCorrupt, StoreError, StoreUnavailable
-from mcp_elicit.store.protocol import Clock
+from mcp_elicit.store.errors import (
+    MigrationPending,
+    SchemaTooNew,
+    StoreConfigError,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+)
+from mcp_elicit.store.protocol import Clock, Interest
 
 log = logging.getLogger(__name__)
 
 CHANGES_CHANNEL = "elicit_decisions"
+LISTENER_NAME = "mcp-elicit listener"
+"""The `application_name` of the connection that listens, for whoever reads `pg_stat_activity`."""
+LISTEN_CHECK = 1.0
+"""Seconds between two looks, while listening, at whether anything here still waits."""
+LISTEN_LINGER = 30.0
+"""Seconds a process keeps listening after its last waiter: waits come in bursts."""
 _MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our migrations" to pg_advisory_lock
 
 
 class _PostgresTx:
-    __slots__ = ("_cursor",)
+    """A transaction whose deferred writes (audit rows, notices) travel with its COMMIT: one round trip.
 
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+    Every round trip also costs the worker thread the GIL back, so a transition that writes its row, its
+    audit and its notice pays for one statement and the commit, not four.
+    """
+
+    __slots__ = ("_connection", "_cursor", "_deferred", "_deferred_params")
+
+    def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> None:
+        self._connection = connection
         self._cursor = cursor
+        self._deferred: list[str] = []
+        self._deferred_params: list[object] = []
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
         return self._cursor.execute(sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._cursor.executemany(sql, rows)
+
+    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._deferred.append(sql)
+        self._deferred_params.extend(params)
+
+    def flush(self) -> None:
+        self._send(())
+
+    def commit(self) -> None:
+        if self._deferred:
+            self._send(("COMMIT",))
+        else:
+            self._connection.commit()
+
+    def _send(self, tail: Sequence[str]) -> None:
+        """The deferred statements (and `tail`) as one simple query; values are bound by psycopg's client cursor."""
+        if not self._deferred:
+            return
+        statements, params = [*self._deferred, *tail], self._deferred_params
+        self._deferred, self._deferred_params = [], []
+        with psycopg.ClientCursor(self._connection) as cursor:
+            cursor.execute("; ".join(statements), params)
 
 
 def describe(conninfo: str) -> str:
@@ -85,7 +130,10 @@ class PostgresStore(SQLStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        migrate: bool = True,
     ) -> None:
+        """`migrate=False` opens only a database at this code's schema version (`MigrationPending` otherwise) and
+        writes nothing."""
         super().__init__(clock)
         self._display = describe(conninfo)
         self._conninfo = conninfo
@@ -94,7 +142,7 @@ class PostgresStore(SQLStore):
             conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as error:
             raise StoreConfigError(f"cannot parse the PostgreSQL URL {self._display}: {error}") from None
-        self._version = self._check_and_migrate(conninfo, connect_timeout)
+        self._version = self._check_and_migrate(conninfo, connect_timeout, migrate)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -114,7 +162,7 @@ class PostgresStore(SQLStore):
     def schema_version(self) -> int:
         return self._version
 
-    def _check_and_migrate(self, conninfo: str, connect_timeout: float) -> int:
+    def _check_and_migrate(self, conninfo: str, connect_timeout: float, migrate: bool) -> int:
         try:
             connection = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
         except psycopg.Error as error:
@@ -122,12 +170,17 @@ class PostgresStore(SQLStore):
         try:
             _configure(connection)
             with connection.transaction():
-                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                connection.execute("CREATE TABLE IF NOT EXISTS elicit_schema (version INTEGER NOT NULL)")
-                row = connection.execute("SELECT coalesce(max(version), 0) FROM elicit_schema").fetchone()
-                current = int(row[0]) if row else 0
+                if migrate:
+                    connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                    connection.execute("CREATE TABLE IF NOT EXISTS elicit_schema (version INTEGER NOT NULL)")
+                current = 0
+                if connection.execute("SELECT to_regclass('elicit_schema') IS NOT NULL").fetchone() == (True,):
+                    row = connection.execute("SELECT coalesce(max(version), 0) FROM elicit_schema").fetchone()
+                    current = int(row[0]) if row else 0
                 if current > _schema.LATEST_VERSION:
                     raise SchemaTooNew(current, _schema.LATEST_VERSION, self._display)
+                if current < _schema.LATEST_VERSION and not migrate:
+                    raise MigrationPending(current, _schema.LATEST_VERSION, self._display)
                 for version in range(current + 1, _schema.LATEST_VERSION + 1):
                     for statement in _schema.statements(version, _schema.POSTGRES_TYPES):
                         connection.execute(statement)
@@ -143,7 +196,9 @@ class PostgresStore(SQLStore):
     def _begin(self) -> Iterator[Tx]:
         try:
             with self._pool.connection() as connection, connection.cursor() as cursor:
-                yield _PostgresTx(cursor)
+                tx = _PostgresTx(connection, cursor)
+                yield tx
+                tx.commit()
         except psycopg.Error as error:
             raise _translate(error, self._display) from None
         except PoolTimeout:
@@ -173,28 +228,35 @@ class PostgresStore(SQLStore):
             (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
         ).rowcount
 
-    def _announce(self, tx: Tx, subject: str) -> None:
-        tx.execute("SELECT pg_notify(%s, %s)", (CHANGES_CHANNEL, subject))
+    def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
+        notify = "SELECT pg_notify(%s, subject) FROM unnest(%s::text[]) AS subject"
+        tx.defer(notify, (CHANGES_CHANNEL, list(subjects)))
 
-    async def listen(self, on_change: Callable[[str], None]) -> None:
+    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
         """Call `on_change(subject)` for every change any instance announces (see `add_change_listener`).
 
-        LISTEN/NOTIFY only hurries waiters along: a notice lost while reconnecting is covered by their polls.
+        LISTEN/NOTIFY only hurries waiters along: a notice lost while reconnecting, or sent before this
+        process listened, is covered by their polls. With `interest`, the connection is open only while
+        something here waits, and `LISTEN_LINGER` after.
         """
         pause = 0.5
         while True:
             try:
+                if interest is not None:
+                    await interest.until_awaited()
                 # Shielded, and bounded by the connect timeout: a connection cancelled half-way through its
                 # handshake would be left open for the garbage collector to find.
                 with anyio.CancelScope(shield=True):
                     connection = await psycopg.AsyncConnection.connect(
-                        self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+                        self._conninfo,
+                        autocommit=True,
+                        connect_timeout=self._connect_timeout,
+                        application_name=LISTENER_NAME,
                     )
                 async with connection:
                     await connection.execute(f"LISTEN {CHANGES_CHANNEL}")
                     pause = 0.5
-                    async for notice in connection.notifies():
-                        on_change(notice.payload)
+                    await _relay(connection, on_change, interest)
             except psycopg.Error as error:
                 log.warning("listening on %s stopped (%s); retrying", self._display, type(error).__name__)
                 await anyio.sleep(pause)
@@ -218,6 +280,22 @@ class PostgresStore(SQLStore):
 
     def close(self) -> None:
         self._pool.close()
+
+
+async def _relay(
+    connection: psycopg.AsyncConnection[Any], on_change: Callable[[str], None], interest: Interest | None
+) -> None:
+    """Hand on notices until nothing has waited here for `LISTEN_LINGER` (forever without `interest`)."""
+    idle_since: float | None = None
+    while True:
+        async for notice in connection.notifies(timeout=LISTEN_CHECK):
+            on_change(notice.payload)
+        if interest is None or interest.awaited():
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= LISTEN_LINGER:
+            return
 
 
 def _configure(connection: psycopg.Connection[Any]) -> None:

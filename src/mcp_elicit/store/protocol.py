@@ -102,7 +102,45 @@ class VaultRecord:
     updated_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class DecisionFilter:
+    """Which decisions a listing or a count covers; a field left `None` does not narrow it.
+
+    `expiring_before` keeps only waiting decisions whose TTL ends before then; `id_prefix` only the ids that
+    start with it (a text that cannot start an id matches none).
+    """
+
+    status: DecisionStatus | None = None
+    principal_id: str | None = None
+    operation_id: str | None = None
+    expiring_before: datetime | None = None
+    id_prefix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionPage:
+    """One page of a listing, newest first: the rows read, decoded or not, and where the next page starts."""
+
+    decisions: list[Decision]
+    unreadable: list[UnreadableRow]
+    """Rows of this page that could not be decoded, left out of `decisions`; they count towards the limit."""
+    after: str | None
+    """The cursor past this page's last row while more rows follow (give it as `after`); `None` on the last page."""
+
+    @property
+    def rows(self) -> int:
+        return len(self.decisions) + len(self.unreadable)
+
+
 @runtime_checkable
+class Interest(Protocol):
+    """Whether anything waits for changes now, and a way to wait until something does."""
+
+    def awaited(self) -> bool: ...
+
+    async def until_awaited(self) -> None: ...
+
+
 class Store(Protocol):
     @property
     def display_url(self) -> str:
@@ -111,15 +149,26 @@ class Store(Protocol):
 
     def schema_version(self) -> int: ...
 
+    def verify_schema(self) -> None:
+        """Reach the database afresh and check that it still holds this code's schema, for readiness checks.
+
+        `schema_version` is what opening found; another instance may have migrated the database since.
+        Raises `StoreUnavailable` when it cannot be reached, `SchemaTooNew` or `MigrationPending` when its
+        version is no longer this code's, `StoreCorrupt` when its schema table is not what mcp-elicit wrote.
+        """
+        ...
+
     @property
     def runs_inline(self) -> bool:
         """Whether a call takes microseconds on local files, so async code may make it on the event loop."""
         ...
 
-    async def listen(self, on_change: Callable[[str], None]) -> None:
+    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
         """Call `on_change(subject)` for each change other instances announce, until cancelled.
 
-        Returns at once on an engine without a channel between processes: waiters then rely on polling.
+        With `interest`, only while something in this process waits (and a little after): a process nobody
+        waits in neither receives notices nor has the database signal it. Returns at once on an engine
+        without a channel between processes: waiters then rely on polling.
         """
         ...
 
@@ -185,6 +234,22 @@ class Store(Protocol):
         A row that cannot be decoded raises `UnreadableRow`; with `on_unreadable`, it is handed there instead
         and left out, so that one corrupt row does not hide the others (it still counts towards `limit`).
         """
+        ...
+
+    def decision_page(
+        self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None, limit: int = 100
+    ) -> DecisionPage:
+        """Up to `limit` decisions visible to the caller, newest first (ties by id), past the cursor `after`.
+
+        Keyset paging: a cursor is the last row's place in that order, not a row count, so the pages of one
+        listing never repeat a row nor skip one that exists throughout, whatever is written meanwhile; each
+        page is one short read. A cursor is opaque and holds no filter: give the same `where` with it.
+        A text that is not a cursor raises `ValueError`.
+        """
+        ...
+
+    def count_decisions(self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None) -> int:
+        """How many decisions a `decision_page` listing with these arguments holds in all pages together."""
         ...
 
     def transition(

@@ -2,9 +2,13 @@
 
 Guarantees: one connection per thread; every write is a `BEGIN IMMEDIATE` transaction, so writers
 queue on the database lock instead of failing half-way; a committed transition survives the process
-being killed (WAL with `synchronous=NORMAL` keeps commits across process crashes; a power cut may lose
-the last commits, never corrupt the file). Opening never writes to a file that is not an mcp-elicit
-store: a corrupt file, another application's database or a newer schema is refused untouched.
+being killed (WAL with `synchronous=NORMAL`, the default, keeps commits across process crashes; a power
+cut or an OS crash may lose the last commits, never corrupt the file; `synchronous=FULL` syncs the WAL at
+every commit, so commits survive those too). Opening never writes to a file that is not an mcp-elicit
+store: a corrupt file, another application's database or a newer schema is refused untouched. A file
+deleted or replaced under a running store is found before the next write (the device and inode the
+path names are compared with those opened, a `stat` per write transaction) and every write is refused
+with `StoreFileReplaced`, never made to the unlinked file.
 
 Does not guarantee: sharing between machines. SQLite serves the processes of one host; several
 instances behind a load balancer need the PostgreSQL backend.
@@ -14,12 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,14 @@ from mcp_elicit.store._sql import (
     json_text,
     shape,
 )
-from mcp_elicit.store.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreUnavailable
+from mcp_elicit.store.errors import (
+    MigrationPending,
+    SchemaTooNew,
+    StoreCorrupt,
+    StoreError,
+    StoreFileReplaced,
+    StoreUnavailable,
+)
 from mcp_elicit.store.protocol import Clock
 
 log = logging.getLogger(__name__)
@@ -47,23 +60,76 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
+class Synchronous(StrEnum):
+    """How hard a commit is pressed to the disk (SQLite's `PRAGMA synchronous`, in WAL mode)."""
+
+    NORMAL = "normal"
+    """The WAL is synced at checkpoints only: a commit survives the process crashing; a power cut or an
+    OS crash may lose the last commits (never the file's integrity)."""
+    FULL = "full"
+    """The WAL is synced at every commit: a commit survives a power cut and an OS crash too."""
+
+
+class _FileIdentity:
+    """The file a store opened, by device and inode, against what its path names now.
+
+    Deleting or replacing (renaming over) the file leaves the store's connections on the unlinked one,
+    where every write would seem to succeed and be lost at the next start.
+    """
+
+    __slots__ = ("_device", "_inode", "_path", "_reported")
+
+    def __init__(self, path: Path) -> None:
+        self._path = os.fspath(path)
+        try:
+            found = os.stat(self._path)
+        except OSError as error:
+            raise StoreUnavailable(f"cannot open {path}: {error.strerror}") from None
+        self._device, self._inode = found.st_dev, found.st_ino
+        self._reported = False
+
+    def check(self) -> None:
+        try:
+            found = os.stat(self._path)
+        except FileNotFoundError:
+            raise self._refused(deleted=True) from None
+        except OSError as error:
+            raise StoreUnavailable(f"cannot check {self._path}: {error.strerror}") from None
+        if found.st_ino != self._inode or found.st_dev != self._device:
+            raise self._refused(deleted=False)
+
+    def _refused(self, *, deleted: bool) -> StoreFileReplaced:
+        refused = StoreFileReplaced(self._path, deleted=deleted)
+        if not self._reported:
+            self._reported = True
+            log.error("%s", refused)
+        return refused
+
+
 class _WriteTransaction:
     """`BEGIN IMMEDIATE` ... `COMMIT`, or `ROLLBACK` on any error; driver errors become store errors.
 
+    The file's identity is checked once the write lock is held, so a refused write leaves nothing behind.
     A plain class rather than a generator context manager: it sits on every transition's hot path.
     """
 
-    __slots__ = ("_connection", "_path")
+    __slots__ = ("_connection", "_identity", "_path")
 
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, connection: sqlite3.Connection, path: Path, identity: _FileIdentity) -> None:
         self._connection = connection
         self._path = path
+        self._identity = identity
 
     def __enter__(self) -> _SQLiteTx:
         try:
             self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             raise _translate(error, self._path) from None
+        try:
+            self._identity.check()
+        except StoreError:
+            self._connection.execute("ROLLBACK")
+            raise
         return _SQLiteTx(self._connection)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
@@ -94,6 +160,12 @@ class _SQLiteTx:
     def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(_qmark(sql), rows)
 
+    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
+
+    def flush(self) -> None:
+        return None
+
 
 _QMARK_CACHE: dict[str, str] = {}
 
@@ -108,9 +180,23 @@ def _qmark(sql: str) -> str:
 class SQLiteStore(SQLStore):
     _for_update = ""
 
-    def __init__(self, path: Path, *, clock: Clock, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Clock,
+        busy_timeout: float = 30.0,
+        migrate: bool = True,
+        synchronous: Synchronous = Synchronous.NORMAL,
+    ) -> None:
+        """`migrate=False` opens only a file at this code's schema version (`MigrationPending` otherwise) and
+        never creates one."""
         super().__init__(clock)
         self._path = path
+        self._file = path.absolute()  # what every connection opens, whatever the working directory is by then
+        self._synchronous = Synchronous(synchronous)
+        self._identity: _FileIdentity | None = None
+        self._migrating = migrate
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -128,22 +214,45 @@ class SQLiteStore(SQLStore):
 
     @property
     def display_url(self) -> str:
-        return f"sqlite://{self._path}" if self._path.is_absolute() else f"sqlite:{self._path}"
+        url = f"sqlite://{self._path}" if self._path.is_absolute() else f"sqlite:{self._path}"
+        return url if self._synchronous is Synchronous.NORMAL else f"{url}?synchronous={self._synchronous.value}"
+
+    @property
+    def synchronous(self) -> Synchronous:
+        return self._synchronous
 
     def schema_version(self) -> int:
         return self._version
 
+    def verify_schema(self) -> None:
+        # A connection of its own, opened by path without creating: the file may be gone since this store opened it.
+        if self._identity is not None:
+            self._identity.check()
+        try:
+            connection = sqlite3.connect(f"{self._path.absolute().as_uri()}?mode=rw", uri=True, timeout=0.2)
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"cannot open {self._path}: {error}") from None
+        try:
+            row = connection.execute("SELECT max(version) FROM elicit_schema").fetchone()
+        except sqlite3.Error as error:
+            raise _translate(error, self._path) from None
+        finally:
+            connection.close()
+        self._check_schema(row[0] if row is not None else None)
+
     def _connect(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError(f"{self.display_url} is closed")
+        if self._identity is not None:
+            self._identity.check()  # before connecting, which would create a new file at a deleted one's path
         try:
             connection = sqlite3.connect(
-                self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+                self._file, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as error:
             raise StoreUnavailable(f"cannot open {self._path}: {error}") from None
         connection.execute("PRAGMA foreign_keys = ON")
-        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.execute(f"PRAGMA synchronous = {self._synchronous.name}")
         with self._guard:
             self._connections.append(connection)
         return connection
@@ -160,9 +269,12 @@ class SQLiteStore(SQLStore):
             raise StoreUnavailable(f"cannot open {self._path}: directory {self._path.parent} does not exist")
         if self._path.is_dir():
             raise StoreUnavailable(f"cannot open {self._path}: it is a directory")
+        if not self._migrating and not self._path.exists():
+            raise MigrationPending(0, _schema.LATEST_VERSION, str(self._path))
         try:
             connection = self._connect()
             self._local.connection = connection
+            self._identity = _FileIdentity(self._file)
             return self._settle_schema(connection)
         except sqlite3.Error as error:
             self.close()
@@ -201,6 +313,8 @@ class SQLiteStore(SQLStore):
         if found > _schema.LATEST_VERSION:
             raise SchemaTooNew(found, _schema.LATEST_VERSION, str(self._path))
         if found < _schema.LATEST_VERSION:
+            if not self._migrating:
+                raise MigrationPending(found, _schema.LATEST_VERSION, str(self._path))
             if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 log.warning("%s: WAL journal mode unavailable; falling back to the default", self._path)
             self._migrate(connection)
@@ -230,7 +344,9 @@ class SQLiteStore(SQLStore):
         connection.execute("COMMIT")
 
     def _begin(self) -> _WriteTransaction:
-        return _WriteTransaction(self._connection(), self._path)
+        connection = self._connection()
+        assert self._identity is not None  # taken when the store opened
+        return _WriteTransaction(connection, self._path, self._identity)
 
     @contextmanager
     def _begin_read(self) -> Iterator[Tx]:
