@@ -2,7 +2,7 @@
 
 import typer
 
-from mcp_elicit.cli import call, decisions, demo, serve
+from mcp_elicit.cli import call, decisions, demo, doctor, serve
 
 app = typer.Typer(
     name="mcp-elicit",
@@ -14,6 +14,7 @@ app.add_typer(decisions.app, name="decisions")
 app.command("serve")(serve.serve)
 app.command("call")(call.call)
 app.command("demo")(demo.demo)
+app.command("doctor")(doctor.doctor)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
 from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
+from mcp_elicit.web import Health
 
 KEYS_ENV = "MCP_ELICIT_STATE_KEYS"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -43,6 +44,13 @@ def parse_keys(text: str) -> list[bytes]:
             raise typer.BadParameter(f"key {index + 1} of {KEYS_ENV} has {len(key)} bytes; at least 32 are needed")
         keys.append(key)
     return keys
+
+
+def public_url_of(public_url: str | None, host: str, port: int) -> str:
+    """The public URL given, or the address serve listens on."""
+    if public_url:
+        return public_url
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def serve(
@@ -74,18 +82,18 @@ def serve(
     """
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     root = workspace or default_store_path().parent / "workspace"
-    public = public_url or f"http://{host}:{port}"
+    public = public_url_of(public_url, host, port)
     deployment = None
     try:
         # Every setting is checked before anything is created, and every problem is said at once.
-        settings = http_settings(os.environ) if transport is Transport.HTTP and not dev_loopback else None
+        settings = http_settings(os.environ, public) if transport is Transport.HTTP and not dev_loopback else None
     except ConfigurationError as error:
         count = f"{len(error.problems)} setting{'s' if len(error.problems) > 1 else ''}"
         _fail(f"mcp-elicit serve --transport http cannot start; fix {count} in its environment:", *error.problems)
     try:
         root.mkdir(parents=True, exist_ok=True)
         if settings is not None:
-            deployment = build_http_deployment(store=store, workspace=root, public_url=public, settings=settings)
+            deployment = build_http_deployment(store=store, workspace=root, settings=settings)
             elicitation, server = deployment.elicitation, deployment.server
         else:
             if transport is Transport.HTTP and host not in LOOPBACK:
@@ -101,6 +109,8 @@ def serve(
                 identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
             )
             server = build_reference_server(elicitation, Workspace.open(root))
+            if transport is Transport.HTTP:
+                Health(elicitation).add_routes(server)
     except (StoreError, OSError, ValueError) as error:
         _fail(str(error))
     err.print(f"[dim]store {escape(elicitation.store.display_url)}, workspace {escape(str(root))}[/dim]")

@@ -5,7 +5,7 @@ own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tok
 `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party credentials),
 and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
 `MCP_ELICIT_PROVIDER_CLIENT_SECRET`. Several instances given the same values and the same PostgreSQL store
-serve each other's calls, tokens and callbacks.
+serve each other's calls, tokens and callbacks. `/healthz` and `/readyz` serve the orchestrator (`Health`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mcp_elicit.reference.workspace import Workspace
 from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.web import (
     ApiKeyEntry,
+    Health,
     LocalAuthorizationServer,
     LocalUsers,
     OAuthConnect,
@@ -43,6 +44,12 @@ from mcp_elicit.web import (
 PROVIDER_URL_ENV = "MCP_ELICIT_PROVIDER_URL"
 PROVIDER_CLIENT_ID_ENV = "MCP_ELICIT_PROVIDER_CLIENT_ID"
 PROVIDER_SECRET_ENV = "MCP_ELICIT_PROVIDER_CLIENT_SECRET"  # noqa: S105 (the variable's name)
+_GENERATE_KEY = (
+    "generate one with: python -c "
+    '"import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())"'
+)
+_PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _T = TypeVar("_T")
 
 
@@ -63,8 +70,9 @@ class ProviderSettings:
 
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
-    """What `mcp-elicit serve --transport http` reads from the environment, all of it checked."""
+    """What `mcp-elicit serve --transport http` runs with (its environment and public URL), all of it checked."""
 
+    public_url: str
     users: LocalUsers
     auth_keys: list[bytes] = field(repr=False)
     state_keys: list[bytes] = field(repr=False)
@@ -91,21 +99,53 @@ def keys_from(environ: Mapping[str, str], name: str) -> list[bytes]:
         raise ConfigurationError(
             [f"{name} is not set: give comma-separated base64 keys of at least 32 bytes, the newest first"]
         )
-    keys = []
+    keys: list[bytes] = []
     for index, part in enumerate(p.strip() for p in text.split(",")):
         try:
             key = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
         except (binascii.Error, ValueError):
-            raise ConfigurationError([f"{name}: key {index + 1} is not base64"]) from None
+            raise ConfigurationError([f"{name}: key {index + 1} is not base64; {_GENERATE_KEY}"]) from None
         if len(key) < 32:
-            raise ConfigurationError([f"{name}: key {index + 1} has {len(key)} bytes; at least 32 are needed"])
+            raise ConfigurationError(
+                [f"{name}: key {index + 1} has {len(key)} bytes; at least 32 are needed; {_GENERATE_KEY}"]
+            )
+        if key in keys:
+            raise ConfigurationError(
+                [f"{name}: key {index + 1} repeats key {keys.index(key) + 1}; give each key of the ring once"]
+            )
         keys.append(key)
     return keys
 
 
-def http_settings(environ: Mapping[str, str]) -> HttpSettings:
-    """Every setting, read and checked before anything is opened; all the problems at once, not the first."""
-    problems: list[str] = []
+def public_url_problems(url: str) -> list[str]:
+    """What keeps `url` from being the deployment's public URL: the https origin (http on loopback only)."""
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port
+    except ValueError as error:
+        return [f"the public URL {url!r} cannot be parsed ({error}); {_PUBLIC_URL_FORM}"]
+    if parts.scheme not in ("http", "https") or not host:
+        return [f"the public URL {url!r} is not an http(s) URL; {_PUBLIC_URL_FORM}"]
+    problems = []
+    if parts.scheme == "http" and host not in _LOOPBACK:
+        problems.append(
+            f"the public URL {url} is plain http outside loopback, so sign-in and tokens would cross the network "
+            "in clear; serve it behind TLS and pass --public-url https://..."
+        )
+    if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
+        problems.append(
+            f"the public URL {url} carries a path, query, fragment or credentials; "
+            "it is the origin alone: scheme, host and port"
+        )
+    return problems
+
+
+def http_settings(environ: Mapping[str, str], public_url: str) -> HttpSettings:
+    """Every setting, read and checked before anything is opened; all the problems at once, not the first.
+
+    Each problem names its setting and says what to do. `mcp-elicit doctor` reports the same ones.
+    """
+    problems = public_url_problems(public_url)
 
     def read(parse: Callable[[], _T]) -> _T | None:
         try:
@@ -123,7 +163,7 @@ def http_settings(environ: Mapping[str, str]) -> HttpSettings:
     provider = read(lambda: _provider_settings(environ))
     if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
         raise ConfigurationError(problems)
-    return HttpSettings(users, auth_keys, state_keys, vault_keys, provider)
+    return HttpSettings(public_url.rstrip("/"), users, auth_keys, state_keys, vault_keys, provider)
 
 
 def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
@@ -132,22 +172,22 @@ def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
         return None
     missing = [name for name in (PROVIDER_CLIENT_ID_ENV, PROVIDER_SECRET_ENV) if not environ.get(name, "").strip()]
     if missing:
-        raise ConfigurationError([f"{name} is not set, and {PROVIDER_URL_ENV} needs it" for name in missing])
+        raise ConfigurationError(
+            [
+                f"{name} is not set, and {PROVIDER_URL_ENV} needs it; set it, or unset {PROVIDER_URL_ENV} "
+                "to serve without connect_account"
+                for name in missing
+            ]
+        )
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
         raise ConfigurationError([f"{PROVIDER_URL_ENV} must be the provider's http(s) base URL, not {url!r}"])
     return ProviderSettings(url, environ[PROVIDER_CLIENT_ID_ENV].strip(), environ[PROVIDER_SECRET_ENV].strip())
 
 
-def build_http_deployment(
-    *,
-    store: str | None,
-    workspace: Path,
-    public_url: str,
-    settings: HttpSettings,
-) -> Deployment:
+def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpSettings) -> Deployment:
     """Everything `mcp-elicit serve --transport http` runs, checked before anything listens."""
-    public_url = public_url.rstrip("/")
+    public_url = settings.public_url
     elicitation = Elicitation(
         store,
         keys=settings.state_keys,
@@ -195,6 +235,7 @@ def build_http_deployment(
     auth.sign_in_reason = pages.sign_in_reason
     for route in pages.routes():
         server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(_endpoint(route.endpoint))
+    Health(elicitation).add_routes(server)
     return Deployment(server=server, elicitation=elicitation, public_url=public_url, auth=auth)
 
 
