@@ -1,6 +1,8 @@
 """A server process for the single-flight tests: a slow journaled step and an instant one, with or without
 a question first.
 
+`ponder` spends `--ponder` seconds between its answer and its step without committing anything.
+
 The steps stand for an external system: each run appends `step n key` (the step, the tool's argument and
 the step's `flow.idempotency_key`) to `keys` in the workspace, and returns a receipt that is new on every
 run, so two runs of one operation's step never give the same result. `work` sleeps `--work-seconds`; with
@@ -23,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import uvicorn
 from pydantic import BaseModel, Field
 
@@ -45,10 +48,11 @@ class Works:
     again runs it twice.
     """
 
-    def __init__(self, root: Path, *, seconds: float = 0.5, stall: bool = False) -> None:
+    def __init__(self, root: Path, *, seconds: float = 0.5, stall: bool = False, ponder: float = 0.0) -> None:
         self.root = root
         self.seconds = seconds
         self.stall = stall
+        self.ponder = ponder
 
     def work(self, n: int, idempotency_key: str) -> str:
         self._log("work", n, idempotency_key)
@@ -103,6 +107,14 @@ def build(elicitation: Elicitation, works: Works) -> None:
         seal = await flow.step("seal", works.seal, n, flow.idempotency_key("seal"))
         return f"approved {n}: {receipt} {seal}"
 
+    @elicitation.tool()
+    async def ponder(flow: Flow, n: int) -> str:
+        """A question, then `Works.ponder` seconds of work outside any step (nothing commits), then a step."""
+        answer = await flow.ask(f"Ponder job {n}?", Confirm, key="confirm")
+        await anyio.sleep(works.ponder)
+        seal = await flow.step("seal", works.seal, n, flow.idempotency_key("seal"))
+        return f"pondered {n}: {type(answer).__name__} {seal}"
+
 
 def lease_option(seconds: float, workspace: Path) -> dict[str, Any]:
     """`lease=` arrives with single-flight operations: passed when this `Elicitation` takes it.
@@ -128,6 +140,7 @@ def serve(
     long_poll: float = 0.5,
     work_seconds: float = 0.5,
     stall: bool = False,
+    ponder: float = 0.0,
 ) -> None:
     elicitation = Elicitation(
         open_store(store),
@@ -137,7 +150,7 @@ def serve(
         **lease_option(lease, workspace),
     )
     server = elicitation.server("overlap-server")
-    build(elicitation, Works(workspace, seconds=work_seconds, stall=stall))
+    build(elicitation, Works(workspace, seconds=work_seconds, stall=stall, ponder=ponder))
     uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -150,6 +163,7 @@ def main() -> None:
     parser.add_argument("--long-poll", type=float, default=0.5, help="seconds a 2026-07-28 round may be held")
     parser.add_argument("--work-seconds", type=float, default=0.5)
     parser.add_argument("--stall", action="store_true", help="the step stalls for an hour instead of working")
+    parser.add_argument("--ponder", type=float, default=0.0, help="seconds `ponder` waits between answer and step")
     args = parser.parse_args()
     serve(
         args.port,
@@ -159,6 +173,7 @@ def main() -> None:
         long_poll=args.long_poll,
         work_seconds=args.work_seconds,
         stall=args.stall,
+        ponder=args.ponder,
     )
 
 

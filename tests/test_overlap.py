@@ -213,9 +213,11 @@ class Process:
         self.process.join(timeout=10)
 
 
-def launch(store: str, workspace: Path, *, lease: float = DEFAULT_LEASE, stall: bool = False) -> Process:
+def launch(
+    store: str, workspace: Path, *, lease: float = DEFAULT_LEASE, stall: bool = False, ponder: float = 0.0
+) -> Process:
     port = free_port()
-    options = {"lease": lease, "stall": stall}
+    options = {"lease": lease, "stall": stall, "ponder": ponder}
     process = SERVERS.Process(target=serve, args=(port, store, workspace), kwargs=options, daemon=True)
     process.start()
     return Process(process, port)
@@ -295,6 +297,20 @@ async def test_overlapping_identical_calls_ask_the_person_once(store_url: str, t
         store.close()
     assert decision.status is DecisionStatus.ACCEPTED
     assert decision.principal == LOOPBACK
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_answer_not_yet_committed_keeps_its_question_claimed(store_url: str, tmp_path: Path, era: str) -> None:
+    """The call that carried the question holds its answer uncommitted while the body works on for longer
+    than two leases: its claim stays renewed until that commit, so no waiting call asks the person again."""
+    lease = 0.9
+    server = launch(store_url, tmp_path, lease=lease, ponder=2.5 * lease)
+    desk = Desk(confirming(after=0.2))
+    with running(server):
+        [results] = await together(K, lambda index: connect(server.url, era, desk.seat(index)), calling("ponder", 4))
+    assert len(desk.asked) == 1, f"the person was asked {len(desk.asked)} times by {K} overlapping calls"
+    assert len(runs(tmp_path, 4, "seal")) == 1
+    the_one(results, "pondered 4: Accepted seal-")
 
 
 @pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])

@@ -53,6 +53,7 @@ from mcp_elicit.server.answers import Accepted, Answer, Cancelled, Completed, De
 from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
+from mcp_elicit.server.leases import Kept, Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.server.waiting import Backoff, Wakeups
 from mcp_elicit.server.writes import HeldWrites
@@ -74,6 +75,10 @@ ClientQuery = CreateMessageRequest | ListRootsRequest
 A = TypeVar("A", CreateMessageResult, ListRootsResult)
 
 NEED_OF_MODE = {Mode.FORM: Need.FORM, Mode.URL: Need.URL}
+
+
+def new_holder() -> str:
+    return f"call:{uuid.uuid4().hex}"
 
 
 def step_claim(name: str) -> str:
@@ -174,8 +179,10 @@ class Execution:
         decisions: dict[str, Decision],
         settings: CallSettings,
         writes: HeldWrites,
+        leases: Leases,
         argument_answers: dict[str, Any] | None = None,
         fresh: bool = False,
+        holder: str | None = None,
     ) -> None:
         self.operation = operation
         self.principal = principal
@@ -183,7 +190,9 @@ class Execution:
         self._released: set[str] = set()
         self._creating: set[str] = set()
         """Decisions this call holds the creation of: none is durable, so none can have moved."""
-        self.holder = f"call:{uuid.uuid4().hex}"
+        self.holder = holder or new_holder()
+        """Who holds this call's claims: the same for every run of one call, so a run after a stale commit
+        takes up the claims the run before it held, instead of waiting for them to lapse."""
         self.asker: Asker
         self._store = store
         self._settings = settings
@@ -192,6 +201,8 @@ class Execution:
         self._decisions = decisions
         self._argument_answers = argument_answers or {}
         self._pending: Signal | None = None
+        self._leases = leases
+        self._kept: list[Kept] = []
 
     def _ids(self) -> tuple[Store, str, Principal, str]:
         """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
@@ -239,7 +250,8 @@ class Execution:
 
     async def commit(self) -> None:
         """Make what this call holds durable now: before anything leaves the process or waits on others."""
-        await self._commit_with(_nothing)
+        if self._writes.pending:
+            await self._commit_with(_nothing)
 
     async def _commit_with(self, last: Callable[[], R]) -> R:
         """Commit what is held and `last` in one transaction; a lost commit ends the turn like any signal."""
@@ -386,45 +398,36 @@ class Execution:
 
     @asynccontextmanager
     async def carrying(self, name: str) -> AsyncIterator[None]:
-        """Hold the claim `name` (taken already) while the block runs: renewed, then given up with the
-        call's next commit, so waiters wake when what the block did is durable."""
-        failure: BaseException | None = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._renew, name)
-            try:
-                yield
-            except BaseException as error:  # re-raised below, outside the group, exactly as the block raised it
-                failure = error
-            finally:
-                group.cancel_scope.cancel()
+        """Hold the claim `name` (taken already) while the block runs and until the call's next commit: renewed
+        all along, then given up with that commit, so waiters wake when what the block did is durable."""
         sync, operation_id, principal, holder = self._ids()
-        if isinstance(failure, Signal):
+        kept = self._leases.keep(operation_id, name, holder, principal)
+        self._kept.append(kept)
+        try:
+            yield
+        except Signal:
             # The turn ends without committing what it holds: let go now, or waiters sit out the lease.
+            kept.drop()
             with anyio.CancelScope(shield=True):
                 await self._release_now(name)
-        elif name not in self._released:
+            raise
+        finally:
             # Success, an error or a cancellation: the runtime commits what the call holds on every such
             # end (a result, a failed operation), and the claim goes with it, so no waiter starts the work
             # again before it can see how it ended. (An answer recorded in the block let go of it already.)
-            self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
-        if failure is not None:
-            raise failure
+            if not kept.dropped:
+                if name not in self._released:
+                    self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
+                if self._writes.pending:
+                    self._writes.after_commit(kept.drop)
+                else:
+                    kept.drop()
 
-    async def _renew(self, name: str) -> None:
-        sync, operation_id, principal, holder = self._ids()
-        interval = self._settings.lease.total_seconds() / 3
-        while True:
-            await anyio.sleep(interval)
-            try:
-                kept = await self._store(
-                    sync.renew_claim, operation_id, name, holder=holder, lease_until=self.lease_end(), caller=principal
-                )
-            except StoreError as error:
-                log.warning("operation %s: cannot renew the claim on %s: %s", operation_id, name, error)
-                continue
-            if not kept:
-                log.warning("operation %s: the claim on %s lapsed and another call took it over", operation_id, name)
-                return
+    def stop_renewing(self) -> None:
+        """The run is over: whatever it still keeps is released by its last commit, or left to lapse."""
+        for kept in self._kept:
+            kept.drop()
+        self._kept.clear()
 
     async def _release_now(self, name: str) -> None:
         sync, operation_id, principal, holder = self._ids()
@@ -449,9 +452,6 @@ class Execution:
         kwargs: dict[str, Any],
         adapter: TypeAdapter[Any],
     ) -> Any:
-        recorded = await self._journaled(name)
-        if recorded is not None:
-            return adapter.validate_python(recorded.value)
         found = await self._wait_for_turn(name)
         if isinstance(found, JournalEntry):
             return adapter.validate_python(found.value)
@@ -471,14 +471,16 @@ class Execution:
         backoff = Backoff()
 
         def journaled_or_claimed() -> JournalEntry | Claim:
-            # The claim first, the journal second: a claim freed by a holder that journaled its result in
-            # the same transaction is ours only once that commit is visible, and then so is the result.
+            unseen = self._unseen
+            if not unseen and (entry := sync.journal_get(operation_id, name, caller=principal)) is not None:
+                return entry
             claim = sync.claim(operation_id, claim_name, holder=holder, lease_until=self.lease_end(), caller=principal)
-            entry = None if self._unseen else sync.journal_get(operation_id, name, caller=principal)
-            if entry is None:
+            if unseen or not claim.held_by(holder):
                 return claim
-            if claim.held_by(holder):
-                sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
+            # A holder that journaled its result and let go since the first look: its commit is visible now.
+            if (entry := sync.journal_get(operation_id, name, caller=principal)) is None:
+                return claim
+            sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
             return entry
 
         while True:
@@ -496,15 +498,9 @@ class Execution:
         return await self._store(sync.journal_get, operation_id, name, caller=principal)
 
     async def _journal(self, name: str, value: JSONValue) -> JournalEntry:
-        sync, operation_id, principal, holder = self._ids()
-        claim_name = step_claim(name)
-
-        def record() -> JournalEntry:
-            entry = sync.journal_record(operation_id, name, value, caller=principal)
-            sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
-            return entry
-
-        return await self._commit_with(record)
+        """Record the step's result; the claim `carrying` let go of is released in the same commit."""
+        sync, operation_id, principal, _ = self._ids()
+        return await self._commit_with(lambda: sync.journal_record(operation_id, name, value, caller=principal))
 
     # -- questions ----------------------------------------------------------------------------------
 
@@ -533,7 +529,7 @@ class Execution:
                 log.warning(
                     "decision %s: the recorded answer does not fit %s; asking again",
                     decision.elicitation_id,
-                    form.model.__name__,
+                    form.name,
                 )
                 note = f"\n\n(The previous answer could not be used: {unusable} Please answer again.)"
         return Cancelled()

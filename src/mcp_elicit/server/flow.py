@@ -18,8 +18,9 @@ it does not. The body never learns which era it ran on, and the runtime's contro
 
 from __future__ import annotations
 
+import enum
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar, cast, get_type_hints, overload
 
@@ -34,7 +35,8 @@ from mcp_types import (
     SamplingMessage,
     TextContent,
 )
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
+from typing_extensions import TypeForm
 
 from mcp_elicit.model import Principal, ResumePolicy
 from mcp_elicit.server.answers import Answer, UrlAnswer
@@ -42,7 +44,8 @@ from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX, Execution
 from mcp_elicit.server.forms import form_spec
 
-M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+K = TypeVar("K", bound=str | enum.Enum)
 R = TypeVar("R")
 T1 = TypeVar("T1")
 T2 = TypeVar("T2")
@@ -97,25 +100,46 @@ class Flow:
 
     # -- questions ------------------------------------------------------------------------------
 
+    @overload
+    async def ask(
+        self, message: str, model: Mapping[K, str], *, key: str | None = None, ttl: timedelta = DEFAULT_FORM_TTL
+    ) -> Answer[K]: ...
+    @overload
+    async def ask(
+        self, message: str, model: type[T], *, key: str | None = None, ttl: timedelta = DEFAULT_FORM_TTL
+    ) -> Answer[T]: ...
+    @overload
+    async def ask(
+        self, message: str, model: TypeForm[T], *, key: str | None = None, ttl: timedelta = DEFAULT_FORM_TTL
+    ) -> Answer[T]: ...
+
     async def ask(
         self,
         message: str,
-        model: type[M],
+        model: Any,
         *,
         key: str | None = None,
         ttl: timedelta = DEFAULT_FORM_TTL,
-    ) -> Answer[M]:
-        """Ask the person for a form answer shaped by `model` (non-sensitive data only).
+    ) -> Answer[Any]:
+        """Ask the person for a form answer (non-sensitive data only) of the type `model`; `Accepted.data` is one.
 
+        `model` is a pydantic model, a dataclass or a `TypedDict` (a form of their fields), one value (`bool`,
+        `str`, `int`, `float`, a `Literal` or `Enum` of strings, a list of them for a multi-select, ...), asked
+        as a one-field form titled by `message`, or a mapping of choices to titles, answered by the chosen key:
+        `await flow.ask("Region?", {"eu": "Europe", "us": "United States"})`. A type that cannot be asked as a
+        flat form raises `UnsupportedField` or `SecretField` here, before anything is stored or shown
+        (declare it in `Elicitation.tool(asks=...)` to have it checked when the tool is registered).
+
+        The key defaults to the snake-case name of the model, dataclass, `TypedDict` or `Enum`, else `value`.
         An answer recorded out of band (the decision's web page checks the requested schema, not the
-        model's own validators) or under an older version of the model may not fit `model` any more: the
+        type's own validators) or under an older version of the type may not fit it any more: the
         question is then asked again, under the key `{key}#2` and then `{key}#3`, with a note saying why.
         A third unusable answer ends the question as `Cancelled()`.
         """
         self._run.check()
-        form = form_spec(model)
-        name = self._claim_key(key, _snake(model.__name__))
-        return cast(Answer[M], await self._run.ask_form(message, form, name, ttl))
+        form = form_spec(model).asking(message)
+        name = self._claim_key(key, form.key)
+        return await self._run.ask_form(message, form, name, ttl)
 
     async def ask_url(
         self,
@@ -229,7 +253,3 @@ def _return_type(function: Callable[..., Any]) -> Any:
     if origin is not None and getattr(origin, "__name__", "") in ("Awaitable", "Coroutine"):
         return returned.__args__[-1]
     return returned
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()

@@ -1,23 +1,33 @@
-"""Form definitions: the one place that turns a pydantic model into a form question and checks its answer.
+"""Form definitions: the one place that turns what a tool asks for into a form question and checks its answer.
+
+What can be asked (`form_spec`): a pydantic model, a dataclass or a `TypedDict` (a form of their fields); one
+value (`bool`, `str`, `int`, `float`, `date`, `datetime`, `AnyUrl`, `Email`, a `Literal` or `Enum` of strings,
+a list of those choices for a multi-select, each optionally `Annotated` with constraints or made optional with
+`| None`), sent as a form of one field `value` titled by the question and answered by the bare value; or a
+mapping from choices to their titles, answered by the chosen key. The answer is always of the asked type.
 
 Guarantees:
 
-- A model that `form_spec` accepts renders to the restricted `requestedSchema` that MCP 2025-11-25 and
+- What `form_spec` accepts renders to the restricted `requestedSchema` that MCP 2025-11-25 and
   2026-07-28 define (`{"type": "object", "properties": {...}, "required": [...]}`, flat, one
   `PrimitiveSchemaDefinition` per field) and to nothing else: no `$ref`, no `anyOf` for optionals, no
   `pattern`, no exclusive bounds, no generated titles. Every constraint the server enforces is one the
   client is shown; a constraint the schema cannot express is refused instead of being enforced in secret.
   `gt`/`lt` on an integer are shown as the equivalent `minimum`/`maximum`; on a float they are refused.
   A `default` is rendered; a `default_factory` is not, since its value is only decided at validation.
-- A model that cannot be rendered exactly fails when the form is defined, not when a user is waiting:
-  `UnsupportedField` names the model, the field and what is supported.
+- What cannot be rendered exactly fails when the form is first built (at registration for a tool's declared
+  `asks`, else at the first ask), not when a user is waiting: `UnsupportedField` names the type, the field
+  and what is supported. A form is flat: a nested model, dataclass, `TypedDict` or mapping, a union and an
+  optional whole form are refused, never flattened or guessed.
 - A field whose name, title or description looks like a secret (`looks_secret`, the project's single
   vocabulary), or whose type is a pydantic secret type, is refused with `SecretField`. The spec forbids
   form mode for passwords, API keys, access tokens and payment credentials; they go through URL mode
   (`ask_url`). The field's type counts: a boolean is never a secret, and a number only when it could be
   the secret itself (`pin`, `cvv`, `card_number`, `otp`), not when it counts one (`max_tokens`, "How many
-  tokens to mint"). There is no override: a false positive is resolved by renaming the field.
-- `FormSpec.validate` takes any JSON value and returns a model instance or raises `InvalidAnswer`, whose
+  tokens to mint"). There is no override: a false positive is resolved by renaming the field. A one-value
+  ask is titled by its question, so the question of a free text or number answer is checked the same way
+  when it is asked (`FormSpec.asking`); a choice among values the server lists is not entered by anyone.
+- `FormSpec.validate` takes any JSON value and returns a value of the asked type or raises `InvalidAnswer`, whose
   problems each name their field (or `answer` for the whole) and never quote the answer, so they can be
   logged and shown back as they are.
   Content types follow the spec's `schema.ts`: string, number, boolean or list of strings. A boolean is not
@@ -53,17 +63,34 @@ phone number) that a form may ask for but audit and logs must redact.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import enum
+import functools
 import math
 import re
 import types
+import typing
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    TypeAlias,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 import annotated_types
+import typing_extensions
 from pydantic import (
     AfterValidator,
     AnyUrl,
@@ -74,23 +101,47 @@ from pydantic import (
     Secret,
     SecretBytes,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     WrapValidator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from typing_extensions import TypeForm
 
 from mcp_elicit.model.json import JSONValue
 from mcp_elicit.model.redaction import ValueKind, looks_secret
 
-__all__ = ["Email", "FormSpec", "InvalidAnswer", "SecretField", "Titled", "UnsupportedField", "form_spec"]
+__all__ = [
+    "Email",
+    "FormSpec",
+    "InvalidAnswer",
+    "SecretField",
+    "Titled",
+    "UnsupportedField",
+    "check_asks",
+    "form_spec",
+]
 
-T = TypeVar("T", bound=BaseModel)
+T = TypeVar("T")
+K = TypeVar("K", bound=str | enum.Enum)
+
+VALUE_FIELD = "value"
+"""The one field of a one-value ask on the wire (`{"value": ...}`), also its default question key."""
 
 _SUPPORTED = (
     "a form field must be str (optionally date, datetime, AnyUrl/HttpUrl or Email), int, float, bool, "
     "a Literal of strings or an Enum of strings (optionally Annotated with Titled), or a list of such choices; "
     "any of them may be made optional with `| None = None`"
+)
+_ASKABLE = (
+    "flow.ask takes a pydantic model, a dataclass or a TypedDict (a flat form of their fields), one value "
+    "(bool, str, int, float, date, datetime, AnyUrl, Email, a Literal or Enum of strings, or a list of such "
+    "choices; optionally Annotated with constraints or `| None`), or a mapping of choices to their titles"
+)
+_FLAT = (
+    "a form is flat, so a field cannot hold a nested model, dataclass, TypedDict or mapping: "
+    "put its fields in this form or ask for it separately"
 )
 _CONSTRAINTS = "min_length/max_length on strings and lists, ge/le on numbers, gt/lt on integers"
 _Kind: TypeAlias = Literal["string", "integer", "number", "boolean", "choice", "choices"]
@@ -98,25 +149,34 @@ _LENGTH_KEYWORDS: dict[_Kind, tuple[str, str]] = {
     "string": ("minLength", "maxLength"),
     "choices": ("minItems", "maxItems"),
 }
+_TYPED_DICT_WRAPPERS = {typing.Required, typing.NotRequired, typing_extensions.ReadOnly}
+
+
+def _where(asked: object, field_name: str | None) -> str:
+    return _asked_name(asked) if field_name is None else f"{_asked_name(asked)}.{field_name}"
 
 
 class UnsupportedField(TypeError):
-    """The model asks for something the restricted requestedSchema cannot express exactly."""
+    """What was asked for cannot be expressed exactly in the restricted requestedSchema.
 
-    def __init__(self, model: type[BaseModel], field_name: str, why: str) -> None:
+    `model` is what the tool asked for (a class, a type such as `list[Region]`, or a mapping of choices);
+    `field_name` is the field at fault, or None when the asked type as a whole is.
+    """
+
+    def __init__(self, model: Any, field_name: str | None, why: str) -> None:
         self.model = model
         self.field_name = field_name
-        super().__init__(f"{model.__name__}.{field_name}: {why}")
+        super().__init__(f"{_where(model, field_name)}: {why}")
 
 
 class SecretField(TypeError):
-    """The model asks for a secret, which the spec forbids in form mode."""
+    """What was asked for is a secret, which the spec forbids in form mode."""
 
-    def __init__(self, model: type[BaseModel], field_name: str, why: str) -> None:
+    def __init__(self, model: Any, field_name: str | None, why: str) -> None:
         self.model = model
         self.field_name = field_name
         super().__init__(
-            f"{model.__name__}.{field_name} {why}: the MCP spec forbids requesting secrets (passwords, API keys, "
+            f"{_where(model, field_name)} {why}: the MCP spec forbids requesting secrets (passwords, API keys, "
             "access tokens, payment credentials) in form mode; collect it through URL mode (ask_url), never a form"
         )
 
@@ -124,10 +184,10 @@ class SecretField(TypeError):
 class InvalidAnswer(ValueError):
     """An answer that does not fit its form; each problem names its field and none quotes the answer."""
 
-    def __init__(self, model: type[BaseModel], problems: list[str]) -> None:
+    def __init__(self, model: Any, problems: list[str]) -> None:
         self.model = model
         self.problems = problems
-        super().__init__(f"invalid answer to {model.__name__}: " + "; ".join(problems))
+        super().__init__(f"invalid answer to {_asked_name(model)}: " + "; ".join(problems))
 
 
 class Titled:
@@ -184,26 +244,67 @@ class _Field:
 
 
 @dataclass(frozen=True)
-class FormSpec(Generic[T]):
-    """A model checked once for form use: its requestedSchema, its sensitive fields and its answer check."""
+class _OneValue:
+    """How a one-value form meets its question: the question titles the field, unless the author did."""
 
-    model: type[T]
+    value_kind: ValueKind
+    free_entry: bool
+    titled: bool
+
+
+@dataclass(frozen=True)
+class FormSpec(Generic[T]):
+    """What a tool asks for, checked once for form use: its requestedSchema, sensitive fields and answer check.
+
+    `model` is what was asked for: a model, dataclass or TypedDict class, a type such as `bool` or
+    `list[Region]`, or a mapping of choices. `key` is the question key an ask uses when given none.
+    """
+
+    model: Any
+    key: str
     sensitive_fields: tuple[str, ...]
     _schema: dict[str, JSONValue] = field(repr=False)
     _fields: Mapping[str, _Field] = field(repr=False)
+    _read: Callable[[dict[str, Any]], T] = field(repr=False)
+    _write: Callable[[T], dict[str, Any]] = field(repr=False)
+    _one_value: _OneValue | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """What was asked, as errors and logs name it: `Deploy`, `bool`, `list[Region]`, `choices`."""
+        return _asked_name(self.model)
 
     @property
     def schema(self) -> dict[str, JSONValue]:
         """The requestedSchema, copied because the spec is cached and shared by every caller."""
         return copy.deepcopy(self._schema)
 
+    def asking(self, message: str) -> FormSpec[T]:
+        """The form as it is put with `message`: a one-value form's field takes the question as its title.
+
+        Raises `SecretField` when a one-value free text or number answer is asked with a question that looks
+        like a secret: the question is that field's label.
+        """
+        one = self._one_value
+        if one is None:
+            return self
+        if one.free_entry and looks_secret(message, kind=one.value_kind):
+            raise SecretField(
+                self.model, None, f"is asked with a question that looks like a secret ({_shown(message)})"
+            )
+        if one.titled or not message:
+            return self
+        schema = copy.deepcopy(self._schema)
+        cast(dict[str, dict[str, JSONValue]], schema["properties"])[VALUE_FIELD]["title"] = message
+        return dataclasses.replace(self, _schema=schema)
+
     def content(self, answer: T) -> dict[str, JSONValue]:
         """An answer in its wire shape: what `validate` accepts back (unanswered optional fields left out)."""
-        dumped: dict[str, JSONValue] = answer.model_dump(mode="json", exclude_none=True)
-        return dumped
+        written = self._write(answer)
+        return {name: value for name, value in written.items() if name in self._fields and value is not None}
 
     def validate(self, content: object) -> T:
-        """The model instance for a form answer, or `InvalidAnswer` with its problems.
+        """The asked type's value for a form answer, or `InvalidAnswer` with its problems.
 
         Unknown, missing and mistyped fields are reported together; constraint problems (lengths, bounds,
         formats, author validators) are found by pydantic once those are fixed, so that pydantic never sees
@@ -227,81 +328,304 @@ class FormSpec(Generic[T]):
         if problems:
             raise InvalidAnswer(self.model, problems)
         try:
-            return self.model.model_validate(content)
+            return self._read(content)
         except ValidationError as error:
-            raise InvalidAnswer(self.model, [_pydantic_problem(e) for e in error.errors(include_url=False)]) from None
+            prefix: tuple[str, ...] = (VALUE_FIELD,) if self._one_value is not None else ()
+            problems = [_pydantic_problem(prefix, e) for e in error.errors(include_url=False)]
+            raise InvalidAnswer(self.model, problems) from None
 
 
-_specs: weakref.WeakKeyDictionary[type[BaseModel], FormSpec[Any]] = weakref.WeakKeyDictionary()
+_specs: weakref.WeakKeyDictionary[type, FormSpec[Any]] = weakref.WeakKeyDictionary()
 
 
-def form_spec(model: type[T]) -> FormSpec[T]:
-    """The form for `model`, built and checked on first use and cached for the life of the class.
+@overload
+def form_spec(model: Mapping[K, str]) -> FormSpec[K]: ...
+@overload
+def form_spec(model: type[T]) -> FormSpec[T]: ...
+@overload
+def form_spec(model: TypeForm[T]) -> FormSpec[T]: ...
 
-    Raises `SecretField` or `UnsupportedField` when the model cannot be asked as a form.
+
+def form_spec(model: Any) -> FormSpec[Any]:
+    """The form for what a tool asks for, built and checked on first use and cached for the life of the type.
+
+    Raises `SecretField` or `UnsupportedField` when it cannot be asked as a form.
     """
-    cached = _specs.get(model)
-    if cached is not None:
-        spec: FormSpec[T] = cached
-        return spec
-    spec = _build(model)
-    _specs[model] = spec
-    return spec
+    if isinstance(model, type):
+        cached = _specs.get(model)
+        if cached is None:
+            cached = _specs[model] = _build(model)
+        return cached
+    if isinstance(model, Mapping):
+        items = tuple(model.items())
+        typed = tuple((type(choice), choice, title) for choice, title in items)  # a StrEnum member equals its value
+        return _cached(_choices_spec, typed, lambda: _build_choices(model, items))
+    return _cached(_one_value_spec, model, lambda: _build_one_value(model))
 
 
-def _build(model: type[T]) -> FormSpec[T]:
+def check_asks(asks: Iterable[object], where: str) -> None:
+    """Build the form of every type a body declares it asks for, so that one refused fails `where` it is declared.
+
+    This is how a tool's questions are checked when the tool is registered (`Elicitation.tool(asks=...)`):
+    an explicit list, since a question's type is only known for sure once the body asks it.
+    """
+    for asked in asks:
+        try:
+            form_spec(cast(Any, asked))
+        except (SecretField, UnsupportedField) as refused:
+            refused.add_note(f"declared in asks= of {where}")
+            raise
+
+
+def _cached(cache: Callable[[Any], FormSpec[Any]], key: object, build: Callable[[], FormSpec[Any]]) -> FormSpec[Any]:
+    try:
+        hash(key)
+    except TypeError:
+        return build()
+    return cache(key)
+
+
+@functools.lru_cache(maxsize=512)
+def _one_value_spec(asked: Any) -> FormSpec[Any]:
+    return _build_one_value(asked)
+
+
+@functools.lru_cache(maxsize=512)
+def _choices_spec(typed: tuple[tuple[type, Any, Any], ...]) -> FormSpec[Any]:
+    items = tuple((choice, title) for _, choice, title in typed)
+    return _build_choices(dict(items), items)
+
+
+def _build(model: type) -> FormSpec[Any]:
+    if issubclass(model, BaseModel):
+        return _build_model(model)
+    if dataclasses.is_dataclass(model):
+        return _build_dataclass(model)
+    if typing_extensions.is_typeddict(model):
+        return _build_typed_dict(model)
+    return _build_one_value(model)
+
+
+def _build_model(model: type[BaseModel]) -> FormSpec[Any]:
     if issubclass(model, RootModel):
         raise UnsupportedField(model, "root", "a RootModel has no named fields to put in a form; " + _SUPPORTED)
-    properties: dict[str, JSONValue] = {}
-    fields: dict[str, _Field] = {}
-    sensitive: list[str] = []
-    for name, info in model.model_fields.items():
-        fields[name], properties[name], is_sensitive = _field(model, name, info)
-        if is_sensitive:
-            sensitive.append(name)
-    schema: dict[str, JSONValue] = {"type": "object", "properties": properties}
-    required: list[JSONValue] = [name for name, spec in fields.items() if spec.required]
-    if required:
-        schema["required"] = required
-    return FormSpec(model=model, sensitive_fields=tuple(sensitive), _schema=schema, _fields=fields)
+    rendered = _Rendered.of(model, model.model_fields)
+
+    def write(answer: BaseModel) -> dict[str, Any]:
+        return answer.model_dump(mode="json", exclude_none=True)
+
+    return rendered.spec(model.model_validate, write)
 
 
-def _field(model: type[BaseModel], name: str, info: FieldInfo) -> tuple[_Field, dict[str, JSONValue], bool]:
+def _build_dataclass(model: type) -> FormSpec[Any]:
+    hints = _hints(model)
+    for name, hint in hints.items():
+        if isinstance(hint, dataclasses.InitVar):
+            raise UnsupportedField(
+                model, name, "an InitVar is not kept on the dataclass, so the answer could not carry it"
+            )
+    infos: dict[str, FieldInfo] = {}
+    for item in dataclasses.fields(model):
+        if not item.init:
+            continue
+        if item.default is not dataclasses.MISSING:
+            infos[item.name] = FieldInfo.from_annotated_attribute(hints[item.name], item.default)
+        elif item.default_factory is not dataclasses.MISSING:
+            factory = item.default_factory
+            infos[item.name] = FieldInfo.from_annotated_attribute(hints[item.name], FieldInfo(default_factory=factory))
+        else:
+            infos[item.name] = FieldInfo.from_annotation(hints[item.name])
+    rendered = _Rendered.of(model, infos)
+    adapter: TypeAdapter[Any] = TypeAdapter(model)
+
+    def write(answer: object) -> dict[str, Any]:
+        dumped: dict[str, Any] = adapter.dump_python(answer, mode="json", exclude_none=True)
+        return dumped
+
+    return rendered.spec(adapter.validate_python, write)
+
+
+def _build_typed_dict(model: type) -> FormSpec[Any]:
+    required_keys: frozenset[str] = getattr(model, "__required_keys__", frozenset())
+    keys: dict[str, Any] = {}
+    infos: dict[str, FieldInfo] = {}
+    for name, hint in _hints(model).items():
+        required = name in required_keys  # the class's own view misses NotRequired in postponed annotations
+        while get_origin(hint) in _TYPED_DICT_WRAPPERS:
+            if get_origin(hint) in (typing.Required, typing.NotRequired):
+                required = get_origin(hint) is typing.Required
+            (hint,) = get_args(hint)
+        keys[name] = typing.Required[hint] if required else typing.NotRequired[hint]
+        infos[name] = FieldInfo.from_annotation(hint) if required else FieldInfo.from_annotated_attribute(hint, None)
+    rendered = _Rendered.of(model, infos)
+    rebuilt = cast(Any, typing_extensions.TypedDict)(model.__name__, keys)  # pydantic reads typing's only from 3.12
+    adapter: TypeAdapter[Any] = TypeAdapter(rebuilt)
+
+    def write(answer: Mapping[str, Any]) -> dict[str, Any]:
+        dumped: dict[str, Any] = adapter.dump_python(answer, mode="json", exclude_none=True)
+        return dumped
+
+    return rendered.spec(adapter.validate_python, write)
+
+
+def _hints(model: type) -> dict[str, Any]:
+    try:
+        return get_type_hints(model, include_extras=True)
+    except (NameError, TypeError) as error:
+        raise UnsupportedField(model, None, f"its field types cannot be resolved ({error})") from None
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    """A form's fields checked and rendered, before anything validates answers: refusals name the field."""
+
+    model: type
+    schema: dict[str, JSONValue]
+    fields: Mapping[str, _Field]
+    sensitive: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: type, infos: Mapping[str, FieldInfo]) -> _Rendered:
+        properties: dict[str, JSONValue] = {}
+        fields: dict[str, _Field] = {}
+        sensitive: list[str] = []
+        for name, info in infos.items():
+            fields[name], properties[name], is_sensitive = _field(model, name, info)
+            if is_sensitive:
+                sensitive.append(name)
+        schema: dict[str, JSONValue] = {"type": "object", "properties": properties}
+        required: list[JSONValue] = [name for name, spec in fields.items() if spec.required]
+        if required:
+            schema["required"] = required
+        return cls(model, schema, fields, tuple(sensitive))
+
+    def spec(self, read: Callable[[dict[str, Any]], Any], write: Callable[[Any], dict[str, Any]]) -> FormSpec[Any]:
+        return FormSpec(self.model, _snake(self.model.__name__), self.sensitive, self.schema, self.fields, read, write)
+
+
+def _build_one_value(asked: Any) -> FormSpec[Any]:
+    if isinstance(asked, str):
+        raise UnsupportedField(asked, None, f"a string is not a type: pass the type itself; {_ASKABLE}")
+    base, _, optional = _unwrap(asked)
+    if _is_form_type(base):
+        why = "cannot be optional" if optional else "cannot be Annotated"
+        raise UnsupportedField(
+            asked,
+            None,
+            f"a model, dataclass or TypedDict is asked as a whole form, which {why}: ask for "
+            f"{_asked_name(base)} itself (the person's decline already answers no)",
+        )
+    info = FieldInfo.from_annotated_attribute(asked, None) if optional else FieldInfo.from_annotation(asked)
+    spec, prop, sensitive = _field(asked, VALUE_FIELD, info, one_value=True)
+    schema: dict[str, JSONValue] = {"type": "object", "properties": {VALUE_FIELD: prop}}
+    if spec.required:
+        schema["required"] = [VALUE_FIELD]
+    adapter: TypeAdapter[Any] = TypeAdapter(asked)
+
+    def read(content: dict[str, Any]) -> Any:
+        return adapter.validate_python(content[VALUE_FIELD]) if VALUE_FIELD in content else None
+
+    def write(answer: Any) -> dict[str, Any]:
+        return {} if answer is None else {VALUE_FIELD: adapter.dump_python(answer, mode="json")}
+
+    value_kind = _value_kind(base)
+    one = _OneValue(value_kind, free_entry=spec.kind not in ("choice", "choices"), titled=info.title is not None)
+    key = _snake(item.__name__) if isinstance(item := _choice_item(base), type) else VALUE_FIELD
+    return FormSpec(asked, key, (VALUE_FIELD,) if sensitive else (), schema, {VALUE_FIELD: spec}, read, write, one)
+
+
+def _choice_item(base: Any) -> Any:
+    if get_origin(base) is list:
+        (base,) = get_args(base) or (None,)
+    base, _, _ = _unwrap(base)
+    return base if isinstance(base, type) and issubclass(base, enum.Enum) else None
+
+
+def _build_choices(titles: Mapping[Any, Any], items: tuple[tuple[Any, Any], ...]) -> FormSpec[Any]:
+    if not items:
+        raise UnsupportedField(titles, None, "give at least one choice")
+    keys: dict[str, Any] = {}
+    for choice, title in items:
+        if isinstance(choice, enum.Enum):
+            wire = choice.value
+            if type(wire) is not str:
+                raise UnsupportedField(titles, None, f"the choice {choice!r} must have a string value")
+        elif type(choice) is str:
+            wire = choice
+        else:
+            raise UnsupportedField(
+                titles, None, f"a choice must be a string or a member of an Enum of strings, not {_type_of(choice)}"
+            )
+        if not isinstance(title, str) or not title:
+            raise UnsupportedField(titles, None, f"the title of {choice!r} must be a non-empty string")
+        if wire in keys:
+            raise UnsupportedField(titles, None, f"two choices share the value {wire!r}")
+        keys[wire] = choice
+    kinds = {type(choice) for choice in keys.values()}
+    if len(kinds) > 1:
+        raise UnsupportedField(titles, None, "the choices must be all strings or all members of one Enum")
+    one_of: list[JSONValue] = [{"const": wire, "title": title} for wire, (_, title) in zip(keys, items, strict=True)]
+    schema: dict[str, JSONValue] = {
+        "type": "object",
+        "properties": {VALUE_FIELD: {"type": "string", "oneOf": one_of}},
+        "required": [VALUE_FIELD],
+    }
+
+    def read(content: dict[str, Any]) -> Any:
+        return keys[content[VALUE_FIELD]]
+
+    def write(answer: Any) -> dict[str, Any]:
+        return {VALUE_FIELD: answer.value if isinstance(answer, enum.Enum) else answer}
+
+    spec = _Field(kind="choice", required=True, choices=tuple(keys))
+    one = _OneValue("text", free_entry=False, titled=False)
+    return FormSpec(titles, VALUE_FIELD, (), schema, {VALUE_FIELD: spec}, read, write, one)
+
+
+def _field(
+    model: Any, name: str, info: FieldInfo, *, one_value: bool = False
+) -> tuple[_Field, dict[str, JSONValue], bool]:
+    """A field checked and rendered; errors name the field, or for a one-value ask the asked type itself."""
+    where = None if one_value else name
+    supported = _ASKABLE if one_value else _SUPPORTED
     annotation, metadata, optional = _unwrap(info.annotation)
     value_kind = _value_kind(annotation)
     for part, text in (("name", name), ("title", info.title), ("description", info.description)):
         if text is not None and looks_secret(text, kind=value_kind):
-            raise SecretField(model, name, f"looks like a secret (its {part} {text!r})")
-    sensitive = _sensitive_mark(model, name, info)
+            raise SecretField(model, where, f"looks like a secret (its {part} {text!r})")
+    sensitive = _sensitive_mark(model, where, info)
     for alias in (info.alias, info.validation_alias):
         if alias is not None and alias != name:
-            raise UnsupportedField(model, name, "aliases are not supported; the field name is the form's key")
+            raise UnsupportedField(model, where, "aliases are not supported; the field name is the form's key")
 
     metadata = [*_expand(info.metadata), *metadata]
     if _is_secret_type(annotation):
-        raise SecretField(model, name, f"has the secret type {_type_name(annotation)}")
+        raise SecretField(model, where, f"has the secret type {_type_name(annotation)}")
     if optional and info.is_required():
         raise UnsupportedField(
-            model, name, "a form cannot answer null, so an optional field needs a default: write `| None = None`"
+            model,
+            where,
+            "a form cannot answer null, so an optional field needs a default: write `| None = None` "
+            "(in a TypedDict, make the key NotRequired)",
         )
 
-    kind, prop, choices = _render_type(model, name, annotation, metadata)
+    kind, prop, choices = _render_type(model, where, annotation, metadata, supported)
     if info.title is not None:
         prop["title"] = info.title
     if info.description is not None:
         prop["description"] = info.description
-    _render_constraints(model, name, kind, metadata, prop)
+    _render_constraints(model, where, kind, metadata, prop)
     spec = _Field(kind=kind, required=info.is_required(), choices=choices)
     if info.default is not PydanticUndefined and info.default is not None:
-        default = _json_default(model, name, info.default)
+        default = _json_default(model, where, info.default)
         problem = _problem(spec, default)
         if problem is not None:
-            raise UnsupportedField(model, name, f"its default is not a valid answer: it {problem}")
+            raise UnsupportedField(model, where, f"its default is not a valid answer: it {problem}")
         prop["default"] = default
     return spec, prop, sensitive
 
 
-def _sensitive_mark(model: type[BaseModel], name: str, info: FieldInfo) -> bool:
+def _sensitive_mark(model: Any, name: str | None, info: FieldInfo) -> bool:
     extra = info.json_schema_extra
     if extra is None:
         return False
@@ -357,7 +681,7 @@ def _is_secret_type(annotation: Any) -> bool:
 
 
 def _render_type(
-    model: type[BaseModel], name: str, annotation: Any, metadata: list[Any]
+    model: Any, name: str | None, annotation: Any, metadata: list[Any], supported: str = _SUPPORTED
 ) -> tuple[_Kind, dict[str, JSONValue], tuple[str, ...]]:
     email = any(isinstance(item, _EmailFormat) for item in metadata)
     if email and annotation is not str:
@@ -366,9 +690,7 @@ def _render_type(
         (item,) = get_args(annotation)
         choices = _choices(item)
         if choices is None:
-            raise UnsupportedField(
-                model, name, f"a list must be of Literal or Enum choices, not {item!r}; {_SUPPORTED}"
-            )
+            raise UnsupportedField(model, name, f"a list must be of Literal or Enum choices, not {item!r}; {supported}")
         titles = _titles(model, name, choices, metadata)
         if _legacy(metadata):
             raise UnsupportedField(model, name, "legacy_enum_names applies to a single choice, not to a list")
@@ -393,7 +715,9 @@ def _render_type(
         return "choice", {"type": "string", "enum": list(choices)}, choices
     scalar = _scalar(annotation, email)
     if scalar is None:
-        raise UnsupportedField(model, name, f"{_type_name(annotation)} is not supported; {_SUPPORTED}")
+        raise UnsupportedField(
+            model, name, f"{_type_name(annotation)} is not supported; {supported}{_why_not(annotation)}"
+        )
     kind, prop = scalar
     return kind, prop, ()
 
@@ -430,7 +754,7 @@ def _legacy(metadata: list[Any]) -> bool:
     return any(isinstance(item, Titled) and item.legacy_enum_names for item in metadata)
 
 
-def _titles(model: type[BaseModel], name: str, choices: tuple[str, ...], metadata: list[Any]) -> Mapping[str, str]:
+def _titles(model: Any, name: str | None, choices: tuple[str, ...], metadata: list[Any]) -> Mapping[str, str]:
     marks = [item for item in metadata if isinstance(item, Titled)]
     if not marks:
         return {}
@@ -449,7 +773,7 @@ def _titles(model: type[BaseModel], name: str, choices: tuple[str, ...], metadat
 
 
 def _render_constraints(
-    model: type[BaseModel], name: str, kind: _Kind, metadata: list[Any], prop: dict[str, JSONValue]
+    model: Any, name: str | None, kind: _Kind, metadata: list[Any], prop: dict[str, JSONValue]
 ) -> None:
     lengths = _LENGTH_KEYWORDS.get(kind)
     numeric = kind in ("integer", "number")
@@ -489,13 +813,13 @@ def _render_constraints(
                 )
 
 
-def _number(model: type[BaseModel], name: str, bound: object) -> int | float:
+def _number(model: Any, name: str | None, bound: object) -> int | float:
     if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound):
         raise UnsupportedField(model, name, f"the bound {bound!r} must be a finite int or float")
     return bound
 
 
-def _json_default(model: type[BaseModel], name: str, value: object) -> JSONValue:
+def _json_default(model: Any, name: str | None, value: object) -> JSONValue:
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, str | bool | int | float):
@@ -557,7 +881,53 @@ def _type_of(value: object) -> str:
 
 
 def _type_name(annotation: Any) -> str:
-    return annotation.__name__ if isinstance(annotation, type) else repr(annotation)
+    return annotation.__name__ if isinstance(annotation, type) else _asked_name(annotation)
+
+
+def _asked_name(asked: object) -> str:
+    """How errors name what was asked: `Deploy`, `bool`, `list[Region]`, `Literal['a', 'b']`, `choices`."""
+    if isinstance(asked, Mapping):
+        return "choices"
+    origin = get_origin(asked)
+    if origin is Annotated:
+        inner, *extra = get_args(asked)
+        return f"Annotated[{_asked_name(inner)}, {', '.join(map(repr, _expand(extra)))}]"
+    if origin is Literal:
+        return f"Literal[{', '.join(map(repr, get_args(asked)))}]"
+    if origin in (Union, types.UnionType):
+        return " | ".join("None" if arg is type(None) else _asked_name(arg) for arg in get_args(asked))
+    if origin is not None and get_args(asked):
+        return f"{_asked_name(origin)}[{', '.join(_asked_name(arg) for arg in get_args(asked))}]"
+    if isinstance(asked, type):
+        return asked.__name__
+    return repr(asked).replace("typing.", "")
+
+
+def _is_form_type(annotation: Any) -> bool:
+    if not isinstance(annotation, type) or get_origin(annotation) is not None:
+        return False
+    return (
+        issubclass(annotation, BaseModel)
+        or dataclasses.is_dataclass(annotation)
+        or typing_extensions.is_typeddict(annotation)
+    )
+
+
+def _why_not(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if _is_form_type(annotation) or origin in (dict, Mapping) or annotation is dict:
+        return "; " + _FLAT
+    if origin in (Union, types.UnionType):
+        return "; a union cannot be shown as one field: ask for one type, or a Literal of the choices"
+    return ""
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:77] + "...")
 
 
 def _shown_key(key: object) -> str:
@@ -565,6 +935,7 @@ def _shown_key(key: object) -> str:
     return text if len(text) <= 66 else text[:63] + "..."
 
 
-def _pydantic_problem(error: Mapping[str, Any]) -> str:
-    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
+def _pydantic_problem(prefix: tuple[str, ...], error: Mapping[str, Any]) -> str:
+    loc = (*prefix, *error["loc"])
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
     return f"{where or 'answer'}: {error['msg']}"

@@ -66,10 +66,19 @@ from mcp_elicit.server.eras.capabilities import Era
 from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
 from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, MrtrEra, RoundSettings
 from mcp_elicit.server.eras.unaskable import UnaskableEra
-from mcp_elicit.server.execution import DEFAULT_LEASE, CallSettings, CannotAsk, ClientRefused, Execution
+from mcp_elicit.server.execution import (
+    DEFAULT_LEASE,
+    CallSettings,
+    CannotAsk,
+    ClientRefused,
+    Execution,
+    new_holder,
+)
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
+from mcp_elicit.server.forms import check_asks
 from mcp_elicit.server.identity import IdentityPolicy
+from mcp_elicit.server.leases import Leases, beside
 from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, SwallowedSignal
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
@@ -169,6 +178,7 @@ class Elicitation:
         self._server: MCPServer | None = None
         self._notices = CompletionNotices(self._async_store)
         self._wakeups = Wakeups()
+        self._leases = Leases(self._async_store, lease, clock)
         self._listening = False
 
     # -- installing -------------------------------------------------------------------------------
@@ -193,6 +203,7 @@ class Elicitation:
         async def lifespan(server: Any) -> AsyncIterator[Any]:
             async with anyio.create_task_group() as group:
                 group.start_soon(notices.run)
+                group.start_soon(self._leases.run)
                 self._listen_for_changes(group)
                 try:
                     if inner is None:
@@ -229,16 +240,19 @@ class Elicitation:
         description: str | None = None,
         fallback: Fallback = Fallback.ERROR,
         structured_output: bool | None = None,
+        asks: Sequence[object] = (),
     ) -> Callable[[F], F]:
         """Register a tool whose body takes a `Flow`; the body is written once for every protocol era.
 
         `fallback` says what a client that cannot be asked gets (see `Fallback`); `Fallback.WEB` needs
-        `Elicitation(public_base_url=...)` and is refused here without it.
+        `Elicitation(public_base_url=...)` and is refused here without it. `asks` lists what the body asks
+        for with `flow.ask`: each is checked here, so a secret-looking or unsupported field fails now.
         """
         server = self._attached()
         self._check_fallback(fallback)
 
         def register(body: F) -> F:
+            check_asks(asks, f"tool {name or body.__name__!r}")
             entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output)
             server.add_tool(
                 run,
@@ -257,17 +271,19 @@ class Elicitation:
         name: str | None = None,
         title: str | None = None,
         description: str | None = None,
+        asks: Sequence[object] = (),
     ) -> Callable[[F], F]:
         """Register a prompt whose body takes a `Flow` and returns what an `MCPServer` prompt returns.
 
         `prompts/get` then has a tool's durability: the operation (method `prompts/get`, target the prompt
         name) is bound to the caller, a retry attaches to it, and a completed one replays its messages.
         Prompt arguments are strings, so there is no `elicit_answers` fallback: a client that cannot be
-        asked gets -32021 naming what is missing, on every era.
+        asked gets -32021 naming what is missing, on every era. `asks` is checked as for `tool`.
         """
         server = self._attached()
 
         def register(body: F) -> F:
+            check_asks(asks, f"prompt {name or body.__name__!r}")
             entry, run = self._bind(PROMPTS_GET, name, body, Fallback.ERROR)
             prompt = Prompt.from_function(
                 run, name=entry.name, title=title, description=description or inspect.getdoc(body)
@@ -356,10 +372,11 @@ class Elicitation:
         wakeups = self._wakeups
 
         def from_any_thread(subject: str) -> None:
-            loop.call_soon_threadsafe(wakeups.changed, subject)
+            if wakeups.awaited(subject):
+                loop.call_soon_threadsafe(wakeups.changed, subject)
 
         self.store.add_change_listener(from_any_thread)
-        group.start_soon(self.store.listen, wakeups.changed)
+        group.start_soon(self.store.listen, wakeups.changed, wakeups)
 
     def close(self) -> None:
         self.store.close()
@@ -398,7 +415,8 @@ class Elicitation:
         """Run the entry and say what went wrong the way its method and era expect."""
         era = self._era(call)
         try:
-            return await self._run(entry, call, era, arguments, answers, pass_arguments=pass_arguments)
+            async with self._kept_leases() as leases:
+                return await self._run(entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments)
         except CannotAsk as cannot:
             raise self._cannot_ask_error(cannot, era, entry) from None
         except KeyRefused as refused:
@@ -414,6 +432,17 @@ class Elicitation:
                 raise ToolError(str(swallowed)) from None
             raise MCPError(code=INTERNAL_ERROR, message=str(swallowed)) from None
 
+    @asynccontextmanager
+    async def _kept_leases(self) -> AsyncIterator[Leases]:
+        """The server's lease keeper, which its lifespan runs; a call served without that lifespan (a lowlevel
+        `Server`) brings a keeper of its own."""
+        if self._leases.running:
+            yield self._leases
+            return
+        own = Leases(self._async_store, self.lease, self._clock)
+        async with beside(own.run):
+            yield own
+
     def _era(self, call: Call) -> EraAdapter:
         era = call.era
         if era is Era.MRTR:
@@ -428,6 +457,7 @@ class Elicitation:
         entry: _Entry,
         call: Call,
         era: EraAdapter,
+        leases: Leases,
         arguments: dict[str, Any],
         answers: Any,
         *,
@@ -437,10 +467,11 @@ class Elicitation:
         digest = request_digest(entry.method, {"name": entry.name, "arguments": _jsonable(arguments)})
         target = Target(entry.method, entry.name, digest)
         key = _idempotency_key(call.request.meta)
+        holder = new_holder()
         for _ in range(MAX_STALE_RUNS):
             try:
                 return await self._run_once(
-                    entry, call, era, target, key, arguments, answers, principal, pass_arguments
+                    entry, call, era, target, key, arguments, answers, principal, pass_arguments, holder, leases
                 )
             except StaleSnapshot as stale:
                 log.info(
@@ -459,6 +490,8 @@ class Elicitation:
         answers: Any,
         principal: Principal,
         pass_arguments: bool,
+        holder: str,
+        leases: Leases,
     ) -> Any:
         store = self._async_store
         writes = HeldWrites(store)
@@ -487,12 +520,24 @@ class Elicitation:
                 lease=self.lease,
             ),
             writes=writes,
+            leases=leases,
             argument_answers=answers if isinstance(answers, dict) else None,
             fresh=fresh,
+            holder=holder,
         )
         run.asker = era.asker()
         try:
-            result = await entry.body(**{entry.flow_parameter: Flow(run)}, **(arguments if pass_arguments else {}))
+            return await self._conclude(entry, era, run, writes, arguments if pass_arguments else {})
+        finally:
+            run.stop_renewing()
+
+    async def _conclude(
+        self, entry: _Entry, era: EraAdapter, run: Execution, writes: HeldWrites, arguments: dict[str, Any]
+    ) -> Any:
+        """Run the body and end the call as its outcome says: a result, a suspended turn, a failed operation."""
+        operation, principal = run.operation, run.principal
+        try:
+            result = await entry.body(**{entry.flow_parameter: Flow(run)}, **arguments)
         except Suspended as suspended:
             try:
                 return await era.suspended(suspended, run)

@@ -21,6 +21,18 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._waiting: dict[str, set[anyio.Event]] = {}
+        self._first = anyio.Event()
+
+    def awaited(self, subject: str | None = None) -> bool:
+        """Whether a call waits on `subject` (on anything, without one) now; safe to ask from any thread (a
+        stale answer costs one poll)."""
+        return bool(self._waiting) if subject is None else subject in self._waiting
+
+    async def until_awaited(self) -> None:
+        """Return once some call waits: what listens to other instances for waiters listens only then."""
+        while not self._waiting:
+            await self._first.wait()
+            self._first = anyio.Event()
 
     def changed(self, subject: str) -> None:
         for event in self._waiting.pop(subject, ()):
@@ -31,6 +43,7 @@ class Wakeups:
         event = anyio.Event()
         for name in names:
             self._waiting.setdefault(name, set()).add(event)
+        self._first.set()
         try:
             with anyio.move_on_after(seconds):
                 await event.wait()

@@ -55,6 +55,7 @@ class HeldWrites:
     def __init__(self, store: AsyncStore) -> None:
         self._store = store
         self._held: list[Callable[[], Any]] = []
+        self._after: list[Callable[[], None]] = []
         self.committed = False
         """Whether anything of this call became durable: from then on other calls may see and add to it."""
 
@@ -65,6 +66,10 @@ class HeldWrites:
     def hold(self, write: Callable[[], Any]) -> None:
         self._held.append(write)
 
+    def after_commit(self, done: Callable[[], None]) -> None:
+        """Call `done` once the writes held now are durable; if their commit fails, never."""
+        self._after.append(done)
+
     async def commit(self) -> None:
         if self._held:
             await self.commit_with(_nothing)
@@ -72,6 +77,7 @@ class HeldWrites:
     async def commit_with(self, last: Callable[[], R]) -> R:
         """Commit what is held and then `last` (whose result is returned) in one transaction."""
         held, self._held = self._held, []
+        after, self._after = self._after, []
         sync = self._store.sync
 
         def run() -> R:
@@ -88,6 +94,8 @@ class HeldWrites:
         except OperationConflict as ended:
             raise OperationEnded(ended.current) from ended
         self.committed = self.committed or bool(held)
+        for done in after:
+            done()
         return result
 
 

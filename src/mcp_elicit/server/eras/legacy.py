@@ -215,9 +215,7 @@ class LegacyAsker:
                 break
             if claim.held_by(run.holder):
                 async with run.carrying(claim_name):
-                    decision = await put(decision)
-                    await run.commit()  # the answer is durable before the claim stops being renewed
-                return decision
+                    return await put(decision)
             log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
             until = min(claim.lease_until, decision.expires_at)
             await run.pause([decision.elicitation_id, run.operation.operation_id], until=until, backoff=backoff)
