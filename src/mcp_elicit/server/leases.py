@@ -17,10 +17,8 @@ lapses and another call may take over, which is what a lease is for.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import anyio
 
@@ -55,7 +53,6 @@ class Leases:
         self._clock = clock
         self._kept: set[Kept] = set()
         self._wake = anyio.Event()
-        self.running = False
 
     def keep(self, operation_id: str, name: str, holder: str, caller: Principal) -> Kept:
         kept = Kept(self, operation_id, name, holder, caller)
@@ -65,22 +62,14 @@ class Leases:
 
     async def run(self) -> None:
         """Renew what is kept every third of a lease, for as long as the task runs; idle while nothing is.
-
-        Only the first of several concurrent runs renews (a server whose lifespan runs once per connection
-        starts one per connection); the others return at once."""
-        if self.running:
-            return
-        self.running = True
-        try:
-            while True:
-                if not self._kept:
-                    await self._wake.wait()
-                    self._wake = anyio.Event()
-                await anyio.sleep(self._lease.total_seconds() / 3)
-                for kept in list(self._kept):
-                    await self._renew(kept)
-        finally:
-            self.running = False
+        One task per keeper (see `background.Shared`)."""
+        while True:
+            if not self._kept:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+            await anyio.sleep(self._lease.total_seconds() / 3)
+            for kept in list(self._kept):
+                await self._renew(kept)
 
     async def _renew(self, kept: Kept) -> None:
         sync = self._store.sync
@@ -101,20 +90,3 @@ class Leases:
                 "operation %s: the claim on %s lapsed and another call took it over", kept.operation_id, kept.name
             )
             kept.drop()
-
-
-@asynccontextmanager
-async def beside(task: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
-    """Run `task` for as long as the block runs; the block's own exception comes out as it was raised, never
-    wrapped in an exception group."""
-    failure: BaseException | None = None
-    async with anyio.create_task_group() as group:
-        group.start_soon(task)
-        try:
-            yield
-        except BaseException as error:
-            failure = error
-        finally:
-            group.cancel_scope.cancel()
-    if failure is not None:
-        raise failure

@@ -33,7 +33,6 @@ from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
 import anyio
-from anyio.abc import TaskGroup
 from mcp.server import Server, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -61,6 +60,7 @@ from mcp_elicit.model import (
     new_operation,
     request_digest,
 )
+from mcp_elicit.server.background import Shared, beside
 from mcp_elicit.server.eras import Call, EraAdapter, Target
 from mcp_elicit.server.eras.capabilities import Era
 from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
@@ -78,8 +78,9 @@ from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
 from mcp_elicit.server.identity import IdentityPolicy
-from mcp_elicit.server.leases import Leases, beside
+from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, SwallowedSignal
+from mcp_elicit.server.sweeper import DEFAULT_SWEEP_INTERVAL, Sweeper
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
@@ -88,6 +89,7 @@ from mcp_elicit.store import (
     OperationConflict,
     OperationExpired,
     Store,
+    StoreUnavailable,
     open_store,
     utc_now,
 )
@@ -135,6 +137,10 @@ class Elicitation:
     servers to use what they recognize). Such an answer counts for a form question the request asks,
     validated like any answer, applied once, audited as given without a round. Turn it off to have
     every answer come through the round that asked for it.
+
+    `sweep_interval` (30 s by default, jittered by a fifth): how often a served app expires overdue
+    decisions and operations itself; `None` leaves that to late signals and `mcp-elicit decisions sweep`.
+    A call waiting on a decision does not wait for the sweep: it gets `Expired` at the deadline.
     """
 
     def __init__(
@@ -151,6 +157,7 @@ class Elicitation:
         long_poll: timedelta = DEFAULT_LONG_POLL,
         answers_without_state: bool = True,
         lease: timedelta = DEFAULT_LEASE,
+        sweep_interval: timedelta | None = DEFAULT_SWEEP_INTERVAL,
         clock: Clock = utc_now,
     ) -> None:
         if keys is None and not single_process:
@@ -179,14 +186,20 @@ class Elicitation:
         self._notices = CompletionNotices(self._async_store)
         self._wakeups = Wakeups()
         self._leases = Leases(self._async_store, lease, clock)
-        self._listening = False
+        self._sweeper = Sweeper(self.store, sweep_interval) if sweep_interval is not None else None
+        self._keeping = Shared(self._leases.run)
+        self._background = [Shared(self._notices.run), self._keeping, Shared(self._listen)]
+        if self._sweeper is not None:
+            self._background.append(Shared(self._sweeper.run))
+        self._hearing = False
 
     # -- installing -------------------------------------------------------------------------------
 
     def server(self, name: str, **kwargs: Any) -> MCPServer:
         """An `MCPServer` whose requestState boundary uses this key ring; tools registered here land on it.
 
-        Its lifespan also runs the watcher that tells legacy clients answered `-32042` when their flow is done.
+        Its lifespan also runs the watcher that tells legacy clients answered `-32042` when their flow is done,
+        the lease keeper, and the sweeper that expires overdue records every `sweep_interval` (jittered).
         """
         self._server = MCPServer(
             name,
@@ -197,14 +210,12 @@ class Elicitation:
         return self._server
 
     def _lifespan(self, inner: Callable[[Any], AbstractAsyncContextManager[Any]] | None) -> Callable[[Any], Any]:
-        notices = self._notices
-
         @asynccontextmanager
         async def lifespan(server: Any) -> AsyncIterator[Any]:
             async with anyio.create_task_group() as group:
-                group.start_soon(notices.run)
-                group.start_soon(self._leases.run)
-                self._listen_for_changes(group)
+                self._hear_changes()
+                for work in self._background:
+                    group.start_soon(work.host)
                 try:
                     if inner is None:
                         yield {}
@@ -363,11 +374,11 @@ class Elicitation:
         run.__doc__ = body.__doc__
         return entry, run
 
-    def _listen_for_changes(self, group: TaskGroup) -> None:
-        """Wake waiting calls on every change they wait on: from this process, and from other instances."""
-        if self._listening:
+    def _hear_changes(self) -> None:
+        """Wake waiting calls on every change made in this process that they wait on."""
+        if self._hearing:
             return
-        self._listening = True
+        self._hearing = True
         loop = asyncio.get_running_loop()
         wakeups = self._wakeups
 
@@ -376,7 +387,10 @@ class Elicitation:
                 loop.call_soon_threadsafe(wakeups.changed, subject)
 
         self.store.add_change_listener(from_any_thread)
-        group.start_soon(self.store.listen, wakeups.changed, wakeups)
+
+    async def _listen(self) -> None:
+        """Wake waiting calls on the changes other instances announce, while any call here waits."""
+        await self.store.listen(self._wakeups.changed, self._wakeups)
 
     def close(self) -> None:
         self.store.close()
@@ -431,12 +445,15 @@ class Elicitation:
             if entry.method == TOOLS_CALL:
                 raise ToolError(str(swallowed)) from None
             raise MCPError(code=INTERNAL_ERROR, message=str(swallowed)) from None
+        except StoreUnavailable as down:
+            log.warning("%s %s failed, the store being unavailable: %s", entry.kind, entry.name, down)
+            raise _unavailable(entry) from None
 
     @asynccontextmanager
     async def _kept_leases(self) -> AsyncIterator[Leases]:
         """The server's lease keeper, which its lifespan runs; a call served without that lifespan (a lowlevel
         `Server`) brings a keeper of its own."""
-        if self._leases.running:
+        if self._keeping.running:
             yield self._leases
             return
         own = Leases(self._async_store, self.lease, self._clock)
@@ -652,6 +669,22 @@ async def _swallowed(run: Execution, writes: HeldWrites) -> None:
         except Signal as lost:
             log.info("writes held by a body that swallowed a signal were not kept: %s", lost)
     raise SwallowedSignal(run.pending)
+
+
+def _unavailable(entry: _Entry) -> Exception:
+    """What a caller gets when the store could not be reached: a temporary failure, which a retry survives.
+
+    Every transition commits whole or not at all, so the retry attaches to what the operation recorded and
+    goes on from there. The cause (which may name a host) stays in the log.
+    """
+    again = "call this tool again" if entry.method == TOOLS_CALL else "get this prompt again"
+    message = (
+        "The decision store is unavailable right now (a temporary failure: it may be restarting, busy or out of "
+        f"space); nothing was lost: {again}."
+    )
+    if entry.method == TOOLS_CALL:
+        return ToolError(message)
+    return MCPError(code=INTERNAL_ERROR, message=message, data={"retryable": True})
 
 
 def _ended(operation: Operation, entry: _Entry) -> Any:

@@ -640,6 +640,8 @@ class SQLStore(ABC):
             ).rowcount
         ]
         self._audit_many(tx, SubjectKind.OPERATION, moved, "expired", reason, now)
+        for operation_id, _, _ in moved:
+            self._moved(operation_id)
 
     def _audit_many(
         self,
@@ -926,27 +928,45 @@ class SQLStore(ABC):
             ).rowcount
         ]
         self._audit_many(tx, SubjectKind.DECISION, moved, "expired", reason, now)
+        for elicitation_id, _, _ in moved:
+            self._moved(elicitation_id)
 
     def sweep_expired(self) -> SweepResult:
-        counts = []
-        for sweepable in (DECISIONS, OPERATIONS):
-            total = 0
-            while True:
-                with self._write() as tx:
-                    expired = self._expire_due(tx, sweepable, self._clock(), SWEEP_BATCH)
-                total += expired
-                if expired < SWEEP_BATCH:
-                    break
-            counts.append(total)
+        counts = [self._sweep(sweepable) for sweepable in (DECISIONS, OPERATIONS)]
         with self._write() as tx:
             stamp = self._to_time(self._clock())
             tokens = tx.execute("DELETE FROM elicit_tokens WHERE expires_at <= %s", (stamp,)).rowcount
             keys = tx.execute("DELETE FROM elicit_idempotency_keys WHERE expires_at <= %s", (stamp,)).rowcount
         return SweepResult(decisions=counts[0], operations=counts[1], tokens=tokens, keys=keys)
 
+    def _sweep(self, sweepable: Sweepable) -> int:
+        """Expire the table's overdue rows in batches, announcing each so that calls waiting on one wake now.
+
+        An expired operation's claims go with it: nothing can take or renew a claim of an operation that is
+        no longer open. A batch that finds another sweep under way (`_sweep_turn`) leaves the rest to it.
+        """
+        total = 0
+        while True:
+            with self._write() as tx:
+                if not self._sweep_turn(tx):
+                    return total
+                expired = self._expire_due(tx, sweepable, self._clock(), SWEEP_BATCH)
+                if expired and sweepable is OPERATIONS:
+                    tx.execute(f"DELETE FROM elicit_claims WHERE operation_id IN ({_marks(len(expired))})", expired)
+                for subject in expired:
+                    self._moved(subject)
+            total += len(expired)
+            if len(expired) < SWEEP_BATCH:
+                return total
+
+    def _sweep_turn(self, tx: Tx) -> bool:
+        """Whether this transaction may sweep now; an engine whose write lock does not serialize sweeps says
+        no while another one sweeps."""
+        return True
+
     @abstractmethod
-    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
-        """Expire up to `batch` overdue rows with one audit row each, set-based; return how many."""
+    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
+        """Expire up to `batch` overdue rows with one audit row each, set-based; return their ids."""
 
     # -- audit ---------------------------------------------------------------------------------
 

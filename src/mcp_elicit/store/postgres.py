@@ -1,10 +1,11 @@
 """The PostgreSQL backend (psycopg 3 with a connection pool), for several instances on one database.
 
 Guarantees: the same behaviour as the SQLite backend, proven by the same test suite; compare-and-set
-rests on row locks (a conditional UPDATE re-checks its condition after waiting for a concurrent one),
-sweeps lock the rows they expire and skip rows another sweeper holds; migrations run under an advisory
-lock, so instances starting together migrate once. Connection errors name the server, database and
-user, never the password.
+rests on row locks (a conditional UPDATE re-checks its condition after waiting for a concurrent one);
+one instance sweeps at a time (a transaction-scoped advisory lock: a sweep that finds it taken leaves the
+work to its holder), and a sweep locks the rows it expires and skips rows another sweeper holds;
+migrations run under an advisory lock, so instances starting together migrate once. Connection errors
+name the server, database and user, never the password.
 
 Does not guarantee: anything about a database shared with other applications beyond our `elicit_*`
 tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) to keep them apart.
@@ -60,22 +61,23 @@ LISTEN_CHECK = 1.0
 LISTEN_LINGER = 30.0
 """Seconds a process keeps listening after its last waiter: waits come in bursts."""
 _MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our migrations" to pg_advisory_lock
+_SWEEP_LOCK = 0x6D63_7065_6C69_6302
+"""The advisory lock a sweep's transaction holds, so that one instance sweeps at a time."""
 
 
 class _PostgresTx:
-    """A transaction whose deferred writes (audit rows, notices) travel with its COMMIT: one round trip.
+    """A transaction whose deferred writes (audit rows, notices) travel with its COMMIT, pipelined: one round trip.
 
     Every round trip also costs the worker thread the GIL back, so a transition that writes its row, its
-    audit and its notice pays for one statement and the commit, not four.
+    audit and its notice pays for one statement and the commit, not four. Values stay bound on the server.
     """
 
-    __slots__ = ("_connection", "_cursor", "_deferred", "_deferred_params")
+    __slots__ = ("_connection", "_cursor", "_deferred")
 
     def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> None:
         self._connection = connection
         self._cursor = cursor
-        self._deferred: list[str] = []
-        self._deferred_params: list[object] = []
+        self._deferred: list[tuple[str, Sequence[object]]] = []
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
         return self._cursor.execute(sql, params)
@@ -84,26 +86,26 @@ class _PostgresTx:
         self._cursor.executemany(sql, rows)
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
-        self._deferred.append(sql)
-        self._deferred_params.extend(params)
+        self._deferred.append((sql, params))
 
     def flush(self) -> None:
-        self._send(())
+        self._send(commit=False)
 
     def commit(self) -> None:
         if self._deferred:
-            self._send(("COMMIT",))
+            self._send(commit=True)
         else:
             self._connection.commit()
 
-    def _send(self, tail: Sequence[str]) -> None:
-        """The deferred statements (and `tail`) as one simple query; values are bound by psycopg's client cursor."""
+    def _send(self, *, commit: bool) -> None:
         if not self._deferred:
             return
-        statements, params = [*self._deferred, *tail], self._deferred_params
-        self._deferred, self._deferred_params = [], []
-        with psycopg.ClientCursor(self._connection) as cursor:
-            cursor.execute("; ".join(statements), params)
+        deferred, self._deferred = self._deferred, []
+        with self._connection.pipeline():
+            for sql, params in deferred:
+                self._cursor.execute(sql, params)
+            if commit:
+                self._connection.commit()
 
 
 def describe(conninfo: str) -> str:
@@ -213,10 +215,15 @@ class PostgresStore(SQLStore):
         except psycopg.Error as error:
             raise _translate(error, self._display) from None
 
-    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
+    def _sweep_turn(self, tx: Tx) -> bool:
+        # Released with the transaction: a sweeper that dies mid-batch frees it, and no session keeps it.
+        row = tx.execute("SELECT pg_try_advisory_xact_lock(%s)", (_SWEEP_LOCK,)).fetchone()
+        return bool(row[0])
+
+    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
         # One statement: rows another sweeper holds are skipped, never expired or audited twice.
         identity, version = sweepable.id_column, sweepable.version_column
-        return tx.execute(
+        rows = tx.execute(
             f"WITH due AS ({sweepable.due()} FOR UPDATE SKIP LOCKED),"
             f" old AS (SELECT t.{identity}, t.status FROM {sweepable.table} t JOIN due USING ({identity})),"
             f" moved AS (UPDATE {sweepable.table} t SET status = 'expired', {version} = t.{version} + 1,"
@@ -224,9 +231,10 @@ class PostgresStore(SQLStore):
             f" RETURNING t.{identity}, old.status AS from_status, t.{version})"
             " INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
             f" SELECT '{sweepable.kind.value}', {identity}, from_status, 'expired', %s, %s,"
-            f" jsonb_build_object('version', {version}), %s FROM moved",
+            f" jsonb_build_object('version', {version}), %s FROM moved RETURNING subject_id",
             (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
-        ).rowcount
+        ).fetchall()
+        return [row[0] for row in rows]
 
     def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
         notify = "SELECT pg_notify(%s, subject) FROM unnest(%s::text[]) AS subject"

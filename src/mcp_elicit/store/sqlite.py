@@ -362,7 +362,7 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as error:
             raise _translate(error, self._path) from None
 
-    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> int:
+    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
         # BEGIN IMMEDIATE holds the write lock, so both statements see the same due rows.
         stamp = self._to_time(now)
         due = sweepable.due()
@@ -374,11 +374,12 @@ class SQLiteStore(SQLStore):
             f" ORDER BY expires_at, {sweepable.id_column}",
             (CLOCK.actor, SWEEP_REASON, stamp, stamp, batch),
         )
-        return tx.execute(
+        rows = tx.execute(
             f"UPDATE {sweepable.table} SET status = 'expired', {version} = {version} + 1, updated_at = %s"
-            f" WHERE {sweepable.id_column} IN ({due})",
+            f" WHERE {sweepable.id_column} IN ({due}) RETURNING {sweepable.id_column}",
             (stamp, stamp, batch),
-        ).rowcount
+        ).fetchall()
+        return [row[0] for row in rows]
 
     def _to_time(self, value: datetime) -> object:
         return (value - _EPOCH) // _MICROSECOND

@@ -63,7 +63,6 @@ class CompletionNotices:
         self._store = store
         self._watched: dict[str, ServerSession] = {}
         self._wake = anyio.Event()
-        self._running = False
 
     def watch(self, elicitation_id: str, session: ServerSession) -> None:
         self._watched[elicitation_id] = session
@@ -74,18 +73,13 @@ class CompletionNotices:
         return len(self._watched)
 
     async def run(self) -> None:
-        if self._running:
-            return
-        self._running = True
-        try:
-            while True:
-                if not self._watched:
-                    await self._wake.wait()
-                    self._wake = anyio.Event()
-                await anyio.sleep(self.POLL_SECONDS)
-                await self._check()
-        finally:
-            self._running = False
+        """Watch until cancelled; one task at a time (see `background.Shared`)."""
+        while True:
+            if not self._watched:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+            await anyio.sleep(self.POLL_SECONDS)
+            await self._check()
 
     async def _check(self) -> None:
         for elicitation_id, session in list(self._watched.items()):
@@ -215,7 +209,9 @@ class LegacyAsker:
                 break
             if claim.held_by(run.holder):
                 async with run.carrying(claim_name):
-                    return await put(decision)
+                    decision = await put(decision)
+                    await run.commit()  # the answer is durable before the body acts on it; the claim goes with it
+                return decision
             log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
             until = min(claim.lease_until, decision.expires_at)
             await run.pause([decision.elicitation_id, run.operation.operation_id], until=until, backoff=backoff)
@@ -264,9 +260,12 @@ class LegacyAsker:
             decision = await self._carried(run, decision, partial(self._consent, run))
             if decision.is_terminal:
                 return decision
-        decision = await run.settle(decision, until=decision.expires_at)
-        if not decision.is_terminal:
-            decision = await run.refresh(decision)
+        deadline = None
+        while not decision.is_terminal and decision.expires_at != deadline:  # the flow may extend its TTL
+            deadline = decision.expires_at
+            decision = await run.settle(decision, until=deadline)
+            if not decision.is_terminal:
+                decision = await run.refresh(decision)
         if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
             await session.send_elicit_complete(decision.elicitation_id, related_request_id=request_id)
         return decision

@@ -43,7 +43,7 @@ from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, di
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites
-from mcp_elicit.store import Consumption, StoreError
+from mcp_elicit.store import Consumption, StoreError, StoreUnavailable
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,8 @@ class MrtrEra:
         writes.hold(spend)
         try:
             operation = await store(sync.get_operation, state.operation_id, principal)
+        except StoreUnavailable:
+            raise  # temporary: the same round may be retried once the store is back
         except StoreError:
             raise refused() from None
         if (operation.method, operation.target, operation.request_digest) != (
