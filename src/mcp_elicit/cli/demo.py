@@ -283,7 +283,7 @@ async def _walkthrough(
                 for number, scenario in enumerate(SCENARIOS, start=1):
                     narrator.scenario(number, scenario)
                     with anyio.move_on_after(SCRIPTED_SCENARIO_TIMEOUT if narrator.scripted else None) as limit:
-                        async with waits_shown(handler, waits, out, time.monotonic):
+                        async with waits_shown(handler, (waits, client.rounds), out, time.monotonic):
                             result = await client.call_tool(scenario.tool, scenario.arguments)
                     if limit.cancelled_caught:
                         raise CommandFailed(
