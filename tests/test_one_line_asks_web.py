@@ -18,13 +18,10 @@ from mcp_types import CallToolResult
 from pydantic import AfterValidator, Field
 
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.server import Accepted, Elicitation, Fallback, Flow, IdentityPolicy
-from mcp_elicit.store import open_store
-from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, UrlPages, Vault, VaultKeyRing
-from tests.http_harness import free_port, serving
+from mcp_elicit.server import Accepted, Elicitation, Fallback, Flow
 from tests.test_one_line_asks import Region, Trip
 from tests.test_server_flow import error_text, text
-from tests.test_web_fallback import USERS, VAULT_KEY, Site, browser_of, page_url, sign_in, submit
+from tests.test_web_fallback import Site, browser_of, page_url, sign_in, submit, web_site
 
 pytestmark = pytest.mark.anyio
 
@@ -82,30 +79,8 @@ def register(elicitation: Elicitation, case: WebCase) -> None:
 
 @pytest.fixture
 def site(store_url: str) -> Iterator[Site]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    store = open_store(store_url)
-    elicitation = Elicitation(
-        store, keys=[b"w" * 32], public_base_url=base, identity=IdentityPolicy(local_principal=f"{base}#alice")
-    )
-    auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
-    server = elicitation.server("one-line-web", **auth.mcp_server_kwargs(f"{base}/mcp"))
-    auth.add_routes(server)
-    pages = UrlPages(
-        elicitation=elicitation,
-        sign_in=auth,
-        vault=Vault(store, VaultKeyRing.from_text(VAULT_KEY)),
-        flows={},
-        page_key=b"p" * 32,
-        server_title="One-line asks",
-        public_base_url=base,
-    )
-    for route in pages.routes():
-        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
-    build(elicitation)
-    with serving(server.streamable_http_app(stateless_http=True), port):
-        yield Site(base, store, elicitation, server)
-    store.close()
+    with web_site(store_url, "one-line-web", build) as served:
+        yield served
 
 
 async def call(site: Site, era: str, tool: str) -> CallToolResult:

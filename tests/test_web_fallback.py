@@ -12,8 +12,8 @@ import datetime
 import enum
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -142,8 +142,11 @@ class Site:
     server: MCPServer
 
 
-@pytest.fixture
-def site(store_url: str) -> Iterator[Site]:
+@contextmanager
+def web_site(
+    store_url: str, name: str, build: Callable[[Elicitation], None], flows: dict[str, ApiKeyEntry] | None = None
+) -> Iterator[Site]:
+    """A served app with the URL pages and local sign-in, `build`'s tools on it, for alice to answer on."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
@@ -151,23 +154,32 @@ def site(store_url: str) -> Iterator[Site]:
         store, keys=[b"w" * 32], public_base_url=base, identity=IdentityPolicy(local_principal=f"{base}#alice")
     )
     auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
-    server = elicitation.server("web-fallback", **auth.mcp_server_kwargs(f"{base}/mcp"))
+    server = elicitation.server(name, **auth.mcp_server_kwargs(f"{base}/mcp"))
     auth.add_routes(server)
     pages = UrlPages(
         elicitation=elicitation,
         sign_in=auth,
         vault=Vault(store, VaultKeyRing.from_text(VAULT_KEY)),
-        flows={"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")},
+        flows=flows or {},
         page_key=b"p" * 32,
         server_title="Test server",
         public_base_url=base,
     )
     for route in pages.routes():
         server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
-    build_tools(elicitation)
-    with serving(server.streamable_http_app(stateless_http=True), port):
-        yield Site(base, store, elicitation, server)
-    store.close()
+    build(elicitation)
+    try:
+        with serving(server.streamable_http_app(stateless_http=True), port):
+            yield Site(base, store, elicitation, server)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def site(store_url: str) -> Iterator[Site]:
+    flows = {"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")}
+    with web_site(store_url, "web-fallback", build_tools, flows) as served:
+        yield served
 
 
 @asynccontextmanager
