@@ -300,9 +300,9 @@ async def test_overlapping_identical_calls_ask_the_person_once(store_url: str, t
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_an_answer_not_yet_committed_keeps_its_question_claimed(store_url: str, tmp_path: Path, era: str) -> None:
-    """The call that carried the question holds its answer uncommitted while the body works on for longer
-    than two leases: its claim stays renewed until that commit, so no waiting call asks the person again."""
+async def test_a_body_working_on_after_its_answer_is_not_asked_again(store_url: str, tmp_path: Path, era: str) -> None:
+    """The call that carried the question works on for longer than two leases after the answer, without a
+    step: its claim is kept until the commit that makes the answer durable, so no waiting call asks again."""
     lease = 0.9
     server = launch(store_url, tmp_path, lease=lease, ponder=2.5 * lease)
     desk = Desk(confirming(after=0.2))
