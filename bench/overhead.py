@@ -264,10 +264,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def server_process(store_url: str, log_path: Path, cpu: int | None) -> Iterator[str]:
-    """The bench server in its own interpreter, up and listening; stopped however the run ends."""
+def server_process(module: Sequence[str], log_path: Path, cpu: int | None) -> Iterator[str]:
+    """A bench server (`python -m MODULE...`, given a free `--port`) in its own interpreter, up and listening;
+    stopped however the run ends."""
     port = free_port()
-    command = [sys.executable, "-m", "bench._overhead_server", "--port", str(port), "--store", store_url]
+    command = [sys.executable, "-m", *module, "--port", str(port)]
     if cpu is not None:
         command += ["--cpu", str(cpu)]
     with log_path.open("w") as log:
@@ -301,7 +302,8 @@ def wait_listening(process: subprocess.Popen[bytes], port: int, log_path: Path) 
 def run_backend(backend: str, store_url: str, workdir: Path, settings: Settings) -> list[Outcome]:
     outcomes: list[Outcome] = []
     tally = Tally()
-    with server_process(store_url, workdir / f"server-{backend}.log", settings.placement.server) as url:
+    module = ("bench._overhead_server", "--store", store_url)
+    with server_process(module, workdir / f"server-{backend}.log", settings.placement.server) as url:
         for era in ERAS:
             print(f"running {backend} {era.name} ...", flush=True)
             outcomes.append(anyio.run(contest, url, backend, era, tally, settings))

@@ -30,13 +30,12 @@ import logging
 import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, closing, contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,13 +53,12 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitRequestParam
 from pydantic import BaseModel, Field
 
 from bench._common import pg_schema, pg_unreachable
-from bench.overhead import Placement, free_port, load, ms, pinned, text_of, wait_listening
+from bench.overhead import Placement, load, ms, pinned, server_process, text_of
 from mcp_elicit.model import request_digest
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
 from mcp_elicit.store import open_store
 
 DESCRIPTION = "K concurrent identical tool calls (one journaled step) over loopback HTTP, mcp-elicit against the SDK."
-ROOT = Path(__file__).resolve().parent.parent
 STEP_TOOL = "overlap_step"
 ASK_TOOL = "overlap_ask"
 BARE_STEP_TOOL = "bare_step"
@@ -73,7 +71,6 @@ BARE, ELICIT = "bare", "mcp-elicit"
 SIDES = (BARE, ELICIT)
 STEP, ASK = "step", "ask"
 BATCH_TIMEOUT = 30.0
-SERVER_STOP_TIMEOUT = 15.0
 LOG_TAIL = 3000
 INPUT_ROUNDS = 200
 """The stock 2026-07-28 driver's round cap, raised from its 10 so a call can wait through requestState-only
@@ -375,28 +372,6 @@ async def play(row: Row, clients: list[Client], person: Person, numbers: Numbers
                 return
 
 
-@contextmanager
-def server_process(store_url: str, work_ms: float, log_path: Path, cpu: int | None) -> Iterator[str]:
-    """This module's server in its own interpreter, up and listening; stopped however the run ends."""
-    port = free_port()
-    command = [sys.executable, "-m", "bench.overlap", "serve", "--port", str(port), "--store", store_url]
-    command += ["--work-ms", str(work_ms)]
-    if cpu is not None:
-        command += ["--cpu", str(cpu)]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(process, port, log_path)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=SERVER_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def count_operations(backend: str, store_url: str, rows: list[Row]) -> None:
     """Operations each mcp-elicit batch recorded, read from the store once the server is gone."""
     sql = "SELECT count(*) FROM elicit_operations WHERE target = %s AND request_digest = %s"
@@ -420,7 +395,8 @@ def run_backend(backend: str, store_url: str, workdir: Path, settings: Settings)
     rows: list[Row] = []
     numbers = Numbers()
     log_path = workdir / f"server-{backend}.log"
-    with server_process(store_url, settings.work_ms, log_path, settings.placement.server) as url:
+    module = ("bench.overlap", "serve", "--store", store_url, "--work-ms", str(settings.work_ms))
+    with server_process(module, log_path, settings.placement.server) as url:
         for era in settings.eras:
             print(f"running {backend} {era.name} ...", flush=True)
             rows.extend(anyio.run(contest, url, backend, era, settings, numbers))

@@ -7,6 +7,7 @@ the vault on one Starlette app, served on loopback; the provider is `python -m m
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx2
+import pytest
 from starlette.applications import Starlette
 
 from mcp_elicit.model import Decision, DecisionOrigin, Principal, new_operation, new_url_decision
@@ -25,8 +27,7 @@ from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.flows import ApiKeyEntry, OAuthConnect
 from mcp_elicit.web.pages import UrlPages
-from tests.http_harness import serving
-from tests.test_pages import hidden
+from tests.http_harness import free_port, serving
 
 PROVIDER_CLIENT = "elicit-pages"
 PROVIDER_SECRET = "provider-secret"
@@ -41,6 +42,12 @@ class Site:
     elicitation: Elicitation
     vault: Vault
     provider: str
+
+
+def hidden(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found, f"no hidden field {name}"
+    return found.group(1).replace("&amp;", "&")
 
 
 @contextmanager
@@ -147,3 +154,22 @@ def start(browser: httpx2.Client, site: Site, decision: Decision) -> tuple[httpx
         f"{site.base}/elicit/{decision.elicitation_id}/continue", data={"csrf": hidden(page.text, "csrf")}
     )
     return page, pressed
+
+
+@pytest.fixture(scope="module")
+def ports() -> tuple[int, int]:
+    """The site's port is known before the provider starts: the provider registers its exact callback."""
+    return free_port(), free_port()
+
+
+@pytest.fixture(scope="module")
+def provider(ports: tuple[int, int]) -> Iterator[str]:
+    site_port, provider_port = ports
+    with provider_process(provider_port, f"http://127.0.0.1:{site_port}/elicit/callback") as url:
+        yield url
+
+
+@pytest.fixture
+def site(store_url: str, provider: str, ports: tuple[int, int]) -> Iterator[Site]:
+    with served_site(store_url, provider, ports[0]) as served:
+        yield served

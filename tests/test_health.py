@@ -120,6 +120,10 @@ class Relay:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        self.cut()
+
+    def cut(self) -> None:
+        """End every relayed connection at once."""
         with self._guard:
             sockets, self._sockets = self._sockets, []
         for sock in sockets:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import re
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +30,7 @@ from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKey
 from mcp_elicit.web.flows import ApiKeyEntry, OAuthConnect
 from mcp_elicit.web.pages import UrlPages
 from tests.http_harness import free_port, serving
+from tests.pages_site import hidden, provider_process
 
 CANARY = "canary-sk-5d1e0f"
 
@@ -51,24 +48,9 @@ class Site:
 def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """The stand-in third party, as its own process; our site's port is reserved now for its redirect URI."""
     port, site_port = free_port(), free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mcp_elicit.reference.provider", "--port", str(port), "--client-id", "elicit-pages",
-         "--client-name", "Elicit pages", "--redirect-uri", f"http://127.0.0.1:{site_port}/elicit/callback",
-         "--user", "alice:wonderland:Alice Liddell", "--log-level", "warning"],
-        env={**os.environ, "MCP_ELICIT_PROVIDER_CLIENT_SECRET": "provider-secret"},
-    )  # fmt: skip
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/.well-known/oauth-authorization-server", timeout=1)
-            break
-        except httpx2.HTTPError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the provider did not start") from None
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", site_port
-    process.kill()
-    process.wait(timeout=10)
+    redirect_uri = f"http://127.0.0.1:{site_port}/elicit/callback"
+    with provider_process(port, redirect_uri, "--client-name", "Elicit pages") as url:
+        yield url, site_port
 
 
 @pytest.fixture
@@ -124,12 +106,6 @@ def ask(site: Site, user: str, key: str, ttl: timedelta = timedelta(minutes=10))
             url=site.elicitation.decision_url(elicitation_id), now=now, ttl=ttl, elicitation_id=elicitation_id,
         )
     )  # fmt: skip
-
-
-def hidden(html: str, name: str) -> str:
-    found = re.search(rf'name="{name}" value="([^"]*)"', html)
-    assert found, f"no hidden field {name}"
-    return found.group(1).replace("&amp;", "&")
 
 
 def sign_in(browser: httpx2.Client, site: Site, user: str, password: str, next_path: str) -> None:

@@ -4,37 +4,20 @@ was done, and for whom. The stand-in provider runs as its own process; its /api/
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from html import unescape
 
 import httpx2
-import pytest
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.model.decision import new_elicitation_id
-from tests.http_harness import free_port
-from tests.pages_site import SERVER_NAME, Site, ask, provider_process, served_site, sign_in, start
-from tests.test_pages import consent_at_provider, hidden
+from tests import pages_site
+from tests.pages_site import SERVER_NAME, Site, ask, hidden, sign_in, start
+from tests.test_pages import consent_at_provider
 
 CANARY = "canary-sk-pages-3b9a"
 
-
-@pytest.fixture(scope="module")
-def ports() -> tuple[int, int]:
-    return free_port(), free_port()
-
-
-@pytest.fixture(scope="module")
-def provider(ports: tuple[int, int]) -> Iterator[str]:
-    site_port, provider_port = ports
-    with provider_process(provider_port, f"http://127.0.0.1:{site_port}/elicit/callback") as url:
-        yield url
-
-
-@pytest.fixture
-def site(store_url: str, provider: str, ports: tuple[int, int]) -> Iterator[Site]:
-    with served_site(store_url, provider, ports[0]) as served:
-        yield served
+ports, provider, site = pages_site.ports, pages_site.provider, pages_site.site
+"""The provider and the site these tests share with the other page tests (fixtures of `pages_site`)."""
 
 
 def visible(html: str) -> str:

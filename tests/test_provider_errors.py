@@ -21,30 +21,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal
+from tests import pages_site
 from tests.http_harness import free_port, serving
 from tests.pages_site import PROVIDER_CLIENT, PROVIDER_SECRET, Site, ask, provider_process, served_site, sign_in, start
 from tests.test_pages import consent_at_provider
 
 LEAKED = "leaked-f00d"
 
-
-@pytest.fixture(scope="module")
-def ports() -> tuple[int, int]:
-    """The site's port is known before the provider starts: the provider registers its exact callback."""
-    return free_port(), free_port()
-
-
-@pytest.fixture(scope="module")
-def provider(ports: tuple[int, int]) -> Iterator[str]:
-    site_port, provider_port = ports
-    with provider_process(provider_port, f"http://127.0.0.1:{site_port}/elicit/callback") as url:
-        yield url
-
-
-@pytest.fixture
-def site(store_url: str, provider: str, ports: tuple[int, int]) -> Iterator[Site]:
-    with served_site(store_url, provider, ports[0]) as served:
-        yield served
+ports, provider, site = pages_site.ports, pages_site.provider, pages_site.site
+"""The provider and the site these tests share with the other page tests (fixtures of `pages_site`)."""
 
 
 @pytest.fixture(scope="module")

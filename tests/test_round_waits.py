@@ -31,10 +31,10 @@ from mcp_elicit.client import (
 from mcp_elicit.client.handler import Cancel, Mode
 from mcp_elicit.client.mrtr_loop import STILL_WAITING
 from mcp_elicit.client.pending import FlowWaits, Wait
-from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.store import open_store
+from mcp_elicit.model import DecisionStatus
 from tests import pending_server
 from tests.still_waiting_server import ROUNDS_LOG, rounds
+from tests.test_pending_status import decision_status
 
 pytestmark = pytest.mark.anyio
 
@@ -104,15 +104,6 @@ async def one_wait(client: ElicitingClient) -> Wait:
     await until(client.rounds.waits)
     [wait] = client.rounds.waits()
     return wait
-
-
-def decision_status(store_url: str) -> DecisionStatus:
-    store = open_store(store_url)
-    try:
-        [decision] = store.list_decisions(Operator())
-    finally:
-        store.close()
-    return decision.status
 
 
 async def test_a_call_waiting_on_a_question_another_call_carries_is_shown_and_retried_now(

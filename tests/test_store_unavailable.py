@@ -13,7 +13,6 @@ import socket
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,12 +62,7 @@ class Dropping(Relay):
 
     def drop(self) -> None:
         self.down.set()
-        with self._guard:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        self.cut()
 
     def _accept(self, listener: socket.socket) -> None:
         while True:

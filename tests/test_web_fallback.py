@@ -42,9 +42,9 @@ from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import ApiKeyEntry, LocalAuthorizationServer, LocalUsers, UrlPages, Vault, VaultKeyRing
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, read_answer, render
 from tests.http_harness import free_port, serving
+from tests.pages_site import hidden
 from tests.serving import Person, Seats
 from tests.test_authserver import access_token
-from tests.test_pages import hidden
 from tests.test_server_flow import error_text, text
 
 pytestmark = pytest.mark.anyio
