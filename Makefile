@@ -29,15 +29,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+## Tests wait on servers, browsers and databases more than they compute: PYTEST_WORKERS processes share them
+## out by file (each with a PostgreSQL database of its own, see tests/conftest.py).
+PYTEST_WORKERS ?= 4
 pytest: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.listing
 	$(BIN)/python -m bench.sweep
 	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench.inprocess
 	$(BIN)/python -m bench.overlap
+	$(BIN)/python -m bench.tasks
+	$(BIN)/python -m bench.load
+	$(BIN)/python -m bench.fastmcp_flows
+	$(BIN)/python -m bench.telemetry
 
 # The external conformance suite and the Node.js it needs (>= 22), pinned, installed from the npm registry by
 # package name into $(TOOLS) (git-ignored), never globally.
@@ -53,7 +61,8 @@ $(TOOLS_STAMP): Makefile
 		$(CONFORMANCE_NODE) $(CONFORMANCE_SUITE)
 	touch $(TOOLS_STAMP)
 
-## External conformance: the suite (all scenarios) against conformance/server.py at 2025-11-25 and 2026-07-28;
+## External conformance: the suite (all scenarios, and the tasks extension's, EXTENSION_SCENARIOS in conformance/run.py)
+## against conformance/server.py at 2025-11-25 and 2026-07-28;
 ## fails on any failure not in conformance/expected-failures.json and on any listed one that passes. Then the
 ## suite's client scenarios (CLIENT_SCENARIOS in conformance/run.py) against conformance/client.py, built on
 ## the client kit: every one must exit 0 with no failed check. CONFORMANCE_ARGS=--only client runs just those.

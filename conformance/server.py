@@ -58,7 +58,18 @@ from mcp_types import (
 )
 from pydantic import BaseModel, Field
 
-from mcp_elicit.server import Accepted, Answer, Declined, Elicitation, Expired, Flow, IdentityPolicy, Titled
+from mcp_elicit.server import (
+    Accepted,
+    Answer,
+    Declined,
+    Elicitation,
+    Expired,
+    Flow,
+    IdentityPolicy,
+    TaskPolicy,
+    Titled,
+)
+from mcp_elicit.server.tasks import TaskStart
 
 SERVER_NAME = "mcp-elicit-conformance"
 PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
@@ -175,6 +186,7 @@ def build_server(elicitation: Elicitation) -> MCPServer:
     _resources(server)
     _protocol_handlers(server)
     _prompts(server)
+    _task_fixtures(elicitation, server)
     return server
 
 
@@ -298,6 +310,71 @@ def _outcome(answer: Answer[Any]) -> str:
     if isinstance(answer, Expired):
         return "expired"
     return "action=cancel"
+
+
+# -- the tasks extension's fixtures (io.modelcontextprotocol/tasks, 2026-07-28) -------------------------------
+
+
+class DeleteConfirmation(BaseModel):
+    confirm: bool
+
+
+class NamedConfirmation(BaseModel):
+    name: str = ""
+    confirm: bool = False
+
+
+class UserName(BaseModel):
+    name: str
+
+
+def _task_fixtures(elicitation: Elicitation, server: MCPServer) -> None:
+    """The fixtures of the suite's `tasks-*` scenarios: task-capable tools are `Elicitation.tool(task=...)`."""
+
+    @server.tool()
+    def greet(name: str) -> str:
+        """Sync only."""
+        return f"Hello, {name}!"
+
+    @elicitation.tool(task=TaskPolicy.OPTIONAL)
+    async def slow_compute(flow: Flow, seconds: float, label: str = "") -> str:
+        """Sleep `seconds`, then answer; a cancelled task stops sleeping."""
+        await anyio.sleep(seconds)
+        return f"computed {label} after {seconds:g} s"
+
+    @elicitation.tool(task=TaskPolicy.REQUIRED)
+    async def failing_job(flow: Flow) -> str:
+        """A tool error after about a second."""
+        await anyio.sleep(1)
+        raise ToolError("the job failed")
+
+    @elicitation.tool(task=TaskPolicy.OPTIONAL)
+    async def protocol_error_job(flow: Flow) -> str:
+        """Ends in a JSON-RPC error, not a tool error."""
+        raise MCPError(code=-32603, message="the job broke down")
+
+    @elicitation.tool(task=TaskPolicy.OPTIONAL)
+    async def confirm_delete(flow: Flow, filename: str) -> str:
+        """One question, asked through the task."""
+        answer = await flow.ask(f"Delete {filename}?", DeleteConfirmation, key="confirm")
+        deleted = isinstance(answer, Accepted) and answer.data.confirm
+        return f"{filename} {'deleted' if deleted else 'kept'}"
+
+    @elicitation.tool(task=TaskPolicy.OPTIONAL)
+    async def multi_input(flow: Flow) -> str:
+        """Two questions outstanding at once, answerable one at a time."""
+        first, second = await flow.gather(
+            flow.ask("First entry?", NamedConfirmation, key="first"),
+            flow.ask("Second entry?", NamedConfirmation, key="second"),
+        )
+        return f"first: {_outcome(first)}; second: {_outcome(second)}"
+
+    @elicitation.tool(task=TaskPolicy.REQUIRED, task_start=TaskStart.FLOW)
+    async def test_tool_with_task(flow: Flow) -> str:
+        """Asks the name on the call (MRTR), then goes on as a task that greets with it."""
+        name = await flow.ask("What is your name?", UserName, key="user_name")
+        await flow.begin_task()
+        return f"Hello, {name.data.name}!" if isinstance(name, Accepted) else "Hello, stranger!"
 
 
 # -- fixtures that ask no person: plain SDK registrations -----------------------------------------------------

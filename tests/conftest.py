@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -27,6 +28,7 @@ from mcp_elicit.model import (
     new_url_decision,
 )
 from mcp_elicit.store import Store, open_store
+from tests.async_engine import through_async_engine
 
 PG_URL = os.environ.get("MCP_ELICIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -65,6 +67,11 @@ def with_search_path(url: str, schema: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_server() -> str:
+    """The PostgreSQL server's test database; each pytest-xdist worker gets a database of its own.
+
+    A worker's own database keeps what PostgreSQL scopes to a database apart: LISTEN/NOTIFY channels,
+    advisory locks (the sweep's), `pg_stat_activity` counts of listeners.
+    """
     try:
         psycopg.connect(PG_URL, connect_timeout=3).close()
     except psycopg.OperationalError as error:
@@ -72,7 +79,14 @@ def pg_server() -> str:
         if IN_CI:
             pytest.fail(f"{message} (mandatory under CI=true)")
         pytest.skip(message)
-    return PG_URL
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return PG_URL
+    name = f"elicit_test_{worker}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(PG_URL)._replace(path=f"/{name}"))
 
 
 @pytest.fixture
@@ -97,7 +111,18 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+ENGINES = ("sqlite", "postgres")
+ASYNC_ENGINE = "postgres-async"
+"""The `store` fixture also runs on PostgreSQL's async engine (`tests.async_engine`): the server's path there."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_url" in metafunc.fixturenames:
+        engines = [*ENGINES, ASYNC_ENGINE] if "store" in metafunc.fixturenames else list(ENGINES)
+        metafunc.parametrize("store_url", engines, indirect=True)
+
+
+@pytest.fixture
 def store_url(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         return str(request.getfixturevalue("sqlite_url"))
@@ -105,8 +130,10 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(store_url: str, clock: FakeClock) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, store_url: str, clock: FakeClock) -> Iterator[Store]:
     opened = open_store(store_url, clock=clock)
+    if request.node.callspec.params.get("store_url") == ASYNC_ENGINE:
+        opened = through_async_engine(opened)
     try:
         yield opened
     finally:

@@ -127,7 +127,10 @@ def test_http_dev_loopback_with_json_arguments(era: str, dev_http: str, tmp_path
 def test_the_reference_deployment_needs_its_token(reference_http: DemoStack, script: Path, store_file: str) -> None:
     refused = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--script", str(script))
     assert refused.returncode == 2
-    assert "requires authorization (HTTP 401): pass --token" in one_line(refused.stderr)
+    assert (
+        f"requires authorization (HTTP 401): sign in with mcp-elicit login {reference_http.mcp_url}, or pass --token"
+        in one_line(refused.stderr)
+    )
 
     forged = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--token", "not-a-token")
     assert forged.returncode == 2

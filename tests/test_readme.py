@@ -136,6 +136,22 @@ async def run_stdio_server(path: Path, tmp_path: Path) -> None:
         assert text(result) == "nothing changed"
 
 
+async def run_fastmcp_server(path: Path, tmp_path: Path) -> None:
+    """The FastMCP example: started over stdio as written, its flow tool asked and answered on both eras."""
+    env = environment(tmp_path, MCP_ELICIT_STATE_KEYS=b64_key())
+    for era in ("legacy", "2026-07-28"):
+        person = Person([accept(confirm=True)])
+        parameters = StdioServerParameters(command=sys.executable, args=[str(path)], env=env, cwd=str(tmp_path))
+        with anyio.fail_after(TIMEOUT):
+            async with Client(parameters, mode=era, elicitation_callback=person) as client:
+                tools = {tool.name for tool in (await client.list_tools()).tools}
+                assert tools == {"rollback", "status"}, tools
+                result = await client.call_tool("rollback", {"service": f"web-{era}"})
+        assert text(result) == f"rolled back to web-{era} 2.3.9"
+        [question] = person.asked
+        assert question.message == f"Roll web-{era} back to web-{era} 2.3.9?"
+
+
 def run_reseal(path: Path, tmp_path: Path) -> None:
     """The vault re-seal: an entry sealed under the old key comes out under the new one."""
     env = environment(tmp_path)
@@ -208,10 +224,32 @@ async def run_http_server(path: Path, tmp_path: Path) -> None:
     assert process.returncode in (0, -15), log.read_text()
 
 
+def run_plugin_tests(path: Path, tmp_path: Path) -> None:
+    """The testing example: a test module run by pytest as written, the plugin loaded by its entry point."""
+    module = tmp_path / "test_readme_example.py"
+    module.write_text(path.read_text())
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-W", "error", module.name],
+        cwd=tmp_path,
+        env=environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 3,
+        check=False,
+    )
+    assert ran.returncode == 0, f"{ran.stdout}\n{ran.stderr}"
+    summary = ran.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"=+ \d+ passed in [\d.]+s =+", summary), summary
+    for era in ("2025-06-18", "2025-11-25", "2026-07-28"):
+        assert f"[{era}] PASSED" in ran.stdout, f"nothing ran on {era}:\n{ran.stdout}"
+
+
 RUNNERS: dict[str, Callable[[Path, Path], Any]] = {
     "async def deploy(flow: Flow": run_stdio_server,
     "Vault(store, ring).rotate()": run_reseal,
     "async def page_oncall(flow: Flow": run_http_server,
+    "from mcp_elicit.testing import": run_plugin_tests,
+    "FastMCPFlows(": run_fastmcp_server,
 }
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, TextContent
 
+import mcp_elicit.testing as scripted
 from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.server import REPLAYED_META_KEY, Elicitation
 from mcp_elicit.store import open_store
+from mcp_elicit.testing import ControlledClock, Harness, Reply, UrlOutcome
 from tests.serving import Counter, Person, accept, build_tools
 
 pytestmark = pytest.mark.anyio
@@ -28,12 +29,23 @@ def counter(tmp_path: Path) -> Counter:
 
 
 @pytest.fixture
-def elicitation(store_url: str, counter: Counter) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), single_process=True, public_base_url="http://127.0.0.1:8765")
+def elicitation(store_url: str, counter: Counter, elicit_clock: ControlledClock) -> Iterator[Elicitation]:
+    runtime = Elicitation(
+        open_store(store_url, clock=elicit_clock),
+        single_process=True,
+        clock=elicit_clock,
+        public_base_url="http://127.0.0.1:8765",
+    )
     runtime.server("test-server")
     build_tools(runtime, counter)
     yield runtime
     runtime.close()
+
+
+@pytest.fixture
+def elicit_app(elicitation: Elicitation) -> Elicitation:
+    """The app the `elicit` harness (mcp_elicit.testing) calls, on every era."""
+    return elicitation
 
 
 def unwrap(error: BaseException) -> BaseException:
@@ -65,31 +77,29 @@ async def call(
         return await client.call_tool(tool, dict(arguments))
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_accept_applies_once_and_records_the_answer(elicitation: Elicitation, counter: Counter, era: str) -> None:
-    person = Person([accept(approve=True, note="ship it")])
-    result = await call(elicitation, era, person, "approve", scope="prod")
-    assert text(result) == "applied prod (ship it)"
+async def test_accept_applies_once_and_records_the_answer(elicit: Harness, counter: Counter) -> None:
+    answers = {"approve_scope": scripted.accept(approve=True, note="ship it")}
+    called = await elicit.call("approve", {"scope": "prod"}, answers=answers)
+    assert called.text == "applied prod (ship it)"
     assert counter.read() == {"plan": 1, "apply": 1}
-    assert len(person.asked) == 1
-    assert person.asked[0].message == "Apply plan for prod?"
-    [decision] = elicitation.store.list_decisions(Operator())
+    assert elicit.assert_asked_once("approve_scope").message == "Apply plan for prod?"
+    elicit.assert_journal(called, {"plan": "plan for prod", "apply": 1})
+    [decision] = elicit.decisions()
     assert decision.key == "approve_scope"
     assert decision.status is DecisionStatus.ACCEPTED
     assert decision.content == {"approve": True, "note": "ship it"}
     assert decision.principal == LOCAL
 
 
-@pytest.mark.parametrize("era", ERAS)
-@pytest.mark.parametrize(("action", "expected"), [("decline", "declined"), ("cancel", "cancelled")])
-async def test_decline_and_cancel_stay_distinct(
-    elicitation: Elicitation, counter: Counter, era: str, action: str, expected: str
-) -> None:
-    person = Person([ElicitResult(action=action)])  # type: ignore[arg-type]
-    assert text(await call(elicitation, era, person, "approve", scope="prod")) == expected
+@pytest.mark.parametrize(
+    ("reply", "expected"), [(scripted.decline(), "declined"), (scripted.cancel(), "cancelled")], ids=str
+)
+async def test_decline_and_cancel_stay_distinct(elicit: Harness, counter: Counter, reply: Reply, expected: str) -> None:
+    called = await elicit.call("approve", {"scope": "prod"}, answers={"approve_scope": reply})
+    assert called.text == expected
     assert counter.read() == {"plan": 1}
-    [decision] = elicitation.store.list_decisions(Operator())
-    assert decision.status.value == expected
+    elicit.assert_not_journaled(called, "apply")
+    elicit.assert_audit("approve_scope", ["requested", expected])
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -168,44 +178,16 @@ async def test_arguments_fallback_lets_a_client_without_elicitation_finish(elici
     assert trail[-1].reason == "answered through elicit_answers"
 
 
-async def complete_url_when_consented(elicitation: Elicitation, outcome: DecisionStatus) -> None:
-    store = elicitation.store
-    with anyio.fail_after(10):
-        while True:
-            waiting = store.list_decisions(Operator(), status=DecisionStatus.ACCEPTED_URL)
-            if waiting:
-                break
-            await anyio.sleep(0.02)
-    pending = store.transition(waiting[0], DecisionStatus.EXTERNAL_PENDING, caller=LOCAL)
-    await anyio.sleep(0.3)
-    store.transition(pending, outcome, caller=LOCAL)
-
-
-@pytest.mark.parametrize("era", ERAS)
-@pytest.mark.parametrize(
-    ("outcome", "expected"),
-    [(DecisionStatus.EXTERNAL_COMPLETED, "connected"), (DecisionStatus.EXTERNAL_FAILED, "failed")],
-)
-async def test_url_decision_waits_for_the_external_flow(
-    elicitation: Elicitation, era: str, outcome: DecisionStatus, expected: str
-) -> None:
-    person = Person([ElicitResult(action="accept")])
-    results: list[CallToolResult] = []
-
-    async def run_call() -> None:
-        results.append(await call(elicitation, era, person, "connect"))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(run_call)
-        group.start_soon(complete_url_when_consented, elicitation, outcome)
-    assert text(results[0]) == expected
-    [asked] = person.asked
+@pytest.mark.elicit_eras("2025-11-25", "2026-07-28")
+@pytest.mark.parametrize(("outcome", "expected"), [("completed", "connected"), ("failed", "failed")])
+async def test_url_decision_waits_for_the_external_flow(elicit: Harness, outcome: UrlOutcome, expected: str) -> None:
+    called = await elicit.call("connect", answers={"connect_account": scripted.consent(outcome)})
+    assert called.text == expected
+    asked = elicit.assert_asked_once("connect_account")
     assert asked.mode == "url"
-    [decision] = elicitation.store.list_decisions(Operator())
+    [decision] = elicit.decisions()
     assert asked.url == f"http://127.0.0.1:8765/elicit/{decision.elicitation_id}"
-    if era == "legacy":
-        assert asked.elicitation_id == decision.elicitation_id
-    assert decision.status is outcome
+    assert decision.status is DecisionStatus(f"external_{outcome}")
 
 
 @pytest.mark.parametrize("era", ERAS)

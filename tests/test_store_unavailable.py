@@ -29,6 +29,7 @@ from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestURLP
 from mcp_elicit.model import Operator
 from mcp_elicit.server import Accepted, Elicitation, Flow
 from mcp_elicit.store import Store, StoreUnavailable, utc_now
+from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
 from tests.serving import Approval, Counter, accept
@@ -131,10 +132,13 @@ def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
 
 
 async def back(store: Store) -> None:
-    """Wait until the store answers again (a PostgreSQL pool reconnects with a growing pause)."""
+    """Wait until the store answers again the way the server reaches it (a PostgreSQL pool reconnects with a
+    growing pause, and drops each connection the outage broke when it is next used)."""
+    reached = AsyncStore(store)
     with anyio.fail_after(60):
         while True:
             try:
+                await reached(store.list_decisions, Operator(), limit=1)
                 await anyio.to_thread.run_sync(lambda: store.list_decisions(Operator(), limit=1))
                 return
             except StoreUnavailable:

@@ -21,6 +21,7 @@ from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import Elicitation
 from mcp_elicit.server.sweeper import Sweeper
 from mcp_elicit.store import Store, open_store, utc_now
+from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.store.postgres import _SWEEP_LOCK
 from tests.conftest import ALICE, FakeClock, Records
 
@@ -92,7 +93,7 @@ def test_one_postgres_instance_sweeps_at_a_time(pg_schema_url: str, clock: FakeC
 def test_the_pause_between_sweeps_is_jittered_by_a_fifth(tmp_path: Path) -> None:
     store = open_store(f"sqlite://{tmp_path / 'elicit.db'}")
     try:
-        pauses = [Sweeper(store, timedelta(seconds=30)).pause() for _ in range(200)]
+        pauses = [Sweeper(AsyncStore(store), timedelta(seconds=30)).pause() for _ in range(200)]
     finally:
         store.close()
     assert all(24.0 <= pause <= 36.0 for pause in pauses)
@@ -145,7 +146,7 @@ async def test_a_failed_sweep_is_logged_and_the_next_one_runs(tmp_path: Path, ca
     try:
         decision = Records(store, utc_now).form(ttl=timedelta(seconds=0.1))
         await anyio.sleep(0.2)
-        sweeper = Sweeper(store, timedelta(seconds=1))
+        sweeper = Sweeper(AsyncStore(store), timedelta(seconds=1))
         path.rename(tmp_path / "moved.db")
         with caplog.at_level(logging.WARNING, logger="mcp_elicit.server.sweeper"):
             assert await sweeper.sweep() is None

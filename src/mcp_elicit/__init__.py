@@ -35,6 +35,7 @@ _HOMES: dict[str, str] = {
     "SwallowedSignal": "mcp_elicit.server",
     "Fallback": "mcp_elicit.server",
     "IdentityPolicy": "mcp_elicit.server",
+    "TaskPolicy": "mcp_elicit.server",
     "ResumePolicy": "mcp_elicit.model",
     # Hosting a client.
     "ElicitingClient": "mcp_elicit.client",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
         IdempotencyKeyConflict,
         IdentityPolicy,
         SwallowedSignal,
+        TaskPolicy,
         UrlAnswer,
     )
     from mcp_elicit.store import Store, StoreError, StoreUnavailable, open_store
@@ -128,6 +130,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SwallowedSignal",
+    "TaskPolicy",
     "TerminalHandler",
     "UrlAnswer",
     "UrlReply",

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from mcp_elicit.cli import call, decisions, demo, doctor, serve
+from mcp_elicit.cli import call, decisions, demo, doctor, login, serve
 
 app = typer.Typer(
     name="mcp-elicit",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.add_typer(decisions.app, name="decisions")
 app.command("serve")(serve.serve)
 app.command("call")(call.call)
+app.command("login")(login.login)
 app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 

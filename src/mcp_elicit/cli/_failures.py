@@ -140,9 +140,14 @@ def _offers(offered: Sequence[str]) -> str:
 def _http_status(status: int, situation: Situation) -> CommandFailed:
     target = situation.target
     if status == 401 and situation.token_given:
-        return CommandFailed(f"{target} refused the token (HTTP 401): it is invalid or has expired")
+        return CommandFailed(
+            f"{target} refused the token (HTTP 401): it is invalid or has expired; sign in again with "
+            f"mcp-elicit login {target}, or pass --token"
+        )
     if status == 401:
-        return CommandFailed(f"{target} requires authorization (HTTP 401): pass --token")
+        return CommandFailed(
+            f"{target} requires authorization (HTTP 401): sign in with mcp-elicit login {target}, or pass --token"
+        )
     if status == 403:
         return CommandFailed(f"{target} refused this token (HTTP 403): it lacks a scope the server needs")
     if status == 404:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,8 @@ SHORT_ID = 8
 MESSAGE_PREVIEW = 120
 """Characters of a message a listing shows; `show` prints the whole message."""
 PLAIN_COLUMNS = (
-    "elicitation_id", "status", "mode", "key", "principal_id", "client_id", "created_at", "expires_at", "message",
+    "elicitation_id", "status", "mode", "key", "principal_id", "client_id", "created_at", "expires_at", "task",
+    "message",
 )  # fmt: skip
 """The fields of `ls` when stdout is not a terminal: a header line of these names, then one line per decision."""
 
@@ -47,8 +48,9 @@ STATUS_STYLE: dict[DecisionStatus, str] = {
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 
 
-def decision_json(decision: Decision) -> dict[str, JSONValue]:
-    return {
+def decision_json(decision: Decision, task: str | None = None) -> dict[str, JSONValue]:
+    """The decision as JSON; `task`, when its operation is a task, is that task's status."""
+    shown: dict[str, JSONValue] = {
         "elicitation_id": decision.elicitation_id,
         "operation_id": decision.operation_id,
         "key": decision.key,
@@ -68,6 +70,9 @@ def decision_json(decision: Decision) -> dict[str, JSONValue]:
         "updated_at": decision.updated_at.isoformat(),
         "expires_at": decision.expires_at.isoformat(),
     }
+    if task is not None:
+        shown["task"] = task
+    return shown
 
 
 def audit_json(entry: AuditEntry) -> dict[str, JSONValue]:
@@ -154,39 +159,46 @@ def preview(message: str) -> str:
     return printable(joined)
 
 
-def decisions_table(decisions: list[Decision], now: datetime) -> Table:
+def decisions_table(decisions: list[Decision], now: datetime, tasks: Mapping[str, str] | None = None) -> Table:
     """The listing for a person: short ids, then each question (its key in bold, the start of its message)
-    wrapped in what the terminal's width leaves."""
+    wrapped in what the terminal's width leaves; `tasks` gives the task status of operations that are tasks
+    (a `task` column, shown only when the listing has any)."""
+    tasks = tasks or {}
     ids = short_ids([decision.elicitation_id for decision in decisions])
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, expand=True, padding=(0, 1, 0, 0))
     table.add_column("id", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("expires", no_wrap=True)
     table.add_column("principal", overflow="fold", max_width=16)
+    if tasks:
+        table.add_column("task", no_wrap=True)
     table.add_column("question", overflow="fold", ratio=1)
     for decision in decisions:
+        task = [tasks.get(decision.operation_id, "—")] if tasks else []
         table.add_row(
             Text(ids[decision.elicitation_id]),
             status_text(decision.status),
             "—" if decision.is_terminal else relative(decision.expires_at, now),
             Text(printable(decision.principal_id)),
+            *task,
             Text.assemble((printable(decision.key), "bold"), " ", preview(decision.message)),
         )
     return table
 
 
-def plain_lines(decisions: list[Decision]) -> Iterator[str]:
+def plain_lines(decisions: list[Decision], tasks: Mapping[str, str] | None = None) -> Iterator[str]:
     """The listing for a pipe: `PLAIN_COLUMNS`, tab-separated, one decision a line, full ids and UTC times.
 
     Values are printable and on one line (a tab shown as a space, a newline as `<U+000A>`), so a tab only
     ever separates fields and a line is always one decision.
     """
+    tasks = tasks or {}
     yield "\t".join(PLAIN_COLUMNS)
     for decision in decisions:
         values = (
             decision.elicitation_id, decision.status.value, decision.mode.value, decision.key, decision.principal_id,
             decision.client_id, decision.created_at.isoformat(timespec="seconds"),
-            decision.expires_at.isoformat(timespec="seconds"), decision.message,
+            decision.expires_at.isoformat(timespec="seconds"), tasks.get(decision.operation_id, ""), decision.message,
         )  # fmt: skip
         yield "\t".join(printable(value) for value in values)
 

@@ -12,7 +12,10 @@ SDK tells the client only "Error executing tool X" about a crash), and the file 
 A result the server replayed from an identical earlier call is said to be one. While the call waits on a
 URL flow, or the server keeps it in still-waiting rounds with no URL flow of its own (an identical call
 carries the question it waits on), a live status line says since when and until when, with keys to retry
-now ("I'm done") or to cancel; a script answers that prompt with `done` or `stop` (`_waits`).
+now ("I'm done") or to cancel; a script answers that prompt with `done` or `stop` (`_waits`). The command
+declares MCP tasks, so a server may run the call as a task: it is followed to its end, its questions asked
+here like any other, and while it works without asking anything the status line shows it with the time
+elapsed and its TTL as the deadline (`stop` cancels the task).
 
 Exit codes: 0 the tool succeeded, 1 the tool reported an error or the call was refused or stopped,
 2 the command could not be run (bad arguments, unknown tool, no server to talk to), 130 interrupted.
@@ -61,6 +64,7 @@ from mcp_elicit.client import (
 from mcp_elicit.client.pending import FlowWaits
 from mcp_elicit.client.session import Target, kit_http_client
 from mcp_elicit.client.terminal_views import printable
+from mcp_elicit.client.tokens import LoginError, LoginStore, SavedLogin, fresh_access_token
 
 INTERRUPTED = 130
 LOG_TAIL_LINES = 20
@@ -95,6 +99,8 @@ class Server:
     url: str | None = None
     command: list[str] = field(default_factory=list)
     token: str | None = None
+    kept: SavedLogin | None = None
+    """The sign-in `mcp-elicit login` kept for this URL, used when no token is given."""
     log: Path | None = None
     http_status: int | None = None
     """The last HTTP error status seen, since the SDK turns a 401 into a bare JSON-RPC error."""
@@ -136,17 +142,22 @@ class Server:
 
     @asynccontextmanager
     async def client(self, handler: ElicitationHandler, era: EraChoice) -> AsyncIterator[ElicitingClient]:
+        if self.kept is not None:
+            try:
+                self.token = await fresh_access_token(LoginStore(), self.kept)
+            except LoginError as error:
+                raise CommandFailed(str(error)) from None
         if self.url is not None:
             async with kit_http_client(bearer_token=self.token) as http:
                 http.event_hooks = {"response": [self._observe]}
-                async with ElicitingClient(self.url, handler, era=era.value, http_client=http) as client:
+                async with ElicitingClient(self.url, handler, era=era.value, http_client=http, tasks=True) as client:
                     yield client
             return
         assert self.log is not None
         params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=dict(os.environ))
         with self.log.open("w", encoding="utf-8") as errlog:
             transport: Target = stdio_client(params, errlog=errlog)
-            async with ElicitingClient(transport, handler, era=era.value) as client:
+            async with ElicitingClient(transport, handler, era=era.value, tasks=True) as client:
                 yield client
 
 
@@ -173,7 +184,7 @@ def resolve_server(target: str, token: str | None) -> Server:
     if _URL_SCHEME.match(text):
         if not text.lower().startswith(("http://", "https://")):
             raise CommandFailed(f"unsupported target {text!r}: give an http(s):// URL or a command")
-        return Server(label=text, url=text, token=token)
+        return Server(label=text, url=text, token=token, kept=None if token is not None else _kept_login(text))
     if token is not None:
         raise CommandFailed("--token applies to an http(s) target only; a stdio server runs as you")
     try:
@@ -185,6 +196,13 @@ def resolve_server(target: str, token: str | None) -> Server:
     if shutil.which(command[0]) is None:
         raise CommandFailed(f"command not found: {command[0]}")
     return Server(label=shlex.join(command), command=command)
+
+
+def _kept_login(url: str) -> SavedLogin | None:
+    try:
+        return LoginStore().load(url)
+    except LoginError as error:
+        raise CommandFailed(str(error)) from None
 
 
 def choose_handler(script: Path | None, console: Console) -> ElicitationHandler:
@@ -212,7 +230,12 @@ def call(
         Path | None, typer.Option(help="Answer the server's questions from this JSON script instead of asking.")
     ] = None,
     token: Annotated[
-        str | None, typer.Option(envvar=TOKEN_ENV, help="Bearer token for an http(s) target.", show_default=False)
+        str | None,
+        typer.Option(
+            envvar=TOKEN_ENV,
+            help="Bearer token for an http(s) target (default: the one `mcp-elicit login URL` kept).",
+            show_default=False,
+        ),
     ] = None,
     server_log: Annotated[
         Path | None,
@@ -287,7 +310,7 @@ async def _call(
             if tool not in names and listing.next_cursor is None:
                 offered = ", ".join(names) or "none"
                 raise CommandFailed(f"{server.label} has no tool {tool!r}; its tools: {offered}")
-            waits = (FlowWaits(client.pending, browser_time=client.pacing.max_wait), client.rounds)
+            waits = (FlowWaits(client.pending, browser_time=client.pacing.max_wait), client.rounds, client.tasks)
             async with waits_shown(handler, waits, out, time.monotonic):
                 result = await client.call_tool(tool, arguments)
     except Exception as error:

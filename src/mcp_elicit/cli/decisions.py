@@ -26,6 +26,7 @@ from rich.text import Text
 from mcp_elicit.cli import _render
 from mcp_elicit.model import Decision, DecisionStatus, Operator
 from mcp_elicit.printable import hidden, printable
+from mcp_elicit.server.tasks.state import cancel_task, task_status
 from mcp_elicit.store import (
     ENV_VAR,
     DecisionFilter,
@@ -116,6 +117,19 @@ def _find(store: Store, reference: str, caller: Operator) -> Decision:
         raise
 
 
+def _tasks_of(store: Store, caller: Operator, decisions: list[Decision]) -> dict[str, str]:
+    """The task status of each operation of `decisions` that is a task (the others are left out)."""
+    tasks: dict[str, str] = {}
+    for operation_id in dict.fromkeys(decision.operation_id for decision in decisions):
+        try:
+            status = task_status(store, operation_id, caller)
+        except NotFound:
+            continue
+        if status is not None:
+            tasks[operation_id] = status
+    return tasks
+
+
 def _operator(name: str | None) -> Operator:
     if name:
         return Operator(name)
@@ -197,7 +211,9 @@ def list_decisions(
 
     At a terminal: a table with short ids and the start of each message. Otherwise (a pipe, a file): a
     header line, then one tab-separated line per decision with its full id. `--json`: a JSON array, one
-    decision a line. A listing cut short by `--limit` ends with "Listed 100 of 10,000 decisions" and the
+    decision a line. A decision asked by a tool call that runs as an MCP task shows that task's status
+    (`task`: working, input_required, completed, failed, cancelled). A listing cut short by `--limit`
+    ends with "Listed 100 of 10,000 decisions" and the
     cursor of the next page (on stderr unless at a terminal); `--after CURSOR` lists that page. A row
     that cannot be read is named on stderr and the others are listed; the exit code is then 2.
     """
@@ -206,14 +222,19 @@ def list_decisions(
             opened, _operator(None), DecisionFilter(status=status, principal_id=principal, operation_id=operation),
             after, limit,
         )  # fmt: skip
+        caller = _operator(None)
+        pages = ((page, _tasks_of(opened, caller, page)) for page in listing.pages())
         if as_json:
-            listed = _write_json(listing.pages())
+            listed = _write_json(pages)
         elif not _to_terminal():
-            listed = _write_plain(listing.pages())
+            listed = _write_plain(pages)
         else:
-            decisions = [decision for page in listing.pages() for decision in page]
+            decisions, tasks = [], {}
+            for page, page_tasks in pages:
+                decisions.extend(page)
+                tasks.update(page_tasks)
             if decisions:
-                out.print(_render.decisions_table(decisions, utc_now()))
+                out.print(_render.decisions_table(decisions, utc_now(), tasks))
             listed = len(decisions)
         if not listed and not as_json:
             past = " past the cursor given" if after is not None else ""
@@ -231,27 +252,28 @@ def list_decisions(
             raise typer.Exit(Exit.STORE)
 
 
-def _write_plain(pages: Iterator[list[Decision]]) -> int:
+def _write_plain(pages: Iterator[tuple[list[Decision], dict[str, str]]]) -> int:
     """The header line, then each page's tab-separated lines as it comes (not through rich, which would turn the
     tabs into spaces); how many decisions were written."""
     sys.stdout.write("\t".join(_render.PLAIN_COLUMNS) + "\n")
     written = 0
-    for page in pages:
+    for page, tasks in pages:
         if page:
-            sys.stdout.write("".join(line + "\n" for line in islice(_render.plain_lines(page), 1, None)))
+            sys.stdout.write("".join(line + "\n" for line in islice(_render.plain_lines(page, tasks), 1, None)))
             sys.stdout.flush()
             written += len(page)
     return written
 
 
-def _write_json(pages: Iterator[list[Decision]]) -> int:
+def _write_json(pages: Iterator[tuple[list[Decision], dict[str, str]]]) -> int:
     """A JSON array written as it is read, one decision a line; how many decisions were written."""
     terminal = _to_terminal()
     written = 0
     _emit("[", terminal)
-    for page in pages:
+    for page, tasks in pages:
         for decision in page:
-            _emit(("," if written else "") + "\n" + _json_line(_render.decision_json(decision)), terminal)
+            shown = _render.decision_json(decision, tasks.get(decision.operation_id))
+            _emit(("," if written else "") + "\n" + _json_line(shown), terminal)
             written += 1
         sys.stdout.flush()
     _emit("\n]\n", terminal)
@@ -326,10 +348,25 @@ def cancel(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Cancel a waiting decision. A decision that already ended is left as it is."""
+    """Cancel a waiting decision. A decision that already ended is left as it is.
+
+    A decision of a tool call that runs as an MCP task (or the task's operation id) cancels the task: its
+    open questions and its operation; the task's body stops at its next look.
+    """
     actor = _operator(operator)
     with _store(store) as opened:
-        decision = _find(opened, elicitation_id, actor)
+        decision: Decision | None = None
+        try:
+            operation_id = opened.get_operation(elicitation_id, actor).operation_id
+        except NotFound:
+            decision = _find(opened, elicitation_id, actor)
+            operation_id = decision.operation_id
+        if task_status(opened, operation_id, actor) is not None:
+            _cancel_task(opened, operation_id, actor, reason, as_json)
+            return
+        if decision is None:
+            _say(err, "not cancelled:", "yellow", f"{elicitation_id} is an operation, not a task: cancel its decisions")
+            raise typer.Exit(Exit.NOT_FOUND)
         if decision.is_terminal:
             _say(err, "not cancelled:", "yellow", f"{decision.elicitation_id} already ended as {decision.status.value}")
             raise typer.Exit(Exit.CONFLICT)
@@ -342,6 +379,18 @@ def cancel(
             _render.print_json(out, _render.decision_json(cancelled))
         else:
             out.print(Text(printable(f"Cancelled {decision.elicitation_id} (was {decision.status.value}).")))
+
+
+def _cancel_task(store: Store, operation_id: str, actor: Operator, reason: str, as_json: bool) -> None:
+    try:
+        cancelled = cancel_task(store, operation_id, actor, reason)
+    except (TransitionConflict, RecordExpired) as error:
+        _say(err, "not cancelled:", "yellow", f"the task {operation_id} already ended ({error})")
+        raise typer.Exit(Exit.CONFLICT) from None
+    if as_json:
+        _render.print_json(out, {"task": cancelled.operation_id, "status": cancelled.status.value})
+    else:
+        out.print(Text(printable(f"Cancelled the task {operation_id} and its open questions.")))
 
 
 @app.command("sweep")

@@ -41,6 +41,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from mcp_elicit.cli._browser import graphical_session
 from mcp_elicit.cli._demo_scenarios import SCENARIOS, Scenario
 from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe
 from mcp_elicit.cli._logs import one_line_warnings
@@ -401,20 +402,13 @@ def _browser_opener(narrator: Narrator, no_browser: bool) -> UrlOpener:
         if no_browser:
             narrator.page_to_open(url, "Open this page in your browser:")
             return True
-        if _graphical_session() and webbrowser.open(url, new=2):
+        if graphical_session() and webbrowser.open(url, new=2):
             narrator.page_to_open(url, "Opened in your browser:")
             return True
         narrator.page_to_open(url, "No browser could be started from here; open this page yourself:")
         return True
 
     return open_page
-
-
-def _graphical_session() -> bool:
-    """Whether a browser would open in a window, not take over this terminal (a console browser would)."""
-    if sys.platform in ("darwin", "win32") or os.environ.get("BROWSER"):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _handler(script: Path | None) -> ElicitationHandler:

@@ -6,7 +6,6 @@ import base64
 import binascii
 import logging
 import os
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -16,15 +15,18 @@ import uvicorn
 from rich.console import Console
 from rich.markup import escape
 
+from mcp_elicit.logging import LOG_FORMAT_ENV, LogFormat
+from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
-from mcp_elicit.server import Elicitation, IdentityPolicy
+from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
 from mcp_elicit.web import Health
 
 KEYS_ENV = "MCP_ELICIT_STATE_KEYS"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 err = Console(stderr=True)
+log = logging.getLogger(__name__)
 
 
 class Transport(StrEnum):
@@ -74,13 +76,17 @@ def serve(
     public_url: Annotated[
         str | None, typer.Option(help="HTTP: the URL clients and browsers reach this server at (default: host:port).")
     ] = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(envvar=LOG_FORMAT_ENV, help="Log lines on stderr: text, or json (one object per line, with ids)."),
+    ] = LogFormat.TEXT,
 ) -> None:
     """Run the reference server: deploy, procure, delete_files and create_ticket, all asking before acting.
 
     Over HTTP it also serves its own authorization server (sign-in for MCP clients and browsers), the
     URL-mode pages, and the connect_account / set_api_key tools whose credentials stay in the vault.
     """
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(log_format)
     root = workspace or default_store_path().parent / "workspace"
     public = public_url_of(public_url, host, port)
     deployment = None
@@ -89,7 +95,11 @@ def serve(
         settings = http_settings(os.environ, public) if transport is Transport.HTTP and not dev_loopback else None
     except ConfigurationError as error:
         count = f"{len(error.problems)} setting{'s' if len(error.problems) > 1 else ''}"
-        _fail(f"mcp-elicit serve --transport http cannot start; fix {count} in its environment:", *error.problems)
+        _fail(
+            f"mcp-elicit serve --transport http cannot start; fix {count} in its environment:",
+            *error.problems,
+            log_format=log_format,
+        )
     try:
         root.mkdir(parents=True, exist_ok=True)
         if settings is not None:
@@ -97,36 +107,50 @@ def serve(
             elicitation, server = deployment.elicitation, deployment.server
         else:
             if transport is Transport.HTTP and host not in LOOPBACK:
-                _fail(f"--dev-loopback only listens on loopback, not on {host}")
+                _fail(f"--dev-loopback only listens on loopback, not on {host}", log_format=log_format)
             keys_text = os.environ.get(KEYS_ENV)
             keys = parse_keys(keys_text) if keys_text else None
             if transport is Transport.HTTP and keys is None and not single_process:
-                _fail(f"set {KEYS_ENV} (the key ring all instances share) or pass --single-process")
+                _fail(
+                    f"set {KEYS_ENV} (the key ring all instances share) or pass --single-process", log_format=log_format
+                )
             elicitation = Elicitation(
                 store,
                 keys=keys,
                 single_process=keys is None,
                 identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
+                notifications=Notifications.from_env(os.environ),
             )
             server = build_reference_server(elicitation, Workspace.open(root))
             if transport is Transport.HTTP:
                 Health(elicitation).add_routes(server)
     except (StoreError, OSError, ValueError) as error:
-        _fail(str(error))
-    err.print(f"[dim]store {escape(elicitation.store.display_url)}, workspace {escape(str(root))}[/dim]")
+        _fail(str(error), log_format=log_format)
+    _tell(f"store {elicitation.store.display_url}, workspace {root}", log_format, style="dim")
     try:
         if transport is Transport.STDIO:
             server.run("stdio")
         else:
             app = deployment.http_app(host) if deployment is not None else server.streamable_http_app(host=host)
-            err.print(f"serving MCP on {public}/mcp")
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+            _tell(f"serving MCP on {public}/mcp", log_format)
+            uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
     finally:
         elicitation.close()
 
 
-def _fail(message: str, *items: str) -> NoReturn:
+def _tell(message: str, log_format: LogFormat, *, style: str = "") -> None:
+    """A line about the server itself: on the terminal as text, or as a log record among the JSON lines."""
+    if log_format is LogFormat.JSON:
+        log.info("%s", message)
+    else:
+        err.print(escape(message), style=style or None)
+
+
+def _fail(message: str, *items: str, log_format: LogFormat) -> NoReturn:
     """Say why the server cannot run, with one line per item (each a problem to fix), and exit 2."""
+    if log_format is LogFormat.JSON:
+        log.error("%s", " ".join([message, *(f"- {item}" for item in items)]))
+        raise typer.Exit(2)
     err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     for item in items:
         err.print(f"  - {escape(item)}", soft_wrap=True)

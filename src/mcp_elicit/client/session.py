@@ -104,7 +104,8 @@ from mcp_elicit.client.handler import Asker, ElicitationHandler, Mode
 from mcp_elicit.client.mrtr_loop import Pacing, RoundWaits, drive
 from mcp_elicit.client.opener import UrlOpener, system_browser
 from mcp_elicit.client.pending import FlowStatus, PendingFlows
-from mcp_elicit.client.transport import KitTransport, unknown_result_type
+from mcp_elicit.client.tasks import CreatedTask, Tasks
+from mcp_elicit.client.transport import KitTransport, legacy_task, unknown_result_type
 from mcp_elicit.client.url_required import fulfil_url_required
 from mcp_elicit.client.watch import SilenceWatch
 
@@ -158,6 +159,8 @@ class ElicitingClient:
     `pending` may be shared by several clients, so one host view lists the flows of all its servers.
     `rounds` (this client's own) shows its calls in still-waiting rounds that no open flow stands for: a
     status line shows it next to `FlowWaits(pending, ...)`.
+    `tasks`: declare the 2026-07-28 tasks extension, so a server may run a call as a task; the kit then
+    follows it (see `client.tasks`) and `call_tool` returns its result all the same.
     `clock` and `sleep` drive the silence watch and the pacing; tests replace them.
     """
 
@@ -182,6 +185,7 @@ class ElicitingClient:
         list_roots_callback: ListRootsFnT | None = None,
         message_handler: MessageHandlerFnT | None = None,
         client_info: Implementation | None = None,
+        tasks: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = anyio.sleep,
     ) -> None:
@@ -238,6 +242,18 @@ class ElicitingClient:
             person_deciding=self._watch.person_deciding,
             clock=clock,
         )
+        self.tasks = Tasks(
+            lambda: self.session,
+            self._dispatch,
+            clock,
+            sleep,
+            server=lambda: self._asker_for(None).server_name,
+            protocol=lambda: self.protocol_version,
+        )
+        """The tasks this client follows: status, cancel, and `attach` after a restart."""
+        self._declares_tasks = tasks
+        self._task_support: dict[str, str] = {}
+        """Each listed tool's 2025-11-25 `execution.taskSupport`, where it has one."""
         self._client: Client | None = None
         self._stack: AsyncExitStack | None = None
         self._server_info: Implementation | None = None
@@ -259,6 +275,8 @@ class ElicitingClient:
                 self._modes,
                 on_inbound=self._watch.heard,
                 offer_version=OFFERED_VERSION.get(self.era),
+                task_results=self._declares_tasks,
+                task_tools=self._runs_as_legacy_task if self._declares_tasks else None,
             )
             client = Client(
                 transport,
@@ -268,6 +286,7 @@ class ElicitingClient:
                 sampling_callback=self._sampling_callback,
                 list_roots_callback=self._list_roots_callback,
                 client_info=self._client_info or CLIENT_INFO,
+                extensions=[self.tasks.extension()] if self._declares_tasks else None,
             )
             connection = _Connection(client, self._identify)
             stack.push_async_callback(connection.close)
@@ -401,7 +420,20 @@ class ElicitingClient:
     async def list_tools(self) -> ListToolsResult:
         client = self._connected()
         with _losing_connection():
-            return await self._watch.guard(lambda: client.list_tools(cache_mode="refresh"))
+            listing = await self._watch.guard(lambda: client.list_tools(cache_mode="refresh"))
+        for tool in listing.tools:
+            if tool.execution is not None and tool.execution.task_support is not None:
+                self._task_support[tool.name] = tool.execution.task_support
+        return listing
+
+    def _runs_as_legacy_task(self, tool: str) -> bool:
+        """Whether a 2025-11-25 call of `tool` asks for a task: the server declared task-augmented tool calls
+        and listed the tool as supporting them (never a guess: a tool not listed runs on the call)."""
+        client = self._client
+        declared = client.session.server_capabilities if client is not None else None
+        tasks = declared.tasks if declared is not None else None
+        calls = tasks.requests.tools.call if tasks and tasks.requests and tasks.requests.tools else None
+        return calls is not None and self._task_support.get(tool) in ("optional", "required")
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> CallToolResult:
         """Call a tool; the person is asked whatever the server needs, on whatever era was negotiated.
@@ -413,14 +445,27 @@ class ElicitingClient:
         when a 2026-07-28 round asks what the kit may not show, `ServerSilent` when the server went quiet,
         `ConnectionLost` when it went away, `UnknownResultType`, and the server's own `MCPError`s.
         """
-        session = self.session
+        session, call = self.session, CallInFlight("tool", name)
 
         async def send(responses: InputResponses | None, state: str | None) -> CallToolResult | InputRequiredResult:
-            return await session.call_tool(
-                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
-            )
+            try:
+                result = await session.call_tool(
+                    name,
+                    arguments,
+                    input_responses=responses,
+                    request_state=state,
+                    allow_input_required=True,
+                    allow_claimed=self._declares_tasks,
+                )
+            except MCPError as error:
+                if (created := legacy_task(error)) is None:
+                    raise
+                return await self.tasks.follow_legacy(created, call)
+            if isinstance(result, CreatedTask):
+                return await self.tasks.follow(result.task_id, call, result)
+            return result  # type: ignore[return-value]
 
-        return await self._run(CallInFlight("tool", name), send)
+        return await self._run(call, send)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
         """Get a prompt; a prompt that asks the person goes through the same rounds as a tool."""

@@ -11,6 +11,10 @@ never by patching the SDK:
   `resultType` is a complete result (the spec's rule for legacy servers; the SDK would reject it), and a
   `resultType` this client does not know becomes an error response the kit raises as `UnknownResultType`
   (the SDK would accept it as a complete result when it happens to carry `content`);
+- on a handshake connection whose host follows tasks, a `tools/call` of a tool the server runs as a task
+  (`task_tools`) asks for one (`params.task`), and the `CreateTaskResult` that comes back, which the SDK
+  would reject as a malformed `CallToolResult`, becomes an error response carrying the task
+  (`legacy_task`), which the kit then follows (`tasks`);
 - every incoming message counts as a sign of life for the call watch (`watch.SilenceWatch`).
 
 The wrapper forwards the SDK's own stream objects' context (`last_context`) and backpressure unchanged.
@@ -48,6 +52,15 @@ if TYPE_CHECKING:
 UNKNOWN_RESULT_TYPE = "io.github.mcp-elicit/unknownResultType"
 """The `data` key of the error the kit substitutes for a result with an unknown `resultType`."""
 KNOWN_RESULT_TYPES = frozenset({"complete", "input_required"})
+LEGACY_TASK = "io.github.mcp-elicit/createdTask"
+"""The `data` key of the error the kit substitutes for a 2025-11-25 `CreateTaskResult`: the task."""
+
+
+def legacy_task(error: MCPError) -> dict[str, Any] | None:
+    """The task a 2025-11-25 server created for a call, behind an error the wrapper substituted."""
+    data = error.error.data
+    task = data.get(LEGACY_TASK) if isinstance(data, Mapping) else None
+    return dict(task) if isinstance(task, Mapping) else None
 
 
 def unknown_result_type(error: MCPError) -> str | None:
@@ -67,11 +80,17 @@ class KitTransport:
         modes: frozenset[Mode],
         on_inbound: Callable[[], None] | None = None,
         offer_version: str | None = None,
+        task_results: bool = False,
+        task_tools: Callable[[str], bool] | None = None,
     ) -> None:
         self._inner = inner
         self.modes = modes
         self._on_inbound = on_inbound
         self._offer_version = offer_version
+        self._task_results = task_results
+        """Whether the client declared the tasks extension: a `tools/call` may then answer `resultType: "task"`."""
+        self._task_tools = task_tools
+        self._task_calls: set[RequestId] = set()
         self._awaiting_result: dict[RequestId, str] = {}
 
     async def __aenter__(self) -> TransportStreams:
@@ -96,6 +115,9 @@ class KitTransport:
             params = {**(params if params is not None else message.params), "protocolVersion": self._offer_version}
         if isinstance(message, JSONRPCRequest) and _is_modern_input_method(message):
             self._awaiting_result[message.id] = message.method
+        elif isinstance(message, JSONRPCRequest) and self._asks_legacy_task(message):
+            self._task_calls.add(message.id)
+            params = {**(params if params is not None else message.params or {}), "task": {}}
         elif message.method == "notifications/cancelled" and message.params is not None:
             self._awaiting_result.pop(message.params.get("requestId"), None)  # type: ignore[arg-type]
         if params is None:
@@ -111,10 +133,24 @@ class KitTransport:
         message = item.message
         if isinstance(message, JSONRPCError) and message.id is not None:
             self._awaiting_result.pop(message.id, None)
+            self._task_calls.discard(message.id)
             return item
-        if not isinstance(message, JSONRPCResponse) or self._awaiting_result.pop(message.id, None) is None:
+        if isinstance(message, JSONRPCResponse) and message.id in self._task_calls:
+            self._task_calls.discard(message.id)
+            task = message.result.get("task")
+            if isinstance(task, Mapping) and "content" not in message.result:
+                created = JSONRPCError(
+                    jsonrpc="2.0",
+                    id=message.id,
+                    error=ErrorData(code=INTERNAL_ERROR, message="the call runs as a task", data={LEGACY_TASK: task}),
+                )
+                return SessionMessage(message=created, metadata=item.metadata)
+            return item
+        if not isinstance(message, JSONRPCResponse) or (method := self._awaiting_result.pop(message.id, None)) is None:
             return item
         result_type = message.result.get("resultType")
+        if result_type == "task" and self._task_results and method == "tools/call":
+            return item
         if result_type is None:
             completed = message.model_copy(update={"result": {**message.result, "resultType": "complete"}})
             return SessionMessage(message=completed, metadata=item.metadata)
@@ -130,6 +166,16 @@ class KitTransport:
             ),
         )
         return SessionMessage(message=refused, metadata=item.metadata)
+
+    def _asks_legacy_task(self, message: JSONRPCRequest) -> bool:
+        """A handshake-era `tools/call` of a tool that runs as a task, from a host that follows tasks."""
+        if self._task_tools is None or message.method != "tools/call" or message.params is None:
+            return False
+        meta = message.params.get("_meta")
+        if isinstance(meta, Mapping) and meta.get(PROTOCOL_VERSION_META_KEY) in MODERN_PROTOCOL_VERSIONS:
+            return False
+        name = message.params.get("name")
+        return isinstance(name, str) and self._task_tools(name)
 
 
 def _is_modern_input_method(message: JSONRPCRequest) -> bool:

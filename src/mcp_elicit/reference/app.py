@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import anyio.to_thread
 import httpx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, create_model
 
 from mcp_elicit.reference.workspace import ENVIRONMENTS, FileChange, Match, Offer, Workspace
-from mcp_elicit.server import Accepted, Cancelled, Completed, Declined, Elicitation, Expired, Flow, Titled
+from mcp_elicit.server import Accepted, Cancelled, Completed, Declined, Elicitation, Expired, Flow, TaskPolicy, Titled
 from mcp_elicit.web import Vault
 
 TOKEN_VAULT = "example-token"  # noqa: S105 (a vault entry name, not a secret)
@@ -55,9 +56,12 @@ def build_reference_server(
     if vault is not None:
         _url_tools(elicitation, vault, provider_api)
 
-    @elicitation.tool()
+    @elicitation.tool(task=TaskPolicy.OPTIONAL)
     async def deploy(flow: Flow, service: str) -> str:
-        """Deploy a service's pending release to staging and production; production needs approval."""
+        """Deploy a service's pending release to staging and production; production needs approval.
+
+        The approval may wait for the on-call lead for hours: a client that supports tasks gets a task.
+        """
         plans = await flow.step("plan", _plans, workspace, service)
         production = plans["production"]
         if production.empty:
@@ -148,7 +152,7 @@ def _url_tools(elicitation: Elicitation, vault: Vault, provider_api: str | None)
             )
             if not isinstance(outcome, Completed):
                 return f"Not connected ({type(outcome).__name__.lower()})."
-            token = vault.get(flow.principal, TOKEN_VAULT)
+            token = await anyio.to_thread.run_sync(vault.get, flow.principal, TOKEN_VAULT)
             if token is None:
                 raise ToolError("The Example account is connected but its token is missing; connect it again.")
             async with httpx.AsyncClient(timeout=10) as http:
@@ -164,7 +168,7 @@ def _url_tools(elicitation: Elicitation, vault: Vault, provider_api: str | None)
         outcome = await flow.ask_url("Enter your Example API key on the secure page.", key="set_api_key")
         if not isinstance(outcome, Completed):
             return f"No API key stored ({type(outcome).__name__.lower()})."
-        stored = vault.get(flow.principal, API_KEY_VAULT)
+        stored = await anyio.to_thread.run_sync(vault.get, flow.principal, API_KEY_VAULT)
         return "Your Example API key is stored on the server." if stored else "No API key was stored."
 
 

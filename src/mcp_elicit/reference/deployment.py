@@ -4,8 +4,10 @@ Configuration comes from the environment, each secret in its own variable so tha
 own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens and browser sessions),
 `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party credentials),
 and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
-`MCP_ELICIT_PROVIDER_CLIENT_SECRET`. Several instances given the same values and the same PostgreSQL store
-serve each other's calls, tokens and callbacks. `/healthz` and `/readyz` serve the orchestrator (`Health`).
+`MCP_ELICIT_PROVIDER_CLIENT_SECRET`; `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox;
+`MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET` and `MCP_ELICIT_WEBHOOK_EVENTS` a webhook for notifications.
+Several instances given the same values and the same PostgreSQL store serve each other's calls, tokens and
+callbacks. `/healthz` and `/readyz` serve the orchestrator (`Health`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
 from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
 from mcp_elicit.reference.workspace import Workspace
-from mcp_elicit.server import Elicitation, IdentityPolicy
+from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications
 from mcp_elicit.web import (
     ApiKeyEntry,
     Health,
@@ -40,10 +42,12 @@ from mcp_elicit.web import (
     Vault,
     VaultKeyRing,
 )
+from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
 
 PROVIDER_URL_ENV = "MCP_ELICIT_PROVIDER_URL"
 PROVIDER_CLIENT_ID_ENV = "MCP_ELICIT_PROVIDER_CLIENT_ID"
 PROVIDER_SECRET_ENV = "MCP_ELICIT_PROVIDER_CLIENT_SECRET"  # noqa: S105 (the variable's name)
+OPERATORS_ENV = "MCP_ELICIT_OPERATORS"
 _GENERATE_KEY = (
     "generate one with: python -c "
     '"import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())"'
@@ -78,6 +82,10 @@ class HttpSettings:
     state_keys: list[bytes] = field(repr=False)
     vault_keys: VaultKeyRing = field(repr=False)
     provider: ProviderSettings | None = None
+    operators: frozenset[str] = frozenset()
+    """Usernames of the configured users who see and may cancel everyone's decisions in the inbox."""
+    notifications: Notifications | None = None
+    """The webhook of `MCP_ELICIT_WEBHOOK_URL` (and `_SECRET`, `_EVENTS`), when one is set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +169,22 @@ def http_settings(environ: Mapping[str, str], public_url: str) -> HttpSettings:
     state_keys = read(lambda: keys_from(environ, "MCP_ELICIT_STATE_KEYS"))
     vault_keys = read(lambda: VaultKeyRing.from_env(environ))
     provider = read(lambda: _provider_settings(environ))
+    operators = read(lambda: _operators(environ, users)) if users is not None else None
+    notifications = read(lambda: Notifications.from_env(environ))
     if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
         raise ConfigurationError(problems)
-    return HttpSettings(public_url.rstrip("/"), users, auth_keys, state_keys, vault_keys, provider)
+    found = (users, auth_keys, state_keys, vault_keys, provider, operators or frozenset(), notifications)
+    return HttpSettings(public_url.rstrip("/"), *found)
+
+
+def _operators(environ: Mapping[str, str], users: LocalUsers) -> frozenset[str]:
+    names = [name.strip() for name in environ.get(OPERATORS_ENV, "").split(",") if name.strip()]
+    unknown = [name for name in names if name not in users]
+    if unknown:
+        raise ConfigurationError(
+            [f"{OPERATORS_ENV} names {', '.join(unknown)}, not among the users of MCP_ELICIT_USERS; add them there"]
+        )
+    return frozenset(names)
 
 
 def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
@@ -193,6 +214,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         keys=settings.state_keys,
         public_base_url=public_url,
         identity=IdentityPolicy(),
+        notifications=settings.notifications,
     )
     auth = LocalAuthorizationServer(
         public_url, settings.users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
@@ -233,7 +255,8 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         public_base_url=public_url,
     )
     auth.sign_in_reason = pages.sign_in_reason
-    for route in pages.routes():
+    inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))
+    for route in [*pages.routes(), *inbox.routes()]:
         server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(_endpoint(route.endpoint))
     Health(elicitation).add_routes(server)
     return Deployment(server=server, elicitation=elicitation, public_url=public_url, auth=auth)

@@ -59,6 +59,7 @@ from mcp_elicit.server.waiting import Backoff, Wakeups
 from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, Store, StoreError
 from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.telemetry import calls as telemetry
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,15 @@ class CannotAsk(Signal):
         return cls([u for error in errors for u in error.unaskable], errors[0].fallback)
 
 
+class UnusableAnswer(Exception):
+    """An asker closed a question whose answer does not fit its form (recorded as cancelled, the content not
+    kept): `ask_form` asks again under the question's next key."""
+
+    def __init__(self, invalid: InvalidAnswer) -> None:
+        self.invalid = invalid
+        super().__init__(str(invalid))
+
+
 class ClientRefused(Exception):
     """The client answered a sampling or roots request with an error, or not in time; nothing was recorded."""
 
@@ -156,6 +166,9 @@ def discard(items: Sequence[Awaitable[Any]]) -> None:
             cast(Coroutine[Any, Any, Any], item).close()
 
 
+BeginTask = Callable[[], Awaitable[None]]
+
+
 @dataclass(frozen=True, slots=True)
 class CallSettings:
     """What the server decided for every call: who may be asked how, and how claims behave."""
@@ -165,6 +178,8 @@ class CallSettings:
     fallback: Fallback
     wakeups: Wakeups | None
     lease: timedelta = DEFAULT_LEASE
+    begin_task: BeginTask | None = None
+    """What `flow.begin_task()` does: make this call a task (on a call that asked for one), else nothing."""
 
 
 class Execution:
@@ -204,9 +219,10 @@ class Execution:
         self._leases = leases
         self._kept: list[Kept] = []
 
-    def _ids(self) -> tuple[Store, str, Principal, str]:
-        """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
-        return self._store.sync, self.operation.operation_id, self.principal, self.holder
+    def _ids(self) -> tuple[AsyncStore, Store, str, Principal, str]:
+        """What a write made on this call's behalf names: the store (both faces), the operation, the caller,
+        this call."""
+        return self._store, self._store.sync, self.operation.operation_id, self.principal, self.holder
 
     # -- signals ------------------------------------------------------------------------------------
 
@@ -245,7 +261,7 @@ class Execution:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    def hold(self, write: Callable[[], Any]) -> None:
+    def hold(self, write: Callable[[], Awaitable[Any]]) -> None:
         self._writes.hold(write)
 
     async def commit(self) -> None:
@@ -253,7 +269,7 @@ class Execution:
         if self._writes.pending:
             await self._commit_with(_nothing)
 
-    async def _commit_with(self, last: Callable[[], R]) -> R:
+    async def _commit_with(self, last: Callable[[], Awaitable[R]]) -> R:
         """Commit what is held and `last` in one transaction; a lost commit ends the turn like any signal."""
         try:
             result = await self._writes.commit_with(last)
@@ -275,7 +291,8 @@ class Execution:
         An overdue decision is settled at once instead: the store's late-signal rule expires it, and the
         body must see that now. A decision that leaves `requested` frees its question claim with it.
         """
-        sync, principal, operation_id = self._store.sync, self.principal, self.operation.operation_id
+        store, principal, operation_id = self._store, self.principal, self.operation.operation_id
+        sync = store.sync
         frees_claim = decision.status is DecisionStatus.REQUESTED
         now = self.now()
         if decision.is_overdue(now):
@@ -288,7 +305,9 @@ class Execution:
                 recorded = lost.current
         else:
             check_decision_transition(decision.mode, decision.status, to)
-            self._writes.hold(lambda: sync.transition(decision, to, caller=principal, content=content, reason=reason))
+            self._writes.hold(
+                lambda: store(sync.transition, decision, to, caller=principal, content=content, reason=reason)
+            )
             recorded = replace(
                 decision,
                 status=to,
@@ -299,7 +318,7 @@ class Execution:
         if frees_claim:
             claim = question_claim(decision.key)
             self._released.add(claim)
-            self._writes.hold(lambda: sync.release_claim(operation_id, claim, caller=principal))
+            self._writes.hold(lambda: store(sync.release_claim, operation_id, claim, caller=principal))
         self._decisions[decision.key] = recorded
         return recorded
 
@@ -342,8 +361,8 @@ class Execution:
     async def claim_of(self, name: str) -> Claim | None:
         """The claim `name` as this call last saw it; the operation's claims are read once, when first needed."""
         if self._claims is None:
-            sync, operation_id, principal, _ = self._ids()
-            listed = await self._store(sync.claims, operation_id, caller=principal)
+            store, sync, operation_id, principal, _ = self._ids()
+            listed = await store(sync.claims, operation_id, caller=principal)
             self._claims = {claim.name: claim for claim in listed}
         return self._claims.get(name)
 
@@ -356,14 +375,16 @@ class Execution:
         The decision is read again after the claim: a call that gets the claim the moment its previous
         holder let go must see the answer that holder recorded in the same transaction, not ask again.
         """
-        sync, operation_id, principal, holder = self._ids()
+        store, sync, operation_id, principal, holder = self._ids()
         name, lease_until = question_claim(decision.key), self.lease_end()
 
-        def claim_and_read() -> tuple[Claim, Decision]:
-            claim = sync.claim(operation_id, name, holder=holder, lease_until=lease_until, caller=principal)
-            current = self._stored(sync, decision)
+        async def claim_and_read() -> tuple[Claim, Decision]:
+            claim = await store(
+                sync.claim, operation_id, name, holder=holder, lease_until=lease_until, caller=principal
+            )
+            current = await self._stored(decision)
             if claim.held_by(holder) and current.status is not DecisionStatus.REQUESTED:
-                sync.release_claim(operation_id, name, caller=principal, holder=holder)
+                await store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
             return claim, current
 
         claim, current = await self._commit_with(claim_and_read)
@@ -375,32 +396,33 @@ class Execution:
     ) -> None:
         """Take the question's claim for `holder` with the next commit; the commit fails if another holder
         has it or the decision moved since this call read it."""
-        sync, operation_id, principal, _ = self._ids()
+        store, sync, operation_id, principal, _ = self._ids()
         name = question_claim(decision.key)
 
-        def take() -> None:
-            claim = sync.claim(
-                operation_id, name, holder=holder, lease_until=lease_until, caller=principal, succeeding=succeeding
-            )
+        async def take() -> None:
+            claim = await store(
+                sync.claim, operation_id, name, holder=holder, lease_until=lease_until, caller=principal,
+                succeeding=succeeding,
+            )  # fmt: skip
             if not claim.held_by(holder):
                 raise StaleSnapshot(f"{name} was claimed by another call meanwhile")
-            current = self._stored(sync, decision)
+            current = await self._stored(decision)
             if (current.status, current.completion_version) != (decision.status, decision.completion_version):
                 raise StaleSnapshot(f"decision {decision.elicitation_id} moved meanwhile")
 
         self._writes.hold(take)
 
-    def _stored(self, sync: Store, decision: Decision) -> Decision:
+    async def _stored(self, decision: Decision) -> Decision:
         """The decision as stored, read inside a commit; one this very commit creates cannot have moved."""
         if decision.elicitation_id in self._creating:
             return decision
-        return sync.get_decision(decision.elicitation_id, self.principal)
+        return await self._store(self._store.sync.get_decision, decision.elicitation_id, self.principal)
 
     @asynccontextmanager
     async def carrying(self, name: str) -> AsyncIterator[None]:
         """Hold the claim `name` (taken already) while the block runs and until the call's next commit: renewed
         all along, then given up with that commit, so waiters wake when what the block did is durable."""
-        sync, operation_id, principal, holder = self._ids()
+        store, sync, operation_id, principal, holder = self._ids()
         kept = self._leases.keep(operation_id, name, holder, principal)
         self._kept.append(kept)
         try:
@@ -417,7 +439,9 @@ class Execution:
             # again before it can see how it ended. (An answer recorded in the block let go of it already.)
             if not kept.dropped:
                 if name not in self._released:
-                    self._writes.hold(lambda: sync.release_claim(operation_id, name, caller=principal, holder=holder))
+                    self._writes.hold(
+                        lambda: store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
+                    )
                 if self._writes.pending:
                     self._writes.after_commit(kept.drop)
                 else:
@@ -430,9 +454,9 @@ class Execution:
         self._kept.clear()
 
     async def _release_now(self, name: str) -> None:
-        sync, operation_id, principal, holder = self._ids()
+        store, sync, operation_id, principal, holder = self._ids()
         try:
-            await self._store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
+            await store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
         except StoreError as error:
             log.warning(
                 "operation %s: cannot release the claim on %s (it lapses on its own): %s", operation_id, name, error
@@ -444,6 +468,7 @@ class Execution:
         digest = hashlib.sha256(f"{self.operation.operation_id}\x00{name}".encode()).hexdigest()
         return f"mcp-elicit-{digest[:40]}"
 
+    @telemetry.traced_step
     async def step(
         self,
         name: str,
@@ -466,21 +491,23 @@ class Execution:
 
     async def _wait_for_turn(self, name: str) -> JournalEntry | Claim:
         """The step's recorded result, or its claim for this call once no live holder has it."""
-        sync, operation_id, principal, holder = self._ids()
+        store, sync, operation_id, principal, holder = self._ids()
         claim_name = step_claim(name)
         backoff = Backoff()
 
-        def journaled_or_claimed() -> JournalEntry | Claim:
+        async def journaled_or_claimed() -> JournalEntry | Claim:
             unseen = self._unseen
-            if not unseen and (entry := sync.journal_get(operation_id, name, caller=principal)) is not None:
+            if not unseen and (entry := await store(sync.journal_get, operation_id, name, caller=principal)):
                 return entry
-            claim = sync.claim(operation_id, claim_name, holder=holder, lease_until=self.lease_end(), caller=principal)
+            claim = await store(
+                sync.claim, operation_id, claim_name, holder=holder, lease_until=self.lease_end(), caller=principal
+            )
             if unseen or not claim.held_by(holder):
                 return claim
             # A holder that journaled its result and let go since the first look: its commit is visible now.
-            if (entry := sync.journal_get(operation_id, name, caller=principal)) is None:
+            if (entry := await store(sync.journal_get, operation_id, name, caller=principal)) is None:
                 return claim
-            sync.release_claim(operation_id, claim_name, caller=principal, holder=holder)
+            await store(sync.release_claim, operation_id, claim_name, caller=principal, holder=holder)
             return entry
 
         while True:
@@ -494,13 +521,13 @@ class Execution:
         if self._unseen:
             return None
         await self.commit()
-        sync, operation_id, principal, _ = self._ids()
-        return await self._store(sync.journal_get, operation_id, name, caller=principal)
+        store, sync, operation_id, principal, _ = self._ids()
+        return await store(sync.journal_get, operation_id, name, caller=principal)
 
     async def _journal(self, name: str, value: JSONValue) -> JournalEntry:
         """Record the step's result; the claim `carrying` let go of is released in the same commit."""
-        sync, operation_id, principal, _ = self._ids()
-        return await self._commit_with(lambda: sync.journal_record(operation_id, name, value, caller=principal))
+        store, sync, operation_id, principal, _ = self._ids()
+        return await self._commit_with(lambda: store(sync.journal_record, operation_id, name, value, caller=principal))
 
     # -- questions ----------------------------------------------------------------------------------
 
@@ -516,12 +543,18 @@ class Execution:
                         message=message + note,
                         requested_schema=form.schema,
                         now=self.now(),
-                        ttl=ttl,
+                        ttl=self._within_operation(ttl),
                     )
                 )
             if decision.status is DecisionStatus.REQUESTED:
-                decision = await self._put_to_person(decision, form)
+                try:
+                    decision = await self._put_to_person(decision, form)
+                except UnusableAnswer as unusable:
+                    note = f"\n\n(The previous answer could not be used: {unusable} Please answer again.)"
+                    continue
             if decision.status is not DecisionStatus.ACCEPTED:
+                if f"{name}#{attempt + 1}" in self._decisions:
+                    continue  # an earlier run closed this one as unusable and asked again
                 return _closed_answer(decision)
             try:
                 return Accepted(form.validate(decision.content))
@@ -546,7 +579,7 @@ class Execution:
                     message=message,
                     url=self._settings.decision_url(elicitation_id),
                     now=self.now(),
-                    ttl=ttl,
+                    ttl=self._within_operation(ttl),
                     elicitation_id=elicitation_id,
                 )
             )
@@ -563,12 +596,24 @@ class Execution:
             raise self.signal(CannotAsk([Unaskable(name, need)], self.fallback))
         result = await self.asker.query(self, name, query, answer)
         value = cast(JSONValue, result.model_dump(mode="json", by_alias=True, exclude_none=True))
-        sync, operation_id, principal, _ = self._ids()
-        entry = await self._commit_with(lambda: sync.journal_record(operation_id, journal, value, caller=principal))
+        store, sync, operation_id, principal, _ = self._ids()
+        entry = await self._commit_with(
+            lambda: store(sync.journal_record, operation_id, journal, value, caller=principal)
+        )
         return answer.model_validate(entry.value)
 
     async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:
         return await self.asker.gather(self, items)
+
+    async def begin_task(self) -> None:
+        """From here the call runs as a task, if it is to be one: what is held is durable first."""
+        if self._settings.begin_task is not None:
+            await self.commit()
+            await self._settings.begin_task()
+
+    def _within_operation(self, ttl: timedelta) -> timedelta:
+        """No question outlives its operation (a task's TTL, say): at the latest it expires with it."""
+        return max(min(ttl, self.operation.expires_at - self.now()), timedelta(milliseconds=1))
 
     def _origin(self, key: str, sensitive: tuple[str, ...], resume: ResumePolicy) -> DecisionOrigin:
         return DecisionOrigin(
@@ -582,12 +627,13 @@ class Execution:
         )
 
     def _create(self, decision: Decision) -> Decision:
-        sync = self._store.sync
+        store = self._store
         self._creating.add(decision.elicitation_id)
-        self._writes.hold(lambda: sync.create_decision(decision))
+        self._writes.hold(lambda: store(store.sync.create_decision, decision))
         self._decisions[decision.key] = decision
         return decision
 
+    @telemetry.traced_ask
     async def _put_to_person(self, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         need = NEED_OF_MODE[decision.mode]
         if self.asker.can(need):
@@ -612,7 +658,7 @@ class Execution:
         raise self.signal(CannotAsk([Unaskable(decision.key, need, decision, form)], self.fallback))
 
 
-def _nothing() -> None:
+async def _nothing() -> None:
     return None
 
 

@@ -193,6 +193,16 @@ class Flow:
         )
         return await self._run.query(name, Need.SAMPLING, query, CreateMessageResult)
 
+    async def begin_task(self) -> None:
+        """From here on the call may run as an MCP task (a tool registered with `task_start=TaskStart.FLOW`).
+
+        On a call that asked for a task, what the body asked so far was asked on the call itself, and the
+        client now gets the task: the body goes on in the background, asking through the task. On any
+        other call, and in the task itself, this does nothing.
+        """
+        self._run.check()
+        await self._run.begin_task()
+
     async def roots(self, *, key: str | None = None) -> list[Root]:
         """The client's roots (`roots/list`), journaled under `key` (default `roots`) like `sample`."""
         self._run.check()

@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
 import anyio
-from mcp.server import Server, ServerRequestContext
+from mcp.server import Server
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
@@ -49,7 +49,7 @@ from mcp_types import (
     InputRequiredResult,
     TextContent,
 )
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from mcp_elicit.model import (
     Decision,
@@ -61,13 +61,16 @@ from mcp_elicit.model import (
     request_digest,
 )
 from mcp_elicit.server.background import Shared, beside
-from mcp_elicit.server.eras import Call, EraAdapter, Target
-from mcp_elicit.server.eras.capabilities import Era
+from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
+from mcp_elicit.server.eras.capabilities import Era, missing_capability
 from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
 from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, MrtrEra, RoundSettings
+from mcp_elicit.server.eras.tasks_ext import ExtMethods, ExtWire, TasksExtension
+from mcp_elicit.server.eras.tasks_legacy import LegacyMethods, LegacyTasksMiddleware, LegacyWire
 from mcp_elicit.server.eras.unaskable import UnaskableEra
 from mcp_elicit.server.execution import (
     DEFAULT_LEASE,
+    BeginTask,
     CallSettings,
     CannotAsk,
     ClientRefused,
@@ -79,8 +82,22 @@ from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.leases import Leases
+from mcp_elicit.server.notifications import Deliverer, Notifications
+from mcp_elicit.server.resources import RESOURCES_READ, checked_template, recorded_type
 from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, SwallowedSignal
 from mcp_elicit.server.sweeper import DEFAULT_SWEEP_INTERVAL, Sweeper
+from mcp_elicit.server.tasks import (
+    TaskAccepted,
+    TaskBook,
+    TaskMeta,
+    TaskPolicy,
+    TaskRequest,
+    TaskService,
+    TaskSettings,
+    TaskStart,
+)
+from mcp_elicit.server.tasks.asker import TaskEra
+from mcp_elicit.server.tasks.runner import TaskRunner
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
@@ -94,6 +111,7 @@ from mcp_elicit.store import (
     utc_now,
 )
 from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.telemetry import calls as telemetry
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +122,12 @@ REPLAYED_META_KEY = "io.github.mcp-elicit/replayed"
 """Result `_meta` of a replayed tool result: `{"recordedAt": ISO-8601, "operationId": ...}`."""
 TOOLS_CALL = "tools/call"
 PROMPTS_GET = "prompts/get"
-_KINDS = {TOOLS_CALL: "tool", PROMPTS_GET: "prompt"}
+_KINDS = {TOOLS_CALL: "tool", PROMPTS_GET: "prompt", RESOURCES_READ: "resource"}
+_AGAIN = {
+    TOOLS_CALL: "call this tool again",
+    PROMPTS_GET: "get this prompt again",
+    RESOURCES_READ: "read this resource again",
+}
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
 MAX_STALE_RUNS = 10
@@ -123,6 +146,8 @@ class _Entry:
     flow_parameter: str
     result: TypeAdapter[Any]
     fallback: Fallback
+    task: TaskPolicy = TaskPolicy.NEVER
+    task_start: TaskStart = TaskStart.CALL
 
     @property
     def kind(self) -> str:
@@ -141,6 +166,9 @@ class Elicitation:
     `sweep_interval` (30 s by default, jittered by a fifth): how often a served app expires overdue
     decisions and operations itself; `None` leaves that to late signals and `mcp-elicit decisions sweep`.
     A call waiting on a decision does not wait for the sweep: it gets `Expired` at the deadline.
+
+    `notifications`: webhooks a served app delivers the store's outbox to ("decision waiting", "decision
+    ended", "task needs input"), signed, at least once (see `mcp_elicit.server.notifications`).
     """
 
     def __init__(
@@ -158,6 +186,8 @@ class Elicitation:
         answers_without_state: bool = True,
         lease: timedelta = DEFAULT_LEASE,
         sweep_interval: timedelta | None = DEFAULT_SWEEP_INTERVAL,
+        tasks: TaskSettings | None = None,
+        notifications: Notifications | None = None,
         clock: Clock = utc_now,
     ) -> None:
         if keys is None and not single_process:
@@ -186,12 +216,17 @@ class Elicitation:
         self._notices = CompletionNotices(self._async_store)
         self._wakeups = Wakeups()
         self._leases = Leases(self._async_store, lease, clock)
-        self._sweeper = Sweeper(self.store, sweep_interval) if sweep_interval is not None else None
+        self._sweeper = Sweeper(self._async_store, sweep_interval) if sweep_interval is not None else None
         self._keeping = Shared(self._leases.run)
         self._background = [Shared(self._notices.run), self._keeping, Shared(self._listen)]
         if self._sweeper is not None:
             self._background.append(Shared(self._sweeper.run))
+        if notifications is not None and notifications.webhooks:
+            self._background.append(Shared(Deliverer(self._async_store, notifications, clock).run))
         self._hearing = False
+        self._tools: dict[str, tuple[_Entry, Callable[..., Any], bool | None]] = {}
+        self.tasks = self._task_service(tasks or TaskSettings())
+        self._background.append(Shared(self.tasks.runner.run))
 
     # -- installing -------------------------------------------------------------------------------
 
@@ -204,15 +239,19 @@ class Elicitation:
         self._server = MCPServer(
             name,
             request_state_security=self.request_state_security,
-            lifespan=self._lifespan(kwargs.pop("lifespan", None)),
+            lifespan=self.lifespan(kwargs.pop("lifespan", None)),
+            extensions=[*kwargs.pop("extensions", ()), self.tasks_extension()],
+            middleware=[*kwargs.pop("middleware", ()), self.tasks_middleware()],
             **kwargs,
         )
         return self._server
 
-    def _lifespan(self, inner: Callable[[Any], AbstractAsyncContextManager[Any]] | None) -> Callable[[Any], Any]:
+    def lifespan(self, inner: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None) -> Callable[[Any], Any]:
+        """The lifespan `server()` gives its `MCPServer`, around `inner`; for a server another framework builds."""
+
         @asynccontextmanager
         async def lifespan(server: Any) -> AsyncIterator[Any]:
-            async with anyio.create_task_group() as group:
+            async with self.store.serving(), anyio.create_task_group() as group:
                 self._hear_changes()
                 for work in self._background:
                     group.start_soon(work.host)
@@ -230,6 +269,21 @@ class Elicitation:
     def attach(self, server: MCPServer) -> None:
         """Use a server built elsewhere; it must have been given `request_state_security=` from here."""
         self._server = server
+
+    @property
+    def public_base_url(self) -> str | None:
+        """The origin browsers reach this server at (`public_base_url=`), which decision pages are served under."""
+        return self._base_url
+
+    @property
+    def mcp_server(self) -> MCPServer:
+        """The `MCPServer` built by `server(...)` or attached, for serving it or calling it in-process."""
+        return self._attached()
+
+    @property
+    def clock(self) -> Clock:
+        """The clock every TTL, lease and deadline of this runtime is read from (tests move it)."""
+        return self._clock
 
     def decision_url(self, elicitation_id: str) -> str:
         """The page of a decision: the server's own origin and the decision's opaque id, nothing else."""
@@ -252,19 +306,27 @@ class Elicitation:
         fallback: Fallback = Fallback.ERROR,
         structured_output: bool | None = None,
         asks: Sequence[object] = (),
+        task: TaskPolicy = TaskPolicy.NEVER,
+        task_start: TaskStart = TaskStart.CALL,
     ) -> Callable[[F], F]:
         """Register a tool whose body takes a `Flow`; the body is written once for every protocol era.
 
         `fallback` says what a client that cannot be asked gets (see `Fallback`); `Fallback.WEB` needs
         `Elicitation(public_base_url=...)` and is refused here without it. `asks` lists what the body asks
         for with `flow.ask`: each is checked here, so a secret-looking or unsupported field fails now.
+        `task` says whether a call may run as an MCP task (see `TaskPolicy`): its body then runs in the
+        background, its questions go out through `tasks/*`, and any instance sharing the store resumes it.
+        `task_start=TaskStart.FLOW` runs the call on the request until the body calls `flow.begin_task()`:
+        what it asks before is asked on the call (the spec's advice for what a task cannot start without).
         """
         server = self._attached()
-        self._check_fallback(fallback)
+        self.check_fallback(fallback)
 
         def register(body: F) -> F:
             check_asks(asks, f"tool {name or body.__name__!r}")
-            entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output)
+            entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output, task, task_start)
+            if task is not TaskPolicy.NEVER:
+                self.tasks.policies[entry.name] = task
             server.add_tool(
                 run,
                 name=entry.name,
@@ -304,7 +366,43 @@ class Elicitation:
 
         return register
 
-    def _check_fallback(self, fallback: Fallback) -> None:
+    def resource(
+        self,
+        uri_template: str,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+        asks: Sequence[object] = (),
+    ) -> Callable[[F], F]:
+        """Register a resource template whose body takes a `Flow` (and the template's variables).
+
+        `resources/read` then has a tool's durability: the operation (method `resources/read`, target the
+        URI template, digest of its variables) is bound to the caller, a retry attaches to it, and a
+        completed one replays its contents. The body returns what an `MCPServer` resource returns (`str`,
+        `bytes`, or a value sent as JSON). A client that cannot be asked gets -32021 naming what is
+        missing, on every era. `asks` is checked as for `tool`.
+        """
+        server = self._attached()
+        checked_template(uri_template)
+
+        def register(body: F) -> F:
+            check_asks(asks, f"resource {uri_template!r}")
+            _, run = self._bind(RESOURCES_READ, uri_template, body, Fallback.ERROR)
+            server.resource(
+                uri_template,
+                name=name or body.__name__,
+                title=title,
+                description=description or inspect.getdoc(body),
+                mime_type=mime_type,
+            )(run)
+            return body
+
+        return register
+
+    def check_fallback(self, fallback: Fallback) -> None:
+        """Refuse a fallback this runtime cannot serve: at registration, not at the first call."""
         if fallback is Fallback.WEB and self._base_url is None:
             raise ValueError(
                 "Fallback.WEB sends the person to this server's page /elicit/{id} to answer: "
@@ -323,6 +421,8 @@ class Elicitation:
         body: Callable[..., Any],
         fallback: Fallback,
         structured: bool | None = None,
+        task: TaskPolicy = TaskPolicy.NEVER,
+        task_start: TaskStart = TaskStart.CALL,
     ) -> tuple[_Entry, Callable[..., Any]]:
         """The entry for `body`, and the function `MCPServer` registers: the body's parameters minus the
         Flow, plus the SDK's `Context` (and `elicit_answers` for an ARGUMENTS fallback)."""
@@ -330,11 +430,12 @@ class Elicitation:
         hints = get_type_hints(body, include_extras=True)
         signature = inspect.signature(body, eval_str=True)
         flow_names = [p.name for p in signature.parameters.values() if hints.get(p.name) is Flow]
-        kind = "tool" if method == TOOLS_CALL else "prompt"
+        kind = _KINDS[method]
         if len(flow_names) != 1:
             raise TypeError(f"{kind} {entry_name!r} must take exactly one parameter annotated Flow")
         returned = hints.get("return", Any)
-        entry = _Entry(method, entry_name, body, flow_names[0], TypeAdapter(returned), fallback)
+        recorded = recorded_type(returned) if method == RESOURCES_READ else returned
+        entry = _Entry(method, entry_name, body, flow_names[0], TypeAdapter(recorded), fallback, task, task_start)
         kept = [p for p in signature.parameters.values() if p.name != entry.flow_parameter]
         added = [inspect.Parameter("mcp_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
         annotations: dict[str, Any] = {p.name: hints[p.name] for p in kept if p.name in hints}
@@ -355,7 +456,12 @@ class Elicitation:
             context: Context = kwargs.pop("mcp_ctx")
             answers = kwargs.pop(ANSWERS_ARGUMENT, None)
             call = Call(context.request_context, context.input_responses, context.request_state)
-            outcome = await self._serve(entry, call, kwargs, answers)
+            begin_task: BeginTask | None = None
+            if method == TOOLS_CALL and (request := self.tasks.decide(entry.name, call)) is not None:
+                if entry.task_start is TaskStart.CALL:
+                    raise await self._accept_task(entry, call, request, kwargs)
+                begin_task = self._task_beginning(entry, call, request, kwargs)
+            outcome = await self._serve(entry, call, kwargs, answers, begin_task=begin_task)
             if not isinstance(outcome, Replayed):
                 return outcome
             if method != TOOLS_CALL:
@@ -372,6 +478,8 @@ class Elicitation:
         run.__annotations__ = annotations
         run.__name__ = body.__name__
         run.__doc__ = body.__doc__
+        if method == TOOLS_CALL:
+            self._tools[entry_name] = (entry, run, structured)
         return entry, run
 
     def _hear_changes(self) -> None:
@@ -395,6 +503,93 @@ class Elicitation:
     def close(self) -> None:
         self.store.close()
 
+    # -- tasks (see `server/tasks`; the wire is in `eras/tasks_ext` and `eras/tasks_legacy`) ---------------
+
+    def _task_service(self, settings: TaskSettings) -> TaskService:
+        book = TaskBook(self._async_store, self._clock)
+        runner = TaskRunner(self._async_store, self._leases, self.lease, self._clock, book, self._wakeups)
+        runner.body = self._task_body
+        wires: list[Any] = [ExtWire(), LegacyWire()]
+        store, clock = self._async_store, self._clock
+        return TaskService(store, runner, book, settings, wires, clock, self._wakeups, self._tool_result)
+
+    def tasks_extension(self) -> TasksExtension:
+        """The MCP extension serving `tasks/*` on both eras; `server()` installs it (pass it to a server built
+        elsewhere, with `tasks_middleware()`)."""
+        principal_of = self._task_caller
+        ext, legacy = ExtMethods(self.tasks, principal_of), LegacyMethods(self.tasks, principal_of)
+        return TasksExtension(self.tasks, [*ext.bindings(), *legacy.bindings()])
+
+    def tasks_middleware(self) -> LegacyTasksMiddleware:
+        return LegacyTasksMiddleware(self.tasks)
+
+    def _task_caller(self, context: Any) -> Principal:
+        return self.identity.principal_for(context.request)
+
+    async def _accept_task(
+        self, entry: _Entry, call: Call, request: TaskRequest, arguments: dict[str, Any]
+    ) -> TaskAccepted:
+        principal = self.identity.principal_for(call.request.request)
+        jsonable = _jsonable(arguments)
+        digest = request_digest(entry.method, {"name": entry.name, "arguments": jsonable})
+        target = Target(entry.method, entry.name, digest)
+        try:
+            return await self.tasks.accept(
+                request, principal, target, _idempotency_key(call.request.meta), jsonable, call.declared
+            )
+        except StoreUnavailable as down:
+            log.warning("tool %s could not become a task, the store being unavailable: %s", entry.name, down)
+            raise _unavailable(entry) from None
+
+    def _task_beginning(self, entry: _Entry, call: Call, request: TaskRequest, arguments: dict[str, Any]) -> BeginTask:
+        """What `flow.begin_task()` does on this call: the call's operation becomes a task, answered as one."""
+
+        async def begin() -> None:
+            raise await self._accept_task(entry, call, request, arguments)
+
+        return begin
+
+    def _tool_result(self, tool: str, value: JSONValue) -> CallToolResult:
+        entry, run, structured = self._tools[tool]
+        convert = Tool.from_function(run, name=tool, structured_output=structured).fn_metadata.convert_result
+        return cast(CallToolResult, convert(entry.result.validate_python(value)))
+
+    async def _task_body(self, operation: Operation, principal: Principal, meta: TaskMeta) -> None:
+        """Run a task's body to its end; the operation records how it ended, as for any call."""
+        book = self.tasks.book
+        found = self._tools.get(operation.target)
+        if found is None or found[0].task is TaskPolicy.NEVER:
+            message = f"The tool {operation.target!r} is not served as a task here"
+            await book.fail(operation, principal, {"code": INTERNAL_ERROR, "message": message})
+            return
+        entry, run, _ = found
+        declared = Declared(form=meta.form, url=meta.url)
+        era = TaskEra(operation, declared, book, self.tasks.settings.poll_interval)
+        target = Target(entry.method, entry.name, operation.request_digest)
+        try:
+            arguments = Tool.from_function(run, name=entry.name).fn_metadata.validate_arguments(dict(meta.arguments))
+            async with self._kept_leases() as leases:
+                await self._run_as(entry, era, leases, principal, target, None, arguments, None, True)
+            return
+        except OperationEnded:
+            return
+        except CannotAsk as cannot:
+            problem: BaseException = self._cannot_ask_error(cannot, era, entry)
+        except (ToolError, ClientRefused, SwallowedSignal, KeyRefused, ValidationError, MCPError) as error:
+            problem = error
+        except StoreUnavailable:
+            raise  # the runner leaves the task to be taken up again once the store is back
+        except Exception:
+            log.exception("task %s: the tool %s failed unexpectedly", operation.operation_id, entry.name)
+            problem = MCPError(code=INTERNAL_ERROR, message=f"The tool {entry.name!r} failed unexpectedly")
+        current = await self._async_store(self.store.get_operation, operation.operation_id, principal)
+        if current.status is not OperationStatus.OPEN:
+            return
+        if isinstance(problem, MCPError):
+            await book.fail(current, principal, {"code": problem.error.code, "message": problem.error.message})
+            return
+        await _finish(self._async_store, current, principal, OperationStatus.FAILED, None, str(problem))()
+
     # -- running a call -----------------------------------------------------------------------------
 
     def install(self, server: Server[Any]) -> None:
@@ -403,14 +598,14 @@ class Elicitation:
 
     async def run_tool(
         self,
-        context: ServerRequestContext[Any, Any],
+        context: RequestContext,
         params: CallToolRequestParams,
         body: Callable[[Flow], Awaitable[CallToolResult]],
         *,
         fallback: Fallback = Fallback.ERROR,
     ) -> CallToolResult | InputRequiredResult:
-        """Run one `tools/call` of a lowlevel `Server` through a `Flow`; the body returns the tool's result."""
-        self._check_fallback(fallback)
+        """Run one `tools/call` of a lowlevel `Server` or FastMCP through a `Flow`; the body returns its result."""
+        self.check_fallback(fallback)
         arguments = dict(params.arguments or {})
         answers = arguments.pop(ANSWERS_ARGUMENT, None) if fallback is Fallback.ARGUMENTS else None
         entry = _Entry(TOOLS_CALL, params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
@@ -424,13 +619,23 @@ class Elicitation:
         return cast(CallToolResult | InputRequiredResult, result)
 
     async def _serve(
-        self, entry: _Entry, call: Call, arguments: dict[str, Any], answers: Any, *, pass_arguments: bool = True
+        self,
+        entry: _Entry,
+        call: Call,
+        arguments: dict[str, Any],
+        answers: Any,
+        *,
+        pass_arguments: bool = True,
+        begin_task: BeginTask | None = None,
     ) -> Any:
         """Run the entry and say what went wrong the way its method and era expect."""
         era = self._era(call)
         try:
             async with self._kept_leases() as leases:
-                return await self._run(entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments)
+                served = self._run(
+                    entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments, begin_task=begin_task
+                )
+                return await telemetry.traced_call(entry.method, entry.name, call.era.value, served, replay=Replayed)
         except CannotAsk as cannot:
             raise self._cannot_ask_error(cannot, era, entry) from None
         except KeyRefused as refused:
@@ -479,16 +684,34 @@ class Elicitation:
         answers: Any,
         *,
         pass_arguments: bool = True,
+        begin_task: BeginTask | None = None,
     ) -> Any:
         principal = self.identity.principal_for(call.request.request)
         digest = request_digest(entry.method, {"name": entry.name, "arguments": _jsonable(arguments)})
         target = Target(entry.method, entry.name, digest)
         key = _idempotency_key(call.request.meta)
+        return await self._run_as(
+            entry, era, leases, principal, target, key, arguments, answers, pass_arguments, begin_task
+        )
+
+    async def _run_as(
+        self,
+        entry: _Entry,
+        era: EraAdapter,
+        leases: Leases,
+        principal: Principal,
+        target: Target,
+        key: str | None,
+        arguments: dict[str, Any],
+        answers: Any,
+        pass_arguments: bool,
+        begin_task: BeginTask | None = None,
+    ) -> Any:
         holder = new_holder()
         for _ in range(MAX_STALE_RUNS):
             try:
                 return await self._run_once(
-                    entry, call, era, target, key, arguments, answers, principal, pass_arguments, holder, leases
+                    entry, begin_task, era, target, key, arguments, answers, principal, pass_arguments, holder, leases
                 )
             except StaleSnapshot as stale:
                 log.info(
@@ -499,7 +722,7 @@ class Elicitation:
     async def _run_once(
         self,
         entry: _Entry,
-        call: Call,
+        begin_task: BeginTask | None,
         era: EraAdapter,
         target: Target,
         key: str | None,
@@ -520,6 +743,7 @@ class Elicitation:
                 await writes.commit()
                 return found
             operation, fresh = found.operation, found.fresh
+        telemetry.in_operation(operation)
         decisions: dict[str, Decision] = {}
         if not fresh:
             listed = await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
@@ -535,6 +759,7 @@ class Elicitation:
                 fallback=entry.fallback,
                 wakeups=self._wakeups,
                 lease=self.lease,
+                begin_task=begin_task,
             ),
             writes=writes,
             leases=leases,
@@ -564,7 +789,7 @@ class Elicitation:
             return _ended(ended.operation, entry)
         except ToolError as error:
             await _swallowed(run, writes)
-            failed = _finish(self.store, operation, principal, OperationStatus.FAILED, None, str(error))
+            failed = _finish(self._async_store, operation, principal, OperationStatus.FAILED, None, str(error))
             await writes.commit_with(failed)
             raise
         except (StaleSnapshot, KeyRefused):
@@ -584,9 +809,11 @@ class Elicitation:
         await _swallowed(run, writes)
         recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
         if run.saw_expiry:
-            finish = _finish(self.store, operation, principal, OperationStatus.FAILED, recorded, "a question expired")
+            finish = _finish(
+                self._async_store, operation, principal, OperationStatus.FAILED, recorded, "a question expired"
+            )
         else:
-            finish = _finish(self.store, operation, principal, OperationStatus.COMPLETED, recorded)
+            finish = _finish(self._async_store, operation, principal, OperationStatus.COMPLETED, recorded)
         winner = await writes.commit_with(finish)
         if winner is not None and winner.status is OperationStatus.COMPLETED and winner.result != recorded:
             log.info("operation %s was completed by an overlapping call; returning its result", winner.operation_id)
@@ -620,6 +847,7 @@ class Elicitation:
             if operation.status is OperationStatus.OPEN and now < operation.expires_at:
                 return _Found(operation, fresh=False)
             if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
+                telemetry.in_operation(operation)
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
                 return Replayed(result.validate_python(operation.result), operation)
         candidate = new_operation(
@@ -631,10 +859,11 @@ class Elicitation:
             ttl=self.operation_ttl,
             idempotency_key=key,
         )
-        sync, replay_since = self.store, now - self.replay_window
+        replay_since = now - self.replay_window
 
-        def begin() -> None:
-            if not sync.begin_operation(candidate, replay_since=replay_since).created:
+        async def begin() -> None:
+            started = await store(store.sync.begin_operation, candidate, replay_since=replay_since)
+            if not started.created:
                 raise StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
 
         writes.hold(begin)
@@ -652,6 +881,8 @@ class Elicitation:
         decisions = [u.decision for u in cannot.unaskable if u.decision is not None]
         if cannot.fallback is Fallback.WEB and decisions and len(decisions) == len(cannot.unaskable):
             return ToolError(_web_instructions(decisions, self.decision_url))
+        if entry.method == RESOURCES_READ:  # -32021 on every era, as for prompts, in a resource's words
+            return missing_capability(cannot.needs, "resource")
         return era.missing_capability(cannot.needs, tool=entry.method == TOOLS_CALL)
 
 
@@ -677,7 +908,7 @@ def _unavailable(entry: _Entry) -> Exception:
     Every transition commits whole or not at all, so the retry attaches to what the operation recorded and
     goes on from there. The cause (which may name a host) stays in the log.
     """
-    again = "call this tool again" if entry.method == TOOLS_CALL else "get this prompt again"
+    again = _AGAIN[entry.method]
     message = (
         "The decision store is unavailable right now (a temporary failure: it may be restarting, busy or out of "
         f"space); nothing was lost: {again}."
@@ -701,15 +932,22 @@ def _ended(operation: Operation, entry: _Entry) -> Any:
 
 
 def _finish(
-    store: Store, operation: Operation, principal: Principal, to: OperationStatus, result: JSONValue, reason: str = ""
-) -> Callable[[], Operation | None]:
+    store: AsyncStore,
+    operation: Operation,
+    principal: Principal,
+    to: OperationStatus,
+    result: JSONValue,
+    reason: str = "",
+) -> Callable[[], Awaitable[Operation | None]]:
     """The write that ends the operation; if an overlapping call ended it first, its end is returned instead."""
 
-    def finish() -> Operation | None:
+    async def finish() -> Operation | None:
         if operation.status is not OperationStatus.OPEN:
             return None
         try:
-            return store.finish_operation(operation, to, caller=principal, result=result, reason=reason)
+            return await store(
+                store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason
+            )
         except (OperationConflict, OperationExpired) as lost:
             log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)
             return lost.current

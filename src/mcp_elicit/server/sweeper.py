@@ -21,9 +21,9 @@ import random
 from datetime import timedelta
 
 import anyio
-import anyio.to_thread
 
-from mcp_elicit.store import Store, StoreError, SweepResult
+from mcp_elicit.store import StoreError, SweepResult
+from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ JITTER = 0.2
 class Sweeper:
     """Sweeps one store every jittered `interval` for as long as `run` runs."""
 
-    def __init__(self, store: Store, interval: timedelta) -> None:
+    def __init__(self, store: AsyncStore, interval: timedelta) -> None:
         if interval <= timedelta(0):
             raise ValueError(f"sweep_interval must be positive, got {interval}")
         self._store = store
@@ -53,12 +53,14 @@ class Sweeper:
             await self.sweep()
 
     async def sweep(self) -> SweepResult | None:
-        """One sweep, in a worker thread whatever the engine: a batch of a thousand rows is not a store call
-        to run on the event loop. None when the store failed."""
+        """One sweep, as a batch (see `AsyncStore.batch`): a thousand rows are not a call to run inline on the
+        event loop. None when the store failed."""
         try:
-            result = await anyio.to_thread.run_sync(self._store.sweep_expired)
+            result = await self._store.batch(self._store.sync.sweep_expired)
         except StoreError as error:
-            log.warning("cannot sweep %s for overdue records (trying again later): %s", self._store.display_url, error)
+            log.warning(
+                "cannot sweep %s for overdue records (trying again later): %s", self._store.sync.display_url, error
+            )
             return None
         if result.decisions or result.operations:
             log.info("expired %d overdue decisions and %d operations", result.decisions, result.operations)

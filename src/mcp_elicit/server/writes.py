@@ -18,7 +18,7 @@ refuses the commit with `KeyRefused`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from mcp_elicit.model import Operation
@@ -54,7 +54,7 @@ class OperationEnded(Signal):
 class HeldWrites:
     def __init__(self, store: AsyncStore) -> None:
         self._store = store
-        self._held: list[Callable[[], Any]] = []
+        self._held: list[Callable[[], Awaitable[Any]]] = []
         self._after: list[Callable[[], None]] = []
         self.committed = False
         """Whether anything of this call became durable: from then on other calls may see and add to it."""
@@ -63,7 +63,7 @@ class HeldWrites:
     def pending(self) -> bool:
         return bool(self._held)
 
-    def hold(self, write: Callable[[], Any]) -> None:
+    def hold(self, write: Callable[[], Awaitable[Any]]) -> None:
         self._held.append(write)
 
     def after_commit(self, done: Callable[[], None]) -> None:
@@ -74,19 +74,21 @@ class HeldWrites:
         if self._held:
             await self.commit_with(_nothing)
 
-    async def commit_with(self, last: Callable[[], R]) -> R:
-        """Commit what is held and then `last` (whose result is returned) in one transaction."""
+    async def commit_with(self, last: Callable[[], Awaitable[R]]) -> R:
+        """Commit what is held and then `last` (whose result is returned) in one transaction.
+
+        The writes and `last` await nothing but this call's store (see `AsyncStore.atomically`).
+        """
         held, self._held = self._held, []
         after, self._after = self._after, []
-        sync = self._store.sync
 
-        def run() -> R:
+        async def run() -> R:
             for write in held:
-                write()
-            return last()
+                await write()
+            return await last()
 
         try:
-            result = await self._store(sync.atomically, run)
+            result = await self._store.atomically(run)
         except (DecisionConflict, DecisionExpired, AlreadyExists) as lost:
             raise StaleSnapshot(str(lost)) from lost
         except IdempotencyKeyConflict as conflict:
@@ -99,5 +101,5 @@ class HeldWrites:
         return result
 
 
-def _nothing() -> None:
+async def _nothing() -> None:
     return None

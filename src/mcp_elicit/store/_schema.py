@@ -202,7 +202,42 @@ _V5 = """
 CREATE INDEX elicit_decisions_newest ON elicit_decisions (created_at DESC, elicitation_id)
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# The notification outbox. `elicit_subscriptions` names each configured webhook and the events it takes (no URL,
+# no secret: those stay in the serving process's configuration); a transition writes one outbox row per
+# subscription of its event, in its own transaction. A row keeps its delivery's state: attempts made, the time
+# of the next one (pushed ahead while an attempt is under way, so a crashed deliverer's claim lapses), the
+# last failure's reason, and when it settled (delivered, or given up as dead).
+_V6 = """
+CREATE TABLE elicit_subscriptions (
+    name TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    PRIMARY KEY (name, event_type)
+);
+CREATE INDEX elicit_subscriptions_event ON elicit_subscriptions (event_type);
+CREATE TABLE elicit_outbox (
+    event_id TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    elicitation_id TEXT NOT NULL,
+    operation_id TEXT NOT NULL,
+    principal_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    method TEXT NOT NULL,
+    target TEXT NOT NULL,
+    deadline {time} NOT NULL,
+    occurred_at {time} NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'dead')),
+    attempts INTEGER NOT NULL,
+    next_attempt_at {time} NOT NULL,
+    last_error TEXT,
+    settled_at {time},
+    PRIMARY KEY (event_id, subscription)
+);
+CREATE INDEX elicit_outbox_due ON elicit_outbox (next_attempt_at) WHERE state = 'pending';
+CREATE INDEX elicit_outbox_settled ON elicit_outbox (settled_at) WHERE state <> 'pending'
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -9,16 +9,18 @@ overdue), and an overdue record is expired right there so a late signal can neve
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from mcp_elicit.model import (
     Actor,
@@ -60,19 +62,25 @@ from mcp_elicit.store.errors import (
     UnreadableRow,
 )
 from mcp_elicit.store.protocol import (
+    TASK_JOURNAL,
     Claim,
     Clock,
     Consumption,
     DecisionFilter,
     DecisionPage,
+    Delivery,
+    DeliveryState,
     Interest,
     JournalEntry,
+    NotificationEvent,
     OperationStart,
     SweepResult,
     VaultRecord,
 )
+from mcp_elicit.telemetry import store as telemetry
 
 R = TypeVar("R")
+P = ParamSpec("P")
 E = TypeVar("E", bound=Enum)
 
 CLOCK = System("clock")
@@ -101,30 +109,62 @@ _VAULT_PUT_ATTEMPTS = 5
 BINDING = " AND principal_id = %s AND client_id = %s"
 KEY_COLUMNS = "principal_id, client_id, method, target, request_digest, expires_at"
 _CREATE_ATTEMPTS = 3
-
-
-class Cursor(Protocol):
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
+OUTBOX_COLUMNS = (
+    "event_id, subscription, event_type, elicitation_id, operation_id, principal_id, status, method, target, "
+    "deadline, occurred_at, state, attempts, next_attempt_at, last_error"
+)
+OUTBOX_NAMES = tuple(OUTBOX_COLUMNS.split(", "))
+OUTBOX_KEY = "event_id = %s AND subscription = %s AND state = 'pending'"
+_OUTBOX_ERROR_LENGTH = 300
+_ASKED = (NotificationEvent.DECISION_WAITING, NotificationEvent.TASK_INPUT_REQUIRED)
+_ENDED = (NotificationEvent.DECISION_ENDED,)
 
 
 class Tx(Protocol):
-    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor: ...
+    """One transaction's statements. Every call may wait on the engine; one that never does (SQLite, a
+    blocking driver) lets the same code run synchronously (see `run_now`)."""
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
+    async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Run a statement; the number of rows it changed."""
+        ...
+
+    async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
+        """The statement's first row, or `None`."""
+        ...
+
+    async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         """A write whose result nobody reads (an audit row, a notice): the engine may hold it back and send it
         with the commit, so its transaction must not read what it writes before `flush`."""
         ...
 
-    def flush(self) -> None:
+    async def flush(self) -> None:
         """Send what `defer` held back, before a read that needs it."""
         ...
+
+
+class Transaction(Protocol):
+    """What an engine's `_begin` gives: entered, a `Tx`; left without an error, committed."""
+
+    async def __aenter__(self) -> Tx: ...
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool | None: ...
+
+
+def run_now(coroutine: Coroutine[Any, Any, R]) -> R:
+    """Run a store coroutine whose engine never waits to its end, here and now, without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: R = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError("a store call waited on an engine that runs synchronously")
 
 
 class UniqueViolation(StoreError):
@@ -201,79 +241,118 @@ def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
     raise TypeError(f"a store caller is a Principal, a BrowserUser or an Operator, not {type(caller).__name__}")
 
 
-class SQLStore(ABC):
-    """Shared implementation; subclasses supply transactions and value codecs."""
+class _Unit:
+    """The transaction under way in this context (a thread, or an async task) and what it moved."""
 
-    def __init__(self, clock: Clock) -> None:
+    __slots__ = ("core", "moved", "notices", "tx")
+
+    def __init__(self, core: SQLCore, tx: Tx) -> None:
+        self.core = core
+        self.tx = tx
+        self.moved: list[str] = []
+        self.notices: list[tuple[Sequence[NotificationEvent], Sequence[str], datetime]] = []
+        """Outbox rows to write just before the commit, off the records as the whole unit leaves them."""
+
+
+_UNIT: ContextVar[_Unit | None] = ContextVar("mcp_elicit_store_unit", default=None)
+
+
+class _Write:
+    """A write transaction, or the unit's one when a store call runs inside `atomically`.
+
+    What it moved is announced once, before it commits, and told to this process's listeners after.
+    A plain class rather than a generator context manager: it sits on every write's hot path.
+    """
+
+    __slots__ = ("_core", "_token", "_transaction", "_unit")
+
+    def __init__(self, core: SQLCore) -> None:
+        self._core = core
+
+    async def __aenter__(self) -> Tx:
+        unit = _UNIT.get()
+        if unit is not None and unit.core is self._core:
+            self._unit = None
+            self._transaction = self._core._join(unit.tx)
+            return await self._transaction.__aenter__()
+        self._transaction = telemetry.counted(self._core._begin())
+        tx = await self._transaction.__aenter__()
+        self._unit = _Unit(self._core, tx)
+        self._token = _UNIT.set(self._unit)
+        return tx
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool | None:
+        unit = self._unit
+        if unit is None:
+            return await self._transaction.__aexit__(kind, error, trace)
+        _UNIT.reset(self._token)
+        if kind is None:
+            for events, subjects, at in unit.notices:
+                self._core._write_outbox(unit.tx, events, subjects, at)
+            if unit.moved:
+                self._core._announce(unit.tx, unit.moved)
+        suppressed = await self._transaction.__aexit__(kind, error, trace)
+        if kind is None:
+            for subject in unit.moved:
+                self._core._tell_listeners(subject)
+        return suppressed
+
+
+class SQLCore(ABC):
+    """The store's logic, once, as coroutines; an engine supplies transactions and value codecs.
+
+    The `Store` a caller holds is `SQLStore`, which runs these on an engine that never waits; an engine
+    with an async driver (PostgreSQL's) runs the very same coroutines on the event loop.
+    """
+
+    def __init__(self, clock: Clock, listeners: list[Callable[[str], None]]) -> None:
         self._clock = clock
-        self._change_listeners: list[Callable[[str], None]] = []
-        self._unit = threading.local()
+        self._change_listeners = listeners
 
     # -- what an engine supplies -------------------------------------------------------------
 
     @abstractmethod
-    def _begin(self) -> AbstractContextManager[Tx]:
+    def _begin(self) -> Transaction:
         """A transaction that takes the write lock (where the engine has one) and commits on success."""
 
     @abstractmethod
-    def _begin_read(self) -> AbstractContextManager[Tx]: ...
+    def _begin_read(self) -> Transaction: ...
 
     @abstractmethod
-    def _join(self, tx: Tx) -> AbstractContextManager[Tx]:
+    def _join(self, tx: Tx) -> Transaction:
         """The open transaction `tx` again, for a store call inside `atomically`: no commit, same error translation."""
 
     # -- transactions ---------------------------------------------------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[Tx]:
-        """A write transaction, or the unit's one; what it moved is announced once, before it commits."""
-        tx: Tx | None = getattr(self._unit, "tx", None)
-        if tx is not None:
-            with self._join(tx) as joined:
-                yield joined
-            return
-        moved: list[str] = []
-        with self._begin() as tx:
-            self._unit.tx, self._unit.moved = tx, moved
-            try:
-                yield tx
-                if moved:
-                    self._announce(tx, moved)
-            finally:
-                self._unit.tx, self._unit.moved = None, None
-        for subject in moved:
-            self._tell_listeners(subject)
+    def _write(self) -> _Write:
+        return _Write(self)
 
-    def _read(self) -> AbstractContextManager[Tx]:
-        tx: Tx | None = getattr(self._unit, "tx", None)
-        return self._begin_read() if tx is None else self._join(tx)
+    def _read(self) -> Transaction:
+        unit = _UNIT.get()
+        return self._begin_read() if unit is None or unit.core is not self else self._join(unit.tx)
 
-    def atomically(self, work: Callable[[], R]) -> R:
-        """Run `work`'s store calls (on this thread) in one transaction: all of them commit, or none.
+    async def atomically(self, work: Callable[[], Awaitable[R]]) -> R:
+        """Run `work`'s store calls (in this context) in one transaction: all of them commit, or none.
 
         Inside, every call reads what the earlier ones wrote. An exception from `work`, a store error
         included, rolls everything back. Other processes and change listeners hear of what moved once,
         with the commit.
         """
-        with self._write():
-            return work()
+        async with self._write():
+            return await work()
 
     def _moved(self, subject: str) -> None:
         """`subject` moved in the transaction under way: announce it with the commit (once however often)."""
-        moved: list[str] = self._unit.moved
-        if subject not in moved:
-            moved.append(subject)
+        unit = _UNIT.get()
+        assert unit is not None, "a move is made inside a write transaction"
+        if subject not in unit.moved:
+            unit.moved.append(subject)
 
     def _tell_listeners(self, subject: str) -> None:
         for listener in list(self._change_listeners):
             listener(subject)
-
-    @property
-    def runs_inline(self) -> bool:
-        return False
-
-    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
-        return None
 
     @abstractmethod
     def _to_time(self, value: datetime) -> object: ...
@@ -293,12 +372,9 @@ class SQLStore(ABC):
     @abstractmethod
     def display_url(self) -> str: ...
 
-    @abstractmethod
-    def schema_version(self) -> int: ...
-
-    def verify_schema(self) -> None:
-        with self._read() as tx:
-            row = tx.execute("SELECT max(version) FROM elicit_schema").fetchone()
+    async def verify_schema(self) -> None:
+        async with self._read() as tx:
+            row = await tx.one("SELECT max(version) FROM elicit_schema")
         self._check_schema(row[0] if row is not None else None)
 
     def _check_schema(self, found: object) -> None:
@@ -309,9 +385,8 @@ class SQLStore(ABC):
         if found < LATEST_VERSION:
             raise MigrationPending(found, LATEST_VERSION, self.display_url)
 
-    @abstractmethod
-    def close(self) -> None: ...
-
+    _raw_cursor_keys = False
+    """Whether a listing cursor may hold a sort key as stored (only a corrupt SQLite row has one)."""
     _for_update = ""
     _lock_row = ""
     """Appended to a SELECT that must lock the row it reads until the transaction ends (where the engine can)."""
@@ -408,12 +483,12 @@ class SQLStore(ABC):
 
     # -- operations ---------------------------------------------------------------------------
 
-    def create_operation(self, operation: Operation) -> Operation:
+    async def create_operation(self, operation: Operation) -> Operation:
         if operation.status is not OperationStatus.OPEN:
             raise ValueError("an operation is created open")
         try:
-            with self._write() as tx:
-                tx.execute(
+            async with self._write() as tx:
+                await tx.execute(
                     f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)})",
                     self._operation_row(operation),
                 )
@@ -430,37 +505,39 @@ class SQLStore(ABC):
             operation.created_at,
         )  # fmt: skip
 
-    def _select_operation(self, tx: Tx, operation_id: str, caller: Caller) -> Operation | None:
+    async def _select_operation(self, tx: Tx, operation_id: str, caller: Caller) -> Operation | None:
         where, params = _binding(caller)
-        row = tx.execute(
+        row = await tx.one(
             f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE operation_id = %s{where}",
             (operation_id, *params),
-        ).fetchone()
+        )
         return None if row is None else self._operation(row)
 
-    def get_operation(self, operation_id: str, caller: Caller) -> Operation:
-        with self._read() as tx:
-            operation = self._select_operation(tx, operation_id, caller)
+    async def get_operation(self, operation_id: str, caller: Caller) -> Operation:
+        async with self._read() as tx:
+            operation = await self._select_operation(tx, operation_id, caller)
         if operation is None:
             raise NotFound(f"no operation {operation_id}")
         return operation
 
-    def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
+    async def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
         if candidate.status is not OperationStatus.OPEN:
             raise ValueError("an operation is created open")
         now = self._clock()
-        with self._write() as tx:
+        async with self._write() as tx:
             if candidate.idempotency_key is not None:
-                self._bind_key(tx, candidate, now)
-            if self._insert_if_first(tx, candidate, now, replay_since):
+                await self._bind_key(tx, candidate, now)
+            if await self._insert_if_first(tx, candidate, now, replay_since):
                 self._audit_created(tx, candidate)
                 return OperationStart(candidate, created=True)
             for _ in range(_CREATE_ATTEMPTS):
-                found = self._newest_of_call(tx, candidate)
+                found = await self._newest_of_call(tx, candidate)
                 if found is not None and found.status is OperationStatus.OPEN:
                     if now < found.expires_at:
                         return OperationStart(found, created=False)
-                    self._expire_operations(tx, [(found.operation_id, found.version)], now, "overdue; call made again")
+                    await self._expire_operations(
+                        tx, [(found.operation_id, found.version)], now, "overdue; call made again"
+                    )
                 elif (
                     found is not None
                     and found.status is OperationStatus.COMPLETED
@@ -469,17 +546,19 @@ class SQLStore(ABC):
                 ):
                     return OperationStart(found, created=False)
                 if candidate.idempotency_key is not None:
-                    self._expire_lapsed_of_key(tx, candidate.idempotency_key, now)
-                inserted = tx.execute(
+                    await self._expire_lapsed_of_key(tx, candidate.idempotency_key, now)
+                inserted = await tx.execute(
                     f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)}) ON CONFLICT DO NOTHING",
                     self._operation_row(candidate),
-                ).rowcount
+                )
                 if inserted == 1:
                     self._audit_created(tx, candidate)
                     return OperationStart(candidate, created=True)
         raise StoreError(f"operation for {candidate.method} {candidate.target} kept changing; not started")
 
-    def _insert_if_first(self, tx: Tx, candidate: Operation, now: datetime, replay_since: datetime | None) -> bool:
+    async def _insert_if_first(
+        self, tx: Tx, candidate: Operation, now: datetime, replay_since: datetime | None
+    ) -> bool:
         """Insert the operation in one statement when nothing of the call stands in its way: no open operation
         (lapsed or not) and no result to replay. Anything else is for the careful path to sort out."""
         where, params = self._of_call(candidate)
@@ -487,12 +566,12 @@ class SQLStore(ABC):
             ("", ()) if replay_since is None else (" OR (status = 'completed' AND updated_at >= %s)", (replay_since,))
         )
         return (
-            tx.execute(
+            await tx.execute(
                 f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) SELECT {_marks(13)}"
                 f" WHERE NOT EXISTS (SELECT 1 FROM elicit_operations WHERE {where}"
                 f" AND (status = 'open'{replayable})) ON CONFLICT DO NOTHING",
                 (*self._operation_row(candidate), *params, *(self._to_time(t) for t in replay_params)),
-            ).rowcount
+            )
             == 1
         )
 
@@ -507,34 +586,36 @@ class SQLStore(ABC):
             return "idempotency_key IS NULL AND " + where, params
         return "idempotency_key = %s AND " + where, (key, *params)
 
-    def _newest_of_call(self, tx: Tx, candidate: Operation) -> Operation | None:
+    async def _newest_of_call(self, tx: Tx, candidate: Operation) -> Operation | None:
         """The call's newest operation: its open one if there is one (never older than a finished one);
         operations of a key's earlier, lapsed binding are never attached to nor replayed (`_of_call`)."""
         where, params = self._of_call(candidate)
-        row = tx.execute(
+        row = await tx.one(
             f"SELECT {OPERATION_COLUMNS} FROM elicit_operations WHERE {where}"
             " ORDER BY CASE WHEN status = 'open' THEN 0 ELSE 1 END, created_at DESC LIMIT 1",
             params,
-        ).fetchone()
+        )
         return None if row is None else self._operation(row)
 
-    def _expire_lapsed_of_key(self, tx: Tx, key: str, now: datetime) -> None:
+    async def _expire_lapsed_of_key(self, tx: Tx, key: str, now: datetime) -> None:
         """An overdue open operation of the key's earlier binding would hold the key's unique index."""
-        rows = tx.execute(
+        rows = await tx.all(
             "SELECT operation_id, version FROM elicit_operations"
             " WHERE idempotency_key = %s AND status = 'open' AND expires_at <= %s",
             (key, self._to_time(now)),
-        ).fetchall()
+        )
         if rows:
-            self._expire_operations(tx, [(row[0], row[1]) for row in rows], now, "overdue; its key was bound anew")
+            await self._expire_operations(
+                tx, [(row[0], row[1]) for row in rows], now, "overdue; its key was bound anew"
+            )
 
-    def _bind_key(self, tx: Tx, candidate: Operation, now: datetime) -> None:
+    async def _bind_key(self, tx: Tx, candidate: Operation, now: datetime) -> None:
         """Bind the key to this request, or check that it names this request; first binder wins."""
         key = candidate.idempotency_key
         assert key is not None
         bound = (candidate.principal_id, candidate.client_id, candidate.method, candidate.target,
                  candidate.request_digest)  # fmt: skip
-        tx.execute(
+        await tx.execute(
             f"INSERT INTO elicit_idempotency_keys (idempotency_key, {KEY_COLUMNS}, created_at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO UPDATE SET"
             " principal_id = excluded.principal_id, client_id = excluded.client_id, method = excluded.method,"
@@ -542,9 +623,7 @@ class SQLStore(ABC):
             " expires_at = excluded.expires_at WHERE elicit_idempotency_keys.expires_at <= %s",
             (key, *bound, self._to_time(candidate.expires_at), self._to_time(now), self._to_time(now)),
         )  # fmt: skip
-        row = tx.execute(
-            f"SELECT {KEY_COLUMNS} FROM elicit_idempotency_keys WHERE idempotency_key = %s", (key,)
-        ).fetchone()
+        row = await tx.one(f"SELECT {KEY_COLUMNS} FROM elicit_idempotency_keys WHERE idempotency_key = %s", (key,))
         if row is None:
             raise StoreError(f"idempotency key {key!r} vanished while it was being bound")
         if tuple(row[:2]) != bound[:2]:
@@ -554,12 +633,12 @@ class SQLStore(ABC):
         if row[4] != bound[4]:
             raise IdempotencyKeyConflict(key, f"the same {_kind(row[2])} with other arguments")
         if self._from_time(row[5]) < candidate.expires_at:
-            tx.execute(
+            await tx.execute(
                 "UPDATE elicit_idempotency_keys SET expires_at = %s WHERE idempotency_key = %s",
                 (self._to_time(candidate.expires_at), key),
             )
 
-    def find_operations(
+    async def find_operations(
         self,
         caller: Principal,
         *,
@@ -574,15 +653,16 @@ class SQLStore(ABC):
             ("idempotency_key", idempotency_key) if idempotency_key is not None else ("request_digest", request_digest)
         )
         where, params = _binding(caller)
-        with self._read() as tx:
-            rows = tx.execute(
+        async with self._read() as tx:
+            rows = await tx.all(
                 f"SELECT {OPERATION_COLUMNS} FROM elicit_operations"
                 f" WHERE method = %s AND target = %s AND {column} = %s{where} ORDER BY created_at DESC",
                 (method, target, value, *params),
-            ).fetchall()
+            )
         return [self._operation(row) for row in rows]
 
-    def finish_operation(
+    @telemetry.traced_finish
+    async def finish_operation(
         self,
         snapshot: Operation,
         to: OperationStatus,
@@ -599,24 +679,24 @@ class SQLStore(ABC):
         where, params = _binding(caller)
         failure: StoreError
         finished: Operation | None = None
-        with self._write() as tx:
-            cursor = tx.execute(
+        async with self._write() as tx:
+            changed = await tx.execute(
                 "UPDATE elicit_operations SET status = %s, result = %s, version = %s, updated_at = %s"
                 f" WHERE operation_id = %s AND status = %s AND version = %s AND expires_at > %s{where}",
                 (to.value, self._optional_json(result), version, self._to_time(now), snapshot.operation_id,
                  snapshot.status.value, snapshot.version, self._to_time(now), *params),
             )  # fmt: skip
-            if cursor.rowcount == 1:
+            if changed == 1:
                 self._audit(
                     tx, SubjectKind.OPERATION, snapshot.operation_id, snapshot.status, to, caller.actor, reason,
                     {"version": version}, now,
                 )  # fmt: skip
                 self._moved(snapshot.operation_id)
                 finished = replace(snapshot, status=to, result=result, version=version, updated_at=now)
-            elif (current := self._select_operation(tx, snapshot.operation_id, caller)) is None:
+            elif (current := await self._select_operation(tx, snapshot.operation_id, caller)) is None:
                 raise NotFound(f"no operation {snapshot.operation_id}")
             elif current.status is OperationStatus.OPEN and now >= current.expires_at:
-                self._expire_operations(tx, [(current.operation_id, current.version)], now, f"late {to}")
+                await self._expire_operations(tx, [(current.operation_id, current.version)], now, f"late {to}")
                 expired = replace(current, status=OperationStatus.EXPIRED, version=current.version + 1, updated_at=now)
                 failure = OperationExpired(expired, to)
             elif current.status is OperationStatus.EXPIRED:
@@ -627,23 +707,24 @@ class SQLStore(ABC):
             raise failure
         return finished
 
-    def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
+    async def _expire_operations(self, tx: Tx, rows: Sequence[tuple[str, int]], now: datetime, reason: str) -> None:
         """Expire these open operations by compare-and-set; only those this transaction moved are audited."""
         stamp = self._to_time(now)
         moved = [
             (operation_id, "open", version + 1)
             for operation_id, version in rows
-            if tx.execute(
+            if await tx.execute(
                 "UPDATE elicit_operations SET status = 'expired', version = version + 1, updated_at = %s"
                 " WHERE operation_id = %s AND status = 'open' AND version = %s",
                 (stamp, operation_id, version),
-            ).rowcount
+            )
         ]
-        self._audit_many(tx, SubjectKind.OPERATION, moved, "expired", reason, now)
+        await self._audit_many(tx, SubjectKind.OPERATION, moved, "expired", reason, now)
+        telemetry.expired(SubjectKind.OPERATION, len(moved))
         for operation_id, _, _ in moved:
             self._moved(operation_id)
 
-    def _audit_many(
+    async def _audit_many(
         self,
         tx: Tx,
         kind: SubjectKind,
@@ -655,7 +736,7 @@ class SQLStore(ABC):
         if not rows:
             return
         stamp = self._to_time(at)
-        tx.executemany(
+        await tx.executemany(
             "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             [
@@ -667,7 +748,8 @@ class SQLStore(ABC):
 
     # -- decisions ----------------------------------------------------------------------------
 
-    def create_decision(self, decision: Decision) -> Decision:
+    @telemetry.traced_create
+    async def create_decision(self, decision: Decision) -> Decision:
         if decision.status is not DecisionStatus.REQUESTED or decision.completion_version != 0:
             raise ValueError("a decision is created requested, at version 0")
         details: JSONObject = {
@@ -679,8 +761,8 @@ class SQLStore(ABC):
         if decision.url is not None:
             details["url"] = redact_url(decision.url)
         try:
-            with self._write() as tx:
-                tx.execute(
+            async with self._write() as tx:
+                await tx.execute(
                     f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
                     self._decision_row(decision),
                 )
@@ -688,6 +770,7 @@ class SQLStore(ABC):
                     tx, SubjectKind.DECISION, decision.elicitation_id, None, decision.status,
                     decision.principal.actor, "requested", details, decision.created_at,
                 )  # fmt: skip
+                self._outbox(tx, _ASKED, [decision.elicitation_id], decision.created_at)
         except UniqueViolation as clash:
             if "operation_key" in str(clash) or "elicit_decisions.key" in str(clash):
                 raise AlreadyExists(
@@ -698,22 +781,22 @@ class SQLStore(ABC):
             raise NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}") from None
         return decision
 
-    def _select_decision(self, tx: Tx, elicitation_id: str, caller: Caller) -> Decision | None:
+    async def _select_decision(self, tx: Tx, elicitation_id: str, caller: Caller) -> Decision | None:
         where, params = _binding(caller)
-        row = tx.execute(
+        row = await tx.one(
             f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE elicitation_id = %s{where}",
             (elicitation_id, *params),
-        ).fetchone()
+        )
         return None if row is None else self._decision(row)
 
-    def get_decision(self, elicitation_id: str, caller: Caller) -> Decision:
-        with self._read() as tx:
-            decision = self._select_decision(tx, elicitation_id, caller)
+    async def get_decision(self, elicitation_id: str, caller: Caller) -> Decision:
+        async with self._read() as tx:
+            decision = await self._select_decision(tx, elicitation_id, caller)
         if decision is None:
             raise NotFound(f"no decision {elicitation_id}")
         return decision
 
-    def list_decisions(
+    async def list_decisions(
         self,
         caller: Caller,
         *,
@@ -728,7 +811,7 @@ class SQLStore(ABC):
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         where = DecisionFilter(status, principal_id, operation_id, expiring_before, id_prefix)
-        rows = self._decision_rows(caller, where, None, limit)
+        rows = await self._decision_rows(caller, where, None, limit)
         if on_unreadable is None:
             return [self._decision(row) for row in rows]
         decisions = []
@@ -739,12 +822,12 @@ class SQLStore(ABC):
                 on_unreadable(error)
         return decisions
 
-    def decision_page(
+    async def decision_page(
         self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None, limit: int = 100
     ) -> DecisionPage:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        rows = self._decision_rows(caller, where or DecisionFilter(), after, limit + 1)
+        rows = await self._decision_rows(caller, where or DecisionFilter(), after, limit + 1)
         decisions: list[Decision] = []
         unreadable: list[UnreadableRow] = []
         for row in rows[:limit]:
@@ -755,27 +838,29 @@ class SQLStore(ABC):
         last = rows[limit - 1] if len(rows) > limit else None
         return DecisionPage(decisions, unreadable, None if last is None else _cursor(last[_CREATED], last[0]))
 
-    def count_decisions(self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None) -> int:
+    async def count_decisions(
+        self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None
+    ) -> int:
         found = self._decision_filter(caller, where or DecisionFilter(), after)
         if found is None:
             return 0
         clauses, values = found
-        with self._read() as tx:
-            row = tx.execute(f"SELECT count(*) FROM elicit_decisions WHERE 1 = 1{clauses}", values).fetchone()
+        async with self._read() as tx:
+            row = await tx.one(f"SELECT count(*) FROM elicit_decisions WHERE 1 = 1{clauses}", values)
         return int(row[0])
 
-    def _decision_rows(self, caller: Caller, where: DecisionFilter, after: str | None, limit: int) -> list[Any]:
+    async def _decision_rows(self, caller: Caller, where: DecisionFilter, after: str | None, limit: int) -> list[Any]:
         found = self._decision_filter(caller, where, after)
         if found is None:
             return []
         clauses, values = found
-        with self._read() as tx:
+        async with self._read() as tx:
             # The order is the elicit_decisions_newest index's, so a page reads its own rows and no others.
-            return tx.execute(
+            return await tx.all(
                 f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE 1 = 1{clauses}"
                 " ORDER BY created_at DESC, elicitation_id LIMIT %s",
                 (*values, limit),
-            ).fetchall()
+            )
 
     def _decision_filter(
         self, caller: Caller, where: DecisionFilter, after: str | None
@@ -801,6 +886,8 @@ class SQLStore(ABC):
                 values.append(value)
         if after is not None:
             created, elicitation_id = _parse_cursor(after)
+            if not self._raw_cursor_keys and (type(created) is not int or not isinstance(elicitation_id, str)):
+                raise ValueError(f"{_quoted(after)} is not a cursor of a decision listing")
             if type(created) is int:
                 try:
                     created = self._to_time(_EPOCH + timedelta(microseconds=created))
@@ -812,7 +899,8 @@ class SQLStore(ABC):
             values.extend((created, created, elicitation_id))
         return "".join(clauses), values
 
-    def transition(
+    @telemetry.traced_transition
+    async def transition(
         self,
         snapshot: Decision,
         to: DecisionStatus,
@@ -841,19 +929,21 @@ class SQLStore(ABC):
         where, params = _binding(caller)
         stamp = self._to_time(now)
         failure: StoreError
-        with self._write() as tx:
-            cursor = tx.execute(
+        async with self._write() as tx:
+            changed = await tx.execute(
                 "UPDATE elicit_decisions SET status = %s, completion_version = %s, content = %s, updated_at = %s,"
                 " expires_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s"
                 f" AND expires_at > %s{where}",
                 (to.value, version, self._optional_json(new_content), stamp, self._to_time(new_expiry),
                  snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params),
             )  # fmt: skip
-            if cursor.rowcount == 1:
+            if changed == 1:
                 self._audit(
                     tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
                     details, now,
                 )  # fmt: skip
+                if to in TERMINAL_DECISION_STATUSES:
+                    self._outbox(tx, _ENDED, [snapshot.elicitation_id], now)
                 self._moved(snapshot.elicitation_id)
                 moved = replace(
                     snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
@@ -861,27 +951,24 @@ class SQLStore(ABC):
                 )  # fmt: skip
             else:
                 moved = None
-                failure = self._why_not(tx, snapshot, to, caller, now)
+                failure = await self._why_not(tx, snapshot, to, caller, now)
         if moved is None:
             raise failure
         return moved
 
-    def add_change_listener(self, listener: Callable[[str], None]) -> None:
-        """Called after each commit that moved something a call may wait on, with its subject: a decision's
-        id for its transitions, an operation's id for its journal, its claims and its end."""
-        self._change_listeners.append(listener)
-
     def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:  # noqa: B027 (engines that cannot, need not)
         """Tell other processes, inside the changes' transaction, that `subjects` moved."""
 
-    def _why_not(self, tx: Tx, snapshot: Decision, to: DecisionStatus, caller: Caller, now: datetime) -> StoreError:
+    async def _why_not(
+        self, tx: Tx, snapshot: Decision, to: DecisionStatus, caller: Caller, now: datetime
+    ) -> StoreError:
         """The error for a lost compare-and-set, expiring an overdue record on the way."""
         failure: StoreError
-        current = self._select_decision(tx, snapshot.elicitation_id, caller)
+        current = await self._select_decision(tx, snapshot.elicitation_id, caller)
         if current is None:
             raise NotFound(f"no decision {snapshot.elicitation_id}")
         if current.is_overdue(now):
-            self._expire_decisions(tx, [(current.elicitation_id, current.status, current.completion_version)],
+            await self._expire_decisions(tx, [(current.elicitation_id, current.status, current.completion_version)],
                                    now, f"late {to} after the TTL")  # fmt: skip
             expired = replace(
                 current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
@@ -894,52 +981,58 @@ class SQLStore(ABC):
             failure = DecisionConflict(current, to)
         return failure
 
-    def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
+    async def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
         now = self._clock()
-        with self._write() as tx:
-            current = self._select_decision(tx, elicitation_id, caller)
+        async with self._write() as tx:
+            current = await self._select_decision(tx, elicitation_id, caller)
             if current is None:
                 raise NotFound(f"no decision {elicitation_id}")
             if current.is_overdue(now):
-                self._expire_decisions(tx, [(elicitation_id, current.status, current.completion_version)], now, reason)
+                await self._expire_decisions(
+                    tx, [(elicitation_id, current.status, current.completion_version)], now, reason
+                )
                 current = replace(
                     current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
                     updated_at=now,
                 )  # fmt: skip
         return current
 
-    def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
-        with self._write() as tx:
+    async def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
+        async with self._write() as tx:
             self._audit(
                 tx, SubjectKind.DECISION, decision.elicitation_id, decision.status, decision.status, actor.actor,
                 reason, {"version": decision.completion_version}, self._clock(),
             )  # fmt: skip
 
-    def _expire_decisions(self, tx: Tx, rows: Sequence[tuple[str, str, int]], now: datetime, reason: str) -> None:
+    async def _expire_decisions(self, tx: Tx, rows: Sequence[tuple[str, str, int]], now: datetime, reason: str) -> None:
         """Expire these decisions by compare-and-set; only those this transaction moved are audited."""
         stamp = self._to_time(now)
         moved = [
             (elicitation_id, status, version + 1)
             for elicitation_id, status, version in rows
-            if tx.execute(
+            if await tx.execute(
                 "UPDATE elicit_decisions SET status = 'expired', completion_version = completion_version + 1,"
                 " updated_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s",
                 (stamp, elicitation_id, status, version),
-            ).rowcount
+            )
         ]
-        self._audit_many(tx, SubjectKind.DECISION, moved, "expired", reason, now)
+        await self._audit_many(tx, SubjectKind.DECISION, moved, "expired", reason, now)
+        telemetry.expired(SubjectKind.DECISION, len(moved))
+        if moved:
+            self._outbox(tx, _ENDED, [row[0] for row in moved], now)
         for elicitation_id, _, _ in moved:
             self._moved(elicitation_id)
 
-    def sweep_expired(self) -> SweepResult:
-        counts = [self._sweep(sweepable) for sweepable in (DECISIONS, OPERATIONS)]
-        with self._write() as tx:
+    @telemetry.traced_sweep
+    async def sweep_expired(self) -> SweepResult:
+        counts = [await self._sweep(sweepable) for sweepable in (DECISIONS, OPERATIONS)]
+        async with self._write() as tx:
             stamp = self._to_time(self._clock())
-            tokens = tx.execute("DELETE FROM elicit_tokens WHERE expires_at <= %s", (stamp,)).rowcount
-            keys = tx.execute("DELETE FROM elicit_idempotency_keys WHERE expires_at <= %s", (stamp,)).rowcount
+            tokens = await tx.execute("DELETE FROM elicit_tokens WHERE expires_at <= %s", (stamp,))
+            keys = await tx.execute("DELETE FROM elicit_idempotency_keys WHERE expires_at <= %s", (stamp,))
         return SweepResult(decisions=counts[0], operations=counts[1], tokens=tokens, keys=keys)
 
-    def _sweep(self, sweepable: Sweepable) -> int:
+    async def _sweep(self, sweepable: Sweepable) -> int:
         """Expire the table's overdue rows in batches, announcing each so that calls waiting on one wake now.
 
         An expired operation's claims go with it: nothing can take or renew a claim of an operation that is
@@ -947,81 +1040,89 @@ class SQLStore(ABC):
         """
         total = 0
         while True:
-            with self._write() as tx:
-                if not self._sweep_turn(tx):
+            async with self._write() as tx:
+                if not await self._sweep_turn(tx):
                     return total
-                expired = self._expire_due(tx, sweepable, self._clock(), SWEEP_BATCH)
+                now = self._clock()
+                expired = await self._expire_due(tx, sweepable, now, SWEEP_BATCH)
+                telemetry.expired(sweepable.kind, len(expired))
+                if expired and sweepable is DECISIONS:
+                    self._outbox(tx, _ENDED, expired, now)
                 if expired and sweepable is OPERATIONS:
-                    tx.execute(f"DELETE FROM elicit_claims WHERE operation_id IN ({_marks(len(expired))})", expired)
+                    await tx.execute(
+                        f"DELETE FROM elicit_claims WHERE operation_id IN ({_marks(len(expired))})", expired
+                    )
                 for subject in expired:
                     self._moved(subject)
             total += len(expired)
             if len(expired) < SWEEP_BATCH:
                 return total
 
-    def _sweep_turn(self, tx: Tx) -> bool:
+    async def _sweep_turn(self, tx: Tx) -> bool:
         """Whether this transaction may sweep now; an engine whose write lock does not serialize sweeps says
         no while another one sweeps."""
         return True
 
     @abstractmethod
-    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
+    async def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
         """Expire up to `batch` overdue rows with one audit row each, set-based; return their ids."""
 
     # -- audit ---------------------------------------------------------------------------------
 
-    def audit_trail(self, subject_id: str, caller: Caller) -> list[AuditEntry]:
+    async def audit_trail(self, subject_id: str, caller: Caller) -> list[AuditEntry]:
         where, params = _binding(caller)
-        with self._read() as tx:
-            visible = tx.execute(
+        async with self._read() as tx:
+            visible = await tx.one(
                 f"SELECT 1 FROM elicit_decisions WHERE elicitation_id = %s{where}"
                 f" UNION ALL SELECT 1 FROM elicit_operations WHERE operation_id = %s{where}",
                 (subject_id, *params, subject_id, *params),
-            ).fetchone()
+            )
             if visible is None:
                 raise NotFound(f"no decision or operation {subject_id}")
-            tx.flush()
-            rows = tx.execute(
+            await tx.flush()
+            rows = await tx.all(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
-            ).fetchall()
+            )
         return [self._audit_entry(row) for row in rows]
 
     # -- journal and token ledger ---------------------------------------------------------------
 
-    def journal_record(self, operation_id: str, name: str, value: JSONValue, *, caller: Principal) -> JournalEntry:
+    async def journal_record(
+        self, operation_id: str, name: str, value: JSONValue, *, caller: Principal
+    ) -> JournalEntry:
         now = self._clock()
-        with self._write() as tx:
-            inserted = tx.execute(
+        async with self._write() as tx:
+            inserted = await tx.execute(
                 "INSERT INTO elicit_journal (operation_id, name, value, recorded_at) SELECT %s, %s, %s, %s"
                 f" WHERE EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})"
                 " ON CONFLICT (operation_id, name) DO NOTHING",
                 (operation_id, name, self._to_json(value), self._to_time(now), operation_id, caller.principal_id,
                  caller.client_id),
-            ).rowcount  # fmt: skip
+            )  # fmt: skip
             if inserted == 1:
                 self._moved(operation_id)
                 entry: JournalEntry | None = JournalEntry(name=name, value=value, recorded_at=now)
             else:
-                entry = self._select_journal(tx, operation_id, name, caller)
+                entry = await self._select_journal(tx, operation_id, name, caller)
         if entry is None:
             raise NotFound(f"no operation {operation_id}")
         return entry
 
-    def _select_journal(self, tx: Tx, operation_id: str, name: str, caller: Principal) -> JournalEntry | None:
-        row = tx.execute(
+    async def _select_journal(self, tx: Tx, operation_id: str, name: str, caller: Principal) -> JournalEntry | None:
+        row = await tx.one(
             "SELECT j.value, j.recorded_at FROM elicit_journal j JOIN elicit_operations o USING (operation_id)"
             " WHERE j.operation_id = %s AND j.name = %s AND o.principal_id = %s AND o.client_id = %s",
             (operation_id, name, caller.principal_id, caller.client_id),
-        ).fetchone()
+        )
         return None if row is None else JournalEntry(name, self._from_json(row[0]), self._from_time(row[1]))
 
-    def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None:
-        with self._read() as tx:
-            return self._select_journal(tx, operation_id, name, caller)
+    async def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None:
+        async with self._read() as tx:
+            return await self._select_journal(tx, operation_id, name, caller)
 
     # -- claims -------------------------------------------------------------------------------
 
-    def claim(
+    async def claim(
         self,
         operation_id: str,
         name: str,
@@ -1034,11 +1135,11 @@ class SQLStore(ABC):
         now = self._clock()
         mine = {holder} if succeeding is None else {holder, succeeding}
         stamp = self._to_time(now)
-        with self._write() as tx:
+        async with self._write() as tx:
             # One statement inserts the claim or locks the one there, for an open operation of the caller's
             # only: no gap for others' claims and releases, and no lock on the operation's row (whose journal
             # and end other transactions write meanwhile).
-            row = tx.execute(
+            row = await tx.one(
                 "INSERT INTO elicit_claims (operation_id, name, holder, attempt, claimed_at, lease_until)"
                 " SELECT %s, %s, %s, 1, %s, %s WHERE EXISTS (SELECT 1 FROM elicit_operations"
                 f" WHERE operation_id = %s AND status = 'open'{BINDING})"
@@ -1046,9 +1147,9 @@ class SQLStore(ABC):
                 " RETURNING holder, attempt, claimed_at, lease_until",
                 (operation_id, name, holder, stamp, self._to_time(lease_until), operation_id, caller.principal_id,
                  caller.client_id),
-            ).fetchone()  # fmt: skip
+            )  # fmt: skip
             if row is None:
-                operation = self._select_operation(tx, operation_id, caller)
+                operation = await self._select_operation(tx, operation_id, caller)
                 if operation is None:
                     raise NotFound(f"no operation {operation_id}")
                 raise OperationConflict(operation, f"claim {name}")
@@ -1059,7 +1160,7 @@ class SQLStore(ABC):
                 return current
             taken_over = current.holder not in mine
             attempt = current.attempt + 1 if taken_over else current.attempt
-            tx.execute(
+            await tx.execute(
                 "UPDATE elicit_claims SET holder = %s, attempt = %s, claimed_at = %s, lease_until = %s"
                 " WHERE operation_id = %s AND name = %s",
                 (holder, attempt, stamp, self._to_time(lease_until), operation_id, name),
@@ -1072,69 +1173,71 @@ class SQLStore(ABC):
                 )  # fmt: skip
         return Claim(operation_id, name, holder, attempt, lease_until)
 
-    def claims(self, operation_id: str, *, caller: Principal) -> list[Claim]:
-        with self._read() as tx:
-            rows = tx.execute(
+    async def claims(self, operation_id: str, *, caller: Principal) -> list[Claim]:
+        async with self._read() as tx:
+            rows = await tx.all(
                 "SELECT c.name, c.holder, c.attempt, c.lease_until FROM elicit_claims c"
                 " JOIN elicit_operations o USING (operation_id)"
                 " WHERE c.operation_id = %s AND o.principal_id = %s AND o.client_id = %s ORDER BY c.name",
                 (operation_id, caller.principal_id, caller.client_id),
-            ).fetchall()
+            )
         return [Claim(operation_id, row[0], row[1], row[2], self._from_time(row[3])) for row in rows]
 
-    def renew_claim(
+    async def renew_claim(
         self, operation_id: str, name: str, *, holder: str, lease_until: datetime, caller: Principal
     ) -> bool:
-        with self._write() as tx:
-            renewed = tx.execute(
+        async with self._write() as tx:
+            renewed = await tx.execute(
                 "UPDATE elicit_claims SET lease_until = %s WHERE operation_id = %s AND name = %s AND holder = %s"
                 f" AND EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})",
                 (self._to_time(lease_until), operation_id, name, holder, operation_id, caller.principal_id,
                  caller.client_id),
-            ).rowcount  # fmt: skip
+            )  # fmt: skip
         return renewed == 1
 
-    def release_claim(self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None) -> None:
+    async def release_claim(
+        self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None
+    ) -> None:
         whose, params = ("", ()) if holder is None else (" AND holder = %s", (holder,))
-        with self._write() as tx:
-            released = tx.execute(
+        async with self._write() as tx:
+            released = await tx.execute(
                 f"DELETE FROM elicit_claims WHERE operation_id = %s AND name = %s{whose}"
                 f" AND EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})",
                 (operation_id, name, *params, operation_id, caller.principal_id, caller.client_id),
-            ).rowcount
+            )
             if released:
                 self._moved(operation_id)
 
-    def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
-        with self._write() as tx:
-            inserted = tx.execute(
+    async def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
+        async with self._write() as tx:
+            inserted = await tx.execute(
                 "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING",
                 (token_id, self._to_time(expires_at)),
-            ).rowcount
+            )
         return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
 
-    def token_consumed(self, token_id: str) -> bool:
-        with self._read() as tx:
-            row = tx.execute("SELECT 1 FROM elicit_tokens WHERE token_id = %s", (token_id,)).fetchone()
+    async def token_consumed(self, token_id: str) -> bool:
+        async with self._read() as tx:
+            row = await tx.one("SELECT 1 FROM elicit_tokens WHERE token_id = %s", (token_id,))
         return row is not None
 
     # -- OAuth client registrations ---------------------------------------------------------------
 
-    def oauth_client_put(self, client_id: str, metadata: JSONObject) -> None:
+    async def oauth_client_put(self, client_id: str, metadata: JSONObject) -> None:
         if not client_id:
             raise ValueError("an OAuth client id is a non-empty string")
         try:
-            with self._write() as tx:
-                tx.execute(
+            async with self._write() as tx:
+                await tx.execute(
                     "INSERT INTO elicit_oauth_clients (client_id, metadata, created_at) VALUES (%s, %s, %s)",
                     (client_id, self._to_json(_object(metadata)), self._to_time(self._clock())),
                 )
         except UniqueViolation:
             raise AlreadyExists(f"OAuth client {client_id} is already registered") from None
 
-    def oauth_client_get(self, client_id: str) -> JSONObject | None:
-        with self._read() as tx:
-            row = tx.execute("SELECT metadata FROM elicit_oauth_clients WHERE client_id = %s", (client_id,)).fetchone()
+    async def oauth_client_get(self, client_id: str) -> JSONObject | None:
+        async with self._read() as tx:
+            row = await tx.one("SELECT metadata FROM elicit_oauth_clients WHERE client_id = %s", (client_id,))
         return None if row is None else self._stored_object(row[0])
 
     # -- token vault ----------------------------------------------------------------------------
@@ -1155,60 +1258,62 @@ class SQLStore(ABC):
             at,
         )  # fmt: skip
 
-    def vault_put(self, principal_id: str, name: str, key_id: str, sealed: bytes, *, actor: str | None = None) -> None:
+    async def vault_put(
+        self, principal_id: str, name: str, key_id: str, sealed: bytes, *, actor: str | None = None
+    ) -> None:
         now = self._clock()
         stamp = self._to_time(now)
         who = actor if actor is not None else f"principal:{principal_id}"
         blob = bytes(sealed)
-        with self._write() as tx:
+        async with self._write() as tx:
             # UPDATE first, then INSERT ... DO NOTHING: each outcome says whether the entry existed, so the
             # audit row gets the right `from_status`. A concurrent insert or delete between the two makes
             # both miss; trying again settles it (each attempt sees the other's commit).
             for _ in range(_VAULT_PUT_ATTEMPTS):
-                if tx.execute(
+                if await tx.execute(
                     f"UPDATE elicit_vault SET key_id = %s, sealed = %s, updated_at = %s WHERE {VAULT_KEY}",
                     (key_id, blob, stamp, principal_id, name),
-                ).rowcount:
+                ):
                     self._audit_vault(tx, principal_id, name, VAULT_STORED, VAULT_STORED, who, "replaced", key_id, now)
                     return
-                if tx.execute(
+                if await tx.execute(
                     f"INSERT INTO elicit_vault ({VAULT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
                     " ON CONFLICT (principal_id, name) DO NOTHING",
                     (principal_id, name, key_id, blob, stamp, stamp),
-                ).rowcount:
+                ):
                     self._audit_vault(tx, principal_id, name, None, VAULT_STORED, who, "stored", key_id, now)
                     return
         raise StoreError(f"vault entry {principal_id}/{name} kept changing under concurrent writers; not stored")
 
-    def vault_get(self, principal_id: str, name: str) -> VaultRecord | None:
-        with self._read() as tx:
-            row = tx.execute(
-                f"SELECT {VAULT_COLUMNS} FROM elicit_vault WHERE {VAULT_KEY}", (principal_id, name)
-            ).fetchone()
+    async def vault_get(self, principal_id: str, name: str) -> VaultRecord | None:
+        async with self._read() as tx:
+            row = await tx.one(f"SELECT {VAULT_COLUMNS} FROM elicit_vault WHERE {VAULT_KEY}", (principal_id, name))
         return None if row is None else self._vault_record(row)
 
-    def vault_delete(self, principal_id: str, name: str, *, actor: str | None = None) -> bool:
+    async def vault_delete(self, principal_id: str, name: str, *, actor: str | None = None) -> bool:
         now = self._clock()
         who = actor if actor is not None else f"principal:{principal_id}"
-        with self._write() as tx:
-            row = tx.execute(
+        async with self._write() as tx:
+            row = await tx.one(
                 f"SELECT key_id FROM elicit_vault WHERE {VAULT_KEY}{self._lock_row}", (principal_id, name)
-            ).fetchone()
+            )
             if row is None:
                 return False
-            tx.execute(f"DELETE FROM elicit_vault WHERE {VAULT_KEY}", (principal_id, name))
+            await tx.execute(f"DELETE FROM elicit_vault WHERE {VAULT_KEY}", (principal_id, name))
             self._audit_vault(tx, principal_id, name, VAULT_STORED, VAULT_DELETED, who, "deleted", row[0], now)
         return True
 
-    def vault_reseal(self, snapshot: VaultRecord, key_id: str, sealed: bytes, *, actor: str | None = None) -> bool:
+    async def vault_reseal(
+        self, snapshot: VaultRecord, key_id: str, sealed: bytes, *, actor: str | None = None
+    ) -> bool:
         now = self._clock()
         stamp = self._to_time(now)
-        with self._write() as tx:
-            moved = tx.execute(
+        async with self._write() as tx:
+            moved = await tx.execute(
                 f"UPDATE elicit_vault SET key_id = %s, sealed = %s, updated_at = %s WHERE {VAULT_KEY}"
                 " AND key_id = %s AND sealed = %s",
                 (key_id, bytes(sealed), stamp, snapshot.principal_id, snapshot.name, snapshot.key_id, snapshot.sealed),
-            ).rowcount
+            )
             if moved:
                 self._audit_vault(
                     tx, snapshot.principal_id, snapshot.name, VAULT_STORED, VAULT_STORED,
@@ -1217,7 +1322,7 @@ class SQLStore(ABC):
                 )  # fmt: skip
         return bool(moved)
 
-    def vault_entries(
+    async def vault_entries(
         self, key_id_not: str | None = None, limit: int = 1000, *, after: tuple[str, str] | None = None
     ) -> list[VaultRecord]:
         if limit < 1:
@@ -1230,13 +1335,254 @@ class SQLStore(ABC):
         if after is not None:
             clauses.append(" AND (principal_id > %s OR (principal_id = %s AND name > %s))")
             values.extend((after[0], after[0], after[1]))
-        with self._read() as tx:
-            rows = tx.execute(
+        async with self._read() as tx:
+            rows = await tx.all(
                 f"SELECT {VAULT_COLUMNS} FROM elicit_vault WHERE 1 = 1{''.join(clauses)}"
                 " ORDER BY principal_id, name LIMIT %s",
                 (*values, limit),
-            ).fetchall()
+            )
         return [self._vault_record(row) for row in rows]
+
+    # -- notification outbox --------------------------------------------------------------------
+
+    def _outbox(
+        self, tx: Tx, events: Sequence[NotificationEvent], elicitation_ids: Sequence[str], at: datetime
+    ) -> None:
+        """Announce `events` of these decisions in the outbox, with the commit of the transaction under way."""
+        unit = _UNIT.get()
+        assert unit is not None, "an outbox row is written inside a write transaction"
+        unit.notices.append((events, elicitation_ids, at))
+
+    def _write_outbox(
+        self, tx: Tx, events: Sequence[NotificationEvent], elicitation_ids: Sequence[str], at: datetime
+    ) -> None:
+        """One outbox row per subscription taking one of `events`, for each decision, just before the commit
+        of the transition that causes it: one statement, which finds nothing to write where nothing is subscribed.
+
+        Read off the rows as the whole unit leaves them (status, deadline, the operation's method and target),
+        never the message or an answer, the same on every engine: a decision created and answered in one unit
+        (an answer given with the call) was never waiting, and only its end is announced. The event id is the
+        event and the decision's id: an event happens once per decision, so every retry and every subscription
+        carries the same id.
+        """
+        task = NotificationEvent.TASK_INPUT_REQUIRED in events
+        stamp = self._to_time(at)
+        tx.defer(
+            f"INSERT INTO elicit_outbox ({OUTBOX_COLUMNS}) SELECT s.event_type || ':' || d.elicitation_id, s.name,"
+            " s.event_type, d.elicitation_id, d.operation_id, d.principal_id, d.status, o.method, o.target,"
+            " d.expires_at, %s, 'pending', 0, %s, NULL FROM elicit_subscriptions s"
+            f" JOIN elicit_decisions d ON d.elicitation_id IN ({_marks(len(elicitation_ids))})"
+            " JOIN elicit_operations o ON o.operation_id = d.operation_id"
+            f" WHERE s.event_type IN ({_marks(len(events))})"
+            f" AND (s.event_type = '{NotificationEvent.DECISION_ENDED.value}' OR d.status IN {WAITING_SQL})"
+            + (
+                f" AND (s.event_type <> '{NotificationEvent.TASK_INPUT_REQUIRED.value}' OR EXISTS (SELECT 1 FROM"
+                " elicit_journal j WHERE j.operation_id = d.operation_id AND j.name = %s))"
+                if task
+                else ""
+            )
+            + " ON CONFLICT DO NOTHING",
+            (stamp, stamp, *elicitation_ids, *(event.value for event in events), *((TASK_JOURNAL,) if task else ())),
+        )
+
+    def _delivery(self, row: Sequence[Any], claimed_at: datetime | None = None) -> Delivery:
+        c, t = _Cells("outbox row", OUTBOX_NAMES, row), self._from_time
+        return Delivery(
+            event_id=c.text(0), subscription=c.text(1), event=c.choice(2, NotificationEvent), elicitation_id=c.text(3),
+            operation_id=c.text(4), principal_id=c.text(5), status=c.choice(6, DecisionStatus), method=c.text(7),
+            target=c.text(8), deadline=c.read(9, t), occurred_at=c.read(10, t), state=c.choice(11, DeliveryState),
+            attempts=c.integer(12), next_attempt_at=c.read(13, t), last_error=c.optional_text(14),
+            claimed_at=claimed_at,
+        )  # fmt: skip
+
+    async def outbox_subscribe(self, subscriptions: Mapping[str, frozenset[NotificationEvent]]) -> None:
+        async with self._write() as tx:
+            for name, events in subscriptions.items():
+                kept = sorted(NotificationEvent(event).value for event in events)
+                if kept:
+                    # DO NOTHING, not delete-then-insert: instances starting together subscribe the same names.
+                    await tx.executemany(
+                        "INSERT INTO elicit_subscriptions (name, event_type) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                        [(name, event) for event in kept],
+                    )
+                await tx.execute(
+                    "DELETE FROM elicit_subscriptions WHERE name = %s"
+                    + (f" AND event_type NOT IN ({_marks(len(kept))})" if kept else ""),
+                    (name, *kept),
+                )
+
+    async def outbox_claim(self, subscriptions: Sequence[str], *, limit: int, lease: timedelta) -> list[Delivery]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        if lease <= timedelta(0):
+            raise ValueError(f"a claim's lease must be positive, got {lease}")
+        if not subscriptions:
+            return []
+        now = self._clock()
+        until = now + lease
+        async with self._write() as tx:
+            rows = await tx.all(
+                f"SELECT {OUTBOX_COLUMNS} FROM elicit_outbox WHERE state = 'pending' AND next_attempt_at <= %s"
+                f" AND subscription IN ({_marks(len(subscriptions))}) ORDER BY next_attempt_at, event_id, subscription"
+                f" LIMIT %s{self._for_update}",
+                (self._to_time(now), *subscriptions, limit),
+            )
+            due = [self._delivery(row, now) for row in rows]
+            if due:
+                await tx.executemany(
+                    "UPDATE elicit_outbox SET attempts = attempts + 1, next_attempt_at = %s"
+                    " WHERE event_id = %s AND subscription = %s",
+                    [(self._to_time(until), d.event_id, d.subscription) for d in due],
+                )
+        return [replace(d, attempts=d.attempts + 1, next_attempt_at=until) for d in due]
+
+    async def outbox_delivered(self, delivery: Delivery) -> bool:
+        async with self._write() as tx:
+            settled = await tx.execute(
+                f"UPDATE elicit_outbox SET state = 'delivered', settled_at = %s, last_error = NULL WHERE {OUTBOX_KEY}",
+                (self._to_time(self._clock()), delivery.event_id, delivery.subscription),
+            )
+        return settled == 1
+
+    async def outbox_failed(self, delivery: Delivery, *, retry_after: timedelta | None, error: str) -> bool:
+        now = self._clock()
+        reason = redact_text(error)[:_OUTBOX_ERROR_LENGTH]
+        if retry_after is None:
+            change, values = "state = 'dead', settled_at = %s", (self._to_time(now),)
+        else:
+            change, values = "next_attempt_at = %s", (self._to_time(now + max(retry_after, timedelta(0))),)
+        async with self._write() as tx:
+            moved = await tx.execute(
+                f"UPDATE elicit_outbox SET {change}, last_error = %s WHERE {OUTBOX_KEY} AND attempts = %s",
+                (*values, reason, delivery.event_id, delivery.subscription, delivery.attempts),
+            )
+        return moved == 1
+
+    async def outbox_deliveries(
+        self, *, elicitation_id: str | None = None, state: DeliveryState | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        clauses, values = "", []
+        if elicitation_id is not None:
+            clauses, values = " AND elicitation_id = %s", [elicitation_id]
+        if state is not None:
+            clauses += " AND state = %s"
+            values.append(DeliveryState(state).value)
+        async with self._read() as tx:
+            rows = await tx.all(
+                f"SELECT {OUTBOX_COLUMNS} FROM elicit_outbox WHERE 1 = 1{clauses}"
+                " ORDER BY occurred_at, event_id, subscription LIMIT %s",
+                (*values, limit),
+            )
+        return [self._delivery(row) for row in rows]
+
+    async def outbox_purge(self, settled_before: datetime, *, stale_before: datetime | None = None) -> int:
+        stale, values = ("", ()) if stale_before is None else (" OR occurred_at < %s", (self._to_time(stale_before),))
+        async with self._write() as tx:
+            return await tx.execute(
+                f"DELETE FROM elicit_outbox WHERE (state <> 'pending' AND settled_at < %s){stale}",
+                (self._to_time(settled_before), *values),
+            )
+
+
+def _blocking(
+    program: Callable[Concatenate[SQLCore, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[SQLStore, P], R]:
+    @functools.wraps(program)
+    def call(self: SQLStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return run_now(program(self._core, *args, **kwargs))
+
+    return call
+
+
+class SQLStore(ABC):
+    """The `Store` protocol over `SQLCore`, run synchronously on an engine that never waits.
+
+    An engine with an async driver offers the same core as `asynchronous` while `serving` holds it open;
+    `AsyncStore` then awaits the core's coroutine of the same name instead of calling here.
+    """
+
+    def __init__(self, core: SQLCore, listeners: list[Callable[[str], None]]) -> None:
+        self._core = core
+        self._change_listeners = listeners
+
+    @property
+    @abstractmethod
+    def display_url(self) -> str: ...
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    def runs_inline(self) -> bool:
+        return False
+
+    @property
+    def asynchronous(self) -> SQLCore | None:
+        """The core on an async engine, open on the running event loop; `None` when there is none."""
+        return None
+
+    def serving(self) -> AbstractAsyncContextManager[None]:
+        """Hold the async engine open on this event loop for as long as the block runs (where there is one)."""
+        return nullcontext()
+
+    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
+        return None
+
+    def add_change_listener(self, listener: Callable[[str], None]) -> None:
+        """Called after each commit that moved something a call may wait on, with its subject: a decision's
+        id for its transitions, an operation's id for its journal, its claims and its end."""
+        self._change_listeners.append(listener)
+
+    def atomically(self, work: Callable[[], R]) -> R:
+        """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
+        return run_now(self._core.atomically(functools.partial(_returning, work)))
+
+    verify_schema = _blocking(SQLCore.verify_schema)
+    create_operation = _blocking(SQLCore.create_operation)
+    get_operation = _blocking(SQLCore.get_operation)
+    begin_operation = _blocking(SQLCore.begin_operation)
+    find_operations = _blocking(SQLCore.find_operations)
+    finish_operation = _blocking(SQLCore.finish_operation)
+    create_decision = _blocking(SQLCore.create_decision)
+    get_decision = _blocking(SQLCore.get_decision)
+    list_decisions = _blocking(SQLCore.list_decisions)
+    decision_page = _blocking(SQLCore.decision_page)
+    count_decisions = _blocking(SQLCore.count_decisions)
+    transition = _blocking(SQLCore.transition)
+    expire_if_overdue = _blocking(SQLCore.expire_if_overdue)
+    note = _blocking(SQLCore.note)
+    sweep_expired = _blocking(SQLCore.sweep_expired)
+    audit_trail = _blocking(SQLCore.audit_trail)
+    journal_record = _blocking(SQLCore.journal_record)
+    journal_get = _blocking(SQLCore.journal_get)
+    claim = _blocking(SQLCore.claim)
+    claims = _blocking(SQLCore.claims)
+    renew_claim = _blocking(SQLCore.renew_claim)
+    release_claim = _blocking(SQLCore.release_claim)
+    consume_token = _blocking(SQLCore.consume_token)
+    token_consumed = _blocking(SQLCore.token_consumed)
+    oauth_client_put = _blocking(SQLCore.oauth_client_put)
+    oauth_client_get = _blocking(SQLCore.oauth_client_get)
+    vault_put = _blocking(SQLCore.vault_put)
+    vault_get = _blocking(SQLCore.vault_get)
+    vault_delete = _blocking(SQLCore.vault_delete)
+    vault_reseal = _blocking(SQLCore.vault_reseal)
+    vault_entries = _blocking(SQLCore.vault_entries)
+    outbox_subscribe = _blocking(SQLCore.outbox_subscribe)
+    outbox_claim = _blocking(SQLCore.outbox_claim)
+    outbox_delivered = _blocking(SQLCore.outbox_delivered)
+    outbox_failed = _blocking(SQLCore.outbox_failed)
+    outbox_deliveries = _blocking(SQLCore.outbox_deliveries)
+    outbox_purge = _blocking(SQLCore.outbox_purge)
+
+
+async def _returning(work: Callable[[], R]) -> R:
+    return work()
 
 
 @dataclass(frozen=True, slots=True)

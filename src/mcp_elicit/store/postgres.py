@@ -7,16 +7,22 @@ work to its holder), and a sweep locks the rows it expires and skips rows anothe
 migrations run under an advisory lock, so instances starting together migrate once. Connection errors
 name the server, database and user, never the password.
 
+Connections: a blocking pool (the CLI, scripts, functions handed to worker threads) and, while a server
+serves (`serving`), an async pool on its event loop for everything its calls do, each of `min_size` to
+`max_size` connections, plus one listening connection while calls wait: plan `max_connections` for up to
+twice `max_size` and one per instance.
+
 Does not guarantee: anything about a database shared with other applications beyond our `elicit_*`
 tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) to keep them apart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +31,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from mcp_elicit.model import JSONValue
 from mcp_elicit.store import _schema
@@ -33,8 +39,8 @@ from mcp_elicit.store._sql import (
     CLOCK,
     SWEEP_REASON,
     BadValue,
-    Cursor,
     ForeignKeyViolation,
+    SQLCore,
     SQLStore,
     Sweepable,
     Tx,
@@ -68,8 +74,8 @@ _SWEEP_LOCK = 0x6D63_7065_6C69_6302
 class _PostgresTx:
     """A transaction whose deferred writes (audit rows, notices) travel with its COMMIT, pipelined: one round trip.
 
-    Every round trip also costs the worker thread the GIL back, so a transition that writes its row, its
-    audit and its notice pays for one statement and the commit, not four. Values stay bound on the server.
+    A transition that writes its row, its audit and its notice pays for one statement and the commit, not
+    four. Values stay bound on the server. This one runs on a blocking connection (`run_now`).
     """
 
     __slots__ = ("_connection", "_cursor", "_deferred")
@@ -79,16 +85,22 @@ class _PostgresTx:
         self._cursor = cursor
         self._deferred: list[tuple[str, Sequence[object]]] = []
 
-    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
-        return self._cursor.execute(sql, params)
+    async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self._cursor.execute(sql, params).rowcount
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+    async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
+        return self._cursor.execute(sql, params).fetchone()
+
+    async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        return self._cursor.execute(sql, params).fetchall()
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._cursor.executemany(sql, rows)
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._deferred.append((sql, params))
 
-    def flush(self) -> None:
+    async def flush(self) -> None:
         self._send(commit=False)
 
     def commit(self) -> None:
@@ -108,6 +120,79 @@ class _PostgresTx:
                 self._connection.commit()
 
 
+class _AsyncPostgresTx:
+    """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between.
+
+    The connection is in autocommit mode, so a read is its statements alone (no BEGIN, no COMMIT), and a
+    write sends its BEGIN pipelined with its first statement: a transition is two round trips, the
+    statement and the commit that carries its audit row and notice.
+    """
+
+    __slots__ = ("_begun", "_connection", "_cursor", "_deferred", "_write")
+
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
+    ) -> None:
+        self._connection = connection
+        self._cursor = cursor
+        self._deferred: list[tuple[str, Sequence[object]]] = []
+        self._write = write
+        self._begun = False
+
+    def _beginning(self) -> bool:
+        """Whether the next statement must be preceded by BEGIN (a write's first)."""
+        if self._write and not self._begun:
+            self._begun = True
+            return True
+        return False
+
+    async def _run(self, sql: str, params: Sequence[object]) -> psycopg.AsyncCursor[Any]:
+        if not self._beginning():
+            return await self._cursor.execute(sql, params)
+        async with self._connection.pipeline():
+            await self._cursor.execute("BEGIN")
+            await self._cursor.execute(sql, params)
+        return self._cursor
+
+    async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return (await self._run(sql, params)).rowcount
+
+    async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
+        return await (await self._run(sql, params)).fetchone()
+
+    async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        return await (await self._run(sql, params)).fetchall()
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        if self._beginning():
+            await self._cursor.execute("BEGIN")
+        await self._cursor.executemany(sql, rows)
+
+    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._deferred.append((sql, params))
+
+    async def flush(self) -> None:
+        await self._send(commit=False)
+
+    async def commit(self) -> None:
+        if self._deferred:
+            await self._send(commit=True)
+        elif self._begun:
+            await self._cursor.execute("COMMIT")
+
+    async def _send(self, *, commit: bool) -> None:
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, []
+        async with self._connection.pipeline():
+            if self._beginning():
+                await self._cursor.execute("BEGIN")
+            for sql, params in deferred:
+                await self._cursor.execute(sql, params)
+            if commit and self._begun:
+                await self._cursor.execute("COMMIT")
+
+
 def describe(conninfo: str) -> str:
     """The connection target without its password, for messages."""
     try:
@@ -120,10 +205,134 @@ def describe(conninfo: str) -> str:
     return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
 
 
-class PostgresStore(SQLStore):
+class _PostgresCore(SQLCore):
+    """The PostgreSQL engine: codecs, set-based sweeps, notices. Subclasses say where connections come from."""
+
     _for_update = " FOR UPDATE SKIP LOCKED"
     _lock_row = " FOR UPDATE"
 
+    def __init__(self, clock: Clock, listeners: list[Callable[[str], None]], display: str) -> None:
+        super().__init__(clock, listeners)
+        self._display = display
+
+    @property
+    def display_url(self) -> str:
+        return self._display
+
+    async def _sweep_turn(self, tx: Tx) -> bool:
+        # Released with the transaction: a sweeper that dies mid-batch frees it, and no session keeps it.
+        row = await tx.one("SELECT pg_try_advisory_xact_lock(%s)", (_SWEEP_LOCK,))
+        return bool(row[0])
+
+    async def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
+        # One statement: rows another sweeper holds are skipped, never expired or audited twice.
+        identity, version = sweepable.id_column, sweepable.version_column
+        rows = await tx.all(
+            f"WITH due AS ({sweepable.due()} FOR UPDATE SKIP LOCKED),"
+            f" old AS (SELECT t.{identity}, t.status FROM {sweepable.table} t JOIN due USING ({identity})),"
+            f" moved AS (UPDATE {sweepable.table} t SET status = 'expired', {version} = t.{version} + 1,"
+            f" updated_at = %s FROM old WHERE t.{identity} = old.{identity}"
+            f" RETURNING t.{identity}, old.status AS from_status, t.{version})"
+            " INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+            f" SELECT '{sweepable.kind.value}', {identity}, from_status, 'expired', %s, %s,"
+            f" jsonb_build_object('version', {version}), %s FROM moved RETURNING subject_id",
+            (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
+        )
+        return [row[0] for row in rows]
+
+    def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
+        notify = "SELECT pg_notify(%s, subject) FROM unnest(%s::text[]) AS subject"
+        tx.defer(notify, (CHANGES_CHANNEL, list(subjects)))
+
+    def _to_time(self, value: datetime) -> object:
+        return value
+
+    def _from_time(self, value: Any) -> datetime:
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            kind = "a timestamp without a time zone" if isinstance(value, datetime) else shape(value)
+            raise BadValue(f"{kind} where a time belongs (timestamptz)")
+        return value
+
+    def _to_json(self, value: JSONValue) -> object:
+        return Jsonb(value)
+
+    def _from_json(self, value: Any) -> JSONValue:
+        result: JSONValue = value
+        return result
+
+    @asynccontextmanager
+    async def _join(self, tx: Tx) -> AsyncIterator[Tx]:
+        try:
+            yield tx
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
+
+
+class _BlockingPostgres(_PostgresCore):
+    """Connections from a blocking pool: for the synchronous `Store` (the CLI, scripts, worker threads)."""
+
+    def __init__(
+        self, clock: Clock, listeners: list[Callable[[str], None]], display: str, pool: ConnectionPool[Any]
+    ) -> None:
+        super().__init__(clock, listeners, display)
+        self._pool = pool
+
+    @asynccontextmanager
+    async def _begin(self) -> AsyncIterator[Tx]:
+        try:
+            with self._pool.connection() as connection, connection.cursor() as cursor:
+                tx = _PostgresTx(connection, cursor)
+                yield tx
+                tx.commit()
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
+        except PoolTimeout:
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
+
+    _begin_read = _begin
+
+
+class _AsyncPostgres(_PostgresCore):
+    """Connections from psycopg's async pool, on the event loop that opened it: no worker thread per call."""
+
+    def __init__(
+        self, clock: Clock, listeners: list[Callable[[str], None]], display: str, pool: AsyncConnectionPool[Any]
+    ) -> None:
+        super().__init__(clock, listeners, display)
+        self._pool = pool
+
+    def _begin(self) -> AbstractAsyncContextManager[Tx]:
+        return self._transaction(write=True)
+
+    def _begin_read(self) -> AbstractAsyncContextManager[Tx]:
+        return self._transaction(write=False)
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[Tx]:
+        # On an error the connection's own exit rolls back whatever was begun.
+        try:
+            async with self._pool.connection() as connection, connection.cursor() as cursor:
+                tx = _AsyncPostgresTx(connection, cursor, write=write)
+                yield tx
+                await tx.commit()
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
+        except PoolTimeout:
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
+
+
+class _Serving:
+    """An async pool open on one event loop, and how many `serving` blocks hold it there."""
+
+    __slots__ = ("core", "holders", "pool")
+
+    def __init__(self, core: _AsyncPostgres, pool: AsyncConnectionPool[Any]) -> None:
+        self.core = core
+        self.pool = pool
+        self.holders = 0
+
+
+class PostgresStore(SQLStore):
     def __init__(
         self,
         conninfo: str,
@@ -136,10 +345,12 @@ class PostgresStore(SQLStore):
     ) -> None:
         """`migrate=False` opens only a database at this code's schema version (`MigrationPending` otherwise) and
         writes nothing."""
-        super().__init__(clock)
         self._display = describe(conninfo)
         self._conninfo = conninfo
+        self._clock = clock
         self._connect_timeout = max(1, int(connect_timeout))
+        self._timeout = connect_timeout
+        self._sizes = (min_size, max_size)
         try:
             conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as error:
@@ -150,12 +361,16 @@ class PostgresStore(SQLStore):
             min_size=min_size,
             max_size=max_size,
             timeout=connect_timeout,
-            kwargs={"connect_timeout": max(1, int(connect_timeout))},
+            kwargs={"connect_timeout": self._connect_timeout},
             configure=_configure,
             open=False,
             name="mcp-elicit",
         )
         self._pool.open(wait=True, timeout=connect_timeout)
+        listeners: list[Callable[[str], None]] = []
+        self._listeners = listeners
+        super().__init__(_BlockingPostgres(clock, listeners, self._display, self._pool), listeners)
+        self._serving: dict[asyncio.AbstractEventLoop, _Serving] = {}
 
     @property
     def display_url(self) -> str:
@@ -163,6 +378,48 @@ class PostgresStore(SQLStore):
 
     def schema_version(self) -> int:
         return self._version
+
+    @property
+    def asynchronous(self) -> SQLCore | None:
+        try:
+            serving = self._serving.get(asyncio.get_running_loop())
+        except RuntimeError:
+            return None
+        return None if serving is None else serving.core
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """Open the async pool on this event loop for as long as any such block runs (the server's lifespans).
+
+        It connects in the background: a database down at start-up makes calls fail as unavailable, not the
+        server's start. Outside these blocks, async callers run the blocking store in worker threads.
+        """
+        loop = asyncio.get_running_loop()
+        serving = self._serving.get(loop)
+        if serving is None:
+            min_size, max_size = self._sizes
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self._conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=self._timeout,
+                kwargs={"connect_timeout": self._connect_timeout, "autocommit": True},
+                configure=_configure_async,
+                open=False,
+                name="mcp-elicit-async",
+            )
+            await pool.open(wait=False)
+            serving = _Serving(_AsyncPostgres(self._clock, self._listeners, self._display, pool), pool)
+            self._serving[loop] = serving
+        serving.holders += 1
+        try:
+            yield
+        finally:
+            serving.holders -= 1
+            if serving.holders == 0:
+                del self._serving[loop]
+                with anyio.CancelScope(shield=True):
+                    await serving.pool.close()
 
     def _check_and_migrate(self, conninfo: str, connect_timeout: float, migrate: bool) -> int:
         try:
@@ -194,52 +451,6 @@ class PostgresStore(SQLStore):
         finally:
             connection.close()
 
-    @contextmanager
-    def _begin(self) -> Iterator[Tx]:
-        try:
-            with self._pool.connection() as connection, connection.cursor() as cursor:
-                tx = _PostgresTx(connection, cursor)
-                yield tx
-                tx.commit()
-        except psycopg.Error as error:
-            raise _translate(error, self._display) from None
-        except PoolTimeout:
-            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
-
-    _begin_read = _begin
-
-    @contextmanager
-    def _join(self, tx: Tx) -> Iterator[Tx]:
-        try:
-            yield tx
-        except psycopg.Error as error:
-            raise _translate(error, self._display) from None
-
-    def _sweep_turn(self, tx: Tx) -> bool:
-        # Released with the transaction: a sweeper that dies mid-batch frees it, and no session keeps it.
-        row = tx.execute("SELECT pg_try_advisory_xact_lock(%s)", (_SWEEP_LOCK,)).fetchone()
-        return bool(row[0])
-
-    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
-        # One statement: rows another sweeper holds are skipped, never expired or audited twice.
-        identity, version = sweepable.id_column, sweepable.version_column
-        rows = tx.execute(
-            f"WITH due AS ({sweepable.due()} FOR UPDATE SKIP LOCKED),"
-            f" old AS (SELECT t.{identity}, t.status FROM {sweepable.table} t JOIN due USING ({identity})),"
-            f" moved AS (UPDATE {sweepable.table} t SET status = 'expired', {version} = t.{version} + 1,"
-            f" updated_at = %s FROM old WHERE t.{identity} = old.{identity}"
-            f" RETURNING t.{identity}, old.status AS from_status, t.{version})"
-            " INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
-            f" SELECT '{sweepable.kind.value}', {identity}, from_status, 'expired', %s, %s,"
-            f" jsonb_build_object('version', {version}), %s FROM moved RETURNING subject_id",
-            (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
-        ).fetchall()
-        return [row[0] for row in rows]
-
-    def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
-        notify = "SELECT pg_notify(%s, subject) FROM unnest(%s::text[]) AS subject"
-        tx.defer(notify, (CHANGES_CHANNEL, list(subjects)))
-
     async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
         """Call `on_change(subject)` for every change any instance announces (see `add_change_listener`).
 
@@ -261,30 +472,18 @@ class PostgresStore(SQLStore):
                         connect_timeout=self._connect_timeout,
                         application_name=LISTENER_NAME,
                     )
-                async with connection:
+                try:
                     await connection.execute(f"LISTEN {CHANGES_CHANNEL}")
                     pause = 0.5
                     await _relay(connection, on_change, interest)
+                finally:
+                    # Shielded too: a listener cancelled mid-wait (its server stopping) still closes its socket.
+                    with anyio.CancelScope(shield=True):
+                        await connection.close()
             except psycopg.Error as error:
                 log.warning("listening on %s stopped (%s); retrying", self._display, type(error).__name__)
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 30.0)
-
-    def _to_time(self, value: datetime) -> object:
-        return value
-
-    def _from_time(self, value: Any) -> datetime:
-        if not isinstance(value, datetime) or value.tzinfo is None:
-            kind = "a timestamp without a time zone" if isinstance(value, datetime) else shape(value)
-            raise BadValue(f"{kind} where a time belongs (timestamptz)")
-        return value
-
-    def _to_json(self, value: JSONValue) -> object:
-        return Jsonb(value)
-
-    def _from_json(self, value: Any) -> JSONValue:
-        result: JSONValue = value
-        return result
 
     def close(self) -> None:
         self._pool.close()
@@ -310,6 +509,12 @@ def _configure(connection: psycopg.Connection[Any]) -> None:
     connection.execute("SET TIME ZONE 'UTC'")
     if not connection.autocommit:
         connection.commit()
+
+
+async def _configure_async(connection: psycopg.AsyncConnection[Any]) -> None:
+    await connection.execute("SET TIME ZONE 'UTC'")
+    if not connection.autocommit:
+        await connection.commit()
 
 
 def _connection_error(error: psycopg.Error, display: str) -> StoreError:

@@ -17,11 +17,12 @@ The vault rows hold opaque sealed blobs under a key id: the store never sees a k
 audits every vault write (subject kind `vault`, subject id `principal_id/name`) with the key id alone.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from mcp_elicit.model import (
     Actor,
@@ -132,6 +133,54 @@ class DecisionPage:
         return len(self.decisions) + len(self.unreadable)
 
 
+class NotificationEvent(StrEnum):
+    """What the notification outbox records, in the transaction of the transition that causes it."""
+
+    DECISION_WAITING = "decision.waiting"
+    """A decision was created: a person must answer (or the deadline passes)."""
+    DECISION_ENDED = "decision.ended"
+    """A decision reached a terminal status: answered, declined, cancelled, expired, or its URL flow ended."""
+    TASK_INPUT_REQUIRED = "task.input_required"
+    """A decision was created in an operation that runs as an MCP task: the task now waits for input."""
+
+
+TASK_JOURNAL = "mcp-elicit/task"
+"""The journal entry that makes an operation a task (written with it): the store emits `TASK_INPUT_REQUIRED` for
+a decision created in an operation holding it."""
+
+
+class DeliveryState(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DEAD = "dead"
+    """Given up on: too many attempts, or too old."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event for one subscription, as the outbox holds it: ids, status, target, deadline; never content."""
+
+    event_id: str
+    """The same on every attempt and for every subscription: what a receiver deduplicates by."""
+    subscription: str
+    event: NotificationEvent
+    elicitation_id: str
+    operation_id: str
+    principal_id: str
+    status: DecisionStatus
+    method: str
+    target: str
+    deadline: datetime
+    occurred_at: datetime
+    state: DeliveryState
+    attempts: int
+    """Attempts made, this one included once it is claimed."""
+    next_attempt_at: datetime
+    last_error: str | None
+    claimed_at: datetime | None = None
+    """The store's time when `outbox_claim` took it; `None` in a listing."""
+
+
 @runtime_checkable
 class Interest(Protocol):
     """Whether anything waits for changes now, and a way to wait until something does."""
@@ -161,6 +210,17 @@ class Store(Protocol):
     @property
     def runs_inline(self) -> bool:
         """Whether a call takes microseconds on local files, so async code may make it on the event loop."""
+        ...
+
+    @property
+    def asynchronous(self) -> Any:
+        """The same store's calls as coroutines of the same names, on a driver that waits on the event loop,
+        while `serving` holds it open on the running loop; `None` where there is no such driver (SQLite, whose
+        calls run inline, or outside `serving`). `AsyncStore` picks what to use."""
+        ...
+
+    def serving(self) -> AbstractAsyncContextManager[None]:
+        """Hold the async driver open on this event loop for as long as the block runs (a server's lifespan)."""
         ...
 
     async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
@@ -353,6 +413,37 @@ class Store(Protocol):
         self, key_id_not: str | None = None, limit: int = 1000, *, after: tuple[str, str] | None = None
     ) -> list[VaultRecord]:
         """Entries ordered by (principal_id, name), those past `after` only; `key_id_not` skips one key's."""
+        ...
+
+    def outbox_subscribe(self, subscriptions: Mapping[str, frozenset[NotificationEvent]]) -> None:
+        """Record which events each named subscription takes from now on (its earlier set replaced), so that
+        every process's transitions, the CLI's included, write outbox rows for it."""
+        ...
+
+    def outbox_claim(self, subscriptions: Sequence[str], *, limit: int, lease: timedelta) -> list[Delivery]:
+        """Take up to `limit` due pending deliveries of these subscriptions, oldest first, as one more attempt
+        each: its next attempt is put `lease` ahead, so no one else takes it meanwhile, nor after a crash
+        before `lease` has passed (on PostgreSQL rows another instance is claiming are skipped)."""
+        ...
+
+    def outbox_delivered(self, delivery: Delivery) -> bool:
+        """Settle a claimed delivery as delivered; False if it was settled already."""
+        ...
+
+    def outbox_failed(self, delivery: Delivery, *, retry_after: timedelta | None, error: str) -> bool:
+        """Record a failed attempt: tried again `retry_after` from now, or dead with `None`. False when the
+        delivery is no longer at this attempt (claimed again after its lease lapsed, or settled)."""
+        ...
+
+    def outbox_deliveries(
+        self, *, elicitation_id: str | None = None, state: DeliveryState | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        """Outbox rows, oldest first, for operators and tests."""
+        ...
+
+    def outbox_purge(self, settled_before: datetime, *, stale_before: datetime | None = None) -> int:
+        """Delete the deliveries settled (delivered or dead) before `settled_before`, and any that happened before
+        `stale_before` (a webhook no instance delivers to any more leaves its rows pending); how many."""
         ...
 
     def close(self) -> None: ...

@@ -22,8 +22,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -35,8 +34,8 @@ from mcp_elicit.store._sql import (
     CLOCK,
     SWEEP_REASON,
     BadValue,
-    Cursor,
     ForeignKeyViolation,
+    SQLCore,
     SQLStore,
     Sweepable,
     Tx,
@@ -120,7 +119,7 @@ class _WriteTransaction:
         self._path = path
         self._identity = identity
 
-    def __enter__(self) -> _SQLiteTx:
+    async def __aenter__(self) -> _SQLiteTx:
         try:
             self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
@@ -132,7 +131,7 @@ class _WriteTransaction:
             raise
         return _SQLiteTx(self._connection)
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
         connection = self._connection
         try:
             if kind is None:
@@ -154,17 +153,41 @@ class _SQLiteTx:
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
 
-    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
-        return self._connection.execute(_qmark(sql), params)
+    async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self._connection.execute(_qmark(sql), params).rowcount
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+    async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
+        return self._connection.execute(_qmark(sql), params).fetchone()
+
+    async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        return self._connection.execute(_qmark(sql), params).fetchall()
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(_qmark(sql), rows)
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
 
-    def flush(self) -> None:
+    async def flush(self) -> None:
         return None
+
+
+class _Translated:
+    """A transaction of the connection's that is already open (a read, or a call inside `atomically`):
+    nothing to begin or commit, only driver errors to turn into store errors."""
+
+    __slots__ = ("_path", "_tx")
+
+    def __init__(self, tx: _SQLiteTx, path: Path) -> None:
+        self._tx = tx
+        self._path = path
+
+    async def __aenter__(self) -> _SQLiteTx:
+        return self._tx
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if isinstance(error, sqlite3.Error):
+            raise _translate(error, self._path) from None
 
 
 _QMARK_CACHE: dict[str, str] = {}
@@ -177,21 +200,21 @@ def _qmark(sql: str) -> str:
     return converted
 
 
-class SQLiteStore(SQLStore):
+class _SQLiteCore(SQLCore):
     _for_update = ""
+    _raw_cursor_keys = True
 
     def __init__(
         self,
         path: Path,
         *,
         clock: Clock,
-        busy_timeout: float = 30.0,
-        migrate: bool = True,
-        synchronous: Synchronous = Synchronous.NORMAL,
+        listeners: list[Callable[[str], None]],
+        busy_timeout: float,
+        migrate: bool,
+        synchronous: Synchronous,
     ) -> None:
-        """`migrate=False` opens only a file at this code's schema version (`MigrationPending` otherwise) and
-        never creates one."""
-        super().__init__(clock)
+        super().__init__(clock, listeners)
         self._path = path
         self._file = path.absolute()  # what every connection opens, whatever the working directory is by then
         self._synchronous = Synchronous(synchronous)
@@ -205,14 +228,6 @@ class SQLiteStore(SQLStore):
         self._version = self._open_and_migrate()
 
     @property
-    def runs_inline(self) -> bool:
-        return True
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
     def display_url(self) -> str:
         url = f"sqlite://{self._path}" if self._path.is_absolute() else f"sqlite:{self._path}"
         return url if self._synchronous is Synchronous.NORMAL else f"{url}?synchronous={self._synchronous.value}"
@@ -221,10 +236,15 @@ class SQLiteStore(SQLStore):
     def synchronous(self) -> Synchronous:
         return self._synchronous
 
-    def schema_version(self) -> int:
+    @property
+    def version(self) -> int:
         return self._version
 
-    def verify_schema(self) -> None:
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def verify_file(self) -> None:
         # A connection of its own, opened by path without creating: the file may be gone since this store opened it.
         if self._identity is not None:
             self._identity.check()
@@ -348,37 +368,30 @@ class SQLiteStore(SQLStore):
         assert self._identity is not None  # taken when the store opened
         return _WriteTransaction(connection, self._path, self._identity)
 
-    @contextmanager
-    def _begin_read(self) -> Iterator[Tx]:
-        try:
-            yield _SQLiteTx(self._connection())
-        except sqlite3.Error as error:
-            raise _translate(error, self._path) from None
+    def _begin_read(self) -> _Translated:
+        return _Translated(_SQLiteTx(self._connection()), self._path)
 
-    @contextmanager
-    def _join(self, tx: Tx) -> Iterator[Tx]:
-        try:
-            yield tx
-        except sqlite3.Error as error:
-            raise _translate(error, self._path) from None
+    def _join(self, tx: Tx) -> _Translated:
+        assert isinstance(tx, _SQLiteTx)
+        return _Translated(tx, self._path)
 
-    def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
+    async def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
         # BEGIN IMMEDIATE holds the write lock, so both statements see the same due rows.
         stamp = self._to_time(now)
         due = sweepable.due()
         version = sweepable.version_column
-        tx.execute(
+        await tx.execute(
             "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
             f" SELECT '{sweepable.kind.value}', {sweepable.id_column}, status, 'expired', %s, %s,"
             f" json_object('version', {version} + 1), %s FROM {sweepable.table} WHERE {sweepable.id_column} IN ({due})"
             f" ORDER BY expires_at, {sweepable.id_column}",
             (CLOCK.actor, SWEEP_REASON, stamp, stamp, batch),
         )
-        rows = tx.execute(
+        rows = await tx.all(
             f"UPDATE {sweepable.table} SET status = 'expired', {version} = {version} + 1, updated_at = %s"
             f" WHERE {sweepable.id_column} IN ({due}) RETURNING {sweepable.id_column}",
             (stamp, stamp, batch),
-        ).fetchall()
+        )
         return [row[0] for row in rows]
 
     def _to_time(self, value: datetime) -> object:
@@ -411,6 +424,60 @@ class SQLiteStore(SQLStore):
             connections, self._connections = self._connections, []
         for connection in connections:
             connection.close()
+
+
+class SQLiteStore(SQLStore):
+    """The embedded store: calls take microseconds on a local file, so async code makes them inline."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Clock,
+        busy_timeout: float = 30.0,
+        migrate: bool = True,
+        synchronous: Synchronous = Synchronous.NORMAL,
+    ) -> None:
+        """`migrate=False` opens only a file at this code's schema version (`MigrationPending` otherwise) and
+        never creates one."""
+        listeners: list[Callable[[str], None]] = []
+        self._engine = _SQLiteCore(
+            path, clock=clock, listeners=listeners, busy_timeout=busy_timeout, migrate=migrate, synchronous=synchronous
+        )
+        super().__init__(self._engine, listeners)
+
+    @property
+    def runs_inline(self) -> bool:
+        return True
+
+    @property
+    def path(self) -> Path:
+        return self._engine.path
+
+    @property
+    def display_url(self) -> str:
+        return self._engine.display_url
+
+    @property
+    def synchronous(self) -> Synchronous:
+        return self._engine.synchronous
+
+    def schema_version(self) -> int:
+        return self._engine.version
+
+    def verify_schema(self) -> None:
+        self._engine.verify_file()
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection, for tests that look at the engine's settings."""
+        return self._engine._connection()
+
+    @property
+    def _identity(self) -> _FileIdentity | None:
+        return self._engine._identity
+
+    def close(self) -> None:
+        self._engine.close()
 
 
 def _loads(value: str) -> JSONValue:

@@ -53,6 +53,15 @@ border:1px solid #d0d7de;border-radius:6px;background:#fff}
 .req{color:#59636e;font-weight:400;font-size:.85rem}
 .field-error{margin:.3rem 0 0;color:#82071e;font-size:.9rem;font-weight:600}
 .field [aria-invalid=true],.field[aria-invalid=true] input{border-color:#cf222e}
+h2{font-size:1.1rem;margin:0 0 .6rem;overflow-wrap:anywhere}
+.entry{margin:1.4rem 0 0;padding:1.2rem 0 0;border-top:1px solid #d0d7de}
+.entry .actions{margin-top:1rem;align-items:center}
+a.button{display:inline-block;padding:.55rem 1.2rem;font-weight:600;border:1px solid #1a7f37;border-radius:6px;
+background:#1f883d;color:#fff;text-decoration:none}
+a.button:focus-visible{outline:2px solid #0969da;outline-offset:1px}
+.entry .actions label{margin:0}
+.actions input[type=text]{flex:1 1 12rem;width:auto}
+.pager{display:flex;gap:1rem;margin-top:1.6rem}
 """
 
 

@@ -44,7 +44,8 @@ from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.server.runtime import Elicitation
-from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound
+from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound, Store
+from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, posted_values, read_answer, render
 from mcp_elicit.web.html import page, text
@@ -85,7 +86,7 @@ class UrlPages:
         *,
         elicitation: Elicitation,
         sign_in: SignIn,
-        vault: Vault,
+        vault: Vault | None,
         flows: Mapping[str, ExternalFlow],
         page_key: bytes,
         server_title: str,
@@ -96,7 +97,10 @@ class UrlPages:
             raise ValueError("the page key must be 32 bytes (it seals OAuth state and signs forms)")
         self._elicitation = elicitation
         self._store = elicitation.store
+        self._reach = AsyncStore(elicitation.store)
         self._sign_in = sign_in
+        if flows and vault is None:
+            raise ValueError("external flows keep what they obtain in the vault: pass vault=Vault(...)")
         self._vault = vault
         self._flows = dict(flows)
         self._aead = AESGCM(page_key)
@@ -104,6 +108,11 @@ class UrlPages:
         self._title = server_title
         self._base = public_base_url.rstrip("/")
         self._clock = clock
+
+    def _flow_vault(self) -> Vault:
+        if self._vault is None:
+            raise RuntimeError("a flow ran without a vault")  # refused in __init__
+        return self._vault
 
     def routes(self) -> list[Route]:
         return [
@@ -115,22 +124,50 @@ class UrlPages:
             Route("/elicit/{elicitation_id}/answer", self.answer, methods=["POST"]),
         ]
 
+    # -- what other pages on the same sign-in share (the decision inbox) -----------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def sign_in(self) -> SignIn:
+        return self._sign_in
+
+    @property
+    def server_title(self) -> str:
+        return self._title
+
+    def form_token(self, elicitation_id: str, principal: str) -> str:
+        """The CSRF token of a form about the decision, for the signed-in `principal`: the decision page's own."""
+        return self._csrf(elicitation_id, principal)
+
+    def doing(self, decision: Decision) -> str:
+        """What the decision asks the person to do, as the page's heading says it ("answer a question")."""
+        return self._doing(decision)
+
+    def who(self, principal: str) -> str:
+        return self._who(principal)
+
+    def message(self, title: str, detail: str, status: int, *, ok: bool = False) -> Response:
+        return self._message(title, detail, status, ok=ok)
+
     # -- the decision page -----------------------------------------------------------------------------
 
     async def show(self, request: Request) -> Response:
         principal = self._sign_in.principal_of(request)
         if principal is None:
             return self._sign_in.sign_in_redirect(request)
-        decision = self._own_decision(request, principal)
+        decision = await self._own_decision(request, principal)
         if isinstance(decision, Response):
             return decision
         if decision.mode is Mode.FORM:
             if decision.is_terminal or self._overdue(decision):
                 return self._form_outcome(decision)
-            return self._form_page(decision, principal)
+            return await self._form_page(decision, principal)
         if decision.is_terminal:
             return self._outcome(decision)
-        operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
+        operation = await self._reach(self._store.get_operation, decision.operation_id, _PAGES_OPERATOR)
         token = self._csrf(decision.elicitation_id, principal)
         body = f"""
 <h1>{text(self._title)} asks you to {text(self._doing(decision))}</h1>
@@ -203,10 +240,16 @@ class UrlPages:
         user = BrowserUser(principal)
         try:
             if decision.status is DecisionStatus.REQUESTED:
-                decision = self._store.transition(decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened")
+                decision = await self._reach(
+                    self._store.transition, decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened"
+                )
             if decision.status is DecisionStatus.ACCEPTED_URL:
-                decision = self._store.transition(
-                    decision, DecisionStatus.EXTERNAL_PENDING, caller=user, reason=f"started {type(flow).__name__}"
+                decision = await self._reach(
+                    self._store.transition,
+                    decision,
+                    DecisionStatus.EXTERNAL_PENDING,
+                    caller=user,
+                    reason=f"started {type(flow).__name__}",
                 )
         except DecisionExpired as expired:
             return self._outcome(expired.current)
@@ -224,8 +267,12 @@ class UrlPages:
             return checked
         principal, decision, _ = checked
         try:
-            decision = self._store.transition(
-                decision, DecisionStatus.CANCELLED, caller=BrowserUser(principal), reason="cancelled on the page"
+            decision = await self._reach(
+                self._store.transition,
+                decision,
+                DecisionStatus.CANCELLED,
+                caller=BrowserUser(principal),
+                reason="cancelled on the page",
             )
         except (DecisionConflict, DecisionExpired) as lost:
             decision = lost.current
@@ -233,7 +280,7 @@ class UrlPages:
 
     # -- form decisions ------------------------------------------------------------------------------
 
-    def _form_page(
+    async def _form_page(
         self,
         decision: Decision,
         principal: str,
@@ -248,7 +295,7 @@ class UrlPages:
             return self._message(
                 "This question cannot be answered here", "Answer it in an app that can show the question.", 409
             )
-        operation = self._store.get_operation(decision.operation_id, _PAGES_OPERATOR)
+        operation = await self._reach(self._store.get_operation, decision.operation_id, _PAGES_OPERATOR)
         token = self._csrf(decision.elicitation_id, principal)
         problems = problems or {}
         notice = ""
@@ -288,26 +335,39 @@ class UrlPages:
         user = BrowserUser(principal)
         try:
             if action == "decline":
-                decision = self._store.transition(
-                    decision, DecisionStatus.DECLINED, caller=user, reason="declined on the page"
+                decision = await self._reach(
+                    self._store.transition,
+                    decision,
+                    DecisionStatus.DECLINED,
+                    caller=user,
+                    reason="declined on the page",
                 )
             elif action == "cancel":
-                decision = self._store.transition(
-                    decision, DecisionStatus.CANCELLED, caller=user, reason="cancelled on the page"
+                decision = await self._reach(
+                    self._store.transition,
+                    decision,
+                    DecisionStatus.CANCELLED,
+                    caller=user,
+                    reason="cancelled on the page",
                 )
             elif action == "accept":
                 try:
                     fields = fields_of(decision.requested_schema)
                 except UnsupportedSchema:
-                    return self._form_page(decision, principal)
+                    return await self._form_page(decision, principal)
                 values = posted_values(fields, form.getlist)
                 content, problems = read_answer(fields, decision.requested_schema or {}, values)
                 if problems:
                     fitless = ", ".join(sorted(problems))
                     log.info("decision %s: an answer on the page did not fit (%s)", decision.elicitation_id, fitless)
-                    return self._form_page(decision, principal, values=values, problems=problems)
-                decision = self._store.transition(
-                    decision, DecisionStatus.ACCEPTED, caller=user, content=content, reason="answered on the page"
+                    return await self._form_page(decision, principal, values=values, problems=problems)
+                decision = await self._reach(
+                    self._store.transition,
+                    decision,
+                    DecisionStatus.ACCEPTED,
+                    caller=user,
+                    content=content,
+                    reason="answered on the page",
                 )
             else:
                 return self._message("This form was not sent whole", "Reload the page and try again.", 400)
@@ -382,8 +442,8 @@ class UrlPages:
         key = str(form.get("api_key", "")).strip()
         if not key or len(key) > flow.max_length:
             return self._key_form(flow, decision, principal)
-        self._vault.put(BrowserUser(principal).as_owner(), flow.vault_name, key)
-        return self._complete(
+        await self._reach(self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, key)
+        return await self._complete(
             decision, principal, "API key stored", done=f"Your {flow.service_title} API key is stored on {self._title}."
         )
 
@@ -414,20 +474,25 @@ class UrlPages:
         if state is None or state.expires < self._clock():
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 400)
         if state.principal_id != principal:
-            self._audit_stranger(state.elicitation_id, principal, "callback presented by another user")
+            await self._audit_stranger(state.elicitation_id, principal, "callback presented by another user")
             return self._message("This step belongs to another account", "Sign in as the account that asked.", 403)
         try:
-            decision = self._store.get_decision(state.elicitation_id, BrowserUser(principal))
+            decision = await self._reach(self._store.get_decision, state.elicitation_id, BrowserUser(principal))
         except NotFound:
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 404)
         if decision.is_overdue(datetime.now(UTC)):
-            decision = self._store.expire_if_overdue(
-                decision.elicitation_id, BrowserUser(principal), reason="callback after the TTL"
+            decision = await self._reach(
+                self._store.expire_if_overdue,
+                decision.elicitation_id,
+                BrowserUser(principal),
+                reason="callback after the TTL",
             )
             if decision.is_terminal:
                 return self._outcome(decision)
         flow = self._flows.get(decision.key)
-        first = self._store.consume_token(f"oauth-state:{state.nonce}", expires_at=decision.expires_at)
+        first = await self._reach(
+            self._store.consume_token, f"oauth-state:{state.nonce}", expires_at=decision.expires_at
+        )
         if first is Consumption.ALREADY_USED or decision.is_terminal or not isinstance(flow, OAuthConnect):
             return (
                 self._outcome(decision)
@@ -441,7 +506,7 @@ class UrlPages:
         error = request.query_params.get("error")
         if error:
             said = _said(error, request.query_params.get("error_description"))
-            return self._fail(
+            return await self._fail(
                 decision,
                 principal,
                 f"{flow.provider_title} answered {said}",
@@ -463,7 +528,7 @@ class UrlPages:
                 log.warning(
                     "decision %s: %s refused the token exchange: %s", decision.elicitation_id, flow.provider_title, said
                 )
-                return self._fail(
+                return await self._fail(
                     decision,
                     principal,
                     f"the token exchange failed at {flow.provider_title}: {said}",
@@ -471,7 +536,7 @@ class UrlPages:
                 )
             except (HTTPError, ValueError) as failure:
                 log.warning("token exchange for %s failed: %s", decision.elicitation_id, type(failure).__name__)
-                return self._fail(
+                return await self._fail(
                     decision,
                     principal,
                     f"the token exchange with {flow.provider_title} failed ({type(failure).__name__})",
@@ -479,7 +544,7 @@ class UrlPages:
                 )
             access = token.get("access_token") if isinstance(token, dict) else None
             if not isinstance(access, str) or not access:
-                return self._fail(
+                return await self._fail(
                     decision,
                     principal,
                     f"{flow.provider_title} gave no access token",
@@ -488,15 +553,15 @@ class UrlPages:
             account = await _account(client, flow)
         finally:
             await client.aclose()
-        self._vault.put(BrowserUser(principal).as_owner(), flow.vault_name, access)
+        await self._reach(self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, access)
         if account is None:
-            return self._complete(
+            return await self._complete(
                 decision,
                 principal,
                 f"{flow.provider_title} connected",
                 done=f"Your {flow.provider_title} account is connected.",
             )
-        return self._complete(
+        return await self._complete(
             decision,
             principal,
             f"{flow.provider_title} connected as {account}",
@@ -505,37 +570,47 @@ class UrlPages:
 
     # -- shared steps -----------------------------------------------------------------------------------
 
-    def _complete(self, decision: Decision, principal: str, reason: str, *, done: str) -> Response:
+    async def _complete(self, decision: Decision, principal: str, reason: str, *, done: str) -> Response:
         """Complete the decision; the page says `done` (what was done) when this request is the one that did it."""
         try:
-            completed = self._store.transition(
-                decision, DecisionStatus.EXTERNAL_COMPLETED, caller=BrowserUser(principal), reason=reason
+            completed = await self._reach(
+                self._store.transition,
+                decision,
+                DecisionStatus.EXTERNAL_COMPLETED,
+                caller=BrowserUser(principal),
+                reason=reason,
             )
         except (DecisionConflict, DecisionExpired) as lost:
             return self._outcome(lost.current)
         return self._outcome(completed, detail=done)
 
-    def _fail(self, decision: Decision, principal: str, reason: str, *, why: str) -> Response:
+    async def _fail(self, decision: Decision, principal: str, reason: str, *, why: str) -> Response:
         """Fail the decision, `reason` in the audit; the page says `why` when this request is the one that failed it."""
         try:
-            failed = self._store.transition(
-                decision, DecisionStatus.EXTERNAL_FAILED, caller=BrowserUser(principal), reason=reason
+            failed = await self._reach(
+                self._store.transition,
+                decision,
+                DecisionStatus.EXTERNAL_FAILED,
+                caller=BrowserUser(principal),
+                reason=reason,
             )
         except (DecisionConflict, DecisionExpired) as lost:
             return self._outcome(lost.current)
         return self._outcome(failed, detail=why)
 
-    def _own_decision(self, request: Request, principal: str) -> Decision | Response:
+    async def _own_decision(self, request: Request, principal: str) -> Decision | Response:
         elicitation_id = request.path_params["elicitation_id"]
         try:
-            decision = self._store.get_decision(elicitation_id, BrowserUser(principal))
+            decision = await self._reach(self._store.get_decision, elicitation_id, BrowserUser(principal))
         except NotFound:
             pass
         else:
             if not decision.is_overdue(datetime.now(UTC)):
                 return decision
-            return self._store.expire_if_overdue(elicitation_id, BrowserUser(principal), reason="opened after the TTL")
-        if self._audit_stranger(elicitation_id, principal, "opened by another user"):
+            return await self._reach(
+                self._store.expire_if_overdue, elicitation_id, BrowserUser(principal), reason="opened after the TTL"
+            )
+        if await self._audit_stranger(elicitation_id, principal, "opened by another user"):
             return self._message(
                 "This step belongs to another account",
                 "You are signed in as someone else than the person it was asked of. Nothing was changed.",
@@ -543,12 +618,12 @@ class UrlPages:
             )
         return self._message("This link is not valid", "Ask your assistant to start again.", 404)
 
-    def _audit_stranger(self, elicitation_id: str, principal: str, reason: str) -> bool:
+    async def _audit_stranger(self, elicitation_id: str, principal: str, reason: str) -> bool:
         try:
-            decision = self._store.get_decision(elicitation_id, _PAGES_OPERATOR)
+            decision = await self._reach(self._store.get_decision, elicitation_id, _PAGES_OPERATOR)
         except NotFound:
             return False
-        self._store.note(decision, actor=BrowserUser(principal), reason=reason)
+        await self._reach(self._store.note, decision, actor=BrowserUser(principal), reason=reason)
         log.warning("decision %s: %s", elicitation_id, reason)
         return True
 
@@ -556,7 +631,7 @@ class UrlPages:
         principal = self._sign_in.principal_of(request)
         if principal is None:
             return self._sign_in.sign_in_redirect(request)
-        decision = self._own_decision(request, principal)
+        decision = await self._own_decision(request, principal)
         if isinstance(decision, Response):
             return decision
         form = await request.form()

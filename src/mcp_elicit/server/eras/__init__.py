@@ -8,11 +8,12 @@ missing client capability is reported.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mcp.server import ServerRequestContext
-from mcp_types import InputResponses
+from mcp.server.session import ServerSession
+from mcp_types import InputResponses, RequestId
 
 from mcp_elicit.server.eras.capabilities import Declared, Era, Need, era_of
 
@@ -23,14 +24,33 @@ if TYPE_CHECKING:
     from mcp_elicit.server.writes import HeldWrites
     from mcp_elicit.store.offload import AsyncStore
 
-__all__ = ["Call", "Declared", "Era", "EraAdapter", "Need", "Target", "era_of"]
+__all__ = ["Call", "Declared", "Era", "EraAdapter", "Need", "RequestContext", "Target", "era_of"]
+
+
+class RequestContext(Protocol):
+    """What the runtime reads of a request: the SDK's `ServerRequestContext`, or a framework's view of it."""
+
+    @property
+    def session(self) -> ServerSession: ...
+
+    @property
+    def request_id(self) -> RequestId | None: ...
+
+    @property
+    def protocol_version(self) -> str: ...
+
+    @property
+    def meta(self) -> Mapping[str, object] | None: ...
+
+    @property
+    def request(self) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """What one `tools/call` or `prompts/get` brings, through an `MCPServer` entry or a lowlevel handler."""
+    """What one `tools/call` or `prompts/get` brings, through an `MCPServer` entry, a lowlevel handler or FastMCP."""
 
-    request: ServerRequestContext[Any, Any]
+    request: RequestContext
     input_responses: InputResponses | None
     request_state: str | None
 

@@ -96,9 +96,10 @@ class MrtrEra:
         state = self._state = RoundState.decode(self._call.request_state)
         sync, ttl, clock = store.sync, self._settings.state_ttl, self._settings.clock
 
-        def spend() -> None:
+        async def spend() -> None:
             """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
-            if sync.consume_token(state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW) is Consumption.ALREADY_USED:
+            spent = await store(sync.consume_token, state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW)
+            if spent is Consumption.ALREADY_USED:
                 log.warning("requestState round replayed for operation %s", state.operation_id)
                 raise refused()
 

@@ -1,0 +1,11 @@
+"""FastMCP 4 integration (`pip install mcp-elicit[fastmcp]`): flow tools on a `FastMCP` server, and its sign-in.
+
+The only part of mcp-elicit that imports FastMCP. `FastMCPFlows` builds the server and registers tools whose
+body takes a `Flow`, run by the same runtime as on the SDK's `MCPServer`; `LocalOAuth` puts the local
+authorization server behind FastMCP's `auth=`, so the sign-in and the URL-mode pages mount on the same app.
+"""
+
+from mcp_elicit.fastmcp.auth import LocalOAuth
+from mcp_elicit.fastmcp.tools import FastMCPFlows
+
+__all__ = ["FastMCPFlows", "LocalOAuth"]

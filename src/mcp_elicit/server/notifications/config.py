@@ -1,0 +1,145 @@
+"""What a served app notifies, whom, and how hard it tries: webhook subscriptions and their retry policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from mcp_elicit.server.notifications.signing import WebhookSecret
+from mcp_elicit.store.protocol import NotificationEvent
+
+URL_ENV = "MCP_ELICIT_WEBHOOK_URL"
+SECRET_ENV = "MCP_ELICIT_WEBHOOK_SECRET"  # noqa: S105 (the variable's name)
+EVENTS_ENV = "MCP_ELICIT_WEBHOOK_EVENTS"
+ALL_EVENTS = frozenset(NotificationEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Exponential backoff between attempts, and when to give up (the delivery is then marked dead and logged).
+
+    With the defaults a failing receiver is tried at about 10 s, 20 s, 40 s ... then hourly, 15 attempts in
+    all (some 9 hours), and never for an event older than 3 days. Each pause strays by up to a fifth either
+    way, so deliveries that failed together do not come back together.
+    """
+
+    first: timedelta = timedelta(seconds=10)
+    factor: float = 2.0
+    ceiling: timedelta = timedelta(hours=1)
+    attempts: int = 15
+    max_age: timedelta = timedelta(days=3)
+
+    def __post_init__(self) -> None:
+        if self.first <= timedelta(0) or self.ceiling < self.first:
+            raise ValueError(f"retry pauses must be positive, the ceiling at least the first ({self.first})")
+        if self.factor < 1 or self.attempts < 1 or self.max_age <= timedelta(0):
+            raise ValueError("a retry policy needs factor >= 1, attempts >= 1 and a positive max_age")
+
+    def pause(self, attempts: int) -> timedelta:
+        """The pause after the `attempts`-th failed attempt, before jitter."""
+        seconds = self.first.total_seconds() * self.factor ** min(max(attempts - 1, 0), 64)
+        return timedelta(seconds=min(seconds, self.ceiling.total_seconds()))
+
+    def gives_up(self, attempts: int, age: timedelta) -> bool:
+        return attempts >= self.attempts or age >= self.max_age
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """One subscription: events POSTed as JSON to `url`, signed with `secret` (Standard Webhooks).
+
+    `name` keys its rows in the outbox (default: the URL without query or credentials); every instance
+    serving the store must give the same webhook the same name and secret.
+    """
+
+    url: str
+    secret: WebhookSecret | str | bytes = field(repr=False)
+    events: AbstractSet[NotificationEvent] = ALL_EVENTS
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a webhook URL is an http(s) URL, not {self.url!r}")
+        if not isinstance(self.secret, WebhookSecret):
+            object.__setattr__(self, "secret", WebhookSecret(self.secret))
+        events = frozenset(NotificationEvent(event) for event in self.events)
+        if not events:
+            raise ValueError(f"webhook {self.url} subscribes to no event; give at least one of {_names()}")
+        object.__setattr__(self, "events", events)
+        if self.name is None:
+            object.__setattr__(self, "name", f"{parts.scheme}://{parts.hostname}{_port(parts.port)}{parts.path}")
+
+    @property
+    def key(self) -> WebhookSecret:
+        assert isinstance(self.secret, WebhookSecret)
+        return self.secret
+
+    @property
+    def subscription(self) -> str:
+        assert self.name is not None
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Notifications:
+    """The webhooks a served app delivers the outbox to, and how.
+
+    `timeout` bounds each attempt (seconds); `poll` is how often the outbox is looked at for due deliveries;
+    `batch` how many are attempted at once; settled deliveries are deleted `keep` after they settled.
+    """
+
+    webhooks: Sequence[Webhook]
+    retry: Retry = Retry()
+    timeout: float = 10.0
+    poll: timedelta = timedelta(seconds=1)
+    batch: int = 20
+    keep: timedelta = timedelta(days=7)
+
+    def __post_init__(self) -> None:
+        names = [hook.subscription for hook in self.webhooks]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"webhooks share the name {', '.join(repeated)}: give each its own name=")
+        if self.timeout <= 0 or self.poll <= timedelta(0) or self.batch < 1:
+            raise ValueError("notifications need a positive timeout and poll, and a batch of at least 1")
+
+    @property
+    def lease(self) -> timedelta:
+        """How long a claimed delivery is left to its deliverer before another may take it (crash or hang)."""
+        return timedelta(seconds=3 * self.timeout + 5)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Notifications | None:
+        """One webhook from `MCP_ELICIT_WEBHOOK_URL`, `_SECRET` and `_EVENTS` (comma-separated, default all);
+        `None` when no URL is set. Every problem names its variable."""
+        url = environ.get(URL_ENV, "").strip()
+        if not url:
+            return None
+        secret = environ.get(SECRET_ENV, "").strip()
+        if not secret:
+            raise ValueError(f"{SECRET_ENV} is not set, and {URL_ENV} needs it (whsec_<base64 of 24+ bytes>)")
+        try:
+            webhook = Webhook(url, secret, _events(environ.get(EVENTS_ENV, "")))
+        except ValueError as error:
+            raise ValueError(f"{URL_ENV}/{SECRET_ENV}/{EVENTS_ENV}: {error}") from None
+        return cls([webhook])
+
+
+def _events(text: str) -> frozenset[NotificationEvent]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in {event.value for event in NotificationEvent}]
+    if unknown:
+        raise ValueError(f"unknown event {', '.join(unknown)}; the events are {_names()}")
+    return frozenset(NotificationEvent(name) for name in names) if names else ALL_EVENTS
+
+
+def _names(events: Iterable[NotificationEvent] = NotificationEvent) -> str:
+    return ", ".join(event.value for event in events)
+
+
+def _port(port: int | None) -> str:
+    return "" if port is None else f":{port}"

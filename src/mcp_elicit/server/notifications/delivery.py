@@ -1,0 +1,172 @@
+"""Delivering the notification outbox to webhooks: at least once, each event under one id, across restarts.
+
+The store writes an outbox row per subscription in the transaction of the transition that causes it, so
+no committed transition goes unannounced and no rolled-back one is announced. The served app's lifespan
+runs one `Deliverer`: it claims due rows (one more attempt each, its next one put a lease ahead), POSTs
+each, and settles it: a 2xx answer delivers it; anything else (another status, a redirect, a timeout, a
+refused connection) schedules the next attempt after the retry policy's backoff, or marks it dead, logged,
+once the policy gives up.
+
+Guarantees: a delivery that a crash or a hang interrupts is claimed again once its lease passes, by any
+instance, with the same `webhook-id`; on PostgreSQL instances claim with `FOR UPDATE SKIP LOCKED`, so each
+attempt is made by one of them (SQLite serves one host, its write lock does the same). The body holds ids,
+statuses, the method and target, and times; never the question's message or an answer.
+
+Does not guarantee: exactly once (an attempt the receiver took whose answer was lost is made again), nor
+order between events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import httpx
+
+from mcp_elicit.model import JSONObject
+from mcp_elicit.server.notifications.config import Notifications, Webhook
+from mcp_elicit.server.notifications.signing import sign
+from mcp_elicit.store import Clock, StoreError, utc_now
+from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.protocol import Delivery, NotificationEvent
+
+log = logging.getLogger(__name__)
+
+JITTER = 0.2
+PURGE_EVERY = timedelta(minutes=10)
+_SUBSCRIBE_PAUSE = (1.0, 60.0)
+
+
+def payload(delivery: Delivery) -> bytes:
+    """The JSON body of a delivery, Standard Webhooks' shape: `type`, `timestamp` (when it happened), `data`."""
+    data: JSONObject = {
+        "elicitation_id": delivery.elicitation_id,
+        "operation_id": delivery.operation_id,
+        "principal_id": delivery.principal_id,
+        "status": delivery.status.value,
+        "method": delivery.method,
+        "target": delivery.target,
+        "deadline": _iso(delivery.deadline),
+    }
+    if delivery.event is NotificationEvent.TASK_INPUT_REQUIRED:
+        data["task_id"] = delivery.operation_id
+    body = {"type": delivery.event.value, "timestamp": _iso(delivery.occurred_at), "data": data}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class Deliverer:
+    """Delivers one store's outbox to the configured webhooks for as long as `run` runs."""
+
+    def __init__(self, store: AsyncStore, notifications: Notifications, clock: Clock = utc_now) -> None:
+        self._store = store
+        self._clock = clock
+        self._settings = notifications
+        self._hooks: dict[str, Webhook] = {hook.subscription: hook for hook in notifications.webhooks}
+        self._purged: float | None = None
+
+    async def run(self) -> None:
+        """Subscribe (again until the store answers), then deliver what is due after every `poll`."""
+        await self.subscribe()
+        timeout = httpx.Timeout(self._settings.timeout)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+            while True:
+                claimed = await self.deliver_due(http)
+                await self._purge()
+                if claimed < self._settings.batch:
+                    await anyio.sleep(self._settings.poll.total_seconds())
+
+    async def subscribe(self) -> None:
+        """Record the webhooks' subscriptions in the store, trying again until it answers."""
+        pause, ceiling = _SUBSCRIBE_PAUSE
+        subscriptions = {name: frozenset(hook.events) for name, hook in self._hooks.items()}
+        while True:
+            try:
+                await self._store(self._store.sync.outbox_subscribe, subscriptions)
+                return
+            except StoreError as error:
+                log.warning("cannot record webhook subscriptions in %s (trying again): %s", self._display, error)
+            await anyio.sleep(pause)
+            pause = min(pause * 2, ceiling)
+
+    @property
+    def _display(self) -> str:
+        return self._store.sync.display_url
+
+    async def deliver_due(self, http: httpx.AsyncClient) -> int:
+        """Attempt every due delivery of a batch at once; how many were claimed."""
+        sync = self._store.sync
+        try:
+            claimed = await self._store(
+                sync.outbox_claim, list(self._hooks), limit=self._settings.batch, lease=self._settings.lease
+            )
+        except StoreError as error:
+            log.warning("cannot read the notification outbox of %s (trying again): %s", self._display, error)
+            return 0
+        async with anyio.create_task_group() as group:
+            for delivery in claimed:
+                group.start_soon(self._deliver, http, delivery)
+        return len(claimed)
+
+    async def _deliver(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
+        hook = self._hooks[delivery.subscription]
+        body = payload(delivery)
+        headers = {"content-type": "application/json", **sign(hook.key, delivery.event_id, body)}
+        failure: str | None
+        try:
+            # The whole attempt is bounded, not each read: a receiver that trickles its answer would otherwise
+            # outlast the claim's lease, and another instance would deliver the event again meanwhile.
+            with anyio.fail_after(self._settings.timeout):
+                async with http.stream("POST", hook.url, content=body, headers=headers) as response:
+                    failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+        except httpx.HTTPError as error:
+            failure = type(error).__name__
+        except TimeoutError:
+            failure = "timed out"
+        try:
+            await self._settle(delivery, failure)
+        except StoreError as error:
+            # The claim lapses after its lease and the delivery is made again: at least once holds.
+            log.warning("cannot record delivery of %s to %s: %s", delivery.event_id, delivery.subscription, error)
+
+    async def _settle(self, delivery: Delivery, failure: str | None) -> None:
+        sync = self._store.sync
+        if failure is None:
+            await self._store(sync.outbox_delivered, delivery)
+            return
+        retry = self._settings.retry
+        age = (delivery.claimed_at or delivery.occurred_at) - delivery.occurred_at
+        if retry.gives_up(delivery.attempts, age):
+            if await self._store(sync.outbox_failed, delivery, retry_after=None, error=failure):
+                log.error(
+                    "gave up delivering %s to webhook %s after %d attempts over %s: %s",
+                    delivery.event_id, delivery.subscription, delivery.attempts, age, failure,
+                )  # fmt: skip
+            return
+        pause = retry.pause(delivery.attempts) * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 (spreading)
+        await self._store(sync.outbox_failed, delivery, retry_after=pause, error=failure)
+        log.warning(
+            "delivering %s to webhook %s failed (attempt %d: %s); next in %.0f s",
+            delivery.event_id, delivery.subscription, delivery.attempts, failure, pause.total_seconds(),
+        )  # fmt: skip
+
+    async def _purge(self) -> None:
+        tick = anyio.current_time()
+        if self._purged is not None and tick - self._purged < PURGE_EVERY.total_seconds():
+            return
+        self._purged = tick
+        now, settings = self._clock(), self._settings
+        try:
+            await self._store.batch(
+                self._store.sync.outbox_purge,
+                now - settings.keep,
+                stale_before=now - settings.retry.max_age - settings.keep,
+            )
+        except StoreError as error:
+            log.warning("cannot purge settled deliveries of %s: %s", self._display, error)

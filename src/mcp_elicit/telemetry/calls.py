@@ -1,0 +1,127 @@
+"""The spans of the runtime: a served call, a question put to the person, a journaled step.
+
+A call's span sets the ids its log records carry (see `context`); the operation id joins them once the
+runtime found the call's operation, and a question's decision id while it is put to the person.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
+
+from mcp_types import InputRequiredResult
+from opentelemetry.util.types import AttributeValue
+
+from mcp_elicit.model import Decision, Operation
+from mcp_elicit.telemetry import instruments as otel
+from mcp_elicit.telemetry.context import CALL, DECISION, CallIds
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Run(Protocol):
+    """A call's run of a body over its operation (the runtime's `Execution`)."""
+
+    @property
+    def operation(self) -> Operation: ...
+
+
+class Replay(Protocol):
+    """A completed operation's recorded result handed to an identical call (the runtime's `Replayed`)."""
+
+    @property
+    def operation(self) -> Operation: ...
+
+
+Runner = TypeVar("Runner", bound=Run)
+
+
+async def traced_call(method: str, target: str, era: str, work: Awaitable[R], *, replay: type[Replay]) -> R:
+    """Await `work`, the runtime serving one call, in the call's span; `replay` is the type of a replayed result."""
+    ids = CallIds(method, target, era)
+    token = CALL.set(ids)
+    try:
+        with otel.span("mcp_elicit.call", {otel.METHOD: method, otel.TARGET: target, otel.ERA: era}) as current:
+            try:
+                result = await work
+            except BaseException as error:
+                otel.failed(current, error)
+                raise
+            finally:
+                if ids.operation_id is not None:
+                    current.set_attribute(otel.OPERATION_ID, ids.operation_id)
+            if isinstance(result, InputRequiredResult):
+                current.set_attribute(otel.OUTCOME, "input_required")
+            elif isinstance(result, replay):
+                current.set_attributes({otel.OUTCOME: "replayed", otel.OPERATION_ID: result.operation.operation_id})
+            else:
+                current.set_attribute(otel.OUTCOME, "result")
+            return result
+    finally:
+        CALL.reset(token)
+
+
+def in_operation(operation: Operation) -> None:
+    """The call under way runs in `operation`: its span and its log records say so from here on."""
+    ids = CALL.get()
+    if ids is not None:
+        ids.operation_id = operation.operation_id
+
+
+def _run_attributes(run: Run) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {otel.OPERATION_ID: run.operation.operation_id}
+    ids = CALL.get()
+    if ids is not None:
+        attributes[otel.ERA] = ids.era
+    return attributes
+
+
+def traced_ask(
+    method: Callable[Concatenate[Runner, Decision, P], Awaitable[Decision]],
+) -> Callable[Concatenate[Runner, Decision, P], Awaitable[Decision]]:
+    """`Execution._put_to_person`: a span per question put to the person; its outcome is the decision's status
+    after (`requested` when the answer is still awaited) or the signal that ended the turn."""
+
+    @functools.wraps(method)
+    async def ask(run: Runner, decision: Decision, /, *args: P.args, **kwargs: P.kwargs) -> Decision:
+        attributes = _run_attributes(run)
+        attributes.update(
+            {otel.DECISION_ID: decision.elicitation_id, otel.DECISION_KEY: decision.key, otel.MODE: decision.mode.value}
+        )
+        token = DECISION.set(decision.elicitation_id)
+        try:
+            with otel.span("mcp_elicit.ask", attributes) as current:
+                try:
+                    answered = await method(run, decision, *args, **kwargs)
+                except BaseException as error:
+                    otel.failed(current, error)
+                    raise
+                current.set_attribute(otel.OUTCOME, answered.status.value)
+                return answered
+        finally:
+            DECISION.reset(token)
+
+    return ask
+
+
+def traced_step(
+    method: Callable[Concatenate[Runner, str, P], Awaitable[R]],
+) -> Callable[Concatenate[Runner, str, P], Awaitable[R]]:
+    """`Execution.step`: a span per journaled step, whether it runs or its journaled result is returned."""
+
+    @functools.wraps(method)
+    async def step(run: Runner, name: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        attributes = _run_attributes(run)
+        attributes[otel.STEP] = name
+        with otel.span("mcp_elicit.step", attributes) as current:
+            try:
+                result = await method(run, name, *args, **kwargs)
+            except BaseException as error:
+                otel.failed(current, error)
+                raise
+            current.set_attribute(otel.OUTCOME, "completed")
+            return result
+
+    return step

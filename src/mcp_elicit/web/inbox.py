@@ -1,0 +1,349 @@
+"""The decision inbox at `/inbox`: a signed-in person's pending decisions, across tools, clients and sessions.
+
+Each entry says which tool asks, through which client, what for and until when. A form decision is answered
+on its own page (the `Fallback.WEB` form of `mcp_elicit.web.pages`, linked from the entry), a URL decision is
+continued on its URL page; either is declined (while nothing has started) or cancelled from the inbox itself.
+People named in `InboxSettings.operators` see everyone's pending decisions and may cancel another person's,
+giving a reason. Every move is the store's compare-and-set transition, so the calling client's retry or the
+call waiting on the decision picks it up as from any other path, and the audit names who did it and why.
+
+Guarantees: it runs on the URL pages' sign-in, page shell and CSRF tokens (`UrlPages`), so it needs the same
+signed-in principal and carries the same headers and no JavaScript. A person lists and moves only their own
+decisions (the store binds the read to the principal); another person's decision is refused exactly like a
+missing one and nothing changes (a post without a token of the person's own for that id writes nothing; one
+with a valid token for another's decision is noted in its audit). An operator's cancellation is
+audited as `operator:<principal>` with the reason given. Listings are keyset pages of a bounded size.
+
+Does not guarantee: that an operator is who the configuration says (operators are principals of the same
+sign-in), nor that a decision shown is still waiting when the person acts: a move that lost the race says
+where the decision went instead.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final, Literal
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
+from mcp_elicit.store import DecisionConflict, DecisionExpired, DecisionFilter, DecisionPage, NotFound
+from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.web.formpage import UnsupportedSchema, fields_of
+from mcp_elicit.web.html import page, text
+from mcp_elicit.web.pages import UrlPages
+
+__all__ = ["INBOX_PATH", "MAX_REASON", "DecisionInbox", "InboxSettings"]
+
+log = logging.getLogger(__name__)
+
+INBOX_PATH: Final = "/inbox"
+MAX_REASON: Final = 300
+"""At most this many characters of an operator's reason for cancelling reach the audit."""
+MAX_PAGE_SIZE: Final = 100
+_MAX_ID = 64
+_EVERY_DEADLINE: Final = datetime(9999, 1, 1, tzinfo=UTC)
+"""Later than any decision's TTL: as `expiring_before`, it keeps every waiting decision and only those."""
+_DONE: Final = {
+    "declined": "Declined. The tool learns that you said no.",
+    "cancelled": "Cancelled. The tool learns that the question was dismissed without an answer.",
+    "cancelled-for": "Cancelled. The tool learns it was dismissed; your reason is in the audit.",
+}
+
+Action = Literal["decline", "cancel"]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxSettings:
+    """Who operates the inbox, and how long its pages are."""
+
+    operators: frozenset[str] = field(default_factory=frozenset)
+    """Principal ids (as the sign-in gives them, `issuer#username`) who see and may cancel everyone's decisions."""
+    page_size: int = 20
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"the inbox page size must be from 1 to {MAX_PAGE_SIZE}, got {self.page_size}")
+        if isinstance(self.operators, str):
+            raise TypeError("the inbox operators are a set of principal ids, not one string")
+        if any(not isinstance(name, str) or not name for name in self.operators):
+            raise ValueError("an inbox operator is a non-empty principal id")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    decision: Decision
+    tool: str
+    own: bool
+
+
+class DecisionInbox:
+    """`GET /inbox`, `POST /inbox/{id}/decline` and `POST /inbox/{id}/cancel`, beside the `UrlPages` routes."""
+
+    def __init__(self, pages: UrlPages, settings: InboxSettings | None = None) -> None:
+        self._pages = pages
+        self._settings = settings or InboxSettings()
+        self._store = AsyncStore(pages.store)
+        self._sign_in = pages.sign_in
+        self._title = pages.server_title
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(INBOX_PATH, self.show, methods=["GET"], name="elicit-inbox"),
+            Route(f"{INBOX_PATH}/{{elicitation_id}}/decline", self.decline, methods=["POST"], name="elicit-decline"),
+            Route(f"{INBOX_PATH}/{{elicitation_id}}/cancel", self.cancel, methods=["POST"], name="elicit-cancel"),
+        ]
+
+    def is_operator(self, principal: str) -> bool:
+        return principal in self._settings.operators
+
+    # -- the listing ---------------------------------------------------------------------------------------
+
+    async def show(self, request: Request) -> Response:
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        after = request.query_params.get("after") or None
+        operator = self.is_operator(principal)
+        sync = self._store.sync
+        caller = Operator(principal) if operator else BrowserUser(principal)
+        try:
+            listed: DecisionPage = await self._store(
+                sync.decision_page,
+                caller,
+                DecisionFilter(expiring_before=_EVERY_DEADLINE),
+                after=after,
+                limit=self._settings.page_size,
+            )
+        except ValueError:
+            return self._pages.message("This inbox link is not valid", "Open your inbox from its first page.", 400)
+        for row in listed.unreadable:
+            log.warning("the inbox left out a decision it cannot read: %s", row)
+        now = datetime.now(UTC)
+        tools: dict[str, str] = {}
+        entries = []
+        for decision in listed.decisions:
+            if decision.is_overdue(now):
+                continue
+            if decision.operation_id not in tools:
+                tools[decision.operation_id] = await self._tool_of(decision, caller)
+            own = decision.principal_id == principal
+            entries.append(_Entry(decision, tools[decision.operation_id], own))
+        return self._listing(principal, entries, listed, first=after is None, done=request.query_params.get("done"))
+
+    async def _tool_of(self, decision: Decision, caller: BrowserUser | Operator) -> str:
+        try:
+            operation = await self._store(self._store.sync.get_operation, decision.operation_id, caller)
+        except NotFound:
+            return "a tool"
+        return operation.target
+
+    def _listing(
+        self, principal: str, entries: list[_Entry], listed: DecisionPage, *, first: bool, done: str | None
+    ) -> Response:
+        operator = self.is_operator(principal)
+        heading = "Decisions waiting for anyone" if operator else "Decisions waiting for you"
+        role = " You are an operator: you see everyone's and may cancel them." if operator else ""
+        parts = [
+            f"<h1>{text(heading)}</h1>",
+            f'<p class="muted">Signed in as {text(self._pages.who(principal))}.{text(role)} Newest first.</p>',
+        ]
+        if done in _DONE:
+            parts.append(f'<p class="ok" role="status">{text(_DONE[done])}</p>')
+        if listed.unreadable:
+            parts.append(
+                f'<p class="error">{len(listed.unreadable)} of these could not be read and are left out; '
+                "the server's log says which.</p>"
+            )
+        if entries:
+            parts.extend(self._entry(entry, principal) for entry in entries)
+        else:
+            parts.append(f'<p class="muted">{"Nothing more is waiting." if not first else "Nothing is waiting."}</p>')
+        pager = []
+        if not first:
+            pager.append(f'<a href="{INBOX_PATH}">First page</a>')
+        if listed.after is not None:
+            more = urlencode({"after": listed.after})
+            pager.append(f'<a href="{INBOX_PATH}?{text(more)}" rel="next">More</a>')
+        if pager:
+            parts.append(f'<nav class="pager" aria-label="Pages">{"".join(pager)}</nav>')
+        return page(f"{self._title}: {heading.lower()}", "\n".join(parts), server=self._title)
+
+    def _entry(self, entry: _Entry, principal: str, *, reason: str = "", problem: str | None = None) -> str:
+        decision = entry.decision
+        ident = text(decision.elicitation_id)
+        token = text(self._pages.form_token(decision.elicitation_id, principal))
+        csrf = f'<input type="hidden" name="csrf" value="{token}">'
+        until = decision.expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        facts = [("Tool", entry.tool), ("Client", decision.client_id)]
+        if not entry.own:
+            facts.append(("For", self._pages.who(decision.principal_id)))
+        facts.append(("Until", until))
+        listed = "\n".join(f"<dt>{text(term)}</dt><dd>{text(value)}</dd>" for term, value in facts)
+        asks = f"{entry.tool} asks {'you' if entry.own else 'them'} to {self._pages.doing(decision)}"
+        if entry.own:
+            actions = self._own_actions(decision, csrf)
+        else:
+            shown = f' value="{text(reason)}"' if reason else ""
+            error = f'<p class="error" role="alert">{text(problem)}</p>' if problem else ""
+            actions = f"""{error}<form class="actions" method="post" action="{INBOX_PATH}/{ident}/cancel">
+{csrf}<label for="reason-{ident}">Reason</label>
+<input id="reason-{ident}" name="reason" type="text" required maxlength="{MAX_REASON}"{shown}
+ placeholder="Why it is cancelled (goes to the audit)">
+<button type="submit">Cancel for them</button></form>"""
+        return f"""<section class="entry" aria-labelledby="entry-{ident}">
+<h2 id="entry-{ident}">{text(asks)}</h2>
+<div class="message">{text(decision.message)}</div>
+<dl>
+{listed}
+</dl>
+{actions}
+</section>"""
+
+    def _own_actions(self, decision: Decision, csrf: str) -> str:
+        ident = text(decision.elicitation_id)
+        buttons = []
+        if decision.mode is Mode.URL:
+            buttons.append(f'<a class="button" href="/elicit/{ident}">Continue</a>')
+        elif _answerable_here(decision):
+            buttons.append(f'<a class="button" href="/elicit/{ident}">Answer</a>')
+        else:
+            buttons.append('<span class="muted">Answer it in an app that can show the question.</span>')
+        if decision.status is DecisionStatus.REQUESTED:
+            buttons.append(
+                f'<form method="post" action="{INBOX_PATH}/{ident}/decline">{csrf}'
+                '<button type="submit">Decline</button></form>'
+            )
+        buttons.append(
+            f'<form method="post" action="{INBOX_PATH}/{ident}/cancel">{csrf}'
+            '<button type="submit">Cancel</button></form>'
+        )
+        return '<div class="actions">' + "\n".join(buttons) + "</div>"
+
+    # -- moves ---------------------------------------------------------------------------------------------
+
+    async def decline(self, request: Request) -> Response:
+        return await self._move(request, "decline")
+
+    async def cancel(self, request: Request) -> Response:
+        return await self._move(request, "cancel")
+
+    async def _move(self, request: Request, action: Action) -> Response:
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        elicitation_id = str(request.path_params["elicitation_id"])
+        form = await request.form()
+        # The token first: a forged form writes nothing (not even an audit note or an expiry).
+        expected = self._pages.form_token(elicitation_id, principal)
+        if not hmac.compare_digest(str(form.get("csrf", "")), expected):
+            return self._pages.message("This form has expired", "Reload your inbox and try again.", 403)
+        found = await self._find(elicitation_id, principal)
+        if found is None:
+            return self._pages.message("Not in your inbox", "No decision of yours has this id. Nothing changed.", 404)
+        decision, own = found
+        if decision.is_terminal:
+            return self._ended(decision)
+        if not own:
+            if action != "cancel":
+                return self._pages.message("Not in your inbox", "No decision of yours has this id.", 404)
+            return await self._cancel_for(decision, principal, str(form.get("reason", "")))
+        if action == "decline" and decision.status is not DecisionStatus.REQUESTED:
+            return self._pages.message(
+                "This can no longer be declined", "Its step has started; cancel it instead. Nothing changed.", 409
+            )
+        to, reason = (
+            (DecisionStatus.DECLINED, "declined in the inbox")
+            if action == "decline"
+            else (DecisionStatus.CANCELLED, "cancelled in the inbox")
+        )
+        moved = await self._transition(decision, to, BrowserUser(principal), reason)
+        if isinstance(moved, Response):
+            return moved
+        return RedirectResponse(f"{INBOX_PATH}?done={'declined' if action == 'decline' else 'cancelled'}", 303)
+
+    async def _cancel_for(self, decision: Decision, principal: str, given: str) -> Response:
+        """An operator cancels another person's decision; the reason they give goes to the audit, as said."""
+        reason = " ".join("".join(c if c.isprintable() else " " for c in given).split())
+        problem = None
+        if not reason:
+            problem = "Say why you cancel it: the reason goes to the audit. Nothing changed."
+        elif len(reason) > MAX_REASON:
+            problem = f"The reason may be at most {MAX_REASON} characters; it has {len(reason)}. Nothing changed."
+        if problem is not None:
+            tool = await self._tool_of(decision, Operator(principal))
+            body = "<h1>Cancel this decision</h1>\n" + self._entry(
+                _Entry(decision, tool, own=False), principal, reason=given, problem=problem
+            )
+            return page(f"{self._title}: cancel a decision", body, server=self._title, status=400)
+        moved = await self._transition(
+            decision, DecisionStatus.CANCELLED, Operator(principal), f"cancelled by an operator in the inbox: {reason}"
+        )
+        if isinstance(moved, Response):
+            return moved
+        return RedirectResponse(f"{INBOX_PATH}?done=cancelled-for", 303)
+
+    async def _transition(
+        self, decision: Decision, to: DecisionStatus, caller: BrowserUser | Operator, reason: str
+    ) -> Decision | Response:
+        try:
+            return await self._store(self._store.sync.transition, decision, to, caller=caller, reason=reason)
+        except (DecisionConflict, DecisionExpired) as lost:
+            return self._ended(lost.current)
+
+    async def _find(self, elicitation_id: str, principal: str) -> tuple[Decision, bool] | None:
+        """The decision as the signed-in person may act on it, and whether it is their own; None when they may not."""
+        if not 0 < len(elicitation_id) <= _MAX_ID:
+            return None
+        sync = self._store.sync
+        try:
+            decision = await self._store(sync.get_decision, elicitation_id, BrowserUser(principal))
+        except NotFound:
+            pass
+        else:
+            return await self._current(decision, BrowserUser(principal)), True
+        try:
+            decision = await self._store(sync.get_decision, elicitation_id, Operator(principal))
+        except NotFound:
+            return None
+        if self.is_operator(principal):
+            return await self._current(decision, Operator(principal)), False
+        await self._store(sync.note, decision, actor=BrowserUser(principal), reason="inbox action by another user")
+        log.warning("decision %s: an inbox action by another user was refused", elicitation_id)
+        return None
+
+    async def _current(self, decision: Decision, caller: BrowserUser | Operator) -> Decision:
+        if not decision.is_overdue(datetime.now(UTC)):
+            return decision
+        return await self._store(
+            self._store.sync.expire_if_overdue, decision.elicitation_id, caller, reason="acted on after the TTL"
+        )
+
+    def _ended(self, decision: Decision) -> Response:
+        if decision.status is DecisionStatus.EXPIRED:
+            return self._pages.message(
+                "This decision has expired", "It was only open for a limited time. Nothing was recorded.", 410
+            )
+        said = {
+            DecisionStatus.DECLINED: "It was declined.",
+            DecisionStatus.CANCELLED: "It was cancelled.",
+            DecisionStatus.ACCEPTED: "It was answered.",
+            DecisionStatus.EXTERNAL_COMPLETED: "Its step was completed.",
+            DecisionStatus.EXTERNAL_FAILED: "Its step failed.",
+        }.get(decision.status, "It moved on meanwhile.")
+        return self._pages.message("This decision is no longer waiting", f"{said} Nothing changed.", 409)
+
+
+def _answerable_here(decision: Decision) -> bool:
+    """Whether the decision page can show the question: the restricted-schema reader the form page uses says so."""
+    try:
+        fields_of(decision.requested_schema)
+    except UnsupportedSchema:
+        return False
+    return True

@@ -1,0 +1,121 @@
+"""`mount_web`: the URL-mode pages, the sign-in they rely on and the health routes, on your own server, in one call.
+
+A URL decision (`flow.ask_url`) and a question answered on the web (`Fallback.WEB`) send the person to
+`/elicit/{id}` on this server; those pages must know who sits at the browser, run the external flows and
+keep what they obtain in the vault. `mount_web(server, elicitation, WebPages(...))` adds all of it to an
+`MCPServer` as custom routes (served without bearer authorization, since a browser carries no MCP token):
+the decision pages and the OAuth callback, the sign-in routes of a `SignIn` that serves its own
+(`LocalAuthorizationServer`: `/signin`, `/signout`), and `/healthz` and `/readyz`. The
+`mcp-elicit serve --transport http` deployment is wired the same way.
+
+Guarantees: everything is checked before a route is added (a public base URL to serve under, a vault for
+any external flow, a page key of 32+ bytes), so a misconfiguration fails at start-up, naming what is missing,
+instead of on a person's first click. The pages' own guarantees are those of `mcp_elicit.web.pages`.
+
+Does not guarantee: that `sign_in` knows the same people as the MCP tokens. The principal a page checks
+is `sign_in.principal_of(request)`, and it must equal the MCP principal (`f"{iss}#{sub}"`): the local
+authorization server does so by construction, and `OidcSignIn` signs browsers in with the external
+provider whose tokens `JwksTokenVerifier` checks and names them the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from mcp.server.mcpserver import MCPServer
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.web.authserver import LocalAuthorizationServer
+from mcp_elicit.web.flows import ExternalFlow
+from mcp_elicit.web.health import Health
+from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
+from mcp_elicit.web.pages import SignIn, UrlPages
+from mcp_elicit.web.vault import Vault
+
+__all__ = ["ServedSignIn", "WebPages", "mount_web"]
+
+MIN_PAGE_KEY_BYTES = 32
+_PAGE_KEY_LABEL = b"mcp-elicit/web/pages/v1"
+
+
+@runtime_checkable
+class ServedSignIn(SignIn, Protocol):
+    """A `SignIn` that serves its own pages (a sign-in form, an identity provider's callback)."""
+
+    def routes(self) -> list[Route]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WebPages:
+    """What the pages need besides the server: who the browser user is, the flows and where their results go.
+
+    `page_key` (at least 32 random bytes, the same on every instance) is the key the pages derive theirs
+    from: it seals the OAuth `state` of the flows and signs the pages' forms. `flows` maps a question key
+    (`flow.ask_url(..., key=...)`) to its external flow; `vault` keeps what those flows obtain and is needed
+    as soon as there is one. `title` is how the pages name the server (its MCP name by default).
+    """
+
+    sign_in: SignIn
+    page_key: bytes = field(repr=False)
+    vault: Vault | None = None
+    flows: Mapping[str, ExternalFlow] = field(default_factory=dict)
+    title: str | None = None
+    health: bool = True
+    inbox: InboxSettings | None = field(default_factory=InboxSettings)
+    """The decision inbox at `/inbox` (its operators, its page size); None serves none."""
+
+
+def mount_web(server: MCPServer, elicitation: Elicitation, pages: WebPages) -> UrlPages:
+    """Serve the decision pages, `pages.sign_in`'s own routes and (unless `health=False`) the health routes."""
+    base_url = elicitation.public_base_url
+    if base_url is None:
+        raise ValueError(
+            "the decision pages are served under the address browsers reach this server at: "
+            "create the Elicitation with public_base_url=..."
+        )
+    for key, flow in pages.flows.items():
+        if not isinstance(flow, ExternalFlow):
+            raise TypeError(f"flows[{key!r}] is {type(flow).__name__}, not an ExternalFlow (OAuthConnect, ApiKeyEntry)")
+    if len(pages.page_key) < MIN_PAGE_KEY_BYTES:
+        raise ValueError(f"page_key has {len(pages.page_key)} bytes; give at least {MIN_PAGE_KEY_BYTES} random bytes")
+    if pages.flows and pages.vault is None:
+        names = ", ".join(sorted(pages.flows))
+        raise ValueError(f"the flows {names} keep what they obtain in the vault: pass vault=Vault(store, key_ring)")
+    url_pages = UrlPages(
+        elicitation=elicitation,
+        sign_in=pages.sign_in,
+        vault=pages.vault,
+        flows=pages.flows,
+        page_key=hmac.new(pages.page_key, _PAGE_KEY_LABEL, hashlib.sha256).digest(),
+        server_title=pages.title or server.name,
+        public_base_url=base_url,
+    )
+    routes = url_pages.routes()
+    if pages.inbox is not None:
+        routes += DecisionInbox(url_pages, pages.inbox).routes()
+    if isinstance(pages.sign_in, ServedSignIn):
+        routes = [*pages.sign_in.routes(), *routes]
+    if isinstance(pages.sign_in, LocalAuthorizationServer) and pages.sign_in.sign_in_reason is None:
+        pages.sign_in.sign_in_reason = url_pages.sign_in_reason
+    for route in routes:
+        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(_endpoint(route))
+    if pages.health:
+        Health(elicitation).add_routes(server)
+    return url_pages
+
+
+def _endpoint(route: Route) -> Callable[[Request], Awaitable[Response]]:
+    endpoint = route.endpoint
+
+    async def call(request: Request) -> Response:
+        response: Response = await endpoint(request)
+        return response
+
+    return call

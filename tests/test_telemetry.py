@@ -1,0 +1,505 @@
+"""OpenTelemetry through the API package: spans and metrics of real calls, on both eras and both stores.
+
+The SDK's in-memory exporter and reader stand in for a collector: what they hold is what an exporter
+would send. No attribute, event or metric may carry content (a message, an answer, an argument).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types import (
+    INVALID_REQUEST,
+    CallToolResult,
+    ElicitRequestFormParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    ErrorData,
+    TextContent,
+)
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, UpDownCounter
+from opentelemetry.sdk.metrics.export import AggregationTemporality, HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
+
+from mcp_elicit.logging import JsonFormatter
+from mcp_elicit.model import Decision, DecisionStatus, Operator
+from mcp_elicit.server import REPLAYED_META_KEY, Accepted, Elicitation, Flow
+from mcp_elicit.store import DecisionConflict, open_store
+from mcp_elicit.testing import ControlledClock
+
+pytestmark = pytest.mark.anyio
+
+ERAS = ["legacy", "2026-07-28"]
+ERA_NAMES = {"legacy": "legacy", "2026-07-28": "mrtr"}
+MESSAGE = "Release the kraken to production?"
+NOTE = "zebra crossing noted"
+SCOPE = "quokka-scope"
+CONTENT = (MESSAGE, NOTE, SCOPE, "kraken", "zebra", "quokka")
+"""Words no id, trace id or timestamp can contain."""
+WAITED = timedelta(seconds=42)
+
+
+class Approval(BaseModel):
+    approve: bool
+    note: str = ""
+
+
+@dataclass
+class Exported:
+    """The SDK providers of this test module: spans in memory, metrics read as deltas and summed here."""
+
+    spans: InMemorySpanExporter
+    reader: InMemoryMetricReader
+    tracing: TracerProvider
+    seen: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.spans.clear()
+        self.seen.clear()
+        self.reader.get_metrics_data()
+
+    def points(self) -> list[tuple[str, dict[str, Any], Any]]:
+        data = self.reader.get_metrics_data()
+        found = []
+        for resource in data.resource_metrics if data is not None else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    self.seen.append(metric.to_json())
+                    if scope.scope.name != "mcp_elicit":
+                        continue
+                    for point in metric.data.data_points:
+                        found.append((metric.name, dict(point.attributes or {}), point))
+        return found
+
+
+@dataclass
+class Totals:
+    """Metric values summed over the deltas read since the test began."""
+
+    sums: dict[tuple[str, frozenset[tuple[str, Any]]], float] = field(default_factory=dict)
+    counts: dict[tuple[str, frozenset[tuple[str, Any]]], int] = field(default_factory=dict)
+
+    def add(self, points: list[tuple[str, dict[str, Any], Any]]) -> None:
+        for name, attributes, point in points:
+            key = (name, frozenset(attributes.items()))
+            if isinstance(point, HistogramDataPoint):
+                self.counts[key] = self.counts.get(key, 0) + point.count
+                self.sums[key] = self.sums.get(key, 0.0) + point.sum
+            else:
+                self.sums[key] = self.sums.get(key, 0.0) + point.value
+
+    def value(self, name: str, **attributes: str) -> float:
+        return self.sums.get((name, _attributes(attributes)), 0.0)
+
+    def count(self, name: str, **attributes: str) -> int:
+        return self.counts.get((name, _attributes(attributes)), 0)
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.sums if self.sums[(name, _)] != 0}
+
+
+def _attributes(given: dict[str, str]) -> frozenset[tuple[str, Any]]:
+    return frozenset((f"mcp_elicit.{key}", value) for key, value in given.items())
+
+
+@pytest.fixture(scope="module")
+def providers() -> Iterator[Exported]:
+    """The global SDK providers, set once: the API lets a process set them once, so this module owns them."""
+    spans = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    trace.set_tracer_provider(tracing)
+    delta = AggregationTemporality.DELTA
+    reader = InMemoryMetricReader(preferred_temporality={Counter: delta, UpDownCounter: delta, Histogram: delta})
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    yield Exported(spans, reader, tracing)
+    tracing.shutdown()  # the tests after this module keep no spans in memory
+
+
+@pytest.fixture
+def exported(providers: Exported) -> Exported:
+    providers.start()
+    return providers
+
+
+@pytest.fixture
+def elicitation(store_url: str, elicit_clock: ControlledClock) -> Iterator[Elicitation]:
+    store = open_store(store_url, clock=elicit_clock)
+    runtime = Elicitation(
+        store, single_process=True, clock=elicit_clock, sweep_interval=None, public_base_url="http://127.0.0.1:8765"
+    )
+    runtime.server("telemetry-server")
+
+    @runtime.tool()
+    async def release(flow: Flow, scope: str) -> str:
+        """Plan, ask, apply: a step, a question and another step."""
+        planned = await flow.step("plan", lambda: f"plan for {scope}")
+        answer = await flow.ask(MESSAGE, Approval, key="approve_release")
+        if isinstance(answer, Accepted) and answer.data.approve:
+            await flow.step("apply", lambda: 1)
+            return f"applied {planned}: {answer.data.note}"
+        return type(answer).__name__.lower()
+
+    @runtime.tool()
+    async def connect(flow: Flow) -> str:
+        outcome = await flow.ask_url(MESSAGE, key="connect_account")
+        return type(outcome).__name__.lower()
+
+    @runtime.prompt()
+    async def briefing(flow: Flow, topic: str) -> str:
+        answer = await flow.ask(MESSAGE, Approval, key="brief")
+        return f"brief on {topic}" if isinstance(answer, Accepted) else "no brief"
+
+    @runtime.resource("notes://{name}", mime_type="text/plain")
+    async def note(flow: Flow, name: str) -> str:
+        answer = await flow.ask(MESSAGE, Approval, key="show")
+        return f"note {name}" if isinstance(answer, Accepted) else "hidden"
+
+    yield runtime
+    runtime.close()
+
+
+class Person:
+    """Answers every question after `WAITED` on the runtime's clock; `meanwhile` runs before it answers."""
+
+    def __init__(self, clock: ControlledClock, reply: ElicitResult, meanwhile: Any = None) -> None:
+        self.clock = clock
+        self.reply = reply
+        self.meanwhile = meanwhile
+        self.asked: list[str] = []
+
+    async def __call__(self, context: Any, params: ElicitRequestFormParams | ElicitRequestURLParams) -> ElicitResult:
+        self.asked.append(params.message)
+        self.clock.advance(WAITED)
+        if self.meanwhile is not None:
+            self.meanwhile()
+        return self.reply
+
+
+def accept() -> ElicitResult:
+    return ElicitResult(action="accept", content={"approve": True, "note": NOTE})
+
+
+def text(result: CallToolResult) -> str:
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+async def call(elicitation: Elicitation, era: str, person: Person) -> CallToolResult:
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
+        return await client.call_tool("release", {"scope": SCOPE})
+
+
+def ours(exported: Exported) -> list[ReadableSpan]:
+    return [
+        s
+        for s in exported.spans.get_finished_spans()
+        if s.instrumentation_scope is not None and s.instrumentation_scope.name == "mcp_elicit"
+    ]
+
+
+def named(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def assert_no_content(exported: Exported) -> None:
+    """No span of any tracer (the SDK's included) nor any metric names what was asked, answered or passed."""
+    for span in exported.spans.get_finished_spans():
+        shown = span.to_json()
+        for secret in CONTENT:
+            assert secret not in shown, (secret, span.name)
+    for metric in exported.seen:
+        for secret in CONTENT:
+            assert secret not in metric
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_accepted_form_call_is_traced_and_counted(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock, era: str
+) -> None:
+    totals = Totals()
+    pending_while_asked: list[float] = []
+
+    def look() -> None:
+        totals.add(exported.points())
+        pending_while_asked.append(totals.value("mcp_elicit.decisions.pending"))
+
+    person = Person(elicit_clock, accept(), meanwhile=look)
+    result = await call(elicitation, era, person)
+    assert text(result) == f"applied plan for {SCOPE}: {NOTE}"
+    [decision] = elicitation.store.list_decisions(Operator())
+    spans = ours(exported)
+
+    calls = named(spans, "mcp_elicit.call")
+    assert {attributes(s)["mcp_elicit.era"] for s in calls} == {ERA_NAMES[era]}
+    assert all(attributes(s)["mcp_elicit.method"] == "tools/call" for s in calls)
+    assert all(attributes(s)["mcp_elicit.target"] == "release" for s in calls)
+    assert all(attributes(s)["mcp_elicit.operation.id"] == decision.operation_id for s in calls)
+    expected_outcomes = ["result"] if era == "legacy" else ["input_required", "result"]
+    assert [attributes(s)["mcp_elicit.outcome"] for s in calls] == expected_outcomes
+
+    asks = named(spans, "mcp_elicit.ask")
+    assert asks, "no ask span"
+    for ask in asks:
+        assert attributes(ask)["mcp_elicit.decision.id"] == decision.elicitation_id
+        assert attributes(ask)["mcp_elicit.operation.id"] == decision.operation_id
+        assert attributes(ask)["mcp_elicit.mode"] == "form"
+        assert attributes(ask)["mcp_elicit.decision.key"] == "approve_release"
+        assert attributes(ask)["mcp_elicit.era"] == ERA_NAMES[era]
+    assert attributes(asks[-1])["mcp_elicit.outcome"] == "accepted"
+    if era != "legacy":
+        assert attributes(asks[0])["mcp_elicit.outcome"] == "signal"
+        assert attributes(asks[0])["mcp_elicit.signal"] == "Suspend"
+
+    steps = named(spans, "mcp_elicit.step")
+    assert {attributes(s)["mcp_elicit.step.name"] for s in steps} == {"plan", "apply"}
+    assert all(attributes(s)["mcp_elicit.operation.id"] == decision.operation_id for s in steps)
+
+    [created] = named(spans, "mcp_elicit.store.create_decision")
+    assert attributes(created)["mcp_elicit.decision.id"] == decision.elicitation_id
+    [moved] = [s for s in named(spans, "mcp_elicit.store.transition") if attributes(s)["mcp_elicit.outcome"] == "moved"]
+    assert attributes(moved)["mcp_elicit.status.from"] == "requested"
+    assert attributes(moved)["mcp_elicit.status.to"] == "accepted"
+    [finished] = named(spans, "mcp_elicit.store.finish_operation")
+    assert attributes(finished)["mcp_elicit.outcome"] == "finished"
+    assert attributes(finished)["mcp_elicit.status.to"] == "completed"
+    call_traces = {s.context.trace_id for s in calls}
+    assert moved.context.trace_id in call_traces and moved.parent is not None
+
+    totals.add(exported.points())
+    assert pending_while_asked == [1.0] * len(person.asked)
+    assert totals.value("mcp_elicit.decisions.pending") == 0
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="form", outcome="accepted") == 1
+    assert totals.count("mcp_elicit.decision.duration", mode="form", outcome="accepted") == 1
+    waited = totals.value("mcp_elicit.decision.duration", mode="form", outcome="accepted")
+    assert WAITED.total_seconds() <= waited < WAITED.total_seconds() + 30  # the clock moves by WAITED and runs on
+    assert totals.names() <= {"mcp_elicit.decisions.outcomes", "mcp_elicit.decision.duration"}
+    assert_no_content(exported)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_duplicate_completion_counts_a_conflict(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock, era: str
+) -> None:
+    seen: list[Decision] = []
+    person = Person(elicit_clock, accept(), meanwhile=lambda: seen.extend(elicitation.store.list_decisions(Operator())))
+    assert text(await call(elicitation, era, person)) == f"applied plan for {SCOPE}: {NOTE}"
+    with pytest.raises(DecisionConflict):  # a late second callback, from the snapshot it saw while asked
+        elicitation.store.transition(seen[-1], DecisionStatus.DECLINED, caller=Operator(), reason="again")
+    totals = Totals()
+    totals.add(exported.points())
+    assert totals.value("mcp_elicit.conflicts", subject="decision") == 1
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="form", outcome="accepted") == 1
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="form", outcome="declined") == 0
+    assert_no_content(exported)
+
+
+async def test_an_answer_that_loses_to_an_operator_counts_a_conflict(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock
+) -> None:
+    """A legacy call waits on the live request while an operator cancels; on 2026-07-28 the next round
+    reads the decision afresh and has nothing to lose."""
+
+    def cancel_meanwhile() -> None:
+        [open_decision] = elicitation.store.list_decisions(Operator())
+        elicitation.store.transition(open_decision, DecisionStatus.CANCELLED, caller=Operator(), reason="ops")
+
+    result = await call(elicitation, "legacy", Person(elicit_clock, accept(), meanwhile=cancel_meanwhile))
+    assert text(result) == "cancelled"
+    totals = Totals()
+    totals.add(exported.points())
+    assert totals.value("mcp_elicit.conflicts", subject="decision") == 1
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="form", outcome="cancelled") == 1
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="form", outcome="accepted") == 0
+    assert totals.value("mcp_elicit.decisions.pending") == 0
+    transitions = named(ours(exported), "mcp_elicit.store.transition")
+    lost = [s for s in transitions if attributes(s)["mcp_elicit.outcome"] == "conflict"]
+    assert [attributes(s)["mcp_elicit.status.to"] for s in lost] == ["accepted"]
+    assert_no_content(exported)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_question_swept_while_asked_counts_an_expiration(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock, era: str
+) -> None:
+    def expire_meanwhile() -> None:
+        elicit_clock.advance(timedelta(hours=1))
+        assert elicitation.store.sweep_expired().decisions == 1
+
+    result = await call(elicitation, era, Person(elicit_clock, accept(), meanwhile=expire_meanwhile))
+    assert text(result) == "expired"
+    totals = Totals()
+    totals.add(exported.points())
+    assert totals.value("mcp_elicit.expirations", subject="decision") == 1
+    assert totals.value("mcp_elicit.decisions.pending") == 0
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="form", outcome="accepted") == 0
+    sweeps = named(ours(exported), "mcp_elicit.store.sweep")
+    [swept] = [s for s in sweeps if attributes(s)["mcp_elicit.expired.decisions"] == 1]
+    assert attributes(swept)["mcp_elicit.outcome"] == "swept"
+    assert_no_content(exported)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_refused_url_question_is_traced_and_counted(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock, era: str
+) -> None:
+    person = Person(elicit_clock, ElicitResult(action="decline"))
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
+        result = await client.call_tool("connect", {})
+    assert text(result) == "declined"
+    [decision] = elicitation.store.list_decisions(Operator())
+    asks = named(ours(exported), "mcp_elicit.ask")
+    assert {attributes(s)["mcp_elicit.mode"] for s in asks} == {"url"}
+    assert {attributes(s)["mcp_elicit.decision.id"] for s in asks} == {decision.elicitation_id}
+    assert attributes(asks[-1])["mcp_elicit.outcome"] == "declined"
+    totals = Totals()
+    totals.add(exported.points())
+    assert totals.value("mcp_elicit.decisions.outcomes", mode="url", outcome="declined") == 1
+    assert totals.count("mcp_elicit.decision.duration", mode="url", outcome="declined") == 1
+    assert totals.value("mcp_elicit.decisions.pending") == 0
+    assert_no_content(exported)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_prompts_and_resources_served_through_the_runtime_are_traced(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock, era: str
+) -> None:
+    person = Person(elicit_clock, accept())
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
+        prompt = await client.get_prompt("briefing", {"topic": SCOPE})
+        read = await client.read_resource("notes://plans")
+    assert prompt.messages and read.contents
+    served = {
+        (attributes(s)["mcp_elicit.method"], attributes(s)["mcp_elicit.target"], attributes(s)["mcp_elicit.outcome"])
+        for s in named(ours(exported), "mcp_elicit.call")
+    }
+    assert ("prompts/get", "briefing", "result") in served
+    assert ("resources/read", "notes://{name}", "result") in served
+    modes = {attributes(s)["mcp_elicit.outcome"] for s in named(ours(exported), "mcp_elicit.ask")}
+    assert "accepted" in modes
+    assert_no_content(exported)
+
+
+def test_the_core_imports_the_api_only_and_runs_without_an_sdk(tmp_path: Path) -> None:
+    script = f"""
+import sys
+import anyio
+from mcp import Client
+import mcp_elicit.server
+from mcp_elicit.server import Elicitation, Flow
+from opentelemetry import trace
+
+runtime = Elicitation("sqlite://{tmp_path / "bare.db"}", single_process=True)
+server = runtime.server("bare")
+
+@runtime.tool()
+async def hello(flow: Flow) -> str:
+    return await flow.step("greet", lambda: "hello")
+
+async def main() -> str:
+    async with Client(server) as client:
+        result = await client.call_tool("hello", {{}})
+    return result.content[0].text
+
+print(anyio.run(main))
+print(type(trace.get_tracer_provider()).__name__)
+print(sorted(name for name in sys.modules if name.startswith("opentelemetry.sdk")))
+"""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["hello", "ProxyTracerProvider", "[]"]
+
+
+def test_a_record_names_the_ids_it_is_given() -> None:
+    record = logging.LogRecord("mcp_elicit.web", logging.INFO, __file__, 1, "decision %s answered", ("d-1",), None)
+    record.decision_id = "d-1"
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert parsed["decision_id"] == "d-1"
+    assert parsed["message"] == "decision d-1 answered"
+    assert parsed["level"] == "INFO" and parsed["logger"] == "mcp_elicit.web"
+
+
+async def test_a_record_logged_while_a_question_is_out_names_the_decision_and_the_operation(
+    elicitation: Elicitation,
+) -> None:
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("mcp_elicit")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+
+    async def refuse(context: Any, params: ElicitRequestFormParams | ElicitRequestURLParams) -> ErrorData:
+        return ErrorData(code=INVALID_REQUEST, message=f"{NOTE}: not now")
+
+    try:
+        async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=refuse) as client:
+            result = await client.call_tool("release", {"scope": SCOPE})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert text(result) == "cancelled"
+    [decision] = elicitation.store.list_decisions(Operator())
+    records = [json.loads(line) for line in lines.getvalue().splitlines()]
+    [refused] = [r for r in records if r["message"].startswith("client refused elicitation")]
+    assert refused["decision_id"] == decision.elicitation_id
+    assert refused["operation_id"] == decision.operation_id
+    assert (refused["method"], refused["target"]) == ("tools/call", "release")
+    assert not any(secret in lines.getvalue() for secret in CONTENT)
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+async def test_serve_logs_json_lines_carrying_the_operation_id(tmp_path: Path, how: str) -> None:
+    store_url = f"sqlite://{tmp_path / 'served.db'}"
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("MCP_ELICIT_")}
+    arguments = ["-m", "mcp_elicit", "serve", "--store", store_url, "--workspace", str(tmp_path / "ws")]
+    if how == "option":
+        arguments += ["--log-format", "json"]
+    else:
+        environment["MCP_ELICIT_LOG_FORMAT"] = "json"
+    server = StdioServerParameters(command=sys.executable, args=arguments, env=environment)
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        async with Client(stdio_client(server, errlog=log), mode="2026-07-28") as client:
+            ticket = {"title": "Rotate keys", "priority": "low"}
+            first = await client.call_tool("create_ticket", ticket)
+            again = await client.call_tool("create_ticket", ticket)
+    assert text(first) == text(again)
+    lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+    assert lines, "serve logged nothing"
+    records = [json.loads(line) for line in lines]
+    assert all({"time", "level", "logger", "message"} <= set(record) for record in records)
+    assert again.meta is not None
+    operation_id = again.meta[REPLAYED_META_KEY]["operationId"]
+    replayed = [r for r in records if r["message"].startswith("replaying the recorded result")]
+    assert [r.get("operation_id") for r in replayed] == [operation_id]
+    assert replayed[0]["method"] == "tools/call" and replayed[0]["target"] == "create_ticket"
+    assert not any("Rotate keys" in line for line in lines)
