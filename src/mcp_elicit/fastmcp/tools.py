@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar, get_type_hints
 
+from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context, without_injected_parameters
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
@@ -37,7 +38,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
 from starlette.routing import Route
 
-from fastmcp import FastMCP
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
