@@ -12,6 +12,7 @@ import base64
 import functools
 import json
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -109,6 +110,9 @@ _VAULT_PUT_ATTEMPTS = 5
 BINDING = " AND principal_id = %s AND client_id = %s"
 KEY_COLUMNS = "principal_id, client_id, method, target, request_digest, expires_at"
 _CREATE_ATTEMPTS = 3
+SUBSCRIPTIONS_RECHECK = 1.0
+"""Seconds a store trusts what it last found of the webhook subscriptions: one another process adds is
+written to by this one's transitions from at most this long after."""
 OUTBOX_COLUMNS = (
     "event_id, subscription, event_type, elicitation_id, operation_id, principal_id, status, method, target, "
     "deadline, occurred_at, state, attempts, next_attempt_at, last_error"
@@ -289,8 +293,9 @@ class _Write:
             return await self._transaction.__aexit__(kind, error, trace)
         _UNIT.reset(self._token)
         if kind is None:
-            for events, subjects, at in unit.notices:
-                self._core._write_outbox(unit.tx, events, subjects, at)
+            if unit.notices and await self._core._subscribed(unit.tx):
+                for events, subjects, at in unit.notices:
+                    self._core._write_outbox(unit.tx, events, subjects, at)
             if unit.moved:
                 self._core._announce(unit.tx, unit.moved)
         suppressed = await self._transaction.__aexit__(kind, error, trace)
@@ -310,6 +315,7 @@ class SQLCore(ABC):
     def __init__(self, clock: Clock, listeners: list[Callable[[str], None]]) -> None:
         self._clock = clock
         self._change_listeners = listeners
+        self._subscriptions_seen: tuple[float, bool] = (-SUBSCRIPTIONS_RECHECK, False)
 
     # -- what an engine supplies -------------------------------------------------------------
 
@@ -1353,6 +1359,17 @@ class SQLCore(ABC):
         assert unit is not None, "an outbox row is written inside a write transaction"
         unit.notices.append((events, elicitation_ids, at))
 
+    async def _subscribed(self, tx: Tx) -> bool:
+        """Whether any webhook subscription exists, looked up at most once a `SUBSCRIPTIONS_RECHECK`: without
+        one, a transition writes no outbox statement at all (the common case costs nothing)."""
+        checked, found = self._subscriptions_seen
+        now = time.monotonic()
+        if now - checked < SUBSCRIPTIONS_RECHECK:
+            return found
+        found = await tx.one("SELECT 1 FROM elicit_subscriptions LIMIT 1") is not None
+        self._subscriptions_seen = (now, found)
+        return found
+
     def _write_outbox(
         self, tx: Tx, events: Sequence[NotificationEvent], elicitation_ids: Sequence[str], at: datetime
     ) -> None:
@@ -1396,6 +1413,7 @@ class SQLCore(ABC):
         )  # fmt: skip
 
     async def outbox_subscribe(self, subscriptions: Mapping[str, frozenset[NotificationEvent]]) -> None:
+        self._subscriptions_seen = (-SUBSCRIPTIONS_RECHECK, False)  # look again at the next transition
         async with self._write() as tx:
             for name, events in subscriptions.items():
                 kept = sorted(NotificationEvent(event).value for event in events)
