@@ -202,6 +202,24 @@ def facts(section: str) -> dict[str, str]:
 # -- the listing -----------------------------------------------------------------------------------------------
 
 
+async def test_what_a_tool_or_client_put_in_a_decision_is_shown_as_text_never_as_markup(site: Site) -> None:
+    hostile = recorded(
+        site,
+        "alice",
+        tool="<img src=x onerror=alert(1)>",
+        client="\"'><svg onload=alert(2)>",
+        message="\"><script>alert(3)</script>' onmouseover='alert(4)",
+    )
+    with browser() as alice:
+        sign_in(alice, site, "alice")
+        html = alice.get(f"{site.base}/inbox").text
+    shown = entries(html)[hostile.elicitation_id]
+    for raw in ("<script", "<img", "<svg", "onmouseover='"):
+        assert raw not in html
+    assert "&lt;script&gt;alert(3)&lt;/script&gt;" in shown and "&lt;img src=x onerror=alert(1)&gt;" in shown
+    assert "&quot;&#x27;&gt;&lt;svg onload=alert(2)&gt;" in shown
+
+
 async def test_the_inbox_lists_the_persons_pending_decisions_across_tools_and_clients(site: Site) -> None:
     recorded(site, "alice", message="Past its deadline", ttl=timedelta(milliseconds=1))
     url_page = error_text(await call(site, "legacy", "set_key"))
