@@ -463,6 +463,9 @@ def test_bad_arguments_are_refused_without_echoing_the_secret(vault: Vault) -> N
 names = st.text(min_size=1, max_size=40).filter(str.isprintable)
 
 
+# On the async engine an event loop of its own runs beside the test, and psycopg's pool there draws from the
+# `random` module (reconnect jitter) while Hypothesis generates: Hypothesis takes that for the strategy's own use.
+@pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(secret=st.text(st.characters(exclude_categories=()), max_size=300), name=names)
 def test_any_unicode_secret_round_trips(vault: Vault, store: Store, secret: str, name: str) -> None:
