@@ -78,6 +78,10 @@ class _OAuthState:
     expires: float
 
 
+_PROCEED_ATTEMPTS = 3
+"""Tries to start a URL flow while other writers move its decision (each lost race moves it one step on)."""
+
+
 class UrlPages:
     """The routes that run URL decisions in a browser, for the flows registered by question key."""
 
@@ -238,23 +242,27 @@ class UrlPages:
         if flow is None or decision.mode is not Mode.URL:
             return self._message("This step cannot be done here", "The server has no page for it.", 404)
         user = BrowserUser(principal)
-        try:
-            if decision.status is DecisionStatus.REQUESTED:
-                decision = await self._reach(
-                    self._store.transition, decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened"
-                )
-            if decision.status is DecisionStatus.ACCEPTED_URL:
-                decision = await self._reach(
-                    self._store.transition,
-                    decision,
-                    DecisionStatus.EXTERNAL_PENDING,
-                    caller=user,
-                    reason=f"started {type(flow).__name__}",
-                )
-        except DecisionExpired as expired:
-            return self._outcome(expired.current)
-        except DecisionConflict as moved:
-            decision = moved.current
+        # The client's own consent may move the decision to accepted_url at the same moment (2025-11-25): a
+        # lost compare-and-set goes on from where the decision now stands, so the flow starts external_pending.
+        for _ in range(_PROCEED_ATTEMPTS):
+            try:
+                if decision.status is DecisionStatus.REQUESTED:
+                    decision = await self._reach(
+                        self._store.transition, decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened"
+                    )
+                if decision.status is DecisionStatus.ACCEPTED_URL:
+                    decision = await self._reach(
+                        self._store.transition,
+                        decision,
+                        DecisionStatus.EXTERNAL_PENDING,
+                        caller=user,
+                        reason=f"started {type(flow).__name__}",
+                    )
+                break
+            except DecisionExpired as expired:
+                return self._outcome(expired.current)
+            except DecisionConflict as moved:
+                decision = moved.current
         if decision.is_terminal:
             return self._outcome(decision)
         if isinstance(flow, OAuthConnect):
