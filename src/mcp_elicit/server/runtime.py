@@ -101,6 +101,7 @@ from mcp_elicit.server.tasks.runner import TaskRunner
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
+    OPERATION_DECISIONS_READ,
     Clock,
     IdempotencyKeyConflict,
     OperationConflict,
@@ -735,19 +736,26 @@ class Elicitation:
     ) -> Any:
         store = self._async_store
         writes = HeldWrites(store)
-        operation = await era.resume(store, principal, target, writes)
+        resumed = await era.resume(store, principal, target, writes)
         fresh = False
-        if operation is None:
+        if resumed is None:
             found = await self._attach(principal, target, key, writes, entry.result)
             if isinstance(found, Replayed):
                 await writes.commit()
                 return found
             operation, fresh = found.operation, found.fresh
+            listed = []
+            if not fresh:
+                listed = await store(
+                    store.sync.list_decisions,
+                    principal,
+                    operation_id=operation.operation_id,
+                    limit=OPERATION_DECISIONS_READ,
+                )
+        else:
+            operation, listed = resumed.operation, resumed.decisions
         telemetry.in_operation(operation)
-        decisions: dict[str, Decision] = {}
-        if not fresh:
-            listed = await store(store.sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
-            decisions = {d.key: d for d in reversed(listed)}
+        decisions = {d.key: d for d in reversed(listed)}
         run = Execution(
             store=store,
             operation=operation,

@@ -20,12 +20,14 @@ from mcp_elicit.store.errors import (
     UnreadableRow,
 )
 from mcp_elicit.store.protocol import (
+    OPERATION_DECISIONS_READ,
     Claim,
     Clock,
     Consumption,
     DecisionFilter,
     DecisionPage,
     JournalEntry,
+    OperationRecords,
     OperationStart,
     Store,
     SweepResult,
@@ -35,6 +37,7 @@ from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url,
 
 __all__ = [
     "ENV_VAR",
+    "OPERATION_DECISIONS_READ",
     "AlreadyExists",
     "Claim",
     "Clock",
@@ -49,6 +52,7 @@ __all__ = [
     "NotFound",
     "OperationConflict",
     "OperationExpired",
+    "OperationRecords",
     "OperationStart",
     "RecordExpired",
     "SchemaTooNew",

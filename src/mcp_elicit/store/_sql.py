@@ -63,6 +63,7 @@ from mcp_elicit.store.errors import (
     UnreadableRow,
 )
 from mcp_elicit.store.protocol import (
+    OPERATION_DECISIONS_READ,
     TASK_JOURNAL,
     Claim,
     Clock,
@@ -74,6 +75,7 @@ from mcp_elicit.store.protocol import (
     Interest,
     JournalEntry,
     NotificationEvent,
+    OperationRecords,
     OperationStart,
     SweepResult,
     VaultRecord,
@@ -108,6 +110,8 @@ VAULT_DELETED = "deleted"
 VAULT_ROTATION = System("vault-rotation")
 _VAULT_PUT_ATTEMPTS = 5
 BINDING = " AND principal_id = %s AND client_id = %s"
+_OPERATION_OF_JOIN = ", ".join(f"o.{name}" for name in OPERATION_NAMES)
+_DECISION_OF_JOIN = ", ".join(f"d.{name}" for name in DECISION_NAMES)
 KEY_COLUMNS = "principal_id, client_id, method, target, request_digest, expires_at"
 _CREATE_ATTEMPTS = 3
 SUBSCRIPTIONS_RECHECK = 1.0
@@ -525,6 +529,24 @@ class SQLCore(ABC):
         if operation is None:
             raise NotFound(f"no operation {operation_id}")
         return operation
+
+    async def get_operation_records(self, operation_id: str, caller: Caller) -> OperationRecords:
+        # One statement: the operation's row repeated beside each of its decisions (or beside NULLs).
+        where, params = _binding(caller)
+        async with self._read() as tx:
+            rows = await tx.all(
+                f"SELECT {_OPERATION_OF_JOIN}, {_DECISION_OF_JOIN} FROM elicit_operations o"
+                " LEFT JOIN elicit_decisions d ON d.operation_id = o.operation_id"
+                " AND d.principal_id = o.principal_id AND d.client_id = o.client_id"
+                f" WHERE o.operation_id = %s{where.replace(' AND ', ' AND o.')}"
+                " ORDER BY d.created_at DESC, d.elicitation_id LIMIT %s",
+                (operation_id, *params, OPERATION_DECISIONS_READ),
+            )
+        if not rows:
+            raise NotFound(f"no operation {operation_id}")
+        split = len(OPERATION_NAMES)
+        decisions = [self._decision(row[split:]) for row in rows if row[split] is not None]
+        return OperationRecords(self._operation(rows[0][:split]), decisions)
 
     async def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
         if candidate.status is not OperationStatus.OPEN:
@@ -1563,6 +1585,7 @@ class SQLStore(ABC):
     verify_schema = _blocking(SQLCore.verify_schema)
     create_operation = _blocking(SQLCore.create_operation)
     get_operation = _blocking(SQLCore.get_operation)
+    get_operation_records = _blocking(SQLCore.get_operation_records)
     begin_operation = _blocking(SQLCore.begin_operation)
     find_operations = _blocking(SQLCore.find_operations)
     finish_operation = _blocking(SQLCore.finish_operation)

@@ -74,6 +74,19 @@ class OperationStart:
 
 
 @dataclass(frozen=True, slots=True)
+class OperationRecords:
+    """An operation with its decisions as one read saw them: what a call resuming it starts from."""
+
+    operation: Operation
+    decisions: list[Decision]
+    """Newest first, at most `OPERATION_DECISIONS_READ`."""
+
+
+OPERATION_DECISIONS_READ = 1000
+"""How many of an operation's decisions a resuming call reads: far more than one body asks."""
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """Who may run a step or put a question to the person for an operation now, and until when.
 
@@ -239,6 +252,10 @@ class Store(Protocol):
     def create_operation(self, operation: Operation) -> Operation: ...
 
     def get_operation(self, operation_id: str, caller: Caller) -> Operation: ...
+
+    def get_operation_records(self, operation_id: str, caller: Caller) -> OperationRecords:
+        """The operation and its decisions in one read (`NotFound` as `get_operation`): a resuming call's start."""
+        ...
 
     def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
         """The open operation of `candidate`'s call, or `candidate` stored as that operation.

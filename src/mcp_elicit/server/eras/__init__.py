@@ -18,10 +18,11 @@ from mcp_types import InputResponses, RequestId
 from mcp_elicit.server.eras.capabilities import Declared, Era, Need, era_of
 
 if TYPE_CHECKING:
-    from mcp_elicit.model import Operation, Principal
+    from mcp_elicit.model import Principal
     from mcp_elicit.server.execution import Asker, Execution
     from mcp_elicit.server.signals import Suspended
     from mcp_elicit.server.writes import HeldWrites
+    from mcp_elicit.store import OperationRecords
     from mcp_elicit.store.offload import AsyncStore
 
 __all__ = ["Call", "Declared", "Era", "EraAdapter", "Need", "RequestContext", "Target", "era_of"]
@@ -77,7 +78,7 @@ class EraAdapter(Protocol):
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
-    ) -> Operation | None:
+    ) -> OperationRecords | None:
         """The open operation this request continues by the era's own means (a round's state), if any."""
         ...
 

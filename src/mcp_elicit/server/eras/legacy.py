@@ -30,7 +30,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
 from pydantic import ValidationError
 
-from mcp_elicit.model import Decision, DecisionStatus, Mode, Operation, Operator, Principal, ResumePolicy
+from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, Principal, ResumePolicy
 from mcp_elicit.server.eras import Call, Declared, Need, Target
 from mcp_elicit.server.eras.capabilities import described, missing_capability
 from mcp_elicit.server.execution import A, ClientQuery, ClientRefused, Execution, in_turn, question_claim
@@ -38,7 +38,7 @@ from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.waiting import Backoff
 from mcp_elicit.server.writes import HeldWrites
-from mcp_elicit.store import NotFound, StoreError
+from mcp_elicit.store import NotFound, OperationRecords, StoreError
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class LegacyEra:
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
-    ) -> Operation | None:
+    ) -> OperationRecords | None:
         return None
 
     def asker(self) -> LegacyAsker:

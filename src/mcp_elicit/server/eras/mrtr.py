@@ -35,7 +35,7 @@ from mcp_types import (
     InputRequiredResult,
 )
 
-from mcp_elicit.model import Decision, DecisionStatus, Mode, Operation, OperationStatus, Principal
+from mcp_elicit.model import Decision, DecisionStatus, Mode, OperationStatus, Principal
 from mcp_elicit.server.eras import Call, Declared, Need, Target
 from mcp_elicit.server.eras.capabilities import missing_capability
 from mcp_elicit.server.eras.mrtr_state import RoundState, refused
@@ -43,7 +43,7 @@ from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, di
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites
-from mcp_elicit.store import Consumption, StoreError, StoreUnavailable
+from mcp_elicit.store import Consumption, OperationRecords, StoreError, StoreUnavailable
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,9 @@ class MrtrEra:
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
-    ) -> Operation | None:
-        """The operation a round's state names, if still open; the round's nonce is spent with the next commit."""
+    ) -> OperationRecords | None:
+        """The operation a round's state names, if still open, with its decisions; the round's nonce is spent
+        with the next commit."""
         if self._call.request_state is None:
             return None
         state = self._state = RoundState.decode(self._call.request_state)
@@ -105,18 +106,19 @@ class MrtrEra:
 
         writes.hold(spend)
         try:
-            operation = await store(sync.get_operation, state.operation_id, principal)
+            records = await store(sync.get_operation_records, state.operation_id, principal)
         except StoreUnavailable:
             raise  # temporary: the same round may be retried once the store is back
         except StoreError:
             raise refused() from None
+        operation = records.operation
         if (operation.method, operation.target, operation.request_digest) != (
             target.method,
             target.name,
             target.request_digest,
         ):
             raise refused()
-        return operation if operation.status is OperationStatus.OPEN else None
+        return records if operation.status is OperationStatus.OPEN else None
 
     def asker(self) -> MrtrAsker:
         settings, call = self._settings, self._call

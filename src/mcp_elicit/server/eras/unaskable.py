@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from typing import Any, NoReturn
 
-from mcp_elicit.model import Decision, Operation, Principal
+from mcp_elicit.model import Decision, Principal
 from mcp_elicit.server.eras import Need, Target
 from mcp_elicit.server.eras.legacy import legacy_missing_capability
 from mcp_elicit.server.execution import A, ClientQuery, Execution, in_turn
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites
+from mcp_elicit.store import OperationRecords
 from mcp_elicit.store.offload import AsyncStore
 
 
 class UnaskableEra:
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
-    ) -> Operation | None:
+    ) -> OperationRecords | None:
         return None
 
     def asker(self) -> CannotAskAnything:

@@ -32,6 +32,7 @@ from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.tasks.state import TaskBook
 from mcp_elicit.server.waiting import Backoff
 from mcp_elicit.server.writes import HeldWrites, OperationEnded
+from mcp_elicit.store import OperationRecords
 from mcp_elicit.store.offload import AsyncStore
 
 
@@ -46,11 +47,11 @@ class TaskEra:
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
-    ) -> Operation | None:
-        current = await store(store.sync.get_operation, self._operation.operation_id, principal)
-        if current.status is not OperationStatus.OPEN:
-            raise OperationEnded(current)
-        return current
+    ) -> OperationRecords | None:
+        records = await store(store.sync.get_operation_records, self._operation.operation_id, principal)
+        if records.operation.status is not OperationStatus.OPEN:
+            raise OperationEnded(records.operation)
+        return records
 
     def asker(self) -> TaskAsker:
         return TaskAsker(self._declared, self._book, self._poll)
