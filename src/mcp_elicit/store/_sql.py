@@ -252,17 +252,33 @@ def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
 class _Unit:
     """The transaction under way in this context (a thread, or an async task) and what it moved."""
 
-    __slots__ = ("core", "moved", "notices", "tx")
+    __slots__ = ("audits", "core", "moved", "notices", "tx")
 
     def __init__(self, core: SQLCore, tx: Tx) -> None:
         self.core = core
         self.tx = tx
+        self.audits: list[tuple[object, ...]] = []
+        """Audit rows of the unit, written as one statement with its commit (or before a read of the trail)."""
         self.moved: list[str] = []
         self.notices: list[tuple[Sequence[NotificationEvent], Sequence[str], datetime]] = []
         """Outbox rows to write just before the commit, off the records as the whole unit leaves them."""
 
 
 _UNIT: ContextVar[_Unit | None] = ContextVar("mcp_elicit_store_unit", default=None)
+_AUDIT_INSERT = (
+    "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at) VALUES "
+)
+_AUDIT_VALUES = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+_AUDITS_PER_STATEMENT = 500
+"""Rows per audit INSERT: 4,000 parameters, far below either engine's limit."""
+
+
+def _write_audits(unit: _Unit) -> None:
+    """The unit's audit rows so far, deferred as few statements as the parameter limit allows."""
+    rows, unit.audits = unit.audits, []
+    for start in range(0, len(rows), _AUDITS_PER_STATEMENT):
+        chunk = rows[start : start + _AUDITS_PER_STATEMENT]
+        unit.tx.defer(_AUDIT_INSERT + ", ".join([_AUDIT_VALUES] * len(chunk)), [v for row in chunk for v in row])
 
 
 class _Write:
@@ -297,6 +313,7 @@ class _Write:
             return await self._transaction.__aexit__(kind, error, trace)
         _UNIT.reset(self._token)
         if kind is None:
+            _write_audits(unit)
             if unit.notices and await self._core._subscribed(unit.tx):
                 for events, subjects, at in unit.notices:
                     self._core._write_outbox(unit.tx, events, subjects, at)
@@ -484,12 +501,13 @@ class SQLCore(ABC):
         details: JSONObject,
         at: datetime,
     ) -> None:
-        tx.defer(
-            "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (kind.value, subject_id, from_status, to_status, actor, redact_text(reason), self._to_json(details),
-             self._to_time(at)),
-        )  # fmt: skip
+        row = (kind.value, subject_id, from_status, to_status, actor, redact_text(reason), self._to_json(details),
+               self._to_time(at))  # fmt: skip
+        unit = _UNIT.get()
+        if unit is not None and unit.tx is tx:
+            unit.audits.append(row)
+        else:
+            tx.defer(_AUDIT_INSERT + _AUDIT_VALUES, row)
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -764,15 +782,16 @@ class SQLCore(ABC):
         if not rows:
             return
         stamp = self._to_time(at)
-        await tx.executemany(
-            "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            [
-                (kind.value, subject_id, from_status, to_status, CLOCK.actor, reason,
-                 self._to_json({"version": version}), stamp)
-                for subject_id, from_status, version in rows
-            ],
-        )  # fmt: skip
+        audits = [
+            (kind.value, subject_id, from_status, to_status, CLOCK.actor, reason, self._to_json({"version": version}),
+             stamp)
+            for subject_id, from_status, version in rows
+        ]  # fmt: skip
+        unit = _UNIT.get()
+        if unit is not None and unit.tx is tx:
+            unit.audits.extend(audits)
+        else:
+            await tx.executemany(_AUDIT_INSERT + _AUDIT_VALUES, audits)
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -1107,6 +1126,9 @@ class SQLCore(ABC):
             )
             if visible is None:
                 raise NotFound(f"no decision or operation {subject_id}")
+            unit = _UNIT.get()
+            if unit is not None and unit.tx is tx:
+                _write_audits(unit)
             await tx.flush()
             rows = await tx.all(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
