@@ -16,7 +16,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -48,6 +47,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.transitions import TERMINAL_DECISION_STATUSES
 from mcp_elicit.store._schema import LATEST_VERSION, WAITING_SQL
+from mcp_elicit.store._unit import UNIT, Unit
 from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
@@ -249,22 +249,6 @@ def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
     raise TypeError(f"a store caller is a Principal, a BrowserUser or an Operator, not {type(caller).__name__}")
 
 
-class _Unit:
-    """The transaction under way in this context (a thread, or an async task) and what it moved."""
-
-    __slots__ = ("audits", "core", "moved", "notices", "tx")
-
-    def __init__(self, core: SQLCore, tx: Tx) -> None:
-        self.core = core
-        self.tx = tx
-        self.audits: list[tuple[object, ...]] = []
-        """Audit rows of the unit, written as one statement with its commit (or before a read of the trail)."""
-        self.moved: list[str] = []
-        self.notices: list[tuple[Sequence[NotificationEvent], Sequence[str], datetime]] = []
-        """Outbox rows to write just before the commit, off the records as the whole unit leaves them."""
-
-
-_UNIT: ContextVar[_Unit | None] = ContextVar("mcp_elicit_store_unit", default=None)
 _AUDIT_INSERT = (
     "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at) VALUES "
 )
@@ -273,7 +257,7 @@ _AUDITS_PER_STATEMENT = 500
 """Rows per audit INSERT: 4,000 parameters, far below either engine's limit."""
 
 
-def _write_audits(unit: _Unit) -> None:
+def _write_audits(unit: Unit) -> None:
     """The unit's audit rows so far, deferred as few statements as the parameter limit allows."""
     rows, unit.audits = unit.audits, []
     for start in range(0, len(rows), _AUDITS_PER_STATEMENT):
@@ -294,15 +278,15 @@ class _Write:
         self._core = core
 
     async def __aenter__(self) -> Tx:
-        unit = _UNIT.get()
+        unit = UNIT.get()
         if unit is not None and unit.core is self._core:
             self._unit = None
             self._transaction = self._core._join(unit.tx)
             return await self._transaction.__aenter__()
-        self._transaction = telemetry.counted(self._core._begin())
+        self._transaction = self._core._begin()
         tx = await self._transaction.__aenter__()
-        self._unit = _Unit(self._core, tx)
-        self._token = _UNIT.set(self._unit)
+        self._unit = Unit(self._core, tx)
+        self._token = UNIT.set(self._unit)
         return tx
 
     async def __aexit__(
@@ -311,7 +295,7 @@ class _Write:
         unit = self._unit
         if unit is None:
             return await self._transaction.__aexit__(kind, error, trace)
-        _UNIT.reset(self._token)
+        UNIT.reset(self._token)
         if kind is None:
             _write_audits(unit)
             if unit.notices and await self._core._subscribed(unit.tx):
@@ -321,6 +305,8 @@ class _Write:
                 self._core._announce(unit.tx, unit.moved)
         suppressed = await self._transaction.__aexit__(kind, error, trace)
         if kind is None:
+            for record in unit.committed:
+                record()
             for subject in unit.moved:
                 self._core._tell_listeners(subject)
         return suppressed
@@ -357,7 +343,7 @@ class SQLCore(ABC):
         return _Write(self)
 
     def _read(self) -> Transaction:
-        unit = _UNIT.get()
+        unit = UNIT.get()
         return self._begin_read() if unit is None or unit.core is not self else self._join(unit.tx)
 
     async def atomically(self, work: Callable[[], Awaitable[R]]) -> R:
@@ -372,7 +358,7 @@ class SQLCore(ABC):
 
     def _moved(self, subject: str) -> None:
         """`subject` moved in the transaction under way: announce it with the commit (once however often)."""
-        unit = _UNIT.get()
+        unit = UNIT.get()
         assert unit is not None, "a move is made inside a write transaction"
         if subject not in unit.moved:
             unit.moved.append(subject)
@@ -503,7 +489,7 @@ class SQLCore(ABC):
     ) -> None:
         row = (kind.value, subject_id, from_status, to_status, actor, redact_text(reason), self._to_json(details),
                self._to_time(at))  # fmt: skip
-        unit = _UNIT.get()
+        unit = UNIT.get()
         if unit is not None and unit.tx is tx:
             unit.audits.append(row)
         else:
@@ -787,7 +773,7 @@ class SQLCore(ABC):
              stamp)
             for subject_id, from_status, version in rows
         ]  # fmt: skip
-        unit = _UNIT.get()
+        unit = UNIT.get()
         if unit is not None and unit.tx is tx:
             unit.audits.extend(audits)
         else:
@@ -1126,7 +1112,7 @@ class SQLCore(ABC):
             )
             if visible is None:
                 raise NotFound(f"no decision or operation {subject_id}")
-            unit = _UNIT.get()
+            unit = UNIT.get()
             if unit is not None and unit.tx is tx:
                 _write_audits(unit)
             await tx.flush()
@@ -1399,7 +1385,7 @@ class SQLCore(ABC):
         self, tx: Tx, events: Sequence[NotificationEvent], elicitation_ids: Sequence[str], at: datetime
     ) -> None:
         """Announce `events` of these decisions in the outbox, with the commit of the transaction under way."""
-        unit = _UNIT.get()
+        unit = UNIT.get()
         assert unit is not None, "an outbox row is written inside a write transaction"
         unit.notices.append((events, elicitation_ids, at))
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from contextvars import ContextVar, Token
-from types import TracebackType
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry.util.types import AttributeValue
 
 from mcp_elicit.model import Decision, DecisionStatus, Operation, OperationStatus, SubjectKind
+from mcp_elicit.store._unit import after_commit
 from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
@@ -29,63 +28,6 @@ from mcp_elicit.telemetry import instruments as otel
 
 P = ParamSpec("P")
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
-
-_HELD: ContextVar[list[Callable[[], None]] | None] = ContextVar("mcp_elicit_telemetry_held", default=None)
-"""What the write transaction under way in this context counts once it commits."""
-
-
-class _Transaction(Protocol[T_co]):
-    async def __aenter__(self) -> T_co: ...
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> bool | None: ...
-
-
-class _Counted:
-    """A write transaction whose metrics are recorded when it commits, and forgotten when it does not."""
-
-    __slots__ = ("_held", "_inner", "_token")
-
-    def __init__(self, inner: _Transaction[Any]) -> None:
-        self._inner = inner
-        self._held: list[Callable[[], None]] = []
-        self._token: Token[list[Callable[[], None]] | None] | None = None
-
-    async def __aenter__(self) -> Any:
-        self._token = _HELD.set(self._held)
-        try:
-            return await self._inner.__aenter__()
-        except BaseException:
-            _HELD.reset(self._token)
-            raise
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> bool | None:
-        assert self._token is not None
-        try:
-            suppressed = await self._inner.__aexit__(kind, error, trace)
-        finally:
-            _HELD.reset(self._token)
-        if kind is None:
-            for record in self._held:
-                record()
-        return suppressed
-
-
-def counted(transaction: _Transaction[T]) -> _Transaction[T]:
-    """`transaction` (a unit's own write transaction), recording the metrics of what it changed at its commit."""
-    return _Counted(transaction)
-
-
-def _after_commit(record: Callable[[], None]) -> None:
-    held = _HELD.get()
-    if held is None:  # the change's own transaction has committed already
-        record()
-    else:
-        held.append(record)
 
 
 def expired(kind: SubjectKind, count: int) -> None:
@@ -98,7 +40,7 @@ def expired(kind: SubjectKind, count: int) -> None:
         if kind is SubjectKind.DECISION:
             otel.pending.add(-count)
 
-    _after_commit(record)
+    after_commit(record)
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
@@ -114,57 +56,96 @@ def _decision_attributes(decision: Decision) -> dict[str, AttributeValue]:
     }
 
 
+Outcomes = tuple[tuple[type[BaseException], str, SubjectKind | None], ...]
+"""A store error the span ends with as an outcome, not a failure; with the subject whose conflict it counts."""
+
+
+def _traced(
+    name: str,
+    attributes_of: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, AttributeValue]],
+    outcomes: Outcomes,
+    done: str,
+    method: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """`method` inside a span named `name`: its outcome is `done`, one of `outcomes`, or a failure by kind."""
+
+    @functools.wraps(method)
+    async def traced(*args: P.args, **kwargs: P.kwargs) -> T:
+        with otel.span(name, attributes_of(args, kwargs)) as current:
+            try:
+                result = await method(*args, **kwargs)
+            except BaseException as error:
+                for kind, outcome, conflict_of in outcomes:
+                    if isinstance(error, kind):
+                        current.set_attribute(otel.OUTCOME, outcome)
+                        if conflict_of is not None:
+                            otel.conflicts.add(1, {otel.SUBJECT: conflict_of.value})
+                        break
+                else:
+                    otel.failed(current, error)
+                raise
+            current.set_attribute(otel.OUTCOME, done)
+            return result
+
+    return traced
+
+
+def _created_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, AttributeValue]:
+    return _decision_attributes(_argument(args, kwargs, 1, "decision"))
+
+
+def _transition_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, AttributeValue]:
+    snapshot: Decision = _argument(args, kwargs, 1, "snapshot")
+    to: DecisionStatus = _argument(args, kwargs, 2, "to")
+    return {**_decision_attributes(snapshot), otel.FROM_STATUS: snapshot.status.value, otel.TO_STATUS: to.value}
+
+
+def _finish_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, AttributeValue]:
+    snapshot: Operation = _argument(args, kwargs, 1, "snapshot")
+    to: OperationStatus = _argument(args, kwargs, 2, "to")
+    return {
+        otel.SUBJECT: SubjectKind.OPERATION.value,
+        otel.OPERATION_ID: snapshot.operation_id,
+        otel.METHOD: snapshot.method,
+        otel.TARGET: snapshot.target,
+        otel.FROM_STATUS: snapshot.status.value,
+        otel.TO_STATUS: to.value,
+    }
+
+
 def traced_create(method: Callable[P, Coroutine[Any, Any, Decision]]) -> Callable[P, Coroutine[Any, Any, Decision]]:
     """`SQLCore.create_decision`: a span, and one more pending decision once it commits."""
+    traced = _traced(
+        "mcp_elicit.store.create_decision", _created_attributes, ((AlreadyExists, "exists", None),), "created", method
+    )
 
     @functools.wraps(method)
     async def create(*args: P.args, **kwargs: P.kwargs) -> Decision:
-        decision: Decision = _argument(args, kwargs, 1, "decision")
-        with otel.span("mcp_elicit.store.create_decision", _decision_attributes(decision)) as current:
-            try:
-                created = await method(*args, **kwargs)
-            except AlreadyExists:
-                current.set_attribute(otel.OUTCOME, "exists")
-                raise
-            except BaseException as error:
-                otel.failed(current, error)
-                raise
-            current.set_attribute(otel.OUTCOME, "created")
-        _after_commit(lambda: otel.pending.add(1))
+        created = await traced(*args, **kwargs)
+        after_commit(_one_more_pending)
         return created
 
     return create
 
 
+def _one_more_pending() -> None:
+    otel.pending.add(1)
+
+
 def traced_transition(method: Callable[P, Coroutine[Any, Any, Decision]]) -> Callable[P, Coroutine[Any, Any, Decision]]:
     """`SQLCore.transition`: a span; a decision that ends counts as an outcome, with its time to decision."""
+    outcomes: Outcomes = (
+        (DecisionConflict, "conflict", SubjectKind.DECISION),
+        (DecisionExpired, "expired", None),
+        (NotFound, "not_found", None),
+    )
+    traced = _traced("mcp_elicit.store.transition", _transition_attributes, outcomes, "moved", method)
 
     @functools.wraps(method)
     async def transition(*args: P.args, **kwargs: P.kwargs) -> Decision:
-        snapshot: Decision = _argument(args, kwargs, 1, "snapshot")
-        to: DecisionStatus = _argument(args, kwargs, 2, "to")
-        attributes = _decision_attributes(snapshot)
-        attributes[otel.FROM_STATUS] = snapshot.status.value
-        attributes[otel.TO_STATUS] = to.value
-        with otel.span("mcp_elicit.store.transition", attributes) as current:
-            try:
-                moved = await method(*args, **kwargs)
-            except DecisionConflict:
-                current.set_attribute(otel.OUTCOME, "conflict")
-                otel.conflicts.add(1, {otel.SUBJECT: SubjectKind.DECISION.value})
-                raise
-            except DecisionExpired:
-                current.set_attribute(otel.OUTCOME, "expired")
-                raise
-            except NotFound:
-                current.set_attribute(otel.OUTCOME, "not_found")
-                raise
-            except BaseException as error:
-                otel.failed(current, error)
-                raise
-            current.set_attribute(otel.OUTCOME, "moved")
+        moved = await traced(*args, **kwargs)
         if moved.is_terminal:
-            _after_commit(functools.partial(_ended, moved))
+            after_commit(functools.partial(_ended, moved))
         return moved
 
     return transition
@@ -179,39 +160,12 @@ def _ended(decision: Decision) -> None:
 
 def traced_finish(method: Callable[P, Coroutine[Any, Any, Operation]]) -> Callable[P, Coroutine[Any, Any, Operation]]:
     """`SQLCore.finish_operation`: a span; an operation another writer moved first counts as a conflict."""
-
-    @functools.wraps(method)
-    async def finish(*args: P.args, **kwargs: P.kwargs) -> Operation:
-        snapshot: Operation = _argument(args, kwargs, 1, "snapshot")
-        to: OperationStatus = _argument(args, kwargs, 2, "to")
-        attributes: dict[str, AttributeValue] = {
-            otel.SUBJECT: SubjectKind.OPERATION.value,
-            otel.OPERATION_ID: snapshot.operation_id,
-            otel.METHOD: snapshot.method,
-            otel.TARGET: snapshot.target,
-            otel.FROM_STATUS: snapshot.status.value,
-            otel.TO_STATUS: to.value,
-        }
-        with otel.span("mcp_elicit.store.finish_operation", attributes) as current:
-            try:
-                finished = await method(*args, **kwargs)
-            except OperationConflict:
-                current.set_attribute(otel.OUTCOME, "conflict")
-                otel.conflicts.add(1, {otel.SUBJECT: SubjectKind.OPERATION.value})
-                raise
-            except OperationExpired:
-                current.set_attribute(otel.OUTCOME, "expired")
-                raise
-            except NotFound:
-                current.set_attribute(otel.OUTCOME, "not_found")
-                raise
-            except BaseException as error:
-                otel.failed(current, error)
-                raise
-            current.set_attribute(otel.OUTCOME, "finished")
-            return finished
-
-    return finish
+    outcomes: Outcomes = (
+        (OperationConflict, "conflict", SubjectKind.OPERATION),
+        (OperationExpired, "expired", None),
+        (NotFound, "not_found", None),
+    )
+    return _traced("mcp_elicit.store.finish_operation", _finish_attributes, outcomes, "finished", method)
 
 
 def traced_sweep(
