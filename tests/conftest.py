@@ -66,11 +66,12 @@ def with_search_path(url: str, schema: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> str:
+def pg_server() -> Iterator[str]:
     """The PostgreSQL server's test database; each pytest-xdist worker gets a database of its own.
 
     A worker's own database keeps what PostgreSQL scopes to a database apart: LISTEN/NOTIFY channels,
-    advisory locks (the sweep's), `pg_stat_activity` counts of listeners.
+    advisory locks (the sweep's), `pg_stat_activity` counts of listeners. Its name carries the test run's
+    id, so two runs on one machine (two checkouts, two terminals) never drop each other's database.
     """
     try:
         psycopg.connect(PG_URL, connect_timeout=3).close()
@@ -81,12 +82,18 @@ def pg_server() -> str:
         pytest.skip(message)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
-        return PG_URL
-    name = f"elicit_test_{worker}"
+        yield PG_URL
+        return
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12]
+    name = f"elicit_test_{worker}_{run}"
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
-    return urlunsplit(urlsplit(PG_URL)._replace(path=f"/{name}"))
+    try:
+        yield urlunsplit(urlsplit(PG_URL)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
