@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.to_thread
-from mcp_types import CreateMessageRequest, CreateMessageResult, ListRootsRequest, ListRootsResult
+from mcp_types import CreateMessageRequest, CreateMessageResult, ElicitResult, ListRootsRequest, ListRootsResult
 from pydantic import TypeAdapter
 
 from mcp_elicit.model import (
@@ -76,6 +76,11 @@ ClientQuery = CreateMessageRequest | ListRootsRequest
 A = TypeVar("A", CreateMessageResult, ListRootsResult)
 
 NEED_OF_MODE = {Mode.FORM: Need.FORM, Mode.URL: Need.URL}
+
+
+def answer_again(invalid: InvalidAnswer) -> str:
+    """What the question says the second time, after an answer that did not fit its form."""
+    return f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
 
 
 def new_holder() -> str:
@@ -282,6 +287,28 @@ class Execution:
     def _unseen(self) -> bool:
         """Nothing of this call's new operation is durable yet, so no other call can have added to it."""
         return self._fresh and not self._writes.committed
+
+    async def apply_answer(
+        self, decision: Decision, form: FormSpec[Any] | None, response: ElicitResult, *, reason: str = "answered"
+    ) -> Decision | InvalidAnswer:
+        """Record what the client answered, the same way on every era: a decline or a cancel closes the
+        decision, consent moves a URL decision on, and a form answer is recorded only once it fits its form.
+
+        An answer that does not fit is returned and nothing is recorded: the era decides how to ask again.
+        """
+        if response.action == "decline":
+            return await self.record(decision, DecisionStatus.DECLINED, reason="client answered decline")
+        if response.action == "cancel":
+            return await self.record(decision, DecisionStatus.CANCELLED, reason="client answered cancel")
+        if decision.mode is Mode.URL:
+            return await self.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL")
+        if form is None:
+            raise AssertionError("a form decision is asked with its form")
+        try:
+            content = form.content(form.validate(response.content))
+        except InvalidAnswer as invalid:
+            return invalid
+        return await self.record(decision, DecisionStatus.ACCEPTED, content=content, reason=reason)
 
     async def record(
         self, decision: Decision, to: DecisionStatus, *, content: JSONObject | None = None, reason: str = ""

@@ -71,19 +71,35 @@ _SWEEP_LOCK = 0x6D63_7065_6C69_6302
 """The advisory lock a sweep's transaction holds, so that one instance sweeps at a time."""
 
 
-class _PostgresTx:
-    """A transaction whose deferred writes (audit rows, notices) travel with its COMMIT, pipelined: one round trip.
+class _Deferring:
+    """Deferred writes (audit rows, notices) held until they travel with the COMMIT, pipelined: one round trip.
 
     A transition that writes its row, its audit and its notice pays for one statement and the commit, not
-    four. Values stay bound on the server. This one runs on a blocking connection (`run_now`).
+    four. Values stay bound on the server.
     """
 
-    __slots__ = ("_connection", "_cursor", "_deferred")
+    __slots__ = ("_deferred",)
+
+    def __init__(self) -> None:
+        self._deferred: list[tuple[str, Sequence[object]]] = []
+
+    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._deferred.append((sql, params))
+
+    def _take(self) -> list[tuple[str, Sequence[object]]]:
+        deferred, self._deferred = self._deferred, []
+        return deferred
+
+
+class _PostgresTx(_Deferring):
+    """A transaction on a blocking connection (`run_now`), its deferred writes sent with its COMMIT."""
+
+    __slots__ = ("_connection", "_cursor")
 
     def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> None:
+        super().__init__()
         self._connection = connection
         self._cursor = cursor
-        self._deferred: list[tuple[str, Sequence[object]]] = []
 
     async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         return self._cursor.execute(sql, params).rowcount
@@ -97,9 +113,6 @@ class _PostgresTx:
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._cursor.executemany(sql, rows)
 
-    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
-        self._deferred.append((sql, params))
-
     async def flush(self) -> None:
         self._send(commit=False)
 
@@ -112,7 +125,7 @@ class _PostgresTx:
     def _send(self, *, commit: bool) -> None:
         if not self._deferred:
             return
-        deferred, self._deferred = self._deferred, []
+        deferred = self._take()
         with self._connection.pipeline():
             for sql, params in deferred:
                 self._cursor.execute(sql, params)
@@ -120,7 +133,7 @@ class _PostgresTx:
                 self._connection.commit()
 
 
-class _AsyncPostgresTx:
+class _AsyncPostgresTx(_Deferring):
     """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between.
 
     The connection is in autocommit mode, so a read is its statements alone (no BEGIN, no COMMIT), and a
@@ -128,14 +141,14 @@ class _AsyncPostgresTx:
     statement and the commit that carries its audit row and notice.
     """
 
-    __slots__ = ("_begun", "_connection", "_cursor", "_deferred", "_write")
+    __slots__ = ("_begun", "_connection", "_cursor", "_write")
 
     def __init__(
         self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
     ) -> None:
+        super().__init__()
         self._connection = connection
         self._cursor = cursor
-        self._deferred: list[tuple[str, Sequence[object]]] = []
         self._write = write
         self._begun = False
 
@@ -168,9 +181,6 @@ class _AsyncPostgresTx:
             await self._cursor.execute("BEGIN")
         await self._cursor.executemany(sql, rows)
 
-    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
-        self._deferred.append((sql, params))
-
     async def flush(self) -> None:
         await self._send(commit=False)
 
@@ -183,7 +193,7 @@ class _AsyncPostgresTx:
     async def _send(self, *, commit: bool) -> None:
         if not self._deferred:
             return
-        deferred, self._deferred = self._deferred, []
+        deferred = self._take()
         async with self._connection.pipeline():
             if self._beginning():
                 await self._cursor.execute("BEGIN")

@@ -33,7 +33,15 @@ from pydantic import ValidationError
 from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, Principal, ResumePolicy
 from mcp_elicit.server.eras import Call, Declared, Need, Target
 from mcp_elicit.server.eras.capabilities import described, missing_capability
-from mcp_elicit.server.execution import A, ClientQuery, ClientRefused, Execution, in_turn, question_claim
+from mcp_elicit.server.execution import (
+    A,
+    ClientQuery,
+    ClientRefused,
+    Execution,
+    answer_again,
+    in_turn,
+    question_claim,
+)
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.waiting import Backoff
@@ -228,15 +236,12 @@ class LegacyAsker:
                 decision,
                 partial(session.elicit_form, decision.message + note, schema, related_request_id=request_id),
             )
-            if result is None or isinstance(result, MCPError) or result.action != "accept":
+            if result is None or isinstance(result, MCPError):
                 return await _not_accepted(run, decision, result)
-            try:
-                answer = form.validate(result.content)
-            except InvalidAnswer as invalid:
-                note = f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
-                continue
-            content = form.content(answer)
-            return await run.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered")
+            applied = await run.apply_answer(decision, form, result)
+            if not isinstance(applied, InvalidAnswer):
+                return applied
+            note = answer_again(applied)
         return await run.record(
             decision, DecisionStatus.CANCELLED, reason=f"{MAX_INVALID_ANSWERS} answers in a row were invalid"
         )

@@ -39,7 +39,7 @@ from mcp_elicit.model import Decision, DecisionStatus, Mode, OperationStatus, Pr
 from mcp_elicit.server.eras import Call, Declared, Need, Target
 from mcp_elicit.server.eras.capabilities import missing_capability
 from mcp_elicit.server.eras.mrtr_state import RoundState, refused
-from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, discard, question_claim
+from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, answer_again, discard, question_claim
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites
@@ -263,19 +263,10 @@ class MrtrAsker:
     async def _apply(
         self, run: Execution, decision: Decision, form: FormSpec[Any] | None, response: ElicitResult, reason: str
     ) -> tuple[Decision, str | None]:
-        if response.action == "decline":
-            return await run.record(decision, DecisionStatus.DECLINED, reason="client answered decline"), None
-        if response.action == "cancel":
-            return await run.record(decision, DecisionStatus.CANCELLED, reason="client answered cancel"), None
-        if decision.mode is Mode.URL:
-            return await run.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL"), None
-        assert form is not None
-        try:
-            answer = form.validate(response.content)
-        except InvalidAnswer as invalid:
-            return decision, f"\n\n(The previous answer could not be used: {invalid} Please answer again.)"
-        content = form.content(answer)
-        return await run.record(decision, DecisionStatus.ACCEPTED, content=content, reason=reason), None
+        applied = await run.apply_answer(decision, form, response, reason=reason)
+        if isinstance(applied, InvalidAnswer):
+            return decision, answer_again(applied)
+        return applied, None
 
 
 def _elicitation(decision: Decision, note: str | None) -> Asking:

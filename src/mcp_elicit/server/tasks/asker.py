@@ -23,7 +23,7 @@ import anyio
 from mcp_types import ElicitResult
 from pydantic import ValidationError
 
-from mcp_elicit.model import Decision, DecisionStatus, Mode, Operation, OperationStatus, Principal
+from mcp_elicit.model import Decision, DecisionStatus, Operation, OperationStatus, Principal
 from mcp_elicit.server.eras import Declared, Need, Target
 from mcp_elicit.server.eras.legacy import legacy_missing_capability
 from mcp_elicit.server.execution import A, ClientQuery, Execution, UnusableAnswer
@@ -109,23 +109,15 @@ class TaskAsker:
 
 
 async def _apply(run: Execution, decision: Decision, form: FormSpec[Any] | None, posted: object) -> Decision:
-    """Record a posted answer the way every other path does: validated, by compare-and-set, audited."""
+    """Record a posted answer the way every other path does (see `Execution.apply_answer`). One that does not
+    fit is never recorded as an answer: the question is closed, its content dropped, and asked again under the
+    next key, since a task's keys are never reused."""
     try:
         response = ElicitResult.model_validate(posted)
     except ValidationError:
         return await run.record(decision, DecisionStatus.CANCELLED, reason="the task's answer was malformed")
-    if response.action == "decline":
-        return await run.record(decision, DecisionStatus.DECLINED, reason="client answered decline")
-    if response.action == "cancel":
-        return await run.record(decision, DecisionStatus.CANCELLED, reason="client answered cancel")
-    if decision.mode is Mode.URL:
-        return await run.record(decision, DecisionStatus.ACCEPTED_URL, reason="consented to open the URL")
-    if form is None:
-        raise AssertionError("a form decision is asked with its form")
-    try:
-        content = form.content(form.validate(response.content))
-    except InvalidAnswer as invalid:
-        # Never recorded as an answer: closed, its content dropped, and asked again under the next key.
-        await run.record(decision, DecisionStatus.CANCELLED, reason=f"the answer does not fit: {invalid}")
-        raise UnusableAnswer(invalid) from None
-    return await run.record(decision, DecisionStatus.ACCEPTED, content=content, reason="answered")
+    applied = await run.apply_answer(decision, form, response)
+    if isinstance(applied, InvalidAnswer):
+        await run.record(decision, DecisionStatus.CANCELLED, reason=f"the answer does not fit: {applied}")
+        raise UnusableAnswer(applied)
+    return applied
