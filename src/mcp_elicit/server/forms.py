@@ -62,11 +62,11 @@ phone number) that a form may ask for but audit and logs must redact.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 import enum
 import functools
+import json
 import math
 import re
 import types
@@ -276,8 +276,14 @@ class FormSpec(Generic[T]):
 
     @property
     def schema(self) -> dict[str, JSONValue]:
-        """The requestedSchema, copied because the spec is cached and shared by every caller."""
-        return copy.deepcopy(self._schema)
+        """The requestedSchema, a fresh copy because the spec is cached and shared by every caller."""
+        copied: dict[str, JSONValue] = json.loads(self._schema_text)
+        return copied
+
+    @functools.cached_property
+    def _schema_text(self) -> str:
+        # Parsing JSON text back is several times faster than a deep copy of the same nested dicts.
+        return json.dumps(self._schema)
 
     def asking(self, message: str) -> FormSpec[T]:
         """The form as it is put with `message`: a one-value form's field takes the question as its title.
@@ -294,7 +300,7 @@ class FormSpec(Generic[T]):
             )
         if one.titled or not message:
             return self
-        schema = copy.deepcopy(self._schema)
+        schema = self.schema
         cast(dict[str, dict[str, JSONValue]], schema["properties"])[VALUE_FIELD]["title"] = message
         return dataclasses.replace(self, _schema=schema)
 
