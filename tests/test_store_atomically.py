@@ -15,7 +15,7 @@ from mcp_elicit.model import (
     new_form_decision,
     new_operation,
 )
-from mcp_elicit.store import AlreadyExists, Consumption, NotFound, Store, open_store
+from mcp_elicit.store import AlreadyExists, Consumption, DecisionConflict, NotFound, Store, open_store
 from tests.conftest import ALICE, FORM_SCHEMA, FakeClock, Records
 
 
@@ -142,3 +142,67 @@ def test_another_store_on_the_same_database_sees_nothing_before_the_commit(store
     finally:
         writer.close()
         reader.close()
+
+
+class Replayed(Exception):
+    pass
+
+
+def test_a_lost_compare_and_set_inside_undoes_the_unit_even_with_statements_after_it(
+    store: Store, records: Records
+) -> None:
+    """An engine may check a compare-and-set with a later statement of the unit; the unit is undone all the same."""
+    decision = records.form()
+    stale = decision
+    store.transition(decision, DecisionStatus.DECLINED, caller=ALICE, reason="no")  # another writer moves it
+
+    def work() -> None:
+        store.consume_token("round-2", expires_at=records.clock() + timedelta(minutes=5))
+        store.transition(stale, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+        store.release_claim(decision.operation_id, "ask:approve", caller=ALICE)
+        store.get_operation(decision.operation_id, ALICE)  # a statement whose result is needed at once
+
+    with pytest.raises(DecisionConflict) as lost:
+        store.atomically(work)
+    assert lost.value.current.status is DecisionStatus.DECLINED
+    assert not store.token_consumed("round-2")
+    assert [e.to_status for e in store.audit_trail(decision.elicitation_id, ALICE)] == ["requested", "declined"]
+
+
+def test_the_first_failed_check_of_a_unit_is_the_one_raised(store: Store, records: Records) -> None:
+    decision = records.form()
+    expires = records.clock() + timedelta(minutes=5)
+    store.consume_token("round-3", expires_at=expires)
+    store.transition(decision, DecisionStatus.DECLINED, caller=ALICE, reason="no")
+
+    def work() -> None:
+        store.consume_token("round-3", expires_at=expires, replayed=Replayed)
+        store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+
+    with pytest.raises(Replayed):
+        store.atomically(work)
+    with pytest.raises(Replayed):
+        store.consume_token("round-3", expires_at=expires, replayed=Replayed)
+    assert store.consume_token("round-3", expires_at=expires) is Consumption.ALREADY_USED
+
+
+def test_checked_writes_inside_a_unit_commit_with_it(store: Store, records: Records) -> None:
+    decision = records.form()
+    operation_id = decision.operation_id
+    holder = "call:one"
+    store.claim(operation_id, "ask:approve", holder=holder, lease_until=records.clock() + timedelta(1), caller=ALICE)
+    heard: list[str] = []
+    store.add_change_listener(heard.append)
+
+    def work() -> Decision:
+        store.consume_token("round-4", expires_at=records.clock() + timedelta(minutes=5), replayed=Replayed)
+        accepted = store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+        store.release_claim(operation_id, "ask:approve", caller=ALICE, holder=holder)
+        return accepted
+
+    accepted = store.atomically(work)
+
+    assert store.get_decision(decision.elicitation_id, ALICE) == accepted
+    assert store.claims(operation_id, caller=ALICE) == []
+    assert store.token_consumed("round-4")
+    assert operation_id in heard  # the released claim is announced with the commit

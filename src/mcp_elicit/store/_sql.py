@@ -153,6 +153,16 @@ class Tx(Protocol):
         """Send what `defer` held back, before a read that needs it."""
         ...
 
+    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
+        """A write whose row count only confirms what the unit expects: `check` gets it, and raises to undo the
+        unit, before the transaction reads anything else or commits. An engine may send it together with
+        what follows and check it then (PostgreSQL pipelines it), so the caller goes on as if it held."""
+        ...
+
+    async def settle(self) -> None:
+        """Run the checks of what `send` sent: a unit settles before it writes its audit and commits."""
+        ...
+
 
 class Transaction(Protocol):
     """What an engine's `_begin` gives: entered, a `Tx`; left without an error, committed."""
@@ -257,6 +267,12 @@ _AUDITS_PER_STATEMENT = 500
 """Rows per audit INSERT: 4,000 parameters, far below either engine's limit."""
 
 
+def _joined(tx: Tx) -> bool:
+    """Whether `tx` is a unit's that a store call joined (`atomically`): its failures undo the unit."""
+    unit = UNIT.get()
+    return unit is not None and unit.tx is tx and unit.joined > 0
+
+
 def _write_audits(unit: Unit) -> None:
     """The unit's audit rows so far, deferred as few statements as the parameter limit allows."""
     rows, unit.audits = unit.audits, []
@@ -272,7 +288,7 @@ class _Write:
     A plain class rather than a generator context manager: it sits on every write's hot path.
     """
 
-    __slots__ = ("_core", "_token", "_transaction", "_unit")
+    __slots__ = ("_core", "_joined", "_token", "_transaction", "_unit")
 
     def __init__(self, core: SQLCore) -> None:
         self._core = core
@@ -282,7 +298,10 @@ class _Write:
         if unit is not None and unit.core is self._core:
             self._unit = None
             self._transaction = self._core._join(unit.tx)
-            return await self._transaction.__aenter__()
+            tx = await self._transaction.__aenter__()
+            unit.joined += 1
+            self._joined = unit
+            return tx
         self._transaction = self._core._begin()
         tx = await self._transaction.__aenter__()
         self._unit = Unit(self._core, tx)
@@ -294,7 +313,15 @@ class _Write:
     ) -> bool | None:
         unit = self._unit
         if unit is None:
+            self._joined.joined -= 1
             return await self._transaction.__aexit__(kind, error, trace)
+        if kind is None:
+            try:
+                await unit.tx.settle()  # what it sent is checked inside the unit, whose records checks may touch
+            except BaseException as failure:
+                UNIT.reset(self._token)
+                await self._transaction.__aexit__(type(failure), failure, failure.__traceback__)
+                raise
         UNIT.reset(self._token)
         if kind is None:
             _write_audits(unit)
@@ -962,14 +989,26 @@ class SQLCore(ABC):
         where, params = _binding(caller)
         stamp = self._to_time(now)
         failure: StoreError
+        sql = (
+            "UPDATE elicit_decisions SET status = %s, completion_version = %s, content = %s, updated_at = %s,"
+            " expires_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s"
+            f" AND expires_at > %s{where}"
+        )
+        values = (
+            to.value, version, self._optional_json(new_content), stamp, self._to_time(new_expiry),
+            snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params,
+        )  # fmt: skip
         async with self._write() as tx:
-            changed = await tx.execute(
-                "UPDATE elicit_decisions SET status = %s, completion_version = %s, content = %s, updated_at = %s,"
-                " expires_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s"
-                f" AND expires_at > %s{where}",
-                (to.value, version, self._optional_json(new_content), stamp, self._to_time(new_expiry),
-                 snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params),
-            )  # fmt: skip
+            if _joined(tx) and telemetry.checked_later():
+                # Inside a unit a lost compare-and-set undoes the whole unit, found out whenever it is checked.
+                async def check(changed: int) -> None:
+                    if changed != 1:
+                        raise await self._why_not(tx, snapshot, to, caller, now)
+
+                await tx.send(sql, values, check)
+                changed = 1
+            else:
+                changed = await tx.execute(sql, values)
             if changed == 1:
                 self._audit(
                     tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
@@ -1012,6 +1051,7 @@ class SQLCore(ABC):
             failure = DecisionExpired(current, to)
         else:
             failure = DecisionConflict(current, to)
+            telemetry.lost(SubjectKind.DECISION)
         return failure
 
     async def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
@@ -1235,22 +1275,42 @@ class SQLCore(ABC):
         self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None
     ) -> None:
         whose, params = ("", ()) if holder is None else (" AND holder = %s", (holder,))
+        sql = (
+            f"DELETE FROM elicit_claims WHERE operation_id = %s AND name = %s{whose}"
+            f" AND EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})"
+        )
+        values = (operation_id, name, *params, operation_id, caller.principal_id, caller.client_id)
         async with self._write() as tx:
-            released = await tx.execute(
-                f"DELETE FROM elicit_claims WHERE operation_id = %s AND name = %s{whose}"
-                f" AND EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})",
-                (operation_id, name, *params, operation_id, caller.principal_id, caller.client_id),
-            )
-            if released:
-                self._moved(operation_id)
 
-    async def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
+            async def moved(released: int) -> None:
+                if released:
+                    self._moved(operation_id)
+
+            if _joined(tx):
+                await tx.send(sql, values, moved)
+            else:
+                await moved(await tx.execute(sql, values))
+
+    async def consume_token(
+        self, token_id: str, *, expires_at: datetime, replayed: Callable[[], BaseException] | None = None
+    ) -> Consumption:
+        sql = "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING"
+        values = (token_id, self._to_time(expires_at))
         async with self._write() as tx:
-            inserted = await tx.execute(
-                "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING",
-                (token_id, self._to_time(expires_at)),
-            )
-        return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
+            if replayed is not None and _joined(tx):
+
+                async def check(inserted: int) -> None:
+                    if inserted != 1:
+                        raise replayed()
+
+                await tx.send(sql, values, check)
+                return Consumption.FIRST
+            inserted = await tx.execute(sql, values)
+        if inserted == 1:
+            return Consumption.FIRST
+        if replayed is not None:
+            raise replayed()
+        return Consumption.ALREADY_USED
 
     async def token_consumed(self, token_id: str) -> bool:
         async with self._read() as tx:

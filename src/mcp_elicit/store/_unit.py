@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class Unit:
     """One write transaction of a core and what it moved."""
 
-    __slots__ = ("audits", "committed", "core", "moved", "notices", "tx")
+    __slots__ = ("audits", "committed", "core", "joined", "moved", "notices", "tx")
 
     def __init__(self, core: SQLCore, tx: Tx) -> None:
         self.core = core
@@ -31,6 +31,8 @@ class Unit:
         """Outbox rows to write just before the commit, off the records as the whole unit leaves them."""
         self.committed: list[Callable[[], None]] = []
         """Run once the unit committed (metrics of what it changed); forgotten with a rollback."""
+        self.joined = 0
+        """How many store calls run inside the unit now: while any does, a failed check undoes the whole unit."""
 
 
 UNIT: ContextVar[Unit | None] = ContextVar("mcp_elicit_store_unit", default=None)

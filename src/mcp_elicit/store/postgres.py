@@ -19,15 +19,17 @@ tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import anyio
 import psycopg
+from psycopg import AsyncPipeline
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
@@ -113,6 +115,12 @@ class _PostgresTx(_Deferring):
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._cursor.executemany(sql, rows)
 
+    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
+        await check(self._cursor.execute(sql, params).rowcount)
+
+    async def settle(self) -> None:
+        return None
+
     async def flush(self) -> None:
         self._send(commit=False)
 
@@ -139,9 +147,13 @@ class _AsyncPostgresTx(_Deferring):
     The connection is in autocommit mode, so a read is its statements alone (no BEGIN, no COMMIT), and a
     write sends its BEGIN pipelined with its first statement: a transition is two round trips, the
     statement and the commit that carries its audit row and notice.
+
+    What `send` sends opens a pipeline that stays open: the statements after it go out with it, and the
+    first that needs its result (or the commit) receives them all in one round trip, then runs their checks.
+    A unit whose compare-and-sets only confirm what it expects thus pays one round trip for all of them.
     """
 
-    __slots__ = ("_begun", "_connection", "_cursor", "_write")
+    __slots__ = ("_begun", "_connection", "_cursor", "_pending", "_pipeline", "_write")
 
     def __init__(
         self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
@@ -151,6 +163,8 @@ class _AsyncPostgresTx(_Deferring):
         self._cursor = cursor
         self._write = write
         self._begun = False
+        self._pipeline: AbstractAsyncContextManager[AsyncPipeline] | None = None
+        self._pending: list[tuple[psycopg.AsyncCursor[Any], Callable[[int], Awaitable[None]]]] = []
 
     def _beginning(self) -> bool:
         """Whether the next statement must be preceded by BEGIN (a write's first)."""
@@ -160,6 +174,10 @@ class _AsyncPostgresTx(_Deferring):
         return False
 
     async def _run(self, sql: str, params: Sequence[object]) -> psycopg.AsyncCursor[Any]:
+        if self._pipeline is not None:
+            await self._cursor.execute(sql, params)
+            await self.settle()
+            return self._cursor
         if not self._beginning():
             return await self._cursor.execute(sql, params)
         async with self._connection.pipeline():
@@ -177,14 +195,47 @@ class _AsyncPostgresTx(_Deferring):
         return await (await self._run(sql, params)).fetchall()
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        await self.settle()
         if self._beginning():
             await self._cursor.execute("BEGIN")
         await self._cursor.executemany(sql, rows)
 
+    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
+        if self._pipeline is None:
+            pipeline = self._connection.pipeline()
+            await pipeline.__aenter__()
+            self._pipeline = pipeline
+            if self._beginning():
+                await self._cursor.execute("BEGIN")
+        cursor = self._connection.cursor()
+        await cursor.execute(sql, params)
+        self._pending.append((cursor, check))
+
+    async def settle(self) -> None:
+        pipeline = self._pipeline
+        if pipeline is None:
+            return
+        self._pipeline = None
+        pending, self._pending = self._pending, []
+        await pipeline.__aexit__(None, None, None)
+        for cursor, check in pending:
+            rows = cursor.rowcount
+            await cursor.close()
+            await check(rows)
+
+    async def abandon(self, error: BaseException) -> None:
+        """Leave an open pipeline after a failure, so the connection goes back to its pool rolled back."""
+        pipeline, self._pipeline, self._pending = self._pipeline, None, []
+        if pipeline is not None:
+            with contextlib.suppress(psycopg.Error):
+                await pipeline.__aexit__(type(error), error, error.__traceback__)
+
     async def flush(self) -> None:
+        await self.settle()
         await self._send(commit=False)
 
     async def commit(self) -> None:
+        await self.settle()
         if self._deferred:
             await self._send(commit=True)
         elif self._begun:
@@ -323,8 +374,12 @@ class _AsyncPostgres(_PostgresCore):
         try:
             async with self._pool.connection() as connection, connection.cursor() as cursor:
                 tx = _AsyncPostgresTx(connection, cursor, write=write)
-                yield tx
-                await tx.commit()
+                try:
+                    yield tx
+                    await tx.commit()
+                except BaseException as failure:
+                    await tx.abandon(failure)
+                    raise
         except psycopg.Error as error:
             raise _translate(error, self._display) from None
         except PoolTimeout:

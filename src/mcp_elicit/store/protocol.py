@@ -395,8 +395,14 @@ class Store(Protocol):
         """Drop the claim (only `holder`'s, when given) and tell waiters on the operation."""
         ...
 
-    def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
-        """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
+    def consume_token(
+        self, token_id: str, *, expires_at: datetime, replayed: Callable[[], BaseException] | None = None
+    ) -> Consumption:
+        """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry.
+
+        With `replayed`, a token spent already raises what it returns instead of answering `ALREADY_USED`;
+        inside `atomically` that may happen with a later statement of the unit, which it then undoes whole.
+        """
         ...
 
     def token_consumed(self, token_id: str) -> bool:

@@ -60,13 +60,18 @@ expirations = meter.create_counter(
 )
 
 
+def recording() -> bool:
+    """Whether an SDK is installed that records spans (the API's own provider records nothing)."""
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
 def span(name: str, attributes: dict[str, AttributeValue]) -> AbstractContextManager[Span]:
     """A span that never records an exception's text: `failed` says how it ended instead.
 
     Without an SDK it is the API's invalid span, handed out without the API's no-op machinery: a store
     transition opens one, and the call path must cost next to nothing when nobody listens.
     """
-    if isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
+    if not recording():
         return nullcontext(INVALID_SPAN)
     return tracer.start_as_current_span(
         name, attributes=attributes, record_exception=False, set_status_on_exception=False

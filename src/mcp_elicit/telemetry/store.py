@@ -3,6 +3,10 @@
 A transition inside `atomically` (a call's held writes) commits with the whole unit, or not at all; its
 metrics wait for that commit and are dropped with a rollback. A lost compare-and-set is counted at once:
 it happened whether or not the unit that saw it commits.
+
+Inside a unit an engine may check a transition's compare-and-set with a later statement of the unit (one
+round trip for several). While spans are recorded it does not: each transition is checked where its span
+is, so a trace says which one lost.
 """
 
 from __future__ import annotations
@@ -41,6 +45,16 @@ def expired(kind: SubjectKind, count: int) -> None:
             otel.pending.add(-count)
 
     after_commit(record)
+
+
+def checked_later() -> bool:
+    """Whether a transition inside a unit may be checked with a later statement (see the module's docstring)."""
+    return not otel.recording()
+
+
+def lost(kind: SubjectKind) -> None:
+    """A compare-and-set on a `kind` record lost to another writer, found when its unit checked it."""
+    otel.conflicts.add(1, {otel.SUBJECT: kind.value})
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
@@ -135,7 +149,7 @@ def _one_more_pending() -> None:
 def traced_transition(method: Callable[P, Coroutine[Any, Any, Decision]]) -> Callable[P, Coroutine[Any, Any, Decision]]:
     """`SQLCore.transition`: a span; a decision that ends counts as an outcome, with its time to decision."""
     outcomes: Outcomes = (
-        (DecisionConflict, "conflict", SubjectKind.DECISION),
+        (DecisionConflict, "conflict", None),  # counted where it is found: see `lost`
         (DecisionExpired, "expired", None),
         (NotFound, "not_found", None),
     )
