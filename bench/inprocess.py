@@ -13,14 +13,19 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import re
+import secrets
+import sqlite3
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import anyio
 from mcp import Client
@@ -29,8 +34,9 @@ from bench._common import add_backend_arguments, bench_operation, pg_schema, sel
 from bench._overhead_server import build, outcome
 from bench.overhead import ANSWERED, ELICIT, ERAS, SDK, SIDES, Era, accept, text_of
 from bench.store import RawPostgres, RawSQLite, Side, decisions
+from mcp_elicit.server import Elicitation
 from mcp_elicit.store import open_store, utc_now
-from mcp_elicit.store.sqlite import Synchronous
+from mcp_elicit.store.sqlite import SQLiteStore, Synchronous
 
 CYCLES_OF_SLACK = 3
 DESCRIPTION = "One tool call with one form decision in process: mcp-elicit against the bare SDK and the raw driver."
@@ -40,6 +46,8 @@ DESCRIPTION = "One tool call with one form decision in process: mcp-elicit again
 class Backend:
     name: str
     targeted: bool
+    sqlite: Synchronous | None = None
+    """The `synchronous` setting of a SQLite backend, whose SQL floor is measured too."""
 
 
 @dataclass(slots=True)
@@ -48,9 +56,14 @@ class Outcome:
     era: str
     seconds: dict[str, list[float]] = field(default_factory=lambda: {side: [] for side in SIDES})
     cycle_seconds: list[float] = field(default_factory=list)
+    floor_seconds: list[float] = field(default_factory=list)
 
     def median_ms(self, side: str) -> float:
         return statistics.median(self.seconds[side]) * 1000
+
+    @property
+    def floor_ms(self) -> float | None:
+        return statistics.median(self.floor_seconds) * 1000 if self.floor_seconds else None
 
     @property
     def cycle_ms(self) -> float:
@@ -96,28 +109,90 @@ RAW_OPERATION = bench_operation(utc_now(), timedelta(days=1))
 
 
 @asynccontextmanager
-async def connected(store_url: str, era: Era) -> AsyncIterator[Client]:
+async def connected(store_url: str, era: Era) -> AsyncIterator[tuple[Client, Elicitation]]:
     elicitation, _ = build(store_url, 0)
     assert elicitation._server is not None
     try:
         async with Client(elicitation._server, mode=era.client_mode, elicitation_callback=accept) as client:
-            yield client
+            yield client, elicitation
     finally:
         elicitation.close()
+
+
+_FRESH = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|(?:round|call):[A-Za-z0-9_-]+|sha256:[0-9a-f]+"
+)
+"""What makes one call's records its own: ids, round nonces and holders, the request digest."""
+
+
+def _fresh(value: str) -> str:
+    if value.startswith(("round:", "call:")):
+        return f"{value.split(':', 1)[0]}:{secrets.token_urlsafe(18)}"
+    if value.startswith("sha256:"):
+        return f"sha256:{secrets.token_hex(32)}"
+    return str(uuid.uuid4())
+
+
+class SqlFloor:
+    """The very statements one mcp-elicit call ran on SQLite, replayed raw with fresh ids: durability's own cost.
+
+    Captured from the store's connection (its trace callback gives each statement with its values), so the
+    floor follows whatever the store does; what a call costs above sdk + floor is the runtime's own work.
+    """
+
+    def __init__(self, statements: list[str]) -> None:
+        self._joined = "\n;\n".join(statements)
+        self.count = len(statements)
+
+    @classmethod
+    async def captured(cls, client: Client, elicitation: Elicitation, era: Era, tally: Calls) -> SqlFloor:
+        statements: list[str] = []
+        connection = cast(SQLiteStore, elicitation.store)._connection()
+        connection.set_trace_callback(statements.append)
+        try:
+            await tally.block(client, era.tool(ELICIT), 1)
+        finally:
+            connection.set_trace_callback(None)
+        return cls(statements)
+
+    def seconds(self, path: Path, synchronous: Synchronous, calls: int) -> float:
+        """Seconds per replayed call: each replay's text is made before the clock starts."""
+        replays = [self._replay() for _ in range(calls)]
+        connection = sqlite3.connect(path, isolation_level=None)
+        try:
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.execute(f"PRAGMA synchronous = {synchronous.name}")
+            gc.collect()
+            started = time.perf_counter()
+            for replay in replays:
+                for statement in replay:
+                    connection.execute(statement)
+            return (time.perf_counter() - started) / calls
+        finally:
+            connection.close()
+
+    def _replay(self) -> list[str]:
+        renamed: dict[str, str] = {}
+        text = _FRESH.sub(lambda found: renamed.setdefault(found.group(0), _fresh(found.group(0))), self._joined)
+        return text.split("\n;\n")
 
 
 async def contest(
     backend: Backend, store_url: str, raw: Side, era: Era, calls: int, rounds: int, tally: Calls
 ) -> Outcome:
     result = Outcome(backend, era.name)
-    async with connected(store_url, era) as client:
+    async with connected(store_url, era) as (client, elicitation):
         for side in SIDES:
             await tally.block(client, era.tool(side), max(20, calls // 4))
         cycle_seconds(raw, max(20, calls // 4))
+        floor = await SqlFloor.captured(client, elicitation, era, tally) if backend.sqlite is not None else None
         for number in range(rounds):
             for side in SIDES if number % 2 == 0 else reversed(SIDES):
                 result.seconds[side].append(await tally.block(client, era.tool(side), calls))
             result.cycle_seconds.append(cycle_seconds(raw, calls))
+            if floor is not None and backend.sqlite is not None:
+                path = cast(SQLiteStore, elicitation.store).path
+                result.floor_seconds.append(floor.seconds(path, backend.sqlite, calls))
     return result
 
 
@@ -160,8 +235,8 @@ async def run(backends: Sequence[str], pg_url: str, calls: int, rounds: int) -> 
     tally = Calls()
     plans: list[tuple[Backend, Callable[[], AbstractContextManager[tuple[str, Side]]]]] = []
     if "sqlite" in backends:
-        plans.append((Backend("sqlite", targeted=False), lambda: sqlite_side(Synchronous.NORMAL)))
-        plans.append((Backend("sqlite-full", targeted=True), lambda: sqlite_side(Synchronous.FULL)))
+        plans.append((Backend("sqlite", False, Synchronous.NORMAL), lambda: sqlite_side(Synchronous.NORMAL)))
+        plans.append((Backend("sqlite-full", True, Synchronous.FULL), lambda: sqlite_side(Synchronous.FULL)))
     if "postgres" in backends:
         plans.append((Backend("postgres", targeted=True), lambda: postgres_side(pg_url)))
     for backend, side in plans:
@@ -176,18 +251,24 @@ def print_table(outcomes: list[Outcome], calls: int, rounds: int) -> None:
     print(f"\none tools/call with one accepted form decision, in process: median ms of {rounds} rounds x {calls} calls")
     header = (
         f"{'backend':<12}{'era':<13}{'sdk':>8}{'mcp-elicit':>12}{'+ms':>8}{'ratio':>7}{'2-commit':>10}"
-        f"{'bound':>8}  result"
+        f"{'bound':>8}{'sql':>8}{'other':>8}  result"
     )
     print(header)
     print("-" * len(header))
     for o in outcomes:
-        sdk, elicit = o.median_ms(SDK), o.median_ms(ELICIT)
+        sdk, elicit, floor = o.median_ms(SDK), o.median_ms(ELICIT), o.floor_ms
         result = verdict(o.met) if o.backend.targeted else "info"
+        sql = "-" if floor is None else f"{floor:.2f}"
+        other = "-" if floor is None else f"{elicit - sdk - floor:.2f}"
         print(
             f"{o.backend.name:<12}{o.era:<13}{sdk:>8.2f}{elicit:>12.2f}{elicit - sdk:>8.2f}{elicit / sdk:>7.2f}"
-            f"{o.cycle_ms:>10.2f}{o.bound_ms:>8.2f}  {result}"
+            f"{o.cycle_ms:>10.2f}{o.bound_ms:>8.2f}{sql:>8}{other:>8}  {result}"
         )
     print(f"\nbound = sdk + {CYCLES_OF_SLACK} x the raw driver's two-commit cycle, measured between the rounds")
+    print(
+        "sql = the statements one mcp-elicit call ran on SQLite, replayed raw with fresh ids (its durability's own"
+        " cost);\nother = mcp-elicit - sdk - sql: the runtime's own work"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
