@@ -13,13 +13,13 @@ session, lands on whichever instance comes next. Each request gets its own conne
 lost in that race (logged with status -1) cannot be sent again safely.
 
 `Cluster.routed()` reads HAProxy's log (one line per request: server, method, path, status, session) so a
-test can show where each request really went.
+test can show where each request really went. Starting, waiting for and stopping the processes, and signing
+in, are the demo deployment's own (`mcp_elicit.reference.demo_stack`).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import ipaddress
 import os
 import secrets
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx2
 from cryptography import x509
@@ -42,6 +42,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mcp_elicit.reference.demo_stack import (
+    Credentials,
+    StackError,
+    free_port,
+    sign_in_as,
+    start_logged,
+    stop_all,
+    wait_listening,
+)
 from mcp_elicit.reference.page_forms import Page, read_page
 
 HAPROXY: Final = "/usr/sbin/haproxy"
@@ -49,8 +58,6 @@ LOOPBACK: Final = "127.0.0.1"
 START_TIMEOUT: Final = 60.0
 USER: Final = ("alice", "wonderland", "Alice Liddell")
 PROVIDER_CLIENT_ID: Final = "elicit-reference"
-CLIENT_REDIRECT: Final = "http://127.0.0.1/balancer-client/callback"
-"""Registered for the test's OAuth client and never served: the code is read from the redirect itself."""
 DONE: Final = "Done"
 LOG_FORMAT: Final = "%s %HM %HP %ST %tsc %Ta %[capture.req.hdr(0)] %[capture.req.hdr(1)]"
 """Server, method, path, status, termination state, active time (ms), session id, client."""
@@ -277,13 +284,6 @@ def b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def shared_settings(provider_url: str | None) -> dict[str, str]:
     """What every instance must be given alike: users, the three key rings, the provider (fresh keys)."""
     settings = {
@@ -318,12 +318,13 @@ def running_cluster(spec: ClusterSpec, run_dir: Path) -> Iterator[Cluster]:
     cluster = Cluster(public, [f"http://{LOOPBACK}:{p}" for p in ports], provider_url, spec.store_url, workspace,
                       tls, run_dir, run_dir / "haproxy.log")  # fmt: skip
     with ExitStack() as cleanup:
+        processes: list[subprocess.Popen[bytes]] = []
+        cleanup.callback(stop_all, processes)
         started: list[tuple[subprocess.Popen[bytes], int, Path]] = []
-        cleanup.callback(_stop_all, started)
 
         def start(command: list[str], port: int, log: Path) -> None:
-            sink = cleanup.enter_context(log.open("wb"))
-            process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+            process = start_logged(cleanup, command, env, log)
+            processes.append(process)
             started.append((process, port, log))
             cluster.logs.append(log)
 
@@ -352,18 +353,18 @@ def running_cluster(spec: ClusterSpec, run_dir: Path) -> Iterator[Cluster]:
         yield cluster
 
 
+@contextmanager
+def _as_cluster_error() -> Iterator[None]:
+    """The demo deployment's `StackError` raised as this cluster's `ClusterError`."""
+    try:
+        yield
+    except StackError as error:
+        raise ClusterError(str(error)) from None
+
+
 def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        with socket.socket() as probe:
-            if probe.connect_ex((LOOPBACK, port)) == 0:
-                return
-        code = process.poll()
-        if code is not None or time.monotonic() > deadline:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
-            state = f"exited with {code}" if code is not None else f"is not listening after {START_TIMEOUT:.0f} s"
-            raise ClusterError(f"{' '.join(map(str, process.args))} {state}: {' | '.join(tail)} (log {log})")  # type: ignore[arg-type]
-        time.sleep(0.05)
+    with _as_cluster_error():
+        wait_listening(port, process, log, timeout=START_TIMEOUT)
 
 
 def _wait_ready(urls: Sequence[str], cluster: Cluster) -> None:
@@ -397,66 +398,21 @@ def _wait_balanced(cluster: Cluster) -> None:
         time.sleep(0.1)
 
 
-def _stop_all(started: list[tuple[subprocess.Popen[bytes], int, Path]]) -> None:
-    """Ask every process to stop, then kill what is still running; never leave one behind."""
-    processes = [process for process, _, _ in started]
-    for process in reversed(processes):
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + 5
-    for process in reversed(processes):
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 # -- a person, over HTTPS -----------------------------------------------------------------------------------
 
 
 async def sign_in(cluster: Cluster) -> str:
     """The MCP access token of the user, obtained as an MCP client and a person at a browser obtain one:
     registration, authorization code with PKCE, the sign-in form, the token request, all through the balancer."""
-    base = cluster.public_url
-    async with cluster.http_client(follow_redirects=False) as browser:
-        metadata = (await browser.get(f"{base}/.well-known/oauth-authorization-server")).json()
-        registered = await browser.post(
-            metadata["registration_endpoint"], json={"redirect_uris": [CLIENT_REDIRECT], "client_name": "balancer"}
+    with _as_cluster_error():
+        return await sign_in_as(
+            Credentials(*USER),
+            cluster.public_url,
+            cluster.mcp_url,
+            log=cluster.run_dir,
+            verify=cluster.tls.context(),
+            client_name="balancer",
         )
-        _expect(registered, 201, "client registration")
-        client = registered.json()
-        verifier = secrets.token_urlsafe(48)
-        challenge = b64(hashlib.sha256(verifier.encode()).digest()).rstrip("=")
-        authorize = await browser.get(
-            metadata["authorization_endpoint"],
-            params={
-                "response_type": "code", "client_id": client["client_id"], "redirect_uri": CLIENT_REDIRECT,
-                "code_challenge": challenge, "code_challenge_method": "S256", "state": "s", "scope": "mcp",
-                "resource": cluster.mcp_url,
-            },
-        )  # fmt: skip
-        _expect(authorize, 302, "authorization")
-        page_url = urljoin(base, authorize.headers["location"])
-        form = read_page((await browser.get(page_url)).text).form("/signin")
-        if form is None:
-            raise ClusterError("the sign-in page has no sign-in form")
-        signed = await browser.post(
-            urljoin(page_url, form.action), data={**form.hidden, "username": USER[0], "password": USER[1]}
-        )
-        _expect(signed, 302, "sign-in")
-        code = parse_qs(urlsplit(signed.headers["location"]).query)["code"][0]
-        token = await browser.post(
-            metadata["token_endpoint"],
-            data={
-                "grant_type": "authorization_code", "code": code, "redirect_uri": CLIENT_REDIRECT,
-                "client_id": client["client_id"], "client_secret": client["client_secret"],
-                "code_verifier": verifier, "resource": cluster.mcp_url,
-            },
-        )  # fmt: skip
-        _expect(token, 200, "token request")
-        access_token: str = token.json()["access_token"]
-        return access_token
 
 
 @dataclass
@@ -511,11 +467,6 @@ class Browser:
         if (form := page.form_ending("/continue")) is not None:
             return form.action, dict(form.hidden)
         return None
-
-
-def _expect(response: httpx2.Response, status: int, step: str) -> None:
-    if response.status_code != status:
-        raise ClusterError(f"{step} answered {response.status_code} instead of {status}: {response.text[:200]}")
 
 
 def _origin(url: str) -> str:

@@ -13,7 +13,8 @@ with PKCE and posts the sign-in form over HTTP, exactly what an MCP client and a
 and returns the MCP access token. Nothing behind the HTTP surface is called.
 
 Every process started is stopped when the context ends, Ctrl-C included; their output goes to log files
-in the run's directory, and every failure names them.
+in the run's directory, and every failure names them. The pieces (`start_logged`, `wait_listening`,
+`stop_all`, `sign_in_as`) serve any deployment of these processes, the test suite's balanced one too.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import hashlib
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,29 +149,50 @@ def running_stack(
     ]  # fmt: skip
     with ExitStack() as cleanup:
         started: list[subprocess.Popen[bytes]] = []
-        cleanup.callback(_stop_all, started)
+        cleanup.callback(stop_all, started)
         for command, log, port in (
             (provider_command, stack.provider_log, provider_port),
             (server_command, stack.server_log, server_port),
         ):
-            sink = cleanup.enter_context(log.open("wb"))
-            process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)  # noqa: S603
+            process = start_logged(cleanup, command, env, log)
             started.append(process)
-            _wait_listening(port, process, log)
+            wait_listening(port, process, log)
         yield stack
+
+
+def start_logged(
+    cleanup: ExitStack, command: Sequence[str], env: Mapping[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """Start `command` with no input and both its output streams to `log`, a file `cleanup` closes."""
+    sink = cleanup.enter_context(log.open("wb"))
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)  # noqa: S603
 
 
 async def sign_in(stack: DemoStack) -> str:
     """The MCP access token of the demo user, obtained the way an MCP client and a person obtain one."""
-    base = stack.server_url
-    async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
+    return await sign_in_as(stack.user, stack.server_url, stack.mcp_url, log=stack.server_log)
+
+
+async def sign_in_as(
+    user: Credentials,
+    base: str,
+    resource: str,
+    *,
+    log: Path,
+    verify: ssl.SSLContext | bool = True,
+    client_name: str = "mcp-elicit demo",
+) -> str:
+    """The MCP access token of `user` at the server `base` for `resource` (its MCP endpoint): the client
+    registered as `client_name`, authorization code with PKCE, the sign-in form, the token request, over
+    HTTP (TLS checked with `verify`). A step that fails raises `StackError` naming `log`."""
+    async with httpx.AsyncClient(timeout=30, follow_redirects=False, verify=verify) as browser:
         try:
             metadata = (await browser.get(f"{base}/.well-known/oauth-authorization-server")).json()
             registered = await browser.post(
                 metadata["registration_endpoint"],
-                json={"redirect_uris": [DEMO_CLIENT_REDIRECT], "client_name": "mcp-elicit demo"},
+                json={"redirect_uris": [DEMO_CLIENT_REDIRECT], "client_name": client_name},
             )
-            _expect(registered, 201, "client registration", stack)
+            _expect(registered, 201, "client registration", log)
             client = registered.json()
             verifier = secrets.token_urlsafe(48)
             challenge = _b64(hashlib.sha256(verifier.encode()).digest()).rstrip("=")
@@ -184,23 +207,23 @@ async def sign_in(stack: DemoStack) -> str:
                     "code_challenge_method": "S256",
                     "state": state,
                     "scope": "mcp",
-                    "resource": stack.mcp_url,
+                    "resource": resource,
                 },
             )
-            _expect(authorize, 302, "authorization", stack)
+            _expect(authorize, 302, "authorization", log)
             page_url = urljoin(base, authorize.headers["location"])
             page = await browser.get(page_url)
             form = read_page(page.text).form("/signin")
             if form is None:
-                raise StackError(f"the sign-in page has no sign-in form (status {page.status_code}); {_see(stack)}")
+                raise StackError(f"the sign-in page has no sign-in form (status {page.status_code}); {_see(log)}")
             signed = await browser.post(
                 urljoin(page_url, form.action),
-                data={**form.hidden, "username": stack.user.username, "password": stack.user.password},
+                data={**form.hidden, "username": user.username, "password": user.password},
             )
-            _expect(signed, 302, "sign-in", stack)
+            _expect(signed, 302, "sign-in", log)
             answer = {k: v[0] for k, v in parse_qs(urlsplit(signed.headers["location"]).query).items()}
             if answer.get("state") != state or "code" not in answer:
-                raise StackError(f"the sign-in did not return a code for this request; {_see(stack)}")
+                raise StackError(f"the sign-in did not return a code for this request; {_see(log)}")
             token = await browser.post(
                 metadata["token_endpoint"],
                 data={
@@ -210,20 +233,22 @@ async def sign_in(stack: DemoStack) -> str:
                     "client_id": client["client_id"],
                     "client_secret": client["client_secret"],
                     "code_verifier": verifier,
-                    "resource": stack.mcp_url,
+                    "resource": resource,
                 },
             )
-            _expect(token, 200, "token request", stack)
+            _expect(token, 200, "token request", log)
             access_token: str = token.json()["access_token"]
         except (httpx.HTTPError, KeyError, ValueError) as error:
             raise StackError(
-                f"signing in the demo user failed ({type(error).__name__}: {error}); {_see(stack)}"
+                f"signing in {user.username} failed ({type(error).__name__}: {error}); {_see(log)}"
             ) from None
     return access_token
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
+def wait_listening(port: int, process: subprocess.Popen[bytes], log: Path, *, timeout: float = START_TIMEOUT) -> None:
+    """Until `port` on loopback takes connections; `StackError` naming `log` if `process` exits first or
+    `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
     while True:
         with socket.socket() as probe:
             if probe.connect_ex((LOOPBACK, port)) == 0:
@@ -234,11 +259,11 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> N
                 f"{_name(process)} exited with status {code} before listening: {last_line(log)}; log {log}"
             )
         if time.monotonic() > deadline:
-            raise StackError(f"{_name(process)} did not listen on port {port} within {START_TIMEOUT:.0f} s; log {log}")
+            raise StackError(f"{_name(process)} did not listen on port {port} within {timeout:.0f} s; log {log}")
         time.sleep(0.05)
 
 
-def _stop_all(started: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(started: Sequence[subprocess.Popen[bytes]]) -> None:
     """Ask every process to stop, then kill what is still running; never leave one behind."""
     for process in reversed(started):
         if process.poll() is None:
@@ -261,18 +286,20 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else "(nothing logged)"
 
 
-def _expect(response: httpx.Response, status: int, step: str, stack: DemoStack) -> None:
+def _expect(response: httpx.Response, status: int, step: str, log: Path) -> None:
     if response.status_code != status:
-        raise StackError(f"{step} answered {response.status_code} instead of {status}; {_see(stack)}")
+        raise StackError(f"{step} answered {response.status_code} instead of {status}; {_see(log)}")
 
 
-def _see(stack: DemoStack) -> str:
-    return f"see {stack.server_log}"
+def _see(log: Path) -> str:
+    return f"see {log}"
 
 
 def _name(process: subprocess.Popen[bytes]) -> str:
     args = [str(arg) for arg in process.args] if isinstance(process.args, list) else [str(process.args)]
-    return "the provider" if "mcp_elicit.reference.provider" in args else "the reference server"
+    if "mcp_elicit.reference.provider" in args:
+        return "the provider"
+    return "the reference server" if "mcp_elicit" in args else Path(args[0]).name
 
 
 def _b64(raw: bytes) -> str:
