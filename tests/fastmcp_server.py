@@ -20,10 +20,9 @@ from fastmcp.dependencies import CurrentContext
 from fastmcp.exceptions import ToolError
 
 from mcp_elicit.fastmcp import FastMCPFlows
-from mcp_elicit.model import ResumePolicy
 from mcp_elicit.server import Accepted, Completed, Declined, Elicitation, Fallback, Flow, IdentityPolicy
 from mcp_elicit.store import open_store
-from tests.serving import Approval, Counter, Seats
+from tests.serving import Approval, Counter, Seats, book_with_fallback, connect_later
 
 SERVER_NAME = "fastmcp-flows"
 STATE_KEY = b"f" * 32
@@ -43,17 +42,8 @@ def build(elicitation: Elicitation, counter: Counter, **options: Any) -> tuple[F
             return f"applied {scope} on {ctx.fastmcp.name}" + (f" ({answer.data.note})" if answer.data.note else "")
         return "declined" if isinstance(answer, Declined) else "not approved"
 
-    @flows.tool(fallback=Fallback.ARGUMENTS, name="book")
-    async def book_with_fallback(flow: Flow, city: str) -> str:
-        """Falls back to call arguments when the client cannot show forms."""
-        seats = await flow.ask(f"How many seats to {city}?", Seats)
-        return f"booked {seats.data.seats} to {city}" if isinstance(seats, Accepted) else "not booked"
-
-    @flows.tool()
-    async def connect_later(flow: Flow) -> str:
-        """A URL decision: -32042 on 2025-11-25, an input request on 2026-07-28."""
-        outcome = await flow.ask_url("Connect your account", key="connect_account", resume=ResumePolicy.NOTIFICATION)
-        return "connected" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
+    flows.tool(fallback=Fallback.ARGUMENTS, name="book")(book_with_fallback)
+    flows.tool(description="A URL decision: -32042 on 2025-11-25, an input request on 2026-07-28.")(connect_later)
 
     @flows.tool()
     async def set_key(flow: Flow) -> str:

@@ -62,7 +62,21 @@ class Counter:
         return loaded
 
 
+async def book_with_fallback(flow: Flow, city: str) -> str:
+    """Falls back to call arguments when the client cannot show forms."""
+    seats = await flow.ask(f"How many seats to {city}?", Seats)
+    return f"booked {seats.data.seats} to {city}" if isinstance(seats, Accepted) else "not booked"
+
+
+async def connect_later(flow: Flow) -> str:
+    """A URL decision that does not block a legacy call: -32042, then the client retries."""
+    outcome = await flow.ask_url("Connect your account", key="connect_account", resume=ResumePolicy.NOTIFICATION)
+    return "connected" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
+
+
 def build_tools(elicitation: Elicitation, counter: Counter) -> None:
+    """The server tests' tools on `elicitation`; `book_with_fallback` and `connect_later` are FastMCP's too."""
+
     @elicitation.tool()
     async def approve(flow: Flow, scope: str) -> str:
         """Ask for approval of a scope, then apply it once."""
@@ -92,17 +106,8 @@ def build_tools(elicitation: Elicitation, counter: Counter) -> None:
             return f"no seats for {name.data.name}"
         return f"{seats.data.seats} seats for {name.data.name}"
 
-    @elicitation.tool(fallback=Fallback.ARGUMENTS)
-    async def book_with_fallback(flow: Flow, city: str) -> str:
-        """Falls back to call arguments when the client cannot show forms."""
-        seats = await flow.ask(f"How many seats to {city}?", Seats)
-        return f"booked {seats.data.seats} to {city}" if isinstance(seats, Accepted) else "not booked"
-
-    @elicitation.tool()
-    async def connect_later(flow: Flow) -> str:
-        """A URL decision that does not block a legacy call: -32042, then the client retries."""
-        outcome = await flow.ask_url("Connect your account", key="connect_account", resume=ResumePolicy.NOTIFICATION)
-        return "connected" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
+    elicitation.tool(fallback=Fallback.ARGUMENTS)(book_with_fallback)
+    elicitation.tool()(connect_later)
 
     @elicitation.tool()
     async def connect(flow: Flow) -> str:
