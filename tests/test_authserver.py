@@ -27,12 +27,13 @@ from mcp import Client
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AuthorizationParams, RefreshToken, TokenError
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from mcp_elicit.cli.login import INITIALIZE_PROBE, SignInStorage
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation
 from mcp_elicit.store import AlreadyExists, Consumption, Store, open_store
@@ -135,26 +136,6 @@ def query_of(location: str) -> dict[str, str]:
 # -- the SDK client's OAuth flow, with a person signing in through the real pages ---------------------------
 
 
-class MemoryTokens:
-    """The SDK client's `TokenStorage`, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client_info: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
-
-
 @dataclass
 class SigningInPerson:
     """Follows the authorization URL in a browser, signs in on the form, and hands the code to the client."""
@@ -188,7 +169,7 @@ class SigningInPerson:
         return self.result
 
 
-def oauth_client(deployment: Deployment, person: SigningInPerson, storage: MemoryTokens) -> OAuthClientProvider:
+def oauth_client(deployment: Deployment, person: SigningInPerson, storage: SignInStorage) -> OAuthClientProvider:
     return OAuthClientProvider(
         server_url=deployment.mcp_url,
         client_metadata=OAuthClientMetadata(client_name="Test <Client>", redirect_uris=[AnyUrl(CALLBACK)]),
@@ -202,7 +183,7 @@ def oauth_client(deployment: Deployment, person: SigningInPerson, storage: Memor
 async def test_the_sdk_client_signs_in_and_the_decision_belongs_to_the_signed_in_user(
     deployed: Deployment, browser: httpx2.AsyncClient, era: str
 ) -> None:
-    person, storage = SigningInPerson(browser), MemoryTokens()
+    person, storage = SigningInPerson(browser), SignInStorage()
     async with httpx2.AsyncClient(auth=oauth_client(deployed, person, storage), timeout=30) as http:
         transport = streamable_http_client(deployed.mcp_url, http_client=http)
         async with Client(transport, mode=era, elicitation_callback=Person([accept(approve=True)])) as client:
@@ -313,16 +294,7 @@ async def mcp_status(base: str, token: str) -> int:
         response = await http.post(
             f"{base}/mcp",
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "probe", "version": "0"},
-                },
-            },
+            json=INITIALIZE_PROBE,
         )
     return response.status_code
 

@@ -55,7 +55,7 @@ LOOPBACK = "127.0.0.1"
 CALLBACK_PATH = "/callback"
 CLIENT_NAME = "mcp-elicit (command line)"
 DEFAULT_WAIT = 300.0
-_PROBE = {
+INITIALIZE_PROBE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
@@ -65,6 +65,7 @@ _PROBE = {
         "clientInfo": {"name": "mcp-elicit", "version": "0"},
     },
 }
+"""The `initialize` request `login` POSTs to learn whether the server asks for a sign-in (any MCP client's)."""
 
 err = Console(stderr=True, highlight=False)
 
@@ -129,10 +130,11 @@ def _checked_url(url: str) -> str:
 
 
 @dataclass
-class _Captured:
-    """The SDK flow's storage for this one sign-in: it starts empty, so the flow runs in full."""
+class SignInStorage:
+    """The SDK flow's storage (`TokenStorage`) for one sign-in, in memory: it starts empty, so the flow runs
+    in full (registration, unless `client_info` is set first, then authorization code with PKCE)."""
 
-    client: OAuthClientInformationFull | None = None
+    client_info: OAuthClientInformationFull | None = None
     tokens: OAuthToken | None = None
 
     async def get_tokens(self) -> OAuthToken | None:
@@ -142,10 +144,10 @@ class _Captured:
         self.tokens = tokens
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
+        return self.client_info
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
+        self.client_info = client_info
 
 
 @dataclass
@@ -206,7 +208,7 @@ async def _login(settings: _Settings) -> tuple[SavedLogin, Path]:
     web = uvicorn.Server(
         uvicorn.Config(Starlette(routes=[Route(CALLBACK_PATH, callback.endpoint)]), log_level="error", lifespan="off")
     )
-    storage = _Captured()
+    storage = SignInStorage()
     metadata = OAuthClientMetadata(
         redirect_uris=[redirect],  # type: ignore[list-item]
         client_name=CLIENT_NAME,
@@ -215,7 +217,7 @@ async def _login(settings: _Settings) -> tuple[SavedLogin, Path]:
         token_endpoint_auth_method="none",  # noqa: S106 (a public client: PKCE, no secret)
     )
     if settings.client_id is not None:
-        storage.client = OAuthClientInformationFull(
+        storage.client_info = OAuthClientInformationFull(
             client_id=settings.client_id,
             redirect_uris=[redirect],  # type: ignore[list-item]
             token_endpoint_auth_method="none",  # noqa: S106
@@ -272,7 +274,7 @@ async def _probe(server: str, provider: OAuthClientProvider) -> int:
     headers = {"Accept": "application/json, text/event-stream"}
     try:
         async with httpx2.AsyncClient(auth=provider, timeout=30, follow_redirects=False) as http:
-            response = await http.post(server, json=_PROBE, headers=headers)
+            response = await http.post(server, json=INITIALIZE_PROBE, headers=headers)
     except (OAuthFlowError, OAuthRegistrationError, OAuthTokenError) as error:
         raise CommandFailed(f"signing in to {server} failed: {error}", CALL_FAILED) from None
     except httpx2.HTTPError as error:
