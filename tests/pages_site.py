@@ -2,6 +2,7 @@
 
 The site is the reference wiring in small: the local authorization server's sign-in, the decision pages and
 the vault on one Starlette app, served on loopback; the provider is `python -m mcp_elicit.reference.provider`.
+`mcp_site` serves the same pages beside an MCP server's tools, for the tests that reach them from a call.
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx2
 import pytest
+from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from mcp_elicit.model import Decision, DecisionOrigin, Principal, new_operation, new_url_decision
 from mcp_elicit.model.decision import new_elicitation_id
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.flows import ApiKeyEntry, OAuthConnect
@@ -109,6 +112,64 @@ def served_site(store_url: str, provider: str, port: int, *, token_url: str | No
     try:
         with serving(Starlette(routes=[*auth.routes(), *pages.routes()]), port):
             yield Site(base, store, elicitation, vault, provider)
+    finally:
+        store.close()
+
+
+@dataclass
+class McpSite:
+    """What `mcp_site` serves: its base URL, store, elicitation runtime and MCP server (for in-process clients)."""
+
+    base: str
+    store: Store
+    elicitation: Elicitation
+    server: MCPServer
+
+    def principal(self, user: str) -> str:
+        return f"{self.base}#{user}"
+
+
+def _no_routes(pages: UrlPages, base: str) -> Iterable[Route]:
+    return ()
+
+
+@contextmanager
+def mcp_site(
+    store_url: str,
+    name: str,
+    build: Callable[[Elicitation], None],
+    *,
+    users: str,
+    flows: dict[str, ApiKeyEntry] | None = None,
+    more_routes: Callable[[UrlPages, str], Iterable[Route]] = _no_routes,
+) -> Iterator[McpSite]:
+    """The MCP server `name` with `build`'s tools, local sign-in of `users` and the URL pages (with `flows`, and
+    `more_routes` of the pages and the base URL) on one app served on loopback, stateless; the principal of
+    an in-process client is alice."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    store = open_store(store_url)
+    elicitation = Elicitation(
+        store, keys=[b"w" * 32], public_base_url=base, identity=IdentityPolicy(local_principal=f"{base}#alice")
+    )
+    auth = LocalAuthorizationServer(base, LocalUsers.from_text(users), store, signing_keys=[b"a" * 32])
+    server = elicitation.server(name, **auth.mcp_server_kwargs(f"{base}/mcp"))
+    auth.add_routes(server)
+    pages = UrlPages(
+        elicitation=elicitation,
+        sign_in=auth,
+        vault=Vault(store, VaultKeyRing.from_text(VAULT_KEYS)),
+        flows=flows or {},
+        page_key=b"p" * 32,
+        server_title="Test server",
+        public_base_url=base,
+    )
+    for route in [*pages.routes(), *more_routes(pages, base)]:
+        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
+    build(elicitation)
+    try:
+        with serving(server.streamable_http_app(stateless_http=True), port):
+            yield McpSite(base, store, elicitation, server)
     finally:
         store.close()
 

@@ -13,10 +13,11 @@ import pytest
 from playwright.async_api import Page
 
 from mcp_elicit.model import DecisionStatus, Operator
+from tests.pages_site import McpSite as Site
 from tests.test_browser import NARROW, WIDE, Screenshots, browser_page, heading, press
 from tests.test_browser import chromium as chromium
 from tests.test_browser import shots as shots
-from tests.test_inbox import PASSWORDS, Site, call, only, recorded
+from tests.test_inbox import PASSWORDS, call, only, recorded
 from tests.test_inbox import site as site
 from tests.test_server_flow import text
 

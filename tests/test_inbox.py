@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,8 +19,8 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ElicitResult
+from starlette.routing import Route
 
 from mcp_elicit.model import (
     Decision,
@@ -36,14 +35,15 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.decision import new_elicitation_id
 from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
-from mcp_elicit.server import Accepted, Completed, Elicitation, Fallback, Flow, IdentityPolicy
-from mcp_elicit.store import Store, open_store
-from mcp_elicit.web import ApiKeyEntry, LocalAuthorizationServer, LocalUsers, UrlPages, Vault, VaultKeyRing
+from mcp_elicit.server import Accepted, Completed, Elicitation, Fallback, Flow
+from mcp_elicit.store import open_store
+from mcp_elicit.web import ApiKeyEntry, LocalAuthorizationServer, LocalUsers, UrlPages
 from mcp_elicit.web.html import HEADERS
 from mcp_elicit.web.inbox import MAX_REASON, DecisionInbox, InboxSettings
 from mcp_elicit.web.mount import WebPages, mount_web
 from tests.http_harness import free_port, serving
-from tests.pages_site import hidden
+from tests.pages_site import McpSite as Site
+from tests.pages_site import hidden, mcp_site
 from tests.serving import Person, Seats
 from tests.test_server_flow import error_text, text
 
@@ -78,47 +78,16 @@ def build_tools(elicitation: Elicitation) -> None:
         return "connected" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
 
 
-@dataclass
-class Site:
-    base: str
-    store: Store
-    elicitation: Elicitation
-    server: MCPServer
-
-    def principal(self, user: str) -> str:
-        return f"{self.base}#{user}"
-
-
-@contextmanager
-def inbox_site(store_url: str) -> Iterator[Site]:
-    """The app with the inbox mounted beside the URL pages; carol is its operator; pages of `PAGE_SIZE`."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    store = open_store(store_url)
-    elicitation = Elicitation(
-        store, keys=[b"w" * 32], public_base_url=base, identity=IdentityPolicy(local_principal=f"{base}#alice")
-    )
-    auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
-    server = elicitation.server("inbox-test", **auth.mcp_server_kwargs(f"{base}/mcp"))
-    auth.add_routes(server)
-    pages = UrlPages(
-        elicitation=elicitation,
-        sign_in=auth,
-        vault=Vault(store, VaultKeyRing.from_text(VAULT_KEY)),
-        flows={"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")},
-        page_key=b"p" * 32,
-        server_title="Test server",
-        public_base_url=base,
-    )
+def inbox_routes(pages: UrlPages, base: str) -> list[Route]:
+    """The inbox beside the URL pages; carol is its operator; pages of `PAGE_SIZE`."""
     inbox = DecisionInbox(pages, InboxSettings(operators=frozenset({f"{base}#carol"}), page_size=PAGE_SIZE))
-    for route in [*pages.routes(), *inbox.routes()]:
-        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
-    build_tools(elicitation)
-    try:
-        with serving(server.streamable_http_app(stateless_http=True), port):
-            yield Site(base, store, elicitation, server)
-    finally:
-        store.close()
+    return inbox.routes()
+
+
+def inbox_site(store_url: str) -> AbstractContextManager[Site]:
+    """The app with the inbox mounted beside the URL pages, alice's `set_api_key` flow among them."""
+    flows = {"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")}
+    return mcp_site(store_url, "inbox-test", build_tools, users=USERS, flows=flows, more_routes=inbox_routes)
 
 
 @pytest.fixture

@@ -19,9 +19,10 @@ from pydantic import AfterValidator, Field
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Accepted, Elicitation, Fallback, Flow
+from tests.pages_site import McpSite as Site
 from tests.test_one_line_asks import Region, Trip
 from tests.test_server_flow import error_text, text
-from tests.test_web_fallback import Site, browser_of, page_url, sign_in, submit, web_site
+from tests.test_web_fallback import browser_of, page_url, sign_in, submit, web_site
 
 pytestmark = pytest.mark.anyio
 

@@ -13,15 +13,13 @@ import enum
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult
 from pydantic import AfterValidator, AnyUrl, BaseModel, Field
 
@@ -35,14 +33,13 @@ from mcp_elicit.server import (
     Expired,
     Fallback,
     Flow,
-    IdentityPolicy,
 )
 from mcp_elicit.server.forms import Email, Titled, form_spec
-from mcp_elicit.store import Store, open_store
-from mcp_elicit.web import ApiKeyEntry, LocalAuthorizationServer, LocalUsers, UrlPages, Vault, VaultKeyRing
+from mcp_elicit.store import open_store
+from mcp_elicit.web import ApiKeyEntry
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, read_answer, render
-from tests.http_harness import free_port, serving
-from tests.pages_site import hidden
+from tests.pages_site import McpSite as Site
+from tests.pages_site import hidden, mcp_site
 from tests.serving import Person, Seats
 from tests.test_authserver import access_token
 from tests.test_server_flow import error_text, text
@@ -51,7 +48,6 @@ pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "2026-07-28"]
 USERS = "alice:wonderland:Alice Liddell,bob:builder:Bob"
-VAULT_KEY = "v1:dmF1bHQta2V5LXZhdWx0LWtleS12YXVsdC1rZXktMDE="
 
 
 class Region(enum.StrEnum):
@@ -134,45 +130,11 @@ def build_tools(elicitation: Elicitation) -> None:
         return "key stored" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
 
 
-@dataclass
-class Site:
-    base: str
-    store: Store
-    elicitation: Elicitation
-    server: MCPServer
-
-
-@contextmanager
 def web_site(
     store_url: str, name: str, build: Callable[[Elicitation], None], flows: dict[str, ApiKeyEntry] | None = None
-) -> Iterator[Site]:
+) -> AbstractContextManager[Site]:
     """A served app with the URL pages and local sign-in, `build`'s tools on it, for alice to answer on."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    store = open_store(store_url)
-    elicitation = Elicitation(
-        store, keys=[b"w" * 32], public_base_url=base, identity=IdentityPolicy(local_principal=f"{base}#alice")
-    )
-    auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
-    server = elicitation.server(name, **auth.mcp_server_kwargs(f"{base}/mcp"))
-    auth.add_routes(server)
-    pages = UrlPages(
-        elicitation=elicitation,
-        sign_in=auth,
-        vault=Vault(store, VaultKeyRing.from_text(VAULT_KEY)),
-        flows=flows or {},
-        page_key=b"p" * 32,
-        server_title="Test server",
-        public_base_url=base,
-    )
-    for route in pages.routes():
-        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
-    build(elicitation)
-    try:
-        with serving(server.streamable_http_app(stateless_http=True), port):
-            yield Site(base, store, elicitation, server)
-    finally:
-        store.close()
+    return mcp_site(store_url, name, build, users=USERS, flows=flows)
 
 
 @pytest.fixture
