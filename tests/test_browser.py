@@ -23,7 +23,8 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from mcp_types import CallToolResult, ElicitRequestURLParams, ElicitResult, InputRequiredResult
+from mcp import Client
+from mcp_types import CallToolResult, ElicitRequestURLParams, ElicitResult, InputRequiredResult, Result
 from playwright.async_api import Page, Response, ViewportSize, async_playwright
 
 from mcp_elicit.model import DecisionOrigin, DecisionStatus, Operator, Principal, new_operation, new_url_decision
@@ -146,6 +147,38 @@ def decision_url(result: object, key: str) -> str:
     return params.url
 
 
+@asynccontextmanager
+async def client_on_a(deployment: Deployment) -> AsyncIterator[Client]:
+    """alice's MCP client on instance A, in era `ERA`, signed in with an HTTP client of its own; it shows the
+    person no question itself."""
+    async with (
+        httpx2.AsyncClient(timeout=30) as http,
+        mcp_on_a(deployment, http, ERA, elicitation_callback=Person()) as client,
+    ):
+        yield client
+
+
+async def first_ask(client: Client, tool: str) -> tuple[CallToolResult | InputRequiredResult | Result, str]:
+    """Call `tool`, which asks for a URL decision keyed by its own name: the result, and the decision's URL."""
+    first = await client.session.call_tool(tool, {}, allow_input_required=True)
+    return first, decision_url(first, tool)
+
+
+async def accepted_retry(
+    client: Client, first: CallToolResult | InputRequiredResult | Result, tool: str
+) -> CallToolResult:
+    """Call `tool` again with `first`'s request state and its URL decision accepted: the final result."""
+    retried = await client.session.call_tool(
+        tool,
+        {},
+        input_responses={tool: ElicitResult(action="accept")},
+        request_state=first.request_state,  # type: ignore[union-attr]
+        allow_input_required=True,
+    )
+    assert isinstance(retried, CallToolResult)
+    return retried
+
+
 async def open_decision(page: Page, deployment: Deployment, url: str, shots: Screenshots, user: str) -> Response:
     """Open a decision link in a browser that is not signed in: sign in as `user`; the page the link shows then."""
     assert url.startswith(f"{deployment.b}/elicit/"), url
@@ -157,12 +190,8 @@ async def open_decision(page: Page, deployment: Deployment, url: str, shots: Scr
 async def test_oauth_connect_in_chromium_then_the_retry_finishes(
     deployment: Deployment, chromium: Path, tmp_path: Path, shots: Screenshots
 ) -> None:
-    async with (
-        httpx2.AsyncClient(timeout=30) as http,
-        mcp_on_a(deployment, http, ERA, elicitation_callback=Person()) as client,
-    ):
-        first = await client.session.call_tool("connect_account", {}, allow_input_required=True)
-        url = decision_url(first, "connect_account")
+    async with client_on_a(deployment) as client:
+        first, url = await first_ask(client, "connect_account")
         async with browser_page(chromium, tmp_path / "profile") as page:
             decision = await open_decision(page, deployment, url, shots, "alice")
             assert decision.status == 200 and page.url == url
@@ -192,14 +221,7 @@ async def test_oauth_connect_in_chromium_then_the_retry_finishes(
             assert done.status == 200 and page.url.startswith(f"{deployment.b}/elicit/callback?")
             assert await heading(page) == "Done"
             await shots(page, "done")
-        retried = await client.session.call_tool(
-            "connect_account",
-            {},
-            input_responses={"connect_account": ElicitResult(action="accept")},
-            request_state=first.request_state,  # type: ignore[union-attr]
-            allow_input_required=True,
-        )
-    assert isinstance(retried, CallToolResult)
+        retried = await accepted_retry(client, first, "connect_account")
     assert text(retried) == "Connected as alice (Alice Liddell)."
     assert len(shots.taken) == 6
 
@@ -207,12 +229,8 @@ async def test_oauth_connect_in_chromium_then_the_retry_finishes(
 async def test_api_key_in_chromium_reaches_the_vault_not_the_tool_result(
     deployment: Deployment, chromium: Path, tmp_path: Path, shots: Screenshots
 ) -> None:
-    async with (
-        httpx2.AsyncClient(timeout=30) as http,
-        mcp_on_a(deployment, http, ERA, elicitation_callback=Person()) as client,
-    ):
-        first = await client.session.call_tool("set_api_key", {}, allow_input_required=True)
-        url = decision_url(first, "set_api_key")
+    async with client_on_a(deployment) as client:
+        first, url = await first_ask(client, "set_api_key")
         async with browser_page(chromium, tmp_path / "profile") as page:
             await open_decision(page, deployment, url, shots, "alice")
             assert await heading(page) == "mcp-elicit-reference asks you to enter your Example API key"
@@ -230,14 +248,7 @@ async def test_api_key_in_chromium_reaches_the_vault_not_the_tool_result(
             assert done.status == 200 and await heading(page) == "Done"
             assert CANARY not in await page.content()
             await shots(page, "done")
-        retried = await client.session.call_tool(
-            "set_api_key",
-            {},
-            input_responses={"set_api_key": ElicitResult(action="accept")},
-            request_state=first.request_state,  # type: ignore[union-attr]
-            allow_input_required=True,
-        )
-    assert isinstance(retried, CallToolResult)
+        retried = await accepted_retry(client, first, "set_api_key")
     assert text(retried) == "Your Example API key is stored on the server."
     assert CANARY not in retried.model_dump_json()
     store = open_store(deployment.store_url)
@@ -254,12 +265,8 @@ async def test_api_key_in_chromium_reaches_the_vault_not_the_tool_result(
 async def test_another_user_gets_the_refusal_page_and_the_decision_is_untouched(
     deployment: Deployment, chromium: Path, tmp_path: Path, shots: Screenshots
 ) -> None:
-    async with (
-        httpx2.AsyncClient(timeout=30) as http,
-        mcp_on_a(deployment, http, ERA, elicitation_callback=Person()) as client,
-    ):
-        first = await client.session.call_tool("connect_account", {}, allow_input_required=True)
-        url = decision_url(first, "connect_account")
+    async with client_on_a(deployment) as client:
+        _, url = await first_ask(client, "connect_account")
     elicitation_id = url.rsplit("/", 1)[-1]
     store = open_store(deployment.store_url)
     try:

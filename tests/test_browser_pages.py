@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx2
 import pytest
 from mcp_types import SERVER_INFO_META_KEY
 
-from tests.serving import Person
-from tests.test_browser import ERA, PASSWORDS, Screenshots, browser_page, decision_url, heading, press
+from tests.test_browser import PASSWORDS, Screenshots, browser_page, client_on_a, first_ask, heading, press
 from tests.test_browser import chromium as chromium
 from tests.test_browser import deployment as deployment
 from tests.test_browser import shots as shots
-from tests.test_deployment import Deployment, mcp_on_a
+from tests.test_deployment import Deployment
 
 pytestmark = pytest.mark.anyio
 
@@ -27,12 +25,8 @@ def host(url: str) -> str:
 async def test_the_pages_say_who_asks_why_where_continue_leads_and_what_was_done(
     deployment: Deployment, chromium: Path, tmp_path: Path, shots: Screenshots
 ) -> None:
-    async with (
-        httpx2.AsyncClient(timeout=30) as http,
-        mcp_on_a(deployment, http, ERA, elicitation_callback=Person()) as client,
-    ):
-        first = await client.session.call_tool("connect_account", {}, allow_input_required=True)
-        url = decision_url(first, "connect_account")
+    async with client_on_a(deployment) as client:
+        first, url = await first_ask(client, "connect_account")
     # The name the server gives itself on the wire (2026-07-28 stamps it on every result), as MCP clients show it.
     assert first.meta is not None
     name = first.meta[SERVER_INFO_META_KEY]["name"]
