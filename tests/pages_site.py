@@ -28,7 +28,7 @@ from mcp_elicit.model.decision import new_elicitation_id
 from mcp_elicit.server import Elicitation, IdentityPolicy
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
-from mcp_elicit.web.flows import ApiKeyEntry, OAuthConnect
+from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.pages import UrlPages
 from tests.http_harness import free_port, serving
 
@@ -78,6 +78,24 @@ def provider_process(port: int, redirect_uri: str, *extra: str) -> Iterator[str]
         process.wait(timeout=10)
 
 
+def provider_flows(provider: str, *, token_url: str | None = None, profile: bool) -> dict[str, ExternalFlow]:
+    """`connect_account`: OAuth at the stand-in `provider`, redeemed at `token_url` (the provider's) and, with
+    `profile`, the account's profile read there; `set_api_key`: a key typed on the page."""
+    return {
+        "connect_account": OAuthConnect(
+            vault_name="example-token",
+            provider_title="Example",
+            authorize_url=f"{provider}/authorize",
+            token_url=token_url or f"{provider}/token",
+            client_id=PROVIDER_CLIENT,
+            client_secret=PROVIDER_SECRET,
+            scope="profile",
+            profile_url=f"{provider}/api/me" if profile else "",
+        ),
+        "set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example"),
+    }
+
+
 @contextmanager
 def served_site(store_url: str, provider: str, port: int, *, token_url: str | None = None) -> Iterator[Site]:
     """The pages on `port`; the OAuth flow authorizes at `provider` and redeems at `token_url` (the provider's)."""
@@ -91,19 +109,7 @@ def served_site(store_url: str, provider: str, port: int, *, token_url: str | No
         elicitation=elicitation,
         sign_in=auth,
         vault=vault,
-        flows={
-            "connect_account": OAuthConnect(
-                vault_name="example-token",
-                provider_title="Example",
-                authorize_url=f"{provider}/authorize",
-                token_url=token_url or f"{provider}/token",
-                client_id=PROVIDER_CLIENT,
-                client_secret=PROVIDER_SECRET,
-                scope="profile",
-                profile_url=f"{provider}/api/me",
-            ),
-            "set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example"),
-        },
+        flows=provider_flows(provider, token_url=token_url, profile=True),
         page_key=b"p" * 32,
         server_title=SERVER_NAME,
         public_base_url=base,

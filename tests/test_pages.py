@@ -6,7 +6,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,23 +24,13 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.decision import new_elicitation_id
 from mcp_elicit.server import Elicitation
-from mcp_elicit.store import Store, open_store
+from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
-from mcp_elicit.web.flows import ApiKeyEntry, OAuthConnect
 from mcp_elicit.web.pages import UrlPages
 from tests.http_harness import free_port, serving
-from tests.pages_site import hidden, provider_process
+from tests.pages_site import VAULT_KEYS, Site, hidden, provider_flows, provider_process
 
 CANARY = "canary-sk-5d1e0f"
-
-
-@dataclass
-class Site:
-    base: str
-    store: Store
-    elicitation: Elicitation
-    vault: Vault
-    provider: str
 
 
 @pytest.fixture(scope="module")
@@ -62,23 +51,12 @@ def site(store_url: str, provider: tuple[str, int]) -> Iterator[Site]:
     auth = LocalAuthorizationServer(
         base, LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw:Bob"), store, signing_keys=[b"a" * 32]
     )
-    vault = Vault(store, VaultKeyRing.from_text("v1:" + "dmF1bHQta2V5LXZhdWx0LWtleS12YXVsdC1rZXktMDE="))
+    vault = Vault(store, VaultKeyRing.from_text(VAULT_KEYS))
     pages = UrlPages(
         elicitation=elicitation,
         sign_in=auth,
         vault=vault,
-        flows={
-            "connect_account": OAuthConnect(
-                vault_name="example-token",
-                provider_title="Example",
-                authorize_url=f"{provider_url}/authorize",
-                token_url=f"{provider_url}/token",
-                client_id="elicit-pages",
-                client_secret="provider-secret",
-                scope="profile",
-            ),
-            "set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example"),
-        },
+        flows=provider_flows(provider_url, profile=False),
         page_key=b"p" * 32,
         server_title="Test server",
         public_base_url=base,
