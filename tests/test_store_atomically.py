@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -206,3 +208,44 @@ def test_checked_writes_inside_a_unit_commit_with_it(store: Store, records: Reco
     assert store.claims(operation_id, caller=ALICE) == []
     assert store.token_consumed("round-4")
     assert operation_id in heard  # the released claim is announced with the commit
+
+
+def test_a_question_under_a_taken_key_inside_undoes_the_unit(store: Store, records: Records) -> None:
+    first = records.form()
+    operation = store.get_operation(first.operation_id, ALICE)
+    again = replace(first, elicitation_id=str(uuid.uuid4()))
+
+    def work() -> None:
+        store.consume_token("round-5", expires_at=records.clock() + timedelta(minutes=5))
+        store.create_decision(again)
+        store.get_operation(operation.operation_id, ALICE)
+
+    with pytest.raises(AlreadyExists, match="already has a question under key 'approve'"):
+        store.atomically(work)
+    assert not store.token_consumed("round-5")
+    assert store.list_decisions(ALICE, operation_id=operation.operation_id) == [first]
+
+
+def test_a_question_of_a_missing_operation_inside_is_not_found(store: Store, records: Records) -> None:
+    _, decision = _operation_and_decision(records)
+
+    def work() -> None:
+        store.create_decision(decision)
+        store.token_consumed("anything")
+
+    with pytest.raises(NotFound, match="no operation"):
+        store.atomically(work)
+
+
+def test_the_same_question_twice_inside_is_refused(store: Store, records: Records) -> None:
+    operation, decision = _operation_and_decision(records)
+
+    def work() -> None:
+        store.create_operation(operation)
+        store.create_decision(decision)
+        store.create_decision(replace(decision, key="other"))
+
+    with pytest.raises(AlreadyExists, match=f"decision {decision.elicitation_id} already exists"):
+        store.atomically(work)
+    with pytest.raises(NotFound):
+        store.get_operation(operation.operation_id, ALICE)

@@ -822,10 +822,23 @@ class SQLCore(ABC):
             details["url"] = redact_url(decision.url)
         try:
             async with self._write() as tx:
-                await tx.execute(
-                    f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
-                    self._decision_row(decision),
-                )
+                if _joined(tx) and telemetry.checked_later():
+                    # Inside a unit: a statement that cannot fail, checked with whatever needs a result next.
+                    async def check(inserted: int) -> None:
+                        if inserted != 1:
+                            raise await self._why_not_created(tx, decision)
+
+                    await tx.send(
+                        f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) SELECT {_marks(19)} WHERE EXISTS"
+                        " (SELECT 1 FROM elicit_operations WHERE operation_id = %s) ON CONFLICT DO NOTHING",
+                        (*self._decision_row(decision), decision.operation_id),
+                        check,
+                    )
+                else:
+                    await tx.execute(
+                        f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
+                        self._decision_row(decision),
+                    )
                 self._audit(
                     tx, SubjectKind.DECISION, decision.elicitation_id, None, decision.status,
                     decision.principal.actor, "requested", details, decision.created_at,
@@ -840,6 +853,16 @@ class SQLCore(ABC):
         except ForeignKeyViolation:
             raise NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}") from None
         return decision
+
+    async def _why_not_created(self, tx: Tx, decision: Decision) -> StoreError:
+        """The error for a decision that was not inserted: its operation is missing, or it exists already."""
+        if await tx.one("SELECT 1 FROM elicit_operations WHERE operation_id = %s", (decision.operation_id,)) is None:
+            return NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}")
+        if await tx.one(
+            "SELECT 1 FROM elicit_decisions WHERE operation_id = %s AND key = %s", (decision.operation_id, decision.key)
+        ):
+            return AlreadyExists(f"operation {decision.operation_id} already has a question under key {decision.key!r}")
+        return AlreadyExists(f"decision {decision.elicitation_id} already exists")
 
     async def _select_decision(self, tx: Tx, elicitation_id: str, caller: Caller) -> Decision | None:
         where, params = _binding(caller)
