@@ -736,7 +736,10 @@ class Elicitation:
     ) -> Any:
         store = self._async_store
         writes = HeldWrites(store)
-        resumed = await era.resume(store, principal, target, writes)
+        try:
+            resumed = await era.resume(store, principal, target, writes)
+        except OperationEnded as ended:
+            return _ended(ended.operation, entry)
         fresh = False
         if resumed is None:
             found = await self._attach(principal, target, key, writes, entry.result)
@@ -869,10 +872,15 @@ class Elicitation:
         )
         replay_since = now - self.replay_window
 
+        def lost() -> StaleSnapshot:
+            return StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
+
         async def begin() -> None:
-            started = await store(store.sync.begin_operation, candidate, replay_since=replay_since)
-            if not started.created:
-                raise StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
+            if found or key is not None:  # something to expire, replay or bind on the way: the careful path
+                if not (await store(store.sync.begin_operation, candidate, replay_since=replay_since)).created:
+                    raise lost()
+            else:  # nothing seen: one statement, checked with the commit's next (a racing creator loses it)
+                await store(store.sync.begin_operation, candidate, replay_since=replay_since, not_created=lost)
 
         writes.hold(begin)
         return _Found(candidate, fresh=True)

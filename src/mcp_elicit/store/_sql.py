@@ -579,59 +579,79 @@ class SQLCore(ABC):
         decisions = [self._decision(row[split:]) for row in rows if row[split] is not None]
         return OperationRecords(self._operation(rows[0][:split]), decisions)
 
-    async def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
+    async def begin_operation(
+        self,
+        candidate: Operation,
+        *,
+        replay_since: datetime | None = None,
+        not_created: Callable[[], BaseException] | None = None,
+    ) -> OperationStart:
         if candidate.status is not OperationStatus.OPEN:
             raise ValueError("an operation is created open")
         now = self._clock()
         async with self._write() as tx:
-            if candidate.idempotency_key is not None:
-                await self._bind_key(tx, candidate, now)
-            if await self._insert_if_first(tx, candidate, now, replay_since):
+            if not_created is not None:
+                if candidate.idempotency_key is not None:
+                    raise ValueError("a keyed call's operation begins with its key bound: without not_created")
+
+                async def check(inserted: int) -> None:
+                    if inserted != 1:
+                        raise not_created()
+
+                # Inside a unit the statement goes out with what follows, checked with it.
+                await tx.send(*self._first_of_call(candidate, replay_since), check)
                 self._audit_created(tx, candidate)
                 return OperationStart(candidate, created=True)
-            for _ in range(_CREATE_ATTEMPTS):
-                found = await self._newest_of_call(tx, candidate)
-                if found is not None and found.status is OperationStatus.OPEN:
-                    if now < found.expires_at:
-                        return OperationStart(found, created=False)
-                    await self._expire_operations(
-                        tx, [(found.operation_id, found.version)], now, "overdue; call made again"
-                    )
-                elif (
-                    found is not None
-                    and found.status is OperationStatus.COMPLETED
-                    and replay_since is not None
-                    and found.updated_at >= replay_since
-                ):
+            if candidate.idempotency_key is not None:
+                await self._bind_key(tx, candidate, now)
+            if await tx.execute(*self._first_of_call(candidate, replay_since)) == 1:
+                self._audit_created(tx, candidate)
+                return OperationStart(candidate, created=True)
+            return await self._begin_carefully(tx, candidate, now, replay_since)
+
+    async def _begin_carefully(
+        self, tx: Tx, candidate: Operation, now: datetime, replay_since: datetime | None
+    ) -> OperationStart:
+        """What stood in the first statement's way: an open operation to attach to, a result to replay, or a
+        lapsed operation to expire before inserting."""
+        for _ in range(_CREATE_ATTEMPTS):
+            found = await self._newest_of_call(tx, candidate)
+            if found is not None and found.status is OperationStatus.OPEN:
+                if now < found.expires_at:
                     return OperationStart(found, created=False)
-                if candidate.idempotency_key is not None:
-                    await self._expire_lapsed_of_key(tx, candidate.idempotency_key, now)
-                inserted = await tx.execute(
-                    f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)}) ON CONFLICT DO NOTHING",
-                    self._operation_row(candidate),
+                await self._expire_operations(
+                    tx, [(found.operation_id, found.version)], now, "overdue; call made again"
                 )
-                if inserted == 1:
-                    self._audit_created(tx, candidate)
-                    return OperationStart(candidate, created=True)
+            elif (
+                found is not None
+                and found.status is OperationStatus.COMPLETED
+                and replay_since is not None
+                and found.updated_at >= replay_since
+            ):
+                return OperationStart(found, created=False)
+            if candidate.idempotency_key is not None:
+                await self._expire_lapsed_of_key(tx, candidate.idempotency_key, now)
+            inserted = await tx.execute(
+                f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)}) ON CONFLICT DO NOTHING",
+                self._operation_row(candidate),
+            )
+            if inserted == 1:
+                self._audit_created(tx, candidate)
+                return OperationStart(candidate, created=True)
         raise StoreError(f"operation for {candidate.method} {candidate.target} kept changing; not started")
 
-    async def _insert_if_first(
-        self, tx: Tx, candidate: Operation, now: datetime, replay_since: datetime | None
-    ) -> bool:
-        """Insert the operation in one statement when nothing of the call stands in its way: no open operation
+    def _first_of_call(self, candidate: Operation, replay_since: datetime | None) -> tuple[str, tuple[object, ...]]:
+        """The operation inserted in one statement when nothing of the call stands in its way: no open operation
         (lapsed or not) and no result to replay. Anything else is for the careful path to sort out."""
         where, params = self._of_call(candidate)
         replayable, replay_params = (
             ("", ()) if replay_since is None else (" OR (status = 'completed' AND updated_at >= %s)", (replay_since,))
         )
         return (
-            await tx.execute(
-                f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) SELECT {_marks(13)}"
-                f" WHERE NOT EXISTS (SELECT 1 FROM elicit_operations WHERE {where}"
-                f" AND (status = 'open'{replayable})) ON CONFLICT DO NOTHING",
-                (*self._operation_row(candidate), *params, *(self._to_time(t) for t in replay_params)),
-            )
-            == 1
+            f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) SELECT {_marks(13)}"
+            f" WHERE NOT EXISTS (SELECT 1 FROM elicit_operations WHERE {where}"
+            f" AND (status = 'open'{replayable})) ON CONFLICT DO NOTHING",
+            (*self._operation_row(candidate), *params, *(self._to_time(t) for t in replay_params)),
         )
 
     def _of_call(self, candidate: Operation) -> tuple[str, tuple[str, ...]]:

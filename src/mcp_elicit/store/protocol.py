@@ -257,7 +257,13 @@ class Store(Protocol):
         """The operation and its decisions in one read (`NotFound` as `get_operation`): a resuming call's start."""
         ...
 
-    def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
+    def begin_operation(
+        self,
+        candidate: Operation,
+        *,
+        replay_since: datetime | None = None,
+        not_created: Callable[[], BaseException] | None = None,
+    ) -> OperationStart:
         """The open operation of `candidate`'s call, or `candidate` stored as that operation.
 
         The call is the candidate's principal, client, method, target and request digest, or its
@@ -265,6 +271,11 @@ class Store(Protocol):
         attaches). An overdue open one is expired on the way. A completed one updated at or after
         `replay_since` is returned instead of starting anew. A key bound to another request raises
         `IdempotencyKeyConflict`; a fresh key is bound to this request until its operation ends.
+
+        With `not_created` (a call that saw no operation of its own), only the one statement that inserts
+        the candidate when nothing of the call stands in its way is tried; if it inserts nothing, what
+        `not_created` returns is raised, inside `atomically` possibly with a later statement of the unit,
+        which it then undoes whole. Not for a keyed call, whose key is bound first.
         """
         ...
 
