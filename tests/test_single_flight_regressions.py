@@ -571,3 +571,32 @@ async def test_answers_without_state_under_a_key_bound_to_other_arguments_are_re
     assert isinstance(refused, MCPError) and refused.code == -32602 and "release-7" in refused.message
     [decision] = elicitation.store.list_decisions(OPERATOR)
     assert decision.status is DecisionStatus.REQUESTED and "payments" in decision.message
+
+
+# -- a 2026-07-28 round whose operation ended meanwhile ends its call the same way ------------------------
+
+
+@pytest.mark.parametrize("to", [OperationStatus.FAILED, OperationStatus.CANCELLED])
+async def test_a_round_retried_after_its_operation_ended_says_so(runtime: Runtime, to: OperationStatus) -> None:
+    """The person answers, but meanwhile the operation ended (an overlapping call's step failed it, an operator
+    cancelled it): the retry of the round must not start a new operation and run the body again."""
+    elicitation = runtime()
+    bodies = Counter[str]()
+
+    @elicitation.tool()
+    async def deploy(flow: Flow, env: str) -> str:
+        bodies["deploy"] += 1
+        answer = await flow.ask("Deploy?", Go, key="go")
+        return "deployed" if isinstance(answer, Accepted) and answer.data.go else "not deployed"
+
+    async def person(context: ClientRequestContext, params: Params) -> ElicitResult:
+        operation = only_operation(elicitation, "deploy", {"env": "prod"})
+        elicitation.store.finish_operation(operation, to, caller=OPERATOR, reason="ended meanwhile")
+        return ElicitResult(action="accept", content={"go": True})
+
+    result = said(await call(elicitation, "2026-07-28", "deploy", {"env": "prod"}, person=person))
+
+    assert result.startswith("tool error:"), result
+    assert f"An identical call of this tool ended its operation as {to}" in result
+    assert bodies == {"deploy": 1}
+    assert only_operation(elicitation, "deploy", {"env": "prod"}).status is to

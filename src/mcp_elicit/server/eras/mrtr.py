@@ -43,7 +43,7 @@ from mcp_elicit.server.eras.mrtr_state import RoundState, refused
 from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, answer_again, discard, question_claim
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
-from mcp_elicit.server.writes import HeldWrites
+from mcp_elicit.server.writes import HeldWrites, OperationEnded
 from mcp_elicit.store import OperationRecords, StoreError, StoreUnavailable
 from mcp_elicit.store.offload import AsyncStore
 
@@ -92,7 +92,9 @@ class MrtrEra:
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
     ) -> OperationRecords | None:
         """The operation a round's state names, if still open, with its decisions; the round's nonce is spent
-        with the next commit."""
+        with the next commit. A completed one is for the caller to replay; one that ended otherwise (an
+        overlapping call's step failed, an operator cancelled it) ends this call too, as it would have ended
+        a call waiting on the live request."""
         if self._call.request_state is None:
             return None
         state = self._state = RoundState.decode(self._call.request_state)
@@ -120,6 +122,8 @@ class MrtrEra:
             target.request_digest,
         ):
             raise refused()
+        if operation.status in (OperationStatus.FAILED, OperationStatus.CANCELLED, OperationStatus.EXPIRED):
+            raise OperationEnded(operation)  # the round's operation ended while its call waited: say so
         return records if operation.status is OperationStatus.OPEN else None
 
     def asker(self) -> MrtrAsker:
