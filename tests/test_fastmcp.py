@@ -24,10 +24,12 @@ from fastmcp import Client as FastMCPClient
 from fastmcp import FastMCP
 from fastmcp.client.transports import StdioTransport
 from fastmcp.exceptions import ToolError as FastMCPToolError
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools.base import InputRequiredToolResult, ToolResult
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
-from mcp_types import ElicitResult, InputRequiredResult, InputResponses, TextContent
+from mcp_types import CallToolRequestParams, ElicitResult, InputRequiredResult, InputResponses, TextContent
 from pydantic import BaseModel, Field
 
 from mcp_elicit.client import Accept, Consent, ElicitingClient, FormReply, FormRequest, UrlReply, UrlRequest
@@ -351,6 +353,50 @@ async def test_a_tool_error_fails_the_operation_and_a_bug_leaves_it_open_for_the
     [went_on] = served.operations(LOOPBACK, "refuse", {"why": "bug"})
     assert failed_one.status is OperationStatus.FAILED and went_on.status is OperationStatus.COMPLETED
     assert served.counter.read() == {"prepare": 2, "bug": 2}  # one per operation: the retry replayed its step
+
+
+class Observer(Middleware):
+    """A user's own FastMCP middleware: what its `on_call_tool` sees of each `tools/call`."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+
+    async def on_call_tool(
+        self, context: MiddlewareContext[CallToolRequestParams], call_next: CallNext[CallToolRequestParams, ToolResult]
+    ) -> ToolResult:
+        try:
+            result = await call_next(context)
+        except MCPError as error:
+            self.seen.append((context.message.name, error.error.code))
+            raise
+        outcome = "input_required" if isinstance(result, InputRequiredToolResult) else "result"
+        self.seen.append((context.message.name, "error" if result.is_error else outcome))
+        return result
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_users_middleware_sees_each_flow_tool_request_and_its_json_rpc_error(
+    store_url: str, tmp_path: Path, era: str
+) -> None:
+    elicitation = Elicitation(
+        open_store(store_url), keys=[STATE_KEY], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+    )
+    observer = Observer()
+    key = {IDEMPOTENCY_META_KEY: f"observed-{era}"}
+    try:
+        _, mcp = build(elicitation, Counter(tmp_path / "effects.json"), middleware=[observer])
+        answers = Answers({"approve": True})
+        async with FastMCPClient(mcp, elicitation_handler=answers, mode=FASTMCP_MODE[era]) as client:
+            done = await client.call_tool("approve", {"scope": "seen"}, meta=key)
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("approve", {"scope": "other"}, meta=key)
+            failed = await client.call_tool("refuse", {"why": "tool-error"}, raise_on_error=False)
+    finally:
+        elicitation.close()
+    assert fastmcp_text(done) == f"applied seen on {SERVER_NAME}" and refused.value.code == -32602
+    assert error_text(failed) == "refused on purpose"
+    asked = [("approve", "input_required")] if era == "2026-07-28" else []
+    assert observer.seen == [*asked, ("approve", "result"), ("approve", -32602), ("refuse", "error")]
 
 
 # -- registration ------------------------------------------------------------------------------------------
