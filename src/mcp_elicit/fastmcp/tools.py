@@ -167,11 +167,12 @@ class FastMCPFlows(Middleware):
             raise RuntimeError("create the server with FastMCPFlows.server(...) first, or name the server")
         return self._servers[0]
 
-    async def on_call_tool(
-        self,
-        context: MiddlewareContext[CallToolRequestParams],
-        call_next: CallNext[CallToolRequestParams, ToolResult],
-    ) -> ToolResult:
+    async def __call__(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
+        """Put a flow tool's JSON-RPC error on the wire as such; every other message passes untouched.
+
+        A raw `__call__` (FastMCP's documented override, run once per message) rather than `on_call_tool`:
+        only a flow tool raises `_OnTheWire`, so no hook dispatch is needed to tell a tool call apart.
+        """
         try:
             return await call_next(context)
         except _OnTheWire as carried:
