@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
 from starlette.routing import Route
 
+from mcp_elicit.server.eras import Era, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
@@ -231,11 +232,14 @@ class _FlowTool:
             raise ToolError(f"tool {self.body.__name__!r} asks through a Flow, which needs an MCP request to carry it")
         injected = {name: value for name, value in given.items() if name in self._injected}
         arguments = {name: value for name, value in given.items() if name not in self._injected}
+        # inputResponses and requestState are 2026-07-28 fields; FastMCP parses the request's params again
+        # for each, so an earlier era's call does not ask for them.
+        rounds = era_of(request.protocol_version) is Era.MRTR
         params = CallToolRequestParams(
             name=tool.name,
             arguments=arguments,
-            input_responses=context.input_responses,
-            request_state=context.request_state,
+            input_responses=context.input_responses if rounds else None,
+            request_state=context.request_state if rounds else None,
         )
         ran: list[tuple[ToolResult, CallToolResult]] = []
 
