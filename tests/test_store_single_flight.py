@@ -756,7 +756,7 @@ def test_a_call_that_saw_nothing_begins_in_one_statement_checked_with_the_unit(s
         assert started.created
         store.consume_token("round-1", expires_at=clock() + TTL)
 
-    store.atomically(work)
+    store.atomically(work, checks_later=True)
     assert store.get_operation(fresh.operation_id, ALICE) == fresh
     assert [e.reason for e in store.audit_trail(fresh.operation_id, ALICE)] == ["created"]
 
@@ -772,7 +772,7 @@ def test_one_that_loses_the_race_raises_and_undoes_its_unit(store: Store, clock:
         store.get_operation(first.operation_id, ALICE)  # a statement whose result is needed at once
 
     with pytest.raises(Lost):
-        store.atomically(work) if inside else store.begin_operation(late, not_created=Lost)
+        store.atomically(work, checks_later=True) if inside else store.begin_operation(late, not_created=Lost)
     with pytest.raises(NotFound):
         store.get_operation(late.operation_id, OPERATOR)
     assert not store.token_consumed("round-2")

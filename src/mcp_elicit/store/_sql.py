@@ -267,10 +267,21 @@ _AUDITS_PER_STATEMENT = 500
 """Rows per audit INSERT: 4,000 parameters, far below either engine's limit."""
 
 
-def _joined(tx: Tx) -> bool:
-    """Whether `tx` is a unit's that a store call joined (`atomically`): its failures undo the unit."""
+def _checks_later(tx: Tx) -> bool:
+    """Whether a write of a store call in `tx` may be checked with a later statement: the call runs inside a
+    unit whose work lets every store error end it (`atomically(checks_later=True)`), and no span is recorded
+    that should say where a compare-and-set lost."""
     unit = UNIT.get()
-    return unit is not None and unit.tx is tx and unit.joined > 0
+    return unit is not None and unit.tx is tx and unit.joined > 0 and unit.checks_later and telemetry.checked_later()
+
+
+async def _checked(tx: Tx, sql: str, values: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
+    """A write whose row count only confirms what its caller expects: checked with a later statement where the
+    unit allows it (`_checks_later`), else here."""
+    if _checks_later(tx):
+        await tx.send(sql, values, check)
+    else:
+        await check(await tx.execute(sql, values))
 
 
 def _write_audits(unit: Unit) -> None:
@@ -288,10 +299,11 @@ class _Write:
     A plain class rather than a generator context manager: it sits on every write's hot path.
     """
 
-    __slots__ = ("_core", "_joined", "_token", "_transaction", "_unit")
+    __slots__ = ("_checks_later", "_core", "_joined", "_token", "_transaction", "_unit")
 
-    def __init__(self, core: SQLCore) -> None:
+    def __init__(self, core: SQLCore, checks_later: bool = False) -> None:
         self._core = core
+        self._checks_later = checks_later
 
     async def __aenter__(self) -> Tx:
         unit = UNIT.get()
@@ -304,7 +316,7 @@ class _Write:
             return tx
         self._transaction = self._core._begin()
         tx = await self._transaction.__aenter__()
-        self._unit = Unit(self._core, tx)
+        self._unit = Unit(self._core, tx, checks_later=self._checks_later)
         self._token = UNIT.set(self._unit)
         return tx
 
@@ -317,19 +329,22 @@ class _Write:
             return await self._transaction.__aexit__(kind, error, trace)
         if kind is None:
             try:
-                await unit.tx.settle()  # what it sent is checked inside the unit, whose records checks may touch
+                try:
+                    await unit.tx.settle()  # checked inside the unit, whose records a check may touch
+                finally:
+                    UNIT.reset(self._token)
+                _write_audits(unit)
+                if unit.notices and await self._core._subscribed(unit.tx):
+                    for events, subjects, at in unit.notices:
+                        self._core._write_outbox(unit.tx, events, subjects, at)
+                if unit.moved:
+                    self._core._announce(unit.tx, unit.moved)
             except BaseException as failure:
-                UNIT.reset(self._token)
+                # Rolled back, and the connection given back, whatever failed on the way to the commit.
                 await self._transaction.__aexit__(type(failure), failure, failure.__traceback__)
                 raise
-        UNIT.reset(self._token)
-        if kind is None:
-            _write_audits(unit)
-            if unit.notices and await self._core._subscribed(unit.tx):
-                for events, subjects, at in unit.notices:
-                    self._core._write_outbox(unit.tx, events, subjects, at)
-            if unit.moved:
-                self._core._announce(unit.tx, unit.moved)
+        else:
+            UNIT.reset(self._token)
         suppressed = await self._transaction.__aexit__(kind, error, trace)
         if kind is None:
             for record in unit.committed:
@@ -366,21 +381,24 @@ class SQLCore(ABC):
 
     # -- transactions ---------------------------------------------------------------------------
 
-    def _write(self) -> _Write:
-        return _Write(self)
+    def _write(self, *, checks_later: bool = False) -> _Write:
+        return _Write(self, checks_later)
 
     def _read(self) -> Transaction:
         unit = UNIT.get()
         return self._begin_read() if unit is None or unit.core is not self else self._join(unit.tx)
 
-    async def atomically(self, work: Callable[[], Awaitable[R]]) -> R:
+    async def atomically(self, work: Callable[[], Awaitable[R]], *, checks_later: bool = False) -> R:
         """Run `work`'s store calls (in this context) in one transaction: all of them commit, or none.
 
         Inside, every call reads what the earlier ones wrote. An exception from `work`, a store error
         included, rolls everything back. Other processes and change listeners hear of what moved once,
         with the commit.
+
+        `checks_later`: `work` lets every store error it meets end the unit (it catches none of the ones a
+        write's check raises), so an engine may check a write with a later statement (see `Tx.send`).
         """
-        async with self._write():
+        async with self._write(checks_later=checks_later):
             return await work()
 
     def _moved(self, subject: str) -> None:
@@ -598,8 +616,7 @@ class SQLCore(ABC):
                     if inserted != 1:
                         raise not_created()
 
-                # Inside a unit the statement goes out with what follows, checked with it.
-                await tx.send(*self._first_of_call(candidate, replay_since), check)
+                await _checked(tx, *self._first_of_call(candidate, replay_since), check)
                 self._audit_created(tx, candidate)
                 return OperationStart(candidate, created=True)
             if candidate.idempotency_key is not None:
@@ -842,7 +859,7 @@ class SQLCore(ABC):
             details["url"] = redact_url(decision.url)
         try:
             async with self._write() as tx:
-                if _joined(tx) and telemetry.checked_later():
+                if _checks_later(tx):
                     # Inside a unit: a statement that cannot fail, checked with whatever needs a result next.
                     async def check(inserted: int) -> None:
                         if inserted != 1:
@@ -1042,7 +1059,7 @@ class SQLCore(ABC):
             snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params,
         )  # fmt: skip
         async with self._write() as tx:
-            if _joined(tx) and telemetry.checked_later():
+            if _checks_later(tx):
                 # Inside a unit a lost compare-and-set undoes the whole unit, found out whenever it is checked.
                 async def check(changed: int) -> None:
                     if changed != 1:
@@ -1329,10 +1346,7 @@ class SQLCore(ABC):
                 if released:
                     self._moved(operation_id)
 
-            if _joined(tx):
-                await tx.send(sql, values, moved)
-            else:
-                await moved(await tx.execute(sql, values))
+            await _checked(tx, sql, values, moved)
 
     async def consume_token(
         self, token_id: str, *, expires_at: datetime, replayed: Callable[[], BaseException] | None = None
@@ -1340,20 +1354,16 @@ class SQLCore(ABC):
         sql = "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING"
         values = (token_id, self._to_time(expires_at))
         async with self._write() as tx:
-            if replayed is not None and _joined(tx):
+            if replayed is not None:
 
                 async def check(inserted: int) -> None:
                     if inserted != 1:
                         raise replayed()
 
-                await tx.send(sql, values, check)
+                await _checked(tx, sql, values, check)
                 return Consumption.FIRST
             inserted = await tx.execute(sql, values)
-        if inserted == 1:
-            return Consumption.FIRST
-        if replayed is not None:
-            raise replayed()
-        return Consumption.ALREADY_USED
+        return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
 
     async def token_consumed(self, token_id: str) -> bool:
         async with self._read() as tx:
@@ -1689,9 +1699,9 @@ class SQLStore(ABC):
         id for its transitions, an operation's id for its journal, its claims and its end."""
         self._change_listeners.append(listener)
 
-    def atomically(self, work: Callable[[], R]) -> R:
+    def atomically(self, work: Callable[[], R], *, checks_later: bool = False) -> R:
         """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
-        return run_now(self._core.atomically(functools.partial(_returning, work)))
+        return run_now(self._core.atomically(functools.partial(_returning, work), checks_later=checks_later))
 
     verify_schema = _blocking(SQLCore.verify_schema)
     create_operation = _blocking(SQLCore.create_operation)

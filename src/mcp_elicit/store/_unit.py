@@ -19,11 +19,13 @@ if TYPE_CHECKING:
 class Unit:
     """One write transaction of a core and what it moved."""
 
-    __slots__ = ("audits", "committed", "core", "joined", "moved", "notices", "tx")
+    __slots__ = ("audits", "checks_later", "committed", "core", "joined", "moved", "notices", "tx")
 
-    def __init__(self, core: SQLCore, tx: Tx) -> None:
+    def __init__(self, core: SQLCore, tx: Tx, *, checks_later: bool = False) -> None:
         self.core = core
         self.tx = tx
+        self.checks_later = checks_later
+        """Whether the unit's work lets every store error end it, so writes may be checked later (`Tx.send`)."""
         self.audits: list[tuple[object, ...]] = []
         """Audit rows of the unit, written as one statement with its commit (or before a read of the trail)."""
         self.moved: list[str] = []

@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 import psycopg
-from psycopg import AsyncPipeline
+from psycopg import AsyncPipeline, pq
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
@@ -175,9 +175,10 @@ class _AsyncPostgresTx(_Deferring):
 
     async def _run(self, sql: str, params: Sequence[object]) -> psycopg.AsyncCursor[Any]:
         if self._pipeline is not None:
-            await self._cursor.execute(sql, params)
+            cursor = self._connection.cursor()  # its own: a check may run statements before it is read
+            await cursor.execute(sql, params)
             await self.settle()
-            return self._cursor
+            return cursor
         if not self._beginning():
             return await self._cursor.execute(sql, params)
         async with self._connection.pipeline():
@@ -217,11 +218,26 @@ class _AsyncPostgresTx(_Deferring):
             return
         self._pipeline = None
         pending, self._pending = self._pending, []
-        await pipeline.__aexit__(None, None, None)
-        for cursor, check in pending:
-            rows = cursor.rowcount
-            await cursor.close()
-            await check(rows)
+        try:
+            try:
+                await pipeline.__aexit__(None, None, None)
+            except psycopg.Error:
+                # A statement after them failed: the checks of the sent writes that ran come first, as they
+                # would have where each write was made. The failure stands if they hold, or if a check needs
+                # to read to say why its write did nothing (the transaction is aborted by now).
+                for cursor, check in pending:
+                    if cursor.pgresult is None or cursor.pgresult.status != pq.ExecStatus.COMMAND_OK:
+                        break
+                    try:
+                        await check(cursor.rowcount)
+                    except pg_errors.InFailedSqlTransaction:
+                        break
+                raise
+            for cursor, check in pending:
+                await check(cursor.rowcount)
+        finally:
+            for cursor, _ in pending:
+                await cursor.close()
 
     async def abandon(self, error: BaseException) -> None:
         """Leave an open pipeline after a failure, so the connection goes back to its pool rolled back."""

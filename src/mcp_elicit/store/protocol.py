@@ -245,8 +245,13 @@ class Store(Protocol):
         """
         ...
 
-    def atomically(self, work: Callable[[], R]) -> R:
-        """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
+    def atomically(self, work: Callable[[], R], *, checks_later: bool = False) -> R:
+        """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do.
+
+        `checks_later`: `work` catches no store error its calls raise, so an engine may check a write whose
+        row count only confirms an expectation with a later statement of the unit, which a failed check then
+        undoes whole (the async PostgreSQL engine pipelines such writes; the others check them at once).
+        """
         ...
 
     def create_operation(self, operation: Operation) -> Operation: ...
