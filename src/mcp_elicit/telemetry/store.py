@@ -4,9 +4,9 @@ A transition inside `atomically` (a call's held writes) commits with the whole u
 metrics wait for that commit and are dropped with a rollback. A lost compare-and-set is counted at once:
 it happened whether or not the unit that saw it commits.
 
-Inside a unit an engine may check a transition's compare-and-set with a later statement of the unit (one
-round trip for several). While spans are recorded it does not: each transition is checked where its span
-is, so a trace says which one lost.
+Inside a unit an engine may check a write with a later statement of the unit (one round trip for several).
+While spans are recorded it does not: each write is checked where it is made, inside its own call's span,
+so a trace says which one lost.
 """
 
 from __future__ import annotations
