@@ -514,8 +514,14 @@ async def test_modern_flow_cancelled_by_the_host_stops_the_rounds(served: Served
         anyio.create_task_group() as group,
     ):
 
+        def consent_recorded() -> bool:
+            decisions = [d for d in served.store.list_decisions(Operator()) if d.url is not None]
+            return bool(decisions) and decisions[0].status is DecisionStatus.ACCEPTED_URL
+
         async def cancel_when_open() -> None:
             await wait_for(lambda: any(f.status is FlowStatus.OPEN for f in pending.list()))
+            # The flow opens as the consent goes out: cancel once the server has it, which it must keep.
+            await wait_for(consent_recorded)
             assert pending.cancel(pending.list()[0].id)
 
         group.start_soon(cancel_when_open)
