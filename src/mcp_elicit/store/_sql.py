@@ -267,12 +267,18 @@ _AUDITS_PER_STATEMENT = 500
 """Rows per audit INSERT: 4,000 parameters, far below either engine's limit."""
 
 
+def _unit_of(tx: Tx) -> Unit | None:
+    """The unit under way in this context if `tx` is its transaction (not a read of its own)."""
+    unit = UNIT.get()
+    return unit if unit is not None and unit.tx is tx else None
+
+
 def _checks_later(tx: Tx) -> bool:
     """Whether a write of a store call in `tx` may be checked with a later statement: the call runs inside a
     unit whose work lets every store error end it (`atomically(checks_later=True)`), and no span is recorded
     that should say where a compare-and-set lost."""
-    unit = UNIT.get()
-    return unit is not None and unit.tx is tx and unit.joined > 0 and unit.checks_later and telemetry.checked_later()
+    unit = _unit_of(tx)
+    return unit is not None and unit.joined > 0 and unit.checks_later and telemetry.checked_later()
 
 
 async def _checked(tx: Tx, sql: str, values: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
@@ -534,8 +540,8 @@ class SQLCore(ABC):
     ) -> None:
         row = (kind.value, subject_id, from_status, to_status, actor, redact_text(reason), self._to_json(details),
                self._to_time(at))  # fmt: skip
-        unit = UNIT.get()
-        if unit is not None and unit.tx is tx:
+        unit = _unit_of(tx)
+        if unit is not None:
             unit.audits.append(row)
         else:
             tx.defer(_AUDIT_INSERT + _AUDIT_VALUES, row)
@@ -837,8 +843,8 @@ class SQLCore(ABC):
              stamp)
             for subject_id, from_status, version in rows
         ]  # fmt: skip
-        unit = UNIT.get()
-        if unit is not None and unit.tx is tx:
+        unit = _unit_of(tx)
+        if unit is not None:
             unit.audits.extend(audits)
         else:
             await tx.executemany(_AUDIT_INSERT + _AUDIT_VALUES, audits)
@@ -1212,8 +1218,8 @@ class SQLCore(ABC):
             )
             if visible is None:
                 raise NotFound(f"no decision or operation {subject_id}")
-            unit = UNIT.get()
-            if unit is not None and unit.tx is tx:
+            unit = _unit_of(tx)
+            if unit is not None:
                 _write_audits(unit)
             await tx.flush()
             rows = await tx.all(
