@@ -42,6 +42,7 @@ from mcp_elicit.model import (
     JSONValue,
     Mode,
     Operation,
+    OperationStatus,
     Principal,
     ResumePolicy,
     check_decision_transition,
@@ -56,7 +57,7 @@ from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.leases import Kept, Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.server.waiting import Backoff, Wakeups
-from mcp_elicit.server.writes import HeldWrites
+from mcp_elicit.server.writes import HeldWrites, OperationEnded
 from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, Store, StoreError
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
@@ -531,8 +532,12 @@ class Execution:
             )
             if unseen or not claim.held_by(holder):
                 return claim
-            # A holder that journaled its result and let go since the first look: its commit is visible now.
+            # A holder that journaled its result, or ended the operation, and let go since the first look: its
+            # commit is visible to these later statements (the claim's own snapshot may predate it).
             if (entry := await store(sync.journal_get, operation_id, name, caller=principal)) is None:
+                current = await store(sync.get_operation, operation_id, principal)
+                if current.status is not OperationStatus.OPEN:
+                    raise OperationEnded(current)
                 return claim
             await store(sync.release_claim, operation_id, claim_name, caller=principal, holder=holder)
             return entry
