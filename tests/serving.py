@@ -5,7 +5,10 @@ Tools count their side effects in a workspace file, so a test can prove a step r
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,16 +47,24 @@ class Name(BaseModel):
 
 
 class Counter:
-    """Counts side effects in a file, the way a real external system would keep them."""
+    """Counts side effects in a file, the way a real external system would keep them.
+
+    Steps of parallel calls run in threads and server processes at once, so a count is bumped under an
+    exclusive lock and written whole (rename), never read half-written.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def bump(self, what: str) -> int:
-        counts = self.read()
-        counts[what] = counts.get(what, 0) + 1
-        self.path.write_text(json.dumps(counts))
-        return counts[what]
+        with self.path.with_suffix(".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            counts = self.read()
+            counts[what] = counts.get(what, 0) + 1
+            written = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}")
+            written.write_text(json.dumps(counts))
+            os.replace(written, self.path)
+            return counts[what]
 
     def read(self) -> dict[str, int]:
         if not self.path.exists():
