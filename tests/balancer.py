@@ -45,13 +45,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from mcp_elicit.reference.demo_stack import (
     Credentials,
     StackError,
-    free_port,
     sign_in_as,
     start_logged,
     stop_all,
     wait_listening,
 )
 from mcp_elicit.reference.page_forms import Page, read_page
+from tests.http_harness import free_port
 
 HAPROXY: Final = "/usr/sbin/haproxy"
 LOOPBACK: Final = "127.0.0.1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import socket
 import subprocess
 import threading
@@ -35,11 +37,34 @@ class StaticTokenVerifier:
         return TOKENS.get(token)
 
 
+PORTS_PER_WORKER = 1500
+FIRST_PORT = 20000
+"""Ports tests listen on lie below the kernel's ephemeral range (32768 up on Linux), one block per xdist worker.
+
+A port the kernel handed out for a probe is free only until the next outgoing connection or another worker's
+probe takes it, which on a busy run happens before the server binds it; a block of our own does not move.
+"""
+
+_next_port = itertools.count()
+
+
+def _worker_block() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return FIRST_PORT + (int(worker) % 8 if worker.isdigit() else 0) * PORTS_PER_WORKER
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A loopback port nothing listens on, from this worker's block, not handed out before in this process."""
+    first = _worker_block()
+    for _ in range(PORTS_PER_WORKER):
+        port = first + next(_next_port) % PORTS_PER_WORKER
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {first}..{first + PORTS_PER_WORKER - 1}")
 
 
 def auth_settings(port: int) -> AuthSettings:

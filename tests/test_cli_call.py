@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.reference import demo_stack
 from mcp_elicit.reference.demo_stack import DemoStack, running_stack, sign_in
 from mcp_elicit.store import open_store
 from tests.cli_terminal import CHOICE, COMMAND, ESC, TEXT_PROMPT, Terminal, terminal_env
@@ -77,7 +78,8 @@ def dev_http(tmp_path: Path, store_file: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def reference_http(tmp_path: Path, store_file: str) -> Iterator[DemoStack]:
+def reference_http(tmp_path: Path, store_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[DemoStack]:
+    monkeypatch.setattr(demo_stack, "free_port", free_port)  # this worker's ports, not the kernel's ephemeral ones
     with running_stack(tmp_path / "run", store_url=store_file, workspace=tmp_path / "workspace") as stack:
         yield stack
 
