@@ -435,6 +435,49 @@ print(sorted(name for name in sys.modules if name.startswith("opentelemetry.sdk"
     assert ran.stdout.splitlines() == ["hello", "ProxyTracerProvider", "[]"]
 
 
+def test_a_meter_provider_without_a_tracer_provider_still_counts_a_lost_compare_and_set(tmp_path: Path) -> None:
+    """Spans are skipped when no SDK records them; the conflict metric is not."""
+    script = f"""
+from datetime import timedelta
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from mcp_elicit.model import OperationStatus, Principal, new_operation, request_digest
+from mcp_elicit.store import OperationConflict, open_store, utc_now
+
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+store = open_store("sqlite://{tmp_path / "metrics.db"}")
+alice = Principal("alice", "client-a")
+digest = request_digest("tools/call", {{"name": "deploy", "arguments": {{}}}})
+hour = timedelta(hours=1)
+opened = store.create_operation(
+    new_operation(alice, method="tools/call", target="deploy", request_digest=digest, now=utc_now(), ttl=hour)
+)
+store.finish_operation(opened, OperationStatus.COMPLETED, caller=alice, result="done")
+try:
+    store.finish_operation(opened, OperationStatus.FAILED, caller=alice)
+except OperationConflict:
+    print("lost")
+counted = [
+    (dict(point.attributes), point.value)
+    for resource in reader.get_metrics_data().resource_metrics
+    for scope in resource.scope_metrics
+    for metric in scope.metrics
+    if metric.name == "mcp_elicit.conflicts"
+    for point in metric.data.data_points
+]
+print(counted)
+print(type(trace.get_tracer_provider()).__name__)
+"""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["lost", "[({'mcp_elicit.subject': 'operation'}, 1)]", "ProxyTracerProvider"]
+
+
 def test_a_record_names_the_ids_it_is_given() -> None:
     record = logging.LogRecord("mcp_elicit.web", logging.INFO, __file__, 1, "decision %s answered", ("d-1",), None)
     record.decision_id = "d-1"

@@ -86,6 +86,12 @@ def traced_ask(
 
     @functools.wraps(method)
     async def ask(run: Runner, decision: Decision, /, *args: P.args, **kwargs: P.kwargs) -> Decision:
+        if not otel.recording():
+            token = DECISION.set(decision.elicitation_id)
+            try:
+                return await method(run, decision, *args, **kwargs)
+            finally:
+                DECISION.reset(token)
         attributes = _run_attributes(run)
         attributes.update(
             {otel.DECISION_ID: decision.elicitation_id, otel.DECISION_KEY: decision.key, otel.MODE: decision.mode.value}
@@ -113,6 +119,8 @@ def traced_step(
 
     @functools.wraps(method)
     async def step(run: Runner, name: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if not otel.recording():
+            return await method(run, name, *args, **kwargs)
         attributes = _run_attributes(run)
         attributes[otel.STEP] = name
         with otel.span("mcp_elicit.step", attributes) as current:

@@ -81,10 +81,24 @@ def _traced(
     done: str,
     method: Callable[P, Coroutine[Any, Any, T]],
 ) -> Callable[P, Coroutine[Any, Any, T]]:
-    """`method` inside a span named `name`: its outcome is `done`, one of `outcomes`, or a failure by kind."""
+    """`method` inside a span named `name`: its outcome is `done`, one of `outcomes`, or a failure by kind.
+
+    With no SDK recording spans, neither the attributes nor the span are made (every transition passes here);
+    a conflict is still counted, for a meter provider may be set without a tracer provider.
+    """
 
     @functools.wraps(method)
     async def traced(*args: P.args, **kwargs: P.kwargs) -> T:
+        if not otel.recording():
+            try:
+                return await method(*args, **kwargs)
+            except BaseException as error:
+                for kind, _, conflict_of in outcomes:
+                    if isinstance(error, kind):
+                        if conflict_of is not None:
+                            otel.conflicts.add(1, {otel.SUBJECT: conflict_of.value})
+                        break
+                raise
         with otel.span(name, attributes_of(args, kwargs)) as current:
             try:
                 result = await method(*args, **kwargs)
