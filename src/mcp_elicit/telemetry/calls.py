@@ -42,6 +42,11 @@ async def traced_call(method: str, target: str, era: str, work: Awaitable[R], *,
     """Await `work`, the runtime serving one call, in the call's span; `replay` is the type of a replayed result."""
     ids = CallIds(method, target, era)
     token = CALL.set(ids)
+    if not otel.recording():
+        try:
+            return await work
+        finally:
+            CALL.reset(token)
     try:
         with otel.span("mcp_elicit.call", {otel.METHOD: method, otel.TARGET: target, otel.ERA: era}) as current:
             try:
