@@ -10,7 +10,8 @@ name the server, database and user, never the password.
 Connections: a blocking pool (the CLI, scripts, functions handed to worker threads) and, while a server
 serves (`serving`), an async pool on its event loop for everything its calls do, each of `min_size` to
 `max_size` connections, plus one listening connection while calls wait: plan `max_connections` for up to
-twice `max_size` and one per instance.
+twice `max_size` and one per instance. Both pools' connections are in autocommit mode: a read is its
+statements alone, and a write opens its transaction with a BEGIN pipelined with its first statement.
 
 Does not guarantee: anything about a database shared with other applications beyond our `elicit_*`
 tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) to keep them apart.
@@ -74,16 +75,20 @@ _SWEEP_LOCK = 0x6D63_7065_6C69_6302
 
 
 class _Deferring:
-    """Deferred writes (audit rows, notices) held until they travel with the COMMIT, pipelined: one round trip.
+    """What both engines' transactions keep: the BEGIN a write still owes, and its deferred writes.
 
-    A transition that writes its row, its audit and its notice pays for one statement and the commit, not
-    four. Values stay bound on the server.
+    Connections are in autocommit mode, so a read is its statements alone (no BEGIN, no COMMIT), and a write
+    sends its BEGIN pipelined with its first statement. Deferred writes (audit rows, notices) are held until
+    they travel with the COMMIT, pipelined: a transition that writes its row, its audit and its notice is two
+    round trips, the statement and the commit. Values stay bound on the server.
     """
 
-    __slots__ = ("_deferred",)
+    __slots__ = ("_begun", "_deferred", "_write")
 
-    def __init__(self) -> None:
+    def __init__(self, *, write: bool) -> None:
         self._deferred: list[tuple[str, Sequence[object]]] = []
+        self._write = write
+        self._begun = False
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._deferred.append((sql, params))
@@ -92,31 +97,48 @@ class _Deferring:
         deferred, self._deferred = self._deferred, []
         return deferred
 
+    def _beginning(self) -> bool:
+        """Whether the next statement must be preceded by BEGIN (a write's first)."""
+        if self._write and not self._begun:
+            self._begun = True
+            return True
+        return False
+
 
 class _PostgresTx(_Deferring):
-    """A transaction on a blocking connection (`run_now`), its deferred writes sent with its COMMIT."""
+    """A transaction on a blocking connection (`run_now`)."""
 
     __slots__ = ("_connection", "_cursor")
 
-    def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> None:
-        super().__init__()
+    def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any], *, write: bool) -> None:
+        super().__init__(write=write)
         self._connection = connection
         self._cursor = cursor
 
+    def _run(self, sql: str, params: Sequence[object]) -> psycopg.Cursor[Any]:
+        if not self._beginning():
+            return self._cursor.execute(sql, params)
+        with self._connection.pipeline():
+            self._cursor.execute("BEGIN")
+            self._cursor.execute(sql, params)
+        return self._cursor
+
     async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
-        return self._cursor.execute(sql, params).rowcount
+        return self._run(sql, params).rowcount
 
     async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
-        return self._cursor.execute(sql, params).fetchone()
+        return self._run(sql, params).fetchone()
 
     async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        return self._cursor.execute(sql, params).fetchall()
+        return self._run(sql, params).fetchall()
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        if self._beginning():
+            self._cursor.execute("BEGIN")
         self._cursor.executemany(sql, rows)
 
     async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-        await check(self._cursor.execute(sql, params).rowcount)
+        await check(self._run(sql, params).rowcount)
 
     async def settle(self) -> None:
         return None
@@ -127,51 +149,40 @@ class _PostgresTx(_Deferring):
     def commit(self) -> None:
         if self._deferred:
             self._send(commit=True)
-        else:
-            self._connection.commit()
+        elif self._begun:
+            self._cursor.execute("COMMIT")
 
     def _send(self, *, commit: bool) -> None:
         if not self._deferred:
             return
         deferred = self._take()
         with self._connection.pipeline():
+            if self._beginning():
+                self._cursor.execute("BEGIN")
             for sql, params in deferred:
                 self._cursor.execute(sql, params)
-            if commit:
-                self._connection.commit()
+            if commit and self._begun:
+                self._cursor.execute("COMMIT")
 
 
 class _AsyncPostgresTx(_Deferring):
     """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between.
-
-    The connection is in autocommit mode, so a read is its statements alone (no BEGIN, no COMMIT), and a
-    write sends its BEGIN pipelined with its first statement: a transition is two round trips, the
-    statement and the commit that carries its audit row and notice.
 
     What `send` sends opens a pipeline that stays open: the statements after it go out with it, and the
     first that needs its result (or the commit) receives them all in one round trip, then runs their checks.
     A unit whose compare-and-sets only confirm what it expects thus pays one round trip for all of them.
     """
 
-    __slots__ = ("_begun", "_connection", "_cursor", "_pending", "_pipeline", "_write")
+    __slots__ = ("_connection", "_cursor", "_pending", "_pipeline")
 
     def __init__(
         self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
     ) -> None:
-        super().__init__()
+        super().__init__(write=write)
         self._connection = connection
         self._cursor = cursor
-        self._write = write
-        self._begun = False
         self._pipeline: AbstractAsyncContextManager[AsyncPipeline] | None = None
         self._pending: list[tuple[psycopg.AsyncCursor[Any], Callable[[int], Awaitable[None]]]] = []
-
-    def _beginning(self) -> bool:
-        """Whether the next statement must be preceded by BEGIN (a write's first)."""
-        if self._write and not self._begun:
-            self._begun = True
-            return True
-        return False
 
     async def _run(self, sql: str, params: Sequence[object]) -> psycopg.AsyncCursor[Any]:
         if self._pipeline is not None:
@@ -354,19 +365,24 @@ class _BlockingPostgres(_PostgresCore):
         super().__init__(clock, listeners, display)
         self._pool = pool
 
+    def _begin(self) -> AbstractAsyncContextManager[Tx]:
+        return self._transaction(write=True)
+
+    def _begin_read(self) -> AbstractAsyncContextManager[Tx]:
+        return self._transaction(write=False)
+
     @asynccontextmanager
-    async def _begin(self) -> AsyncIterator[Tx]:
+    async def _transaction(self, *, write: bool) -> AsyncIterator[Tx]:
+        # On an error the connection's own exit rolls back whatever was begun.
         try:
             with self._pool.connection() as connection, connection.cursor() as cursor:
-                tx = _PostgresTx(connection, cursor)
+                tx = _PostgresTx(connection, cursor, write=write)
                 yield tx
                 tx.commit()
         except psycopg.Error as error:
             raise _translate(error, self._display) from None
         except PoolTimeout:
             raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
-
-    _begin_read = _begin
 
 
 class _AsyncPostgres(_PostgresCore):
@@ -442,7 +458,7 @@ class PostgresStore(SQLStore):
             min_size=min_size,
             max_size=max_size,
             timeout=connect_timeout,
-            kwargs={"connect_timeout": self._connect_timeout},
+            kwargs={"connect_timeout": self._connect_timeout, "autocommit": True},
             configure=_configure,
             open=False,
             name="mcp-elicit",
