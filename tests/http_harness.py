@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import itertools
+import collections
+import fcntl
 import os
+import random
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import uvicorn
 from mcp.server.auth.provider import AccessToken
@@ -37,34 +41,38 @@ class StaticTokenVerifier:
         return TOKENS.get(token)
 
 
-PORTS_PER_WORKER = 1500
-FIRST_PORT = 20000
-"""Ports tests listen on lie below the kernel's ephemeral range (32768 up on Linux), one block per xdist worker.
-
-A port the kernel handed out for a probe is free only until the next outgoing connection or another worker's
-probe takes it, which on a busy run happens before the server binds it; a block of our own does not move.
-"""
-
-_next_port = itertools.count()
-
-
-def _worker_block() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    return FIRST_PORT + (int(worker) % 8 if worker.isdigit() else 0) * PORTS_PER_WORKER
+PORTS = range(20000, 32000)
+"""Ports test servers listen on: below the kernel's ephemeral range (32768 up on Linux), so no outgoing
+connection takes one between the probe and the server's bind."""
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "mcp-elicit-test-ports"
+_HELD_AT_MOST = 256
+_held: collections.deque[int] = collections.deque()
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on, from this worker's block, not handed out before in this process."""
-    first = _worker_block()
-    for _ in range(PORTS_PER_WORKER):
-        port = first + next(_next_port) % PORTS_PER_WORKER
-        with socket.socket() as probe:
-            try:
+    """A loopback port nothing listens on and no other test process is handed meanwhile.
+
+    Each port handed out stays locked (a lock file per port, shared by every pytest session and xdist worker
+    on the machine) until this process has handed out 256 more: long enough for the server it was meant for
+    to bind it.
+    """
+    _PORT_LOCKS.mkdir(exist_ok=True)
+    start = random.randrange(len(PORTS))
+    for offset in range(len(PORTS)):
+        port = PORTS[(start + offset) % len(PORTS)]
+        lock = os.open(_PORT_LOCKS / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with socket.socket() as probe:
                 probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free loopback port in {first}..{first + PORTS_PER_WORKER - 1}")
+        except OSError:
+            os.close(lock)
+            continue
+        _held.append(lock)
+        if len(_held) > _HELD_AT_MOST:
+            os.close(_held.popleft())
+        return port
+    raise RuntimeError(f"no free loopback port in {PORTS.start}..{PORTS.stop - 1}")
 
 
 def auth_settings(port: int) -> AuthSettings:
@@ -98,8 +106,8 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], *, timeout: float
     deadline = time.monotonic() + timeout
     while True:
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
+            if probe.connect_ex(("127.0.0.1", port)) == 0 and process.poll() is None:
+                return  # ours listens, not a stranger's server while ours died on the port
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"nothing listens on {port}")
         time.sleep(0.05)
