@@ -15,6 +15,7 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
+from opentelemetry.trace import INVALID_SPAN, Span
 from opentelemetry.util.types import AttributeValue
 
 from mcp_elicit.model import Decision, DecisionStatus, Operation, OperationStatus, SubjectKind
@@ -93,29 +94,28 @@ def _traced(
             try:
                 return await method(*args, **kwargs)
             except BaseException as error:
-                for kind, _, conflict_of in outcomes:
-                    if isinstance(error, kind):
-                        if conflict_of is not None:
-                            otel.conflicts.add(1, {otel.SUBJECT: conflict_of.value})
-                        break
+                _ended_early(INVALID_SPAN, error, outcomes)
                 raise
         with otel.span(name, attributes_of(args, kwargs)) as current:
             try:
                 result = await method(*args, **kwargs)
             except BaseException as error:
-                for kind, outcome, conflict_of in outcomes:
-                    if isinstance(error, kind):
-                        current.set_attribute(otel.OUTCOME, outcome)
-                        if conflict_of is not None:
-                            otel.conflicts.add(1, {otel.SUBJECT: conflict_of.value})
-                        break
-                else:
-                    otel.failed(current, error)
+                _ended_early(current, error, outcomes)
                 raise
             current.set_attribute(otel.OUTCOME, done)
             return result
 
     return traced
+
+
+def _ended_early(current: Span, error: BaseException, outcomes: Outcomes) -> None:
+    for kind, outcome, conflict_of in outcomes:
+        if isinstance(error, kind):
+            current.set_attribute(otel.OUTCOME, outcome)
+            if conflict_of is not None:
+                otel.conflicts.add(1, {otel.SUBJECT: conflict_of.value})
+            return
+    otel.failed(current, error)
 
 
 def _created_attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, AttributeValue]:
