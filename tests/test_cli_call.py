@@ -79,7 +79,7 @@ def dev_http(tmp_path: Path, store_file: str) -> Iterator[str]:
 
 @pytest.fixture
 def reference_http(tmp_path: Path, store_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[DemoStack]:
-    monkeypatch.setattr(demo_stack, "free_port", free_port)  # this worker's ports, not the kernel's ephemeral ones
+    monkeypatch.setattr(demo_stack, "free_port", free_port)  # ports locked for this test process
     with running_stack(tmp_path / "run", store_url=store_file, workspace=tmp_path / "workspace") as stack:
         yield stack
 

@@ -402,6 +402,14 @@ async def test_prompts_and_resources_served_through_the_runtime_are_traced(
     assert_no_content(exported)
 
 
+def _run_script(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh interpreter with no OTEL_ settings, so what the process sets up is all it has."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+
+
 def test_the_core_imports_the_api_only_and_runs_without_an_sdk(tmp_path: Path) -> None:
     script = f"""
 import sys
@@ -427,10 +435,7 @@ print(anyio.run(main))
 print(type(trace.get_tracer_provider()).__name__)
 print(sorted(name for name in sys.modules if name.startswith("opentelemetry.sdk")))
 """
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    ran = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
-    )
+    ran = _run_script(script)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == ["hello", "ProxyTracerProvider", "[]"]
 
@@ -470,10 +475,7 @@ counted = [
 print(counted)
 print(type(trace.get_tracer_provider()).__name__)
 """
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    ran = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
-    )
+    ran = _run_script(script)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == ["lost", "[({'mcp_elicit.subject': 'operation'}, 1)]", "ProxyTracerProvider"]
 

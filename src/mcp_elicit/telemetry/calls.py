@@ -42,12 +42,9 @@ async def traced_call(method: str, target: str, era: str, work: Awaitable[R], *,
     """Await `work`, the runtime serving one call, in the call's span; `replay` is the type of a replayed result."""
     ids = CallIds(method, target, era)
     token = CALL.set(ids)
-    if not otel.recording():
-        try:
-            return await work
-        finally:
-            CALL.reset(token)
     try:
+        if not otel.recording():
+            return await work
         with otel.span("mcp_elicit.call", {otel.METHOD: method, otel.TARGET: target, otel.ERA: era}) as current:
             try:
                 result = await work
@@ -91,18 +88,18 @@ def traced_ask(
 
     @functools.wraps(method)
     async def ask(run: Runner, decision: Decision, /, *args: P.args, **kwargs: P.kwargs) -> Decision:
-        if not otel.recording():
-            token = DECISION.set(decision.elicitation_id)
-            try:
-                return await method(run, decision, *args, **kwargs)
-            finally:
-                DECISION.reset(token)
-        attributes = _run_attributes(run)
-        attributes.update(
-            {otel.DECISION_ID: decision.elicitation_id, otel.DECISION_KEY: decision.key, otel.MODE: decision.mode.value}
-        )
         token = DECISION.set(decision.elicitation_id)
         try:
+            if not otel.recording():
+                return await method(run, decision, *args, **kwargs)
+            attributes = _run_attributes(run)
+            attributes.update(
+                {
+                    otel.DECISION_ID: decision.elicitation_id,
+                    otel.DECISION_KEY: decision.key,
+                    otel.MODE: decision.mode.value,
+                }
+            )
             with otel.span("mcp_elicit.ask", attributes) as current:
                 try:
                     answered = await method(run, decision, *args, **kwargs)
