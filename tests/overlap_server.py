@@ -8,6 +8,9 @@ the step's `flow.idempotency_key`) to `keys` in the workspace, and returns a rec
 run, so two runs of one operation's step never give the same result. `work` sleeps `--work-seconds`; with
 `--stall` it stalls instead, after writing `stalled`, to be SIGKILLed while it holds the step.
 
+`die_after_round` SIGKILLs the process itself once a 2026-07-28 round is committed and its response is about to
+leave: the round is durable, and nobody ever sees it.
+
 Several processes may share one store (`--store`) and one workspace; they share the requestState keys,
 so a 2026-07-28 round can be answered by any of them. Run it as `python -m tests.overlap_server ...`, or
 call `serve` in a fresh process (the tests fork it from a preloaded interpreter); `build` registers the
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
+import signal
 import sys
 import time
 import uuid
@@ -28,8 +33,10 @@ from typing import Any
 import anyio
 import uvicorn
 from pydantic import BaseModel, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server.eras.mrtr import DEFAULT_REASK_AFTER
 from mcp_elicit.store import open_store
 
 KEYS = [b"o" * 32]
@@ -131,6 +138,20 @@ def lease_option(seconds: float, workspace: Path) -> dict[str, Any]:
     return {}
 
 
+def dying_after_round(app: ASGIApp) -> ASGIApp:
+    """The app, SIGKILLed the moment a response carrying a round's input requests is about to be sent."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_or_die(message: Message) -> None:
+            if message["type"] == "http.response.body" and b'"inputRequests"' in message.get("body", b""):
+                os.kill(os.getpid(), signal.SIGKILL)
+            await send(message)
+
+        await app(scope, receive, send_or_die)
+
+    return guarded
+
+
 def serve(
     port: int,
     store: str,
@@ -141,17 +162,23 @@ def serve(
     work_seconds: float = 0.5,
     stall: bool = False,
     ponder: float = 0.0,
+    reask_after: float = DEFAULT_REASK_AFTER.total_seconds(),
+    die_after_round: bool = False,
 ) -> None:
     elicitation = Elicitation(
         open_store(store),
         keys=KEYS,
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
         long_poll=timedelta(seconds=long_poll),
+        reask_after=timedelta(seconds=reask_after),
         **lease_option(lease, workspace),
     )
     server = elicitation.server("overlap-server")
     build(elicitation, Works(workspace, seconds=work_seconds, stall=stall, ponder=ponder))
-    uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=port, log_level="warning")
+    app: ASGIApp = server.streamable_http_app(host="127.0.0.1")
+    if die_after_round:
+        app = dying_after_round(app)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 def main() -> None:

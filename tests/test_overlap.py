@@ -214,10 +214,16 @@ class Process:
 
 
 def launch(
-    store: str, workspace: Path, *, lease: float = DEFAULT_LEASE, stall: bool = False, ponder: float = 0.0
+    store: str,
+    workspace: Path,
+    *,
+    lease: float = DEFAULT_LEASE,
+    stall: bool = False,
+    ponder: float = 0.0,
+    **more: float | bool | None,
 ) -> Process:
     port = free_port()
-    options = {"lease": lease, "stall": stall, "ponder": ponder}
+    options = {"lease": lease, "stall": stall, "ponder": ponder, **more}
     process = SERVERS.Process(target=serve, args=(port, store, workspace), kwargs=options, daemon=True)
     process.start()
     return Process(process, port)

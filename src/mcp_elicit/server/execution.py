@@ -134,7 +134,8 @@ class UnusableAnswer(Exception):
 
 
 class ClientRefused(Exception):
-    """The client answered a sampling or roots request with an error, or not in time; nothing was recorded."""
+    """The client answered a sampling or roots request with an error or not in time, or stopped answering while a
+    question was out to it; nothing was recorded."""
 
 
 class Asker(Protocol):

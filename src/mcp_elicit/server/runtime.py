@@ -64,7 +64,7 @@ from mcp_elicit.server.background import Shared, beside
 from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
 from mcp_elicit.server.eras.capabilities import Era, missing_capability
 from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
-from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, MrtrEra, RoundSettings
+from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, DEFAULT_REASK_AFTER, MrtrEra, RoundSettings
 from mcp_elicit.server.eras.tasks_ext import ExtMethods, ExtWire, TasksExtension
 from mcp_elicit.server.eras.tasks_legacy import LegacyMethods, LegacyTasksMiddleware, LegacyWire
 from mcp_elicit.server.eras.unaskable import UnaskableEra
@@ -164,6 +164,12 @@ class Elicitation:
     validated like any answer, applied once, audited as given without a round. Turn it off to have
     every answer come through the round that asked for it.
 
+    `reask_after` (15 s by default): on 2026-07-28 a question stays with the round that last put it out for
+    this long; an identical call still waiting after that puts the same decision out again in its own round
+    (at most once per `reask_after`), so a lost round never leaves a call stuck. The first answer recorded
+    wins. A person slower than this may see the question twice. `long_poll` (5 s) bounds how long one
+    still-waiting round is held.
+
     `sweep_interval` (30 s by default, jittered by a fifth): how often a served app expires overdue
     decisions and operations itself; `None` leaves that to late signals and `mcp-elicit decisions sweep`.
     A call waiting on a decision does not wait for the sweep: it gets `Expired` at the deadline.
@@ -184,6 +190,7 @@ class Elicitation:
         replay_window: timedelta = DEFAULT_REPLAY_WINDOW,
         operation_ttl: timedelta = DEFAULT_OPERATION_TTL,
         long_poll: timedelta = DEFAULT_LONG_POLL,
+        reask_after: timedelta = DEFAULT_REASK_AFTER,
         answers_without_state: bool = True,
         lease: timedelta = DEFAULT_LEASE,
         sweep_interval: timedelta | None = DEFAULT_SWEEP_INTERVAL,
@@ -208,6 +215,9 @@ class Elicitation:
         self.replay_window = replay_window
         self.operation_ttl = operation_ttl
         self.long_poll = long_poll
+        if reask_after <= timedelta(0):
+            raise ValueError(f"reask_after must be positive, got {reask_after}")
+        self.reask_after = reask_after
         self.answers_without_state = answers_without_state
         if lease <= timedelta(0):
             raise ValueError(f"lease must be positive, got {lease}")
@@ -669,10 +679,12 @@ class Elicitation:
     def _era(self, call: Call) -> EraAdapter:
         era = call.era
         if era is Era.MRTR:
-            settings = RoundSettings(self.long_poll, self._state_ttl, self.answers_without_state, self._clock)
+            settings = RoundSettings(
+                self.long_poll, self._state_ttl, self.answers_without_state, self._clock, self.reask_after
+            )
             return MrtrEra(call, settings)
         if era is Era.LEGACY:
-            return LegacyEra(call, self._notices)
+            return LegacyEra(call, self._notices, self.reask_after)
         return UnaskableEra()
 
     async def _run(

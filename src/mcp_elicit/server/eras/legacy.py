@@ -12,6 +12,12 @@ Overlapping calls of one operation share its questions: the call holding a quest
 the `elicitation/create`, renewing the claim while the person thinks; the others wait on the same
 decision and read its answer. If the carrying call ends first (cancelled, connection lost, process
 gone), its claim is released or lapses and one waiting call asks again on its own request.
+
+A client that vanished without a word (the host killed, its connection dropped) does not end the call:
+the server keeps waiting for an answer that cannot come, and holds the question. So the carrying call
+pings its client every `reask_after`; a client that does not answer a ping within `PING_TIMEOUT` is
+gone, and the call gives the question up (the decision stays open) for the next identical call to ask.
+A client that answers pings keeps the question however long the person takes.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import ElicitRequestURLParams, ElicitResult, RequestId
+from mcp_types import ElicitRequestURLParams, ElicitResult, EmptyResult, PingRequest, RequestId
 from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, Principal, ResumePolicy
@@ -54,6 +60,8 @@ log = logging.getLogger(__name__)
 MAX_INVALID_ANSWERS = 3
 QUERY_TIMEOUT = timedelta(minutes=5)
 """How long a sampling or roots request on the live call may take before the call gives up on it."""
+PING_TIMEOUT = timedelta(seconds=5)
+"""How long a client carrying a question may take to answer a ping before it counts as gone."""
 
 
 class CompletionNotices:
@@ -123,9 +131,10 @@ class UrlRequired(Suspended):
 class LegacyEra:
     """2025-06-18 and 2025-11-25: questions ride the live call; nothing to resume but the operation."""
 
-    def __init__(self, call: Call, notices: CompletionNotices | None) -> None:
+    def __init__(self, call: Call, notices: CompletionNotices | None, probe_every: timedelta) -> None:
         self._call = call
         self._notices = notices
+        self._probe_every = probe_every
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
@@ -134,7 +143,8 @@ class LegacyEra:
 
     def asker(self) -> LegacyAsker:
         request = self._call.request
-        return LegacyAsker(request.session, request.request_id, self._call.declared, notices=self._notices)
+        declared, notices, every = self._call.declared, self._notices, self._probe_every
+        return LegacyAsker(request.session, request.request_id, declared, notices=notices, probe_every=every)
 
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
         await run.commit()
@@ -169,12 +179,14 @@ class LegacyAsker:
         declared: Declared,
         query_timeout: timedelta = QUERY_TIMEOUT,
         notices: CompletionNotices | None = None,
+        probe_every: timedelta | None = None,
     ) -> None:
         self._session = session
         self._request_id = request_id
         self._declared = declared
         self._query_timeout = query_timeout
         self._notices = notices
+        self._probe_every = probe_every
 
     def can(self, need: Need) -> bool:
         if not self._session.can_send_request:
@@ -217,13 +229,49 @@ class LegacyAsker:
                 break
             if claim.held_by(run.holder):
                 async with run.carrying(claim_name):
-                    decision = await put(decision)
+                    decision = await self._while_client_lives(put, decision)
                     await run.commit()  # the answer is durable before the body acts on it; the claim goes with it
                 return decision
             log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
             until = min(claim.lease_until, decision.expires_at)
             await run.pause([decision.elicitation_id, run.operation.operation_id], until=until, backoff=backoff)
             decision = await run.refresh(decision)
+        return decision
+
+    async def _while_client_lives(self, put: Callable[[Decision], Awaitable[Decision]], decision: Decision) -> Decision:
+        """`put(decision)`, given up if the client stops answering pings meanwhile (see the module's docstring)."""
+        if self._probe_every is None:
+            return await put(decision)
+        every, gone = self._probe_every.total_seconds(), False
+
+        async def probe(scope: anyio.CancelScope) -> None:
+            nonlocal gone
+            metadata = ServerMessageMetadata(related_request_id=self._request_id)
+            while True:
+                await anyio.sleep(every)
+                with anyio.move_on_after(PING_TIMEOUT.total_seconds()):
+                    try:
+                        await self._session.send_request(PingRequest(), EmptyResult, metadata=metadata)
+                    except MCPError:
+                        pass  # an error is an answer: the client is there
+                    except Exception as error:  # the channel itself failed: the connection is gone
+                        log.info("decision %s: ping failed (%s)", decision.elicitation_id, type(error).__name__)
+                        break
+                    continue
+                break
+            gone = True
+            scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(probe, group.cancel_scope)
+            decision = await put(decision)
+            group.cancel_scope.cancel()
+        if gone:
+            log.info("decision %s: the client stopped answering; the question is free again", decision.elicitation_id)
+            raise ClientRefused(
+                f"The client stopped answering while the question {decision.key!r} was out; it was not answered and "
+                "is asked again on the next identical call"
+            )
         return decision
 
     async def _ask_form(self, run: Execution, decision: Decision, *, form: FormSpec[Any]) -> Decision:

@@ -9,11 +9,17 @@ asks again, it never completes anything. A URL decision whose flow is still runn
 server-side wait, then a state-only round so the client retries without a person.
 `gather` lets every item ask before the round ends, so one round carries them all.
 
-A question is out in at most one outstanding round. The round that asks it takes the question's claim
-(leased for as long as the round's state is accepted, at most until the decision's TTL); an
-overlapping call of the same operation finds it taken and gets the still-waiting treatment (a bounded
-long poll, then state-only rounds) until it is answered or that round lapses. The retry of the round
-itself may ask the question again, and its claim passes on to the new round.
+Rounds are stateless: the server cannot tell whether a round is still in front of a person or was lost
+(the host restarted, its handler raised, the process died right after the round's commit). So a question
+is put out again rather than left waiting. The round that asks it takes the question's claim for
+`reask_after` (at most until the round's state lapses, or the decision's TTL); an overlapping call of the
+same operation finds it taken and gets the still-waiting treatment (a bounded long poll, then state-only
+rounds) until it is answered or the claim lapses. Then one such call (the claim's compare-and-set picks
+it) puts the same decision, same id and key, in a round of its own, and holds the claim for the next
+`reask_after`: at most one new round per `reask_after` per decision, however many calls wait. Every round
+that put the decision out may answer it; the first answer recorded wins by compare-and-set and a later
+one is audited as superseded. The price: a person slower than `reask_after`, or a lost round, may see the
+question twice. The retry of the round itself may ask the question again, and its claim passes on.
 """
 
 from __future__ import annotations
@@ -50,10 +56,12 @@ from mcp_elicit.store.offload import AsyncStore
 log = logging.getLogger(__name__)
 
 DEFAULT_LONG_POLL = timedelta(seconds=5)
+DEFAULT_REASK_AFTER = timedelta(seconds=15)
+"""How long a question stays with the round that last put it out before a waiting identical call asks again."""
 CLOCK_SKEW = timedelta(seconds=60)
 """How long past a round's TTL its spent nonce stays in the ledger: another instance's clock checks that TTL."""
 ROUND_LAPSE_MARGIN = timedelta(seconds=5)
-"""How long past its state's TTL a round keeps its questions' claims before another round may ask them."""
+"""How long past its state's TTL a round keeps its questions' claims, when `reask_after` is longer still."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,7 @@ class RoundSettings:
     state_ttl: timedelta
     answers_without_state: bool
     clock: Callable[[], datetime]
+    reask_after: timedelta = DEFAULT_REASK_AFTER
 
 
 class MrtrEra:
@@ -87,6 +96,7 @@ class MrtrEra:
         self._settings = settings
         self._state: RoundState | None = None
         self._next = RoundState(operation_id="", nonce=secrets.token_urlsafe(18))
+        self._spent = False
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
@@ -108,7 +118,13 @@ class MrtrEra:
             """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
             await store(sync.consume_token, state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW, replayed=replayed)
 
-        writes.hold(spend)
+        if not self._spent:  # a run of this very call spent it already: running again is no replay
+
+            def spent() -> None:
+                self._spent = True
+
+            writes.hold(spend)
+            writes.after_commit(spent)
         try:
             records = await store(sync.get_operation_records, state.operation_id, principal)
         except StoreUnavailable:
@@ -122,9 +138,33 @@ class MrtrEra:
             target.request_digest,
         ):
             raise refused()
+        late = self._superseded(records.decisions)
+        for decision in late:
+            writes.hold(self._note_superseded(store, decision, principal))
         if operation.status in (OperationStatus.FAILED, OperationStatus.CANCELLED, OperationStatus.EXPIRED):
+            if late:
+                await writes.commit()
             raise OperationEnded(operation)  # the round's operation ended while its call waited: say so
         return records if operation.status is OperationStatus.OPEN else None
+
+    def _superseded(self, decisions: Sequence[Decision]) -> list[Decision]:
+        """The decisions this round brings an answer for that someone else settled first (another round that
+        put the same decision out, the web page, an operator): their answers are late and change nothing."""
+        assert self._state is not None
+        responses = self._call.input_responses or {}
+        return [
+            decision
+            for decision in decisions
+            if self._state.asked.get(decision.key) == decision.elicitation_id
+            and isinstance(responses.get(decision.key), ElicitResult)
+            and decision.status is not DecisionStatus.REQUESTED
+        ]
+
+    @staticmethod
+    def _note_superseded(store: AsyncStore, decision: Decision, principal: Principal) -> Callable[[], Awaitable[None]]:
+        reason = f"a later answer from another round was superseded: the decision was already {decision.status}"
+        log.info("decision %s: %s", decision.elicitation_id, reason)
+        return lambda: store(store.sync.note, decision, actor=principal, reason=reason)
 
     def asker(self) -> MrtrAsker:
         settings, call = self._settings, self._call
@@ -143,10 +183,11 @@ class MrtrEra:
             raise TypeError(f"{type(signal).__name__} is not a 2026-07-28 suspension")
         answering = round_holder(self._state.nonce) if self._state is not None else None
         holder = round_holder(self._next.nonce)
-        state_end = run.now() + self._settings.state_ttl + ROUND_LAPSE_MARGIN
+        held_for = min(self._settings.reask_after, self._settings.state_ttl + ROUND_LAPSE_MARGIN)
+        reask_at = run.now() + held_for
         for asking in signal.asking:
             if asking.decision is not None:
-                self._take(run, asking.decision, holder, answering, min(state_end, asking.decision.expires_at))
+                self._take(run, asking.decision, holder, answering, min(reask_at, asking.decision.expires_at))
         await run.commit()
         wire, _ = input_required(signal, run.operation.operation_id, nonce=self._next.nonce)
         return wire
@@ -202,11 +243,13 @@ class MrtrAsker:
             decision, note = await self._apply(run, decision, form, response, reason)
             if decision.is_terminal:
                 return decision
+        reask_at: datetime | None = None
         if decision.status is DecisionStatus.REQUESTED:
             elsewhere = await run.claim_of(question_claim(decision.key))
             if elsewhere is None or elsewhere.holder in self._ours or elsewhere.lease_until <= run.now():
                 raise run.signal(Suspend([_elicitation(decision, note)]))
-            until = min(decision.expires_at, run.now() + self._long_poll, elsewhere.lease_until)
+            reask_at = elsewhere.lease_until
+            until = min(decision.expires_at, run.now() + self._long_poll, reask_at)
         else:
             until = min(decision.expires_at, run.now() + self._long_poll)
         decision = await run.settle(decision, until=until)
@@ -214,6 +257,10 @@ class MrtrAsker:
             decision = await run.refresh(decision)
         if decision.is_terminal:
             return decision
+        if decision.status is DecisionStatus.REQUESTED and reask_at is not None and reask_at <= run.now():
+            # The round that put it out had `reask_after` to bring an answer: put it out again, in this round.
+            # The claim's compare-and-set at the commit lets one waiting call do it; the others run again and wait.
+            raise run.signal(Suspend([_elicitation(decision, note)]))
         raise run.signal(Suspend([], waiting=True))
 
     async def query(self, run: Execution, key: str, query: ClientQuery, answer: type[A]) -> A:
