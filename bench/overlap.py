@@ -15,6 +15,12 @@ it runs on the stock SDK client driver, with its round cap raised so that a call
 call's open question (requestState-only rounds) is not given up early; a batch that still does not finish
 within `BATCH_TIMEOUT` ends its row, so the run stays bounded.
 
+The "lost round" table times never-stuck: the question of an `overlap_ask` call is put out and then lost (on
+2026-07-28 the client drops the round's response; on 2025-11-25 the client's connection closes with the
+question on screen, without a word), and the identical call made again on a new connection is timed until
+the person is asked, at the server's default `reask_after` and `long_poll` (goal: at most their sum, 20 s;
+before `reask_after` existed, a lost 2026-07-28 round held its question for `state_ttl` + 5 s = 605 s).
+
 Also counted: the operations each mcp-elicit batch recorded in the store (single flight: 1), read from the
 store after the server stops. SQLite is a temporary file; `--store postgresql://...` gets a schema of its
 own, created and dropped by the run.
@@ -258,10 +264,65 @@ class Person:
 
     def __init__(self) -> None:
         self.asked: Counter[str] = Counter()
+        self.first_asked: dict[str, float] = {}
 
     async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
         self.asked[params.message] += 1
+        self.first_asked.setdefault(params.message, time.perf_counter())
         return ElicitResult(action="accept", content=dict(ANSWER))
+
+
+class WalksAway(Person):
+    """Is shown the question, and never answers: the host crashed with the dialog open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown = anyio.Event()
+
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        self.shown.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@dataclass(slots=True)
+class LostRound:
+    backend: str
+    era: str
+    seconds: float | None
+    """From the identical call to the person being asked; None past `LOST_ROUND_TIMEOUT`."""
+    result: str
+
+
+LOST_ROUND_TIMEOUT = 120.0
+
+
+async def lose_a_round(url: str, backend: str, era: Era, numbers: Numbers) -> LostRound:
+    """Put a question out and lose it, then time the identical call until the person is asked."""
+    n = numbers.next()
+    away = WalksAway()
+    async with anyio.create_task_group() as group:
+
+        async def first() -> None:
+            async with connections(url, era, 1, away) as [client]:
+                if era.client_mode == "2026-07-28":
+                    await client.session.call_tool(ASK_TOOL, {"n": n}, allow_input_required=True)
+                    away.shown.set()  # the round arrived; the client drops it
+                else:
+                    await client.call_tool(ASK_TOOL, {"n": n})
+
+        group.start_soon(first)
+        with anyio.fail_after(BATCH_TIMEOUT):
+            await away.shown.wait()
+        group.cancel_scope.cancel()
+    person = Person()
+    result = f"no result within {LOST_ROUND_TIMEOUT:.0f}s"
+    async with connections(url, era, 1, person) as [client]:
+        started = time.perf_counter()
+        with anyio.move_on_after(LOST_ROUND_TIMEOUT):
+            result = text_of(await client.call_tool(ASK_TOOL, {"n": n}))
+    asked = person.first_asked.get(message(n))
+    return LostRound(backend, era.name, None if asked is None else asked - started, result)
 
 
 @asynccontextmanager
@@ -335,6 +396,7 @@ class Settings:
     eras: list[Era]
     work_ms: float
     placement: Placement
+    lost_round: bool = True
 
 
 async def contest(url: str, backend: str, era: Era, settings: Settings, numbers: Numbers) -> list[Row]:
@@ -391,8 +453,9 @@ def count_operations(backend: str, store_url: str, rows: list[Row]) -> None:
             series.operations.append(int(found[0]) if found else -1)
 
 
-def run_backend(backend: str, store_url: str, workdir: Path, settings: Settings) -> list[Row]:
+def run_backend(backend: str, store_url: str, workdir: Path, settings: Settings) -> tuple[list[Row], list[LostRound]]:
     rows: list[Row] = []
+    lost: list[LostRound] = []
     numbers = Numbers()
     log_path = workdir / f"server-{backend}.log"
     module = ("bench.overlap", "serve", "--store", store_url, "--work-ms", str(settings.work_ms))
@@ -400,13 +463,16 @@ def run_backend(backend: str, store_url: str, workdir: Path, settings: Settings)
         for era in settings.eras:
             print(f"running {backend} {era.name} ...", flush=True)
             rows.extend(anyio.run(contest, url, backend, era, settings, numbers))
+            if settings.lost_round:
+                print(f"losing a round: {backend} {era.name} ...", flush=True)
+                lost.append(anyio.run(lose_a_round, url, backend, era, numbers))
     count_operations(backend, store_url, rows)
     if any(series.failures for row in rows for series in row.sides.values()):
         print(f"calls failed; the end of the {backend} server's log:\n{log_path.read_text()[-LOG_TAIL:]}")
-    return rows
+    return rows, lost
 
 
-def run_store(store: str, settings: Settings) -> list[Row]:
+def run_store(store: str, settings: Settings) -> tuple[list[Row], list[LostRound]]:
     with tempfile.TemporaryDirectory(prefix="mcp-elicit-overlap-") as directory:
         workdir = Path(directory)
         if store == "sqlite":
@@ -423,7 +489,7 @@ def spread(values: Sequence[int]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def print_table(rows: list[Row], settings: Settings) -> None:
+def print_table(rows: list[Row], lost: list[LostRound], settings: Settings) -> None:
     rounds = settings.rounds
     print(
         f"\nK identical tools/call released together, each on its own connection; the step sleeps "
@@ -452,6 +518,15 @@ def print_table(rows: list[Row], settings: Settings) -> None:
             f"{row.backend:<10}{row.era:<12}{row.body:<6}{row.k:>3}{b_p50:>10}{b_rate:>9}{b_runs:>6}{b_asked:>6}"
             f"{e_p50:>12}{e_rate:>9}{e_runs:>6}{e_asked:>6}{spread(elicit.operations):>6}{row.ratio:>7}{fails:>7}"
         )
+    if lost:
+        print(
+            "\nlost round: the question put out, then lost; the identical call made again, timed until the person is"
+            "\nasked (server defaults: reask_after 15 s, long_poll 5 s; goal <= 20 s; before reask_after: 605 s)"
+        )
+        print(f"{'backend':<10}{'era':<12}{'asked after':>12}  result")
+        for one in lost:
+            seconds = "never" if one.seconds is None else f"{one.seconds:.1f} s"
+            print(f"{one.backend:<10}{one.era:<12}{seconds:>12}  {one.result}")
     for row in rows:
         if row.cut_short:
             where = f"{row.backend} {row.era} {row.body} K={row.k}"
@@ -505,6 +580,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--work-ms", type=float, default=20.0, help="how long the step sleeps (default %(default)s)")
     parser.add_argument(
+        "--no-lost-round",
+        dest="lost_round",
+        action="store_false",
+        help="skip the lost-round timing (about 20 s per era and store at the server's defaults)",
+    )
+    parser.add_argument(
         "--no-pin",
         dest="pin",
         action="store_false",
@@ -519,14 +600,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem is not None:
             print(f"error: PostgreSQL is not reachable at {store}: {problem}", file=sys.stderr)
             return 2
-    settings = Settings(args.k, args.rounds, args.era, args.work_ms, Placement.choose(args.pin))
+    settings = Settings(args.k, args.rounds, args.era, args.work_ms, Placement.choose(args.pin), args.lost_round)
     print(f"{settings.placement.describe()}; before: {load()}")
     rows: list[Row] = []
+    lost: list[LostRound] = []
     with pinned(settings.placement.client):
         for store in stores:
-            rows.extend(run_store(store, settings))
+            store_rows, store_lost = run_store(store, settings)
+            rows.extend(store_rows)
+            lost.extend(store_lost)
     print(f"after: {load()}")
-    print_table(rows, settings)
+    print_table(rows, lost, settings)
     return 0
 
 
