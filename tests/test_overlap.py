@@ -6,8 +6,9 @@ with the idempotency key it got (`runs`) and returns a receipt that is new on ev
 never hand their callers the same result. One `Desk` stands for the person behind all the clients and
 counts what they were asked, whichever connection it came on.
 
-Reused idempotency keys are tried against an authenticated in-thread server (two principals), and tool
-bodies that catch exceptions around flow calls run in-process, alone and overlapping.
+Reused idempotency keys, and one key used by two principals at once, are tried against an authenticated
+in-thread server, and tool bodies that catch exceptions around flow calls run in-process, alone and
+overlapping.
 """
 
 from __future__ import annotations
@@ -446,9 +447,8 @@ def authenticated(store_url: str, tmp_path: Path) -> Iterator[str]:
 
 
 MISUSES = {
-    "other-arguments": ("token-alice", ALICE, "approve", {"n": 2}),
-    "other-tool": ("token-alice", ALICE, "compute", {"n": 1}),
-    "other-principal": ("token-bob", BOB, "approve", {"n": 1}),
+    "other-arguments": ("approve", {"n": 2}),
+    "other-tool": ("compute", {"n": 1}),
 }
 
 
@@ -458,9 +458,9 @@ MISUSES = {
 async def test_a_key_reused_for_another_request_is_refused(
     authenticated: str, store_url: str, tmp_path: Path, era: str, moment: str, misuse: str
 ) -> None:
-    """Alice's call `approve(n=1)` under key K, still waiting on its question or completed; K again with
-    other arguments, another tool, or by Bob: -32602 naming K, nobody asked, nothing run or attached."""
-    token, intruder, tool, arguments = MISUSES[misuse]
+    """Alice's call `approve(n=1)` under key K, still waiting on its question or completed; K again from
+    her with other arguments or another tool: -32602 naming K, nobody asked, nothing run or attached."""
+    tool, arguments = MISUSES[misuse]
     key = f"order-{misuse}-{moment}"
     meta = keyed(key)
     asked = anyio.Event()
@@ -488,7 +488,7 @@ async def test_a_key_reused_for_another_request_is_refused(
             else:
                 while not first:
                     await anyio.sleep(0.01)
-            async with connect(authenticated, era, stranger, token=token) as other:
+            async with connect(authenticated, era, stranger, token="token-alice") as other:
                 try:
                     answered.append(outcome(await other.call_tool(tool, arguments, meta=meta)))
                 except MCPError as error:
@@ -509,13 +509,73 @@ async def test_a_key_reused_for_another_request_is_refused(
         [decision] = store.list_decisions(Operator())
         assert decision.principal == ALICE and decision.status is DecisionStatus.ACCEPTED
         [operation] = store.find_operations(ALICE, method="tools/call", target="approve", idempotency_key=key)
-        if intruder != ALICE:
-            assert store.find_operations(intruder, method="tools/call", target=tool, idempotency_key=key) == []
     finally:
         store.close()
     async with connect(authenticated, era, Person(), token="token-alice") as again:
         assert await call(again, "approve", {"n": 1}, meta) == done, "the key no longer names the first call"
     assert operation.result == done
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+@pytest.mark.parametrize("bobs_n", [1, 2], ids=["same-arguments", "other-arguments"])
+async def test_one_key_from_two_principals_names_two_calls(
+    authenticated: str, store_url: str, tmp_path: Path, era: str, bobs_n: int
+) -> None:
+    """Alice's `approve(n=1)` and Bob's `approve(n=bobs_n)` under one key, each waiting on its own question
+    while the other's is out: each is asked once, gets its own result, and hears nothing of the other."""
+    meta = keyed("turn-42")
+    asked: dict[str, list[str]] = {"alice": [], "bob": []}
+    out = {"alice": anyio.Event(), "bob": anyio.Event()}
+    results: dict[str, str] = {}
+
+    def person(name: str, other: str) -> Callback:
+        async def answer(context: ClientRequestContext, params: Params) -> ElicitResult:
+            asked[name].append(params.message)
+            out[name].set()
+            await out[other].wait()  # both operations are open under the key, each with its question out
+            return accept(confirm=True)
+
+        return answer
+
+    async def calls(name: str, other: str, n: int) -> None:
+        try:
+            async with connect(authenticated, era, person(name, other), token=f"token-{name}") as client:
+                results[name] = await call(client, "approve", {"n": n}, meta)
+        finally:
+            out[name].set()  # a call that ended without a question holds nobody up
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(calls, "alice", "bob", 1)
+            group.start_soon(calls, "bob", "alice", bobs_n)
+    assert asked == {"alice": ["Run job 1?"], "bob": [f"Run job {bobs_n}?"]}
+    assert results["alice"].startswith("approved 1: receipt-"), results
+    assert results["bob"].startswith(f"approved {bobs_n}: receipt-"), results
+    assert results["alice"] != results["bob"]
+    step_keys = runs(tmp_path, 1) + (runs(tmp_path, 2) if bobs_n == 2 else [])
+    assert len(step_keys) == 2 and len(set(step_keys)) == 2, step_keys  # one run each, each its own step key
+    store = open_store(store_url)
+    try:
+        operations = {
+            who.principal_id: store.find_operations(
+                who, method="tools/call", target="approve", idempotency_key="turn-42"
+            )
+            for who in (ALICE, BOB)
+        }
+        [alices], [bobs] = operations[ALICE.principal_id], operations[BOB.principal_id]
+        assert (alices.result, bobs.result) == (results["alice"], results["bob"])
+        assert {(d.principal, d.status) for d in store.list_decisions(Operator())} == {
+            (ALICE, DecisionStatus.ACCEPTED),
+            (BOB, DecisionStatus.ACCEPTED),
+        }
+    finally:
+        store.close()
+    async with connect(authenticated, era, Person(), token="token-bob") as bob:
+        assert await call(bob, "approve", {"n": bobs_n}, meta) == results["bob"]  # his own result, replayed
+        with pytest.raises(MCPError) as refused:
+            await bob.call_tool("approve", {"n": 3}, meta=meta)
+    assert refused.value.code == INVALID_PARAMS and "turn-42" in refused.value.message
+    assert "caller" not in refused.value.message and "alice" not in refused.value.message
 
 
 # -- bodies that catch exceptions around flow calls -------------------------------------------------------

@@ -4,7 +4,8 @@ Each rule is checked on both engines, and the ones that rest on the database (un
 under real concurrency too: SQLite threads on one file, each with its own connection; PostgreSQL
 separate store instances, each with its own pool, as separate server instances would be. A barrier
 releases the contenders together. The migration to schema 4 is checked on a database built as schema 3
-with the duplicates earlier versions could leave.
+with the duplicates earlier versions could leave, the one to schema 7 (keys per caller) on one built as
+schema 6.
 """
 
 from __future__ import annotations
@@ -249,8 +250,8 @@ def test_the_database_refuses_a_second_open_operation_for_one_key(store: Store, 
     store.create_operation(candidate(clock, key="key-1"))
     with pytest.raises(AlreadyExists):
         store.create_operation(candidate(clock, key="key-1", digest=OTHER_DIGEST))
-    with pytest.raises(AlreadyExists):  # the key's index is global, not per caller
-        store.create_operation(candidate(clock, BOB, key="key-1"))
+    for other in (BOB, ALICE_OTHER_CLIENT):  # the key's index is per caller
+        store.create_operation(candidate(clock, other, key="key-1"))
 
 
 # -- racing creators --------------------------------------------------------------------------------
@@ -290,8 +291,6 @@ def test_the_same_key_and_request_attach(store: Store, clock: FakeClock) -> None
     [
         pytest.param({"digest": OTHER_DIGEST}, "the same tool with other arguments", id="other-arguments"),
         pytest.param({"target": "rollback"}, f"another tool ({TARGET})", id="other-target"),
-        pytest.param({"principal": BOB}, "a request of another caller", id="another-principal"),
-        pytest.param({"principal": ALICE_OTHER_CLIENT}, "a request of another caller", id="another-client"),
     ],
 )
 def test_a_key_bound_to_another_request_is_a_conflict(
@@ -323,9 +322,9 @@ def test_a_key_stays_bound_after_its_operation_completed_until_the_binding_expir
     first = store.begin_operation(candidate(clock, key="key-1")).operation
     store.finish_operation(first, OperationStatus.COMPLETED, caller=ALICE, result="done")
     clock.advance(TTL - timedelta(microseconds=1))  # just inside the binding (the operation's expires_at)
-    for other in ({"digest": OTHER_DIGEST}, {"target": "rollback"}, {"principal": BOB}):
+    for other in (candidate(clock, key="key-1", digest=OTHER_DIGEST), candidate(clock, key="key-1", target="x")):
         with pytest.raises(IdempotencyKeyConflict):
-            store.begin_operation(candidate(clock, key="key-1", **other))
+            store.begin_operation(other)
     clock.advance(timedelta(microseconds=1))  # at first.expires_at: the binding lapsed
     fresh = candidate(clock, key="key-1", digest=OTHER_DIGEST)
     started = store.begin_operation(fresh)
@@ -334,14 +333,53 @@ def test_a_key_stays_bound_after_its_operation_completed_until_the_binding_expir
         store.begin_operation(candidate(clock, key="key-1"))
 
 
-def test_a_key_bound_to_another_caller_can_be_taken_once_lapsed(store: Store, clock: FakeClock) -> None:
-    store.begin_operation(candidate(clock, key="key-1"))
-    clock.advance(TTL)
-    fresh = candidate(clock, BOB, key="key-1")
-    started = store.begin_operation(fresh)
-    assert started.created and started.operation == fresh
-    with pytest.raises(IdempotencyKeyConflict, match="another caller"):
-        store.begin_operation(candidate(clock, key="key-1"))
+@pytest.mark.parametrize("other", [BOB, ALICE_OTHER_CLIENT], ids=["another-principal", "another-client"])
+@pytest.mark.parametrize("digest", [DIGEST, OTHER_DIGEST], ids=["same-arguments", "other-arguments"])
+def test_the_same_key_from_another_caller_is_another_key(
+    store_url: str, store: Store, clock: FakeClock, other: Principal, digest: str
+) -> None:
+    """Each caller's operation stays open under the key; neither attaches to, replays or hears of the other's."""
+    mine = store.begin_operation(candidate(clock, key="turn-42")).operation
+    theirs_candidate = candidate(clock, other, key="turn-42", digest=digest)
+    started = store.begin_operation(theirs_candidate)
+    assert started.created and started.operation == theirs_candidate
+    theirs = started.operation
+    for caller, own in ((ALICE, mine), (other, theirs)):
+        assert store.get_operation(own.operation_id, caller).status is OperationStatus.OPEN
+        again = store.begin_operation(candidate(clock, caller, key="turn-42", digest=own.request_digest))
+        assert not again.created and again.operation == own
+        found = store.find_operations(caller, method=METHOD, target=TARGET, idempotency_key="turn-42")
+        assert found == [own]
+    with pytest.raises(NotFound):
+        store.get_operation(mine.operation_id, other)
+    done = store.finish_operation(theirs, OperationStatus.COMPLETED, caller=other, result={"by": "them"})
+    store.finish_operation(mine, OperationStatus.COMPLETED, caller=ALICE, result={"by": "alice"})
+    replayed = store.begin_operation(candidate(clock, other, key="turn-42", digest=digest), replay_since=clock())
+    assert not replayed.created and replayed.operation == done and done.result == {"by": "them"}
+    replayed = store.begin_operation(candidate(clock, key="turn-42"), replay_since=clock())
+    assert not replayed.created and replayed.operation.result == {"by": "alice"}
+    bound = rows(
+        store_url,
+        "SELECT principal_id, client_id, request_digest FROM elicit_idempotency_keys WHERE idempotency_key = %s"
+        " ORDER BY principal_id, client_id",
+        ("turn-42",),
+    )
+    assert bound == sorted([("alice", "client-a", DIGEST), (other.principal_id, other.client_id, digest)])
+
+
+@pytest.mark.parametrize("other", [BOB, ALICE_OTHER_CLIENT], ids=["another-principal", "another-client"])
+def test_a_caller_reusing_its_key_is_refused_without_a_word_of_another_caller(
+    store: Store, clock: FakeClock, other: Principal
+) -> None:
+    store.begin_operation(candidate(clock, key="turn-42"))
+    store.begin_operation(candidate(clock, other, key="turn-42", digest=OTHER_DIGEST))
+    for caller, digest in ((ALICE, OTHER_DIGEST), (other, DIGEST)):
+        with pytest.raises(IdempotencyKeyConflict) as conflict:
+            store.begin_operation(candidate(clock, caller, key="turn-42", digest=digest))
+        assert conflict.value.reason == "the same tool with other arguments"
+        message = str(conflict.value)
+        assert "'turn-42'" in message and "caller" not in message
+        assert "alice" not in message and "bob" not in message and "client-" not in message
 
 
 def test_a_completed_keyed_operation_is_replayed_to_the_same_request(store: Store, clock: FakeClock) -> None:
@@ -377,10 +415,10 @@ def test_sweep_purges_lapsed_key_bindings(store: Store, clock: FakeClock) -> Non
     swept = store.sweep_expired()
     assert swept.keys == 1 and swept.operations == 0
     assert store.sweep_expired().keys == 0
-    started = store.begin_operation(candidate(clock, BOB, key="key-1"))  # free for any request again
+    started = store.begin_operation(candidate(clock, key="key-1", digest=OTHER_DIGEST))  # free for any request
     assert started.created
     with pytest.raises(IdempotencyKeyConflict):
-        store.begin_operation(candidate(clock, BOB, key="key-2"))  # still bound
+        store.begin_operation(candidate(clock, key="key-2", digest=OTHER_DIGEST))  # still bound
 
 
 def test_attaching_extends_the_binding_to_the_later_expiry(store: Store, clock: FakeClock) -> None:
@@ -407,16 +445,16 @@ def test_racing_binders_of_one_key_one_request_wins(store_url: str, store: Store
     assert bound == [(winner.request_digest,)]
 
 
-def test_racing_binders_of_one_key_from_different_callers(store_url: str, store: Store, clock: FakeClock) -> None:
+def test_racing_callers_of_one_key_each_get_their_own_operation(store_url: str, store: Store, clock: FakeClock) -> None:
     callers = [Principal(f"user-{i}", "client-a") for i in range(WORKERS)]
     candidates = [candidate(clock, callers[i], key="key-race") for i in range(WORKERS)]
     with contenders(store_url, store, clock) as stores:
-        outcomes = race(stores, lambda each, i: each.begin_operation(candidates[i]))
-    won = [o for o in outcomes if isinstance(o, OperationStart)]
-    lost = [o for o in outcomes if not isinstance(o, OperationStart)]
-    assert len(won) == 1 and won[0].created, outcomes
-    assert all(isinstance(o, IdempotencyKeyConflict) and o.reason == "a request of another caller" for o in lost)
-    assert len(rows(store_url, "SELECT operation_id FROM elicit_operations")) == 1
+        outcomes = starts(race(stores, lambda each, i: each.begin_operation(candidates[i])))
+    assert all(o.created for o in outcomes), outcomes
+    assert sorted(o.operation.operation_id for o in outcomes) == sorted(c.operation_id for c in candidates)
+    assert len(open_rows_of_call(store_url)) == WORKERS
+    bound = rows(store_url, "SELECT principal_id FROM elicit_idempotency_keys WHERE idempotency_key = 'key-race'")
+    assert sorted(row[0] for row in bound) == sorted(c.principal_id for c in callers)
 
 
 # -- claims -----------------------------------------------------------------------------------------
@@ -582,12 +620,12 @@ def test_racing_takeovers_of_a_lapsed_claim_one_holder(store_url: str, store: St
     assert len(takeovers(store, operation)) == 1
 
 
-# -- migration from schema 3 ------------------------------------------------------------------------
+# -- migrations from schemas 3 and 6 ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Old:
-    """An operation row as a schema-3 database could hold it."""
+    """An operation row as an older database could hold it."""
 
     operation_id: str
     created_at: datetime
@@ -616,40 +654,49 @@ def old_rows() -> list[Old]:
     ]
 
 
-def build_schema_3(
+def build_schema(
+    version: int,
     execute: Callable[[str, Sequence[object]], object],
     types: Types,
     stamp: Callable[[datetime], object],
     operations: Sequence[Old],
 ) -> None:
+    """A database at schema `version` holding `operations`; from schema 4 on, each keyed one binds its key."""
     execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)", ())
-    for version in (1, 2, 3):
-        for statement in statements(version, types):
+    for each in range(1, version + 1):
+        for statement in statements(each, types):
             execute(statement, ())
-        execute("INSERT INTO elicit_schema (version) VALUES (%s)", (version,))
+        execute("INSERT INTO elicit_schema (version) VALUES (%s)", (each,))
     for row in operations:
+        caller, expires = (row.principal.principal_id, row.principal.client_id), stamp(row.created_at + row.ttl)
         execute(
             "INSERT INTO elicit_operations (operation_id, principal_id, client_id, method, target, request_digest,"
             " idempotency_key, status, result, version, created_at, updated_at, expires_at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL, %s, %s, %s, %s)",
-            (row.operation_id, row.principal.principal_id, row.principal.client_id, METHOD, TARGET, row.digest,
-             row.key, row.status, 0 if row.status == "open" else 1, stamp(row.created_at), stamp(row.created_at),
-             stamp(row.created_at + row.ttl)),
+            (row.operation_id, *caller, METHOD, TARGET, row.digest, row.key, row.status,
+             0 if row.status == "open" else 1, stamp(row.created_at), stamp(row.created_at), expires),
         )  # fmt: skip
+        if version >= 4 and row.key is not None:
+            execute(
+                "INSERT INTO elicit_idempotency_keys (idempotency_key, principal_id, client_id, method, target,"
+                " request_digest, created_at, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (row.key, *caller, METHOD, TARGET, row.digest, stamp(row.created_at), expires),
+            )
 
 
-Schema3 = Callable[[Sequence[Old]], str]
+OldSchema = Callable[[int, Sequence[Old]], str]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def schema_3(request: pytest.FixtureRequest, tmp_path: Path) -> Schema3:
-    """Builds a schema-3 database holding the given operation rows; returns its URL (not yet opened)."""
+def old_schema(request: pytest.FixtureRequest, tmp_path: Path) -> OldSchema:
+    """Builds a database at an older schema holding the given operation rows; returns its URL (not yet opened)."""
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
 
-    def sqlite_schema_3(operations: Sequence[Old]) -> str:
-        path = tmp_path / "v3.db"
+    def sqlite_schema(version: int, operations: Sequence[Old]) -> str:
+        path = tmp_path / f"v{version}.db"
         with closing(sqlite3.connect(path)) as connection, connection:
-            build_schema_3(
+            build_schema(
+                version,
                 lambda sql, params: connection.execute(sql.replace("%s", "?"), params),
                 SQLITE_TYPES,
                 lambda at: (at - epoch) // timedelta(microseconds=1),
@@ -657,21 +704,25 @@ def schema_3(request: pytest.FixtureRequest, tmp_path: Path) -> Schema3:
             )
         return f"sqlite://{path}"
 
-    def postgres_schema_3(operations: Sequence[Old]) -> str:
+    def postgres_schema(version: int, operations: Sequence[Old]) -> str:
         url = str(request.getfixturevalue("pg_schema_url"))
         with psycopg.connect(url, autocommit=True) as connection, connection.transaction():
-            build_schema_3(
-                lambda sql, params: connection.execute(sql, params), POSTGRES_TYPES, lambda at: at, operations
+            build_schema(
+                version,
+                lambda sql, params: connection.execute(sql, params),
+                POSTGRES_TYPES,
+                lambda at: at,
+                operations,
             )
         return url
 
-    return sqlite_schema_3 if request.param == "sqlite" else postgres_schema_3
+    return sqlite_schema if request.param == "sqlite" else postgres_schema
 
 
 def test_migrating_to_schema_4_expires_duplicate_open_operations_and_binds_keys(
-    schema_3: Schema3, clock: FakeClock
+    old_schema: OldSchema, clock: FakeClock
 ) -> None:
-    schema_3_url = schema_3(old_rows())
+    schema_3_url = old_schema(3, old_rows())
     store = open_store(schema_3_url, clock=clock)
     try:
         assert store.schema_version() == LATEST_VERSION
@@ -716,30 +767,73 @@ def test_migrating_to_schema_4_expires_duplicate_open_operations_and_binds_keys(
             store.begin_operation(candidate(clock, key="key-1", digest=OTHER_DIGEST))
         with pytest.raises(IdempotencyKeyConflict, match="other arguments"):
             store.begin_operation(candidate(clock, key="key-2", digest=OTHER_DIGEST))
-        with pytest.raises(IdempotencyKeyConflict, match="another caller"):
-            store.begin_operation(candidate(clock, BOB, key="key-2"))
-        # key-2's binding ends when its newest operation would have expired (START + 1h30)
+        assert store.begin_operation(candidate(clock, BOB, key="key-2")).created  # Bob's key-2 is his own
+        # the bindings end when their newest operations would have expired (START + 1h30; Bob's START + 1h)
         clock.advance(timedelta(hours=1, minutes=30))
-        assert store.sweep_expired().keys == 2
-        assert store.begin_operation(candidate(clock, BOB, key="key-2")).created
+        assert store.sweep_expired().keys == 3
+        assert store.begin_operation(candidate(clock, key="key-2", digest=OTHER_DIGEST)).created
     finally:
         store.close()
 
 
-def test_a_migrated_key_never_attaches_another_caller_to_an_open_operation(schema_3: Schema3, clock: FakeClock) -> None:
+def test_a_migrated_key_never_attaches_another_caller_to_an_open_operation(
+    old_schema: OldSchema, clock: FakeClock
+) -> None:
     t = START - timedelta(minutes=30)
-    url = schema_3(
+    url = old_schema(
+        3,
         [
             Old("alice-op", t, key="key-1", ttl=timedelta(hours=24)),  # per-caller keys in schema 3: both legal
             Old("bob-op", t + timedelta(minutes=1), status="completed", key="key-1", principal=BOB, ttl=TTL),
-        ]
+        ],
     )
     store = open_store(url, clock=clock)
     try:
-        clock.advance(timedelta(hours=1))  # past bob-op's expiry: the backfilled binding lapsed
+        clock.advance(timedelta(hours=1))  # past bob-op's expiry
         carol = Principal("carol", "client-c")
-        with pytest.raises(IdempotencyKeyConflict, match="another caller"):
-            store.begin_operation(candidate(clock, carol, key="key-1", digest=OTHER_DIGEST))
+        started = store.begin_operation(candidate(clock, carol, key="key-1", digest=OTHER_DIGEST))
+        assert started.created and started.operation.principal == carol
+        attached = store.begin_operation(candidate(clock, key="key-1"))
+        assert not attached.created and attached.operation.operation_id == "alice-op"
+    finally:
+        store.close()
+
+
+def test_migrating_to_schema_7_keeps_every_row_and_scopes_keys_per_caller(
+    old_schema: OldSchema, clock: FakeClock
+) -> None:
+    t = START - timedelta(minutes=30)
+    url = old_schema(
+        6,
+        [
+            Old("alice-open", t, key="turn-42", ttl=timedelta(hours=24)),
+            Old("bob-done", t, status="completed", key="key-2", principal=BOB),
+            Old("alice-plain", t, digest=OTHER_DIGEST),
+        ],
+    )
+    operations = "SELECT * FROM elicit_operations ORDER BY operation_id"
+    keys = (
+        "SELECT principal_id, client_id, idempotency_key, method, target, request_digest, created_at, expires_at"
+        " FROM elicit_idempotency_keys ORDER BY idempotency_key"
+    )
+    before = rows(url, operations), rows(url, keys)
+    assert len(before[1]) == 2
+    store = open_store(url, clock=clock)
+    try:
+        assert store.schema_version() == LATEST_VERSION
+        assert (rows(url, operations), rows(url, keys)) == before
+
+        attached = store.begin_operation(candidate(clock, key="turn-42"))
+        assert not attached.created and attached.operation.operation_id == "alice-open"
+        with pytest.raises(IdempotencyKeyConflict, match="other arguments"):
+            store.begin_operation(candidate(clock, key="turn-42", digest=OTHER_DIGEST))
+        with pytest.raises(IdempotencyKeyConflict, match="other arguments"):  # Bob's binding came along
+            store.begin_operation(candidate(clock, BOB, key="key-2", digest=OTHER_DIGEST))
+        for other in (BOB, ALICE_OTHER_CLIENT):  # an open operation each under the one key
+            started = store.begin_operation(candidate(clock, other, key="turn-42", digest=OTHER_DIGEST))
+            assert started.created and started.operation.principal == other
+        assert store.begin_operation(candidate(clock, key="key-2")).created
+        assert store.get_operation("alice-open", ALICE).status is OperationStatus.OPEN
     finally:
         store.close()
 

@@ -1,13 +1,14 @@
 """`Elicitation`: installs durable decision points on an MCP server and runs tool and prompt bodies through them.
 
 Guarantees, per tool call or prompt get: the operation is bound to the caller's principal and client.
-Identical calls (same principal, client, method, tool or prompt name and arguments digest, or the same
-idempotency key in `_meta`) share one open operation, whether one retries after the other or they
-overlap: the store admits one open operation per call (a unique index), and a racing creator attaches.
-Within it a step runs in one call at a time and a question goes to the person once (see `execution`);
-every call returns the result the operation recorded. A completed operation hands that result to an
-identical call within `replay_window`. An idempotency key stays bound to the request it first named:
-another tool, other arguments or another caller with it is refused with -32602 naming the key. A
+Identical calls (same principal and client, and the same method, tool or prompt name and arguments digest
+or the same idempotency key in `_meta`) share one open operation, whether one retries after the other or
+they overlap: the store admits one open operation per call (a unique index), and a racing creator
+attaches. Within it a step runs in one call at a time and a question goes to the person once (see
+`execution`); every call returns the result the operation recorded. A completed operation hands that
+result to an identical call within `replay_window`. An idempotency key is its caller's own: the same key
+from another principal or client is another key, neither refused nor revealed. It stays bound to the
+request it first named: another tool or other arguments with it is refused with -32602 naming the key. A
 2026-07-28 round state is accepted once and only from the principal it was issued to; nothing is ever
 asked that the client did not declare (elicitation per mode, sampling, roots).
 

@@ -12,8 +12,8 @@ someone else moved the decision meanwhile (an operator's cancel, a racing retry,
 fails as a whole with `StaleSnapshot` and the runtime runs the body again on what is stored now; nothing
 the body did between the last commit and that one was visible outside. The same holds for records two
 overlapping calls both meant to create (the call's operation, a question under one key): the database
-lets one in, and the other call runs again and finds it. An idempotency key bound to another request
-refuses the commit with `KeyRefused`.
+lets one in, and the other call runs again and finds it. An idempotency key the caller bound to another
+request refuses the commit with `KeyRefused`.
 """
 
 from __future__ import annotations

@@ -120,10 +120,11 @@ CREATE TABLE elicit_oauth_clients (
 
 # Single flight. At most one open operation per logical call, enforced by the database: one per
 # (principal, client, method, target, request digest) for calls without an idempotency key, one per key
-# for the others. Open duplicates left by earlier versions (identical calls that raced) are expired first,
-# the newest kept, each with its audit row. One question per key in an operation: later duplicates keep
-# their rows under a key nobody asks for. Keys are bound to the request they first named, and claims let
-# one call at a time run a step or put a question to the person.
+# for the others (a key across all callers here; per caller from schema 7). Open duplicates left by earlier
+# versions (identical calls that raced) are expired first, the newest kept, each with its audit row. One
+# question per key in an operation: later duplicates keep their rows under a key nobody asks for. Keys are
+# bound to the request they first named, and claims let one call at a time run a step or put a question
+# to the person.
 _SAME_CALL = """(
     (o.idempotency_key IS NULL AND elicit_operations.idempotency_key IS NULL
      AND o.principal_id = elicit_operations.principal_id AND o.client_id = elicit_operations.client_id
@@ -237,7 +238,34 @@ CREATE INDEX elicit_outbox_due ON elicit_outbox (next_attempt_at) WHERE state = 
 CREATE INDEX elicit_outbox_settled ON elicit_outbox (settled_at) WHERE state <> 'pending'
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Idempotency keys per caller: a key is the caller's own (principal, client, key), so the same key from another
+# caller names another call, neither refused nor revealed. The key table is rebuilt with that primary key
+# (SQLite cannot change one in place), its rows carried over, and the open operations' unique index follows.
+_V7 = """
+CREATE TABLE elicit_idempotency_keys_per_caller (
+    principal_id TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    method TEXT NOT NULL,
+    target TEXT NOT NULL,
+    request_digest TEXT NOT NULL,
+    created_at {time} NOT NULL,
+    expires_at {time} NOT NULL,
+    PRIMARY KEY (principal_id, client_id, idempotency_key)
+);
+INSERT INTO elicit_idempotency_keys_per_caller
+    (principal_id, client_id, idempotency_key, method, target, request_digest, created_at, expires_at)
+    SELECT principal_id, client_id, idempotency_key, method, target, request_digest, created_at, expires_at
+    FROM elicit_idempotency_keys;
+DROP TABLE elicit_idempotency_keys;
+ALTER TABLE elicit_idempotency_keys_per_caller RENAME TO elicit_idempotency_keys;
+CREATE INDEX elicit_idempotency_keys_expiry ON elicit_idempotency_keys (expires_at);
+DROP INDEX elicit_operations_open_key;
+CREATE UNIQUE INDEX elicit_operations_open_key ON elicit_operations (principal_id, client_id, idempotency_key)
+    WHERE status = 'open' AND idempotency_key IS NOT NULL
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -112,7 +112,9 @@ _VAULT_PUT_ATTEMPTS = 5
 BINDING = " AND principal_id = %s AND client_id = %s"
 _OPERATION_OF_JOIN = ", ".join(f"o.{name}" for name in OPERATION_NAMES)
 _DECISION_OF_JOIN = ", ".join(f"d.{name}" for name in DECISION_NAMES)
-KEY_COLUMNS = "principal_id, client_id, method, target, request_digest, expires_at"
+KEY_COLUMNS = "principal_id, client_id, idempotency_key, method, target, request_digest, expires_at"
+KEY_OF_CALLER = "principal_id = %s AND client_id = %s AND idempotency_key = %s"
+"""An idempotency key is its caller's own: another caller's use of the same key is another key."""
 _CREATE_ATTEMPTS = 3
 SUBSCRIPTIONS_RECHECK = 1.0
 """Seconds a store trusts what it last found of the webhook subscriptions: one another process adds is
@@ -653,7 +655,7 @@ class SQLCore(ABC):
             ):
                 return OperationStart(found, created=False)
             if candidate.idempotency_key is not None:
-                await self._expire_lapsed_of_key(tx, candidate.idempotency_key, now)
+                await self._expire_lapsed_of_key(tx, candidate, now)
             inserted = await tx.execute(
                 f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)}) ON CONFLICT DO NOTHING",
                 self._operation_row(candidate),
@@ -699,12 +701,12 @@ class SQLCore(ABC):
         )
         return None if row is None else self._operation(row)
 
-    async def _expire_lapsed_of_key(self, tx: Tx, key: str, now: datetime) -> None:
+    async def _expire_lapsed_of_key(self, tx: Tx, candidate: Operation, now: datetime) -> None:
         """An overdue open operation of the key's earlier binding would hold the key's unique index."""
         rows = await tx.all(
-            "SELECT operation_id, version FROM elicit_operations"
-            " WHERE idempotency_key = %s AND status = 'open' AND expires_at <= %s",
-            (key, self._to_time(now)),
+            f"SELECT operation_id, version FROM elicit_operations WHERE {KEY_OF_CALLER}"
+            " AND status = 'open' AND expires_at <= %s",
+            (candidate.principal_id, candidate.client_id, candidate.idempotency_key, self._to_time(now)),
         )
         if rows:
             await self._expire_operations(
@@ -712,32 +714,32 @@ class SQLCore(ABC):
             )
 
     async def _bind_key(self, tx: Tx, candidate: Operation, now: datetime) -> None:
-        """Bind the key to this request, or check that it names this request; first binder wins."""
+        """Bind the caller's key to this request, or check that it names this request; first binder wins."""
         key = candidate.idempotency_key
         assert key is not None
-        bound = (candidate.principal_id, candidate.client_id, candidate.method, candidate.target,
-                 candidate.request_digest)  # fmt: skip
+        of_caller = (candidate.principal_id, candidate.client_id, key)
+        request = (candidate.method, candidate.target, candidate.request_digest)
         await tx.execute(
-            f"INSERT INTO elicit_idempotency_keys (idempotency_key, {KEY_COLUMNS}, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO UPDATE SET"
-            " principal_id = excluded.principal_id, client_id = excluded.client_id, method = excluded.method,"
+            f"INSERT INTO elicit_idempotency_keys ({KEY_COLUMNS}, created_at) VALUES ({_marks(8)})"
+            " ON CONFLICT (principal_id, client_id, idempotency_key) DO UPDATE SET method = excluded.method,"
             " target = excluded.target, request_digest = excluded.request_digest, created_at = excluded.created_at,"
             " expires_at = excluded.expires_at WHERE elicit_idempotency_keys.expires_at <= %s",
-            (key, *bound, self._to_time(candidate.expires_at), self._to_time(now), self._to_time(now)),
+            (*of_caller, *request, self._to_time(candidate.expires_at), self._to_time(now), self._to_time(now)),
         )  # fmt: skip
-        row = await tx.one(f"SELECT {KEY_COLUMNS} FROM elicit_idempotency_keys WHERE idempotency_key = %s", (key,))
+        row = await tx.one(
+            f"SELECT method, target, request_digest, expires_at FROM elicit_idempotency_keys WHERE {KEY_OF_CALLER}",
+            of_caller,
+        )
         if row is None:
             raise StoreError(f"idempotency key {key!r} vanished while it was being bound")
-        if tuple(row[:2]) != bound[:2]:
-            raise IdempotencyKeyConflict(key, "a request of another caller")
-        if tuple(row[2:4]) != bound[2:4]:
-            raise IdempotencyKeyConflict(key, f"another {_kind(row[2])} ({row[3]})")
-        if row[4] != bound[4]:
-            raise IdempotencyKeyConflict(key, f"the same {_kind(row[2])} with other arguments")
-        if self._from_time(row[5]) < candidate.expires_at:
+        if tuple(row[:2]) != request[:2]:
+            raise IdempotencyKeyConflict(key, f"another {_kind(row[0])} ({row[1]})")
+        if row[2] != request[2]:
+            raise IdempotencyKeyConflict(key, f"the same {_kind(row[0])} with other arguments")
+        if self._from_time(row[3]) < candidate.expires_at:
             await tx.execute(
-                "UPDATE elicit_idempotency_keys SET expires_at = %s WHERE idempotency_key = %s",
-                (self._to_time(candidate.expires_at), key),
+                f"UPDATE elicit_idempotency_keys SET expires_at = %s WHERE {KEY_OF_CALLER}",
+                (self._to_time(candidate.expires_at), *of_caller),
             )
 
     async def find_operations(

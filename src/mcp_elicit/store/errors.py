@@ -98,11 +98,12 @@ class AlreadyExists(StoreError):
 
 
 class IdempotencyKeyConflict(StoreError):
-    """An idempotency key came back with another request than the one it was first used for.
+    """A caller's idempotency key came back with another request than the one it was first used for.
 
-    A key stays bound to the method, target, arguments digest and caller it first named: reusing it for
-    something else must fail loudly (the rule payment APIs follow), since attaching would let an answer
-    given for one request act on another. `reason` says what differs without naming the other caller.
+    A key is its caller's own (principal and client): the same key from another caller is another key.
+    It stays bound to the method, target and arguments digest it first named: reusing it for something
+    else must fail loudly (the rule payment APIs follow), since attaching would let an answer given for one
+    request act on another. `reason` says what differs.
     """
 
     def __init__(self, key: str, reason: str) -> None:

@@ -271,11 +271,12 @@ class Store(Protocol):
     ) -> OperationStart:
         """The open operation of `candidate`'s call, or `candidate` stored as that operation.
 
-        The call is the candidate's principal, client, method, target and request digest, or its
-        idempotency key. At most one open operation exists per call (a unique index, so a racing creator
-        attaches). An overdue open one is expired on the way. A completed one updated at or after
-        `replay_since` is returned instead of starting anew. A key bound to another request raises
-        `IdempotencyKeyConflict`; a fresh key is bound to this request until its operation ends.
+        The call is the candidate's principal, client, method, target and request digest, or its principal,
+        client and idempotency key (a key is its caller's own). At most one open operation exists per call
+        (a unique index, so a racing creator attaches). An overdue open one is expired on the way. A
+        completed one updated at or after `replay_since` is returned instead of starting anew. A key the
+        caller bound to another request raises `IdempotencyKeyConflict`; a fresh key is bound to this
+        request until its operation ends.
 
         With `not_created` (a call that saw no operation of its own), only the one statement that inserts
         the candidate when nothing of the call stands in its way is tried; if it inserts nothing, what
