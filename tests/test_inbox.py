@@ -46,6 +46,8 @@ from tests.pages_site import McpSite as Site
 from tests.pages_site import hidden, mcp_site
 from tests.serving import Person, Seats
 from tests.test_server_flow import error_text, text
+from tests.test_store_corrupt_rows import corrupt_operation
+from tests.test_store_listing import corrupt
 
 pytestmark = pytest.mark.anyio
 
@@ -267,7 +269,41 @@ def test_a_decision_that_cannot_be_read_is_left_out_and_said_and_the_others_are_
             sign_in(alice, site, "alice")
             listed = alice.get(f"{site.base}/inbox")
     assert listed.status_code == 200 and list(entries(listed.text)) == [fine.elicitation_id]
-    assert "1 of these could not be read and are left out" in listed.text and "{broken" not in listed.text
+    assert "1 of these could not be read and is left out" in listed.text and "{broken" not in listed.text
+
+
+def test_a_decision_whose_tool_cannot_be_read_is_listed_and_the_page_says_so(site: Site, store_url: str) -> None:
+    fine = recorded(site, "alice", tool="deploy", message="Readable")
+    damaged = recorded(site, "alice", tool="rotate-keys", message="Its operation is damaged")
+    corrupt_operation(store_url, site.store.get_operation(damaged.operation_id, Operator()))
+    with browser() as alice:
+        sign_in(alice, site, "alice")
+        listed = alice.get(f"{site.base}/inbox")
+    assert listed.status_code == 200
+    shown = entries(listed.text)
+    assert list(shown) == [damaged.elicitation_id, fine.elicitation_id]
+    assert (
+        facts(shown[damaged.elicitation_id])["Tool"] == "a tool"
+        and facts(shown[fine.elicitation_id])["Tool"] == "deploy"
+    )
+    assert "For some of these, the tool that asks could not be read" in listed.text
+    assert "The server&#x27;s log says which." in listed.text and "left out" not in listed.text
+
+
+def test_a_move_on_a_decision_that_became_unreadable_says_so_and_changes_nothing(site: Site, store_url: str) -> None:
+    decision = recorded(site, "alice", message="Soon damaged")
+    with browser() as alice:
+        sign_in(alice, site, "alice")
+        csrf = token(alice.get(f"{site.base}/inbox").text, decision.elicitation_id, "decline")
+        damage = "UPDATE elicit_decisions SET requested_schema = '[1, 2]' WHERE elicitation_id = '{}'"
+        corrupt(store_url, damage.format(decision.elicitation_id))
+        refused = alice.post(f"{site.base}/inbox/{decision.elicitation_id}/decline", data={"csrf": csrf})
+        listed = alice.get(f"{site.base}/inbox")
+    assert refused.status_code == 500 and "This decision could not be read" in refused.text
+    assert "Nothing changed." in refused.text
+    assert listed.status_code == 200 and "1 of these could not be read and is left out" in listed.text
+    [created] = site.store.audit_trail(decision.elicitation_id, Operator())
+    assert created.to_status == DecisionStatus.REQUESTED
 
 
 # -- answering, continuing, declining, cancelling ------------------------------------------------------------------

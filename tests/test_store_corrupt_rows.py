@@ -18,9 +18,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mcp_elicit.model import Decision, Operator
+from mcp_elicit.cli._render import PLAIN_COLUMNS
+from mcp_elicit.model import Decision, DecisionStatus, Operation, Operator
+from mcp_elicit.server.tasks.state import META_JOURNAL, TaskMeta
 from mcp_elicit.store import StoreCorrupt, UnreadableRow, open_store
 from tests.conftest import FakeClock, Records
+from tests.test_store_listing import corrupt
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 EVERYONE = Operator()
@@ -189,3 +192,147 @@ def test_the_cli_lists_the_readable_rows_and_names_the_others(tmp_path: Path) ->
     full = cli("decisions", "show", bad_time.elicitation_id, "--store", url)
     assert full.returncode == 2 and f"{bad_time.elicitation_id}: column created_at" in full.stderr
     assert cli("decisions", "show", good.elicitation_id[:8], "--store", url).returncode == 0
+
+
+# -- the rows read beside the decisions: operations (a task's status), journal entries, audit rows ------------------
+
+
+def corrupt_operation(store_url: str, operation: Operation) -> str:
+    """Damage one operation row; what its report says of it. A PostgreSQL JSONB column holds only JSON and a
+    CHECK keeps the status valid, so there the status is damaged, its CHECK dropped first."""
+    if store_url.startswith("sqlite:"):
+        corrupt(
+            store_url, f"UPDATE elicit_operations SET result = '{{nope' WHERE operation_id = '{operation.operation_id}'"
+        )
+        return "column result holds invalid JSON"
+    corrupt(store_url, "ALTER TABLE elicit_operations DROP CONSTRAINT elicit_operations_status_check")
+    corrupt(
+        store_url, f"UPDATE elicit_operations SET status = 'approved' WHERE operation_id = '{operation.operation_id}'"
+    )
+    return "column status holds 'approved', not one of: open, completed"
+
+
+def three_tasks(url: str, clock: FakeClock) -> tuple[list[Operation], list[Decision]]:
+    """Three tasks (newest last), each asking one question that is still waiting for its answer."""
+    store = open_store(url, clock=clock)
+    try:
+        records = Records(store, clock)
+        operations, decisions = [], []
+        for _ in range(3):
+            operation = records.operation(ttl=timedelta(days=1))
+            meta = TaskMeta(era="2026-07-28", ttl_ms=60_000, poll_interval_ms=1_000, arguments={}, form=True, url=False)
+            store.journal_record(operation.operation_id, META_JOURNAL, meta.dumped(), caller=operation.principal)
+            operations.append(operation)
+            decisions.append(records.form(operation, ttl=timedelta(hours=1)))
+            clock.advance(timedelta(seconds=1))
+        return operations, decisions
+    finally:
+        store.close()
+
+
+def test_an_unreadable_audit_or_journal_row_is_named_and_the_others_are_read(store_url: str, clock: FakeClock) -> None:
+    store = open_store(store_url, clock=clock)
+    try:
+        records = Records(store, clock)
+        decision = records.form()
+        store.transition(decision, DecisionStatus.DECLINED, caller=EVERYONE, reason="no")
+        store.journal_record(decision.operation_id, "charge", {"charged": 1}, caller=decision.principal)
+        [created, declined] = store.audit_trail(decision.elicitation_id, EVERYONE)
+        corrupt(store_url, f"UPDATE elicit_audit SET details = '[1, 2]' WHERE seq = {created.seq}")
+        if store_url.startswith("sqlite:"):
+            corrupt(store_url, "UPDATE elicit_journal SET value = '{nope' WHERE name = 'charge'")
+            column, why = "value", "invalid JSON"
+        else:
+            corrupt(store_url, "ALTER TABLE elicit_journal ALTER COLUMN recorded_at TYPE timestamp")
+            column, why = "recorded_at", "a timestamp without a time zone where a time belongs"
+
+        with pytest.raises(UnreadableRow) as caught:
+            store.audit_trail(decision.elicitation_id, EVERYONE)
+        assert (caught.value.record, caught.value.row_id, caught.value.column) == ("audit row", created.seq, "details")
+        assert f"audit row {created.seq}: column details holds a JSON list where a JSON object belongs" in str(
+            caught.value
+        )
+        skipped: list[UnreadableRow] = []
+        assert store.audit_trail(decision.elicitation_id, EVERYONE, on_unreadable=skipped.append) == [declined]
+        assert [(row.record, row.row_id) for row in skipped] == [("audit row", created.seq)]
+
+        with pytest.raises(UnreadableRow) as unread:
+            store.journal_get(decision.operation_id, "charge", caller=decision.principal)
+        assert (unread.value.record, unread.value.column) == ("journal entry", column)
+        assert f"journal entry 'charge' of operation {decision.operation_id}: column {column} holds {why}" in str(
+            unread.value
+        )
+    finally:
+        store.close()
+
+
+def test_an_unreadable_operation_leaves_every_decision_listed_without_its_task_status(store_url: str) -> None:
+    clock = FakeClock(datetime.now(UTC) - timedelta(minutes=5))
+    operations, decisions = three_tasks(store_url, clock)
+    damaged = corrupt_operation(store_url, operations[1])
+    newest_first = [d.elicitation_id for d in reversed(decisions)]
+    note = f"The decisions of operation {operations[1].operation_id} are listed without a task status."
+
+    listed = cli("decisions", "ls", "--store", store_url)
+    assert listed.returncode == 2, listed.stderr
+    assert "Traceback" not in listed.stderr and "nope" not in listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
+    task = PLAIN_COLUMNS.index("task")
+    assert [(row[0], row[task]) for row in rows] == [
+        (newest_first[0], "input_required"), (newest_first[1], ""), (newest_first[2], "input_required")
+    ]  # fmt: skip
+    assert "1 row of" in listed.stderr and "could not be read and is left out:" in listed.stderr
+    assert f"operation {operations[1].operation_id}: {damaged}" in listed.stderr and note in listed.stderr
+
+    as_json = cli("decisions", "ls", "--json", "--store", store_url)
+    assert as_json.returncode == 2
+    shown = json.loads(as_json.stdout)
+    assert [(d["elicitation_id"], d.get("task")) for d in shown] == [
+        (newest_first[0], "input_required"), (newest_first[1], None), (newest_first[2], "input_required")
+    ]  # fmt: skip
+    assert all(d["status"] == "requested" and d["operation_id"] for d in shown)
+    assert f"operation {operations[1].operation_id}: {damaged}" in as_json.stderr
+
+    shown_one = cli("decisions", "show", decisions[1].elicitation_id, "--store", store_url)
+    assert shown_one.returncode == 0, shown_one.stderr
+    assert decisions[1].elicitation_id in shown_one.stdout and "Traceback" not in shown_one.stderr
+    trail = cli("decisions", "audit", operations[1].operation_id, "--store", store_url)
+    assert trail.returncode == 0 and "created" in trail.stdout, trail.stderr
+
+
+def test_an_unreadable_journal_entry_leaves_the_listing_whole(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'elicit.db'}"
+    operations, decisions = three_tasks(url, FakeClock(datetime.now(UTC) - timedelta(minutes=5)))
+    sqlite_write(tmp_path / "elicit.db", "UPDATE elicit_journal SET value = '{nope' WHERE operation_id = ?",
+                 operations[0].operation_id)  # fmt: skip
+
+    listed = cli("decisions", "ls", "--json", "--store", url)
+    assert listed.returncode == 2 and "Traceback" not in listed.stderr
+    assert [d.get("task") for d in json.loads(listed.stdout)] == ["input_required", "input_required", None]
+    assert (
+        f"journal entry 'mcp-elicit/task' of operation {operations[0].operation_id}: column value holds invalid JSON"
+        in listed.stderr
+    )
+    assert {d.elicitation_id for d in decisions} == {d["elicitation_id"] for d in json.loads(listed.stdout)}
+
+
+def test_an_unreadable_audit_row_leaves_the_rest_of_the_trail_shown(store_url: str, clock: FakeClock) -> None:
+    store = open_store(store_url, clock=clock)
+    try:
+        decision = Records(store, clock).form()
+        store.transition(decision, DecisionStatus.DECLINED, caller=EVERYONE, reason="not today")
+        [created, _] = store.audit_trail(decision.elicitation_id, EVERYONE)
+    finally:
+        store.close()
+    corrupt(store_url, f"UPDATE elicit_audit SET subject_kind = 'thing' WHERE seq = {created.seq}")
+    named = f"audit row {created.seq}: column subject_kind holds 'thing', not one of: decision, operation"
+
+    table = cli("decisions", "audit", decision.elicitation_id[:8], "--store", store_url)
+    assert table.returncode == 2 and "Traceback" not in table.stderr
+    assert "not today" in table.stdout and "declined" in table.stdout and "created" not in table.stdout
+    assert "1 row of" in table.stderr and named in table.stderr
+
+    as_json = cli("decisions", "audit", decision.elicitation_id, "--json", "--store", store_url)
+    assert as_json.returncode == 2 and named in as_json.stderr
+    [entry] = json.loads(as_json.stdout)
+    assert (entry["to_status"], entry["reason"]) == ("declined", "not today")

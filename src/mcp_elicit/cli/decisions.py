@@ -117,17 +117,19 @@ def _find(store: Store, reference: str, caller: Operator) -> Decision:
         raise
 
 
-def _tasks_of(store: Store, caller: Operator, decisions: list[Decision]) -> dict[str, str]:
-    """The task status of each operation of `decisions` that is a task (the others are left out)."""
-    tasks: dict[str, str] = {}
-    for operation_id in dict.fromkeys(decision.operation_id for decision in decisions):
-        try:
-            status = task_status(store, operation_id, caller)
-        except NotFound:
-            continue
-        if status is not None:
-            tasks[operation_id] = status
-    return tasks
+def _unreadable_exit(store: Store, rows: list[UnreadableRow], *notes: str) -> None:
+    """After the rows that could be read: name each one that could not on stderr (by id and column, never by
+    what it holds), say what else that leaves out, and end with the store's exit code. Nothing when none."""
+    if not rows:
+        return
+    count = "1 row" if len(rows) == 1 else f"{len(rows)} rows"
+    left = "is" if len(rows) == 1 else "are"
+    _say(err, "error:", "red", f"{count} of {store.display_url} could not be read and {left} left out:")
+    for row in rows:
+        err.print(Text(f"  {printable(str(row))}"), soft_wrap=True)
+    for note in notes:
+        err.print(Text(printable(note)), soft_wrap=True)
+    raise typer.Exit(Exit.STORE)
 
 
 def _operator(name: str | None) -> Operator:
@@ -141,12 +143,14 @@ def _operator(name: str | None) -> Operator:
 
 class _Listing:
     """What `ls` lists, read a page at a time, with what the lines after it need: how many rows were read,
-    the unreadable ones, and the cursor of the next page."""
+    the unreadable ones (decisions, and the rows a task status is read from), the operations whose task
+    status could not be read, and the cursor of the next page."""
 
     def __init__(self, store: Store, caller: Operator, where: DecisionFilter, after: str | None, limit: int) -> None:
         self.store, self.caller, self.where, self.after = store, caller, where, after
         self.rows = 0
         self.unreadable: list[UnreadableRow] = []
+        self.without_status: list[str] = []
         self.next_after: str | None = None
         self._left = limit
 
@@ -172,6 +176,31 @@ class _Listing:
         self.unreadable.extend(page.unreadable)
         self.next_after = page.after
         return page.decisions
+
+    def tasks_of(self, decisions: list[Decision]) -> dict[str, str]:
+        """The task status of each operation of `decisions` that is a task (the others are left out). An
+        operation whose status cannot be read is left out too, and its unreadable row kept for the report."""
+        tasks: dict[str, str] = {}
+        for operation_id in dict.fromkeys(decision.operation_id for decision in decisions):
+            if operation_id in self.without_status:
+                continue
+            try:
+                status = task_status(self.store, operation_id, self.caller)
+            except NotFound:
+                continue
+            except UnreadableRow as row:
+                self.without_status.append(operation_id)
+                if str(row) not in map(str, self.unreadable):
+                    self.unreadable.append(row)
+                continue
+            if status is not None:
+                tasks[operation_id] = status
+        return tasks
+
+    def notes(self) -> list[str]:
+        """What the unreadable rows leave out besides themselves."""
+        without = "are listed without a task status."
+        return [f"The decisions of operation {operation_id} {without}" for operation_id in self.without_status]
 
     def summary(self) -> str | None:
         """Where these rows are in the whole listing, and how to go on; nothing for a listing shown whole."""
@@ -215,15 +244,15 @@ def list_decisions(
     (`task`: working, input_required, completed, failed, cancelled). A listing cut short by `--limit`
     ends with "Listed 100 of 10,000 decisions" and the
     cursor of the next page (on stderr unless at a terminal); `--after CURSOR` lists that page. A row
-    that cannot be read is named on stderr and the others are listed; the exit code is then 2.
+    that cannot be read is named on stderr and every other is listed (a decision whose operation cannot be
+    read, without its task status); the exit code is then 2.
     """
     with _store(store) as opened:
         listing = _Listing(
             opened, _operator(None), DecisionFilter(status=status, principal_id=principal, operation_id=operation),
             after, limit,
         )  # fmt: skip
-        caller = _operator(None)
-        pages = ((page, _tasks_of(opened, caller, page)) for page in listing.pages())
+        pages = ((page, listing.tasks_of(page)) for page in listing.pages())
         if as_json:
             listed = _write_json(pages)
         elif not _to_terminal():
@@ -244,12 +273,7 @@ def list_decisions(
         if summary is not None:
             person = _to_terminal() and not as_json
             (out if person else err).print(Text(summary), soft_wrap=not person)
-        if listing.unreadable:
-            rows = "1 row" if len(listing.unreadable) == 1 else f"{len(listing.unreadable)} rows"
-            _say(err, "error:", "red", f"{rows} of {opened.display_url} could not be read and are not listed:")
-            for row in listing.unreadable:
-                err.print(Text(f"  {printable(str(row))}"), soft_wrap=True)
-            raise typer.Exit(Exit.STORE)
+        _unreadable_exit(opened, listing.unreadable, *listing.notes())
 
 
 def _write_plain(pages: Iterator[tuple[list[Decision], dict[str, str]]]) -> int:
@@ -325,17 +349,23 @@ def audit(
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show every recorded transition of a decision or operation, oldest first."""
+    """Show every recorded transition of a decision or operation, oldest first.
+
+    An audit row that cannot be read is named on stderr and the others are shown; the exit code is then 2.
+    """
     with _store(store) as opened:
         caller = _operator(None)
+        unreadable: list[UnreadableRow] = []
         try:
-            entries = opened.audit_trail(subject_id, caller)
+            entries = opened.audit_trail(subject_id, caller, on_unreadable=unreadable.append)
         except NotFound:
-            entries = opened.audit_trail(_find(opened, subject_id, caller).elicitation_id, caller)
+            found = _find(opened, subject_id, caller).elicitation_id
+            entries = opened.audit_trail(found, caller, on_unreadable=unreadable.append)
         if as_json:
             _render.print_json(out, [_render.audit_json(entry) for entry in entries])
         else:
             out.print(_render.audit_table(entries))
+        _unreadable_exit(opened, unreadable)
 
 
 @app.command("cancel")

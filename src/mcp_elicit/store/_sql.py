@@ -103,6 +103,7 @@ AUDIT_COLUMNS = "seq, subject_kind, subject_id, from_status, to_status, actor, r
 DECISION_NAMES = tuple(DECISION_COLUMNS.split(", "))
 OPERATION_NAMES = tuple(OPERATION_COLUMNS.split(", "))
 AUDIT_NAMES = tuple(AUDIT_COLUMNS.split(", "))
+_JOURNAL_NAMES = ("value", "recorded_at")
 VAULT_COLUMNS = "principal_id, name, key_id, sealed, created_at, updated_at"
 VAULT_KEY = "principal_id = %s AND name = %s"
 VAULT_STORED = "stored"
@@ -210,12 +211,14 @@ class _Cells:
     row and which column, instead of surfacing later as a `TypeError` in whatever used the record.
     """
 
-    __slots__ = ("_names", "_record", "_row")
+    __slots__ = ("_names", "_record", "_row", "_row_id")
 
-    def __init__(self, record: str, names: tuple[str, ...], row: Sequence[Any]) -> None:
+    def __init__(self, record: str, names: tuple[str, ...], row: Sequence[Any], *, row_id: str | None = None) -> None:
+        """`row_id` names a row whose key is not its first column (by default, the first column's value)."""
         self._record = record
         self._names = names
         self._row = row
+        self._row_id = row_id
 
     def text(self, index: int) -> str:
         value = self._row[index]
@@ -247,8 +250,26 @@ class _Cells:
             raise self._unreadable(index, str(error)) from None
 
     def _unreadable(self, index: int, why: str) -> UnreadableRow:
-        row_id = self._row[0]
+        row_id = self._row[0] if self._row_id is None else self._row_id
         return UnreadableRow(self._record, row_id if isinstance(row_id, str | int) else None, self._names[index], why)
+
+
+def _decoded(
+    rows: Sequence[Sequence[Any]],
+    decode: Callable[[Sequence[Any]], R],
+    on_unreadable: Callable[[UnreadableRow], None] | None,
+) -> list[R]:
+    """Each row decoded; one that cannot be raises `UnreadableRow`, or with `on_unreadable` is handed there
+    and left out, so that one corrupt row does not hide the others."""
+    if on_unreadable is None:
+        return [decode(row) for row in rows]
+    decoded = []
+    for row in rows:
+        try:
+            decoded.append(decode(row))
+        except UnreadableRow as error:
+            on_unreadable(error)
+    return decoded
 
 
 def _binding(caller: Caller) -> tuple[str, tuple[str, ...]]:
@@ -939,16 +960,7 @@ class SQLCore(ABC):
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         where = DecisionFilter(status, principal_id, operation_id, expiring_before, id_prefix)
-        rows = await self._decision_rows(caller, where, None, limit)
-        if on_unreadable is None:
-            return [self._decision(row) for row in rows]
-        decisions = []
-        for row in rows:
-            try:
-                decisions.append(self._decision(row))
-            except UnreadableRow as error:
-                on_unreadable(error)
-        return decisions
+        return _decoded(await self._decision_rows(caller, where, None, limit), self._decision, on_unreadable)
 
     async def decision_page(
         self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None, limit: int = 100
@@ -956,13 +968,8 @@ class SQLCore(ABC):
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         rows = await self._decision_rows(caller, where or DecisionFilter(), after, limit + 1)
-        decisions: list[Decision] = []
         unreadable: list[UnreadableRow] = []
-        for row in rows[:limit]:
-            try:
-                decisions.append(self._decision(row))
-            except UnreadableRow as error:
-                unreadable.append(error)
+        decisions = _decoded(rows[:limit], self._decision, unreadable.append)
         last = rows[limit - 1] if len(rows) > limit else None
         return DecisionPage(decisions, unreadable, None if last is None else _cursor(last[_CREATED], last[0]))
 
@@ -1210,7 +1217,9 @@ class SQLCore(ABC):
 
     # -- audit ---------------------------------------------------------------------------------
 
-    async def audit_trail(self, subject_id: str, caller: Caller) -> list[AuditEntry]:
+    async def audit_trail(
+        self, subject_id: str, caller: Caller, *, on_unreadable: Callable[[UnreadableRow], None] | None = None
+    ) -> list[AuditEntry]:
         where, params = _binding(caller)
         async with self._read() as tx:
             visible = await tx.one(
@@ -1227,7 +1236,7 @@ class SQLCore(ABC):
             rows = await tx.all(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
             )
-        return [self._audit_entry(row) for row in rows]
+        return _decoded(rows, self._audit_entry, on_unreadable)
 
     # -- journal and token ledger ---------------------------------------------------------------
 
@@ -1258,7 +1267,10 @@ class SQLCore(ABC):
             " WHERE j.operation_id = %s AND j.name = %s AND o.principal_id = %s AND o.client_id = %s",
             (operation_id, name, caller.principal_id, caller.client_id),
         )
-        return None if row is None else JournalEntry(name, self._from_json(row[0]), self._from_time(row[1]))
+        if row is None:
+            return None
+        c = _Cells("journal entry", _JOURNAL_NAMES, row, row_id=f"{name!r} of operation {operation_id}")
+        return JournalEntry(name, c.read(0, self._from_json), c.read(1, self._from_time))
 
     async def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None:
         async with self._read() as tx:

@@ -373,7 +373,15 @@ class Store(Protocol):
         """Expire every overdue waiting decision and open operation, and purge spent token entries."""
         ...
 
-    def audit_trail(self, subject_id: str, caller: Caller) -> list[AuditEntry]: ...
+    def audit_trail(
+        self, subject_id: str, caller: Caller, *, on_unreadable: Callable[[UnreadableRow], None] | None = None
+    ) -> list[AuditEntry]:
+        """Every audit row of a decision or an operation the caller may see, oldest first.
+
+        An unreadable row raises `UnreadableRow`, or with `on_unreadable` is handed there and left out, as
+        in `list_decisions`.
+        """
+        ...
 
     def journal_record(self, operation_id: str, name: str, value: JSONValue, *, caller: Principal) -> JournalEntry:
         """Record a step's result unless one is recorded already; either way return the recorded one."""

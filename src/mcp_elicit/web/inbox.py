@@ -12,7 +12,9 @@ signed-in principal and carries the same headers and no JavaScript. A person lis
 decisions (the store binds the read to the principal); another person's decision is refused exactly like a
 missing one and nothing changes (a post without a token of the person's own for that id writes nothing; one
 with a valid token for another's decision is noted in its audit). An operator's cancellation is
-audited as `operator:<principal>` with the reason given. Listings are keyset pages of a bounded size.
+audited as `operator:<principal>` with the reason given. Listings are keyset pages of a bounded size. A
+stored row that cannot be read hides nothing else: an unreadable decision is left out, an unreadable
+operation shows its decisions as asked by "a tool", the page says so and the log names the rows.
 
 Does not guarantee: that an operator is who the configuration says (operators are principals of the same
 sign-in), nor that a decision shown is still waiting when the person acts: a move that lost the race says
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -33,7 +36,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
-from mcp_elicit.store import DecisionConflict, DecisionExpired, DecisionFilter, DecisionPage, NotFound
+from mcp_elicit.store import DecisionConflict, DecisionExpired, DecisionFilter, DecisionPage, NotFound, UnreadableRow
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of
 from mcp_elicit.web.html import page, text
@@ -123,8 +126,7 @@ class DecisionInbox:
             )
         except ValueError:
             return self._pages.message("This inbox link is not valid", "Open your inbox from its first page.", 400)
-        for row in listed.unreadable:
-            log.warning("the inbox left out a decision it cannot read: %s", row)
+        unreadable = list(listed.unreadable)
         now = datetime.now(UTC)
         tools: dict[str, str] = {}
         entries = []
@@ -132,20 +134,37 @@ class DecisionInbox:
             if decision.is_overdue(now):
                 continue
             if decision.operation_id not in tools:
-                tools[decision.operation_id] = await self._tool_of(decision, caller)
+                tools[decision.operation_id] = await self._tool_of(decision, caller, unreadable.append)
             own = decision.principal_id == principal
             entries.append(_Entry(decision, tools[decision.operation_id], own))
-        return self._listing(principal, entries, listed, first=after is None, done=request.query_params.get("done"))
+        for row in unreadable:
+            log.warning("the inbox left out a row it cannot read: %s", row)
+        return self._listing(
+            principal, entries, listed, unreadable, first=after is None, done=request.query_params.get("done")
+        )
 
-    async def _tool_of(self, decision: Decision, caller: BrowserUser | Operator) -> str:
+    async def _tool_of(
+        self, decision: Decision, caller: BrowserUser | Operator, on_unreadable: Callable[[UnreadableRow], None]
+    ) -> str:
+        """The tool that asks; "a tool" when its operation is gone, or cannot be read (handed to `on_unreadable`)."""
         try:
             operation = await self._store(self._store.sync.get_operation, decision.operation_id, caller)
         except NotFound:
             return "a tool"
+        except UnreadableRow as row:
+            on_unreadable(row)
+            return "a tool"
         return operation.target
 
     def _listing(
-        self, principal: str, entries: list[_Entry], listed: DecisionPage, *, first: bool, done: str | None
+        self,
+        principal: str,
+        entries: list[_Entry],
+        listed: DecisionPage,
+        unreadable: list[UnreadableRow],
+        *,
+        first: bool,
+        done: str | None,
     ) -> Response:
         operator = self.is_operator(principal)
         heading = "Decisions waiting for anyone" if operator else "Decisions waiting for you"
@@ -156,11 +175,8 @@ class DecisionInbox:
         ]
         if done in _DONE:
             parts.append(f'<p class="ok" role="status">{text(_DONE[done])}</p>')
-        if listed.unreadable:
-            parts.append(
-                f'<p class="error">{len(listed.unreadable)} of these could not be read and are left out; '
-                "the server's log says which.</p>"
-            )
+        if unreadable:
+            parts.append(f'<p class="error">{text(_unreadable_note(unreadable))}</p>')
         if entries:
             parts.extend(self._entry(entry, principal) for entry in entries)
         else:
@@ -244,6 +260,15 @@ class DecisionInbox:
         expected = self._pages.form_token(elicitation_id, principal)
         if not hmac.compare_digest(str(form.get("csrf", "")), expected):
             return self._pages.message("This form has expired", "Reload your inbox and try again.", 403)
+        try:
+            return await self._make_move(elicitation_id, principal, action, str(form.get("reason", "")))
+        except UnreadableRow as row:
+            log.error("an inbox %s of decision %s stopped at a row it cannot read: %s", action, elicitation_id, row)
+            damaged = "Its stored record is damaged; the server's log says how. Nothing changed."
+            return self._pages.message("This decision could not be read", damaged, 500)
+
+    async def _make_move(self, elicitation_id: str, principal: str, action: Action, reason: str) -> Response:
+        """The move a person's valid form asks for, as far as the decision and their role allow."""
         found = await self._find(elicitation_id, principal)
         if found is None:
             return self._pages.message("Not in your inbox", "No decision of yours has this id. Nothing changed.", 404)
@@ -253,7 +278,7 @@ class DecisionInbox:
         if not own:
             if action != "cancel":
                 return self._pages.message("Not in your inbox", "No decision of yours has this id.", 404)
-            return await self._cancel_for(decision, principal, str(form.get("reason", "")))
+            return await self._cancel_for(decision, principal, reason)
         if action == "decline" and decision.status is not DecisionStatus.REQUESTED:
             return self._pages.message(
                 "This can no longer be declined", "Its step has started; cancel it instead. Nothing changed.", 409
@@ -277,7 +302,7 @@ class DecisionInbox:
         elif len(reason) > MAX_REASON:
             problem = f"The reason may be at most {MAX_REASON} characters; it has {len(reason)}. Nothing changed."
         if problem is not None:
-            tool = await self._tool_of(decision, Operator(principal))
+            tool = await self._tool_of(decision, Operator(principal), _logged)
             body = "<h1>Cancel this decision</h1>\n" + self._entry(
                 _Entry(decision, tool, own=False), principal, reason=given, problem=problem
             )
@@ -338,6 +363,21 @@ class DecisionInbox:
             DecisionStatus.EXTERNAL_FAILED: "Its step failed.",
         }.get(decision.status, "It moved on meanwhile.")
         return self._pages.message("This decision is no longer waiting", f"{said} Nothing changed.", 409)
+
+
+def _logged(row: UnreadableRow) -> None:
+    log.warning("the inbox cannot read a row: %s", row)
+
+
+def _unreadable_note(rows: list[UnreadableRow]) -> str:
+    """What the listing says of the rows it could not read: what each kind leaves out (the log names them)."""
+    decisions = sum(row.record == "decision" for row in rows)
+    said = []
+    if decisions:
+        said.append(f"{decisions} of these could not be read and {'is' if decisions == 1 else 'are'} left out.")
+    if len(rows) > decisions:
+        said.append('For some of these, the tool that asks could not be read: it is shown as "a tool".')
+    return " ".join([*said, "The server's log says which."])
 
 
 def _answerable_here(decision: Decision) -> bool:
