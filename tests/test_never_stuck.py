@@ -25,6 +25,7 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server.eras.legacy import PING_TIMEOUT
 from mcp_elicit.store import open_store
 from tests.overlap_server import runs
+from tests.private_postgres import private_postgres
 from tests.serving import accept
 from tests.test_overlap import (
     Desk,
@@ -218,3 +219,29 @@ async def test_a_person_slower_than_reask_after_is_asked_at_most_once_per_reask_
     assert status is DecisionStatus.ACCEPTED
     superseded = [reason for reason in reasons if "superseded" in reason]
     assert len(superseded) == put_out - 1, reasons
+
+
+async def test_a_round_survives_a_postgresql_restart_before_its_answer(tmp_path: Path) -> None:
+    """The round is committed, PostgreSQL restarts, then the round's answer comes back: the retry is served on
+    new connections and completes, one effect. (The server's own PostgreSQL cluster, restarted for real.)"""
+    with private_postgres() as postgres:
+        server = launch(postgres.url, tmp_path, reask_after=REASK)
+        with running(server):
+            async with connect(server.url, MODERN, never_shown) as client:
+                first = await client.session.call_tool("approve", {"n": 6}, allow_input_required=True)
+                assert isinstance(first, InputRequiredResult) and first.input_requests is not None
+                [key] = first.input_requests
+                postgres.restart()
+                with anyio.fail_after(60):
+                    done = await client.session.call_tool(
+                        "approve",
+                        {"n": 6},
+                        input_responses={key: accept(confirm=True)},
+                        request_state=first.request_state,
+                        allow_input_required=True,
+                    )
+        status, _ = decision_of(postgres.url)
+    assert not isinstance(done, InputRequiredResult)
+    assert done.content and "approved 6: receipt-" in str(done.content[0]), done
+    assert status is DecisionStatus.ACCEPTED
+    one_effect(tmp_path, 6)

@@ -132,6 +132,8 @@ _AGAIN = {
 }
 DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
 DEFAULT_OPERATION_TTL = timedelta(hours=24)
+UNAVAILABLE_PAUSE = timedelta(milliseconds=500)
+"""How long a call whose store was unavailable waits before its one run again."""
 MAX_STALE_RUNS = 10
 """Runs of one call whose commit found records changed meanwhile: each such loss is another call's progress."""
 _CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
@@ -722,6 +724,7 @@ class Elicitation:
         begin_task: BeginTask | None = None,
     ) -> Any:
         holder = new_holder()
+        unavailable_again = True
         for _ in range(MAX_STALE_RUNS):
             try:
                 return await self._run_once(
@@ -731,6 +734,14 @@ class Elicitation:
                 log.info(
                     "%s %s ran on records that changed meanwhile (%s); running it again", entry.kind, entry.name, stale
                 )
+            except StoreUnavailable as down:
+                # A lost connection (the database restarted, a failover) fails the unit that met it, and only that
+                # unit: nothing of it committed. Run the call again once, on fresh connections, before saying so.
+                if not unavailable_again:
+                    raise
+                unavailable_again = False
+                log.info("%s %s met an unavailable store (%s); running it again", entry.kind, entry.name, down)
+                await anyio.sleep(UNAVAILABLE_PAUSE.total_seconds())
         raise MCPError(code=INTERNAL_ERROR, message="The records of this call kept changing while it ran; try again")
 
     async def _run_once(

@@ -380,6 +380,8 @@ class _BlockingPostgres(_PostgresCore):
                 yield tx
                 tx.commit()
         except psycopg.Error as error:
+            if isinstance(error, psycopg.OperationalError):
+                _drop_broken(self._pool)
             raise _translate(error, self._display) from None
         except PoolTimeout:
             raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
@@ -413,9 +415,32 @@ class _AsyncPostgres(_PostgresCore):
                     await tx.abandon(failure)
                     raise
         except psycopg.Error as error:
+            if isinstance(error, psycopg.OperationalError):
+                await _drop_broken_async(self._pool)
             raise _translate(error, self._display) from None
         except PoolTimeout:
             raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
+
+
+POOL_CHECK_SECONDS = 5.0
+
+
+def _drop_broken(pool: ConnectionPool[Any]) -> None:
+    """After a lost connection (the server restarted, say), the pool's other idle connections are likely lost
+    too: test them now and replace the dead, so the next unit is not handed one."""
+    try:
+        pool.check()
+    except Exception as error:
+        log.info("checking the pool's connections after a lost one failed: %s", type(error).__name__)
+
+
+async def _drop_broken_async(pool: AsyncConnectionPool[Any]) -> None:
+    """`_drop_broken` for the async pool, bounded in time: the server may still be down."""
+    try:
+        with anyio.fail_after(POOL_CHECK_SECONDS):
+            await pool.check()
+    except Exception as error:
+        log.info("checking the pool's connections after a lost one failed: %s", type(error).__name__)
 
 
 class _Serving:
