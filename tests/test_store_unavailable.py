@@ -50,6 +50,8 @@ from tests.pages_site import hidden
 from tests.serving import Approval, Counter, accept
 from tests.tasks_wire import MODERN, Wire
 from tests.test_cli import cli
+from tests.test_doctor import GOOD
+from tests.test_doctor import run as doctor
 from tests.test_health import Relay
 from tests.test_inbox import browser, call, inbox_site, only, sign_in, token
 from tests.test_server_flow import error_text, text, unwrap
@@ -475,8 +477,10 @@ def test_a_sqlite_store_in_a_read_only_directory_is_refused_as_read_only_and_the
         with pytest.raises(StoreReadOnly, match=f"its directory {directory}, where SQLite creates"):
             open_store(f"sqlite://{directory / 'new.db'}")
         listed = cli("decisions", "ls", store=f"sqlite://{path}")
+        code, problems, _ = doctor(tmp_path, {**GOOD, "MCP_ELICIT_STORE": f"sqlite://{path}"})
     assert listed.returncode == 2 and listed.stdout == ""
     assert listed.stderr.startswith(f"error: {path} is read-only: ") and "unable to open" not in listed.stderr
+    assert code == 1 and problems == [f"store: {refused.value}"]  # what to do, and no advice beside it
 
 
 def test_the_cli_lists_a_read_only_database_and_says_read_only_for_a_write(pg_server: str) -> None:
