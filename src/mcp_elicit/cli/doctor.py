@@ -28,6 +28,7 @@ from mcp_elicit.store import (
     StoreConfigError,
     StoreCorrupt,
     StoreError,
+    StoreReadOnly,
     StoreUnavailable,
     open_store,
 )
@@ -129,6 +130,8 @@ def _what_to_do(error: StoreError, url: str | None) -> str:
         if error.found == 0:
             return "; `mcp-elicit serve` creates it when it starts"
         return "; `mcp-elicit serve` migrates it when it starts (back the database up first)"
+    if isinstance(error, StoreReadOnly):
+        return ""
     if isinstance(error, StoreUnavailable):
         if (url or "").split(":", 1)[0].lower() in ("postgresql", "postgres"):
             return "; check that the PostgreSQL server runs and that the store URL names it: host, port, user, database"

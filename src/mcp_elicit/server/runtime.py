@@ -552,8 +552,8 @@ class Elicitation:
                 request, principal, target, _idempotency_key(call.request.meta), jsonable, call.declared
             )
         except StoreUnavailable as down:
-            log.warning("tool %s could not become a task, the store being unavailable: %s", entry.name, down)
-            raise _unavailable(entry) from None
+            log.warning("tool %s could not become a task: %s", entry.name, down.for_log())
+            raise _unavailable(entry, down) from None
 
     def _task_beginning(self, entry: _Entry, call: Call, request: TaskRequest, arguments: dict[str, Any]) -> BeginTask:
         """What `flow.begin_task()` does on this call: the call's operation becomes a task, answered as one."""
@@ -665,8 +665,8 @@ class Elicitation:
                 raise ToolError(str(swallowed)) from None
             raise MCPError(code=INTERNAL_ERROR, message=str(swallowed)) from None
         except StoreUnavailable as down:
-            log.warning("%s %s failed, the store being unavailable: %s", entry.kind, entry.name, down)
-            raise _unavailable(entry) from None
+            log.warning("%s %s failed: %s", entry.kind, entry.name, down.for_log())
+            raise _unavailable(entry, down) from None
 
     @asynccontextmanager
     async def _kept_leases(self) -> AsyncIterator[Leases]:
@@ -737,7 +737,7 @@ class Elicitation:
             except StoreUnavailable as down:
                 # A lost connection (the database restarted, a failover) fails the unit that met it, and only that
                 # unit: nothing of it committed. Run the call again once, on fresh connections, before saying so.
-                if not unavailable_again:
+                if not unavailable_again or down.remedy is not None:
                     raise
                 unavailable_again = False
                 log.info("%s %s met an unavailable store (%s); running it again", entry.kind, entry.name, down)
@@ -942,20 +942,20 @@ async def _swallowed(run: Execution, writes: HeldWrites) -> None:
     raise SwallowedSignal(run.pending)
 
 
-def _unavailable(entry: _Entry) -> Exception:
-    """What a caller gets when the store could not be reached: a temporary failure, which a retry survives.
+def _unavailable(entry: _Entry, down: StoreUnavailable) -> Exception:
+    """What a caller gets when the store could not do its part, in the store's words for the condition.
 
-    Every transition commits whole or not at all, so the retry attaches to what the operation recorded and
-    goes on from there. The cause (which may name a host) stays in the log.
+    Every transition commits whole or not at all, so a retry attaches to what the operation recorded and goes
+    on from there; it is suggested only where it can succeed, when no operator has to act first. The cause
+    (which may name a host or a path) stays in the log.
     """
-    again = _AGAIN[entry.method]
-    message = (
-        "The decision store is unavailable right now (a temporary failure: it may be restarting, busy or out of "
-        f"space); nothing was lost: {again}."
-    )
+    if down.remedy is None:
+        message = f"{down.plainly}; nothing was lost: {_AGAIN[entry.method]}."
+    else:
+        message = f"{down.plainly}; this call changed nothing, and trying again fails the same way until {down.remedy}."
     if entry.method == TOOLS_CALL:
         return ToolError(message)
-    return MCPError(code=INTERNAL_ERROR, message=message, data={"retryable": True})
+    return MCPError(code=INTERNAL_ERROR, message=message, data={"retryable": down.remedy is None})
 
 
 def _ended(operation: Operation, entry: _Entry) -> Any:

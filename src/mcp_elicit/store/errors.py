@@ -19,7 +19,36 @@ class StoreConfigError(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The store exists in principle but cannot be reached or opened right now."""
+    """The store cannot do this now, and nothing of what failed was stored.
+
+    This class itself is a temporary outage (a database down or restarting, a file locked past the busy
+    timeout, a full disk): the same request made again succeeds once it ends. Its subclasses are the cases
+    where waiting alone does not end it and an operator must act; `remedy` names what they must do.
+    """
+
+    plainly = (
+        "The decision store is unavailable right now (a temporary failure: it may be restarting, busy or out of space)"
+    )
+    """The condition in words for whoever made the request: no path, host or driver message."""
+    remedy: str | None = None
+    """What must happen before the same request can succeed; None when it will once the outage ends."""
+
+    def for_log(self) -> str:
+        """The condition and its cause, for a line in the log per request it failed."""
+        return f"{self.plainly}: {self}"
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store can be read but refuses writes: a read-only SQLite file, directory or file system, a PostgreSQL
+    database in read-only transaction mode or a hot standby.
+
+    A `StoreUnavailable`, since it is one where it matters: the refused write left the records as they were,
+    so whatever waits out an outage (a task left to be taken up again, a round that may be sent again) is
+    right here too. Only the remedy differs.
+    """
+
+    plainly = "The decision store is read-only (its file, directory or database refuses writes)"
+    remedy = "an operator makes it writable"
 
 
 class StoreCorrupt(StoreError):
@@ -69,13 +98,17 @@ class MigrationPending(StoreError):
         super().__init__(f"{where} has {held}, and this mcp-elicit needs version {supported}")
 
 
-class StoreFileReplaced(StoreError):
+class StoreFileReplaced(StoreUnavailable):
     """The SQLite file a running store opened was deleted, or another file took its path.
 
     A write would go on to the file the store opened, which no later start reads: every call would report
     success and the records be gone after a restart (and a retry then act again). So every write is refused.
     The latest commits of the file opened are in the `-wal` file beside the path, which SQLite leaves there.
+    A `StoreUnavailable` for the reason `StoreReadOnly` is: the refused write changed nothing.
     """
+
+    plainly = "The decision store's file was deleted or replaced while the server ran"
+    remedy = "an operator restarts the server"
 
     def __init__(self, path: str, *, deleted: bool) -> None:
         self.path = path
@@ -87,6 +120,9 @@ class StoreFileReplaced(StoreError):
             f"put back the file it opened ({path}-wal beside it holds its latest commits), or remove {path}-wal "
             f"and {path}-shm before starting on {'a new store' if deleted else 'the new file'}"
         )
+
+    def for_log(self) -> str:
+        return f"{self.plainly} ({self.path})"  # what to do is long: the store logs it once, when it finds this
 
 
 class NotFound(StoreError):

@@ -56,6 +56,7 @@ from mcp_elicit.store.errors import (
     StoreConfigError,
     StoreCorrupt,
     StoreError,
+    StoreReadOnly,
     StoreUnavailable,
 )
 from mcp_elicit.store.protocol import Clock, Interest
@@ -551,13 +552,12 @@ class PostgresStore(SQLStore):
         try:
             _configure(connection)
             with connection.transaction():
-                if migrate:
+                current = _stored_version(connection)
+                if current < _schema.LATEST_VERSION and migrate:
+                    # Read first, so that a database at this version (a standby too) opens without a write.
                     connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                     connection.execute("CREATE TABLE IF NOT EXISTS elicit_schema (version INTEGER NOT NULL)")
-                current = 0
-                if connection.execute("SELECT to_regclass('elicit_schema') IS NOT NULL").fetchone() == (True,):
-                    row = connection.execute("SELECT coalesce(max(version), 0) FROM elicit_schema").fetchone()
-                    current = int(row[0]) if row else 0
+                    current = _stored_version(connection)  # another instance may have migrated meanwhile
                 if current > _schema.LATEST_VERSION:
                     raise SchemaTooNew(current, _schema.LATEST_VERSION, self._display)
                 if current < _schema.LATEST_VERSION and not migrate:
@@ -627,6 +627,13 @@ async def _relay(
             return
 
 
+def _stored_version(connection: psycopg.Connection[Any]) -> int:
+    if connection.execute("SELECT to_regclass('elicit_schema') IS NOT NULL").fetchone() != (True,):
+        return 0
+    row = connection.execute("SELECT coalesce(max(version), 0) FROM elicit_schema").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _configure(connection: psycopg.Connection[Any]) -> None:
     connection.execute("SET TIME ZONE 'UTC'")
     if not connection.autocommit:
@@ -641,7 +648,7 @@ async def _configure_async(connection: psycopg.AsyncConnection[Any]) -> None:
 
 def _connection_error(error: psycopg.Error, display: str) -> StoreError:
     state = getattr(error, "sqlstate", None)
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = _first_line(error)
     if state in ("28P01", "28000") or "password authentication failed" in text or "no password supplied" in text:
         return StoreUnavailable(f"{display} refused the credentials: {text}")
     if state == "3D000" or ("database" in text and "does not exist" in text):
@@ -654,8 +661,17 @@ def _translate(error: psycopg.Error, display: str) -> StoreError:
         return UniqueViolation(str(error))
     if isinstance(error, pg_errors.ForeignKeyViolation):
         return ForeignKeyViolation(str(error))
+    if isinstance(error, pg_errors.ReadOnlySqlTransaction):
+        return StoreReadOnly(
+            f"{display} is read-only ({_first_line(error)}): a hot standby, or default_transaction_read_only is on "
+            "(for the database, its user or in the URL); point the store URL at the primary, or turn that setting off"
+        )
     if isinstance(error, pg_errors.UndefinedTable | pg_errors.UndefinedColumn | pg_errors.DatatypeMismatch):
         return StoreCorrupt(f"{display}: the elicit_* tables are not what this mcp-elicit wrote ({error})")
     if isinstance(error, psycopg.OperationalError):
-        return StoreUnavailable(f"{display}: {error}")
+        return StoreUnavailable(f"{display}: {_first_line(error)}")
     return StoreError(f"{display}: {error}")
+
+
+def _first_line(error: psycopg.Error) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

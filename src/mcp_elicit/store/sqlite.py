@@ -8,7 +8,9 @@ every commit, so commits survive those too). Opening never writes to a file that
 store: a corrupt file, another application's database or a newer schema is refused untouched. A file
 deleted or replaced under a running store is found before the next write (the device and inode the
 path names are compared with those opened, a `stat` per write transaction) and every write is refused
-with `StoreFileReplaced`, never made to the unlinked file.
+with `StoreFileReplaced`, never made to the unlinked file. A file, `-wal`/`-shm` file or directory that
+refuses writes is reported as `StoreReadOnly` naming which, apart from a temporary `StoreUnavailable`
+(locked past the busy timeout, a full disk).
 
 Does not guarantee: sharing between machines. SQLite serves the processes of one host; several
 instances behind a load balancer need the PostgreSQL backend.
@@ -49,6 +51,7 @@ from mcp_elicit.store.errors import (
     StoreCorrupt,
     StoreError,
     StoreFileReplaced,
+    StoreReadOnly,
     StoreUnavailable,
 )
 from mcp_elicit.store.protocol import Clock
@@ -257,7 +260,7 @@ class _SQLiteCore(SQLCore):
         try:
             connection = sqlite3.connect(f"{self._path.absolute().as_uri()}?mode=rw", uri=True, timeout=0.2)
         except sqlite3.Error as error:
-            raise StoreUnavailable(f"cannot open {self._path}: {error}") from None
+            raise _not_now(error, self._path) from None
         try:
             row = connection.execute("SELECT max(version) FROM elicit_schema").fetchone()
         except sqlite3.Error as error:
@@ -276,9 +279,13 @@ class _SQLiteCore(SQLCore):
                 self._file, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as error:
-            raise StoreUnavailable(f"cannot open {self._path}: {error}") from None
-        connection.execute("PRAGMA foreign_keys = ON")
-        connection.execute(f"PRAGMA synchronous = {self._synchronous.name}")
+            raise _not_now(error, self._path) from None
+        try:
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.execute(f"PRAGMA synchronous = {self._synchronous.name}")  # reads the file: may fail
+        except sqlite3.Error as error:
+            connection.close()
+            raise _translate(error, self._path) from None
         with self._guard:
             self._connections.append(connection)
         return connection
@@ -500,7 +507,36 @@ def _translate(error: sqlite3.Error, path: Path) -> StoreError:
             return ForeignKeyViolation(message)
         return StoreCorrupt(f"{path}: a stored value broke a constraint: {message}")
     if isinstance(error, sqlite3.OperationalError):
-        return StoreUnavailable(f"{path}: {message}")
+        return _not_now(error, path)
     if isinstance(error, sqlite3.DatabaseError):
         return StoreCorrupt(f"{path} is not a readable mcp-elicit database ({message}); it was left untouched")
     return StoreError(f"{path}: {message}")
+
+
+def _not_now(error: sqlite3.Error, path: Path) -> StoreUnavailable:
+    """Why the file cannot be used: it refuses writes, it was moved away, or something passes (a lock, a full disk)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_READONLY_DBMOVED:
+        return StoreFileReplaced(os.fspath(path.absolute()), deleted=not path.exists())
+    primary = None if code is None else code & 0xFF
+    if primary in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+        why = _unwritable(path)
+        if why is not None or primary == sqlite3.SQLITE_READONLY:
+            return StoreReadOnly(f"{path} is read-only: {why or error}; make it writable for this process's user")
+    return StoreUnavailable(f"{path}: {error}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """What refuses writes: the file, its `-wal` or `-shm` file, or the directory SQLite creates those in (even
+    to read a WAL database)."""
+    for what, file in (
+        ("the file", path),
+        ("its -wal file", path.with_name(f"{path.name}-wal")),
+        ("its -shm file", path.with_name(f"{path.name}-shm")),
+    ):
+        if file.exists() and not os.access(file, os.W_OK):
+            return f"{what} is not writable (its mode, its attributes or a read-only file system)"
+    directory = path.absolute().parent
+    if not os.access(directory, os.W_OK):
+        return f"its directory {directory}, where SQLite creates its -wal and -shm files, is not writable"
+    return None

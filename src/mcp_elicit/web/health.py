@@ -36,6 +36,7 @@ from mcp_elicit.store import (
     StoreCorrupt,
     StoreError,
     StoreFileReplaced,
+    StoreReadOnly,
     StoreUnavailable,
 )
 
@@ -132,10 +133,12 @@ def _check_store(store: Store) -> _StoreState:
         return _StoreState(OK, "too_new", str(error))
     except MigrationPending as error:
         return _StoreState(OK, "migration_pending", str(error))
-    except StoreUnavailable as error:
-        return _StoreState("unreachable", "unknown", str(error))
     except StoreFileReplaced as error:
         return _StoreState("replaced", "unknown", str(error))
+    except StoreReadOnly as error:
+        return _StoreState("read_only", "unknown", str(error))
+    except StoreUnavailable as error:
+        return _StoreState("unreachable", "unknown", str(error))
     except StoreCorrupt as error:
         return _StoreState("corrupt", "unknown", str(error))
     except StoreError as error:

@@ -97,10 +97,11 @@ class DecisionInbox:
         self._title = pages.server_title
 
     def routes(self) -> list[Route]:
+        guard, item = self._pages.guarded, f"{INBOX_PATH}/{{elicitation_id}}"
         return [
-            Route(INBOX_PATH, self.show, methods=["GET"], name="elicit-inbox"),
-            Route(f"{INBOX_PATH}/{{elicitation_id}}/decline", self.decline, methods=["POST"], name="elicit-decline"),
-            Route(f"{INBOX_PATH}/{{elicitation_id}}/cancel", self.cancel, methods=["POST"], name="elicit-cancel"),
+            Route(INBOX_PATH, guard(self.show), methods=["GET"], name="elicit-inbox"),
+            Route(f"{item}/decline", guard(self.decline), methods=["POST"], name="elicit-decline"),
+            Route(f"{item}/cancel", guard(self.cancel), methods=["POST"], name="elicit-cancel"),
         ]
 
     def is_operator(self, principal: str) -> bool:

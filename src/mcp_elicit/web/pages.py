@@ -26,7 +26,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -44,7 +44,7 @@ from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.server.runtime import Elicitation
-from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound, Store
+from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound, Store, StoreUnavailable
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, posted_values, read_answer, render
@@ -52,6 +52,8 @@ from mcp_elicit.web.html import page, text
 from mcp_elicit.web.vault import Vault
 
 log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 CALLBACK_PATH = "/elicit/callback"
 STATE_TTL = 600
@@ -120,13 +122,29 @@ class UrlPages:
 
     def routes(self) -> list[Route]:
         return [
-            Route(CALLBACK_PATH, self.callback, methods=["GET"]),
-            Route("/elicit/{elicitation_id}", self.show, methods=["GET"]),
-            Route("/elicit/{elicitation_id}/continue", self.proceed, methods=["POST"]),
-            Route("/elicit/{elicitation_id}/cancel", self.cancel, methods=["POST"]),
-            Route("/elicit/{elicitation_id}/key", self.submit_key, methods=["POST"]),
-            Route("/elicit/{elicitation_id}/answer", self.answer, methods=["POST"]),
+            Route(CALLBACK_PATH, self.guarded(self.callback), methods=["GET"]),
+            Route("/elicit/{elicitation_id}", self.guarded(self.show), methods=["GET"]),
+            Route("/elicit/{elicitation_id}/continue", self.guarded(self.proceed), methods=["POST"]),
+            Route("/elicit/{elicitation_id}/cancel", self.guarded(self.cancel), methods=["POST"]),
+            Route("/elicit/{elicitation_id}/key", self.guarded(self.submit_key), methods=["POST"]),
+            Route("/elicit/{elicitation_id}/answer", self.guarded(self.answer), methods=["POST"]),
         ]
+
+    def guarded(self, endpoint: Endpoint) -> Endpoint:
+        """`endpoint`, with a store that cannot do its part answered by a page naming the condition (503) and a
+        line in the log, not a traceback."""
+
+        async def served(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except StoreUnavailable as down:
+                log.warning("%s %s failed: %s", request.method, request.url.path, down.for_log())
+                if down.remedy is None:
+                    return self._message("Nothing was recorded", f"{down.plainly}. Try again in a moment.", 503)
+                again = f"Trying again fails the same way until {down.remedy}."
+                return self._message("Nothing was recorded", f"{down.plainly}. {again}", 503)
+
+        return served
 
     # -- what other pages on the same sign-in share (the decision inbox) -----------------------------------
 

@@ -34,7 +34,7 @@ from mcp_elicit.model import Operation, OperationStatus, Operator, Principal, ne
 from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.tasks.state import TaskBook, TaskMeta, TaskNotFound
 from mcp_elicit.server.waiting import Wakeups
-from mcp_elicit.store import StoreError
+from mcp_elicit.store import StoreError, StoreUnavailable
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -173,8 +173,12 @@ class TaskRunner:
             ended = current.status is not OperationStatus.OPEN
         except TaskNotFound:
             ended = True
-        except Exception:
-            log.exception("task %s: its body failed outside the tool; taken up again after its lease", operation_id)
+        except Exception as error:
+            down = _store_unavailable(error)
+            if down is None:
+                log.exception("task %s: its body failed outside the tool; taken up again after its lease", operation_id)
+            else:  # a store that cannot be written: a line, not a traceback per task
+                log.warning("task %s stopped, taken up again after its lease: %s", operation_id, down.for_log())
         finally:
             kept.drop()
             self._active.discard(operation_id)
@@ -240,3 +244,10 @@ class TaskRunner:
                 log.info("task %s ended as %s elsewhere; stopping its body", operation.operation_id, current.status)
                 scope.cancel()
                 return
+
+
+def _store_unavailable(error: BaseException) -> StoreUnavailable | None:
+    """The store's refusal that ended a task's run, also from inside the task groups it ran in."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error if isinstance(error, StoreUnavailable) else None
