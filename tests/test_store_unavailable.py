@@ -95,7 +95,11 @@ class Dropping(Relay):
                 client.close()
                 continue
             upstream = socket.create_connection(self.target)
-            with self._guard:
+            with self._guard:  # a drop between the look above and here must not miss this connection
+                if self.down.is_set():
+                    client.close()
+                    upstream.close()
+                    continue
                 self._sockets += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
