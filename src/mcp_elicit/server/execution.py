@@ -134,8 +134,7 @@ class UnusableAnswer(Exception):
 
 
 class ClientRefused(Exception):
-    """The client answered a sampling or roots request with an error or not in time, or stopped answering while a
-    question was out to it; nothing was recorded."""
+    """The client answered a sampling or roots request with an error, or not in time; nothing was recorded."""
 
 
 class Asker(Protocol):
@@ -225,6 +224,9 @@ class Execution:
         self._pending: Signal | None = None
         self._leases = leases
         self._kept: list[Kept] = []
+        self.unjournaled: str | None = None
+        """A step whose function ran in this run and whose result is not journaled yet: running the call again
+        would run it again."""
 
     def _ids(self) -> tuple[AsyncStore, Store, str, Principal, str]:
         """What a write made on this call's behalf names: the store (both faces), the operation, the caller,
@@ -270,6 +272,10 @@ class Execution:
 
     def hold(self, write: Callable[[], Awaitable[Any]]) -> None:
         self._writes.hold(write)
+
+    def after_commit(self, done: Callable[[], None]) -> None:
+        """Call `done` once what this call holds now is durable; if that commit fails, never."""
+        self._writes.after_commit(done)
 
     async def commit(self) -> None:
         """Make what this call holds durable now: before anything leaves the process or waits on others."""
@@ -476,6 +482,14 @@ class Execution:
                 else:
                     kept.drop()
 
+    async def let_go(self, name: str) -> None:
+        """Stop renewing the claim `name` this call carries and release it now, while the call goes on: another
+        call may take it up. Whatever this call records later still goes through compare-and-set."""
+        for kept in self._kept:
+            if kept.name == name and not kept.dropped:
+                kept.drop()
+                await self._release_now(name)
+
     def stop_renewing(self) -> None:
         """The run is over: whatever it still keeps is released by its last commit, or left to lapse."""
         for kept in self._kept:
@@ -509,6 +523,7 @@ class Execution:
         found = await self._wait_for_turn(name)
         if isinstance(found, JournalEntry):
             return adapter.validate_python(found.value)
+        self.unjournaled = name
         async with self.carrying(found.name):
             if inspect.iscoroutinefunction(function):
                 result = await function(*args, **kwargs)
@@ -516,6 +531,7 @@ class Execution:
                 result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
         value = cast(JSONValue, adapter.dump_python(result, mode="json"))
         entry = await self._journal(name, value)
+        self.unjournaled = None
         return adapter.validate_python(entry.value)
 
     async def _wait_for_turn(self, name: str) -> JournalEntry | Claim:

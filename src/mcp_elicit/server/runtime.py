@@ -734,6 +734,8 @@ class Elicitation:
                 log.info(
                     "%s %s ran on records that changed meanwhile (%s); running it again", entry.kind, entry.name, stale
                 )
+            except _AfterAnEffect as effect:
+                raise effect.down from None
             except StoreUnavailable as down:
                 # A lost connection (the database restarted, a failover) fails the unit that met it, and only that
                 # unit: nothing of it committed. Run the call again once, on fresh connections, before saying so.
@@ -805,6 +807,10 @@ class Elicitation:
         run.asker = era.asker()
         try:
             return await self._conclude(entry, era, run, writes, arguments if pass_arguments else {})
+        except StoreUnavailable as down:
+            if run.unjournaled is not None:  # that step's function ran: only a crash's retry may run it again
+                raise _AfterAnEffect(down) from down
+            raise
         finally:
             run.stop_renewing()
 
@@ -993,6 +999,14 @@ def _finish(
             return lost.current
 
     return finish
+
+
+class _AfterAnEffect(Exception):
+    """The store became unavailable after a step's function ran and before its result was journaled."""
+
+    def __init__(self, down: StoreUnavailable) -> None:
+        self.down = down
+        super().__init__(str(down))
 
 
 @dataclass(frozen=True, slots=True)

@@ -381,7 +381,7 @@ class _BlockingPostgres(_PostgresCore):
                 yield tx
                 tx.commit()
         except psycopg.Error as error:
-            if isinstance(error, psycopg.OperationalError):
+            if _connection_lost(error):
                 _drop_broken(self._pool)
             raise _translate(error, self._display) from None
         except PoolTimeout:
@@ -396,6 +396,13 @@ class _AsyncPostgres(_PostgresCore):
     ) -> None:
         super().__init__(clock, listeners, display)
         self._pool = pool
+        self._checking: asyncio.Task[None] | None = None
+
+    def _check_pool_soon(self) -> None:
+        """Test the pool's idle connections in the background (one check at a time), so the unit that met the
+        lost connection fails at once and the next one gets a live connection."""
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(_drop_broken_async(self._pool))
 
     def _begin(self) -> AbstractAsyncContextManager[Tx]:
         return self._transaction(write=True)
@@ -416,14 +423,11 @@ class _AsyncPostgres(_PostgresCore):
                     await tx.abandon(failure)
                     raise
         except psycopg.Error as error:
-            if isinstance(error, psycopg.OperationalError):
-                await _drop_broken_async(self._pool)
+            if _connection_lost(error):
+                self._check_pool_soon()
             raise _translate(error, self._display) from None
         except PoolTimeout:
             raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
-
-
-POOL_CHECK_SECONDS = 5.0
 
 
 def _drop_broken(pool: ConnectionPool[Any]) -> None:
@@ -436,12 +440,20 @@ def _drop_broken(pool: ConnectionPool[Any]) -> None:
 
 
 async def _drop_broken_async(pool: AsyncConnectionPool[Any]) -> None:
-    """`_drop_broken` for the async pool, bounded in time: the server may still be down."""
+    """`_drop_broken` for the async pool. Never cancelled midway: psycopg's check holds the connections it has
+    not tested yet, and would lose them."""
     try:
-        with anyio.fail_after(POOL_CHECK_SECONDS):
-            await pool.check()
+        await pool.check()
     except Exception as error:
         log.info("checking the pool's connections after a lost one failed: %s", type(error).__name__)
+
+
+def _connection_lost(error: psycopg.Error) -> bool:
+    """The connection itself failed (SQLSTATE class 08, an administrator's shutdown), not a statement on it."""
+    state = error.sqlstate or ""
+    return isinstance(error, psycopg.OperationalError) and (
+        not state or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    )
 
 
 class _Serving:

@@ -14,10 +14,12 @@ decision and read its answer. If the carrying call ends first (cancelled, connec
 gone), its claim is released or lapses and one waiting call asks again on its own request.
 
 A client that vanished without a word (the host killed, its connection dropped) does not end the call:
-the server keeps waiting for an answer that cannot come, and holds the question. So the carrying call
-pings its client every `reask_after`; a client that does not answer a ping within `PING_TIMEOUT` is
-gone, and the call gives the question up (the decision stays open) for the next identical call to ask.
-A client that answers pings keeps the question however long the person takes.
+the server keeps waiting for an answer that cannot come, and would hold the question. So the carrying
+call pings its client every `reask_after`; once a ping gets no answer within `PING_TIMEOUT`, the call
+lets go of the question's claim (the decision stays open) and the next identical call asks it. The call
+itself keeps waiting on its dialog: a live client that answers requests one at a time cannot answer a
+ping while its person thinks, and if that person answers first, the answer wins by compare-and-set. A
+client that answers pings keeps the question however long the person takes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import ElicitRequestURLParams, ElicitResult, EmptyResult, PingRequest, RequestId
+from mcp_types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    ElicitRequestURLParams,
+    ElicitResult,
+    EmptyResult,
+    PingRequest,
+    RequestId,
+)
 from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, Principal, ResumePolicy
@@ -229,7 +239,7 @@ class LegacyAsker:
                 break
             if claim.held_by(run.holder):
                 async with run.carrying(claim_name):
-                    decision = await self._while_client_lives(put, decision)
+                    decision = await self._while_client_lives(run, claim_name, put, decision)
                     await run.commit()  # the answer is durable before the body acts on it; the claim goes with it
                 return decision
             log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
@@ -238,40 +248,45 @@ class LegacyAsker:
             decision = await run.refresh(decision)
         return decision
 
-    async def _while_client_lives(self, put: Callable[[Decision], Awaitable[Decision]], decision: Decision) -> Decision:
-        """`put(decision)`, given up if the client stops answering pings meanwhile (see the module's docstring)."""
+    async def _while_client_lives(
+        self, run: Execution, claim_name: str, put: Callable[[Decision], Awaitable[Decision]], decision: Decision
+    ) -> Decision:
+        """`put(decision)`; if the client stops answering pings meanwhile, the question's claim is let go (see the
+        module's docstring). The dialog is not withdrawn: a client that answers one request at a time cannot
+        answer a ping while its person thinks, and that person's answer still counts if it comes first."""
         if self._probe_every is None:
             return await put(decision)
-        every, gone = self._probe_every.total_seconds(), False
+        every = self._probe_every.total_seconds()
+        metadata = ServerMessageMetadata(related_request_id=self._request_id)
 
-        async def probe(scope: anyio.CancelScope) -> None:
-            nonlocal gone
-            metadata = ServerMessageMetadata(related_request_id=self._request_id)
+        async def answers_pings() -> bool:
+            with anyio.move_on_after(PING_TIMEOUT.total_seconds()):
+                try:
+                    await self._session.send_request(PingRequest(), EmptyResult, metadata=metadata)
+                except MCPError as error:
+                    return error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)  # any other error is an answer
+                return True
+            return False
+
+        async def probe() -> None:
             while True:
                 await anyio.sleep(every)
-                with anyio.move_on_after(PING_TIMEOUT.total_seconds()):
-                    try:
-                        await self._session.send_request(PingRequest(), EmptyResult, metadata=metadata)
-                    except MCPError:
-                        pass  # an error is an answer: the client is there
-                    except Exception as error:  # the channel itself failed: the connection is gone
-                        log.info("decision %s: ping failed (%s)", decision.elicitation_id, type(error).__name__)
-                        break
-                    continue
-                break
-            gone = True
-            scope.cancel()
+                if not await answers_pings():
+                    log.info("decision %s: the client stopped answering pings; the question is free again", key)
+                    await run.let_go(claim_name)
+                    return
 
+        key = decision.elicitation_id
+        failure: Exception | None = None
         async with anyio.create_task_group() as group:
-            group.start_soon(probe, group.cancel_scope)
-            decision = await put(decision)
+            group.start_soon(probe)
+            try:
+                decision = await put(decision)
+            except Exception as error:  # raised after the group, unwrapped, so callers see the store's own error
+                failure = error
             group.cancel_scope.cancel()
-        if gone:
-            log.info("decision %s: the client stopped answering; the question is free again", decision.elicitation_id)
-            raise ClientRefused(
-                f"The client stopped answering while the question {decision.key!r} was out; it was not answered and "
-                "is asked again on the next identical call"
-            )
+        if failure is not None:
+            raise failure
         return decision
 
     async def _ask_form(self, run: Execution, decision: Decision, *, form: FormSpec[Any]) -> Decision:

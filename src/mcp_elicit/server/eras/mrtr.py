@@ -29,6 +29,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -97,6 +98,8 @@ class MrtrEra:
         self._state: RoundState | None = None
         self._next = RoundState(operation_id="", nonce=secrets.token_urlsafe(18))
         self._spent = False
+        self._settled_here: set[str] = set()
+        """Decisions this call's own commits answered or noted as superseded: a run again must not note them."""
 
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
@@ -141,6 +144,7 @@ class MrtrEra:
         late = self._superseded(records.decisions)
         for decision in late:
             writes.hold(self._note_superseded(store, decision, principal))
+            writes.after_commit(partial(self._settled_here.add, decision.elicitation_id))
         if operation.status in (OperationStatus.FAILED, OperationStatus.CANCELLED, OperationStatus.EXPIRED):
             if late:
                 await writes.commit()
@@ -158,6 +162,7 @@ class MrtrEra:
             if self._state.asked.get(decision.key) == decision.elicitation_id
             and isinstance(responses.get(decision.key), ElicitResult)
             and decision.status is not DecisionStatus.REQUESTED
+            and decision.elicitation_id not in self._settled_here
         ]
 
     @staticmethod
@@ -176,6 +181,7 @@ class MrtrEra:
             settings.long_poll,
             answers_without_state=settings.answers_without_state and call.request_state is None,
             holders=(round_holder(self._next.nonce), answering),
+            answered=self._settled_here,
         )
 
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
@@ -224,6 +230,7 @@ class MrtrAsker:
         *,
         answers_without_state: bool = False,
         holders: tuple[str, str | None] = ("", None),
+        answered: set[str] | None = None,
     ) -> None:
         self._declared = declared
         self._responses = dict(responses or {})
@@ -232,6 +239,8 @@ class MrtrAsker:
         self._answers_without_state = answers_without_state
         self._ours = {holder for holder in holders if holder}
         """The round this turn may hand out, and the round it answers: a question claimed by either is ours."""
+        self._answered = answered if answered is not None else set()
+        """Where the decisions this call's commits answer are noted, once they are durable."""
 
     def can(self, need: Need) -> bool:
         return self._declared.allows(need)
@@ -319,6 +328,7 @@ class MrtrAsker:
         applied = await run.apply_answer(decision, form, response, reason=reason)
         if isinstance(applied, InvalidAnswer):
             return decision, answer_again(applied)
+        run.after_commit(partial(self._answered.add, decision.elicitation_id))
         return applied, None
 
 
