@@ -96,7 +96,9 @@ class Wire:
                 headers["mcp-name"] = name
         message = self._message(method, params)
         assert self._http is not None
-        async with self._http.stream("POST", self.url, json=message, headers=headers) as response:
+        # JSON's own escapes (ensure_ascii), so that a test can send what no UTF-8 encoder writes: a lone "\ud800".
+        content, headers["content-type"] = json.dumps(message), "application/json"
+        async with self._http.stream("POST", self.url, content=content, headers=headers) as response:
             if "event-stream" not in response.headers.get("content-type", ""):
                 body = json.loads(await response.aread())
                 return _outcome(body)

@@ -11,16 +11,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import logging
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -527,6 +530,139 @@ async def test_the_sign_in_form_refuses_posts_without_its_csrf_token(
         assert refused.status_code == 403
         assert "mcp-elicit-session" not in refused.headers.get("set-cookie", "")
     assert not_a_form.status_code == 400
+    assert (await browser.get("/whoami")).status_code == 303
+
+
+@asynccontextmanager
+async def browser_at(deployed: Deployment, address: str) -> AsyncIterator[httpx2.AsyncClient]:
+    """A browser at `address`, as the reverse proxy on loopback reports it (X-Forwarded-For, which uvicorn trusts
+    from loopback by default)."""
+    headers = {"X-Forwarded-For": address}
+    async with httpx2.AsyncClient(base_url=deployed.issuer, follow_redirects=False, timeout=30, headers=headers) as b:
+        yield b
+
+
+def retry_after(response: httpx2.Response) -> int:
+    assert response.status_code == 429, response.text
+    assert "Too many failed sign-ins" in response.text and "mcp-elicit-session" not in response.headers.get(
+        "set-cookie", ""
+    )
+    return int(response.headers["retry-after"])
+
+
+async def test_forty_wrong_passwords_are_held_back_after_five_and_the_right_one_with_them(
+    deployed: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with browser_at(deployed, "203.0.113.7") as browser:
+        with caplog.at_level(logging.INFO, "mcp_elicit.web.authserver"):
+            tries = [await sign_in(browser, "/elicit/abc", "alice", f"guess-{n}") for n in range(40)]
+        assert [t.status_code for t in tries[:5]] == [200] * 5 and all(WRONG in t.text for t in tries[:5])
+        assert all(25 <= retry_after(t) <= 30 for t in tries[5:])  # 30 s from the fifth failure
+        assert 25 <= retry_after(await sign_in(browser, "/elicit/abc", "alice", "wonderland")) <= 30
+        assert (await browser.get("/whoami")).status_code == 303  # not signed in
+        refused = tries[-1]
+        assert hidden_fields(refused.text)["next"] == "/elicit/abc"  # the form stays, to try again later
+
+        deployed.clock.offset += 31
+        assert WRONG in (await sign_in(browser, "/elicit/abc", "alice", "guess-40")).text  # the sixth failure
+        assert 55 <= retry_after(await sign_in(browser, "/elicit/abc", "alice", "wonderland")) <= 60  # doubled
+        deployed.clock.offset += 61
+        assert (await sign_in(browser, "/elicit/abc", "alice", "wonderland")).status_code == 303
+        # Signing in cleared the account's count: five more failures before it is held back again.
+        again = [await sign_in(browser, "/", "alice", f"typo-{n}") for n in range(6)]
+        assert [t.status_code for t in again] == [200] * 5 + [429]
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings[0] == (
+        "repeated failed sign-ins, the last of user alice from 203.0.113.7: the account is held back 30 s"
+    )
+    refusal = "sign-in of user alice from 203.0.113.7 refused unchecked: the account is held back"
+    assert sum(refusal in w for w in warnings) == 35 + 1 + 1 + 1  # each refusal: the 40, then one per phase
+    assert not any("guess" in r.getMessage() or "wonderland" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_account_is_held_back_from_everywhere_and_an_address_for_every_account(
+    deployed: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with (
+        browser_at(deployed, "203.0.113.7") as guesser,
+        browser_at(deployed, "198.51.100.2") as elsewhere,
+        browser_at(deployed, "192.0.2.3") as sprayer,
+        browser_at(deployed, "192.0.2.4") as neighbour,
+    ):
+        for n in range(5):
+            assert WRONG in (await sign_in(guesser, "/", "alice", f"guess-{n}")).text
+        retry_after(await sign_in(elsewhere, "/", "alice", "wonderland"))  # the account, from any address
+        assert (await sign_in(elsewhere, "/", "bob", "builder")).status_code == 303
+        assert (await sign_in(guesser, "/", "bob", "builder")).status_code == 303  # 5 of 20 for the address
+
+        # An unknown account is held back the same way, so the back-off tells nobody which accounts exist.
+        for n in range(5):
+            assert WRONG in (await sign_in(neighbour, "/", "mallory", f"guess-{n}")).text
+        retry_after(await sign_in(neighbour, "/", "mallory", "anything"))
+
+        # One guess at each of twenty accounts from one address: the address is held back, for every account.
+        with caplog.at_level(logging.WARNING, "mcp_elicit.web.authserver"):
+            for n in range(20):
+                assert WRONG in (await sign_in(sprayer, "/", f"user{n}", "password1")).text
+            assert 25 <= retry_after(await sign_in(sprayer, "/", "bob", "builder")) <= 30
+        assert (await sign_in(neighbour, "/", "bob", "builder")).status_code == 303
+    assert (
+        caplog.records[-1]
+        .getMessage()
+        .startswith("sign-in of user bob from 192.0.2.3 refused unchecked: the address is held back")
+    )
+    assert "from 192.0.2.3: the address is held back 30 s" in caplog.records[-2].getMessage()
+
+
+async def test_parallel_attempts_are_counted_as_they_start(deployed: Deployment) -> None:
+    """Forty wrong passwords sent at once: no more than the count has room for are checked."""
+    async with browser_at(deployed, "203.0.113.9") as browser:
+        pages = [await browser.get("/signin", params={"next": "/"}) for _ in range(40)]
+
+        async def attempt(page: httpx2.Response, n: int) -> httpx2.Response:
+            data = {**hidden_fields(page.text), "username": "bob", "password": f"guess-{n}"}
+            return await browser.post("/signin", data=data)
+
+        answers: list[httpx2.Response] = []
+
+        async def collect(page: httpx2.Response, n: int) -> None:
+            answers.append(await attempt(page, n))
+
+        async with anyio.create_task_group() as group:
+            for n, page in enumerate(pages):
+                group.start_soon(collect, page, n)
+    statuses = [a.status_code for a in answers]
+    assert (len(statuses), statuses.count(200), statuses.count(429)) == (40, 5, 35)
+
+
+async def test_signing_in_replaces_the_csrf_cookie_and_the_old_one_is_refused(
+    deployed: Deployment, browser: httpx2.AsyncClient
+) -> None:
+    planted, host = "planted-before-sign-in", urlsplit(deployed.issuer).hostname or ""
+    browser.cookies.set("mcp-elicit-csrf", planted, domain=host)
+    page = await browser.get("/signin", params={"next": "/elicit/abc"})
+    assert (
+        browser.cookies.get("mcp-elicit-csrf", domain=host) == planted
+    )  # a cookie already there is used before sign-in
+    before = hidden_fields(page.text)
+    done = await browser.post("/signin", data={**before, "username": "alice", "password": "wonderland"})
+    assert done.status_code == 303
+    rotated = browser.cookies.get("mcp-elicit-csrf", domain=host)
+    assert rotated and rotated != planted
+    cookie = next(v for k, v in done.headers.multi_items() if k == "set-cookie" and "mcp-elicit-csrf" in v)
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Path=/" in cookie
+
+    credentials = {"username": "bob", "password": "builder"}
+    assert (await browser.post("/signin", data={**before, **credentials})).status_code == 403
+    browser.cookies.set("mcp-elicit-csrf", planted, domain=host)  # planted again: its tokens were minted for no session
+    assert (await browser.post("/signin", data={**before, **credentials})).status_code == 403
+    assert (await browser.get("/whoami")).text == f"{deployed.issuer}#alice"
+
+    browser.cookies.set("mcp-elicit-csrf", rotated, domain=host)
+    signed_in_page = await browser.get("/signin")
+    out = await browser.post("/signout", data=hidden_fields(signed_in_page.text, "/signout"))
+    assert out.status_code == 303
     assert (await browser.get("/whoami")).status_code == 303
 
 

@@ -20,6 +20,7 @@ from mcp_elicit.model import (
     Mode,
     OperationStatus,
     Principal,
+    UnencodableValue,
     check_decision_transition,
     check_operation_transition,
     looks_secret,
@@ -119,6 +120,36 @@ def test_request_digest_ignores_key_order_and_meta_but_not_values() -> None:
     c = request_digest("tools/call", {"name": "deploy", "arguments": {"x": 2, "y": [1, 2]}})
     assert a == b != c
     assert a.startswith("sha256:") and "deploy" not in a
+
+
+def test_valid_unicode_has_a_digest() -> None:
+    """Astral characters (a surrogate pair in JSON's escapes) and combining marks are text like any other."""
+    assert request_digest("tools/call", {"arguments": {"title": "caf\u00e9 \U0001f680", "note": "\ufffd"}})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "path", "reason"),
+    [
+        ({"title": "\ud800"}, ("arguments", "title"), "lone surrogate '\\ud800' at character 0"),
+        ({"items": [{"label": "ok"}, {"label": "a\udfffb"}]}, ("arguments", "items", 1, "label"), "at character 1"),
+        ({"tags": {"x\udc80": 1}}, ("arguments", "tags", "x\udc80"), "lone surrogate '\\udc80' in its name"),
+        ({"ratio": float("nan")}, ("arguments", "ratio"), "nan is not a JSON number"),
+        ({"limits": [1.0, float("-inf")]}, ("arguments", "limits", 1), "-inf is not a JSON number"),
+    ],
+)
+def test_a_value_without_a_canonical_encoding_is_named(
+    arguments: JSONObject, path: tuple[str | int, ...], reason: str
+) -> None:
+    with pytest.raises(UnencodableValue) as raised:
+        request_digest("tools/call", {"name": "deploy", "arguments": arguments, "_meta": {"ignored": "\ud800"}})
+    assert raised.value.path == path
+    assert reason in raised.value.reason
+    str(raised.value).encode()  # the message itself is valid UTF-8: it escapes what it names
+
+
+def test_an_unencodable_value_is_named_by_its_path() -> None:
+    error = UnencodableValue(("arguments", "items", 1, "x y", "k\ud800"), "why")
+    assert str(error) == "arguments.items[1].'x y'.'k\\ud800' cannot be encoded: why"
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,9 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -69,6 +69,9 @@ class Received:
     body: bytes
     signed: bool
     answered: int
+    target: str = ""
+    """The request line's target: a path, or the whole URL when the request came through as a proxy's."""
+    authorization: str | None = None
 
     @property
     def event(self) -> dict[str, Any]:
@@ -93,7 +96,7 @@ class Receiver:
                     receiver.received.append(
                         Received(
                             self.headers["webhook-id"], int(self.headers["webhook-timestamp"]), body,
-                            _signed(self.headers, body), status,
+                            _signed(self.headers, body), status, self.path, self.headers["authorization"],
                         )
                     )  # fmt: skip
                 self.send_response(status)
@@ -131,6 +134,10 @@ def _signed(headers: Any, body: bytes) -> bool:
 
 def subscribed(store: Store, **hooks: frozenset[NotificationEvent]) -> None:
     store.outbox_subscribe(hooks)
+
+
+def url_digest(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
 def rows(store: Store, **where: Any) -> list[tuple[str, str, str, str]]:
@@ -195,7 +202,7 @@ def test_serve_reads_its_webhook_from_the_environment() -> None:
     notifications = http_settings(environ, "https://elicit.example").notifications
     assert notifications is not None
     [hook] = notifications.webhooks
-    assert hook.events == {ENDED, TASK} and hook.name == "https://hooks.example/in"
+    assert hook.events == {ENDED, TASK} and hook.name == f"https://hooks.example ({url_digest(hook.url)})"
     assert http_settings({**environ, "MCP_ELICIT_WEBHOOK_URL": ""}, "https://elicit.example").notifications is None
     with pytest.raises(ConfigurationError) as refused:
         http_settings(
@@ -353,7 +360,7 @@ async def test_events_carry_ids_status_target_deadline_and_no_content(store_url:
         made = Records(store, clock)
         decision = made.form(sensitive=("note",))
         store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True, "note": "fish"})
-        async with httpx.AsyncClient() as http:
+        async with deliverer.connections() as http:
             assert await deliverer.deliver_due(http) == 2
             assert await deliverer.deliver_due(http) == 0
         got = {r.event["type"]: r for r in receiver.received}
@@ -382,7 +389,7 @@ async def test_a_failed_delivery_is_retried_with_backoff_under_the_same_id(store
     ):
         await deliverer.subscribe()
         decision = Records(store, clock).form()
-        async with httpx.AsyncClient() as http:
+        async with deliverer.connections() as http:
             assert await deliverer.deliver_due(http) == 1
             [pending] = store.outbox_deliveries()
             assert (pending.state, pending.attempts, pending.last_error) == (DeliveryState.PENDING, 1, "HTTP 500")
@@ -409,11 +416,12 @@ async def test_delivery_gives_up_after_its_attempts_and_logs(
     refused = f"http://127.0.0.1:{free_port()}/nobody"
     with Receiver(statuses=(302,)) as receiver:
         hooks = (Webhook(receiver.url, SECRET, {ENDED}, name="redirects"), Webhook(refused, SECRET, {ENDED}))
+        refused_name = hooks[1].subscription
         with deliverer_for(store_url, clock, *hooks, retry=retry) as (store, deliverer):
             await deliverer.subscribe()
             made = Records(store, clock)
             store.transition(made.form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as http:
+            async with deliverer.connections() as http:
                 assert await deliverer.deliver_due(http) == 2
                 clock.advance(timedelta(seconds=2))
                 with caplog.at_level(logging.ERROR, "mcp_elicit.server.notifications.delivery"):
@@ -423,7 +431,7 @@ async def test_delivery_gives_up_after_its_attempts_and_logs(
             states = {d.subscription: (d.state, d.attempts, d.last_error) for d in store.outbox_deliveries()}
     assert states == {
         "redirects": (DeliveryState.DELIVERED, 2, None),
-        refused: (DeliveryState.DEAD, 2, "ConnectError"),
+        refused_name: (DeliveryState.DEAD, 2, "ConnectError"),
     }
     assert [r.answered for r in receiver.received] == [302, 200]
     [gave_up] = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -460,6 +468,111 @@ async def test_a_served_task_says_it_needs_input_and_its_question_ends(
     assert events["task.input_required"]["task_id"] == task_id == events["decision.ended"]["operation_id"]
     assert (events["decision.waiting"]["target"], events["decision.ended"]["status"]) == ("deploy", "accepted")
     assert all(r.signed for r in receiver.received)
+
+
+# -- what a webhook's URL may hold stays out of the log and the store --------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_webhooks_path_query_and_credentials_reach_neither_the_log_nor_the_store(
+    store_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    retry = Retry(first=timedelta(seconds=1), attempts=2)
+    hidden = ("tok-in-path", "tok-in-query", "tok-user", "tok-password")
+    with Receiver(statuses=(500,)) as receiver:
+        port = urlsplit(receiver.url).port
+        answering = f"http://tok-user:tok-password@127.0.0.1:{port}/hooks/tok-in-path?sig=tok-in-query"
+        nobody = f"http://127.0.0.1:{free_port()}/hooks/tok-in-path?sig=tok-in-query"
+        hooks = (Webhook(answering, SECRET, {ENDED}), Webhook(nobody, SECRET, {ENDED}))
+        with caplog.at_level(logging.DEBUG), deliverer_for(store_url, clock, *hooks, retry=retry) as (store, deliverer):
+            await deliverer.subscribe()
+            store.transition(Records(store, clock).form(), DecisionStatus.DECLINED, caller=ALICE)
+            async with deliverer.connections() as connections:
+                assert await deliverer.deliver_due(connections) == 2  # HTTP 500 and refused: two warnings
+                clock.advance(timedelta(seconds=2))
+                assert await deliverer.deliver_due(connections) == 2  # delivered, and given up: an error
+            names = {d.subscription for d in store.outbox_deliveries()}
+    target = "/hooks/tok-in-path?sig=tok-in-query"
+    assert [(r.answered, r.target) for r in receiver.received] == [(500, target), (200, target)]
+    assert receiver.received[-1].authorization == "Basic " + base64.b64encode(b"tok-user:tok-password").decode()
+    assert (
+        names
+        == {hook.subscription for hook in hooks}
+        == {
+            f"http://127.0.0.1:{port} ({url_digest(answering)})",
+            f"{hooks[1].origin} ({url_digest(nobody)})",
+        }
+    )
+    logged = "\n".join(f"{record.name}: {record.getMessage()}" for record in caplog.records)
+    assert logged.count("to webhook http://127.0.0.1:") == 3, logged  # the webhook is named, by its origin
+    for secret in hidden:
+        assert secret not in logged and not any(secret in name for name in names)
+    assert "HTTP Request" not in logged  # httpx's client line, which logs the URL whole
+
+
+@pytest.mark.anyio
+async def test_deliveries_go_through_the_proxy_the_environment_names(
+    store_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receiver stands in for a forward proxy: only through it can `hooks.invalid` be reached."""
+    with Receiver() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/hooks/elicit"))
+        hooks = (Webhook("http://hooks.invalid/in/tok", SECRET, {ENDED}), Webhook("http://direct.invalid/in", SECRET))
+        monkeypatch.setenv("NO_PROXY", "direct.invalid")
+        with deliverer_for(store_url, clock, *hooks) as (store, deliverer):
+            await deliverer.subscribe()
+            store.transition(Records(store, clock).form(), DecisionStatus.DECLINED, caller=ALICE)
+            async with deliverer.connections() as connections:
+                assert await deliverer.deliver_due(connections) == 3
+            states = {(d.subscription, d.event, d.state, d.last_error) for d in store.outbox_deliveries()}
+    assert [(r.target, r.signed) for r in proxy.received] == [("http://hooks.invalid/in/tok", True)]
+    assert {(name, state, error) for name, _, state, error in states} == {
+        (hooks[0].subscription, DeliveryState.DELIVERED, None),
+        (hooks[1].subscription, DeliveryState.PENDING, "ConnectError"),  # not proxied: the name does not resolve
+    }
+
+
+@pytest.mark.anyio
+async def test_a_webhook_takes_over_what_the_store_holds_under_its_former_name(
+    store_url: str, clock: FakeClock
+) -> None:
+    """Until names left the URL's path out, a webhook was named by its URL without query: its subscription and
+    deliveries move to the new name once, no event is delivered twice, and none is left behind."""
+    with Receiver() as receiver:
+        hook = Webhook(receiver.url + "?sig=q", SECRET, {WAITING, ENDED})
+        assert hook.former_name == receiver.url
+        assert Webhook(receiver.url, SECRET, name="named").former_name is None
+        with deliverer_for(store_url, clock, hook) as (store, deliverer):
+            made = Records(store, clock)
+            store.outbox_subscribe({receiver.url: frozenset({WAITING, ENDED})})  # as an earlier version named it
+            asked = [made.form() for _ in range(3)]
+            store.outbox_subscribe({hook.subscription: frozenset({WAITING, ENDED})})  # an upgraded instance, meanwhile
+            store.transition(asked[2], DecisionStatus.DECLINED, caller=ALICE)  # its end written under both names
+            ended = f"decision.ended:{asked[2].elicitation_id}"
+            for row in store.outbox_claim([receiver.url], limit=10, lease=timedelta(seconds=30)):
+                if row.event_id in (ended, f"decision.waiting:{asked[0].elicitation_id}"):
+                    assert store.outbox_delivered(row)
+                else:
+                    assert store.outbox_failed(row, retry_after=timedelta(0), error="HTTP 503")
+            await deliverer.subscribe()
+            assert {(d.event_id, d.subscription, d.state) for d in store.outbox_deliveries()} == {
+                (f"decision.waiting:{asked[0].elicitation_id}", hook.subscription, DeliveryState.DELIVERED),
+                (f"decision.waiting:{asked[1].elicitation_id}", hook.subscription, DeliveryState.PENDING),
+                (f"decision.waiting:{asked[2].elicitation_id}", hook.subscription, DeliveryState.PENDING),
+                (ended, hook.subscription, DeliveryState.DELIVERED),
+            }
+            # A transition that began before the rename writes under the former name once more.
+            store.outbox_subscribe({receiver.url: frozenset({WAITING}), hook.subscription: frozenset()})
+            straggler = made.form()
+            store.outbox_subscribe({receiver.url: frozenset(), hook.subscription: frozenset({WAITING, ENDED})})
+            async with deliverer.connections() as connections:
+                while await deliverer.deliver_due(connections):
+                    pass
+            states = {d.state for d in store.outbox_deliveries()}
+    assert sorted(r.event_id for r in receiver.received) == sorted(
+        f"decision.waiting:{decision.elicitation_id}" for decision in (asked[1], asked[2], straggler)
+    )
+    assert states == {DeliveryState.DELIVERED}
 
 
 # -- a real server process, killed between a transition and its delivery ------------------------------

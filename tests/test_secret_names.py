@@ -82,6 +82,40 @@ def test_a_secret_word_inside_another_word_does_not_count(name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "name",
+    [
+        "auth", "Auth", "AUTH", "authorization", "Authorization", "AUTHORIZATION", "authorizations",
+        "x_authorization", "X-Authorization", "xAuthorization", "XAuthorization", "x-auth",
+        "proxy_authorization", "Proxy-Authorization",
+    ],
+)  # fmt: skip
+def test_a_field_named_for_the_authorization_header_is_refused_and_redacted(name: str) -> None:
+    with pytest.raises(SecretField, match=f"its name '{name}'"):
+        form_spec(form(name, str))
+    assert refused(form("value", str, title=name))
+    assert redact_content({name: "Bearer abc", "note": "kept"}) == {name: REDACTED, "note": "kept"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "auth_method", "authMethod", "auth_type", "AuthType", "auth_provider", "authorization_url",
+        "authorization_status", "Authorization status", "author", "authors", "authority", "authored_by",
+        "co_author", "oauth", "oauth_provider", "unauthorized", "authorize",
+    ],
+)  # fmt: skip
+def test_auth_as_one_word_of_a_longer_name_or_inside_a_word_does_not_count(name: str) -> None:
+    assert not looks_secret(name)
+    form_spec(form(name, str))
+    assert redact_content({name: "password-free"}) == {name: "password-free"}
+
+
+def test_a_number_or_a_yes_no_named_auth_asks_for_no_secret() -> None:
+    form_spec(form("auth", int))
+    form_spec(form("authorization", bool))
+
+
+@pytest.mark.parametrize(
     ("name", "annotation", "description"),
     [
         ("count", int, "How many tokens to mint"),

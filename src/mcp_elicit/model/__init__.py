@@ -8,7 +8,7 @@ from mcp_elicit.model.decision import (
     new_form_decision,
     new_url_decision,
 )
-from mcp_elicit.model.digest import canonical_json, request_digest
+from mcp_elicit.model.digest import UnencodableValue, canonical_json, check_encodable, request_digest
 from mcp_elicit.model.identity import Actor, BrowserUser, Caller, Operator, Principal, System
 from mcp_elicit.model.json import JSONObject, JSONValue
 from mcp_elicit.model.operation import Operation, new_operation
@@ -53,8 +53,10 @@ __all__ = [
     "ResumePolicy",
     "SubjectKind",
     "System",
+    "UnencodableValue",
     "canonical_json",
     "check_decision_transition",
+    "check_encodable",
     "check_operation_transition",
     "is_legal",
     "looks_secret",

@@ -3,8 +3,8 @@
 Guarantees: content of a form field that is declared sensitive, or whose name looks like a secret, is
 replaced by `REDACTED`; URLs lose their user-info, every query value and the fragment (OAuth codes,
 states, signed links live there); free text has every URL inside it treated the same way. "Looks like a
-secret" is one rule over one table (`SECRET_WORDS`, `looks_secret`): the forms refuse what it names and
-redaction hides it, so an answer a form may ask for is one the audit trail may show.
+secret" is one rule over one vocabulary (`SECRET_WORDS`, `SECRET_NAMES`, `looks_secret`): the forms refuse
+what it names and redaction hides it, so an answer a form may ask for is one the audit trail may show.
 
 Does not guarantee: that free text without a URL is free of secrets. Callers must not put secrets in
 reasons; the vocabulary here only catches what looks like one.
@@ -13,7 +13,7 @@ reasons; the vocabulary here only catches what looks like one.
 import functools
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final, Literal, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -44,6 +44,11 @@ field so named asks for the secret itself; a number named with a `TEXT` word (`m
 tokens to mint", `session_minutes`) counts or measures something and asks for no secret.
 """
 
+SECRET_NAMES: frozenset[str] = frozenset({"auth", "authorization", "xauth", "xauthorization", "proxyauthorization"})
+"""Secrets only as a whole name, words joined as for `SECRET_WORDS` (`auth`, `Authorization`, `X-Authorization`):
+the credential an HTTP `Authorization` header carries. As one word of a longer name they name something about
+it (`auth_method`, `auth_type`, `authorization_url`), and inside a word (`author`, `authority`) nothing."""
+
 _WORD_SPLIT = re.compile(
     r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z]{2})|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])"
 )
@@ -60,7 +65,8 @@ def looks_secret(name: str, description: str | None = None, *, kind: ValueKind =
     Words match whole (`pin`, never the one in `spinner` or `shipping`), alone or joined to the next word
     (`private_key`), singular or plural (`api_keys`), with the field's `kind` deciding what can be a secret:
     a boolean never is, a number only by a `DIGITS` word in the singular (`pin`, `card_number`, not
-    `max_tokens` nor `pins`, which count), text by any word of `SECRET_WORDS`.
+    `max_tokens` nor `pins`, which count), text by any word of `SECRET_WORDS` or a whole `SECRET_NAMES`
+    name (`authorization`, not `auth_method`).
     """
     if kind == "boolean":
         return False
@@ -82,7 +88,11 @@ def _text_looks_secret(text: str, kind: ValueKind) -> bool:
     candidates = itertools.chain(words, (a + b for a, b in itertools.pairwise(words)))
     if kind == "number":
         return any(SECRET_WORDS.get(word) == DIGITS for word in candidates)
-    return any(word in SECRET_WORDS or (word.endswith("s") and word[:-1] in SECRET_WORDS) for word in candidates)
+    return _named_by("".join(words), SECRET_NAMES) or any(_named_by(word, SECRET_WORDS) for word in candidates)
+
+
+def _named_by(word: str, vocabulary: Collection[str]) -> bool:
+    return word in vocabulary or (word.endswith("s") and word[:-1] in vocabulary)
 
 
 def redact_content(content: JSONObject, sensitive_fields: tuple[str, ...] = ()) -> JSONObject:

@@ -58,9 +58,12 @@ from mcp_elicit.model import (
     Operation,
     OperationStatus,
     Principal,
+    UnencodableValue,
+    check_encodable,
     new_operation,
     request_digest,
 )
+from mcp_elicit.model.digest import json_path
 from mcp_elicit.server.background import Shared, beside
 from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
 from mcp_elicit.server.eras.capabilities import Era, missing_capability
@@ -545,8 +548,7 @@ class Elicitation:
     ) -> TaskAccepted:
         principal = self.identity.principal_for(call.request.request)
         jsonable = _jsonable(arguments)
-        digest = request_digest(entry.method, {"name": entry.name, "arguments": jsonable})
-        target = Target(entry.method, entry.name, digest)
+        target = _target(entry, jsonable)
         try:
             return await self.tasks.accept(
                 request, principal, target, _idempotency_key(call.request.meta), jsonable, call.declared
@@ -703,8 +705,7 @@ class Elicitation:
         begin_task: BeginTask | None = None,
     ) -> Any:
         principal = self.identity.principal_for(call.request.request)
-        digest = request_digest(entry.method, {"name": entry.name, "arguments": _jsonable(arguments)})
-        target = Target(entry.method, entry.name, digest)
+        target = _target(entry, _jsonable(arguments))
         key = _idempotency_key(call.request.meta)
         return await self._run_as(
             entry, era, leases, principal, target, key, arguments, answers, pass_arguments, begin_task
@@ -1069,11 +1070,33 @@ def _web_instructions(decisions: Sequence[Decision], decision_url: Callable[[str
 
 def _idempotency_key(meta: Any) -> str | None:
     key = meta.get(IDEMPOTENCY_META_KEY) if isinstance(meta, dict) else None
-    return key if isinstance(key, str) and 0 < len(key) <= 200 else None
+    if not isinstance(key, str) or not 0 < len(key) <= 200:
+        return None
+    try:
+        check_encodable(key)
+    except UnencodableValue as bad:
+        raise MCPError(code=INVALID_PARAMS, message=f"the idempotency key cannot be encoded: {bad.reason}") from None
+    return key
 
 
 def _jsonable(arguments: dict[str, Any]) -> Any:
     return _ARGUMENTS.dump_python(arguments, mode="json")
+
+
+def _target(entry: _Entry, arguments: JSONValue) -> Target:
+    """What the call asks, as a retry finds it: -32602 naming an argument that has no digest (a lone surrogate)."""
+    try:
+        digest = request_digest(entry.method, {"name": entry.name, "arguments": arguments})
+    except UnencodableValue as bad:
+        if bad.path[:1] != ("arguments",) or len(bad.path) < 2:
+            message = f"the {entry.kind}'s name cannot be encoded: {bad.reason}"
+            raise MCPError(code=INVALID_PARAMS, message=message) from None
+        name, inside = bad.path[1], bad.path[2:]
+        what = "variable" if entry.method == RESOURCES_READ else "argument"
+        where = f" (at {json_path(bad.path[1:])})" if inside else ""
+        message = f"{what} {name!r} of {entry.kind} {entry.name!r} cannot be encoded{where}: {bad.reason}"
+        raise MCPError(code=INVALID_PARAMS, message=message) from None
+    return Target(entry.method, entry.name, digest)
 
 
 def _checked_base_url(url: str) -> str:

@@ -1575,9 +1575,31 @@ class SQLCore(ABC):
             claimed_at=claimed_at,
         )  # fmt: skip
 
-    async def outbox_subscribe(self, subscriptions: Mapping[str, frozenset[NotificationEvent]]) -> None:
+    async def outbox_subscribe(
+        self, subscriptions: Mapping[str, frozenset[NotificationEvent]], *, renamed: Mapping[str, str] | None = None
+    ) -> frozenset[str]:
         self._subscriptions_seen = (-SUBSCRIPTIONS_RECHECK, False)  # look again at the next transition
         async with self._write() as tx:
+            held: set[str] = set()
+            if renamed:
+                # Compared here, not in SQL: a former name (a URL's path) is never sent to a store that lacks it.
+                names = "SELECT name FROM elicit_subscriptions UNION SELECT subscription FROM elicit_outbox"
+                held = {row[0] for row in await tx.all(names)}
+            found = {former: name for former, name in (renamed or {}).items() if former in held and former != name}
+            for former, name in found.items():
+                await tx.execute("DELETE FROM elicit_subscriptions WHERE name = %s", (former,))
+                # An event under both names (instances of both kinds ran) keeps one row: a settled one if any.
+                await tx.execute(
+                    "DELETE FROM elicit_outbox WHERE subscription = %s AND state = 'pending' AND event_id IN"
+                    " (SELECT event_id FROM elicit_outbox WHERE subscription = %s AND state <> 'pending')",
+                    (name, former),
+                )
+                await tx.execute(
+                    "DELETE FROM elicit_outbox WHERE subscription = %s"
+                    " AND event_id IN (SELECT event_id FROM elicit_outbox WHERE subscription = %s)",
+                    (former, name),
+                )
+                await tx.execute("UPDATE elicit_outbox SET subscription = %s WHERE subscription = %s", (name, former))
             for name, events in subscriptions.items():
                 kept = sorted(NotificationEvent(event).value for event in events)
                 if kept:
@@ -1591,6 +1613,7 @@ class SQLCore(ABC):
                     + (f" AND event_type NOT IN ({_marks(len(kept))})" if kept else ""),
                     (name, *kept),
                 )
+        return frozenset(found)
 
     async def outbox_claim(self, subscriptions: Sequence[str], *, limit: int, lease: timedelta) -> list[Delivery]:
         if limit < 1:

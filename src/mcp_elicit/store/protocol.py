@@ -463,9 +463,16 @@ class Store(Protocol):
         """Entries ordered by (principal_id, name), those past `after` only; `key_id_not` skips one key's."""
         ...
 
-    def outbox_subscribe(self, subscriptions: Mapping[str, frozenset[NotificationEvent]]) -> None:
+    def outbox_subscribe(
+        self, subscriptions: Mapping[str, frozenset[NotificationEvent]], *, renamed: Mapping[str, str] | None = None
+    ) -> frozenset[str]:
         """Record which events each named subscription takes from now on (its earlier set replaced), so that
-        every process's transitions, the CLI's included, write outbox rows for it."""
+        every process's transitions, the CLI's included, write outbox rows for it.
+
+        `renamed` maps names subscriptions may have had until now to their names in `subscriptions`; of those
+        the store holds, it returns the former ones and, in the same transaction, unsubscribes them and gives
+        their outbox rows the new name (a row whose event the new name already holds is dropped, so nothing
+        is delivered twice)."""
         ...
 
     def outbox_claim(self, subscriptions: Sequence[str], *, limit: int, lease: timedelta) -> list[Delivery]:

@@ -11,6 +11,7 @@ from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksTokenVerifier
 from mcp_elicit.web.mount import ServedSignIn, WebPages, mount_web
 from mcp_elicit.web.oidc import OidcClient, OidcSignIn
 from mcp_elicit.web.pages import UrlPages
+from mcp_elicit.web.throttle import SignInBackoff
 from mcp_elicit.web.vault import Vault, VaultError, VaultKeyRing
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "OidcClient",
     "OidcSignIn",
     "ServedSignIn",
+    "SignInBackoff",
     "UrlPages",
     "Vault",
     "VaultError",

@@ -28,17 +28,22 @@ Guarantees:
 - Passwords are kept only as scrypt hashes with a random salt per user; a sign-in takes the same work
   whether the user exists or not, and compares in constant time. A failed sign-in says the same thing
   for an unknown user and a wrong password.
+- Repeated failed sign-ins are held back, per account and per client address (`SignInBackoff`: after 5
+  failures for an account or 20 from an address, HTTP 429 with `Retry-After` for 30 s, doubling, at most
+  15 minutes; the right password too meanwhile), each refusal logged as a warning with the account and
+  the address. The counts are per instance (see `web.throttle`).
 - The sign-in form is CSRF-protected (a double-submit cookie bound by HMAC to the form's request or
-  target), escapes every value it shows, needs no JavaScript and is served with a strict CSP, no
-  caching, no framing and no referrer. After sign-in it redirects only to a redirect URI registered
-  for the client, or to a same-origin path: anything else in `next` becomes `/`.
+  target and to the browser's session, if any), escapes every value it shows, needs no JavaScript and is
+  served with a strict CSP, no caching, no framing and no referrer. A sign-in replaces the CSRF cookie,
+  so a value planted or seen before it is worth nothing after. After sign-in it redirects only to a
+  redirect URI registered for the client, or to a same-origin path: anything else in `next` becomes `/`.
 - The session cookie is HttpOnly, SameSite=Lax, Path=/, and Secure (with the `__Host-` prefix) when the
   issuer is https.
 
 Does not guarantee:
 
-- Strong authentication: users and passwords come from configuration; there is no MFA, no account
-  lockout or rate limiting of failed sign-ins, no password change, no user store. It is a local or
+- Strong authentication: users and passwords come from configuration; there is no MFA, no password
+  change, no user store, and the back-off of failed sign-ins counts per instance. It is a local or
   demonstration authorization server; put a real identity provider in front of production use.
 - Refresh tokens: none are issued (`load_refresh_token` returns None, `exchange_refresh_token` refuses
   with `unsupported_grant_type`). The SDK's metadata lists the grant all the same; the app from
@@ -63,6 +68,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import os
 import re
 import secrets
@@ -102,6 +108,7 @@ from starlette.routing import Route
 from mcp_elicit.model import JSONObject
 from mcp_elicit.store import AlreadyExists, Consumption, Store
 from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.web.throttle import HeldBack, SignInBackoff, SignInThrottle
 
 __all__ = [
     "ENV_VAR",
@@ -322,9 +329,11 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         clock: Callable[[], float] = time.time,
         server_name: str | None = None,
         sign_in_reason: Callable[[str], str | None] | None = None,
+        sign_in_backoff: SignInBackoff | None = None,
     ) -> None:
         """`server_name` is the MCP server's name, which the sign-in page names; `sign_in_reason(next_path)` says
-        why a browser on its way to `next_path` must sign in (the URL-mode pages' `UrlPages.sign_in_reason`)."""
+        why a browser on its way to `next_path` must sign in (the URL-mode pages' `UrlPages.sign_in_reason`);
+        `sign_in_backoff` when failed sign-ins are held back (default `SignInBackoff()`)."""
         for name, ttl in (
             ("access_ttl", access_ttl),
             ("code_ttl", code_ttl),
@@ -344,6 +353,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         self.session_ttl = int(session_ttl)
         self.request_ttl = int(request_ttl)
         self._clock = clock
+        self.throttle = SignInThrottle(sign_in_backoff or SignInBackoff(), clock)
         self.server_name = server_name
         self.sign_in_reason = sign_in_reason
         self.secure_cookies = self.issuer.startswith("https://")
@@ -446,12 +456,19 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         )
 
     def _session_user(self, request: Request) -> str | None:
-        cookie = request.cookies.get(self.session_cookie)
-        claims = self._decode(_SESSION, cookie, ("sub",)) if cookie else None
+        claims = self._session(request)
         if claims is None:
             return None
         username = claims["sub"]
         return username if isinstance(username, str) and username in self.users else None
+
+    def _session(self, request: Request) -> dict[str, Any] | None:
+        cookie = request.cookies.get(self.session_cookie)
+        return self._decode(_SESSION, cookie, ("sub",)) if cookie else None
+
+    def _session_id(self, request: Request) -> str:
+        claims = self._session(request)
+        return "" if claims is None else str(claims["jti"])
 
     # -- OAuthAuthorizationServerProvider: clients --------------------------------------------------------
 
@@ -639,15 +656,17 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             return None
         return claims
 
-    def _csrf_token(self, nonce: str, binding: str, key: _Key | None = None) -> str:
-        mac = hmac.new((key or self._ring[0]).derived[_CSRF], f"{nonce}\x00{binding}".encode(), hashlib.sha256)
-        return mac.hexdigest()
+    def _csrf_token(self, request: Request, nonce: str, binding: str, key: _Key | None = None) -> str:
+        """The form token for `binding`, under the browser's CSRF cookie `nonce` and its session (if any): a
+        token minted before a sign-in, or for another session, does not verify after it."""
+        signed = f"{nonce}\x00{self._session_id(request)}\x00{binding}".encode()
+        return hmac.new((key or self._ring[0]).derived[_CSRF], signed, hashlib.sha256).hexdigest()
 
     def _csrf_ok(self, request: Request, submitted: str, binding: str) -> bool:
         nonce = request.cookies.get(self.csrf_cookie)
         if not nonce or not submitted:
             return False
-        return any(hmac.compare_digest(self._csrf_token(nonce, binding, key), submitted) for key in self._ring)
+        return any(hmac.compare_digest(self._csrf_token(request, nonce, binding, key), submitted) for key in self._ring)
 
     # -- the sign-in pages --------------------------------------------------------------------------------
 
@@ -690,10 +709,31 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         username = form.get("username", "")
         password = form.get("password", "")
         nonce = request.cookies.get(self.csrf_cookie, "")
-        if not await self._verify(username, password):
-            # Never log what was typed: a password entered in the username field would end up in the log.
-            log.info("failed sign-in (%s)", f"user {username}" if username in self.users else "unknown user")
-            next_path = safe_next(form.get("next"))
+        # Never log what was typed as a name it is not: a password entered in the username field would end up
+        # in the log.
+        who = f"user {username}" if username in self.users else "an unknown user"
+        address = request.client.host if request.client else "an unknown address"
+        next_path = safe_next(form.get("next"))
+        try:
+            with self.throttle.attempt(username if _USERNAME.fullmatch(username) else "", address) as attempt:
+                attempt.succeeded = await self._verify(username, password)
+        except HeldBack as held:
+            log.warning(
+                "sign-in of %s from %s refused unchecked: the %s is held back %d s after repeated failures",
+                who, address, " and the ".join(held.kinds), held.seconds,
+            )  # fmt: skip
+            wait = f"Too many failed sign-ins. Try again in {_duration(held.seconds)}."
+            refused = self._form(
+                request, nonce, authorization=authorization, next_path=next_path, error=wait, username=username
+            )
+            refused.status_code = 429
+            refused.headers["Retry-After"] = str(held.seconds)
+            return refused
+        if not attempt.succeeded:
+            log.info("failed sign-in of %s from %s", who, address)
+            for kind, seconds in attempt.held_back.items():
+                backoff = f"the {kind} is held back {seconds} s"
+                log.warning("repeated failed sign-ins, the last of %s from %s: %s", who, address, backoff)
             return self._form(
                 request,
                 nonce,
@@ -704,11 +744,12 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
                 username=username,
             )
         if authorization is None:
-            response: Response = RedirectResponse(safe_next(form.get("next")), status_code=303)
+            response: Response = RedirectResponse(next_path, status_code=303)
         else:
             response = await self._complete_authorization(authorization, username)
         response.headers["Cache-Control"] = "no-store"
         self._set_session(response, username)
+        self._with_csrf_cookie(response, secrets.token_urlsafe(24))
         log.info("%s signed in%s", username, f" for client {authorization.client.client_id}" if authorization else "")
         return response
 
@@ -808,7 +849,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             )
             hidden = (
                 f'<input type="hidden" name="request" value="{_h(authorization.raw)}">'
-                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(nonce, binding))}">'
+                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(request, nonce, binding))}">'
             )
         else:
             context = f'<p class="context">Sign in to {here}.</p>'
@@ -819,7 +860,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
                 )
             hidden = (
                 f'<input type="hidden" name="next" value="{_h(next_path)}">'
-                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(nonce, f"next:{next_path}"))}">'
+                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(request, nonce, f"next:{next_path}"))}">'
             )
         alert = f'<p class="error" role="alert">{_h(error)}</p>' if error else ""
         current = self._session_user(request)
@@ -827,7 +868,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         if current is not None:
             signed_in = (
                 f'<form method="post" action="{SIGN_OUT_PATH}" class="signed-in">'
-                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(nonce, "signout"))}">'
+                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(request, nonce, "signout"))}">'
                 f'<input type="hidden" name="next" value="{_h(SIGN_IN_PATH)}">'
                 f"<span>Signed in as {_h(self.users.display_name(current) or current)} ({_h(current)}).</span> "
                 '<button type="submit" class="link">Sign out</button></form>'
@@ -858,6 +899,12 @@ class _Authorization:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} seconds"
+    return f"{math.ceil(seconds / 60)} minutes"
 
 
 def _utc(timestamp: float) -> datetime:

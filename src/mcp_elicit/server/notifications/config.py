@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -51,11 +52,13 @@ class Retry:
 class Webhook:
     """One subscription: events POSTed as JSON to `url`, signed with `secret` (Standard Webhooks).
 
-    `name` keys its rows in the outbox (default: the URL without query or credentials); every instance
-    serving the store must give the same webhook the same name and secret.
+    `name` keys its rows in the outbox and names the webhook in the log. By default it is the URL's origin
+    and a digest of the whole URL (`https://hooks.example (3f9a0c2b1d4e)`): a webhook's path and query are
+    often its secret, so neither is stored or logged, while two webhooks on one host keep apart. Every
+    instance serving the store must give the same webhook the same name and secret.
     """
 
-    url: str
+    url: str = field(repr=False)
     secret: WebhookSecret | str | bytes = field(repr=False)
     events: AbstractSet[NotificationEvent] = ALL_EVENTS
     name: str | None = None
@@ -63,15 +66,15 @@ class Webhook:
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"a webhook URL is an http(s) URL, not {self.url!r}")
+            raise ValueError(f"a webhook URL is an http(s) URL with a host (this one's scheme: {parts.scheme!r})")
         if not isinstance(self.secret, WebhookSecret):
             object.__setattr__(self, "secret", WebhookSecret(self.secret))
         events = frozenset(NotificationEvent(event) for event in self.events)
         if not events:
-            raise ValueError(f"webhook {self.url} subscribes to no event; give at least one of {_names()}")
+            raise ValueError(f"webhook {self.origin} subscribes to no event; give at least one of {_names()}")
         object.__setattr__(self, "events", events)
         if self.name is None:
-            object.__setattr__(self, "name", f"{parts.scheme}://{parts.hostname}{_port(parts.port)}{parts.path}")
+            object.__setattr__(self, "name", self._default_name)
 
     @property
     def key(self) -> WebhookSecret:
@@ -82,6 +85,26 @@ class Webhook:
     def subscription(self) -> str:
         assert self.name is not None
         return self.name
+
+    @property
+    def origin(self) -> str:
+        """Scheme, host and port: all of the URL that is ever logged."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        return f"{parts.scheme}://{f'[{host}]' if ':' in host else host}{_port(parts.port)}"
+
+    @property
+    def former_name(self) -> str | None:
+        """The name a webhook named by default had until names left the URL's path out (the URL without query
+        or credentials), under which a store may still hold its subscription and deliveries; None if named."""
+        if self.name != self._default_name:
+            return None
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.hostname}{_port(parts.port)}{parts.path}"
+
+    @property
+    def _default_name(self) -> str:
+        return f"{self.origin} ({hashlib.sha256(self.url.encode()).hexdigest()[:12]})"
 
 
 @dataclass(frozen=True, slots=True)

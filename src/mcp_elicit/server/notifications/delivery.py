@@ -14,14 +14,26 @@ statuses, the method and target, and times; never the question's message or an a
 
 Does not guarantee: exactly once (an attempt the receiver took whose answer was lost is made again), nor
 order between events.
+
+A webhook's path and query are often its secret (a token in the path, a signature in the query): the log
+names a webhook by its subscription name (its origin and a digest by default, see `Webhook`) and never by its
+URL. Requests go out through httpx's transport rather than its client, whose INFO line `HTTP Request: POST
+<url>` logs every URL whole; what the client would add is done here: the proxy the environment names for the
+URL (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`), a URL's credentials as Basic authorization, the
+timeout on each phase, and no redirect followed.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import random
+import urllib.request
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import httpx
@@ -61,6 +73,10 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+Connections = Mapping[str, httpx.AsyncBaseTransport]
+"""Each webhook's connection pool, by subscription name."""
+
+
 class Deliverer:
     """Delivers one store's outbox to the configured webhooks for as long as `run` runs."""
 
@@ -69,26 +85,44 @@ class Deliverer:
         self._clock = clock
         self._settings = notifications
         self._hooks: dict[str, Webhook] = {hook.subscription: hook for hook in notifications.webhooks}
+        self._renames = {hook.former_name: hook.subscription for hook in notifications.webhooks if hook.former_name}
+        self._formerly: dict[str, str] = {}
+        """The former names the store held at `subscribe`, and the names that took their rows over."""
         self._purged: float | None = None
 
     async def run(self) -> None:
         """Subscribe (again until the store answers), then deliver what is due after every `poll`."""
         await self.subscribe()
-        timeout = httpx.Timeout(self._settings.timeout)
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+        async with self.connections() as connections:
             while True:
-                claimed = await self.deliver_due(http)
+                claimed = await self.deliver_due(connections)
                 await self._purge()
                 if claimed < self._settings.batch:
                     await anyio.sleep(self._settings.poll.total_seconds())
 
+    @asynccontextmanager
+    async def connections(self) -> AsyncIterator[Connections]:
+        """A connection pool per webhook, through the proxy the environment names for its URL, closed on exit."""
+        proxies = urllib.request.getproxies()
+        async with AsyncExitStack() as stack:
+            yield {
+                name: await stack.enter_async_context(httpx.AsyncHTTPTransport(proxy=_proxy(hook.url, proxies)))
+                for name, hook in self._hooks.items()
+            }
+
     async def subscribe(self) -> None:
-        """Record the webhooks' subscriptions in the store, trying again until it answers."""
+        """Record the webhooks' subscriptions in the store, trying again until it answers.
+
+        A webhook named by default takes over what the store holds under its former name (see
+        `Webhook.former_name`): its subscription and its deliveries, pending ones included."""
         pause, ceiling = _SUBSCRIBE_PAUSE
         subscriptions = {name: frozenset(hook.events) for name, hook in self._hooks.items()}
         while True:
             try:
-                await self._store(self._store.sync.outbox_subscribe, subscriptions)
+                found = await self._store(self._store.sync.outbox_subscribe, subscriptions, renamed=self._renames)
+                self._formerly = {former: self._renames[former] for former in found}
+                for name in sorted(self._formerly.values()):
+                    log.info("webhook %s took over the subscription and deliveries of its former name", name)
                 return
             except StoreError as error:
                 log.warning("cannot record webhook subscriptions in %s (trying again): %s", self._display, error)
@@ -99,43 +133,55 @@ class Deliverer:
     def _display(self) -> str:
         return self._store.sync.display_url
 
-    async def deliver_due(self, http: httpx.AsyncClient) -> int:
-        """Attempt every due delivery of a batch at once; how many were claimed."""
+    async def deliver_due(self, connections: Connections) -> int:
+        """Attempt every due delivery of a batch at once; how many were claimed.
+
+        Rows still under a former name (written by a transition that began before `subscribe` renamed them) are
+        claimed too, so that none is left behind."""
         sync = self._store.sync
+        names = [*self._hooks, *self._formerly]
         try:
             claimed = await self._store(
-                sync.outbox_claim, list(self._hooks), limit=self._settings.batch, lease=self._settings.lease
+                sync.outbox_claim, names, limit=self._settings.batch, lease=self._settings.lease
             )
         except StoreError as error:
             log.warning("cannot read the notification outbox of %s (trying again): %s", self._display, error)
             return 0
         async with anyio.create_task_group() as group:
             for delivery in claimed:
-                group.start_soon(self._deliver, http, delivery)
+                group.start_soon(self._deliver, connections, delivery)
         return len(claimed)
 
-    async def _deliver(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
-        hook = self._hooks[delivery.subscription]
+    async def _deliver(self, connections: Connections, delivery: Delivery) -> None:
+        name = self._formerly.get(delivery.subscription, delivery.subscription)
+        hook = self._hooks[name]
         body = payload(delivery)
-        headers = {"content-type": "application/json", **sign(hook.key, delivery.event_id, body)}
+        headers = {
+            "content-type": "application/json",
+            **_credentials(hook.url),
+            **sign(hook.key, delivery.event_id, body),
+        }
+        timeout = httpx.Timeout(self._settings.timeout).as_dict()
+        request = httpx.Request("POST", hook.url, content=body, headers=headers, extensions={"timeout": timeout})
         failure: str | None
         try:
             # The whole attempt is bounded, not each read: a receiver that trickles its answer would otherwise
             # outlast the claim's lease, and another instance would deliver the event again meanwhile.
             with anyio.fail_after(self._settings.timeout):
-                async with http.stream("POST", hook.url, content=body, headers=headers) as response:
-                    failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+                response = await connections[name].handle_async_request(request)
+                await response.aclose()
+            failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
         except httpx.HTTPError as error:
             failure = type(error).__name__
         except TimeoutError:
             failure = "timed out"
         try:
-            await self._settle(delivery, failure)
+            await self._settle(hook, delivery, failure)
         except StoreError as error:
             # The claim lapses after its lease and the delivery is made again: at least once holds.
-            log.warning("cannot record delivery of %s to %s: %s", delivery.event_id, delivery.subscription, error)
+            log.warning("cannot record delivery of %s to webhook %s: %s", delivery.event_id, name, error)
 
-    async def _settle(self, delivery: Delivery, failure: str | None) -> None:
+    async def _settle(self, hook: Webhook, delivery: Delivery, failure: str | None) -> None:
         sync = self._store.sync
         if failure is None:
             await self._store(sync.outbox_delivered, delivery)
@@ -146,14 +192,14 @@ class Deliverer:
             if await self._store(sync.outbox_failed, delivery, retry_after=None, error=failure):
                 log.error(
                     "gave up delivering %s to webhook %s after %d attempts over %s: %s",
-                    delivery.event_id, delivery.subscription, delivery.attempts, age, failure,
+                    delivery.event_id, hook.subscription, delivery.attempts, age, failure,
                 )  # fmt: skip
             return
         pause = retry.pause(delivery.attempts) * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 (spreading)
         await self._store(sync.outbox_failed, delivery, retry_after=pause, error=failure)
         log.warning(
             "delivering %s to webhook %s failed (attempt %d: %s); next in %.0f s",
-            delivery.event_id, delivery.subscription, delivery.attempts, failure, pause.total_seconds(),
+            delivery.event_id, hook.subscription, delivery.attempts, failure, pause.total_seconds(),
         )  # fmt: skip
 
     async def _purge(self) -> None:
@@ -170,3 +216,21 @@ class Deliverer:
             )
         except StoreError as error:
             log.warning("cannot purge settled deliveries of %s: %s", self._display, error)
+
+
+def _proxy(url: str, proxies: Mapping[str, str]) -> str | None:
+    """The proxy the environment names for `url`, as httpx's client picks it: by scheme, else `all`, unless
+    `NO_PROXY` (or the system's settings) exempt its host."""
+    parts = urlsplit(url)
+    if not proxies or urllib.request.proxy_bypass(parts.netloc.rpartition("@")[2]):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
+
+
+def _credentials(url: str) -> dict[str, str]:
+    """A URL's user and password as Basic authorization, which the transport does not send by itself."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return {}
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return {"authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
