@@ -27,6 +27,7 @@ from mcp_elicit.store import open_store
 from tests.overlap_server import runs
 from tests.private_postgres import private_postgres
 from tests.serving import accept
+from tests.tasks_wire import LEGACY, Wire
 from tests.test_overlap import (
     Desk,
     K,
@@ -245,3 +246,34 @@ async def test_a_round_survives_a_postgresql_restart_before_its_answer(tmp_path:
     assert done.content and "approved 6: receipt-" in str(done.content[0]), done
     assert status is DecisionStatus.ACCEPTED
     one_effect(tmp_path, 6)
+
+
+async def test_a_slow_person_at_a_client_that_answers_one_request_at_a_time_still_counts(
+    store_url: str, tmp_path: Path
+) -> None:
+    """2025-11-25, a raw client that handles server requests one at a time (as mcp 1.x clients do): while its
+    person thinks, the carrier's pings wait behind the dialog and go unanswered. The carrier lets go of the
+    question but keeps the dialog, so the person's answer, coming after `reask_after` + `PING_TIMEOUT`, counts."""
+    thinking = REASK + PING_TIMEOUT.total_seconds() + 1.5
+    seen: list[str] = []
+
+    async def one_at_a_time(request: dict[str, object]) -> dict[str, object]:
+        seen.append(str(request["method"]))
+        if request["method"] == "elicitation/create":
+            await anyio.sleep(thinking)
+            return {"action": "accept", "content": {"confirm": True}}
+        return {}
+
+    server = launch(store_url, tmp_path, reask_after=REASK)
+    with running(server):
+        async with Wire(server.url, LEGACY) as wire:
+            with anyio.fail_after(thinking + 30):
+                result = await wire.request(
+                    "tools/call", {"name": "approve", "arguments": {"n": 7}}, on_request=one_at_a_time
+                )
+    assert not result.get("isError"), result
+    assert "approved 7: receipt-" in result["content"][0]["text"], result
+    assert seen[0] == "elicitation/create" and "ping" in seen[1:], seen
+    one_effect(tmp_path, 7)
+    status, _ = decision_of(store_url)
+    assert status is DecisionStatus.ACCEPTED
