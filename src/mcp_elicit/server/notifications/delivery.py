@@ -17,23 +17,18 @@ order between events.
 
 A webhook's path and query are often its secret (a token in the path, a signature in the query): the log
 names a webhook by its subscription name (its origin and a digest by default, see `Webhook`) and never by its
-URL. Requests go out through httpx's transport rather than its client, whose INFO line `HTTP Request: POST
-<url>` logs every URL whole; what the client would add is done here: the proxy the environment names for the
-URL (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`), a URL's credentials as Basic authorization, the
-timeout on each phase, and no redirect followed.
+URL. httpx's client logs every request whole at INFO (`HTTP Request: POST <url>`): that line is not written
+while a delivery is under way (a filter on the `httpx` logger, scoped to the delivering task by a context
+variable); every other use of httpx in the process logs as before.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import random
-import urllib.request
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
-from urllib.parse import unquote, urlsplit
 
 import anyio
 import httpx
@@ -73,8 +68,17 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-Connections = Mapping[str, httpx.AsyncBaseTransport]
-"""Each webhook's connection pool, by subscription name."""
+_delivering: ContextVar[bool] = ContextVar("mcp_elicit_delivering", default=False)
+
+
+class _QuietDeliveries(logging.Filter):
+    """Drops httpx's records made while a delivery is under way: they carry the webhook's URL whole."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _delivering.get()
+
+
+_QUIET = _QuietDeliveries()
 
 
 class Deliverer:
@@ -89,26 +93,18 @@ class Deliverer:
         self._formerly: dict[str, str] = {}
         """The former names the store held at `subscribe`, and the names that took their rows over."""
         self._purged: float | None = None
+        logging.getLogger("httpx").addFilter(_QUIET)
 
     async def run(self) -> None:
         """Subscribe (again until the store answers), then deliver what is due after every `poll`."""
         await self.subscribe()
-        async with self.connections() as connections:
+        timeout = httpx.Timeout(self._settings.timeout)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
             while True:
-                claimed = await self.deliver_due(connections)
+                claimed = await self.deliver_due(http)
                 await self._purge()
                 if claimed < self._settings.batch:
                     await anyio.sleep(self._settings.poll.total_seconds())
-
-    @asynccontextmanager
-    async def connections(self) -> AsyncIterator[Connections]:
-        """A connection pool per webhook, through the proxy the environment names for its URL, closed on exit."""
-        proxies = urllib.request.getproxies()
-        async with AsyncExitStack() as stack:
-            yield {
-                name: await stack.enter_async_context(httpx.AsyncHTTPTransport(proxy=_proxy(hook.url, proxies)))
-                for name, hook in self._hooks.items()
-            }
 
     async def subscribe(self) -> None:
         """Record the webhooks' subscriptions in the store, trying again until it answers.
@@ -133,7 +129,7 @@ class Deliverer:
     def _display(self) -> str:
         return self._store.sync.display_url
 
-    async def deliver_due(self, connections: Connections) -> int:
+    async def deliver_due(self, http: httpx.AsyncClient) -> int:
         """Attempt every due delivery of a batch at once; how many were claimed.
 
         Rows still under a former name (written by a transition that began before `subscribe` renamed them) are
@@ -149,32 +145,28 @@ class Deliverer:
             return 0
         async with anyio.create_task_group() as group:
             for delivery in claimed:
-                group.start_soon(self._deliver, connections, delivery)
+                group.start_soon(self._deliver, http, delivery)
         return len(claimed)
 
-    async def _deliver(self, connections: Connections, delivery: Delivery) -> None:
+    async def _deliver(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
         name = self._formerly.get(delivery.subscription, delivery.subscription)
         hook = self._hooks[name]
         body = payload(delivery)
-        headers = {
-            "content-type": "application/json",
-            **_credentials(hook.url),
-            **sign(hook.key, delivery.event_id, body),
-        }
-        timeout = httpx.Timeout(self._settings.timeout).as_dict()
-        request = httpx.Request("POST", hook.url, content=body, headers=headers, extensions={"timeout": timeout})
+        headers = {"content-type": "application/json", **sign(hook.key, delivery.event_id, body)}
         failure: str | None
+        quiet = _delivering.set(True)
         try:
             # The whole attempt is bounded, not each read: a receiver that trickles its answer would otherwise
             # outlast the claim's lease, and another instance would deliver the event again meanwhile.
             with anyio.fail_after(self._settings.timeout):
-                response = await connections[name].handle_async_request(request)
-                await response.aclose()
-            failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+                async with http.stream("POST", hook.url, content=body, headers=headers) as response:
+                    failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
         except httpx.HTTPError as error:
             failure = type(error).__name__
         except TimeoutError:
             failure = "timed out"
+        finally:
+            _delivering.reset(quiet)
         try:
             await self._settle(hook, delivery, failure)
         except StoreError as error:
@@ -216,21 +208,3 @@ class Deliverer:
             )
         except StoreError as error:
             log.warning("cannot purge settled deliveries of %s: %s", self._display, error)
-
-
-def _proxy(url: str, proxies: Mapping[str, str]) -> str | None:
-    """The proxy the environment names for `url`, as httpx's client picks it: by scheme, else `all`, unless
-    `NO_PROXY` (or the system's settings) exempt its host."""
-    parts = urlsplit(url)
-    if not proxies or urllib.request.proxy_bypass(parts.netloc.rpartition("@")[2]):
-        return None
-    return proxies.get(parts.scheme) or proxies.get("all")
-
-
-def _credentials(url: str) -> dict[str, str]:
-    """A URL's user and password as Basic authorization, which the transport does not send by itself."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return {}
-    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-    return {"authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
