@@ -129,3 +129,21 @@ async def test_a_resource_variable_that_cannot_be_encoded_is_named(runtime: tupl
         error = await refused(client.read_resource(f"notes://a{LONE}b"))
     assert error.error.message.startswith("variable 'name' of resource 'notes://{name}' cannot be encoded: lone")
     assert counter.read() == {}
+
+
+async def test_an_answer_with_a_lone_surrogate_is_asked_again_not_stored(served: Served) -> None:
+    """2026-07-28 keeps the escape in `inputResponses` too: such an answer is invalid (answer again, named), never
+    a store error, and nothing of it is recorded; a valid answer then completes the call."""
+    call = {"name": "deploy", "arguments": {"service": "payments"}}
+    async with served.wire(MODERN, tasks=False) as wire:
+        first = await wire.request("tools/call", call)
+        [key] = first["inputRequests"]
+        bad = {"action": "accept", "content": {"approve": True, "note": f"go{LONE}"}}
+        again = await wire.request(
+            "tools/call", {**call, "inputResponses": {key: bad}, "requestState": first["requestState"]}
+        )
+        assert again["resultType"] == "input_required", again
+        [asked] = again["inputRequests"].values()
+        assert "could not be used" in asked["params"]["message"] and "lone surrogate" in asked["params"]["message"]
+        [decision] = served.runtime.store.list_decisions(Operator())
+        assert decision.status.value == "requested" and decision.content is None

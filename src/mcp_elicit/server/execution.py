@@ -45,7 +45,9 @@ from mcp_elicit.model import (
     OperationStatus,
     Principal,
     ResumePolicy,
+    UnencodableValue,
     check_decision_transition,
+    check_encodable,
     new_elicitation_id,
     new_form_decision,
     new_url_decision,
@@ -314,8 +316,11 @@ class Execution:
             raise AssertionError("a form decision is asked with its form")
         try:
             content = form.content(form.validate(response.content))
+            check_encodable(content)
         except InvalidAnswer as invalid:
             return invalid
+        except UnencodableValue as unencodable:  # a lone surrogate: no UTF-8 form, so no store can keep it
+            return InvalidAnswer(form.model, [f"the answer's {unencodable}"])
         return await self.record(decision, DecisionStatus.ACCEPTED, content=content, reason=reason)
 
     async def record(
@@ -645,6 +650,10 @@ class Execution:
             raise self.signal(CannotAsk([Unaskable(name, need)], self.fallback))
         result = await self.asker.query(self, name, query, answer)
         value = cast(JSONValue, result.model_dump(mode="json", by_alias=True, exclude_none=True))
+        try:
+            check_encodable(value)
+        except UnencodableValue as unencodable:
+            raise ClientRefused(f"The client's answer to the request {name!r} cannot be kept: {unencodable}") from None
         store, sync, operation_id, principal, _ = self._ids()
         entry = await self._commit_with(
             lambda: store(sync.journal_record, operation_id, journal, value, caller=principal)

@@ -34,6 +34,8 @@ from mcp_elicit.model import (
     OperationStatus,
     Operator,
     Principal,
+    UnencodableValue,
+    check_encodable,
 )
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX
 from mcp_elicit.store import (
@@ -221,6 +223,11 @@ class TaskBook:
         for key, response in responses.items():
             if key not in outstanding:
                 log.info("task %s: ignoring an answer to %r, which is not outstanding", task_id, key)
+                continue
+            try:
+                check_encodable(response)
+            except UnencodableValue as unencodable:  # it stays outstanding: asked again, as for an invalid answer
+                log.info("task %s: ignoring an answer to %r: %s", task_id, key, unencodable)
                 continue
             await self._store(sync.journal_record, task_id, mailbox(key), response, caller=principal)
             posted.append(key)
