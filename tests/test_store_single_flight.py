@@ -799,6 +799,30 @@ def test_a_migrated_key_never_attaches_another_caller_to_an_open_operation(
         store.close()
 
 
+def test_open_operations_of_two_callers_under_one_key_both_survive_the_migration(
+    old_schema: OldSchema, clock: FakeClock
+) -> None:
+    """A store from before schema 4 with Alice's and Bob's open operations under one key: neither is expired as
+    a duplicate of the other, and each caller attaches to their own afterwards."""
+    t = START - timedelta(minutes=30)
+    url = old_schema(
+        3,
+        [
+            Old("alice-open", t, key="turn-42", ttl=timedelta(hours=24)),
+            Old("bob-open", t + timedelta(minutes=1), key="turn-42", principal=BOB, ttl=timedelta(hours=24)),
+        ],
+    )
+    store = open_store(url, clock=clock)
+    try:
+        for principal, operation_id in ((ALICE, "alice-open"), (BOB, "bob-open")):
+            assert store.get_operation(operation_id, principal).status is OperationStatus.OPEN
+            assert store.audit_trail(operation_id, Operator()) == []
+            attached = store.begin_operation(candidate(clock, principal, key="turn-42"))
+            assert not attached.created and attached.operation.operation_id == operation_id
+    finally:
+        store.close()
+
+
 def test_migrating_to_schema_7_keeps_every_row_and_scopes_keys_per_caller(
     old_schema: OldSchema, clock: FakeClock
 ) -> None:

@@ -119,8 +119,9 @@ CREATE TABLE elicit_oauth_clients (
 """
 
 # Single flight. At most one open operation per logical call, enforced by the database: one per
-# (principal, client, method, target, request digest) for calls without an idempotency key, one per key
-# for the others (a key across all callers here; per caller from schema 7). Open duplicates left by earlier
+# (principal, client, method, target, request digest) for calls without an idempotency key, one per key of a
+# caller for the others (schema 7 rebuilds what stores migrated by an earlier form of this step, which took a
+# key across all callers, made). Open duplicates left by earlier
 # versions (identical calls that raced) are expired first, the newest kept, each with its audit row. One
 # question per key in an operation: later duplicates keep their rows under a key nobody asks for. Keys are
 # bound to the request they first named, and claims let one call at a time run a step or put a question
@@ -130,7 +131,8 @@ _SAME_CALL = """(
      AND o.principal_id = elicit_operations.principal_id AND o.client_id = elicit_operations.client_id
      AND o.method = elicit_operations.method AND o.target = elicit_operations.target
      AND o.request_digest = elicit_operations.request_digest)
-    OR (o.idempotency_key IS NOT NULL AND o.idempotency_key = elicit_operations.idempotency_key))"""
+    OR (o.idempotency_key IS NOT NULL AND o.idempotency_key = elicit_operations.idempotency_key
+        AND o.principal_id = elicit_operations.principal_id AND o.client_id = elicit_operations.client_id))"""
 _SUPERSEDED = f"""elicit_operations.status = 'open' AND EXISTS (
     SELECT 1 FROM elicit_operations o WHERE o.status = 'open' AND o.operation_id <> elicit_operations.operation_id
     AND {_SAME_CALL}
@@ -153,17 +155,18 @@ UPDATE elicit_operations SET status = 'expired', version = version + 1 WHERE {_S
 CREATE UNIQUE INDEX elicit_operations_open_call
     ON elicit_operations (principal_id, client_id, method, target, request_digest)
     WHERE status = 'open' AND idempotency_key IS NULL;
-CREATE UNIQUE INDEX elicit_operations_open_key ON elicit_operations (idempotency_key)
+CREATE UNIQUE INDEX elicit_operations_open_key ON elicit_operations (principal_id, client_id, idempotency_key)
     WHERE status = 'open' AND idempotency_key IS NOT NULL;
 CREATE TABLE elicit_idempotency_keys (
-    idempotency_key TEXT NOT NULL PRIMARY KEY,
+    idempotency_key TEXT NOT NULL,
     principal_id TEXT NOT NULL,
     client_id TEXT NOT NULL,
     method TEXT NOT NULL,
     target TEXT NOT NULL,
     request_digest TEXT NOT NULL,
     created_at {{time}} NOT NULL,
-    expires_at {{time}} NOT NULL
+    expires_at {{time}} NOT NULL,
+    PRIMARY KEY (principal_id, client_id, idempotency_key)
 );
 CREATE INDEX elicit_idempotency_keys_expiry ON elicit_idempotency_keys (expires_at);
 INSERT INTO elicit_idempotency_keys
@@ -171,6 +174,7 @@ INSERT INTO elicit_idempotency_keys
     SELECT idempotency_key, principal_id, client_id, method, target, request_digest, created_at, expires_at
     FROM elicit_operations WHERE idempotency_key IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM elicit_operations o WHERE o.idempotency_key = elicit_operations.idempotency_key
+        AND o.principal_id = elicit_operations.principal_id AND o.client_id = elicit_operations.client_id
         AND o.operation_id <> elicit_operations.operation_id AND (
             {_OTHER_OPEN} > {_THIS_OPEN}
             OR ({_OTHER_OPEN} = {_THIS_OPEN}
@@ -240,7 +244,8 @@ CREATE INDEX elicit_outbox_settled ON elicit_outbox (settled_at) WHERE state <> 
 
 # Idempotency keys per caller: a key is the caller's own (principal, client, key), so the same key from another
 # caller names another call, neither refused nor revealed. The key table is rebuilt with that primary key
-# (SQLite cannot change one in place), its rows carried over, and the open operations' unique index follows.
+# (SQLite cannot change one in place), its rows carried over. The open operations' new unique index is built
+# before the old one is dropped: on PostgreSQL the build's scan blocks writes to the table, not reads.
 _V7 = """
 CREATE TABLE elicit_idempotency_keys_per_caller (
     principal_id TEXT NOT NULL,
@@ -260,9 +265,10 @@ INSERT INTO elicit_idempotency_keys_per_caller
 DROP TABLE elicit_idempotency_keys;
 ALTER TABLE elicit_idempotency_keys_per_caller RENAME TO elicit_idempotency_keys;
 CREATE INDEX elicit_idempotency_keys_expiry ON elicit_idempotency_keys (expires_at);
-DROP INDEX elicit_operations_open_key;
-CREATE UNIQUE INDEX elicit_operations_open_key ON elicit_operations (principal_id, client_id, idempotency_key)
-    WHERE status = 'open' AND idempotency_key IS NOT NULL
+CREATE UNIQUE INDEX elicit_operations_open_caller_key
+    ON elicit_operations (principal_id, client_id, idempotency_key)
+    WHERE status = 'open' AND idempotency_key IS NOT NULL;
+DROP INDEX elicit_operations_open_key
 """
 
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
