@@ -21,8 +21,9 @@ Does not guarantee:
 - Freedom from lockout: anyone may fail on an account on purpose and so hold its owner back too, for at
   most `ceiling` at a time. Behind a shared address (a NAT, a proxy the ASGI server does not see through:
   see uvicorn's `forwarded_allow_ips`) everyone there shares the address's count.
-- Counts beyond `MAX_TRACKED` (a few hundred bytes each): past it, forgotten counts go first, then the least
-  recently touched ones that hold nothing back, and only then, oldest first, ones that do.
+- Counts beyond `MAX_TRACKED` (a few hundred bytes each): past it, a tenth of them goes at once, forgotten counts
+  first, then the least recently touched ones that hold nothing back, and only then, oldest first, ones that do.
+  A refused attempt adds no count.
 """
 
 from __future__ import annotations
@@ -107,11 +108,12 @@ class SignInThrottle:
             ("account", account, self.backoff.account_failures),
             ("address", address, self.backoff.address_failures),
         )
-        counts = [(kind, self._count((kind, key), now), limit) for kind, key, limit in limits]
-        waits = {kind: _wait(count, limit, now) for kind, count, limit in counts}
+        # A refused attempt creates no count: holding an address back must not let it fill the table.
+        waits = {kind: _wait(self._found((kind, key), now), limit, now) for kind, key, limit in limits}
         if any(wait > 0 for wait in waits.values()):
             held = tuple(kind for kind, wait in waits.items() if wait > 0)
             raise HeldBack(max(1, math.ceil(max(waits.values()))), held)
+        counts = [(kind, self._count((kind, key), now), limit) for kind, key, limit in limits]
         for _, count, _ in counts:
             count.pending += 1
         attempt = Attempt()
@@ -131,27 +133,44 @@ class SignInThrottle:
                     count.until = now + delay
                     attempt.held_back[kind] = math.ceil(delay)
 
-    def _count(self, key: tuple[Kind, str], now: float) -> _Count:
+    def _found(self, key: tuple[Kind, str], now: float) -> _Count | None:
         count = self._counts.get(key)
         if count is None or _forgotten(count, now, self.backoff.window.total_seconds()):
+            return None
+        return count
+
+    def _count(self, key: tuple[Kind, str], now: float) -> _Count:
+        count = self._found(key, now)
+        if count is None:
             count = self._counts[key] = _Count()
             self._bound(now, key)
         self._counts.move_to_end(key)
         return count
 
     def _bound(self, now: float, kept: tuple[Kind, str]) -> None:
+        """Past `tracked` counts, drop down to nine tenths of it at once: one scan per tenth of new counts, so a
+        flood of new names costs little per attempt."""
         if len(self._counts) <= self._tracked:
             return
+        excess = len(self._counts) - self._tracked * 9 // 10
         window = self.backoff.window.total_seconds()
-        for key in [key for key, count in self._counts.items() if key != kept and _forgotten(count, now, window)]:
-            del self._counts[key]
-        idle = [(key, count.until > now) for key, count in self._counts.items() if count.pending == 0 and key != kept]
-        victims = [key for key, holding in idle if not holding] + [key for key, holding in idle if holding]
-        for key in victims[: len(self._counts) - self._tracked]:
+        forgotten: list[tuple[Kind, str]] = []
+        idle: list[tuple[Kind, str]] = []
+        holding: list[tuple[Kind, str]] = []
+        for key, count in self._counts.items():
+            if key == kept or count.pending:
+                continue
+            if _forgotten(count, now, window):
+                forgotten.append(key)
+            else:
+                (holding if count.until > now else idle).append(key)
+        for key in (forgotten + idle + holding)[:excess]:
             del self._counts[key]
 
 
-def _wait(count: _Count, limit: int, now: float) -> float:
+def _wait(count: _Count | None, limit: int, now: float) -> float:
+    if count is None:
+        return 0.0
     if count.until > now:
         return count.until - now
     if count.pending and count.failures + count.pending >= limit:
