@@ -28,7 +28,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
@@ -159,6 +159,28 @@ class _Entry:
     @property
     def kind(self) -> str:
         return _KINDS[self.method]
+
+
+@dataclass(frozen=True, slots=True)
+class _ServedCall:
+    """One call being served, the same for each of its runs: what it runs, for whom, on which era, with what.
+
+    A run's own state (its held writes, its `Execution`) is made afresh per run and stays out of it.
+    """
+
+    entry: _Entry
+    era: EraAdapter
+    principal: Principal
+    target: Target
+    key: str | None
+    arguments: dict[str, Any]
+    """What the body is called with besides its Flow."""
+    answers: Any
+    """Answers given as an argument (the ARGUMENTS fallback), if any."""
+    leases: Leases
+    begin_task: BeginTask | None = None
+    holder: str = field(default_factory=new_holder)
+    """One holder for every run of the call: a run after a stale one still holds the claims that one took."""
 
 
 class Elicitation:
@@ -585,7 +607,17 @@ class Elicitation:
         try:
             arguments = Tool.from_function(run, name=entry.name).fn_metadata.validate_arguments(dict(meta.arguments))
             async with self._kept_leases() as leases:
-                await self._run_as(entry, era, leases, principal, target, None, arguments, None, True)
+                served = _ServedCall(
+                    entry=entry,
+                    era=era,
+                    principal=principal,
+                    target=target,
+                    key=None,
+                    arguments=arguments,
+                    answers=None,
+                    leases=leases,
+                )
+                await self._run_as(served)
             return
         except OperationEnded:
             return
@@ -704,33 +736,25 @@ class Elicitation:
         pass_arguments: bool = True,
         begin_task: BeginTask | None = None,
     ) -> Any:
-        principal = self.identity.principal_for(call.request.request)
-        target = _target(entry, _jsonable(arguments))
-        key = _idempotency_key(call.request.meta)
-        return await self._run_as(
-            entry, era, leases, principal, target, key, arguments, answers, pass_arguments, begin_task
+        served = _ServedCall(
+            entry=entry,
+            era=era,
+            principal=self.identity.principal_for(call.request.request),
+            target=_target(entry, _jsonable(arguments)),
+            key=_idempotency_key(call.request.meta),
+            arguments=arguments if pass_arguments else {},
+            answers=answers,
+            leases=leases,
+            begin_task=begin_task,
         )
+        return await self._run_as(served)
 
-    async def _run_as(
-        self,
-        entry: _Entry,
-        era: EraAdapter,
-        leases: Leases,
-        principal: Principal,
-        target: Target,
-        key: str | None,
-        arguments: dict[str, Any],
-        answers: Any,
-        pass_arguments: bool,
-        begin_task: BeginTask | None = None,
-    ) -> Any:
-        holder = new_holder()
+    async def _run_as(self, served: _ServedCall) -> Any:
+        entry = served.entry
         unavailable_again = True
         for _ in range(MAX_STALE_RUNS):
             try:
-                return await self._run_once(
-                    entry, begin_task, era, target, key, arguments, answers, principal, pass_arguments, holder, leases
-                )
+                return await self._run_once(served)
             except StaleSnapshot as stale:
                 log.info(
                     "%s %s ran on records that changed meanwhile (%s); running it again", entry.kind, entry.name, stale
@@ -747,29 +771,17 @@ class Elicitation:
                 await anyio.sleep(UNAVAILABLE_PAUSE.total_seconds())
         raise MCPError(code=INTERNAL_ERROR, message="The records of this call kept changing while it ran; try again")
 
-    async def _run_once(
-        self,
-        entry: _Entry,
-        begin_task: BeginTask | None,
-        era: EraAdapter,
-        target: Target,
-        key: str | None,
-        arguments: dict[str, Any],
-        answers: Any,
-        principal: Principal,
-        pass_arguments: bool,
-        holder: str,
-        leases: Leases,
-    ) -> Any:
+    async def _run_once(self, served: _ServedCall) -> Any:
+        entry, principal, answers = served.entry, served.principal, served.answers
         store = self._async_store
         writes = HeldWrites(store)
         try:
-            resumed = await era.resume(store, principal, target, writes)
+            resumed = await served.era.resume(store, principal, served.target, writes)
         except OperationEnded as ended:
             return _ended(ended.operation, entry)
         fresh = False
         if resumed is None:
-            found = await self._attach(principal, target, key, writes, entry.result)
+            found = await self._attach(served, writes)
             if isinstance(found, Replayed):
                 await writes.commit()
                 return found
@@ -797,17 +809,17 @@ class Elicitation:
                 fallback=entry.fallback,
                 wakeups=self._wakeups,
                 lease=self.lease,
-                begin_task=begin_task,
+                begin_task=served.begin_task,
             ),
             writes=writes,
-            leases=leases,
+            leases=served.leases,
             argument_answers=answers if isinstance(answers, dict) else None,
             fresh=fresh,
-            holder=holder,
+            holder=served.holder,
         )
-        run.asker = era.asker()
+        run.asker = served.era.asker()
         try:
-            return await self._conclude(entry, era, run, writes, arguments if pass_arguments else {})
+            return await self._conclude(served, run, writes)
         except StoreUnavailable as down:
             if run.unjournaled is not None:  # that step's function ran: only a crash's retry may run it again
                 raise _AfterAnEffect(down) from down
@@ -815,16 +827,14 @@ class Elicitation:
         finally:
             run.stop_renewing()
 
-    async def _conclude(
-        self, entry: _Entry, era: EraAdapter, run: Execution, writes: HeldWrites, arguments: dict[str, Any]
-    ) -> Any:
+    async def _conclude(self, served: _ServedCall, run: Execution, writes: HeldWrites) -> Any:
         """Run the body and end the call as its outcome says: a result, a suspended turn, a failed operation."""
-        operation, principal = run.operation, run.principal
+        entry, operation, principal = served.entry, run.operation, run.principal
         try:
-            result = await entry.body(**{entry.flow_parameter: Flow(run)}, **arguments)
+            result = await entry.body(**{entry.flow_parameter: Flow(run)}, **served.arguments)
         except Suspended as suspended:
             try:
-                return await era.suspended(suspended, run)
+                return await served.era.suspended(suspended, run)
             except OperationEnded as ended:
                 return _ended(ended.operation, entry)
         except OperationEnded as ended:
@@ -862,15 +872,14 @@ class Elicitation:
             return entry.result.validate_python(winner.result)
         return result
 
-    async def _attach(
-        self, principal: Principal, target: Target, key: str | None, writes: HeldWrites, result: TypeAdapter[Any]
-    ) -> _Found | Replayed:
+    async def _attach(self, served: _ServedCall, writes: HeldWrites) -> _Found | Replayed:
         """The call's open operation, its recorded result within the replay window, or a new operation.
 
         A new one is held, not written: the commit that makes it durable goes through the store's
         `begin_operation`, whose unique index lets one of several overlapping creators in. The others'
         commits fail as stale, and their next run attaches to the winner.
         """
+        principal, target, key = served.principal, served.target, served.key
         store = self._async_store
         now = self._clock()
         found = await store(
@@ -891,7 +900,7 @@ class Elicitation:
             if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
                 telemetry.in_operation(operation)
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
-                return Replayed(result.validate_python(operation.result), operation)
+                return Replayed(served.entry.result.validate_python(operation.result), operation)
         candidate = new_operation(
             principal,
             method=target.method,
