@@ -1,7 +1,7 @@
 """What the telemetry hooks cost a store transition: create → accept cycles with and without them.
 
-Both sides run the same store core on one SQLite file, in turns, round by round. The hooked side calls the
-store as shipped; the bare side calls the very coroutines the hooks wrap (`__wrapped__`), so hooked/bare is
+Both sides run the same store on one SQLite file, in turns, round by round. The hooked side runs with the
+telemetry hooks installed (as the runtime installs them); the bare side with no hooks, so hooked/bare is
 what the spans and metrics add. The first half runs with the API alone (no SDK: every span a no-op), the
 second after an SDK with an in-memory exporter and reader is installed, as an application would.
 """
@@ -27,9 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from bench._common import FORM_SCHEMA, PRINCIPAL, bench_operation
 from mcp_elicit.model import Decision, DecisionOrigin, DecisionStatus, Operation, new_form_decision
-from mcp_elicit.store import utc_now
-from mcp_elicit.store._sql import SQLCore, run_now
+from mcp_elicit.store import hooks, utc_now
 from mcp_elicit.store.sqlite import SQLiteStore
+from mcp_elicit.telemetry.store import TELEMETRY
 
 Cycle = Callable[[Decision], None]
 
@@ -53,7 +53,7 @@ def questions(operation: Operation, count: int) -> list[Decision]:
     ]
 
 
-def hooked(store: SQLiteStore) -> Cycle:
+def cycles(store: SQLiteStore) -> Cycle:
     def cycle(decision: Decision) -> None:
         store.create_decision(decision)
         store.transition(decision, DecisionStatus.ACCEPTED, caller=PRINCIPAL, content={"approve": True})
@@ -61,31 +61,25 @@ def hooked(store: SQLiteStore) -> Cycle:
     return cycle
 
 
-def bare(core: SQLCore) -> Cycle:
-    create = SQLCore.create_decision.__wrapped__  # type: ignore[attr-defined]
-    transition = SQLCore.transition.__wrapped__  # type: ignore[attr-defined]
-
-    def cycle(decision: Decision) -> None:
-        run_now(create(core, decision))
-        run_now(transition(core, decision, DecisionStatus.ACCEPTED, caller=PRINCIPAL, content={"approve": True}))
-
-    return cycle
-
-
-def timed(cycle: Cycle, batch: list[Decision]) -> float:
+def timed(cycle: Cycle, batch: list[Decision], observer: hooks.StoreHooks | None) -> float:
     gc.collect()
-    start = time.perf_counter()
-    for decision in batch:
-        cycle(decision)
-    return (time.perf_counter() - start) / len(batch)
+    hooks.install(observer)
+    try:
+        start = time.perf_counter()
+        for decision in batch:
+            cycle(decision)
+        return (time.perf_counter() - start) / len(batch)
+    finally:
+        hooks.install(None)
 
 
 def compare(store: SQLiteStore, operation: Operation, rounds: int, per_round: int) -> tuple[float, float]:
-    sides = {"hooked": hooked(store), "bare": bare(store._core)}
+    sides: dict[str, hooks.StoreHooks | None] = {"hooked": TELEMETRY, "bare": None}
     seconds: dict[str, list[float]] = {name: [] for name in sides}
+    cycle = cycles(store)
     for _ in range(rounds):
-        for name, cycle in sides.items():
-            seconds[name].append(timed(cycle, questions(operation, per_round)))
+        for name, observer in sides.items():
+            seconds[name].append(timed(cycle, questions(operation, per_round), observer))
     return statistics.median(seconds["hooked"]), statistics.median(seconds["bare"])
 
 

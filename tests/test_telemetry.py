@@ -449,7 +449,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from mcp_elicit.model import OperationStatus, Principal, new_operation, request_digest
 from mcp_elicit.store import OperationConflict, open_store, utc_now
+from mcp_elicit.telemetry.store import install
 
+install()  # a program using the store alone installs its telemetry itself
 reader = InMemoryMetricReader()
 metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 store = open_store("sqlite://{tmp_path / "metrics.db"}")

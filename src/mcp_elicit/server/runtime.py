@@ -117,6 +117,7 @@ from mcp_elicit.store import (
 )
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
+from mcp_elicit.telemetry import store as store_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,7 @@ class Elicitation:
         notifications: Notifications | None = None,
         clock: Clock = utc_now,
     ) -> None:
+        store_telemetry.install()
         if keys is None and not single_process:
             raise ValueError(
                 "pass keys=[...] (the requestState key ring every instance shares), or single_process=True "

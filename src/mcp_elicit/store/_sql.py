@@ -46,8 +46,9 @@ from mcp_elicit.model import (
     redact_url,
 )
 from mcp_elicit.model.transitions import TERMINAL_DECISION_STATUSES
+from mcp_elicit.store import hooks
 from mcp_elicit.store._schema import LATEST_VERSION, WAITING_SQL
-from mcp_elicit.store._unit import UNIT, Unit
+from mcp_elicit.store._unit import UNIT, Unit, after_commit
 from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
@@ -80,7 +81,6 @@ from mcp_elicit.store.protocol import (
     SweepResult,
     VaultRecord,
 )
-from mcp_elicit.telemetry import store as telemetry
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -296,21 +296,23 @@ def _unit_of(tx: Tx) -> Unit | None:
     return unit if unit is not None and unit.tx is tx else None
 
 
-def _checks_later(tx: Tx) -> bool:
-    """Whether a write of a store call in `tx` may be checked with a later statement: the call runs inside a
-    unit whose work lets every store error end it (`atomically(checks_later=True)`), and no span is recorded
-    that should say where a compare-and-set lost."""
-    unit = _unit_of(tx)
-    return unit is not None and unit.joined > 0 and unit.checks_later and telemetry.checked_later()
-
-
 async def _checked(tx: Tx, sql: str, values: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-    """A write whose row count only confirms what its caller expects: checked with a later statement where the
-    unit allows it (`_checks_later`), else here."""
-    if _checks_later(tx):
-        await tx.send(sql, values, check)
-    else:
-        await check(await tx.execute(sql, values))
+    """A write whose row count only confirms what its caller expects, checked where it is made: the store
+    runs the same statements whether or not anyone observes it (`hooks`)."""
+    await check(await tx.execute(sql, values))
+
+
+def _committed(change: hooks.Committed) -> None:
+    """Tell the installed hooks of `change` once the write under way commits."""
+    observer = hooks.installed()
+    if observer is not None:
+        after_commit(functools.partial(observer.committed, change))
+
+
+def _lost(kind: SubjectKind) -> None:
+    observer = hooks.installed()
+    if observer is not None:
+        observer.conflict(kind)
 
 
 def _write_audits(unit: Unit) -> None:
@@ -786,7 +788,6 @@ class SQLCore(ABC):
             )
         return [self._operation(row) for row in rows]
 
-    @telemetry.traced_finish
     async def finish_operation(
         self,
         snapshot: Operation,
@@ -795,6 +796,13 @@ class SQLCore(ABC):
         caller: Caller,
         result: JSONValue = None,
         reason: str = "",
+    ) -> Operation:
+        finish = functools.partial(self._finish_operation, snapshot, to, caller=caller, result=result, reason=reason)
+        observer = hooks.installed()
+        return await (finish() if observer is None else observer.finishing(snapshot, to, finish))
+
+    async def _finish_operation(
+        self, snapshot: Operation, to: OperationStatus, *, caller: Caller, result: JSONValue, reason: str
     ) -> Operation:
         if to is OperationStatus.EXPIRED:
             raise ValueError("expiry is decided by the clock: it happens in sweeps and on late signals")
@@ -828,6 +836,7 @@ class SQLCore(ABC):
                 failure = OperationExpired(current, to)
             else:
                 failure = OperationConflict(current, to)
+                _lost(SubjectKind.OPERATION)
         if finished is None:
             raise failure
         return finished
@@ -845,7 +854,8 @@ class SQLCore(ABC):
             )
         ]
         await self._audit_many(tx, SubjectKind.OPERATION, moved, "expired", reason, now)
-        telemetry.expired(SubjectKind.OPERATION, len(moved))
+        if moved:
+            _committed(hooks.Expired(SubjectKind.OPERATION, len(moved)))
         for operation_id, _, _ in moved:
             self._moved(operation_id)
 
@@ -874,8 +884,15 @@ class SQLCore(ABC):
 
     # -- decisions ----------------------------------------------------------------------------
 
-    @telemetry.traced_create
     async def create_decision(self, decision: Decision) -> Decision:
+        observer = hooks.installed()
+        if observer is None:
+            return await self._create_decision(decision)
+        created = await observer.creating(decision, functools.partial(self._create_decision, decision))
+        _committed(hooks.DecisionCreated(created))
+        return created
+
+    async def _create_decision(self, decision: Decision) -> Decision:
         if decision.status is not DecisionStatus.REQUESTED or decision.completion_version != 0:
             raise ValueError("a decision is created requested, at version 0")
         details: JSONObject = {
@@ -888,23 +905,10 @@ class SQLCore(ABC):
             details["url"] = redact_url(decision.url)
         try:
             async with self._write() as tx:
-                if _checks_later(tx):
-                    # Inside a unit: a statement that cannot fail, checked with whatever needs a result next.
-                    async def check(inserted: int) -> None:
-                        if inserted != 1:
-                            raise await self._why_not_created(tx, decision)
-
-                    await tx.send(
-                        f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) SELECT {_marks(19)} WHERE EXISTS"
-                        " (SELECT 1 FROM elicit_operations WHERE operation_id = %s) ON CONFLICT DO NOTHING",
-                        (*self._decision_row(decision), decision.operation_id),
-                        check,
-                    )
-                else:
-                    await tx.execute(
-                        f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
-                        self._decision_row(decision),
-                    )
+                await tx.execute(
+                    f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
+                    self._decision_row(decision),
+                )
                 self._audit(
                     tx, SubjectKind.DECISION, decision.elicitation_id, None, decision.status,
                     decision.principal.actor, "requested", details, decision.created_at,
@@ -919,16 +923,6 @@ class SQLCore(ABC):
         except ForeignKeyViolation:
             raise NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}") from None
         return decision
-
-    async def _why_not_created(self, tx: Tx, decision: Decision) -> StoreError:
-        """The error for a decision that was not inserted: its operation is missing, or it exists already."""
-        if await tx.one("SELECT 1 FROM elicit_operations WHERE operation_id = %s", (decision.operation_id,)) is None:
-            return NotFound(f"no operation {decision.operation_id} for decision {decision.elicitation_id}")
-        if await tx.one(
-            "SELECT 1 FROM elicit_decisions WHERE operation_id = %s AND key = %s", (decision.operation_id, decision.key)
-        ):
-            return AlreadyExists(f"operation {decision.operation_id} already has a question under key {decision.key!r}")
-        return AlreadyExists(f"decision {decision.elicitation_id} already exists")
 
     async def _select_decision(self, tx: Tx, elicitation_id: str, caller: Caller) -> Decision | None:
         where, params = _binding(caller)
@@ -1034,7 +1028,6 @@ class SQLCore(ABC):
             values.extend((created, created, elicitation_id))
         return "".join(clauses), values
 
-    @telemetry.traced_transition
     async def transition(
         self,
         snapshot: Decision,
@@ -1044,6 +1037,27 @@ class SQLCore(ABC):
         reason: str = "",
         content: JSONObject | None = None,
         expires_at: datetime | None = None,
+    ) -> Decision:
+        move = functools.partial(
+            self._transition, snapshot, to, caller=caller, reason=reason, content=content, expires_at=expires_at
+        )
+        observer = hooks.installed()
+        if observer is None:
+            return await move()
+        moved = await observer.transitioning(snapshot, to, move)
+        if moved.is_terminal:
+            _committed(hooks.DecisionEnded(moved))
+        return moved
+
+    async def _transition(
+        self,
+        snapshot: Decision,
+        to: DecisionStatus,
+        *,
+        caller: Caller,
+        reason: str,
+        content: JSONObject | None,
+        expires_at: datetime | None,
     ) -> Decision:
         if to is DecisionStatus.EXPIRED:
             raise ValueError("expiry is decided by the clock: it happens in sweeps and on late signals")
@@ -1074,16 +1088,7 @@ class SQLCore(ABC):
             snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params,
         )  # fmt: skip
         async with self._write() as tx:
-            if _checks_later(tx):
-                # Inside a unit a lost compare-and-set undoes the whole unit, found out whenever it is checked.
-                async def check(changed: int) -> None:
-                    if changed != 1:
-                        raise await self._why_not(tx, snapshot, to, caller, now)
-
-                await tx.send(sql, values, check)
-                changed = 1
-            else:
-                changed = await tx.execute(sql, values)
+            changed = await tx.execute(sql, values)
             if changed == 1:
                 self._audit(
                     tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
@@ -1126,7 +1131,7 @@ class SQLCore(ABC):
             failure = DecisionExpired(current, to)
         else:
             failure = DecisionConflict(current, to)
-            telemetry.lost(SubjectKind.DECISION)
+            _lost(SubjectKind.DECISION)
         return failure
 
     async def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
@@ -1165,14 +1170,17 @@ class SQLCore(ABC):
             )
         ]
         await self._audit_many(tx, SubjectKind.DECISION, moved, "expired", reason, now)
-        telemetry.expired(SubjectKind.DECISION, len(moved))
         if moved:
+            _committed(hooks.Expired(SubjectKind.DECISION, len(moved)))
             self._outbox(tx, _ENDED, [row[0] for row in moved], now)
         for elicitation_id, _, _ in moved:
             self._moved(elicitation_id)
 
-    @telemetry.traced_sweep
     async def sweep_expired(self) -> SweepResult:
+        observer = hooks.installed()
+        return await (self._sweep_expired() if observer is None else observer.sweeping(self._sweep_expired))
+
+    async def _sweep_expired(self) -> SweepResult:
         counts = [await self._sweep(sweepable) for sweepable in (DECISIONS, OPERATIONS)]
         async with self._write() as tx:
             stamp = self._to_time(self._clock())
@@ -1193,7 +1201,8 @@ class SQLCore(ABC):
                     return total
                 now = self._clock()
                 expired = await self._expire_due(tx, sweepable, now, SWEEP_BATCH)
-                telemetry.expired(sweepable.kind, len(expired))
+                if expired:
+                    _committed(hooks.Expired(sweepable.kind, len(expired)))
                 if expired and sweepable is DECISIONS:
                     self._outbox(tx, _ENDED, expired, now)
                 if expired and sweepable is OPERATIONS:

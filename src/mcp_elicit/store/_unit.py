@@ -1,7 +1,7 @@
 """The write transaction under way in this context (a thread, or an async task), and what it will do at its commit.
 
-Its own module so that what the store's commit carries out (telemetry's metrics) can reach it without the
-store's logic: one context variable for everything a unit holds until it commits.
+One context variable for everything a unit holds until it commits, including what its commit tells the
+installed hooks (`mcp_elicit.store.hooks`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Unit:
         self.notices: list[tuple[Sequence[NotificationEvent], Sequence[str], datetime]] = []
         """Outbox rows to write just before the commit, off the records as the whole unit leaves them."""
         self.committed: list[Callable[[], None]] = []
-        """Run once the unit committed (metrics of what it changed); forgotten with a rollback."""
+        """Run once the unit committed (hooks told what it changed); forgotten with a rollback."""
         self.joined = 0
         """How many store calls run inside the unit now: while any does, a failed check undoes the whole unit."""
 

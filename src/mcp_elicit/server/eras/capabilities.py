@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -122,4 +123,15 @@ def missing_capability(needs: frozenset[Need], kind: str) -> MCPError:
         code=MISSING_REQUIRED_CLIENT_CAPABILITY,
         message=f"This {kind} needs the client's {described(needs)} {plural}",
         data=data,
+    )
+
+
+def legacy_missing_capability(needs: frozenset[Need], *, tool: bool) -> Exception:
+    """A tool error the model can read for tools (the legacy eras have no -32021); -32021 for prompts."""
+    if not tool:
+        return missing_capability(needs, "prompt")
+    what = described(needs)
+    return ToolError(
+        f"This tool needs to ask something ({what}), but this client cannot receive "
+        f"{what} requests on this connection. Use a client that supports them."
     )

@@ -31,7 +31,6 @@ from functools import partial
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.shared.message import ServerMessageMetadata
@@ -48,7 +47,7 @@ from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, Principal, ResumePolicy
 from mcp_elicit.server.eras import Call, Declared, Need, Target
-from mcp_elicit.server.eras.capabilities import described, missing_capability
+from mcp_elicit.server.eras.capabilities import legacy_missing_capability
 from mcp_elicit.server.execution import (
     A,
     ClientQuery,
@@ -168,17 +167,6 @@ class LegacyEra:
 
     def missing_capability(self, needs: frozenset[Need], *, tool: bool) -> Exception:
         return legacy_missing_capability(needs, tool=tool)
-
-
-def legacy_missing_capability(needs: frozenset[Need], *, tool: bool) -> Exception:
-    """A tool error the model can read for tools (the legacy eras have no -32021); -32021 for prompts."""
-    if not tool:
-        return missing_capability(needs, "prompt")
-    what = described(needs)
-    return ToolError(
-        f"This tool needs to ask something ({what}), but this client cannot receive "
-        f"{what} requests on this connection. Use a client that supports them."
-    )
 
 
 class LegacyAsker:

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 from mcp_elicit.model import Decision, Principal
 from mcp_elicit.server.eras import Need, Target
-from mcp_elicit.server.eras.legacy import legacy_missing_capability
+from mcp_elicit.server.eras.capabilities import legacy_missing_capability
 from mcp_elicit.server.execution import A, ClientQuery, Execution, in_turn
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Operation, OperationStatus, Principal
 from mcp_elicit.server.eras import Declared, Need, Target
-from mcp_elicit.server.eras.legacy import legacy_missing_capability
+from mcp_elicit.server.eras.capabilities import legacy_missing_capability
 from mcp_elicit.server.execution import A, ClientQuery, Execution, UnusableAnswer
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended

@@ -1,0 +1,86 @@
+"""Every module of the package imports on its own, and the layers point down: no import circle anywhere.
+
+A circle hides while something else happens to import its modules in a working order; imported first, one
+of its modules fails with "partially initialized module". So each module is imported first, alone: one
+fresh interpreter forgets every `mcp_elicit` module before each import (third-party modules stay loaded,
+which keeps it fast and cannot hide a circle of ours).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mcp_elicit
+
+PACKAGE = Path(mcp_elicit.__file__).parent
+NOT_IMPORTABLE = {"mcp_elicit.__main__"}
+"""Runs the CLI when imported."""
+
+
+def _modules() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name not in NOT_IMPORTABLE:
+            names.append(name)
+    return names
+
+
+def _fresh(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", script, *arguments], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+EACH_FIRST = """
+import importlib, json, sys, traceback
+
+failed = {}
+for name in json.loads(sys.argv[1]):
+    for loaded in [m for m in sys.modules if m == "mcp_elicit" or m.startswith("mcp_elicit.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception:
+        failed[name] = traceback.format_exc(limit=-3)
+print(json.dumps(failed))
+"""
+
+
+def test_every_module_imports_first_and_alone() -> None:
+    modules = _modules()
+    assert "mcp_elicit.store._sql" in modules and "mcp_elicit.telemetry.store" in modules
+    ran = _fresh(EACH_FIRST, json.dumps(modules))
+    assert ran.returncode == 0, ran.stderr
+    failed: dict[str, str] = json.loads(ran.stdout.splitlines()[-1])
+    assert failed == {}, "\n".join(f"{name}:\n{error}" for name, error in failed.items())
+
+
+def test_the_store_imports_no_telemetry_and_no_server() -> None:
+    """Telemetry subscribes to the store from above (`mcp_elicit.store.hooks`); the store never reaches up."""
+    ran = _fresh(
+        "import json, sys, mcp_elicit.store, mcp_elicit.store.sqlite, mcp_elicit.store.postgres\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('mcp_elicit.', 'opentelemetry')))))"
+    )
+    assert ran.returncode == 0, ran.stderr
+    loaded: list[str] = json.loads(ran.stdout)
+    assert [m for m in loaded if m.startswith("mcp_elicit.store") or m.startswith("mcp_elicit.model")] == loaded
+    assert "mcp_elicit.store._sql" in loaded
+
+
+def test_task_code_imports_no_era_adapter() -> None:
+    """Era adapters build on the task service; task code reads only the shared call types (`eras` itself and
+    `eras.capabilities`), so the two never import each other's code."""
+    shared = {"mcp_elicit.server.eras", "mcp_elicit.server.eras.capabilities"}
+    reached: dict[str, set[str]] = {}
+    for path in sorted((PACKAGE / "server" / "tasks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mcp_elicit.server.eras"):
+                reached.setdefault(path.name, set()).add(node.module)
+    assert reached, "task code reads the shared call types"
+    assert {name: modules - shared for name, modules in reached.items() if modules - shared} == {}
