@@ -378,7 +378,28 @@ def read_only_database(pg_server: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@contextmanager
+def reading_role(pg_server: str) -> Iterator[str]:
+    """The URL of a migrated database of this test's own, as a role that may only read its tables (a
+    deployment that granted the store's user too little)."""
+    name, role = f"elicit_priv_{uuid.uuid4().hex[:12]}", f"elicit_reader_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = urlunsplit(urlsplit(pg_server)._replace(path=f"/{name}"))
+    try:
+        PostgresStore(url, clock=utc_now).close()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'CREATE ROLE "{role}" LOGIN')
+            admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+        parts = urlsplit(url)
+        yield urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.fixture(params=["sqlite", "postgres", "postgres-role"])
 def read_only(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """The URL of a store that opens and reads but refuses every write, and what names its location."""
     if request.param == "sqlite":
@@ -387,7 +408,8 @@ def read_only(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
         with unwritable(path):
             yield f"sqlite://{path}", str(path)
         return
-    with read_only_database(request.getfixturevalue("pg_server")) as url:
+    refusing = read_only_database if request.param == "postgres" else reading_role
+    with refusing(request.getfixturevalue("pg_server")) as url:
         yield url, urlsplit(url).path.lstrip("/")
 
 

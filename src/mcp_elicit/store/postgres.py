@@ -678,6 +678,11 @@ def _translate(error: psycopg.Error, display: str) -> StoreError:
             f"{display} is read-only ({_first_line(error)}): a hot standby, or default_transaction_read_only is on "
             "(for the database, its user or in the URL); point the store URL at the primary, or turn that setting off"
         )
+    if isinstance(error, pg_errors.InsufficientPrivilege):
+        return StoreReadOnly(
+            f"{display} is read-only for its user ({_first_line(error)}): grant that user SELECT, INSERT, UPDATE "
+            "and DELETE on the elicit_* tables (and USAGE on their sequences)"
+        )
     if isinstance(error, pg_errors.UndefinedTable | pg_errors.UndefinedColumn | pg_errors.DatatypeMismatch):
         return StoreCorrupt(f"{display}: the elicit_* tables are not what this mcp-elicit wrote ({error})")
     if isinstance(error, psycopg.OperationalError):
