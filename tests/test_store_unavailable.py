@@ -361,17 +361,14 @@ def unwritable(path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def read_only_database(pg_server: str) -> Iterator[str]:
-    """The URL of a database of this test's own, migrated, then set to `default_transaction_read_only` (what a
-    new session of it gets; a hot standby refuses writes with the same SQLSTATE)."""
-    name = f"elicit_ro_{uuid.uuid4().hex[:12]}"
+def own_database(pg_server: str, prefix: str) -> Iterator[str]:
+    """The URL of a migrated database of this test's own, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(pg_server)._replace(path=f"/{name}"))
     try:
+        url = urlunsplit(urlsplit(pg_server)._replace(path=f"/{name}"))
         PostgresStore(url, clock=utc_now).close()
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
         yield url
     finally:
         with psycopg.connect(pg_server, autocommit=True) as admin:
@@ -379,24 +376,30 @@ def read_only_database(pg_server: str) -> Iterator[str]:
 
 
 @contextmanager
+def read_only_database(pg_server: str) -> Iterator[str]:
+    """A database set to `default_transaction_read_only` (what a new session of it gets; a hot standby refuses
+    writes with the same SQLSTATE)."""
+    with own_database(pg_server, "elicit_ro") as url, psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{urlsplit(url).path.lstrip("/")}" SET default_transaction_read_only = on')
+        yield url
+
+
+@contextmanager
 def reading_role(pg_server: str) -> Iterator[str]:
-    """The URL of a migrated database of this test's own, as a role that may only read its tables (a
-    deployment that granted the store's user too little)."""
-    name, role = f"elicit_priv_{uuid.uuid4().hex[:12]}", f"elicit_reader_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(pg_server)._replace(path=f"/{name}"))
-    try:
-        PostgresStore(url, clock=utc_now).close()
+    """A database reached as a role that may only read its tables (a deployment that granted the store's user
+    too little)."""
+    role = f"elicit_reader_{uuid.uuid4().hex[:12]}"
+    with own_database(pg_server, "elicit_priv") as url:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'CREATE ROLE "{role}" LOGIN')
             admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
-        parts = urlsplit(url)
-        yield urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
-    finally:
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        try:
+            parts = urlsplit(url)
+            yield urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+        finally:
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute(f'DROP OWNED BY "{role}"')
+                admin.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
 @pytest.fixture(params=["sqlite", "postgres", "postgres-role"])
