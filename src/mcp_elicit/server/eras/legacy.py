@@ -152,8 +152,7 @@ class LegacyEra:
 
     def asker(self) -> LegacyAsker:
         request = self._call.request
-        declared, notices, every = self._call.declared, self._notices, self._probe_every
-        return LegacyAsker(request.session, request.request_id, declared, notices=notices, probe_every=every)
+        return LegacyAsker(request.session, request.request_id, self._call.declared, self._probe_every, self._notices)
 
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
         await run.commit()
@@ -175,9 +174,9 @@ class LegacyAsker:
         session: ServerSession,
         request_id: RequestId | None,
         declared: Declared,
-        query_timeout: timedelta = QUERY_TIMEOUT,
+        probe_every: timedelta,
         notices: CompletionNotices | None = None,
-        probe_every: timedelta | None = None,
+        query_timeout: timedelta = QUERY_TIMEOUT,
     ) -> None:
         self._session = session
         self._request_id = request_id
@@ -242,9 +241,7 @@ class LegacyAsker:
         """`put(decision)`; if the client stops answering pings meanwhile, the question's claim is let go (see the
         module's docstring). The dialog is not withdrawn: a client that answers one request at a time cannot
         answer a ping while its person thinks, and that person's answer still counts if it comes first."""
-        if self._probe_every is None:
-            return await put(decision)
-        every = self._probe_every.total_seconds()
+        every, key = self._probe_every.total_seconds(), decision.elicitation_id
         metadata = ServerMessageMetadata(related_request_id=self._request_id)
 
         async def answers_pings() -> bool:
@@ -264,7 +261,6 @@ class LegacyAsker:
                     await run.let_go(claim_name)
                     return
 
-        key = decision.elicitation_id
         failure: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(probe)

@@ -120,12 +120,8 @@ class MrtrEra:
                 raise refused()
 
         if not self._spent:  # a run of this very call spent it already: running again is no replay
-
-            def spent() -> None:
-                self._spent = True
-
             writes.hold(spend)
-            writes.after_commit(spent)
+            writes.after_commit(self._mark_spent)
         try:
             records = await store(sync.get_operation_records, state.operation_id, principal)
         except StoreUnavailable:
@@ -148,6 +144,9 @@ class MrtrEra:
                 await writes.commit()
             raise OperationEnded(operation)  # the round's operation ended while its call waited: say so
         return records if operation.status is OperationStatus.OPEN else None
+
+    def _mark_spent(self) -> None:
+        self._spent = True
 
     def _superseded(self, decisions: Sequence[Decision]) -> list[Decision]:
         """The decisions this round brings an answer for that someone else settled first (another round that
