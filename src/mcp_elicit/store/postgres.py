@@ -11,8 +11,7 @@ Connections: a blocking pool (the CLI, scripts, functions handed to worker threa
 serves (`serving`), an async pool on its event loop for everything its calls do, each of `min_size` to
 `max_size` connections, plus one listening connection while calls wait: plan `max_connections` for up to
 twice `max_size` and one per instance. Both pools' connections are in autocommit mode: a read is its
-statements alone (no BEGIN, no COMMIT); a write is one transaction on one connection, its statements run
-in order, committed once.
+statements alone, and a write opens its transaction with a BEGIN pipelined with its first statement.
 
 Does not guarantee: anything about a database shared with other applications beyond our `elicit_*`
 tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) to keep them apart.
@@ -24,13 +23,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import anyio
 import psycopg
+from psycopg import AsyncPipeline, pq
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
@@ -75,46 +75,211 @@ _SWEEP_LOCK = 0x6D63_7065_6C69_6302
 """The advisory lock a sweep's transaction holds, so that one instance sweeps at a time."""
 
 
-class _PostgresTx:
-    """A unit's statements on a blocking connection (`run_now`), run one after the other."""
+class _Deferring:
+    """What both engines' transactions keep: the BEGIN a write still owes, and its deferred writes.
 
-    __slots__ = ("_cursor",)
+    Connections are in autocommit mode, so a read is its statements alone (no BEGIN, no COMMIT), and a write
+    sends its BEGIN pipelined with its first statement. Deferred writes (audit rows, notices) are held until
+    they travel with the COMMIT, pipelined: a transition that writes its row, its audit and its notice is two
+    round trips, the statement and the commit. Values stay bound on the server.
+    """
 
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+    __slots__ = ("_begun", "_deferred", "_write")
+
+    def __init__(self, *, write: bool) -> None:
+        self._deferred: list[tuple[str, Sequence[object]]] = []
+        self._write = write
+        self._begun = False
+
+    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._deferred.append((sql, params))
+
+    def _take(self) -> list[tuple[str, Sequence[object]]]:
+        deferred, self._deferred = self._deferred, []
+        return deferred
+
+    def _beginning(self) -> bool:
+        """Whether the next statement must be preceded by BEGIN (a write's first)."""
+        if self._write and not self._begun:
+            self._begun = True
+            return True
+        return False
+
+
+class _PostgresTx(_Deferring):
+    """A transaction on a blocking connection (`run_now`)."""
+
+    __slots__ = ("_connection", "_cursor")
+
+    def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any], *, write: bool) -> None:
+        super().__init__(write=write)
+        self._connection = connection
         self._cursor = cursor
 
+    def _run(self, sql: str, params: Sequence[object]) -> psycopg.Cursor[Any]:
+        if not self._beginning():
+            return self._cursor.execute(sql, params)
+        with self._connection.pipeline():
+            self._cursor.execute("BEGIN")
+            self._cursor.execute(sql, params)
+        return self._cursor
+
     async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
-        return self._cursor.execute(sql, params).rowcount
+        return self._run(sql, params).rowcount
 
     async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
-        return self._cursor.execute(sql, params).fetchone()
+        return self._run(sql, params).fetchone()
 
     async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        return self._cursor.execute(sql, params).fetchall()
+        return self._run(sql, params).fetchall()
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        if self._beginning():
+            self._cursor.execute("BEGIN")
         self._cursor.executemany(sql, rows)
 
+    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
+        await check(self._run(sql, params).rowcount)
 
-class _AsyncPostgresTx:
-    """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between."""
+    async def settle(self) -> None:
+        return None
 
-    __slots__ = ("_cursor",)
+    async def flush(self) -> None:
+        self._send(commit=False)
 
-    def __init__(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+    def commit(self) -> None:
+        if self._deferred:
+            self._send(commit=True)
+        elif self._begun:
+            self._cursor.execute("COMMIT")
+
+    def _send(self, *, commit: bool) -> None:
+        if not self._deferred:
+            return
+        deferred = self._take()
+        with self._connection.pipeline():
+            if self._beginning():
+                self._cursor.execute("BEGIN")
+            for sql, params in deferred:
+                self._cursor.execute(sql, params)
+            if commit and self._begun:
+                self._cursor.execute("COMMIT")
+
+
+class _AsyncPostgresTx(_Deferring):
+    """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between.
+
+    What `send` sends opens a pipeline that stays open: the statements after it go out with it, and the
+    first that needs its result (or the commit) receives them all in one round trip, then runs their checks.
+    A unit whose compare-and-sets only confirm what it expects thus pays one round trip for all of them.
+    """
+
+    __slots__ = ("_connection", "_cursor", "_pending", "_pipeline")
+
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
+    ) -> None:
+        super().__init__(write=write)
+        self._connection = connection
         self._cursor = cursor
+        self._pipeline: AbstractAsyncContextManager[AsyncPipeline] | None = None
+        self._pending: list[tuple[psycopg.AsyncCursor[Any], Callable[[int], Awaitable[None]]]] = []
+
+    async def _run(self, sql: str, params: Sequence[object]) -> psycopg.AsyncCursor[Any]:
+        if self._pipeline is not None:
+            cursor = self._connection.cursor()  # its own: a check may run statements before it is read
+            await cursor.execute(sql, params)
+            await self.settle()
+            return cursor
+        if not self._beginning():
+            return await self._cursor.execute(sql, params)
+        async with self._connection.pipeline():
+            await self._cursor.execute("BEGIN")
+            await self._cursor.execute(sql, params)
+        return self._cursor
 
     async def execute(self, sql: str, params: Sequence[object] = ()) -> int:
-        return (await self._cursor.execute(sql, params)).rowcount
+        return (await self._run(sql, params)).rowcount
 
     async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
-        return await (await self._cursor.execute(sql, params)).fetchone()
+        return await (await self._run(sql, params)).fetchone()
 
     async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        return await (await self._cursor.execute(sql, params)).fetchall()
+        return await (await self._run(sql, params)).fetchall()
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        await self.settle()
+        if self._beginning():
+            await self._cursor.execute("BEGIN")
         await self._cursor.executemany(sql, rows)
+
+    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
+        if self._pipeline is None:
+            pipeline = self._connection.pipeline()
+            await pipeline.__aenter__()
+            self._pipeline = pipeline
+            if self._beginning():
+                await self._cursor.execute("BEGIN")
+        cursor = self._connection.cursor()
+        await cursor.execute(sql, params)
+        self._pending.append((cursor, check))
+
+    async def settle(self) -> None:
+        pipeline = self._pipeline
+        if pipeline is None:
+            return
+        self._pipeline = None
+        pending, self._pending = self._pending, []
+        try:
+            try:
+                await pipeline.__aexit__(None, None, None)
+            except psycopg.Error:
+                # A statement after them failed: the checks of the sent writes that ran come first, as they
+                # would have where each write was made. The failure stands if they hold, or if a check needs
+                # to read to say why its write did nothing (the transaction is aborted by now).
+                for cursor, check in pending:
+                    if cursor.pgresult is None or cursor.pgresult.status != pq.ExecStatus.COMMAND_OK:
+                        break
+                    try:
+                        await check(cursor.rowcount)
+                    except pg_errors.InFailedSqlTransaction:
+                        break
+                raise
+            for cursor, check in pending:
+                await check(cursor.rowcount)
+        finally:
+            for cursor, _ in pending:
+                await cursor.close()
+
+    async def abandon(self, error: BaseException) -> None:
+        """Leave an open pipeline after a failure, so the connection goes back to its pool rolled back."""
+        pipeline, self._pipeline, self._pending = self._pipeline, None, []
+        if pipeline is not None:
+            with contextlib.suppress(psycopg.Error):
+                await pipeline.__aexit__(type(error), error, error.__traceback__)
+
+    async def flush(self) -> None:
+        await self.settle()
+        await self._send(commit=False)
+
+    async def commit(self) -> None:
+        await self.settle()
+        if self._deferred:
+            await self._send(commit=True)
+        elif self._begun:
+            await self._cursor.execute("COMMIT")
+
+    async def _send(self, *, commit: bool) -> None:
+        if not self._deferred:
+            return
+        deferred = self._take()
+        async with self._connection.pipeline():
+            if self._beginning():
+                await self._cursor.execute("BEGIN")
+            for sql, params in deferred:
+                await self._cursor.execute(sql, params)
+            if commit and self._begun:
+                await self._cursor.execute("COMMIT")
 
 
 def describe(conninfo: str) -> str:
@@ -164,9 +329,9 @@ class _PostgresCore(SQLCore):
         )
         return [row[0] for row in rows]
 
-    async def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
+    def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
         notify = "SELECT pg_notify(%s, subject) FROM unnest(%s::text[]) AS subject"
-        await tx.execute(notify, (CHANGES_CHANNEL, list(subjects)))
+        tx.defer(notify, (CHANGES_CHANNEL, list(subjects)))
 
     def _to_time(self, value: datetime) -> object:
         return value
@@ -209,13 +374,12 @@ class _BlockingPostgres(_PostgresCore):
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[Tx]:
+        # On an error the connection's own exit rolls back whatever was begun.
         try:
-            with (
-                self._pool.connection() as connection,
-                connection.cursor() as cursor,
-                connection.transaction() if write else contextlib.nullcontext(),
-            ):
-                yield _PostgresTx(cursor)
+            with self._pool.connection() as connection, connection.cursor() as cursor:
+                tx = _PostgresTx(connection, cursor, write=write)
+                yield tx
+                tx.commit()
         except psycopg.Error as error:
             if _connection_lost(error):
                 _drop_broken(self._pool)
@@ -248,13 +412,16 @@ class _AsyncPostgres(_PostgresCore):
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[Tx]:
+        # On an error the connection's own exit rolls back whatever was begun.
         try:
-            async with (
-                self._pool.connection() as connection,
-                connection.cursor() as cursor,
-                connection.transaction() if write else contextlib.nullcontext(),
-            ):
-                yield _AsyncPostgresTx(cursor)
+            async with self._pool.connection() as connection, connection.cursor() as cursor:
+                tx = _AsyncPostgresTx(connection, cursor, write=write)
+                try:
+                    yield tx
+                    await tx.commit()
+                except BaseException as failure:
+                    await tx.abandon(failure)
+                    raise
         except psycopg.Error as error:
             if _connection_lost(error):
                 self._check_pool_soon()
