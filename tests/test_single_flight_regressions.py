@@ -171,24 +171,23 @@ async def test_a_tool_error_from_a_step_is_the_tool_error_result_and_fails_the_o
     assert ran == {"charge": 1}
 
 
-# -- 2. the call that created an operation reads the journal once another call joined it ------------------
+# -- 2. a call that attached waits for the steps the creating call has yet to run ------------------------
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_the_creating_call_never_runs_a_step_an_attached_call_ran_meanwhile(runtime: Runtime, era: str) -> None:
-    """The creating call runs `one`; an identical call attaches, waits for `one`'s result, and runs `two`
-    while the creator is busy outside any step. The creator must find `two` in the journal: the operation
-    stopped being its own alone the moment it was committed."""
+async def test_an_attached_call_never_runs_a_step_while_the_creator_is_busy_between_steps(
+    runtime: Runtime, era: str
+) -> None:
+    """The creating call runs `one`, then works outside any step while an identical call attaches. The creator
+    holds the operation's run lease until its turn ends (and `one`'s result is durable with its next commit),
+    so the attached call waits instead of running `one` or `two`, and both return the creator's result."""
     elicitation = runtime()
     ran = Counter[str]()
     bodies = 0
-    one_running, second_arrived, two_journaled = anyio.Event(), anyio.Event(), anyio.Event()
+    one_done, second_waits = anyio.Event(), anyio.Event()
 
     async def one() -> int:
         ran["one"] += 1
-        one_running.set()
-        with anyio.fail_after(10):
-            await second_arrived.wait()
         return 1
 
     async def two() -> int:
@@ -201,14 +200,14 @@ async def test_the_creating_call_never_runs_a_step_an_attached_call_ran_meanwhil
         bodies += 1
         creator = bodies == 1
         if not creator:
-            second_arrived.set()
+            second_waits.set()
         a = await flow.step("one", one, returns=int)
         if creator:  # work outside any step (an HTTP call, a log shipper) that takes a while this time
+            one_done.set()
             with anyio.fail_after(10):
-                await two_journaled.wait()
+                await second_waits.wait()
+            await anyio.sleep(0.3)
         b = await flow.step("two", two, returns=int)
-        if not creator:
-            two_journaled.set()  # its result and the claim's release are committed: `two` is free and done
         return f"{a} {b}"
 
     results: dict[str, str] = {}
@@ -218,7 +217,7 @@ async def test_the_creating_call_never_runs_a_step_an_attached_call_ran_meanwhil
 
     async def attached() -> None:
         with anyio.fail_after(10):
-            await one_running.wait()
+            await one_done.wait()
         results["attached"] = said(await call(elicitation, era, "job", {"x": 1}))
 
     async with anyio.create_task_group() as group:

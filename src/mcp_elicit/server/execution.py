@@ -4,11 +4,14 @@ A tool body may run many times for one operation: every 2026-07-28 retry re-runs
 legacy retry after a crash, and so does every overlapping identical call, which attaches to the same
 operation. What makes that safe lives here:
 
-- a step whose result is journaled is never run again; a step is run by one call at a time, the one
-  holding its claim, while the others wait for its recorded result. A claim is renewed while its step
-  runs and lapses `lease` after its holder's last renewal (a holder that died): only then may another
-  call run the step again, with the same idempotency key. A step that crashed half-way may therefore
-  run twice, and only that way;
+- a step whose result is journaled is never run again; steps run in one call at a time, the one holding
+  the operation's run lease, while the others wait for their recorded results. The lease is taken with
+  the commit before the call's first step runs and kept (renewed) until the call's turn ends: with the
+  operation's end, with a 2026-07-28 round going out, or on any other end. It lapses `lease` after its
+  holder's last renewal (a holder that died): only then may another call take it, and run the unjournaled
+  step again with the same idempotency key. A step that crashed half-way may therefore run twice, and
+  only that way. Every journal entry and the operation's end are fenced: written only while the lease
+  is still the writer's (holder and attempt), so a lapsed holder's late result is never recorded;
 - a question goes to the person through one call at a time, the one holding its claim; the others wait
   on the same decision and read the same answer;
 - every record is written by compare-and-set through the call's held writes (see `writes`).
@@ -27,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio
@@ -42,7 +46,6 @@ from mcp_elicit.model import (
     JSONValue,
     Mode,
     Operation,
-    OperationStatus,
     Principal,
     ResumePolicy,
     UnencodableValue,
@@ -59,7 +62,7 @@ from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.leases import Kept, Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.server.waiting import Backoff, Wakeups
-from mcp_elicit.server.writes import HeldWrites, OperationEnded
+from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, Store, StoreError
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
@@ -90,8 +93,8 @@ def new_holder() -> str:
     return f"call:{uuid.uuid4().hex}"
 
 
-def step_claim(name: str) -> str:
-    return f"step:{name}"
+RUN_LEASE = "run"
+"""The claim of the operation that lets its holder run steps: one per operation, beside its questions' claims."""
 
 
 def question_claim(key: str) -> str:
@@ -226,9 +229,13 @@ class Execution:
         self._pending: Signal | None = None
         self._leases = leases
         self._kept: list[Kept] = []
-        self.unjournaled: str | None = None
-        """A step whose function ran in this run and whose result is not journaled yet: running the call again
-        would run it again."""
+        self._journal: dict[str, JournalEntry] | None = {} if fresh else None
+        """The operation's journal as this run knows it: read once, added to by its own steps."""
+        self._lease: Kept | None = None
+        self._fence: Claim | None = None
+        """The run lease this run took, which its journal entries and the operation's end are fenced on."""
+        self._unjournaled: set[str] = set()
+        self._ended = False
 
     def _ids(self) -> tuple[AsyncStore, Store, str, Principal, str]:
         """What a write made on this call's behalf names: the store (both faces), the operation, the caller,
@@ -488,18 +495,27 @@ class Execution:
                     kept.drop()
 
     async def let_go(self, name: str) -> None:
-        """Stop renewing the claim `name` this call carries and release it now, while the call goes on: another
-        call may take it up. Whatever this call records later still goes through compare-and-set."""
+        """Stop renewing the claim `name` this call carries, and the run lease, and release them now, while the
+        call goes on: another call may take them up. Whatever this call records later is still checked: by
+        compare-and-set, and a step it runs next takes the lease again first."""
         for kept in self._kept:
             if kept.name == name and not kept.dropped:
                 kept.drop()
                 await self._release_now(name)
+        if self._lease is not None:
+            self._forget_lease()
+            await self._release_now(RUN_LEASE)
 
-    def stop_renewing(self) -> None:
-        """The run is over: whatever it still keeps is released by its last commit, or left to lapse."""
+    async def end(self) -> None:
+        """The run is over: stop renewing what it keeps; a run lease its last commit did not end or give up is
+        released now, so the next call need not wait for it to lapse."""
         for kept in self._kept:
             kept.drop()
         self._kept.clear()
+        if self._lease is not None and not self._ended:
+            self._forget_lease()
+            with anyio.CancelScope(shield=True):
+                await self._release_now(RUN_LEASE)
 
     async def _release_now(self, name: str) -> None:
         store, sync, operation_id, principal, holder = self._ids()
@@ -510,11 +526,17 @@ class Execution:
                 "operation %s: cannot release the claim on %s (it lapses on its own): %s", operation_id, name, error
             )
 
-    # -- steps --------------------------------------------------------------------------------------
+    # -- steps ------------------------------------------------------------------------------------
 
     def idempotency_key(self, name: str) -> str:
         digest = hashlib.sha256(f"{self.operation.operation_id}\x00{name}".encode()).hexdigest()
         return f"mcp-elicit-{digest[:40]}"
+
+    @property
+    def unjournaled(self) -> str | None:
+        """A step whose function ran in this run and whose result is not durable yet: running the call again
+        would run it again."""
+        return next(iter(self._unjournaled), None)
 
     @telemetry.traced_step
     async def step(
@@ -525,63 +547,105 @@ class Execution:
         kwargs: dict[str, Any],
         adapter: TypeAdapter[Any],
     ) -> Any:
-        found = await self._wait_for_turn(name)
-        if isinstance(found, JournalEntry):
-            return adapter.validate_python(found.value)
-        self.unjournaled = name
-        async with self.carrying(found.name):
-            if inspect.iscoroutinefunction(function):
-                result = await function(*args, **kwargs)
-            else:
-                result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+        entry = await self._recorded(name)
+        if entry is None:
+            entry = await self._take_turn(name)
+        if entry is not None:
+            return adapter.validate_python(entry.value)
+        fence = self._fence
+        self._unjournaled.add(name)
+        if inspect.iscoroutinefunction(function):
+            result = await function(*args, **kwargs)
+        else:
+            result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
         value = cast(JSONValue, adapter.dump_python(result, mode="json"))
-        entry = await self._journal(name, value)
-        self.unjournaled = None
-        return adapter.validate_python(entry.value)
+        check_encodable(value)
+        # The result is durable with the call's next commit: before anything leaves the process or the next
+        # step runs. A commit that loses on something else records it on its own (`keep`).
+        store, sync, operation_id, principal, _ = self._ids()
+        self._writes.hold(
+            lambda: store(sync.journal_record, operation_id, name, value, caller=principal, fence=fence), keep=True
+        )
+        self._writes.after_commit(partial(self._unjournaled.discard, name))
+        assert self._journal is not None
+        self._journal[name] = JournalEntry(name, value, self.now())
+        return adapter.validate_python(value)
 
-    async def _wait_for_turn(self, name: str) -> JournalEntry | Claim:
-        """The step's recorded result, or its claim for this call once no live holder has it."""
+    async def _recorded(self, name: str) -> JournalEntry | None:
+        """The journal entry `name`, from the operation's journal as read once (nothing, for a new operation)."""
+        if self._journal is None:
+            store, sync, operation_id, principal, _ = self._ids()
+            self._journal = {e.name: e for e in await store(sync.journal, operation_id, caller=principal)}
+        return self._journal.get(name)
+
+    async def _take_turn(self, name: str) -> JournalEntry | None:
+        """Commit what is held, taking the run lease with it unless this run holds it; then the step's result if
+        the lease's previous holder recorded it meanwhile, else nothing: the step is this run's to run."""
+        if self._holds_lease:
+            await self.commit()
+            return None
         store, sync, operation_id, principal, holder = self._ids()
-        claim_name = step_claim(name)
         backoff = Backoff()
 
-        async def journaled_or_claimed() -> JournalEntry | Claim:
-            unseen = self._unseen
-            if not unseen and (entry := await store(sync.journal_get, operation_id, name, caller=principal)):
-                return entry
+        async def take() -> Claim:
             claim = await store(
-                sync.claim, operation_id, claim_name, holder=holder, lease_until=self.lease_end(), caller=principal
+                sync.claim, operation_id, RUN_LEASE, holder=holder, lease_until=self.lease_end(), caller=principal
             )
-            if unseen or not claim.held_by(holder):
-                return claim
-            # A holder that journaled its result, or ended the operation, and let go since the first look: its
-            # commit is visible to these later statements (the claim's own snapshot may predate it).
-            if (entry := await store(sync.journal_get, operation_id, name, caller=principal)) is None:
-                current = await store(sync.get_operation, operation_id, principal)
-                if current.status is not OperationStatus.OPEN:
-                    raise OperationEnded(current)
-                return claim
-            await store(sync.release_claim, operation_id, claim_name, caller=principal, holder=holder)
-            return entry
+            if claim.held_by(holder) and not self._unseen:
+                # The journal as the lease's previous holders left it: this commit's snapshot is after theirs.
+                self._journal = {e.name: e for e in await store(sync.journal, operation_id, caller=principal)}
+            return claim
 
         while True:
-            found = await self._commit_with(journaled_or_claimed)
-            if isinstance(found, JournalEntry) or found.held_by(holder):
-                return found
-            log.debug("operation %s: step %s runs in another call; waiting for its result", operation_id, name)
-            await self.pause([operation_id], until=found.lease_until, backoff=backoff)
+            claim = await self._commit_with(take)
+            if claim.held_by(holder):
+                self._fence = claim
+                self._lease = self._leases.keep(operation_id, RUN_LEASE, holder, principal)
+                assert self._journal is not None
+                return self._journal.get(name)
+            log.debug("operation %s: another call runs its steps; waiting to run %s", operation_id, name)
+            await self.pause([operation_id], until=claim.lease_until, backoff=backoff)
+
+    @property
+    def _holds_lease(self) -> bool:
+        return self._lease is not None and not self._lease.dropped
+
+    @property
+    def fence(self) -> Claim | None:
+        """The run lease the operation's end is fenced on, if this run took it."""
+        return self._fence
+
+    def release_lease(self) -> None:
+        """Give up the run lease with the call's next commit (the turn ends without ending the operation), so
+        an identical call, or this call's retry, takes it without waiting for it to lapse."""
+        if self._lease is None:
+            return
+        store, sync, operation_id, principal, holder = self._ids()
+        self._writes.hold(lambda: store(sync.release_claim, operation_id, RUN_LEASE, caller=principal, holder=holder))
+        self._writes.after_commit(self._forget_lease)
+
+    def ended(self) -> None:
+        """The operation's end is durable: its run lease no longer matters to anyone."""
+        self._ended = True
+        self._forget_lease()
+
+    def _forget_lease(self) -> None:
+        if self._lease is not None:
+            self._lease.drop()
+        self._lease = self._fence = None
 
     async def _journaled(self, name: str) -> JournalEntry | None:
         if self._unseen:
             return None
-        await self.commit()
-        store, sync, operation_id, principal, _ = self._ids()
-        return await store(sync.journal_get, operation_id, name, caller=principal)
+        return await self._recorded(name)
 
-    async def _journal(self, name: str, value: JSONValue) -> JournalEntry:
-        """Record the step's result; the claim `carrying` let go of is released in the same commit."""
+    async def _journal_now(self, name: str, value: JSONValue) -> JournalEntry:
+        """Record an answer of the client's own (sampling, roots) at once: the body acts on it next."""
         store, sync, operation_id, principal, _ = self._ids()
-        return await self._commit_with(lambda: store(sync.journal_record, operation_id, name, value, caller=principal))
+        entry = await self._commit_with(lambda: store(sync.journal_record, operation_id, name, value, caller=principal))
+        if self._journal is not None:
+            self._journal[name] = entry
+        return entry
 
     # -- questions ----------------------------------------------------------------------------------
 
@@ -654,10 +718,7 @@ class Execution:
             check_encodable(value)
         except UnencodableValue as unencodable:
             raise ClientRefused(f"The client's answer to the request {name!r} cannot be kept: {unencodable}") from None
-        store, sync, operation_id, principal, _ = self._ids()
-        entry = await self._commit_with(
-            lambda: store(sync.journal_record, operation_id, journal, value, caller=principal)
-        )
+        entry = await self._journal_now(journal, value)
         return answer.model_validate(entry.value)
 
     async def gather(self, items: Sequence[Awaitable[Any]]) -> list[Any]:

@@ -106,6 +106,7 @@ from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
     OPERATION_DECISIONS_READ,
+    Claim,
     Clock,
     IdempotencyKeyConflict,
     OperationConflict,
@@ -827,7 +828,7 @@ class Elicitation:
                 raise _AfterAnEffect(down) from down
             raise
         finally:
-            run.stop_renewing()
+            await run.end()
 
     async def _conclude(self, served: _ServedCall, run: Execution, writes: HeldWrites) -> Any:
         """Run the body and end the call as its outcome says: a result, a suspended turn, a failed operation."""
@@ -835,6 +836,7 @@ class Elicitation:
         try:
             result = await entry.body(**{entry.flow_parameter: Flow(run)}, **served.arguments)
         except Suspended as suspended:
+            run.release_lease()  # with the round's commit: the retry, or an identical call, takes it at once
             try:
                 return await served.era.suspended(suspended, run)
             except OperationEnded as ended:
@@ -843,13 +845,17 @@ class Elicitation:
             return _ended(ended.operation, entry)
         except ToolError as error:
             await _swallowed(run, writes)
-            failed = _finish(self._async_store, operation, principal, OperationStatus.FAILED, None, str(error))
+            failed = _finish(
+                self._async_store, operation, principal, OperationStatus.FAILED, None, str(error), fence=run.fence
+            )
             await writes.commit_with(failed)
+            run.ended()
             raise
         except (StaleSnapshot, KeyRefused):
             raise
         except BaseException as failure:
             cancelled = isinstance(failure, anyio.get_cancelled_exc_class())
+            run.release_lease()
             with anyio.CancelScope(shield=True):
                 try:
                     await writes.commit()
@@ -864,11 +870,20 @@ class Elicitation:
         recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
         if run.saw_expiry:
             finish = _finish(
-                self._async_store, operation, principal, OperationStatus.FAILED, recorded, "a question expired"
+                self._async_store,
+                operation,
+                principal,
+                OperationStatus.FAILED,
+                recorded,
+                "a question expired",
+                fence=run.fence,
             )
         else:
-            finish = _finish(self._async_store, operation, principal, OperationStatus.COMPLETED, recorded)
+            finish = _finish(
+                self._async_store, operation, principal, OperationStatus.COMPLETED, recorded, fence=run.fence
+            )
         winner = await writes.commit_with(finish)
+        run.ended()
         if winner is not None and winner.status is OperationStatus.COMPLETED and winner.result != recorded:
             log.info("operation %s was completed by an overlapping call; returning its result", winner.operation_id)
             return entry.result.validate_python(winner.result)
@@ -996,15 +1011,18 @@ def _finish(
     to: OperationStatus,
     result: JSONValue,
     reason: str = "",
+    *,
+    fence: Claim | None = None,
 ) -> Callable[[], Awaitable[Operation | None]]:
-    """The write that ends the operation; if an overlapping call ended it first, its end is returned instead."""
+    """The write that ends the operation; if an overlapping call ended it first, its end is returned instead.
+    With `fence`, the run lease the call took: only while it still holds it (see `Execution`)."""
 
     async def finish() -> Operation | None:
         if operation.status is not OperationStatus.OPEN:
             return None
         try:
             return await store(
-                store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason
+                store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason, fence=fence
             )
         except (OperationConflict, OperationExpired) as lost:
             log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)

@@ -18,6 +18,7 @@ request refuses the commit with `KeyRefused`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -28,11 +29,14 @@ from mcp_elicit.store import (
     DecisionConflict,
     DecisionExpired,
     IdempotencyKeyConflict,
+    LeaseLost,
+    NotFound,
     OperationConflict,
 )
 from mcp_elicit.store.offload import AsyncStore
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 
 class KeyRefused(Signal):
@@ -56,6 +60,7 @@ class HeldWrites:
         self._store = store
         self._held: list[Callable[[], Awaitable[Any]]] = []
         self._after: list[Callable[[], None]] = []
+        self._kept: list[Callable[[], Awaitable[Any]]] = []
         self.committed = False
         """Whether anything of this call became durable: from then on other calls may see and add to it."""
 
@@ -63,8 +68,12 @@ class HeldWrites:
     def pending(self) -> bool:
         return bool(self._held)
 
-    def hold(self, write: Callable[[], Awaitable[Any]]) -> None:
+    def hold(self, write: Callable[[], Awaitable[Any]], *, keep: bool = False) -> None:
+        """Hold `write` for the next commit. `keep`: if that commit loses on another write, commit this one on
+        its own before saying so (a step's result: running the step again would repeat its side effect)."""
         self._held.append(write)
+        if keep:
+            self._kept.append(write)
 
     def after_commit(self, done: Callable[[], None]) -> None:
         """Call `done` once the writes held now are durable; if their commit fails, never."""
@@ -81,6 +90,7 @@ class HeldWrites:
         """
         held, self._held = self._held, []
         after, self._after = self._after, []
+        kept, self._kept = self._kept, []
 
         async def run() -> R:
             for write in held:
@@ -88,10 +98,21 @@ class HeldWrites:
             return await last()
 
         try:
-            # What is held and `last` let the store errors a check raises end the commit (mapped below; `last`
-            # catches only an operation's own end), so the store may check a write with a later statement.
-            result = await self._store.atomically(run, checks_later=True)
-        except (DecisionConflict, DecisionExpired, AlreadyExists) as lost:
+            try:
+                # What is held and `last` let the store errors a check raises end the commit (mapped below; `last`
+                # catches only an operation's own end), so the store may check a write with a later statement.
+                result = await self._store.atomically(run, checks_later=True)
+            except (
+                DecisionConflict,
+                DecisionExpired,
+                AlreadyExists,
+                LeaseLost,
+                IdempotencyKeyConflict,
+                OperationConflict,
+            ):
+                await self._keep(kept)
+                raise
+        except (DecisionConflict, DecisionExpired, AlreadyExists, LeaseLost) as lost:
             raise StaleSnapshot(str(lost)) from lost
         except IdempotencyKeyConflict as conflict:
             raise KeyRefused(conflict) from conflict
@@ -101,6 +122,23 @@ class HeldWrites:
         for done in after:
             done()
         return result
+
+    async def _keep(self, kept: list[Callable[[], Awaitable[Any]]]) -> None:
+        """Commit the writes to keep of a commit that lost on another one, alone; if they lose too (the run lease
+        passed on), they are left to whoever holds it now."""
+        if not kept:
+            return
+
+        async def run() -> None:
+            for write in kept:
+                await write()
+
+        try:
+            await self._store.atomically(run, checks_later=True)
+        except (LeaseLost, OperationConflict, NotFound) as lost:
+            log.info("results of a commit that lost were not kept either: %s", lost)
+            return
+        self.committed = True
 
 
 async def _nothing() -> None:

@@ -54,6 +54,7 @@ from mcp_elicit.store.errors import (
     DecisionConflict,
     DecisionExpired,
     IdempotencyKeyConflict,
+    LeaseLost,
     MigrationPending,
     NotFound,
     OperationConflict,
@@ -288,6 +289,18 @@ _AUDIT_INSERT = (
 _AUDIT_VALUES = "(%s, %s, %s, %s, %s, %s, %s, %s)"
 _AUDITS_PER_STATEMENT = 500
 """Rows per audit INSERT: 4,000 parameters, far below either engine's limit."""
+
+
+def _fenced(fence: Claim | None) -> tuple[str, tuple[object, ...]]:
+    """The condition that makes a write count only while `fence`, a run lease, is still its caller's: the same
+    holder and attempt (a lapsed holder's late write finds another holder, or its own next attempt)."""
+    if fence is None:
+        return "", ()
+    return (
+        " AND EXISTS (SELECT 1 FROM elicit_claims WHERE operation_id = %s AND name = %s AND holder = %s"
+        " AND attempt = %s)",
+        (fence.operation_id, fence.name, fence.holder, fence.attempt),
+    )
 
 
 def _unit_of(tx: Tx) -> Unit | None:
@@ -796,13 +809,23 @@ class SQLCore(ABC):
         caller: Caller,
         result: JSONValue = None,
         reason: str = "",
+        fence: Claim | None = None,
     ) -> Operation:
-        finish = functools.partial(self._finish_operation, snapshot, to, caller=caller, result=result, reason=reason)
+        finish = functools.partial(
+            self._finish_operation, snapshot, to, caller=caller, result=result, reason=reason, fence=fence
+        )
         observer = hooks.installed()
         return await (finish() if observer is None else observer.finishing(snapshot, to, finish))
 
     async def _finish_operation(
-        self, snapshot: Operation, to: OperationStatus, *, caller: Caller, result: JSONValue, reason: str
+        self,
+        snapshot: Operation,
+        to: OperationStatus,
+        *,
+        caller: Caller,
+        result: JSONValue,
+        reason: str,
+        fence: Claim | None,
     ) -> Operation:
         if to is OperationStatus.EXPIRED:
             raise ValueError("expiry is decided by the clock: it happens in sweeps and on late signals")
@@ -810,14 +833,15 @@ class SQLCore(ABC):
         now = self._clock()
         version = snapshot.version + 1
         where, params = _binding(caller)
+        fenced, fence_params = _fenced(fence)
         failure: StoreError
         finished: Operation | None = None
         async with self._write() as tx:
             changed = await tx.execute(
                 "UPDATE elicit_operations SET status = %s, result = %s, version = %s, updated_at = %s"
-                f" WHERE operation_id = %s AND status = %s AND version = %s AND expires_at > %s{where}",
+                f" WHERE operation_id = %s AND status = %s AND version = %s AND expires_at > %s{where}{fenced}",
                 (to.value, self._optional_json(result), version, self._to_time(now), snapshot.operation_id,
-                 snapshot.status.value, snapshot.version, self._to_time(now), *params),
+                 snapshot.status.value, snapshot.version, self._to_time(now), *params, *fence_params),
             )  # fmt: skip
             if changed == 1:
                 self._audit(
@@ -834,6 +858,8 @@ class SQLCore(ABC):
                 failure = OperationExpired(expired, to)
             elif current.status is OperationStatus.EXPIRED:
                 failure = OperationExpired(current, to)
+            elif fence is not None and (current.status, current.version) == (snapshot.status, snapshot.version):
+                failure = LeaseLost(snapshot.operation_id, fence.holder, fence.attempt)
             else:
                 failure = OperationConflict(current, to)
                 _lost(SubjectKind.OPERATION)
@@ -1250,25 +1276,41 @@ class SQLCore(ABC):
     # -- journal and token ledger ---------------------------------------------------------------
 
     async def journal_record(
-        self, operation_id: str, name: str, value: JSONValue, *, caller: Principal
+        self, operation_id: str, name: str, value: JSONValue, *, caller: Principal, fence: Claim | None = None
     ) -> JournalEntry:
         now = self._clock()
+        fenced, fence_params = _fenced(fence)
         async with self._write() as tx:
             inserted = await tx.execute(
                 "INSERT INTO elicit_journal (operation_id, name, value, recorded_at) SELECT %s, %s, %s, %s"
-                f" WHERE EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING})"
+                f" WHERE EXISTS (SELECT 1 FROM elicit_operations WHERE operation_id = %s{BINDING}){fenced}"
                 " ON CONFLICT (operation_id, name) DO NOTHING",
                 (operation_id, name, self._to_json(value), self._to_time(now), operation_id, caller.principal_id,
-                 caller.client_id),
+                 caller.client_id, *fence_params),
             )  # fmt: skip
             if inserted == 1:
                 self._moved(operation_id)
                 entry: JournalEntry | None = JournalEntry(name=name, value=value, recorded_at=now)
+            elif fence is not None:
+                raise LeaseLost(operation_id, fence.holder, fence.attempt)
             else:
                 entry = await self._select_journal(tx, operation_id, name, caller)
         if entry is None:
             raise NotFound(f"no operation {operation_id}")
         return entry
+
+    async def journal(self, operation_id: str, *, caller: Principal) -> list[JournalEntry]:
+        async with self._read() as tx:
+            rows = await tx.all(
+                "SELECT j.name, j.value, j.recorded_at FROM elicit_journal j JOIN elicit_operations o"
+                " USING (operation_id) WHERE j.operation_id = %s AND o.principal_id = %s AND o.client_id = %s",
+                (operation_id, caller.principal_id, caller.client_id),
+            )
+        entries = []
+        for row in rows:
+            c = _Cells("journal entry", ("name", *_JOURNAL_NAMES), row, row_id=f"of operation {operation_id}")
+            entries.append(JournalEntry(c.text(0), c.read(1, self._from_json), c.read(2, self._from_time)))
+        return entries
 
     async def _select_journal(self, tx: Tx, operation_id: str, name: str, caller: Principal) -> JournalEntry | None:
         row = await tx.one(
@@ -1774,6 +1816,7 @@ class SQLStore(ABC):
     audit_trail = _blocking(SQLCore.audit_trail)
     journal_record = _blocking(SQLCore.journal_record)
     journal_get = _blocking(SQLCore.journal_get)
+    journal = _blocking(SQLCore.journal)
     claim = _blocking(SQLCore.claim)
     claims = _blocking(SQLCore.claims)
     renew_claim = _blocking(SQLCore.renew_claim)

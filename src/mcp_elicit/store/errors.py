@@ -148,6 +148,19 @@ class IdempotencyKeyConflict(StoreError):
         super().__init__(f"idempotency key {key!r} was first used for {reason}; use a new key for this request")
 
 
+class LeaseLost(StoreError):
+    """A fenced write (a step's result, an operation's end) came from a call that no longer holds the
+    operation's run lease: the lease lapsed and another call took the operation over, or the call let go.
+
+    What the call computed under the lease it lost must not be recorded, since the new holder may run the
+    same steps; the call runs again on what is recorded instead.
+    """
+
+    def __init__(self, operation_id: str, holder: str, attempt: int) -> None:
+        self.operation_id = operation_id
+        super().__init__(f"operation {operation_id}: {holder} no longer holds its run lease (attempt {attempt})")
+
+
 class TransitionConflict(StoreError):
     """The compare-and-set lost: the record is no longer in the state the caller saw."""
 

@@ -305,7 +305,11 @@ class Store(Protocol):
         caller: Caller,
         result: JSONValue = None,
         reason: str = "",
-    ) -> Operation: ...
+        fence: Claim | None = None,
+    ) -> Operation:
+        """End an open operation by compare-and-set. With `fence` (the run lease the caller took), only while
+        that lease is still the caller's, same holder and attempt: else `LeaseLost`."""
+        ...
 
     def create_decision(self, decision: Decision) -> Decision: ...
 
@@ -383,8 +387,19 @@ class Store(Protocol):
         """
         ...
 
-    def journal_record(self, operation_id: str, name: str, value: JSONValue, *, caller: Principal) -> JournalEntry:
-        """Record a step's result unless one is recorded already; either way return the recorded one."""
+    def journal_record(
+        self, operation_id: str, name: str, value: JSONValue, *, caller: Principal, fence: Claim | None = None
+    ) -> JournalEntry:
+        """Record a step's result unless one is recorded already; either way return the recorded one.
+
+        With `fence` (the run lease the step ran under) the result is recorded only while that lease is still
+        the caller's, same holder and attempt, and only if none is recorded yet: else `LeaseLost`, since
+        another holder took the operation over and its record, not this one, counts.
+        """
+        ...
+
+    def journal(self, operation_id: str, *, caller: Principal) -> list[JournalEntry]:
+        """Every entry of the operation's journal, in one read: what a run replays instead of running again."""
         ...
 
     def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None: ...
