@@ -88,9 +88,7 @@ class HeldWrites:
             return await last()
 
         try:
-            # What is held and `last` let the store errors a check raises end the commit (mapped below; `last`
-            # catches only an operation's own end), so the store may check a write with a later statement.
-            result = await self._store.atomically(run, checks_later=True)
+            result = await self._store.atomically(run)
         except (DecisionConflict, DecisionExpired, AlreadyExists) as lost:
             raise StaleSnapshot(str(lost)) from lost
         except IdempotencyKeyConflict as conflict:
