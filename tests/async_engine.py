@@ -71,7 +71,7 @@ class ThroughAsyncEngine:
         self._loop.call_soon_threadsafe(inbox.put_nowait, (coroutine, answer))
         return answer.result(_SECONDS)
 
-    def atomically(self, work: Callable[[], R], *, checks_later: bool = False) -> R:
+    def atomically(self, work: Callable[[], R]) -> R:
         if getattr(self._local, "inbox", None) is not None:
             return work()  # a nested unit joins the one under way
         inbox: asyncio.Queue[_Call | _End] = asyncio.Queue()
@@ -92,7 +92,7 @@ class ThroughAsyncEngine:
         async def unit() -> None:
             engine = self._store.asynchronous
             assert engine is not None
-            await engine.atomically(run_calls, checks_later=checks_later)
+            await engine.atomically(run_calls)
 
         holding = asyncio.run_coroutine_threadsafe(unit(), self._loop)
         self._local.inbox = inbox

@@ -150,10 +150,8 @@ class Replayed(Exception):
     pass
 
 
-def test_a_lost_compare_and_set_inside_undoes_the_unit_even_with_statements_after_it(
-    store: Store, records: Records
-) -> None:
-    """An engine may check a compare-and-set with a later statement of the unit; the unit is undone all the same."""
+def test_a_lost_compare_and_set_inside_undoes_the_unit_with_what_came_before_it(store: Store, records: Records) -> None:
+    """The token spent before the lost compare-and-set is undone with it."""
     decision = records.form()
     stale = decision
     store.transition(decision, DecisionStatus.DECLINED, caller=ALICE, reason="no")  # another writer moves it
@@ -162,33 +160,34 @@ def test_a_lost_compare_and_set_inside_undoes_the_unit_even_with_statements_afte
         store.consume_token("round-2", expires_at=records.clock() + timedelta(minutes=5))
         store.transition(stale, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
         store.release_claim(decision.operation_id, "ask:approve", caller=ALICE)
-        store.get_operation(decision.operation_id, ALICE)  # a statement whose result is needed at once
 
     with pytest.raises(DecisionConflict) as lost:
-        store.atomically(work, checks_later=True)
+        store.atomically(work)
     assert lost.value.current.status is DecisionStatus.DECLINED
     assert not store.token_consumed("round-2")
     assert [e.to_status for e in store.audit_trail(decision.elicitation_id, ALICE)] == ["requested", "declined"]
 
 
 def test_the_first_failed_check_of_a_unit_is_the_one_raised(store: Store, records: Records) -> None:
+    """Each write's result is there where it is made: a spent token ends the unit before the stale
+    compare-and-set after it runs."""
     decision = records.form()
     expires = records.clock() + timedelta(minutes=5)
     store.consume_token("round-3", expires_at=expires)
     store.transition(decision, DecisionStatus.DECLINED, caller=ALICE, reason="no")
 
     def work() -> None:
-        store.consume_token("round-3", expires_at=expires, replayed=Replayed)
+        if store.consume_token("round-3", expires_at=expires) is Consumption.ALREADY_USED:
+            raise Replayed
         store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
 
     with pytest.raises(Replayed):
-        store.atomically(work, checks_later=True)
-    with pytest.raises(Replayed):
-        store.consume_token("round-3", expires_at=expires, replayed=Replayed)
+        store.atomically(work)
     assert store.consume_token("round-3", expires_at=expires) is Consumption.ALREADY_USED
+    assert store.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.DECLINED
 
 
-def test_checked_writes_inside_a_unit_commit_with_it(store: Store, records: Records) -> None:
+def test_a_spent_token_an_answer_and_a_freed_claim_inside_a_unit_commit_with_it(store: Store, records: Records) -> None:
     decision = records.form()
     operation_id = decision.operation_id
     holder = "call:one"
@@ -197,12 +196,12 @@ def test_checked_writes_inside_a_unit_commit_with_it(store: Store, records: Reco
     store.add_change_listener(heard.append)
 
     def work() -> Decision:
-        store.consume_token("round-4", expires_at=records.clock() + timedelta(minutes=5), replayed=Replayed)
+        assert store.consume_token("round-4", expires_at=records.clock() + timedelta(minutes=5)) is Consumption.FIRST
         accepted = store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
         store.release_claim(operation_id, "ask:approve", caller=ALICE, holder=holder)
         return accepted
 
-    accepted = store.atomically(work, checks_later=True)
+    accepted = store.atomically(work)
 
     assert store.get_decision(decision.elicitation_id, ALICE) == accepted
     assert store.claims(operation_id, caller=ALICE) == []
@@ -221,7 +220,7 @@ def test_a_question_under_a_taken_key_inside_undoes_the_unit(store: Store, recor
         store.get_operation(operation.operation_id, ALICE)
 
     with pytest.raises(AlreadyExists, match="already has a question under key 'approve'"):
-        store.atomically(work, checks_later=True)
+        store.atomically(work)
     assert not store.token_consumed("round-5")
     assert store.list_decisions(ALICE, operation_id=operation.operation_id) == [first]
 
@@ -234,7 +233,7 @@ def test_a_question_of_a_missing_operation_inside_is_not_found(store: Store, rec
         store.token_consumed("anything")
 
     with pytest.raises(NotFound, match="no operation"):
-        store.atomically(work, checks_later=True)
+        store.atomically(work)
 
 
 def test_the_same_question_twice_inside_is_refused(store: Store, records: Records) -> None:
@@ -246,14 +245,14 @@ def test_the_same_question_twice_inside_is_refused(store: Store, records: Record
         store.create_decision(replace(decision, key="other"))
 
     with pytest.raises(AlreadyExists, match=f"decision {decision.elicitation_id} already exists"):
-        store.atomically(work, checks_later=True)
+        store.atomically(work)
     with pytest.raises(NotFound):
         store.get_operation(operation.operation_id, ALICE)
 
 
 def test_a_unit_that_handles_a_lost_compare_and_set_sees_it_where_it_was_made(store: Store, records: Records) -> None:
-    """Without `checks_later` every write is checked in place: work that catches a conflict and goes on (as a
-    task's end does for each of its questions) commits the rest."""
+    """Every write is checked where it is made: work that catches a conflict and goes on (as a task's end does
+    for each of its questions) commits the rest."""
     first, second = records.form(), records.form()
     store.transition(first, DecisionStatus.DECLINED, caller=ALICE, reason="no")
     lost: list[DecisionStatus] = []
@@ -272,19 +271,19 @@ def test_a_unit_that_handles_a_lost_compare_and_set_sees_it_where_it_was_made(st
 
 
 def test_a_failed_check_comes_before_a_later_statement_s_own_error(store: Store, records: Records) -> None:
-    """The operation's first statement was sent and inserted nothing (an identical call's operation is open);
-    the INSERT after it clashes. The earlier write's check is what the unit ends with, as if it had been
-    checked where it was made."""
+    """The operation's begin created nothing (an identical call's operation is open); the INSERT after it
+    would clash. The earlier write's check is what the unit ends with: the INSERT never runs."""
     open_one = records.operation()
     late = replace(open_one, operation_id=str(uuid.uuid4()))
     taken = records.operation()
 
     def work() -> None:
-        store.begin_operation(late, not_created=Lost)
+        if not store.begin_operation(late).created:
+            raise Lost
         store.create_operation(taken)
 
     with pytest.raises(Lost):
-        store.atomically(work, checks_later=True)
+        store.atomically(work)
     with pytest.raises(NotFound):
         store.get_operation(late.operation_id, ALICE)
 

@@ -866,31 +866,45 @@ class Lost(Exception):
     pass
 
 
-def test_a_call_that_saw_nothing_begins_in_one_statement_checked_with_the_unit(store: Store, clock: FakeClock) -> None:
+def test_a_call_that_saw_nothing_begins_its_operation_inside_a_unit(store: Store, clock: FakeClock) -> None:
     fresh = candidate(clock)
 
     def work() -> None:
-        started = store.begin_operation(fresh, not_created=Lost)
+        started = store.begin_operation(fresh)
         assert started.created
         store.consume_token("round-1", expires_at=clock() + TTL)
 
-    store.atomically(work, checks_later=True)
+    store.atomically(work)
     assert store.get_operation(fresh.operation_id, ALICE) == fresh
+    assert store.token_consumed("round-1")
     assert [e.reason for e in store.audit_trail(fresh.operation_id, ALICE)] == ["created"]
 
 
 @pytest.mark.parametrize("inside", [True, False], ids=["inside-a-unit", "alone"])
-def test_one_that_loses_the_race_raises_and_undoes_its_unit(store: Store, clock: FakeClock, inside: bool) -> None:
+def test_one_that_loses_the_race_is_told_at_once_and_undoes_its_unit(
+    store: Store, clock: FakeClock, inside: bool
+) -> None:
+    """The late call learns from `begin_operation` itself that it did not create (as the server's check of
+    `created` does), before anything after it in the unit runs; raising then undoes the unit whole."""
     first = store.begin_operation(candidate(clock)).operation
     late = candidate(clock)
+    after: list[str] = []
 
     def work() -> None:
-        store.begin_operation(late, not_created=Lost)
         store.consume_token("round-2", expires_at=clock() + TTL)
-        store.get_operation(first.operation_id, ALICE)  # a statement whose result is needed at once
+        started = store.begin_operation(late)
+        if not started.created:
+            assert started.operation == first
+            raise Lost
+        after.append("went on")
 
-    with pytest.raises(Lost):
-        store.atomically(work, checks_later=True) if inside else store.begin_operation(late, not_created=Lost)
+    if inside:
+        with pytest.raises(Lost):
+            store.atomically(work)
+    else:
+        started = store.begin_operation(late)
+        assert not started.created and started.operation == first
+    assert after == []
     with pytest.raises(NotFound):
         store.get_operation(late.operation_id, OPERATOR)
     assert not store.token_consumed("round-2")
@@ -900,8 +914,3 @@ def test_one_that_loses_the_race_raises_and_undoes_its_unit(store: Store, clock:
 def open_rows_of_call_in(store: Store, operation: Operation) -> list[str]:
     found = store.find_operations(ALICE, method=METHOD, target=TARGET, request_digest=operation.request_digest)
     return [o.operation_id for o in found if o.status is OperationStatus.OPEN]
-
-
-def test_a_keyed_call_cannot_skip_binding_its_key(store: Store, clock: FakeClock) -> None:
-    with pytest.raises(ValueError, match="key bound"):
-        store.begin_operation(candidate(clock, key="key-1"), not_created=Lost)

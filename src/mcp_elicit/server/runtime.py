@@ -929,15 +929,9 @@ class Elicitation:
         )
         replay_since = now - self.replay_window
 
-        def lost() -> StaleSnapshot:
-            return StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
-
         async def begin() -> None:
-            if found or key is not None:  # something to expire, replay or bind on the way: the careful path
-                if not (await store(store.sync.begin_operation, candidate, replay_since=replay_since)).created:
-                    raise lost()
-            else:  # nothing seen: one statement, checked with the commit's next (a racing creator loses it)
-                await store(store.sync.begin_operation, candidate, replay_since=replay_since, not_created=lost)
+            if not (await store(store.sync.begin_operation, candidate, replay_since=replay_since)).created:
+                raise StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
 
         writes.hold(begin)
         return _Found(candidate, fresh=True)

@@ -98,26 +98,10 @@ class HeldWrites:
             return await last()
 
         try:
-            try:
-                # What is held and `last` let the store errors a check raises end the commit (mapped below; `last`
-                # catches only an operation's own end), so the store may check a write with a later statement.
-                result = await self._store.atomically(run, checks_later=True)
-            except (
-                DecisionConflict,
-                DecisionExpired,
-                AlreadyExists,
-                LeaseLost,
-                IdempotencyKeyConflict,
-                OperationConflict,
-            ):
-                await self._keep(kept)
-                raise
-        except (DecisionConflict, DecisionExpired, AlreadyExists, LeaseLost) as lost:
-            raise StaleSnapshot(str(lost)) from lost
-        except IdempotencyKeyConflict as conflict:
-            raise KeyRefused(conflict) from conflict
-        except OperationConflict as ended:
-            raise OperationEnded(ended.current) from ended
+            result = await self._store.atomically(run)
+        except _LOST as lost:
+            await self._keep(kept)
+            raise _signal_of(lost) from lost
         self.committed = self.committed or bool(held)
         for done in after:
             done()
@@ -134,11 +118,23 @@ class HeldWrites:
                 await write()
 
         try:
-            await self._store.atomically(run, checks_later=True)
+            await self._store.atomically(run)
         except (LeaseLost, OperationConflict, NotFound) as lost:
             log.info("results of a commit that lost were not kept either: %s", lost)
             return
         self.committed = True
+
+
+_LOST = (DecisionConflict, DecisionExpired, AlreadyExists, LeaseLost, IdempotencyKeyConflict, OperationConflict)
+"""What a commit loses on: another call's progress, not a fault."""
+
+
+def _signal_of(lost: Exception) -> Signal:
+    if isinstance(lost, IdempotencyKeyConflict):
+        return KeyRefused(lost)
+    if isinstance(lost, OperationConflict):
+        return OperationEnded(lost.current)
+    return StaleSnapshot(str(lost))
 
 
 async def _nothing() -> None:

@@ -157,16 +157,6 @@ class Tx(Protocol):
         """Send what `defer` held back, before a read that needs it."""
         ...
 
-    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-        """A write whose row count only confirms what the unit expects: `check` gets it, and raises to undo the
-        unit, before the transaction reads anything else or commits. An engine may send it together with
-        what follows and check it then (PostgreSQL pipelines it), so the caller goes on as if it held."""
-        ...
-
-    async def settle(self) -> None:
-        """Run the checks of what `send` sent: a unit settles before it writes its audit and commits."""
-        ...
-
 
 class Transaction(Protocol):
     """What an engine's `_begin` gives: entered, a `Tx`; left without an error, committed."""
@@ -309,12 +299,6 @@ def _unit_of(tx: Tx) -> Unit | None:
     return unit if unit is not None and unit.tx is tx else None
 
 
-async def _checked(tx: Tx, sql: str, values: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-    """A write whose row count only confirms what its caller expects, checked where it is made: the store
-    runs the same statements whether or not anyone observes it (`hooks`)."""
-    await check(await tx.execute(sql, values))
-
-
 def _committed(change: hooks.Committed) -> None:
     """Tell the installed hooks of `change` once the write under way commits."""
     observer = hooks.installed()
@@ -343,24 +327,20 @@ class _Write:
     A plain class rather than a generator context manager: it sits on every write's hot path.
     """
 
-    __slots__ = ("_checks_later", "_core", "_joined", "_token", "_transaction", "_unit")
+    __slots__ = ("_core", "_token", "_transaction", "_unit")
 
-    def __init__(self, core: SQLCore, checks_later: bool = False) -> None:
+    def __init__(self, core: SQLCore) -> None:
         self._core = core
-        self._checks_later = checks_later
 
     async def __aenter__(self) -> Tx:
         unit = UNIT.get()
         if unit is not None and unit.core is self._core:
             self._unit = None
             self._transaction = self._core._join(unit.tx)
-            tx = await self._transaction.__aenter__()
-            unit.joined += 1
-            self._joined = unit
-            return tx
+            return await self._transaction.__aenter__()
         self._transaction = self._core._begin()
         tx = await self._transaction.__aenter__()
-        self._unit = Unit(self._core, tx, checks_later=self._checks_later)
+        self._unit = Unit(self._core, tx)
         self._token = UNIT.set(self._unit)
         return tx
 
@@ -369,14 +349,10 @@ class _Write:
     ) -> bool | None:
         unit = self._unit
         if unit is None:
-            self._joined.joined -= 1
             return await self._transaction.__aexit__(kind, error, trace)
+        UNIT.reset(self._token)
         if kind is None:
             try:
-                try:
-                    await unit.tx.settle()  # checked inside the unit, whose records a check may touch
-                finally:
-                    UNIT.reset(self._token)
                 _write_audits(unit)
                 if unit.notices and await self._core._subscribed(unit.tx):
                     for events, subjects, at in unit.notices:
@@ -387,8 +363,6 @@ class _Write:
                 # Rolled back, and the connection given back, whatever failed on the way to the commit.
                 await self._transaction.__aexit__(type(failure), failure, failure.__traceback__)
                 raise
-        else:
-            UNIT.reset(self._token)
         suppressed = await self._transaction.__aexit__(kind, error, trace)
         if kind is None:
             for record in unit.committed:
@@ -425,24 +399,21 @@ class SQLCore(ABC):
 
     # -- transactions ---------------------------------------------------------------------------
 
-    def _write(self, *, checks_later: bool = False) -> _Write:
-        return _Write(self, checks_later)
+    def _write(self) -> _Write:
+        return _Write(self)
 
     def _read(self) -> Transaction:
         unit = UNIT.get()
         return self._begin_read() if unit is None or unit.core is not self else self._join(unit.tx)
 
-    async def atomically(self, work: Callable[[], Awaitable[R]], *, checks_later: bool = False) -> R:
+    async def atomically(self, work: Callable[[], Awaitable[R]]) -> R:
         """Run `work`'s store calls (in this context) in one transaction: all of them commit, or none.
 
         Inside, every call reads what the earlier ones wrote. An exception from `work`, a store error
         included, rolls everything back. Other processes and change listeners hear of what moved once,
         with the commit.
-
-        `checks_later`: `work` lets every store error it meets end the unit (it catches none of the ones a
-        write's check raises), so an engine may check a write with a later statement (see `Tx.send`).
         """
-        async with self._write(checks_later=checks_later):
+        async with self._write():
             return await work()
 
     def _moved(self, subject: str) -> None:
@@ -641,28 +612,11 @@ class SQLCore(ABC):
         decisions = [self._decision(row[split:]) for row in rows if row[split] is not None]
         return OperationRecords(self._operation(rows[0][:split]), decisions)
 
-    async def begin_operation(
-        self,
-        candidate: Operation,
-        *,
-        replay_since: datetime | None = None,
-        not_created: Callable[[], BaseException] | None = None,
-    ) -> OperationStart:
+    async def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
         if candidate.status is not OperationStatus.OPEN:
             raise ValueError("an operation is created open")
         now = self._clock()
         async with self._write() as tx:
-            if not_created is not None:
-                if candidate.idempotency_key is not None:
-                    raise ValueError("a keyed call's operation begins with its key bound: without not_created")
-
-                async def check(inserted: int) -> None:
-                    if inserted != 1:
-                        raise not_created()
-
-                await _checked(tx, *self._first_of_call(candidate, replay_since), check)
-                self._audit_created(tx, candidate)
-                return OperationStart(candidate, created=True)
             if candidate.idempotency_key is not None:
                 await self._bind_key(tx, candidate, now)
             if await tx.execute(*self._first_of_call(candidate, replay_since)) == 1:
@@ -1412,28 +1366,15 @@ class SQLCore(ABC):
         )
         values = (operation_id, name, *params, operation_id, caller.principal_id, caller.client_id)
         async with self._write() as tx:
+            if await tx.execute(sql, values):
+                self._moved(operation_id)
 
-            async def moved(released: int) -> None:
-                if released:
-                    self._moved(operation_id)
-
-            await _checked(tx, sql, values, moved)
-
-    async def consume_token(
-        self, token_id: str, *, expires_at: datetime, replayed: Callable[[], BaseException] | None = None
-    ) -> Consumption:
-        sql = "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING"
-        values = (token_id, self._to_time(expires_at))
+    async def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         async with self._write() as tx:
-            if replayed is not None:
-
-                async def check(inserted: int) -> None:
-                    if inserted != 1:
-                        raise replayed()
-
-                await _checked(tx, sql, values, check)
-                return Consumption.FIRST
-            inserted = await tx.execute(sql, values)
+            inserted = await tx.execute(
+                "INSERT INTO elicit_tokens (token_id, expires_at) VALUES (%s, %s) ON CONFLICT (token_id) DO NOTHING",
+                (token_id, self._to_time(expires_at)),
+            )
         return Consumption.FIRST if inserted == 1 else Consumption.ALREADY_USED
 
     async def token_consumed(self, token_id: str) -> bool:
@@ -1793,9 +1734,9 @@ class SQLStore(ABC):
         id for its transitions, an operation's id for its journal, its claims and its end."""
         self._change_listeners.append(listener)
 
-    def atomically(self, work: Callable[[], R], *, checks_later: bool = False) -> R:
+    def atomically(self, work: Callable[[], R]) -> R:
         """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
-        return run_now(self._core.atomically(functools.partial(_returning, work), checks_later=checks_later))
+        return run_now(self._core.atomically(functools.partial(_returning, work)))
 
     verify_schema = _blocking(SQLCore.verify_schema)
     create_operation = _blocking(SQLCore.create_operation)

@@ -19,13 +19,11 @@ if TYPE_CHECKING:
 class Unit:
     """One write transaction of a core and what it moved."""
 
-    __slots__ = ("audits", "checks_later", "committed", "core", "joined", "moved", "notices", "tx")
+    __slots__ = ("audits", "committed", "core", "moved", "notices", "tx")
 
-    def __init__(self, core: SQLCore, tx: Tx, *, checks_later: bool = False) -> None:
+    def __init__(self, core: SQLCore, tx: Tx) -> None:
         self.core = core
         self.tx = tx
-        self.checks_later = checks_later
-        """Whether the unit's work lets every store error end it, so writes may be checked later (`Tx.send`)."""
         self.audits: list[tuple[object, ...]] = []
         """Audit rows of the unit, written as one statement with its commit (or before a read of the trail)."""
         self.moved: list[str] = []
@@ -33,8 +31,6 @@ class Unit:
         """Outbox rows to write just before the commit, off the records as the whole unit leaves them."""
         self.committed: list[Callable[[], None]] = []
         """Run once the unit committed (hooks told what it changed); forgotten with a rollback."""
-        self.joined = 0
-        """How many store calls run inside the unit now: while any does, a failed check undoes the whole unit."""
 
 
 UNIT: ContextVar[Unit | None] = ContextVar("mcp_elicit_store_unit", default=None)

@@ -62,19 +62,18 @@ class AsyncStore:
                 return await twin(*args, **kwargs)
         return await anyio.to_thread.run_sync(partial(function, *args, **kwargs))
 
-    async def atomically(self, work: Callable[[], Awaitable[R]], *, checks_later: bool = False) -> R:
+    async def atomically(self, work: Callable[[], Awaitable[R]]) -> R:
         """Run `work`'s calls through this object in one transaction: all commit, or none do.
 
         `work` must await nothing but those calls: on an inline or threaded store it runs to its end
-        without an event loop's help. `checks_later`: `work` catches no store error its calls raise, so
-        the engine may check a write with a later statement (see `SQLCore.atomically`).
+        without an event loop's help.
         """
         if self._inline or _IN_WORKER.get():
             return self.sync.atomically(lambda: run_now(_awaited(work)))
         engine = self.sync.asynchronous
         if engine is not None:
             with anyio.CancelScope(shield=True):
-                result: R = await engine.atomically(work, checks_later=checks_later)
+                result: R = await engine.atomically(work)
             return result
         return await anyio.to_thread.run_sync(partial(self._in_worker, work))
 

@@ -20,17 +20,15 @@ tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import anyio
 import psycopg
-from psycopg import AsyncPipeline, pq
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
@@ -138,12 +136,6 @@ class _PostgresTx(_Deferring):
             self._cursor.execute("BEGIN")
         self._cursor.executemany(sql, rows)
 
-    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-        await check(self._run(sql, params).rowcount)
-
-    async def settle(self) -> None:
-        return None
-
     async def flush(self) -> None:
         self._send(commit=False)
 
@@ -167,14 +159,9 @@ class _PostgresTx(_Deferring):
 
 
 class _AsyncPostgresTx(_Deferring):
-    """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between.
+    """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between."""
 
-    What `send` sends opens a pipeline that stays open: the statements after it go out with it, and the
-    first that needs its result (or the commit) receives them all in one round trip, then runs their checks.
-    A unit whose compare-and-sets only confirm what it expects thus pays one round trip for all of them.
-    """
-
-    __slots__ = ("_connection", "_cursor", "_pending", "_pipeline")
+    __slots__ = ("_connection", "_cursor")
 
     def __init__(
         self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
@@ -182,15 +169,8 @@ class _AsyncPostgresTx(_Deferring):
         super().__init__(write=write)
         self._connection = connection
         self._cursor = cursor
-        self._pipeline: AbstractAsyncContextManager[AsyncPipeline] | None = None
-        self._pending: list[tuple[psycopg.AsyncCursor[Any], Callable[[int], Awaitable[None]]]] = []
 
     async def _run(self, sql: str, params: Sequence[object]) -> psycopg.AsyncCursor[Any]:
-        if self._pipeline is not None:
-            cursor = self._connection.cursor()  # its own: a check may run statements before it is read
-            await cursor.execute(sql, params)
-            await self.settle()
-            return cursor
         if not self._beginning():
             return await self._cursor.execute(sql, params)
         async with self._connection.pipeline():
@@ -208,62 +188,14 @@ class _AsyncPostgresTx(_Deferring):
         return await (await self._run(sql, params)).fetchall()
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
-        await self.settle()
         if self._beginning():
             await self._cursor.execute("BEGIN")
         await self._cursor.executemany(sql, rows)
 
-    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-        if self._pipeline is None:
-            pipeline = self._connection.pipeline()
-            await pipeline.__aenter__()
-            self._pipeline = pipeline
-            if self._beginning():
-                await self._cursor.execute("BEGIN")
-        cursor = self._connection.cursor()
-        await cursor.execute(sql, params)
-        self._pending.append((cursor, check))
-
-    async def settle(self) -> None:
-        pipeline = self._pipeline
-        if pipeline is None:
-            return
-        self._pipeline = None
-        pending, self._pending = self._pending, []
-        try:
-            try:
-                await pipeline.__aexit__(None, None, None)
-            except psycopg.Error:
-                # A statement after them failed: the checks of the sent writes that ran come first, as they
-                # would have where each write was made. The failure stands if they hold, or if a check needs
-                # to read to say why its write did nothing (the transaction is aborted by now).
-                for cursor, check in pending:
-                    if cursor.pgresult is None or cursor.pgresult.status != pq.ExecStatus.COMMAND_OK:
-                        break
-                    try:
-                        await check(cursor.rowcount)
-                    except pg_errors.InFailedSqlTransaction:
-                        break
-                raise
-            for cursor, check in pending:
-                await check(cursor.rowcount)
-        finally:
-            for cursor, _ in pending:
-                await cursor.close()
-
-    async def abandon(self, error: BaseException) -> None:
-        """Leave an open pipeline after a failure, so the connection goes back to its pool rolled back."""
-        pipeline, self._pipeline, self._pending = self._pipeline, None, []
-        if pipeline is not None:
-            with contextlib.suppress(psycopg.Error):
-                await pipeline.__aexit__(type(error), error, error.__traceback__)
-
     async def flush(self) -> None:
-        await self.settle()
         await self._send(commit=False)
 
     async def commit(self) -> None:
-        await self.settle()
         if self._deferred:
             await self._send(commit=True)
         elif self._begun:
@@ -416,12 +348,8 @@ class _AsyncPostgres(_PostgresCore):
         try:
             async with self._pool.connection() as connection, connection.cursor() as cursor:
                 tx = _AsyncPostgresTx(connection, cursor, write=write)
-                try:
-                    yield tx
-                    await tx.commit()
-                except BaseException as failure:
-                    await tx.abandon(failure)
-                    raise
+                yield tx
+                await tx.commit()
         except psycopg.Error as error:
             if _connection_lost(error):
                 self._check_pool_soon()

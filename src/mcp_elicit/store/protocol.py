@@ -245,13 +245,8 @@ class Store(Protocol):
         """
         ...
 
-    def atomically(self, work: Callable[[], R], *, checks_later: bool = False) -> R:
-        """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do.
-
-        `checks_later`: `work` catches no store error its calls raise, so an engine may check a write whose
-        row count only confirms an expectation with a later statement of the unit, which a failed check then
-        undoes whole (the async PostgreSQL engine pipelines such writes; the others check them at once).
-        """
+    def atomically(self, work: Callable[[], R]) -> R:
+        """Run `work`'s calls to this store (on this thread) in one transaction: all commit, or none do."""
         ...
 
     def create_operation(self, operation: Operation) -> Operation: ...
@@ -262,13 +257,7 @@ class Store(Protocol):
         """The operation and its decisions in one read (`NotFound` as `get_operation`): a resuming call's start."""
         ...
 
-    def begin_operation(
-        self,
-        candidate: Operation,
-        *,
-        replay_since: datetime | None = None,
-        not_created: Callable[[], BaseException] | None = None,
-    ) -> OperationStart:
+    def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
         """The open operation of `candidate`'s call, or `candidate` stored as that operation.
 
         The call is the candidate's principal, client, method, target and request digest, or its principal,
@@ -277,11 +266,6 @@ class Store(Protocol):
         completed one updated at or after `replay_since` is returned instead of starting anew. A key the
         caller bound to another request raises `IdempotencyKeyConflict`; a fresh key is bound to this
         request until its operation ends.
-
-        With `not_created` (a call that saw no operation of its own), only the one statement that inserts
-        the candidate when nothing of the call stands in its way is tried; if it inserts nothing, what
-        `not_created` returns is raised, inside `atomically` possibly with a later statement of the unit,
-        which it then undoes whole. Not for a keyed call, whose key is bound first.
         """
         ...
 
@@ -435,14 +419,8 @@ class Store(Protocol):
         """Drop the claim (only `holder`'s, when given) and tell waiters on the operation."""
         ...
 
-    def consume_token(
-        self, token_id: str, *, expires_at: datetime, replayed: Callable[[], BaseException] | None = None
-    ) -> Consumption:
-        """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry.
-
-        With `replayed`, a token spent already raises what it returns instead of answering `ALREADY_USED`;
-        inside `atomically` that may happen with a later statement of the unit, which it then undoes whole.
-        """
+    def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
+        """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
         ...
 
     def token_consumed(self, token_id: str) -> bool:

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -172,12 +172,6 @@ class _SQLiteTx:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
 
     async def flush(self) -> None:
-        return None
-
-    async def send(self, sql: str, params: Sequence[object], check: Callable[[int], Awaitable[None]]) -> None:
-        await check(self._connection.execute(_qmark(sql), params).rowcount)
-
-    async def settle(self) -> None:
         return None
 
 

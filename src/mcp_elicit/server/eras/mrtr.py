@@ -32,7 +32,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from mcp.shared.exceptions import MCPError
 from mcp_types import (
     ElicitRequest,
     ElicitRequestFormParams,
@@ -51,7 +50,7 @@ from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, an
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites, OperationEnded
-from mcp_elicit.store import OperationRecords, StoreError, StoreUnavailable
+from mcp_elicit.store import Consumption, OperationRecords, StoreError, StoreUnavailable
 from mcp_elicit.store.offload import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -113,13 +112,12 @@ class MrtrEra:
         state = self._state = RoundState.decode(self._call.request_state)
         sync, ttl, clock = store.sync, self._settings.state_ttl, self._settings.clock
 
-        def replayed() -> MCPError:
-            log.warning("requestState round replayed for operation %s", state.operation_id)
-            return refused()
-
         async def spend() -> None:
             """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
-            await store(sync.consume_token, state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW, replayed=replayed)
+            spent = await store(sync.consume_token, state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW)
+            if spent is Consumption.ALREADY_USED:
+                log.warning("requestState round replayed for operation %s", state.operation_id)
+                raise refused()
 
         if not self._spent:  # a run of this very call spent it already: running again is no replay
             writes.hold(spend)
