@@ -36,6 +36,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	$(BIN)/python -m bench.commits
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.listing
 	$(BIN)/python -m bench.sweep
