@@ -14,7 +14,8 @@ import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus
 from mcp_elicit.store import DecisionConflict, NotFound, open_store
-from mcp_elicit.store._sql import SQLCore, SQLStore, run_now
+from mcp_elicit.store._engine import run_now
+from mcp_elicit.store._sql import SQLCore, SQLStore
 from mcp_elicit.store.offload import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.protocol import Store as StoreProtocol

@@ -108,9 +108,9 @@ def test_late_operation_result_is_refused_before_any_sweep(store: Store, records
 
 def test_sweep_larger_than_one_batch(store: Store, records: Records, clock: FakeClock) -> None:
     operation = records.operation(ttl=timedelta(days=1))
-    from mcp_elicit.store import _sql
+    from mcp_elicit.store import _sweep
 
-    count = _sql.SWEEP_BATCH + 3
+    count = _sweep.SWEEP_BATCH + 3
     for i in range(count):
         records.form(operation, key=f"k{i}", ttl=timedelta(seconds=1))
     clock.advance(timedelta(seconds=1))

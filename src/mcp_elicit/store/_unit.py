@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mcp_elicit.store._sql import SQLCore, Tx
+    from mcp_elicit.store._core import Core
+    from mcp_elicit.store._engine import Tx
     from mcp_elicit.store.protocol import NotificationEvent
 
 
@@ -21,7 +22,7 @@ class Unit:
 
     __slots__ = ("audits", "committed", "core", "moved", "notices", "tx")
 
-    def __init__(self, core: SQLCore, tx: Tx) -> None:
+    def __init__(self, core: Core, tx: Tx) -> None:
         self.core = core
         self.tx = tx
         self.audits: list[tuple[object, ...]] = []

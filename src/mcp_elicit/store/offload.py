@@ -19,7 +19,7 @@ from typing import ParamSpec, TypeVar
 import anyio.to_thread
 
 from mcp_elicit.store import Store
-from mcp_elicit.store._sql import run_now
+from mcp_elicit.store._engine import run_now
 
 P = ParamSpec("P")
 R = TypeVar("R")
