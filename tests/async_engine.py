@@ -1,9 +1,9 @@
 """A `Store` whose calls run on the PostgreSQL store's async engine, so the store suite proves both engines.
 
-Each call is the async core's coroutine of the same name, awaited on an event loop of the adapter's own,
-inside `serving`: the path the server takes on PostgreSQL. `atomically` opens the core's async unit on
-that loop; the work runs here, and the unit's task awaits each of its calls in the unit's own context,
-so they share its transaction as a server call's do.
+The adapter is a `Store` whose `_run` awaits each call's program (the very lambda `Store` and `AsyncStore`
+build) on the async core, on an event loop of the adapter's own, inside `serving`: the path the server takes
+on PostgreSQL. `atomically` opens the core's async unit on that loop; the work runs here, and the unit's task
+awaits each of its calls in the unit's own context, so they share its transaction as a server call's do.
 """
 
 from __future__ import annotations
@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from mcp_elicit.store import Store
+from mcp_elicit.store._facade import Program
+from mcp_elicit.store._sql import SQLCore
 from mcp_elicit.store.postgres import PostgresStore
-from mcp_elicit.store.protocol import Store
+from mcp_elicit.store.protocol import Interest
 
 R = TypeVar("R")
-_BLOCKING_ONLY = frozenset({"add_change_listener", "close", "listen", "serving"})
 _SECONDS = 60
 
 _Call = tuple[Coroutine[Any, Any, Any], "concurrent.futures.Future[Any]"]
@@ -29,9 +32,10 @@ class _End:
         self.failure = failure
 
 
-class ThroughAsyncEngine:
+class ThroughAsyncEngine(Store):
     def __init__(self, store: PostgresStore) -> None:
-        self._store = store
+        self._store = store  # first: `__getattr__` reads it
+        super().__init__(store._core, store._change_listeners)
         self._local = threading.local()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="async-engine", daemon=True)
@@ -49,19 +53,35 @@ class ThroughAsyncEngine:
             raise RuntimeError("the async engine did not open")
 
     def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._store, name)
-        if name.startswith("_") or name in _BLOCKING_ONLY or not callable(attribute):
-            return attribute
+        return getattr(self._store, name)  # what only the PostgreSQL store has (its pool, for one)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._await(self._twin(name, args, kwargs))
+    @property
+    def display_url(self) -> str:
+        return self._store.display_url
 
-        return call
+    def schema_version(self) -> int:
+        return self._store.schema_version()
 
-    async def _twin(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    @property
+    def asynchronous(self) -> SQLCore | None:
+        return self._store.asynchronous
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        async with self._store.serving():
+            yield
+
+    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
+        await self._store.listen(on_change, interest)
+
+    def _run(self, program: Program[R]) -> R:
+        result: R = self._await(self._on_engine(program))
+        return result
+
+    async def _on_engine(self, program: Program[R]) -> R:
         engine = self._store.asynchronous
         assert engine is not None, "the async engine is open on this loop"
-        return await getattr(engine, name)(*args, **kwargs)
+        return await program(engine)
 
     def _await(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
         inbox: asyncio.Queue[_Call | _End] | None = getattr(self._local, "inbox", None)
@@ -123,5 +143,4 @@ class ThroughAsyncEngine:
 
 def through_async_engine(store: Store) -> Store:
     assert isinstance(store, PostgresStore)
-    adapted: Any = ThroughAsyncEngine(store)
-    return adapted  # type: ignore[no-any-return]
+    return ThroughAsyncEngine(store)

@@ -1,5 +1,6 @@
 """Durable storage of operations, decisions, their journal, audit trail, single-use tokens and sealed vault blobs."""
 
+from mcp_elicit.store._blocking import Store
 from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
@@ -31,7 +32,6 @@ from mcp_elicit.store.protocol import (
     JournalEntry,
     OperationRecords,
     OperationStart,
-    Store,
     SweepResult,
     VaultRecord,
 )

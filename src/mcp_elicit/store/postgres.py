@@ -36,9 +36,10 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from mcp_elicit.model import JSONValue
 from mcp_elicit.store import _schema
+from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._core import CLOCK, shape
 from mcp_elicit.store._engine import BadValue, ForeignKeyViolation, Tx, UniqueViolation
-from mcp_elicit.store._sql import SQLCore, SQLStore
+from mcp_elicit.store._sql import SQLCore
 from mcp_elicit.store._sweep import SWEEP_REASON, Sweepable
 from mcp_elicit.store.errors import (
     MigrationPending,
@@ -387,7 +388,7 @@ class _Serving:
         self.holders = 0
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(Store):
     def __init__(
         self,
         conninfo: str,

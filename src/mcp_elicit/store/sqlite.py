@@ -32,9 +32,10 @@ from typing import Any
 
 from mcp_elicit.model import JSONValue
 from mcp_elicit.store import _schema
+from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._core import CLOCK, json_text, shape
 from mcp_elicit.store._engine import BadValue, ForeignKeyViolation, Tx, UniqueViolation
-from mcp_elicit.store._sql import SQLCore, SQLStore
+from mcp_elicit.store._sql import SQLCore
 from mcp_elicit.store._sweep import SWEEP_REASON, Sweepable
 from mcp_elicit.store.errors import (
     MigrationPending,
@@ -238,7 +239,7 @@ class _SQLiteCore(SQLCore):
     def path(self) -> Path:
         return self._path
 
-    def verify_file(self) -> None:
+    async def verify_schema(self) -> None:
         # A connection of its own, opened by path without creating: the file may be gone since this store opened it.
         if self._identity is not None:
             self._identity.check()
@@ -424,7 +425,7 @@ class _SQLiteCore(SQLCore):
             connection.close()
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(Store):
     """The embedded store: calls take microseconds on a local file, so async code makes them inline."""
 
     def __init__(
@@ -462,9 +463,6 @@ class SQLiteStore(SQLStore):
 
     def schema_version(self) -> int:
         return self._engine.version
-
-    def verify_schema(self) -> None:
-        self._engine.verify_file()
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection, for tests that look at the engine's settings."""

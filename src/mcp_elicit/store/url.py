@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._schema import LATEST_VERSION
 from mcp_elicit.store.errors import MigrationPending, StoreConfigError
-from mcp_elicit.store.protocol import Clock, Store
+from mcp_elicit.store.protocol import Clock
 from mcp_elicit.store.sqlite import Synchronous
 
 ENV_VAR = "MCP_ELICIT_STORE"

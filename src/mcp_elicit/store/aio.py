@@ -1,0 +1,342 @@
+"""The store's calls from async code, `AsyncStore`: the one source of every call's signature and docstring.
+
+Each call hands the core's coroutine for it to `_call`, which runs it inline, on PostgreSQL's async pool or
+in a worker thread, as the store fits (see `_facade`). The blocking `Store` is generated from this file by
+`tools/async_to_sync.py` into `_blocking.py`: the same calls without `async` and `await`, each run at once on
+the store's own core. Edit this file, then run `python -m tools.async_to_sync`; `tests/test_store_generated.py`
+fails while the two differ. What the calls promise (binding, compare-and-set, late moves) is in
+`mcp_elicit.store.protocol`, beside the records they take and give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+
+from mcp_elicit.model import (
+    Actor,
+    AuditEntry,
+    Caller,
+    Decision,
+    DecisionStatus,
+    JSONObject,
+    JSONValue,
+    Operation,
+    OperationStatus,
+    Principal,
+)
+from mcp_elicit.store._facade import AsyncStoreBase
+from mcp_elicit.store.errors import UnreadableRow
+from mcp_elicit.store.protocol import (
+    Claim,
+    Consumption,
+    DecisionFilter,
+    DecisionPage,
+    Delivery,
+    DeliveryState,
+    JournalEntry,
+    NotificationEvent,
+    OperationRecords,
+    OperationStart,
+    SweepResult,
+    VaultRecord,
+)
+
+
+class AsyncStore(AsyncStoreBase):
+    """Every store call, awaited, over a blocking `Store`: `AsyncStore(store)`, as server code holds it."""
+
+    async def verify_schema(self) -> None:
+        """Reach the database afresh and check that it still holds this code's schema, for readiness checks.
+
+        `schema_version` is what opening found; another instance may have migrated the database since.
+        Raises `StoreUnavailable` when it cannot be reached, `SchemaTooNew` or `MigrationPending` when its
+        version is no longer this code's, `StoreCorrupt` when its schema table is not what mcp-elicit wrote.
+        """
+        await self._call(lambda core: core.verify_schema())
+
+    async def create_operation(self, operation: Operation) -> Operation:
+        return await self._call(lambda core: core.create_operation(operation))
+
+    async def get_operation(self, operation_id: str, caller: Caller) -> Operation:
+        return await self._call(lambda core: core.get_operation(operation_id, caller))
+
+    async def get_operation_records(self, operation_id: str, caller: Caller) -> OperationRecords:
+        """The operation and its decisions in one read (`NotFound` as `get_operation`): a resuming call's start."""
+        return await self._call(lambda core: core.get_operation_records(operation_id, caller))
+
+    async def begin_operation(self, candidate: Operation, *, replay_since: datetime | None = None) -> OperationStart:
+        """The open operation of `candidate`'s call, or `candidate` stored as that operation.
+
+        The call is the candidate's principal, client, method, target and request digest, or its principal,
+        client and idempotency key (a key is its caller's own). At most one open operation exists per call
+        (a unique index, so a racing creator attaches). An overdue open one is expired on the way. A
+        completed one updated at or after `replay_since` is returned instead of starting anew. A key the
+        caller bound to another request raises `IdempotencyKeyConflict`; a fresh key is bound to this
+        request until its operation ends.
+        """
+        return await self._call(lambda core: core.begin_operation(candidate, replay_since=replay_since))
+
+    async def find_operations(
+        self,
+        caller: Principal,
+        *,
+        method: str,
+        target: str,
+        request_digest: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Operation]:
+        """The caller's operations for this call, newest first (by digest, or by idempotency key)."""
+        return await self._call(
+            lambda core: core.find_operations(
+                caller, method=method, target=target, request_digest=request_digest, idempotency_key=idempotency_key
+            )
+        )
+
+    async def finish_operation(
+        self,
+        snapshot: Operation,
+        to: OperationStatus,
+        *,
+        caller: Caller,
+        result: JSONValue = None,
+        reason: str = "",
+        fence: Claim | None = None,
+    ) -> Operation:
+        """End an open operation by compare-and-set. With `fence` (the run lease the caller took), only while
+        that lease is still the caller's, same holder and attempt: else `LeaseLost`."""
+        return await self._call(
+            lambda core: core.finish_operation(snapshot, to, caller=caller, result=result, reason=reason, fence=fence)
+        )
+
+    async def create_decision(self, decision: Decision) -> Decision:
+        return await self._call(lambda core: core.create_decision(decision))
+
+    async def get_decision(self, elicitation_id: str, caller: Caller) -> Decision:
+        return await self._call(lambda core: core.get_decision(elicitation_id, caller))
+
+    async def list_decisions(
+        self,
+        caller: Caller,
+        *,
+        status: DecisionStatus | None = None,
+        principal_id: str | None = None,
+        operation_id: str | None = None,
+        expiring_before: datetime | None = None,
+        id_prefix: str | None = None,
+        limit: int = 100,
+        on_unreadable: Callable[[UnreadableRow], None] | None = None,
+    ) -> list[Decision]:
+        """Decisions visible to the caller, newest first; `expiring_before` keeps only waiting ones.
+
+        A row that cannot be decoded raises `UnreadableRow`; with `on_unreadable`, it is handed there instead
+        and left out, so that one corrupt row does not hide the others (it still counts towards `limit`).
+        """
+        return await self._call(
+            lambda core: core.list_decisions(
+                caller,
+                status=status,
+                principal_id=principal_id,
+                operation_id=operation_id,
+                expiring_before=expiring_before,
+                id_prefix=id_prefix,
+                limit=limit,
+                on_unreadable=on_unreadable,
+            )
+        )
+
+    async def decision_page(
+        self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None, limit: int = 100
+    ) -> DecisionPage:
+        """Up to `limit` decisions visible to the caller, newest first (ties by id), past the cursor `after`.
+
+        Keyset paging: a cursor is the last row's place in that order, not a row count, so the pages of one
+        listing never repeat a row nor skip one that exists throughout, whatever is written meanwhile; each
+        page is one short read. A cursor is opaque and holds no filter: give the same `where` with it.
+        A text that is not a cursor raises `ValueError`.
+        """
+        return await self._call(lambda core: core.decision_page(caller, where, after=after, limit=limit))
+
+    async def count_decisions(
+        self, caller: Caller, where: DecisionFilter | None = None, *, after: str | None = None
+    ) -> int:
+        """How many decisions a `decision_page` listing with these arguments holds in all pages together."""
+        return await self._call(lambda core: core.count_decisions(caller, where, after=after))
+
+    async def transition(
+        self,
+        snapshot: Decision,
+        to: DecisionStatus,
+        *,
+        caller: Caller,
+        reason: str = "",
+        content: JSONObject | None = None,
+        expires_at: datetime | None = None,
+    ) -> Decision:
+        return await self._call(
+            lambda core: core.transition(
+                snapshot, to, caller=caller, reason=reason, content=content, expires_at=expires_at
+            )
+        )
+
+    async def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
+        """The decision as it stands, expired on the spot (by the store's clock) when its TTL has passed."""
+        return await self._call(lambda core: core.expire_if_overdue(elicitation_id, caller, reason=reason))
+
+    async def note(self, decision: Decision, *, actor: Actor, reason: str) -> None:
+        """Record an event about a decision that changes nothing (a wrong user at its page, say)."""
+        await self._call(lambda core: core.note(decision, actor=actor, reason=reason))
+
+    async def sweep_expired(self) -> SweepResult:
+        """Expire every overdue waiting decision and open operation, and purge spent token entries."""
+        return await self._batch(lambda core: core.sweep_expired())
+
+    async def audit_trail(
+        self, subject_id: str, caller: Caller, *, on_unreadable: Callable[[UnreadableRow], None] | None = None
+    ) -> list[AuditEntry]:
+        """Every audit row of a decision or an operation the caller may see, oldest first.
+
+        An unreadable row raises `UnreadableRow`, or with `on_unreadable` is handed there and left out, as
+        in `list_decisions`.
+        """
+        return await self._call(lambda core: core.audit_trail(subject_id, caller, on_unreadable=on_unreadable))
+
+    async def journal_record(
+        self, operation_id: str, name: str, value: JSONValue, *, caller: Principal, fence: Claim | None = None
+    ) -> JournalEntry:
+        """Record a step's result unless one is recorded already; either way return the recorded one.
+
+        With `fence` (the run lease the step ran under) the result is recorded only while that lease is still
+        the caller's, same holder and attempt, and only if none is recorded yet: else `LeaseLost`, since
+        another holder took the operation over and its record, not this one, counts.
+        """
+        return await self._call(lambda core: core.journal_record(operation_id, name, value, caller=caller, fence=fence))
+
+    async def journal(self, operation_id: str, *, caller: Principal) -> list[JournalEntry]:
+        """Every entry of the operation's journal, in one read: what a run replays instead of running again."""
+        return await self._call(lambda core: core.journal(operation_id, caller=caller))
+
+    async def journal_get(self, operation_id: str, name: str, *, caller: Principal) -> JournalEntry | None:
+        return await self._call(lambda core: core.journal_get(operation_id, name, caller=caller))
+
+    async def claim(
+        self,
+        operation_id: str,
+        name: str,
+        *,
+        holder: str,
+        lease_until: datetime,
+        caller: Principal,
+        succeeding: str | None = None,
+    ) -> Claim:
+        """Take the claim `name` of the operation if it is free, lapsed, or held by `holder` or `succeeding`.
+
+        Returns the claim as it then stands: held by `holder`, or by someone else whose lease still runs.
+        Taking over a lapsed claim of another holder is audited on the operation.
+        """
+        return await self._call(
+            lambda core: core.claim(
+                operation_id, name, holder=holder, lease_until=lease_until, caller=caller, succeeding=succeeding
+            )
+        )
+
+    async def claims(self, operation_id: str, *, caller: Principal) -> list[Claim]:
+        """The operation's claims as they stand, lapsed ones included (their `lease_until` says so)."""
+        return await self._call(lambda core: core.claims(operation_id, caller=caller))
+
+    async def renew_claim(
+        self, operation_id: str, name: str, *, holder: str, lease_until: datetime, caller: Principal
+    ) -> bool:
+        """Extend `holder`'s lease; False if the claim is no longer its own."""
+        return await self._call(
+            lambda core: core.renew_claim(operation_id, name, holder=holder, lease_until=lease_until, caller=caller)
+        )
+
+    async def release_claim(
+        self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None
+    ) -> None:
+        """Drop the claim (only `holder`'s, when given) and tell waiters on the operation."""
+        await self._call(lambda core: core.release_claim(operation_id, name, caller=caller, holder=holder))
+
+    async def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
+        """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
+        return await self._call(lambda core: core.consume_token(token_id, expires_at=expires_at))
+
+    async def token_consumed(self, token_id: str) -> bool:
+        """Whether the ledger holds an entry for `token_id` (spent, or revoked), until a sweep purges it."""
+        return await self._call(lambda core: core.token_consumed(token_id))
+
+    async def oauth_client_put(self, client_id: str, metadata: JSONObject) -> None:
+        """Record an OAuth client registration; a registration is never overwritten (`AlreadyExists`)."""
+        await self._call(lambda core: core.oauth_client_put(client_id, metadata))
+
+    async def oauth_client_get(self, client_id: str) -> JSONObject | None:
+        return await self._call(lambda core: core.oauth_client_get(client_id))
+
+    async def vault_put(
+        self, principal_id: str, name: str, key_id: str, sealed: bytes, *, actor: str | None = None
+    ) -> None:
+        """Store or replace the entry, audited as `stored` in the same transaction (`actor` names who)."""
+        await self._call(lambda core: core.vault_put(principal_id, name, key_id, sealed, actor=actor))
+
+    async def vault_get(self, principal_id: str, name: str) -> VaultRecord | None:
+        return await self._call(lambda core: core.vault_get(principal_id, name))
+
+    async def vault_delete(self, principal_id: str, name: str, *, actor: str | None = None) -> bool:
+        """Remove the entry, audited as `deleted`; False if there was none (and nothing is audited)."""
+        return await self._call(lambda core: core.vault_delete(principal_id, name, actor=actor))
+
+    async def vault_reseal(
+        self, snapshot: VaultRecord, key_id: str, sealed: bytes, *, actor: str | None = None
+    ) -> bool:
+        """Replace the blob only if the entry still holds `snapshot`'s key id and blob (compare-and-set).
+
+        False if it changed or vanished meanwhile: a concurrent `vault_put` always wins over a re-seal.
+        """
+        return await self._call(lambda core: core.vault_reseal(snapshot, key_id, sealed, actor=actor))
+
+    async def vault_entries(
+        self, key_id_not: str | None = None, limit: int = 1000, *, after: tuple[str, str] | None = None
+    ) -> list[VaultRecord]:
+        """Entries ordered by (principal_id, name), those past `after` only; `key_id_not` skips one key's."""
+        return await self._call(lambda core: core.vault_entries(key_id_not, limit, after=after))
+
+    async def outbox_subscribe(
+        self, subscriptions: Mapping[str, frozenset[NotificationEvent]], *, renamed: Mapping[str, str] | None = None
+    ) -> frozenset[str]:
+        """Record which events each named subscription takes from now on (its earlier set replaced), so that
+        every process's transitions, the CLI's included, write outbox rows for it.
+
+        `renamed` maps names subscriptions may have had until now to their names in `subscriptions`; of those
+        the store holds, it returns the former ones and, in the same transaction, unsubscribes them and gives
+        their outbox rows the new name (a row whose event the new name already holds is dropped, so nothing
+        is delivered twice)."""
+        return await self._call(lambda core: core.outbox_subscribe(subscriptions, renamed=renamed))
+
+    async def outbox_claim(self, subscriptions: Sequence[str], *, limit: int, lease: timedelta) -> list[Delivery]:
+        """Take up to `limit` due pending deliveries of these subscriptions, oldest first, as one more attempt
+        each: its next attempt is put `lease` ahead, so no one else takes it meanwhile, nor after a crash
+        before `lease` has passed (on PostgreSQL rows another instance is claiming are skipped)."""
+        return await self._call(lambda core: core.outbox_claim(subscriptions, limit=limit, lease=lease))
+
+    async def outbox_delivered(self, delivery: Delivery) -> bool:
+        """Settle a claimed delivery as delivered; False if it was settled already."""
+        return await self._call(lambda core: core.outbox_delivered(delivery))
+
+    async def outbox_failed(self, delivery: Delivery, *, retry_after: timedelta | None, error: str) -> bool:
+        """Record a failed attempt: tried again `retry_after` from now, or dead with `None`. False when the
+        delivery is no longer at this attempt (claimed again after its lease lapsed, or settled)."""
+        return await self._call(lambda core: core.outbox_failed(delivery, retry_after=retry_after, error=error))
+
+    async def outbox_deliveries(
+        self, *, elicitation_id: str | None = None, state: DeliveryState | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        """Outbox rows, oldest first, for operators and tests."""
+        return await self._call(
+            lambda core: core.outbox_deliveries(elicitation_id=elicitation_id, state=state, limit=limit)
+        )
+
+    async def outbox_purge(self, settled_before: datetime, *, stale_before: datetime | None = None) -> int:
+        """Delete the deliveries settled (delivered or dead) before `settled_before`, and any that happened before
+        `stale_before` (a webhook no instance delivers to any more leaves its rows pending); how many."""
+        return await self._batch(lambda core: core.outbox_purge(settled_before, stale_before=stale_before))
