@@ -40,7 +40,7 @@ from mcp_elicit.server.notifications import Deliverer, SignatureInvalid, Webhook
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.server.tasks.state import META_JOURNAL
 from mcp_elicit.store import Store, open_store
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import TASK_JOURNAL, Delivery, DeliveryState, NotificationEvent
 from tests.conftest import ALICE, FakeClock, Records
 from tests.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, wait_for_port

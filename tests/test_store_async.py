@@ -16,8 +16,7 @@ from mcp_elicit.model import DecisionStatus, OperationStatus
 from mcp_elicit.store import DecisionConflict, NotFound, Store, open_store
 from mcp_elicit.store._engine import run_now
 from mcp_elicit.store._sql import SQLCore
-from mcp_elicit.store.aio import AsyncStore as Declared
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from tests.conftest import ALICE, BOB, FakeClock, Records
 
@@ -25,14 +24,14 @@ pytestmark = pytest.mark.anyio
 
 
 def test_every_call_of_the_core_is_declared_once_for_both_faces_with_its_signature() -> None:
-    """`aio.AsyncStore` declares each of the core's calls, with the core's signature; `Store`, generated from it,
+    """`AsyncStore` declares each of the core's calls, with the core's signature; `Store`, generated from it,
     has each as a blocking method with the same signature."""
-    calls = [name for name, member in vars(Declared).items() if inspect.iscoroutinefunction(member)]
+    calls = [name for name, member in vars(AsyncStore).items() if inspect.iscoroutinefunction(member)]
     assert len(calls) > 25
     core = {name for name, _ in inspect.getmembers(SQLCore, inspect.iscoroutinefunction) if not name.startswith("_")}
     assert set(calls) == core - {"atomically"}
     for name in calls:
-        declared = inspect.signature(getattr(Declared, name), eval_str=True)
+        declared = inspect.signature(getattr(AsyncStore, name), eval_str=True)
         assert inspect.signature(getattr(SQLCore, name), eval_str=True) == declared, name
         assert not inspect.iscoroutinefunction(getattr(Store, name)), name
         assert inspect.signature(getattr(Store, name), eval_str=True) == declared, name
@@ -60,7 +59,7 @@ async def test_on_postgresql_calls_run_on_the_event_loop_while_serving_holds_the
     try:
         assert store.asynchronous is None
         first = records.operation()
-        await reached(store.finish_operation, first, OperationStatus.COMPLETED, caller=ALICE, result=1)
+        await reached.finish_operation(first, OperationStatus.COMPLETED, caller=ALICE, result=1)
         assert committed_on[-1] is not threading.current_thread()  # outside `serving`: a worker thread
 
         async with store.serving():
@@ -68,11 +67,11 @@ async def test_on_postgresql_calls_run_on_the_event_loop_while_serving_holds_the
                 assert store.asynchronous is not None
             assert store.asynchronous is not None  # the outer block still holds it
             second = records.operation()
-            await reached(store.finish_operation, second, OperationStatus.COMPLETED, caller=ALICE, result=2)
+            await reached.finish_operation(second, OperationStatus.COMPLETED, caller=ALICE, result=2)
             assert committed_on[-1] is threading.current_thread()
-            assert (await reached(store.get_operation, second.operation_id, ALICE)).result == 2
+            assert (await reached.get_operation(second.operation_id, ALICE)).result == 2
             with pytest.raises(NotFound):
-                await reached(store.get_operation, second.operation_id, BOB)
+                await reached.get_operation(second.operation_id, BOB)
         assert store.asynchronous is None
     finally:
         store.close()
@@ -89,9 +88,9 @@ async def test_an_async_unit_commits_whole_or_not_at_all(pg_schema_url: str, clo
             operation = store.get_operation(decision.operation_id, ALICE)
 
             async def answer_then_lose() -> None:
-                await reached(store.transition, decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
-                await reached(store.journal_record, operation.operation_id, "plan", "p", caller=ALICE)
-                await reached(store.transition, decision, DecisionStatus.DECLINED, caller=ALICE)
+                await reached.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
+                await reached.journal_record(operation.operation_id, "plan", "p", caller=ALICE)
+                await reached.transition(decision, DecisionStatus.DECLINED, caller=ALICE)
 
             with pytest.raises(DecisionConflict):
                 await reached.atomically(answer_then_lose)
@@ -99,10 +98,10 @@ async def test_an_async_unit_commits_whole_or_not_at_all(pg_schema_url: str, clo
             assert store.journal_get(operation.operation_id, "plan", caller=ALICE) is None
 
             async def answer_and_record() -> str:
-                await reached(store.transition, decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
-                entry = await reached(store.journal_record, operation.operation_id, "plan", "p", caller=ALICE)
+                await reached.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
+                entry = await reached.journal_record(operation.operation_id, "plan", "p", caller=ALICE)
                 # the unit reads its own writes
-                seen = await reached(store.get_decision, decision.elicitation_id, ALICE)
+                seen = await reached.get_decision(decision.elicitation_id, ALICE)
                 assert seen.status is DecisionStatus.ACCEPTED
                 return str(entry.value)
 
@@ -123,10 +122,10 @@ async def test_overlapping_async_units_keep_their_own_transactions(store_url: st
         kept, lost = records.form(), records.form()
 
         async def keep() -> None:
-            await reached(store.transition, kept, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
+            await reached.transition(kept, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
 
         async def lose() -> None:
-            await reached(store.transition, lost, DecisionStatus.DECLINED, caller=ALICE)
+            await reached.transition(lost, DecisionStatus.DECLINED, caller=ALICE)
             raise LookupError("the unit fails after its write")
 
         async def losing() -> None:
@@ -147,7 +146,7 @@ async def test_overlapping_async_units_keep_their_own_transactions(store_url: st
 async def test_a_function_that_is_not_a_store_call_runs_in_a_worker_thread(
     pg_schema_url: str, clock: FakeClock
 ) -> None:
-    """Pages hand `AsyncStore` functions of their own that read the store: those keep to a thread."""
+    """Pages hand `AsyncStore.call_blocking` functions of their own that read the store: those keep to a thread."""
     store = open_store(pg_schema_url, clock=clock)
     records = Records(store, clock)
     try:
@@ -157,7 +156,7 @@ async def test_a_function_that_is_not_a_store_call_runs_in_a_worker_thread(
             return store.get_operation(operation_id, ALICE).target, threading.current_thread()
 
         async with store.serving():
-            target, ran_on = await AsyncStore(store)(target_of, operation.operation_id)
+            target, ran_on = await AsyncStore(store).call_blocking(target_of, operation.operation_id)
         assert target == "deploy" and ran_on is not threading.current_thread()
     finally:
         store.close()
@@ -179,8 +178,8 @@ async def test_a_unit_cancelled_while_it_commits_still_commits_whole(pg_schema_u
             )
 
             async def finish_both() -> None:
-                await reached(store.finish_operation, first, OperationStatus.COMPLETED, caller=ALICE, result=1)
-                await reached(store.finish_operation, second, OperationStatus.COMPLETED, caller=ALICE, result=2)
+                await reached.finish_operation(first, OperationStatus.COMPLETED, caller=ALICE, result=1)
+                await reached.finish_operation(second, OperationStatus.COMPLETED, caller=ALICE, result=2)
 
             async def release_later() -> None:
                 await anyio.sleep(0.5)

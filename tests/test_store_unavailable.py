@@ -41,7 +41,7 @@ from mcp_elicit.model import Operator
 from mcp_elicit.server import Accepted, Elicitation, Flow
 from mcp_elicit.server.tasks import TaskPolicy, TaskSettings
 from mcp_elicit.store import Store, StoreReadOnly, StoreUnavailable, open_store, utc_now
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
 from tests.conftest import Records
@@ -162,7 +162,7 @@ async def back(store: Store) -> None:
     with anyio.fail_after(60):
         while True:
             try:
-                await reached(store.list_decisions, Operator(), limit=1)
+                await reached.list_decisions(Operator(), limit=1)
                 await anyio.to_thread.run_sync(lambda: store.list_decisions(Operator(), limit=1))
                 return
             except StoreUnavailable:

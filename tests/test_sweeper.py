@@ -21,7 +21,7 @@ from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import Elicitation
 from mcp_elicit.server.sweeper import Sweeper
 from mcp_elicit.store import Store, open_store, utc_now
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import _SWEEP_LOCK
 from tests.conftest import ALICE, FakeClock, Records
 

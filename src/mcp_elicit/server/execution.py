@@ -63,8 +63,8 @@ from mcp_elicit.server.leases import Kept, Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.server.waiting import Backoff, Wakeups
 from mcp_elicit.server.writes import HeldWrites
-from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, Store, StoreError
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, StoreError
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
 
 log = logging.getLogger(__name__)
@@ -237,10 +237,9 @@ class Execution:
         self._unjournaled: set[str] = set()
         self._ended = False
 
-    def _ids(self) -> tuple[AsyncStore, Store, str, Principal, str]:
-        """What a write made on this call's behalf names: the store (both faces), the operation, the caller,
-        this call."""
-        return self._store, self._store.sync, self.operation.operation_id, self.principal, self.holder
+    def _ids(self) -> tuple[AsyncStore, str, Principal, str]:
+        """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
+        return self._store, self.operation.operation_id, self.principal, self.holder
 
     # -- signals ------------------------------------------------------------------------------------
 
@@ -339,22 +338,17 @@ class Execution:
         body must see that now. A decision that leaves `requested` frees its question claim with it.
         """
         store, principal, operation_id = self._store, self.principal, self.operation.operation_id
-        sync = store.sync
         frees_claim = decision.status is DecisionStatus.REQUESTED
         now = self.now()
         if decision.is_overdue(now):
             await self.commit()
             try:
-                recorded = await self._store(
-                    sync.transition, decision, to, caller=principal, content=content, reason=reason
-                )
+                recorded = await self._store.transition(decision, to, caller=principal, content=content, reason=reason)
             except (DecisionConflict, DecisionExpired) as lost:
                 recorded = lost.current
         else:
             check_decision_transition(decision.mode, decision.status, to)
-            self._writes.hold(
-                lambda: store(sync.transition, decision, to, caller=principal, content=content, reason=reason)
-            )
+            self._writes.hold(lambda: store.transition(decision, to, caller=principal, content=content, reason=reason))
             recorded = replace(
                 decision,
                 status=to,
@@ -365,18 +359,17 @@ class Execution:
         if frees_claim:
             claim = question_claim(decision.key)
             self._released.add(claim)
-            self._writes.hold(lambda: store(sync.release_claim, operation_id, claim, caller=principal))
+            self._writes.hold(lambda: store.release_claim(operation_id, claim, caller=principal))
         self._decisions[decision.key] = recorded
         return recorded
 
     async def refresh(self, decision: Decision) -> Decision:
         """The decision as stored now; an overdue one is expired on the spot (the store's late-signal rule)."""
         await self.commit()
-        sync = self._store.sync
-        current = await self._store(sync.get_decision, decision.elicitation_id, self.principal)
+        current = await self._store.get_decision(decision.elicitation_id, self.principal)
         if current.is_overdue(self.now()):
-            current = await self._store(
-                sync.expire_if_overdue, decision.elicitation_id, self.principal, reason="no answer before the TTL"
+            current = await self._store.expire_if_overdue(
+                decision.elicitation_id, self.principal, reason="no answer before the TTL"
             )
         self._decisions[decision.key] = current
         return current
@@ -408,8 +401,8 @@ class Execution:
     async def claim_of(self, name: str) -> Claim | None:
         """The claim `name` as this call last saw it; the operation's claims are read once, when first needed."""
         if self._claims is None:
-            store, sync, operation_id, principal, _ = self._ids()
-            listed = await store(sync.claims, operation_id, caller=principal)
+            store, operation_id, principal, _ = self._ids()
+            listed = await store.claims(operation_id, caller=principal)
             self._claims = {claim.name: claim for claim in listed}
         return self._claims.get(name)
 
@@ -422,16 +415,14 @@ class Execution:
         The decision is read again after the claim: a call that gets the claim the moment its previous
         holder let go must see the answer that holder recorded in the same transaction, not ask again.
         """
-        store, sync, operation_id, principal, holder = self._ids()
+        store, operation_id, principal, holder = self._ids()
         name, lease_until = question_claim(decision.key), self.lease_end()
 
         async def claim_and_read() -> tuple[Claim, Decision]:
-            claim = await store(
-                sync.claim, operation_id, name, holder=holder, lease_until=lease_until, caller=principal
-            )
+            claim = await store.claim(operation_id, name, holder=holder, lease_until=lease_until, caller=principal)
             current = await self._stored(decision)
             if claim.held_by(holder) and current.status is not DecisionStatus.REQUESTED:
-                await store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
+                await store.release_claim(operation_id, name, caller=principal, holder=holder)
             return claim, current
 
         claim, current = await self._commit_with(claim_and_read)
@@ -443,14 +434,13 @@ class Execution:
     ) -> None:
         """Take the question's claim for `holder` with the next commit; the commit fails if another holder
         has it or the decision moved since this call read it."""
-        store, sync, operation_id, principal, _ = self._ids()
+        store, operation_id, principal, _ = self._ids()
         name = question_claim(decision.key)
 
         async def take() -> None:
-            claim = await store(
-                sync.claim, operation_id, name, holder=holder, lease_until=lease_until, caller=principal,
-                succeeding=succeeding,
-            )  # fmt: skip
+            claim = await store.claim(
+                operation_id, name, holder=holder, lease_until=lease_until, caller=principal, succeeding=succeeding
+            )
             if not claim.held_by(holder):
                 raise StaleSnapshot(f"{name} was claimed by another call meanwhile")
             current = await self._stored(decision)
@@ -463,13 +453,13 @@ class Execution:
         """The decision as stored, read inside a commit; one this very commit creates cannot have moved."""
         if decision.elicitation_id in self._creating:
             return decision
-        return await self._store(self._store.sync.get_decision, decision.elicitation_id, self.principal)
+        return await self._store.get_decision(decision.elicitation_id, self.principal)
 
     @asynccontextmanager
     async def carrying(self, name: str) -> AsyncIterator[None]:
         """Hold the claim `name` (taken already) while the block runs and until the call's next commit: renewed
         all along, then given up with that commit, so waiters wake when what the block did is durable."""
-        store, sync, operation_id, principal, holder = self._ids()
+        store, operation_id, principal, holder = self._ids()
         kept = self._leases.keep(operation_id, name, holder, principal)
         self._kept.append(kept)
         try:
@@ -486,9 +476,7 @@ class Execution:
             # again before it can see how it ended. (An answer recorded in the block let go of it already.)
             if not kept.dropped:
                 if name not in self._released:
-                    self._writes.hold(
-                        lambda: store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
-                    )
+                    self._writes.hold(lambda: store.release_claim(operation_id, name, caller=principal, holder=holder))
                 if self._writes.pending:
                     self._writes.after_commit(kept.drop)
                 else:
@@ -518,9 +506,9 @@ class Execution:
                 await self._release_now(RUN_LEASE)
 
     async def _release_now(self, name: str) -> None:
-        store, sync, operation_id, principal, holder = self._ids()
+        store, operation_id, principal, holder = self._ids()
         try:
-            await store(sync.release_claim, operation_id, name, caller=principal, holder=holder)
+            await store.release_claim(operation_id, name, caller=principal, holder=holder)
         except StoreError as error:
             log.warning(
                 "operation %s: cannot release the claim on %s (it lapses on its own): %s", operation_id, name, error
@@ -562,9 +550,9 @@ class Execution:
         check_encodable(value)
         # The result is durable with the call's next commit: before anything leaves the process or the next
         # step runs. A commit that loses on something else records it on its own (`keep`).
-        store, sync, operation_id, principal, _ = self._ids()
+        store, operation_id, principal, _ = self._ids()
         self._writes.hold(
-            lambda: store(sync.journal_record, operation_id, name, value, caller=principal, fence=fence), keep=True
+            lambda: store.journal_record(operation_id, name, value, caller=principal, fence=fence), keep=True
         )
         self._writes.after_commit(partial(self._unjournaled.discard, name))
         assert self._journal is not None
@@ -574,8 +562,8 @@ class Execution:
     async def _recorded(self, name: str) -> JournalEntry | None:
         """The journal entry `name`, from the operation's journal as read once (nothing, for a new operation)."""
         if self._journal is None:
-            store, sync, operation_id, principal, _ = self._ids()
-            self._journal = {e.name: e for e in await store(sync.journal, operation_id, caller=principal)}
+            store, operation_id, principal, _ = self._ids()
+            self._journal = {e.name: e for e in await store.journal(operation_id, caller=principal)}
         return self._journal.get(name)
 
     async def _take_turn(self, name: str) -> JournalEntry | None:
@@ -584,16 +572,16 @@ class Execution:
         if self._holds_lease:
             await self.commit()
             return None
-        store, sync, operation_id, principal, holder = self._ids()
+        store, operation_id, principal, holder = self._ids()
         backoff = Backoff()
 
         async def take() -> Claim:
-            claim = await store(
-                sync.claim, operation_id, RUN_LEASE, holder=holder, lease_until=self.lease_end(), caller=principal
+            claim = await store.claim(
+                operation_id, RUN_LEASE, holder=holder, lease_until=self.lease_end(), caller=principal
             )
             if claim.held_by(holder) and not self._unseen:
                 # The journal as the lease's previous holders left it: this commit's snapshot is after theirs.
-                self._journal = {e.name: e for e in await store(sync.journal, operation_id, caller=principal)}
+                self._journal = {e.name: e for e in await store.journal(operation_id, caller=principal)}
             return claim
 
         while True:
@@ -620,8 +608,8 @@ class Execution:
         an identical call, or this call's retry, takes it without waiting for it to lapse."""
         if self._lease is None:
             return
-        store, sync, operation_id, principal, holder = self._ids()
-        self._writes.hold(lambda: store(sync.release_claim, operation_id, RUN_LEASE, caller=principal, holder=holder))
+        store, operation_id, principal, holder = self._ids()
+        self._writes.hold(lambda: store.release_claim(operation_id, RUN_LEASE, caller=principal, holder=holder))
         self._writes.after_commit(self._forget_lease)
 
     def ended(self) -> None:
@@ -641,8 +629,8 @@ class Execution:
 
     async def _journal_now(self, name: str, value: JSONValue) -> JournalEntry:
         """Record an answer of the client's own (sampling, roots) at once: the body acts on it next."""
-        store, sync, operation_id, principal, _ = self._ids()
-        entry = await self._commit_with(lambda: store(sync.journal_record, operation_id, name, value, caller=principal))
+        store, operation_id, principal, _ = self._ids()
+        entry = await self._commit_with(lambda: store.journal_record(operation_id, name, value, caller=principal))
         if self._journal is not None:
             self._journal[name] = entry
         return entry
@@ -748,7 +736,7 @@ class Execution:
     def _create(self, decision: Decision) -> Decision:
         store = self._store
         self._creating.add(decision.elicitation_id)
-        self._writes.hold(lambda: store(store.sync.create_decision, decision))
+        self._writes.hold(lambda: store.create_decision(decision))
         self._decisions[decision.key] = decision
         return decision
 

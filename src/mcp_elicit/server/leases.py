@@ -24,7 +24,7 @@ import anyio
 
 from mcp_elicit.model import Principal
 from mcp_elicit.store import StoreError
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,8 @@ class Leases:
                 await self._renew(kept)
 
     async def _renew(self, kept: Kept) -> None:
-        sync = self._store.sync
         try:
-            renewed = await self._store(
-                sync.renew_claim,
+            renewed = await self._store.renew_claim(
                 kept.operation_id,
                 kept.name,
                 holder=kept.holder,

@@ -116,7 +116,7 @@ from mcp_elicit.store import (
     open_store,
     utc_now,
 )
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
 from mcp_elicit.telemetry import store as store_telemetry
 
@@ -633,7 +633,7 @@ class Elicitation:
         except Exception:
             log.exception("task %s: the tool %s failed unexpectedly", operation.operation_id, entry.name)
             problem = MCPError(code=INTERNAL_ERROR, message=f"The tool {entry.name!r} failed unexpectedly")
-        current = await self._async_store(self.store.get_operation, operation.operation_id, principal)
+        current = await self._async_store.get_operation(operation.operation_id, principal)
         if current.status is not OperationStatus.OPEN:
             return
         if isinstance(problem, MCPError):
@@ -791,8 +791,7 @@ class Elicitation:
             operation, fresh = found.operation, found.fresh
             listed = []
             if not fresh:
-                listed = await store(
-                    store.sync.list_decisions,
+                listed = await store.list_decisions(
                     principal,
                     operation_id=operation.operation_id,
                     limit=OPERATION_DECISIONS_READ,
@@ -899,8 +898,7 @@ class Elicitation:
         principal, target, key = served.principal, served.target, served.key
         store = self._async_store
         now = self._clock()
-        found = await store(
-            store.sync.find_operations,
+        found = await store.find_operations(
             principal,
             method=target.method,
             target=target.name,
@@ -930,7 +928,7 @@ class Elicitation:
         replay_since = now - self.replay_window
 
         async def begin() -> None:
-            if not (await store(store.sync.begin_operation, candidate, replay_since=replay_since)).created:
+            if not (await store.begin_operation(candidate, replay_since=replay_since)).created:
                 raise StaleSnapshot(f"an identical {target.method} call started operation for {target.name} first")
 
         writes.hold(begin)
@@ -1015,8 +1013,8 @@ def _finish(
         if operation.status is not OperationStatus.OPEN:
             return None
         try:
-            return await store(
-                store.sync.finish_operation, operation, to, caller=principal, result=result, reason=reason, fence=fence
+            return await store.finish_operation(
+                operation, to, caller=principal, result=result, reason=reason, fence=fence
             )
         except (OperationConflict, OperationExpired) as lost:
             log.info("operation %s was finished elsewhere: %s", operation.operation_id, lost)

@@ -23,7 +23,7 @@ from datetime import timedelta
 import anyio
 
 from mcp_elicit.store import StoreError, SweepResult
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,10 @@ class Sweeper:
             await self.sweep()
 
     async def sweep(self) -> SweepResult | None:
-        """One sweep, as a batch (see `AsyncStore.batch`): a thousand rows are not a call to run inline on the
+        """One sweep, which `AsyncStore` runs as a batch: a thousand rows are not a call to run inline on the
         event loop. None when the store failed."""
         try:
-            result = await self._store.batch(self._store.sync.sweep_expired)
+            result = await self._store.sweep_expired()
         except StoreError as error:
             log.warning(
                 "cannot sweep %s for overdue records (trying again later): %s", self._store.sync.display_url, error

@@ -33,7 +33,7 @@ from mcp_elicit.store import (
     NotFound,
     OperationConflict,
 )
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)

@@ -21,19 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from mcp_elicit.model import (
-    Decision,
-    DecisionStatus,
-    JSONValue,
-    Operation,
-)
+from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operation
 from mcp_elicit.store.errors import UnreadableRow
 
 Clock = Callable[[], datetime]
-
-R = TypeVar("R")
 
 
 class Consumption(StrEnum):

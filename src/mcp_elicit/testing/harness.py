@@ -26,7 +26,7 @@ from mcp_elicit.client import ElicitingClient, Mode, PendingFlows
 from mcp_elicit.model import AuditEntry, Decision, JSONValue, Operation, Principal, request_digest
 from mcp_elicit.server import ANSWERS_ARGUMENT, REPLAYED_META_KEY, Elicitation
 from mcp_elicit.store import SweepResult
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.testing.clock import ControlledClock
 from mcp_elicit.testing.person import TESTING, BrowserStandIn, Encounters, Question, ScriptedPerson
 from mcp_elicit.testing.script import Answers, Script
@@ -281,9 +281,7 @@ class Harness:
                 received[name] = schema["default"]
         digest = request_digest("tools/call", {"name": tool, "arguments": received})
         store = self._store
-        found = await store(
-            store.sync.find_operations, self._principal, method="tools/call", target=tool, request_digest=digest
-        )
+        found = await store.find_operations(self._principal, method="tools/call", target=tool, request_digest=digest)
         return found[0].operation_id if found else None
 
 

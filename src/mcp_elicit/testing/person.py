@@ -41,7 +41,7 @@ from mcp_elicit.client import (
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Operator, ResumePolicy
 from mcp_elicit.model import Mode as DecisionMode
 from mcp_elicit.store import DecisionConflict, DecisionExpired, NotFound, StoreError
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.testing.clock import ControlledClock
 from mcp_elicit.testing.script import Reply, Script, ScriptFailure, UnscriptedQuestion, UrlOutcome
 
@@ -137,7 +137,7 @@ class ScriptedPerson:
     async def _open_form(self, message: str) -> Decision | None:
         """The open form decision on screen: its message, maybe with the server's note on a refused answer."""
         store = self._store
-        waiting = await store(store.sync.list_decisions, TESTING, status=DecisionStatus.REQUESTED, limit=1000)
+        waiting = await store.list_decisions(TESTING, status=DecisionStatus.REQUESTED, limit=1000)
         found = [
             decision
             for decision in waiting
@@ -169,7 +169,7 @@ class ScriptedPerson:
         store = self._store
         try:
             if elicitation_id is not None:
-                return await store(store.sync.get_decision, elicitation_id, TESTING)
+                return await store.get_decision(elicitation_id, TESTING)
         except NotFound:
             pass
         self._failed(
@@ -295,15 +295,13 @@ class BrowserStandIn:
         as `proceed` does.
         """
         store = self._store
-        decision = await store(store.sync.get_decision, elicitation_id, TESTING)
+        decision = await store.get_decision(elicitation_id, TESTING)
         if self._not_blocking(decision) and decision.status is DecisionStatus.REQUESTED:
             person = BrowserUser(decision.principal_id)
-            return await store(
-                store.sync.transition, decision, DecisionStatus.ACCEPTED_URL, caller=person, reason="opened"
-            )
+            return await store.transition(decision, DecisionStatus.ACCEPTED_URL, caller=person, reason="opened")
         with anyio.move_on_after(self._timeout):
             while True:
-                decision = await store(store.sync.get_decision, elicitation_id, TESTING)
+                decision = await store.get_decision(elicitation_id, TESTING)
                 if decision.status is not DecisionStatus.REQUESTED:
                     return decision if decision.status is DecisionStatus.ACCEPTED_URL else None
                 await anyio.sleep(CONSENT_POLL)
@@ -314,8 +312,7 @@ class BrowserStandIn:
 
     async def _walk(self, decision: Decision, outcome: UrlOutcome) -> None:
         store, person = self._store, BrowserUser(decision.principal_id)
-        pending = await store(
-            store.sync.transition,
+        pending = await store.transition(
             decision,
             DecisionStatus.EXTERNAL_PENDING,
             caller=person,
@@ -324,12 +321,10 @@ class BrowserStandIn:
         if outcome == "abandoned":
             assert self._clock is not None
             self._clock.advance_to(pending.expires_at + timedelta(seconds=1))
-            await anyio.to_thread.run_sync(store.sync.sweep_expired)
+            await store.sweep_expired()
             return
         to = DecisionStatus.EXTERNAL_COMPLETED if outcome == "completed" else DecisionStatus.EXTERNAL_FAILED
-        await store(
-            store.sync.transition, pending, to, caller=person, reason=f"external flow {outcome} (stand-in browser)"
-        )
+        await store.transition(pending, to, caller=person, reason=f"external flow {outcome} (stand-in browser)")
 
     async def _back_at_the_host(self, elicitation_id: str) -> None:
         """The person tells the host they are done ("retry now"), as at the kit's pending-flow prompt.

@@ -107,7 +107,7 @@ from starlette.routing import Route
 
 from mcp_elicit.model import JSONObject
 from mcp_elicit.store import AlreadyExists, Consumption, Store
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.throttle import HeldBack, SignInBackoff, SignInThrottle
 
 __all__ = [
@@ -473,7 +473,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
     # -- OAuthAuthorizationServerProvider: clients --------------------------------------------------------
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
-        metadata = await self._async_store(self.store.oauth_client_get, client_id)
+        metadata = await self._async_store.oauth_client_get(client_id)
         if metadata is None:
             return None
         try:
@@ -491,7 +491,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             raise RegistrationError("invalid_redirect_uri", "at least one redirect URI is required")
         metadata: JSONObject = client_info.model_dump(mode="json", exclude_none=True)
         try:
-            await self._async_store(self.store.oauth_client_put, client_info.client_id, metadata)
+            await self._async_store.oauth_client_put(client_info.client_id, metadata)
         except AlreadyExists:
             raise RegistrationError("invalid_client_metadata", "client id clash; register again") from None
         log.info("registered OAuth client %s (%s)", client_info.client_id, client_info.client_name or "unnamed")
@@ -545,7 +545,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         if claims is None or claims["client_id"] != client.client_id:
             raise TokenError("invalid_grant", "authorization code is invalid or expired")
         jti = claims["jti"]
-        spent = await self._async_store(self.store.consume_token, _CODE_LEDGER + jti, expires_at=_utc(claims["exp"]))
+        spent = await self._async_store.consume_token(_CODE_LEDGER + jti, expires_at=_utc(claims["exp"]))
         if spent is Consumption.ALREADY_USED:
             # RFC 6749 §4.1.2: a code used twice revokes what it was first exchanged for.
             await self._revoke_jti(jti, int(claims["exp"]) + self.access_ttl)  # outlives any token it gave
@@ -573,7 +573,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         username, client_id = claims["sub"], claims["client_id"]
         if not isinstance(username, str) or username not in self.users or not isinstance(client_id, str):
             return None
-        if await self._async_store(self.store.token_consumed, _REVOKED_LEDGER + claims["jti"]):
+        if await self._async_store.token_consumed(_REVOKED_LEDGER + claims["jti"]):
             return None
         audience = claims.get("aud")
         return AccessToken(
@@ -604,7 +604,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
 
     async def _revoke_jti(self, jti: str, until: int) -> None:
         # The ledger entry must outlive the token it refuses: keep it until the token's own expiry.
-        await self._async_store(self.store.consume_token, _REVOKED_LEDGER + jti, expires_at=_utc(until))
+        await self._async_store.consume_token(_REVOKED_LEDGER + jti, expires_at=_utc(until))
 
     # -- JWTs -----------------------------------------------------------------------------------------------
 
@@ -688,7 +688,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
     async def _reason(self, next_path: str) -> str | None:
         if self.sign_in_reason is None or next_path == "/":
             return None
-        return await self._async_store(self.sign_in_reason, next_path)
+        return await self._async_store.call_blocking(self.sign_in_reason, next_path)
 
     async def _sign_in_post(self, request: Request) -> Response:
         form = await _read_form(request)

@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
 from mcp_elicit.store import DecisionConflict, DecisionExpired, DecisionFilter, DecisionPage, NotFound, UnreadableRow
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.pages import UrlPages
@@ -115,11 +115,9 @@ class DecisionInbox:
             return self._sign_in.sign_in_redirect(request)
         after = request.query_params.get("after") or None
         operator = self.is_operator(principal)
-        sync = self._store.sync
         caller = Operator(principal) if operator else BrowserUser(principal)
         try:
-            listed: DecisionPage = await self._store(
-                sync.decision_page,
+            listed: DecisionPage = await self._store.decision_page(
                 caller,
                 DecisionFilter(expiring_before=_EVERY_DEADLINE),
                 after=after,
@@ -149,7 +147,7 @@ class DecisionInbox:
     ) -> str:
         """The tool that asks; "a tool" when its operation is gone, or cannot be read (handed to `on_unreadable`)."""
         try:
-            operation = await self._store(self._store.sync.get_operation, decision.operation_id, caller)
+            operation = await self._store.get_operation(decision.operation_id, caller)
         except NotFound:
             return "a tool"
         except UnreadableRow as row:
@@ -319,7 +317,7 @@ class DecisionInbox:
         self, decision: Decision, to: DecisionStatus, caller: BrowserUser | Operator, reason: str
     ) -> Decision | Response:
         try:
-            return await self._store(self._store.sync.transition, decision, to, caller=caller, reason=reason)
+            return await self._store.transition(decision, to, caller=caller, reason=reason)
         except (DecisionConflict, DecisionExpired) as lost:
             return self._ended(lost.current)
 
@@ -327,29 +325,26 @@ class DecisionInbox:
         """The decision as the signed-in person may act on it, and whether it is their own; None when they may not."""
         if not 0 < len(elicitation_id) <= _MAX_ID:
             return None
-        sync = self._store.sync
         try:
-            decision = await self._store(sync.get_decision, elicitation_id, BrowserUser(principal))
+            decision = await self._store.get_decision(elicitation_id, BrowserUser(principal))
         except NotFound:
             pass
         else:
             return await self._current(decision, BrowserUser(principal)), True
         try:
-            decision = await self._store(sync.get_decision, elicitation_id, Operator(principal))
+            decision = await self._store.get_decision(elicitation_id, Operator(principal))
         except NotFound:
             return None
         if self.is_operator(principal):
             return await self._current(decision, Operator(principal)), False
-        await self._store(sync.note, decision, actor=BrowserUser(principal), reason="inbox action by another user")
+        await self._store.note(decision, actor=BrowserUser(principal), reason="inbox action by another user")
         log.warning("decision %s: an inbox action by another user was refused", elicitation_id)
         return None
 
     async def _current(self, decision: Decision, caller: BrowserUser | Operator) -> Decision:
         if not decision.is_overdue(datetime.now(UTC)):
             return decision
-        return await self._store(
-            self._store.sync.expire_if_overdue, decision.elicitation_id, caller, reason="acted on after the TTL"
-        )
+        return await self._store.expire_if_overdue(decision.elicitation_id, caller, reason="acted on after the TTL")
 
     def _ended(self, decision: Decision) -> Response:
         if decision.status is DecisionStatus.EXPIRED:

@@ -45,7 +45,7 @@ from starlette.routing import Route
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound, Store, StoreUnavailable
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, posted_values, read_answer, render
 from mcp_elicit.web.html import page, text
@@ -189,7 +189,7 @@ class UrlPages:
             return await self._form_page(decision, principal)
         if decision.is_terminal:
             return self._outcome(decision)
-        operation = await self._reach(self._store.get_operation, decision.operation_id, _PAGES_OPERATOR)
+        operation = await self._reach.get_operation(decision.operation_id, _PAGES_OPERATOR)
         token = self._csrf(decision.elicitation_id, principal)
         body = f"""
 <h1>{text(self._title)} asks you to {text(self._doing(decision))}</h1>
@@ -265,12 +265,11 @@ class UrlPages:
         for _ in range(_PROCEED_ATTEMPTS):
             try:
                 if decision.status is DecisionStatus.REQUESTED:
-                    decision = await self._reach(
-                        self._store.transition, decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened"
+                    decision = await self._reach.transition(
+                        decision, DecisionStatus.ACCEPTED_URL, caller=user, reason="opened"
                     )
                 if decision.status is DecisionStatus.ACCEPTED_URL:
-                    decision = await self._reach(
-                        self._store.transition,
+                    decision = await self._reach.transition(
                         decision,
                         DecisionStatus.EXTERNAL_PENDING,
                         caller=user,
@@ -293,8 +292,7 @@ class UrlPages:
             return checked
         principal, decision, _ = checked
         try:
-            decision = await self._reach(
-                self._store.transition,
+            decision = await self._reach.transition(
                 decision,
                 DecisionStatus.CANCELLED,
                 caller=BrowserUser(principal),
@@ -321,7 +319,7 @@ class UrlPages:
             return self._message(
                 "This question cannot be answered here", "Answer it in an app that can show the question.", 409
             )
-        operation = await self._reach(self._store.get_operation, decision.operation_id, _PAGES_OPERATOR)
+        operation = await self._reach.get_operation(decision.operation_id, _PAGES_OPERATOR)
         token = self._csrf(decision.elicitation_id, principal)
         problems = problems or {}
         notice = ""
@@ -361,16 +359,14 @@ class UrlPages:
         user = BrowserUser(principal)
         try:
             if action == "decline":
-                decision = await self._reach(
-                    self._store.transition,
+                decision = await self._reach.transition(
                     decision,
                     DecisionStatus.DECLINED,
                     caller=user,
                     reason="declined on the page",
                 )
             elif action == "cancel":
-                decision = await self._reach(
-                    self._store.transition,
+                decision = await self._reach.transition(
                     decision,
                     DecisionStatus.CANCELLED,
                     caller=user,
@@ -387,8 +383,7 @@ class UrlPages:
                     fitless = ", ".join(sorted(problems))
                     log.info("decision %s: an answer on the page did not fit (%s)", decision.elicitation_id, fitless)
                     return await self._form_page(decision, principal, values=values, problems=problems)
-                decision = await self._reach(
-                    self._store.transition,
+                decision = await self._reach.transition(
                     decision,
                     DecisionStatus.ACCEPTED,
                     caller=user,
@@ -468,7 +463,7 @@ class UrlPages:
         key = str(form.get("api_key", "")).strip()
         if not key or len(key) > flow.max_length:
             return self._key_form(flow, decision, principal)
-        await self._reach(self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, key)
+        await self._reach.call_blocking(self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, key)
         return await self._complete(
             decision, principal, "API key stored", done=f"Your {flow.service_title} API key is stored on {self._title}."
         )
@@ -503,12 +498,11 @@ class UrlPages:
             await self._audit_stranger(state.elicitation_id, principal, "callback presented by another user")
             return self._message("This step belongs to another account", "Sign in as the account that asked.", 403)
         try:
-            decision = await self._reach(self._store.get_decision, state.elicitation_id, BrowserUser(principal))
+            decision = await self._reach.get_decision(state.elicitation_id, BrowserUser(principal))
         except NotFound:
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 404)
         if decision.is_overdue(datetime.now(UTC)):
-            decision = await self._reach(
-                self._store.expire_if_overdue,
+            decision = await self._reach.expire_if_overdue(
                 decision.elicitation_id,
                 BrowserUser(principal),
                 reason="callback after the TTL",
@@ -516,9 +510,7 @@ class UrlPages:
             if decision.is_terminal:
                 return self._outcome(decision)
         flow = self._flows.get(decision.key)
-        first = await self._reach(
-            self._store.consume_token, f"oauth-state:{state.nonce}", expires_at=decision.expires_at
-        )
+        first = await self._reach.consume_token(f"oauth-state:{state.nonce}", expires_at=decision.expires_at)
         if first is Consumption.ALREADY_USED or decision.is_terminal or not isinstance(flow, OAuthConnect):
             return (
                 self._outcome(decision)
@@ -579,7 +571,9 @@ class UrlPages:
             account = await _account(client, flow)
         finally:
             await client.aclose()
-        await self._reach(self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, access)
+        await self._reach.call_blocking(
+            self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, access
+        )
         if account is None:
             return await self._complete(
                 decision,
@@ -599,8 +593,7 @@ class UrlPages:
     async def _complete(self, decision: Decision, principal: str, reason: str, *, done: str) -> Response:
         """Complete the decision; the page says `done` (what was done) when this request is the one that did it."""
         try:
-            completed = await self._reach(
-                self._store.transition,
+            completed = await self._reach.transition(
                 decision,
                 DecisionStatus.EXTERNAL_COMPLETED,
                 caller=BrowserUser(principal),
@@ -613,8 +606,7 @@ class UrlPages:
     async def _fail(self, decision: Decision, principal: str, reason: str, *, why: str) -> Response:
         """Fail the decision, `reason` in the audit; the page says `why` when this request is the one that failed it."""
         try:
-            failed = await self._reach(
-                self._store.transition,
+            failed = await self._reach.transition(
                 decision,
                 DecisionStatus.EXTERNAL_FAILED,
                 caller=BrowserUser(principal),
@@ -627,14 +619,14 @@ class UrlPages:
     async def _own_decision(self, request: Request, principal: str) -> Decision | Response:
         elicitation_id = request.path_params["elicitation_id"]
         try:
-            decision = await self._reach(self._store.get_decision, elicitation_id, BrowserUser(principal))
+            decision = await self._reach.get_decision(elicitation_id, BrowserUser(principal))
         except NotFound:
             pass
         else:
             if not decision.is_overdue(datetime.now(UTC)):
                 return decision
-            return await self._reach(
-                self._store.expire_if_overdue, elicitation_id, BrowserUser(principal), reason="opened after the TTL"
+            return await self._reach.expire_if_overdue(
+                elicitation_id, BrowserUser(principal), reason="opened after the TTL"
             )
         if await self._audit_stranger(elicitation_id, principal, "opened by another user"):
             return self._message(
@@ -646,10 +638,10 @@ class UrlPages:
 
     async def _audit_stranger(self, elicitation_id: str, principal: str, reason: str) -> bool:
         try:
-            decision = await self._reach(self._store.get_decision, elicitation_id, _PAGES_OPERATOR)
+            decision = await self._reach.get_decision(elicitation_id, _PAGES_OPERATOR)
         except NotFound:
             return False
-        await self._reach(self._store.note, decision, actor=BrowserUser(principal), reason=reason)
+        await self._reach.note(decision, actor=BrowserUser(principal), reason=reason)
         log.warning("decision %s: %s", elicitation_id, reason)
         return True
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from mcp_elicit.server.signals import Suspended
     from mcp_elicit.server.writes import HeldWrites
     from mcp_elicit.store import OperationRecords
-    from mcp_elicit.store.offload import AsyncStore
+    from mcp_elicit.store.aio import AsyncStore
 
 __all__ = ["Call", "Declared", "Era", "EraAdapter", "Need", "RequestContext", "Target", "era_of"]
 

@@ -62,7 +62,7 @@ from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.waiting import Backoff
 from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import NotFound, OperationRecords, StoreError
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class CompletionNotices:
     async def _check(self) -> None:
         for elicitation_id, session in list(self._watched.items()):
             try:
-                decision = await self._store(self._store.sync.get_decision, elicitation_id, _NOTICES)
+                decision = await self._store.get_decision(elicitation_id, _NOTICES)
             except NotFound:
                 del self._watched[elicitation_id]
                 continue

@@ -51,7 +51,7 @@ from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites, OperationEnded
 from mcp_elicit.store import Consumption, OperationRecords, StoreError, StoreUnavailable
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +110,11 @@ class MrtrEra:
         if self._call.request_state is None:
             return None
         state = self._state = RoundState.decode(self._call.request_state)
-        sync, ttl, clock = store.sync, self._settings.state_ttl, self._settings.clock
+        ttl, clock = self._settings.state_ttl, self._settings.clock
 
         async def spend() -> None:
             """The round's nonce, spent in the transaction that records what the round brought: a replay fails it."""
-            spent = await store(sync.consume_token, state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW)
+            spent = await store.consume_token(state.ledger_id, expires_at=clock() + ttl + CLOCK_SKEW)
             if spent is Consumption.ALREADY_USED:
                 log.warning("requestState round replayed for operation %s", state.operation_id)
                 raise refused()
@@ -123,7 +123,7 @@ class MrtrEra:
             writes.hold(spend)
             writes.after_commit(self._mark_spent)
         try:
-            records = await store(sync.get_operation_records, state.operation_id, principal)
+            records = await store.get_operation_records(state.operation_id, principal)
         except StoreUnavailable:
             raise  # temporary: the same round may be retried once the store is back
         except StoreError:
@@ -166,7 +166,7 @@ class MrtrEra:
     def _note_superseded(store: AsyncStore, decision: Decision, principal: Principal) -> Callable[[], Awaitable[None]]:
         reason = f"a later answer from another round was superseded: the decision was already {decision.status}"
         log.info("decision %s: %s", decision.elicitation_id, reason)
-        return lambda: store(store.sync.note, decision, actor=principal, reason=reason)
+        return lambda: store.note(decision, actor=principal, reason=reason)
 
     def asker(self) -> MrtrAsker:
         settings, call = self._settings, self._call

@@ -12,7 +12,7 @@ from mcp_elicit.server.execution import A, ClientQuery, Execution, in_turn
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import OperationRecords
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 
 class UnaskableEra:

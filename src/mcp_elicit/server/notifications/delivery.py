@@ -37,7 +37,7 @@ from mcp_elicit.model import JSONObject
 from mcp_elicit.server.notifications.config import Notifications, Webhook
 from mcp_elicit.server.notifications.signing import sign
 from mcp_elicit.store import Clock, StoreError, utc_now
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import Delivery, NotificationEvent
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class Deliverer:
         subscriptions = {name: frozenset(hook.events) for name, hook in self._hooks.items()}
         while True:
             try:
-                found = await self._store(self._store.sync.outbox_subscribe, subscriptions, renamed=self._renames)
+                found = await self._store.outbox_subscribe(subscriptions, renamed=self._renames)
                 self._formerly = {former: self._renames[former] for former in found}
                 for name in sorted(self._formerly.values()):
                     log.info("webhook %s took over the subscription and deliveries of its former name", name)
@@ -134,12 +134,9 @@ class Deliverer:
 
         Rows still under a former name (written by a transition that began before `subscribe` renamed them) are
         claimed too, so that none is left behind."""
-        sync = self._store.sync
         names = [*self._hooks, *self._formerly]
         try:
-            claimed = await self._store(
-                sync.outbox_claim, names, limit=self._settings.batch, lease=self._settings.lease
-            )
+            claimed = await self._store.outbox_claim(names, limit=self._settings.batch, lease=self._settings.lease)
         except StoreError as error:
             log.warning("cannot read the notification outbox of %s (trying again): %s", self._display, error)
             return 0
@@ -174,21 +171,20 @@ class Deliverer:
             log.warning("cannot record delivery of %s to webhook %s: %s", delivery.event_id, name, error)
 
     async def _settle(self, hook: Webhook, delivery: Delivery, failure: str | None) -> None:
-        sync = self._store.sync
         if failure is None:
-            await self._store(sync.outbox_delivered, delivery)
+            await self._store.outbox_delivered(delivery)
             return
         retry = self._settings.retry
         age = (delivery.claimed_at or delivery.occurred_at) - delivery.occurred_at
         if retry.gives_up(delivery.attempts, age):
-            if await self._store(sync.outbox_failed, delivery, retry_after=None, error=failure):
+            if await self._store.outbox_failed(delivery, retry_after=None, error=failure):
                 log.error(
                     "gave up delivering %s to webhook %s after %d attempts over %s: %s",
                     delivery.event_id, hook.subscription, delivery.attempts, age, failure,
                 )  # fmt: skip
             return
         pause = retry.pause(delivery.attempts) * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 (spreading)
-        await self._store(sync.outbox_failed, delivery, retry_after=pause, error=failure)
+        await self._store.outbox_failed(delivery, retry_after=pause, error=failure)
         log.warning(
             "delivering %s to webhook %s failed (attempt %d: %s); next in %.0f s",
             delivery.event_id, hook.subscription, delivery.attempts, failure, pause.total_seconds(),
@@ -201,8 +197,7 @@ class Deliverer:
         self._purged = tick
         now, settings = self._clock(), self._settings
         try:
-            await self._store.batch(
-                self._store.sync.outbox_purge,
+            await self._store.outbox_purge(
                 now - settings.keep,
                 stale_before=now - settings.retry.max_age - settings.keep,
             )

@@ -33,7 +33,7 @@ from mcp_elicit.server.tasks.state import TaskBook
 from mcp_elicit.server.waiting import Backoff
 from mcp_elicit.server.writes import HeldWrites, OperationEnded
 from mcp_elicit.store import OperationRecords
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 
 class TaskEra:
@@ -48,7 +48,7 @@ class TaskEra:
     async def resume(
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
     ) -> OperationRecords | None:
-        records = await store(store.sync.get_operation_records, self._operation.operation_id, principal)
+        records = await store.get_operation_records(self._operation.operation_id, principal)
         if records.operation.status is not OperationStatus.OPEN:
             raise OperationEnded(records.operation)
         return records

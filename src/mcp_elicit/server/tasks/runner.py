@@ -35,7 +35,7 @@ from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.tasks.state import TaskBook, TaskMeta, TaskNotFound
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import StoreError, StoreUnavailable
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +96,15 @@ class TaskRunner:
                 now=self._clock(),
                 ttl=INDEX_TTL,
             )
-            start = await self._store(self._store.sync.begin_operation, candidate)
+            start = await self._store.begin_operation(candidate)
             self._index = start.operation.operation_id
         return self._index
 
     async def enlist(self, index: str, operation_id: str) -> None:
         """Put a new task in the index, held by this instance; made inside the transaction creating the task."""
-        sync, lease_until = self._store.sync, self._clock() + self._lease
+        lease_until = self._clock() + self._lease
         name = index_claim(operation_id)
-        await self._store(sync.claim, index, name, holder=self.holder, lease_until=lease_until, caller=TASKS)
+        await self._store.claim(index, name, holder=self.holder, lease_until=lease_until, caller=TASKS)
 
     async def run(self) -> None:
         """Host the bodies and look for orphaned tasks, until cancelled; one task at a time (`background.Shared`)."""
@@ -138,23 +138,23 @@ class TaskRunner:
 
     async def _adopt_orphans(self) -> None:
         index = await self.index()
-        sync, now = self._store.sync, self._clock()
-        for claim in await self._store(sync.claims, index, caller=TASKS):
+        now = self._clock()
+        for claim in await self._store.claims(index, caller=TASKS):
             operation_id = claim.name.removeprefix("task/")
             if operation_id in self._active:
                 continue
             if not claim.held_by(self.holder) and claim.lease_until > now:
                 continue
-            taken = await self._store(
-                sync.claim, index, claim.name, holder=self.holder, lease_until=now + self._lease, caller=TASKS
+            taken = await self._store.claim(
+                index, claim.name, holder=self.holder, lease_until=now + self._lease, caller=TASKS
             )
             if not taken.held_by(self.holder):
                 continue
             try:
-                operation = await self._store(sync.get_operation, operation_id, _RUNNER)
+                operation = await self._store.get_operation(operation_id, _RUNNER)
             except StoreError as error:
                 log.warning("task %s in the index cannot be read (%s); dropping it", operation_id, error)
-                await self._store(sync.release_claim, index, claim.name, caller=TASKS, holder=self.holder)
+                await self._store.release_claim(index, claim.name, caller=TASKS, holder=self.holder)
                 continue
             if claim.holder != self.holder:
                 log.warning("task %s: its instance stopped renewing; resuming it here", operation_id)
@@ -187,14 +187,11 @@ class TaskRunner:
 
     async def _let_go(self, index: str, name: str, ended: bool) -> None:
         """Take an ended task out of the index; leave an open one's claim to lapse now, for anyone to take."""
-        sync = self._store.sync
         try:
             if ended:
-                await self._store(sync.release_claim, index, name, caller=TASKS, holder=self.holder)
+                await self._store.release_claim(index, name, caller=TASKS, holder=self.holder)
             else:
-                await self._store(
-                    sync.renew_claim, index, name, holder=self.holder, lease_until=self._clock(), caller=TASKS
-                )
+                await self._store.renew_claim(index, name, holder=self.holder, lease_until=self._clock(), caller=TASKS)
         except StoreError as error:
             log.warning("cannot let go of %s (its lease lapses on its own): %s", name, error)
 
@@ -217,7 +214,7 @@ class TaskRunner:
             finally:
                 self._scopes.pop(operation.operation_id, None)
         if self._clock() >= operation.expires_at:
-            current = await self._store(self._store.sync.get_operation, operation.operation_id, principal)
+            current = await self._store.get_operation(operation.operation_id, principal)
             if current.status is OperationStatus.OPEN:
                 await self._book.expire(current, principal)
 
@@ -236,7 +233,7 @@ class TaskRunner:
             else:  # woken as soon as the task's operation moves, here or (PostgreSQL) on another instance
                 await self._wakeups.wait([operation.operation_id], min(poll, remaining))
             try:
-                current = await self._store(self._store.sync.get_operation, operation.operation_id, principal)
+                current = await self._store.get_operation(operation.operation_id, principal)
             except StoreError as error:
                 log.warning("task %s: cannot check its status: %s", operation.operation_id, error)
                 continue

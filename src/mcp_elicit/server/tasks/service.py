@@ -28,7 +28,7 @@ from mcp_elicit.server.tasks.runner import TaskRunner
 from mcp_elicit.server.tasks.state import META_JOURNAL, TaskBook, TaskMeta, TaskView, ttl_ms
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import IdempotencyKeyConflict
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class TaskService:
         """Create the task (or find the identical call's open one) durably, start its body, and say so."""
         if not self.runner.running:
             raise RuntimeError("tasks run in the background of a served app: serve it with its lifespan")
-        sync, now = self._store.sync, self.clock()
+        now = self.clock()
         ttl = self.settings.ttl_for(request.ttl_ms)
         meta = TaskMeta(
             era=request.era,
@@ -151,15 +151,15 @@ class TaskService:
         store = self._store
 
         async def create() -> tuple[Operation, bool]:
-            start = await store(sync.begin_operation, candidate)
+            start = await store.begin_operation(candidate)
             operation = start.operation
             if key is not None and operation.request_digest != target.request_digest:
                 raise IdempotencyKeyConflict(key, "the same tool with other arguments")
-            if await store(sync.journal_get, operation.operation_id, META_JOURNAL, caller=principal) is not None:
+            if await store.journal_get(operation.operation_id, META_JOURNAL, caller=principal) is not None:
                 return operation, False
             # A call that began on its request (`TaskStart.FLOW`) keeps its operation, and so its TTL.
             lasts = replace(meta, ttl_ms=ttl_ms(operation.expires_at - operation.created_at))
-            await store(sync.journal_record, operation.operation_id, META_JOURNAL, lasts.dumped(), caller=principal)
+            await store.journal_record(operation.operation_id, META_JOURNAL, lasts.dumped(), caller=principal)
             await self.runner.enlist(index, operation.operation_id)
             return operation, True
 

@@ -46,7 +46,7 @@ from mcp_elicit.store import (
     OperationExpired,
     Store,
 )
-from mcp_elicit.store.offload import AsyncStore
+from mcp_elicit.store.aio import AsyncStore
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +155,11 @@ class TaskBook:
         self._clock = clock
 
     async def found(self, principal: Principal, task_id: str) -> tuple[Operation, TaskMeta]:
-        sync = self._store.sync
         try:
-            operation = await self._store(sync.get_operation, task_id, principal)
+            operation = await self._store.get_operation(task_id, principal)
         except NotFound:
             raise TaskNotFound(task_id) from None
-        entry = await self._store(sync.journal_get, task_id, META_JOURNAL, caller=principal)
+        entry = await self._store.journal_get(task_id, META_JOURNAL, caller=principal)
         if entry is None:
             raise TaskNotFound(task_id)
         try:
@@ -176,8 +175,7 @@ class TaskBook:
         return await self._viewed(operation, meta, principal)
 
     async def _viewed(self, operation: Operation, meta: TaskMeta, principal: Principal) -> TaskView:
-        sync = self._store.sync
-        decisions = await self._store(sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
+        decisions = await self._store.list_decisions(principal, operation_id=operation.operation_id, limit=1000)
         updated = max([operation.updated_at, *(d.updated_at for d in decisions)])
         base = _Base(operation.operation_id, operation.target, operation.created_at, updated, meta)
         status = operation.status
@@ -187,7 +185,7 @@ class TaskBook:
                 if decision.status is not DecisionStatus.REQUESTED:
                     continue
                 name = mailbox(decision.key)
-                posted = await self._store(sync.journal_get, operation.operation_id, name, caller=principal)
+                posted = await self._store.journal_get(operation.operation_id, name, caller=principal)
                 if posted is None:
                     asking.append(decision)
             if asking:
@@ -204,11 +202,11 @@ class TaskBook:
         if status is OperationStatus.EXPIRED:
             error: JSONObject = {"code": -32603, "message": "The task's TTL elapsed before it finished"}
             return TaskView(status=FAILED, message=str(error["message"]), error=error, **base.fields())
-        failure = await self._store(sync.journal_get, operation.operation_id, ERROR_JOURNAL, caller=principal)
+        failure = await self._store.journal_get(operation.operation_id, ERROR_JOURNAL, caller=principal)
         if failure is not None:
             error = cast(JSONObject, failure.value)
             return TaskView(status=FAILED, message=str(error.get("message")), error=error, **base.fields())
-        trail = await self._store(sync.audit_trail, operation.operation_id, principal)
+        trail = await self._store.audit_trail(operation.operation_id, principal)
         reason = next((e.reason for e in reversed(trail) if e.to_status == OperationStatus.FAILED), "") or "failed"
         return TaskView(status=COMPLETED, message="The tool reported an error", tool_error=reason, **base.fields())
 
@@ -219,7 +217,7 @@ class TaskBook:
         """
         view = await self.view(principal, task_id)
         outstanding = {decision.key for decision in view.asking}
-        sync, posted = self._store.sync, []
+        posted = []
         for key, response in responses.items():
             if key not in outstanding:
                 log.info("task %s: ignoring an answer to %r, which is not outstanding", task_id, key)
@@ -229,13 +227,12 @@ class TaskBook:
             except UnencodableValue as unencodable:  # it stays outstanding: asked again, as for an invalid answer
                 log.info("task %s: ignoring an answer to %r: %s", task_id, key, unencodable)
                 continue
-            await self._store(sync.journal_record, task_id, mailbox(key), response, caller=principal)
+            await self._store.journal_record(task_id, mailbox(key), response, caller=principal)
             posted.append(key)
         return posted
 
     async def posted(self, principal: Principal, task_id: str, key: str) -> JSONObject | None:
-        sync = self._store.sync
-        entry = await self._store(sync.journal_get, task_id, mailbox(key), caller=principal)
+        entry = await self._store.journal_get(task_id, mailbox(key), caller=principal)
         return None if entry is None else cast(JSONObject, entry.value)
 
     async def cancel(self, principal: Principal, task_id: str, *, reason: str = "cancelled by its client") -> TaskView:
@@ -254,9 +251,8 @@ class TaskBook:
 
     async def fail(self, operation: Operation, principal: Principal, error: JSONObject) -> Operation:
         """End the task as failed with a JSON-RPC error (recorded first, so no reader sees a failure without it)."""
-        sync = self._store.sync
-        await self._store(sync.journal_record, operation.operation_id, ERROR_JOURNAL, error, caller=principal)
-        current = await self._store(sync.get_operation, operation.operation_id, principal)
+        await self._store.journal_record(operation.operation_id, ERROR_JOURNAL, error, caller=principal)
+        current = await self._store.get_operation(operation.operation_id, principal)
         return await self._end(
             current, principal, OperationStatus.FAILED, DecisionStatus.CANCELLED, str(error.get("message"))
         )
@@ -266,26 +262,25 @@ class TaskBook:
     ) -> Operation:
         """End the operation and close its open decisions, in one transaction; the first end written wins."""
         store = self._store
-        sync = store.sync
 
         async def end() -> Operation:
-            listed = await store(sync.list_decisions, principal, operation_id=operation.operation_id, limit=1000)
+            listed = await store.list_decisions(principal, operation_id=operation.operation_id, limit=1000)
             for decision in listed:
                 if decision.is_terminal:
                     continue
                 if to is OperationStatus.EXPIRED:
                     # A question never outlives its operation (`Execution._within_operation`): it is due now.
-                    decision = await store(sync.expire_if_overdue, decision.elicitation_id, principal, reason=reason)
+                    decision = await store.expire_if_overdue(decision.elicitation_id, principal, reason=reason)
                     if decision.is_terminal:
                         continue
                 try:
-                    await store(sync.transition, decision, closing, caller=principal, reason=reason)
+                    await store.transition(decision, closing, caller=principal, reason=reason)
                 except (DecisionConflict, DecisionExpired) as lost:
                     log.info("decision %s moved while its task ended: %s", decision.elicitation_id, lost)
             # Expiry is the store's to decide: a move at or after the TTL ends the operation as expired.
             final = OperationStatus.FAILED if to is OperationStatus.EXPIRED else to
             try:
-                return await store(sync.finish_operation, operation, final, caller=principal, reason=reason)
+                return await store.finish_operation(operation, final, caller=principal, reason=reason)
             except (OperationConflict, OperationExpired) as lost:
                 return lost.current
 
