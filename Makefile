@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench lock clean conformance
+.PHONY: run test lint typecheck pytest bench lock clean conformance generate
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ $(TOOLS_STAMP): Makefile
 conformance: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/python -m conformance.run --node $(TOOLS)/node_modules/$(firstword $(subst @, ,$(CONFORMANCE_NODE)))/bin/node \
 		--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js $(CONFORMANCE_ARGS)
+
+## Write the blocking store (src/mcp_elicit/store/_blocking.py) again from its one source, store/aio.py.
+generate: $(STAMP)
+	$(BIN)/python -m tools.async_to_sync
 
 ## Re-resolve the lock file after editing pyproject.toml dependencies.
 lock:
