@@ -1245,10 +1245,12 @@ class SQLCore(ABC):
             if inserted == 1:
                 self._moved(operation_id)
                 entry: JournalEntry | None = JournalEntry(name=name, value=value, recorded_at=now)
-            elif fence is not None:
-                raise LeaseLost(operation_id, fence.holder, fence.attempt)
             else:
                 entry = await self._select_journal(tx, operation_id, name, caller)
+                if fence is not None and entry is not None:
+                    raise AlreadyExists(f"step {name!r} of operation {operation_id} is recorded already")
+                if fence is not None:
+                    raise LeaseLost(operation_id, fence.holder, fence.attempt)
         if entry is None:
             raise NotFound(f"no operation {operation_id}")
         return entry
