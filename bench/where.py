@@ -26,7 +26,8 @@ from contextlib import AbstractContextManager
 import anyio
 
 from bench._common import add_backend_arguments, select_backends
-from bench.inprocess import COUNTED, Calls, connected, postgres_side, sqlite_side
+from bench._overhead_server import COUNTED
+from bench.inprocess import Calls, connected, postgres_side, sqlite_side
 from bench.overhead import ERAS, SIDES
 from bench.store import Side
 from mcp_elicit.store.sqlite import Synchronous
