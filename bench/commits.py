@@ -1,9 +1,9 @@
 """Commits and statements per tool call, counted at the database driver, for each era and store.
 
-Two bodies, each a whole in-process `call_tool` (client and server over the SDK's in-memory transport, the
-person answering at once): `step-ask-step`, a journaled step, a one-field form, another step, the shape the
-target (issue "Performance at scale": at most 4 commits per call on every era and store) is about; and
-`ask-only`, the one form decision `bench.overhead` and `bench.inprocess` time. Every call starts a new
+The two bodies of `bench._overhead_server`'s mcp-elicit tools, each a whole in-process `call_tool` (client
+and server over the SDK's in-memory transport, the person answering at once): `step-ask-step`, a journaled
+step, a one-field form, another step, the shape the target (issue "Performance at scale": at most 4 commits
+per call on every era and store) is about; and `ask-only`, one form decision. Every call starts a new
 operation (its argument never repeats), so no replay or attach makes it look cheap.
 
 Counted below our own code, so the figures are what reaches the database:
@@ -43,59 +43,18 @@ from typing import Any
 import anyio
 import psycopg
 from mcp import Client
-from mcp.client import ClientRequestContext
-from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult
 from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from pydantic import BaseModel, Field
 
 from bench._common import add_backend_arguments, pg_schema, select_backends, verdict
-from bench._overhead_server import ANSWER, ELICIT_TOOL, build, outcome
-from bench.overhead import ANSWERED, ERAS, Era, text_of
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from bench._overhead_server import BODIES, COUNTED, Body, build
+from bench.overhead import ERAS, Era, accept, text_of
+from mcp_elicit.server import Elicitation
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
 
 TARGET_COMMITS = 4
 DESCRIPTION = "Commits and statements per in-process tool call, counted at the database driver."
-STEPS_TOOL = "elicit_steps"
-
-
-class Go(BaseModel):
-    approve: bool = Field(description="Apply the change")
-
-
-@dataclass(frozen=True, slots=True)
-class Body:
-    name: str
-    tool: str
-    targeted: bool
-
-    def expected(self, n: int) -> str:
-        return f"applied {n}" if self.targeted else outcome(n, ANSWERED)
-
-
-BODIES = (Body("step-ask-step", STEPS_TOOL, targeted=True), Body("ask-only", ELICIT_TOOL, targeted=False))
-
-
-def add_steps_tool(elicitation: Elicitation) -> None:
-    @elicitation.tool(name=STEPS_TOOL)
-    async def elicit_steps(flow: Flow, n: int) -> str:
-        """A step, a one-field form, a step: the call the commit target is about."""
-        planned = await flow.step("plan", lambda: f"change {n}", returns=str)
-        answer = await flow.ask(f"Apply {planned}?", Go, key="go")
-        go = isinstance(answer, Accepted) and answer.data.approve
-        return await flow.step("apply", lambda: f"applied {n}" if go else f"not applied {n}", returns=str)
-
-
-async def answer(
-    context: ClientRequestContext, params: ElicitRequestFormParams | ElicitRequestURLParams
-) -> ElicitResult:
-    """The person, accepting at once with the bench's answer to whichever fields the form has."""
-    if not isinstance(params, ElicitRequestFormParams):
-        raise RuntimeError(f"a form was expected, not {params!r}")
-    fields = params.requested_schema.get("properties", {})
-    return ElicitResult(action="accept", content={name: value for name, value in ANSWER.items() if name in fields})
 
 
 @dataclass(slots=True)
@@ -119,6 +78,10 @@ class Row:
     @property
     def statements(self) -> float:
         return self.count.statements / self.calls
+
+    @property
+    def targeted(self) -> bool:
+        return self.body is COUNTED
 
     @property
     def met(self) -> bool:
@@ -208,9 +171,9 @@ class Calls:
     async def run(self, client: Client, body: Body, calls: int) -> None:
         for _ in range(calls):
             self._last += 1
-            result = await client.call_tool(body.tool, {"n": self._last})
+            result = await client.call_tool(body.elicit_tool, {"n": self._last})
             if text_of(result) != body.expected(self._last):
-                raise RuntimeError(f"{body.tool} returned {text_of(result)!r}")
+                raise RuntimeError(f"{body.elicit_tool} returned {text_of(result)!r}")
 
 
 @asynccontextmanager
@@ -242,9 +205,8 @@ async def measure(backend: str, store_url: str, calls: int, warmup: int, tally: 
 @asynccontextmanager
 async def connected(store_url: str, era: Era) -> AsyncIterator[tuple[Client, Elicitation]]:
     elicitation, _ = build(store_url, 0)
-    add_steps_tool(elicitation)
     try:
-        async with Client(elicitation.mcp_server, mode=era.client_mode, elicitation_callback=answer) as client:
+        async with Client(elicitation.mcp_server, mode=era.client_mode, elicitation_callback=accept) as client:
             yield client, elicitation
     finally:
         elicitation.close()
@@ -269,12 +231,12 @@ def print_table(rows: list[Row], calls: int, warmup: int) -> None:
     print(header)
     print("-" * len(header))
     for row in rows:
-        target, result = (f"<= {TARGET_COMMITS}", verdict(row.met)) if row.body.targeted else ("-", "info")
+        target, result = (f"<= {TARGET_COMMITS}", verdict(row.met)) if row.targeted else ("-", "info")
         print(
             f"{row.backend:<10}{row.era:<12}{row.body.name:<15}{row.commits:>9.1f}{row.statements:>12.1f}"
             f"{target:>8}  {result}"
         )
-    targeted = [row for row in rows if row.body.targeted]
+    targeted = [row for row in rows if row.targeted]
     worst = max(targeted, key=lambda row: row.commits)
     print(
         f"\nstep-ask-step at most {TARGET_COMMITS} commits per call on every era and store: "

@@ -224,6 +224,9 @@ class ClusterSpec:
     instances: int = 3
     provider: bool = True
     sessions_home: bool = True
+    server: tuple[str, ...] | None = None
+    """What each instance runs instead of `mcp-elicit serve` (`python -m` arguments, to which `--port` and
+    `--store` are added): a bench's own server, which must answer `/readyz` as the balancer's checks do."""
 
 
 @dataclass
@@ -335,10 +338,10 @@ def running_cluster(spec: ClusterSpec, run_dir: Path) -> Iterator[Cluster]:
                  "--user", ":".join(USER), "--log-level", "warning"],
                 provider_port, run_dir / "provider.log",
             )  # fmt: skip
+        serve = ("mcp_elicit", "serve", "--transport", "http", "--public-url", public, "--workspace", str(workspace))
         for number, port in enumerate(ports, start=1):
             start(
-                [sys.executable, "-m", "mcp_elicit", "serve", "--transport", "http", "--port", str(port),
-                 "--public-url", public, "--store", spec.store_url, "--workspace", str(workspace)],
+                [sys.executable, "-m", *(spec.server or serve), "--port", str(port), "--store", spec.store_url],
                 port, run_dir / f"instance-{number}.log",
             )  # fmt: skip
         for process, port, log in started:

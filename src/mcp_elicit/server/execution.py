@@ -236,6 +236,7 @@ class Execution:
         """The run lease this run took, which its journal entries and the operation's end are fenced on."""
         self._unjournaled: set[str] = set()
         self._ended = False
+        self._taking = anyio.Lock()
 
     def _ids(self) -> tuple[AsyncStore, str, Principal, str]:
         """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
@@ -569,9 +570,13 @@ class Execution:
     async def _take_turn(self, name: str) -> JournalEntry | None:
         """Commit what is held, taking the run lease with it unless this run holds it; then the step's result if
         the lease's previous holder recorded it meanwhile, else nothing: the step is this run's to run."""
-        if self._holds_lease:
-            await self.commit()
-            return None
+        async with self._taking:  # a task's `gather` runs its steps side by side: one of them takes the lease
+            if self._holds_lease:
+                await self.commit()
+                return None
+            return await self._take_lease(name)
+
+    async def _take_lease(self, name: str) -> JournalEntry | None:
         store, operation_id, principal, holder = self._ids()
         backoff = Backoff()
 

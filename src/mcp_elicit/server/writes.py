@@ -119,7 +119,7 @@ class HeldWrites:
 
         try:
             await self._store.atomically(run)
-        except (LeaseLost, OperationConflict, NotFound) as lost:
+        except (*_LOST, NotFound) as lost:
             log.info("results of a commit that lost were not kept either: %s", lost)
             return
         self.committed = True

@@ -12,7 +12,7 @@ from datetime import datetime
 from mcp_elicit.model import JSONValue, OperationStatus, Principal, SubjectKind
 from mcp_elicit.store._core import BINDING, Core, _Cells
 from mcp_elicit.store._engine import Tx
-from mcp_elicit.store.errors import LeaseLost, NotFound, OperationConflict
+from mcp_elicit.store.errors import AlreadyExists, LeaseLost, NotFound, OperationConflict
 from mcp_elicit.store.protocol import Claim, JournalEntry
 
 _JOURNAL_NAMES = ("value", "recorded_at")
@@ -47,10 +47,12 @@ class JournalCore(Core):
             if inserted == 1:
                 self._moved(operation_id)
                 entry: JournalEntry | None = JournalEntry(name=name, value=value, recorded_at=now)
-            elif fence is not None:
-                raise LeaseLost(operation_id, fence.holder, fence.attempt)
             else:
                 entry = await self._select_journal(tx, operation_id, name, caller)
+                if fence is not None and entry is not None:
+                    raise AlreadyExists(f"step {name!r} of operation {operation_id} is recorded already")
+                if fence is not None:
+                    raise LeaseLost(operation_id, fence.holder, fence.attempt)
         if entry is None:
             raise NotFound(f"no operation {operation_id}")
         return entry

@@ -12,8 +12,6 @@ and `_sweep`, over the pieces they share in `_core` and the engine interface in 
 
 from __future__ import annotations
 
-from typing import ParamSpec, TypeVar
-
 from mcp_elicit.store._decisions import DecisionsCore
 from mcp_elicit.store._journal import JournalCore
 from mcp_elicit.store._operations import OperationsCore
@@ -21,9 +19,6 @@ from mcp_elicit.store._outbox import OutboxCore
 from mcp_elicit.store._sweep import SweepCore
 from mcp_elicit.store._tokens import TokensCore
 from mcp_elicit.store._vault import VaultCore
-
-R = TypeVar("R")
-P = ParamSpec("P")
 
 
 class SQLCore(OperationsCore, DecisionsCore, JournalCore, TokensCore, VaultCore, OutboxCore, SweepCore):

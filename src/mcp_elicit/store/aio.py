@@ -206,9 +206,9 @@ class AsyncStore(AsyncStoreBase):
     ) -> JournalEntry:
         """Record a step's result unless one is recorded already; either way return the recorded one.
 
-        With `fence` (the run lease the step ran under) the result is recorded only while that lease is still
-        the caller's, same holder and attempt, and only if none is recorded yet: else `LeaseLost`, since
-        another holder took the operation over and its record, not this one, counts.
+        With `fence` (the run lease the step ran under) the result is recorded only if none is recorded yet
+        (else `AlreadyExists`) and while that lease is still the caller's, same holder and attempt (else
+        `LeaseLost`): another holder took the operation over, and its record, not this one, counts.
         """
         return await self._call(lambda core: core.journal_record(operation_id, name, value, caller=caller, fence=fence))
 
