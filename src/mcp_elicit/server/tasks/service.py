@@ -167,10 +167,13 @@ class TaskService:
             operation, new = await store.atomically(create)
         except IdempotencyKeyConflict as conflict:
             raise MCPError(code=INVALID_PARAMS, message=str(conflict)) from None
+        # The task as created: read before its body starts, which may ask at once (`input_required`) and would
+        # race the answer that creates it.
+        view = await self.book.view(principal, operation.operation_id)
         if new:
             log.info("task %s accepted for %s %s", operation.operation_id, target.method, target.name)
             self.runner.spawn(operation.operation_id, principal)
-        return TaskAccepted(await self.book.view(principal, operation.operation_id))
+        return TaskAccepted(view)
 
     def tool_result(self, view: TaskView) -> CallToolResult:
         """The tool result a completed task hands over, as the call would have returned it."""
