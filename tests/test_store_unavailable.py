@@ -586,3 +586,28 @@ async def test_the_decision_pages_and_the_inbox_name_a_store_that_refuses_a_writ
         f"POST /elicit/{decision.elicitation_id}/answer failed: {REPLACED} ({path})",
         f"POST /inbox/{decision.elicitation_id}/decline failed: {REPLACED} ({path})",
     ]
+
+
+def test_a_pool_with_no_free_connection_in_time_says_so_not_that_the_connection_was_lost(pg_schema_url: str) -> None:
+    """psycopg_pool's PoolTimeout is an OperationalError: read as one, it was taken for a lost connection."""
+    store = PostgresStore(pg_schema_url, clock=utc_now, min_size=1, max_size=1, connect_timeout=1)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_only_connection() -> None:
+        def work() -> None:
+            store.count_decisions(Operator())
+            holding.set()
+            release.wait(10)
+
+        store.atomically(work)
+
+    holder = threading.Thread(target=hold_the_only_connection)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(StoreUnavailable, match=r"no connection to .* became free in time"):
+            store.count_decisions(Operator())
+    finally:
+        release.set()
+        holder.join(10)
+        store.close()

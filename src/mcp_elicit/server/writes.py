@@ -102,6 +102,9 @@ class HeldWrites:
         except _LOST as lost:
             await self._keep(kept)
             raise _signal_of(lost) from lost
+        except StaleSnapshot:  # a check of the call's own inside the commit (a question's claim taken meanwhile)
+            await self._keep(kept)
+            raise
         self.committed = self.committed or bool(held)
         for done in after:
             done()

@@ -305,12 +305,12 @@ class _BlockingPostgres(_PostgresCore):
                 tx = _PostgresTx(connection, cursor, write=write)
                 yield tx
                 tx.commit()
+        except PoolTimeout:  # an OperationalError too: before the general case, which would call it a lost connection
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
         except psycopg.Error as error:
             if _connection_lost(error):
                 _drop_broken(self._pool)
             raise _translate(error, self._display) from None
-        except PoolTimeout:
-            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
 
 
 class _AsyncPostgres(_PostgresCore):
@@ -343,12 +343,12 @@ class _AsyncPostgres(_PostgresCore):
                 tx = _AsyncPostgresTx(connection, cursor, write=write)
                 yield tx
                 await tx.commit()
+        except PoolTimeout:  # an OperationalError too: before the general case, which would call it a lost connection
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
         except psycopg.Error as error:
             if _connection_lost(error):
                 self._check_pool_soon()
             raise _translate(error, self._display) from None
-        except PoolTimeout:
-            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
 
 
 def _drop_broken(pool: ConnectionPool[Any]) -> None:
