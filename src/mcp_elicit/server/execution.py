@@ -236,6 +236,7 @@ class Execution:
         """The run lease this run took, which its journal entries and the operation's end are fenced on."""
         self._unjournaled: set[str] = set()
         self._ended = False
+        self._set_aside = False
         self._taking = anyio.Lock()
 
     def _ids(self) -> tuple[AsyncStore, str, Principal, str]:
@@ -390,6 +391,8 @@ class Execution:
 
     async def settle(self, decision: Decision, *, until: datetime) -> Decision:
         """Look again until the decision is terminal or `until` passes: on a wake-up, or after a growing pause."""
+        if not decision.is_terminal and self.now() < until:
+            self.release_lease()
         await self.commit()
         backoff = Backoff()
         while not decision.is_terminal and self.now() < until:
@@ -492,8 +495,9 @@ class Execution:
                 kept.drop()
                 await self._release_now(name)
         if self._lease is not None:
+            with anyio.CancelScope(shield=True):
+                await self._release_now(RUN_LEASE)
             self._forget_lease()
-            await self._release_now(RUN_LEASE)
 
     async def end(self) -> None:
         """The run is over: stop renewing what it keeps; a run lease its last commit did not end or give up is
@@ -503,6 +507,8 @@ class Execution:
         self._kept.clear()
         if self._lease is not None and not self._ended:
             self._forget_lease()
+            if self._unjournaled:
+                return  # a step's result is not recorded: the lease lapses, and keeps it the holder's until then
             with anyio.CancelScope(shield=True):
                 await self._release_now(RUN_LEASE)
 
@@ -576,7 +582,7 @@ class Execution:
                 return None
             return await self._take_lease(name)
 
-    async def _take_lease(self, name: str) -> JournalEntry | None:
+    async def _take_lease(self, name: str | None, *, wait: bool = True) -> JournalEntry | None:
         store, operation_id, principal, holder = self._ids()
         backoff = Backoff()
 
@@ -590,12 +596,16 @@ class Execution:
             return claim
 
         while True:
-            claim = await self._commit_with(take)
+            with anyio.CancelScope(shield=True):  # a lease taken is a lease kept, so that its release is not lost
+                claim = await self._commit_with(take)
+                if claim.held_by(holder):
+                    self._fence = claim
+                    self._lease = self._leases.keep(operation_id, RUN_LEASE, holder, principal)
             if claim.held_by(holder):
-                self._fence = claim
-                self._lease = self._leases.keep(operation_id, RUN_LEASE, holder, principal)
                 assert self._journal is not None
-                return self._journal.get(name)
+                return None if name is None else self._journal.get(name)
+            if not wait:
+                return None
             log.debug("operation %s: another call runs its steps; waiting to run %s", operation_id, name)
             await self.pause([operation_id], until=claim.lease_until, backoff=backoff)
 
@@ -609,13 +619,24 @@ class Execution:
         return self._fence
 
     def release_lease(self) -> None:
-        """Give up the run lease with the call's next commit (the turn ends without ending the operation), so
-        an identical call, or this call's retry, takes it without waiting for it to lapse."""
+        """Give up the run lease with the call's next commit: the turn ends without ending the operation, or
+        the call waits on a person or a flow. An identical call, or this call's retry, then takes it without
+        waiting for it to lapse; the lease is never held while someone thinks."""
         if self._lease is None:
             return
+        self._set_aside = True
         store, operation_id, principal, holder = self._ids()
         self._writes.hold(lambda: store.release_claim(operation_id, RUN_LEASE, caller=principal, holder=holder))
         self._writes.after_commit(self._forget_lease)
+
+    async def commit_taking_lease_back(self) -> None:
+        """Commit what is held (a person's answer), taking back with it the run lease this run gave up while the
+        person thought, if no other call took it meanwhile: the next step then needs no commit of its own."""
+        if not self._set_aside or self._holds_lease:
+            await self.commit()
+            return
+        async with self._taking:
+            await self._take_lease(None, wait=False)
 
     def ended(self) -> None:
         """The operation's end is durable: its run lease no longer matters to anyone."""

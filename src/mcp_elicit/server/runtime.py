@@ -51,6 +51,7 @@ from mcp_types import (
     TextContent,
 )
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from mcp_elicit.model import (
     Decision,
@@ -630,6 +631,8 @@ class Elicitation:
             problem = error
         except StoreUnavailable:
             raise  # the runner leaves the task to be taken up again once the store is back
+        except _AfterAnEffect as effect:
+            raise effect.down from None  # as a crash would: taken up again, a step whose result was lost runs again
         except Exception:
             log.exception("task %s: the tool %s failed unexpectedly", operation.operation_id, entry.name)
             problem = MCPError(code=INTERNAL_ERROR, message=f"The tool {entry.name!r} failed unexpectedly")
@@ -704,6 +707,9 @@ class Elicitation:
         except StoreUnavailable as down:
             log.warning("%s %s failed: %s", entry.kind, entry.name, down.for_log())
             raise _unavailable(entry, down) from None
+        except _AfterAnEffect as effect:
+            log.warning("%s %s failed after a step ran: %s", entry.kind, entry.name, effect.down.for_log())
+            raise _unavailable(entry, effect.down, step_unrecorded=True) from None
 
     @asynccontextmanager
     async def _kept_leases(self) -> AsyncIterator[Leases]:
@@ -763,7 +769,16 @@ class Elicitation:
                     "%s %s ran on records that changed meanwhile (%s); running it again", entry.kind, entry.name, stale
                 )
             except _AfterAnEffect as effect:
-                raise effect.down from None
+                # A step's function ran and its result is not recorded: record it before anything runs again.
+                down = effect.down
+                if not unavailable_again or down.remedy is not None:
+                    raise
+                unavailable_again = False
+                await anyio.sleep(UNAVAILABLE_PAUSE.total_seconds())
+                if not await effect.writes.keep_results():
+                    raise
+                log.info("%s %s met an unavailable store (%s); its step results kept, running it again", entry.kind,
+                         entry.name, down)  # fmt: skip
             except StoreUnavailable as down:
                 # A lost connection (the database restarted, a failover) fails the unit that met it, and only that
                 # unit: nothing of it committed. Run the call again once, on fresh connections, before saying so.
@@ -823,8 +838,12 @@ class Elicitation:
         try:
             return await self._conclude(served, run, writes)
         except StoreUnavailable as down:
-            if run.unjournaled is not None:  # that step's function ran: only a crash's retry may run it again
-                raise _AfterAnEffect(down) from down
+            if run.unjournaled is not None:  # that step's function ran: it runs again only once its result is kept
+                raise _AfterAnEffect(down, writes) from down
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):  # an error of the call's own after a step: its result still counts
+                await writes.keep_results()
             raise
         finally:
             await run.end()
@@ -866,7 +885,22 @@ class Elicitation:
                 await _swallowed(run, writes)
             raise
         await _swallowed(run, writes)
-        recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
+        try:
+            recorded = cast(JSONValue, entry.result.dump_python(result, mode="json"))
+            check_encodable(recorded)
+        except (PydanticSerializationError, UnencodableValue) as unstorable:
+            # Not the caller's fault and not the store's: the operation fails, its steps' results recorded with it.
+            reason = f"the {entry.kind}'s result cannot be recorded: {unstorable}"
+            failed = _finish(
+                self._async_store, operation, principal, OperationStatus.FAILED, None, reason, fence=run.fence
+            )
+            await writes.commit_with(failed)
+            run.ended()
+            log.error("%s %s: %s", entry.kind, entry.name, reason)
+            message = f"The {entry.kind} {entry.name!r} returned a result that cannot be recorded: {unstorable}"
+            if entry.method == TOOLS_CALL:
+                raise ToolError(message) from None
+            raise MCPError(code=INTERNAL_ERROR, message=message) from None
         if run.saw_expiry:
             finish = _finish(
                 self._async_store,
@@ -967,14 +1001,20 @@ async def _swallowed(run: Execution, writes: HeldWrites) -> None:
     raise SwallowedSignal(run.pending)
 
 
-def _unavailable(entry: _Entry, down: StoreUnavailable) -> Exception:
+def _unavailable(entry: _Entry, down: StoreUnavailable, *, step_unrecorded: bool = False) -> Exception:
     """What a caller gets when the store could not do its part, in the store's words for the condition.
 
     Every transition commits whole or not at all, so a retry attaches to what the operation recorded and goes
-    on from there; it is suggested only where it can succeed, when no operator has to act first. The cause
+    on from there; it is suggested only where it can succeed, when no operator has to act first. A step whose
+    function ran and whose result could not be recorded is the exception, and the caller is told. The cause
     (which may name a host or a path) stays in the log.
     """
-    if down.remedy is None:
+    if step_unrecorded:
+        message = (
+            f"{down.plainly}; a step of this call ran and its result could not be recorded, so calling again "
+            f"runs that step again: {_AGAIN[entry.method]} once the step's effect is checked."
+        )
+    elif down.remedy is None:
         message = f"{down.plainly}; nothing was lost: {_AGAIN[entry.method]}."
     else:
         message = f"{down.plainly}; this call changed nothing, and trying again fails the same way until {down.remedy}."
@@ -1026,8 +1066,9 @@ def _finish(
 class _AfterAnEffect(Exception):
     """The store became unavailable after a step's function ran and before its result was journaled."""
 
-    def __init__(self, down: StoreUnavailable) -> None:
+    def __init__(self, down: StoreUnavailable, writes: HeldWrites) -> None:
         self.down = down
+        self.writes = writes
         super().__init__(str(down))
 
 

@@ -32,6 +32,7 @@ from mcp_elicit.store import (
     LeaseLost,
     NotFound,
     OperationConflict,
+    StoreError,
 )
 from mcp_elicit.store.aio import AsyncStore
 
@@ -105,16 +106,29 @@ class HeldWrites:
         except StaleSnapshot:  # a check of the call's own inside the commit (a question's claim taken meanwhile)
             await self._keep(kept)
             raise
+        except BaseException:
+            # The store failed, or the call: the results to keep ride the next commit, or `keep_results`.
+            self._held = kept + self._held
+            self._kept = kept + self._kept
+            raise
         self.committed = self.committed or bool(held)
         for done in after:
             done()
         return result
 
-    async def _keep(self, kept: list[Callable[[], Awaitable[Any]]]) -> None:
+    async def keep_results(self) -> bool:
+        """Commit, on their own, the writes to keep that no commit made durable yet (a step's results, held, or
+        back from a commit that failed). True when none is left unrecorded: kept now, or lost to a call that
+        took the operation over, whose record counts instead."""
+        kept, self._kept = self._kept, []
+        self._held = [write for write in self._held if write not in kept]
+        return await self._keep(kept)
+
+    async def _keep(self, kept: list[Callable[[], Awaitable[Any]]]) -> bool:
         """Commit the writes to keep of a commit that lost on another one, alone; if they lose too (the run lease
         passed on), they are left to whoever holds it now."""
         if not kept:
-            return
+            return True
 
         async def run() -> None:
             for write in kept:
@@ -124,8 +138,13 @@ class HeldWrites:
             await self._store.atomically(run)
         except (*_LOST, NotFound) as lost:
             log.info("results of a commit that lost were not kept either: %s", lost)
-            return
+            return True
+        except StoreError as failed:
+            log.warning("step results not recorded yet: %s", failed)
+            self._kept = kept + self._kept
+            return False
         self.committed = True
+        return True
 
 
 _LOST = (DecisionConflict, DecisionExpired, AlreadyExists, LeaseLost, IdempotencyKeyConflict, OperationConflict)

@@ -220,6 +220,7 @@ class LegacyAsker:
         """Put the question to the person on this call if no other call carries it; else wait for its answer."""
         claim_name = question_claim(decision.key)
         backoff = Backoff()
+        run.release_lease()  # with the question's commit: no call waits on the run lease while a person thinks
         while decision.status is DecisionStatus.REQUESTED:
             claim, decision = await run.claim_question(decision)
             if decision.status is not DecisionStatus.REQUESTED:
@@ -227,7 +228,8 @@ class LegacyAsker:
             if claim.held_by(run.holder):
                 async with run.carrying(claim_name):
                     decision = await self._while_client_lives(run, claim_name, put, decision)
-                    await run.commit()  # the answer is durable before the body acts on it; the claim goes with it
+                    # The answer is durable before the body acts on it; the claim goes with it, the lease comes back.
+                    await run.commit_taking_lease_back()
                 return decision
             log.debug("decision %s is out to the person on another call; waiting on it", decision.elicitation_id)
             until = min(claim.lease_until, decision.expires_at)

@@ -97,10 +97,11 @@ class TaskAsker:
                 posted = await self._book.posted(run.principal, run.operation.operation_id, decision.key)
                 if posted is not None:
                     decision = await _apply(run, decision, form, posted)
-                    await run.commit()
+                    await run.commit_taking_lease_back()
                     if decision.is_terminal or decision.status is DecisionStatus.ACCEPTED_URL:
                         backoff = Backoff()
                         continue
+            run.release_lease()  # no call waits on the run lease while a person thinks
             await run.commit()
             until = min(decision.expires_at, run.now() + self._poll)
             await run.pause([decision.elicitation_id, run.operation.operation_id], until=until, backoff=backoff)
