@@ -9,9 +9,11 @@ operation. What makes that safe lives here:
   the commit before the call's first step runs and kept (renewed) until the call's turn ends: with the
   operation's end, with a 2026-07-28 round going out, or on any other end. It lapses `lease` after its
   holder's last renewal (a holder that died): only then may another call take it, and run the unjournaled
-  step again with the same idempotency key. A step that crashed half-way may therefore run twice, and
-  only that way. Every journal entry and the operation's end are fenced: written only while the lease
-  is still the writer's (holder and attempt), so a lapsed holder's late result is never recorded;
+  step again with the same idempotency key. A step's result is durable with the call's next commit; a
+  step may therefore run twice when its call dies (or is cancelled, or its store stays away) between its
+  function and that commit, and only that way. The lease is given up while a person thinks. Every
+  journal entry and the operation's end are fenced: written only while the lease is still the writer's
+  (holder and attempt), so a lapsed holder's late result is never recorded;
 - a question goes to the person through one call at a time, the one holding its claim; the others wait
   on the same decision and read the same answer;
 - every record is written by compare-and-set through the call's held writes (see `writes`).
