@@ -26,7 +26,6 @@ from rich.text import Text
 from mcp_elicit.cli import _render
 from mcp_elicit.model import Decision, DecisionStatus, Operator
 from mcp_elicit.printable import hidden, printable
-from mcp_elicit.server.tasks.state import cancel_task, task_status
 from mcp_elicit.store import (
     ENV_VAR,
     DecisionFilter,
@@ -180,6 +179,10 @@ class _Listing:
     def tasks_of(self, decisions: list[Decision]) -> dict[str, str]:
         """The task status of each operation of `decisions` that is a task (the others are left out). An
         operation whose status cannot be read is left out too, and its unreadable row kept for the report."""
+        if not decisions:
+            return {}
+        from mcp_elicit.server.tasks.state import task_status  # brings the MCP SDK: only once there are rows
+
         tasks: dict[str, str] = {}
         for operation_id in dict.fromkeys(decision.operation_id for decision in decisions):
             if operation_id in self.without_status:
@@ -383,6 +386,8 @@ def cancel(
     A decision of a tool call that runs as an MCP task (or the task's operation id) cancels the task: its
     open questions and its operation; the task's body stops at its next look.
     """
+    from mcp_elicit.server.tasks.state import task_status
+
     actor = _operator(operator)
     with _store(store) as opened:
         decision: Decision | None = None
@@ -412,6 +417,8 @@ def cancel(
 
 
 def _cancel_task(store: Store, operation_id: str, actor: Operator, reason: str, as_json: bool) -> None:
+    from mcp_elicit.server.tasks.state import cancel_task
+
     try:
         cancelled = cancel_task(store, operation_id, actor, reason)
     except (TransitionConflict, RecordExpired) as error:
