@@ -35,9 +35,15 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qs, urljoin, urlsplit
 
+import anyio
 import httpx
 
 from mcp_elicit.reference.page_forms import read_page
+
+SIGN_IN_TRIES: Final = 5
+"""How often a scripted sign-in that is held back (HTTP 429) tries again."""
+SIGN_IN_WAIT_CAP: Final = 5.0
+"""The longest wait, in seconds, a scripted sign-in accepts before trying again."""
 
 LOOPBACK: Final = "127.0.0.1"
 START_TIMEOUT: Final = 30.0
@@ -220,6 +226,15 @@ async def sign_in_as(
                 urljoin(page_url, form.action),
                 data={**form.hidden, "username": user.username, "password": user.password},
             )
+            for _ in range(SIGN_IN_TRIES):
+                if signed.status_code != 429 or (form := read_page(signed.text).form("/signin")) is None:
+                    break
+                # Held back while other sign-ins of this account were under way: try again when told, as a person would.
+                await anyio.sleep(min(float(signed.headers.get("retry-after", "1")), SIGN_IN_WAIT_CAP))
+                signed = await browser.post(
+                    urljoin(page_url, form.action),
+                    data={**form.hidden, "username": user.username, "password": user.password},
+                )
             _expect(signed, 302, "sign-in", log)
             answer = {k: v[0] for k, v in parse_qs(urlsplit(signed.headers["location"]).query).items()}
             if answer.get("state") != state or "code" not in answer:
