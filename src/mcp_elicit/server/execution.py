@@ -650,11 +650,6 @@ class Execution:
             self._lease.drop()
         self._lease = self._fence = None
 
-    async def _journaled(self, name: str) -> JournalEntry | None:
-        if self._unseen:
-            return None
-        return await self._recorded(name)
-
     async def _journal_now(self, name: str, value: JSONValue) -> JournalEntry:
         """Record an answer of the client's own (sampling, roots) at once: the body acts on it next."""
         store, operation_id, principal, _ = self._ids()
@@ -723,7 +718,7 @@ class Execution:
 
     async def query(self, name: str, need: Need, query: ClientQuery, answer: type[A]) -> A:
         journal = f"{RESERVED_JOURNAL_PREFIX}input/{name}"
-        recorded = await self._journaled(journal)
+        recorded = await self._recorded(journal)
         if recorded is not None:
             return answer.model_validate(recorded.value)
         if not self.asker.can(need):

@@ -851,6 +851,15 @@ class Elicitation:
     async def _conclude(self, served: _ServedCall, run: Execution, writes: HeldWrites) -> Any:
         """Run the body and end the call as its outcome says: a result, a suspended turn, a failed operation."""
         entry, operation, principal = served.entry, run.operation, run.principal
+
+        async def end_as(to: OperationStatus, recorded: JSONValue, reason: str = "") -> Operation | None:
+            """Commit what is held with the operation's end, fenced on the run lease; an end another call made
+            first is returned instead."""
+            finish = _finish(self._async_store, operation, principal, to, recorded, reason, fence=run.fence)
+            winner = await writes.commit_with(finish)
+            run.ended()
+            return winner
+
         try:
             result = await entry.body(**{entry.flow_parameter: Flow(run)}, **served.arguments)
         except Suspended as suspended:
@@ -863,11 +872,7 @@ class Elicitation:
             return _ended(ended.operation, entry)
         except ToolError as error:
             await _swallowed(run, writes)
-            failed = _finish(
-                self._async_store, operation, principal, OperationStatus.FAILED, None, str(error), fence=run.fence
-            )
-            await writes.commit_with(failed)
-            run.ended()
+            await end_as(OperationStatus.FAILED, None, str(error))
             raise
         except (StaleSnapshot, KeyRefused):
             raise
@@ -891,32 +896,16 @@ class Elicitation:
         except (PydanticSerializationError, UnencodableValue) as unstorable:
             # Not the caller's fault and not the store's: the operation fails, its steps' results recorded with it.
             reason = f"the {entry.kind}'s result cannot be recorded: {unstorable}"
-            failed = _finish(
-                self._async_store, operation, principal, OperationStatus.FAILED, None, reason, fence=run.fence
-            )
-            await writes.commit_with(failed)
-            run.ended()
+            await end_as(OperationStatus.FAILED, None, reason)
             log.error("%s %s: %s", entry.kind, entry.name, reason)
             message = f"The {entry.kind} {entry.name!r} returned a result that cannot be recorded: {unstorable}"
             if entry.method == TOOLS_CALL:
                 raise ToolError(message) from None
             raise MCPError(code=INTERNAL_ERROR, message=message) from None
         if run.saw_expiry:
-            finish = _finish(
-                self._async_store,
-                operation,
-                principal,
-                OperationStatus.FAILED,
-                recorded,
-                "a question expired",
-                fence=run.fence,
-            )
+            winner = await end_as(OperationStatus.FAILED, recorded, "a question expired")
         else:
-            finish = _finish(
-                self._async_store, operation, principal, OperationStatus.COMPLETED, recorded, fence=run.fence
-            )
-        winner = await writes.commit_with(finish)
-        run.ended()
+            winner = await end_as(OperationStatus.COMPLETED, recorded)
         if winner is not None and winner.status is OperationStatus.COMPLETED and winner.result != recorded:
             log.info("operation %s was completed by an overlapping call; returning its result", winner.operation_id)
             return entry.result.validate_python(winner.result)
