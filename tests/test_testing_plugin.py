@@ -539,13 +539,13 @@ async def test_an_app_on_the_wall_clock_and_a_stuck_call_fail_clearly(tmp_path: 
 
     build_tools(app, Counter(tmp_path / "effects.json"))
     try:
-        harness = Harness(app, era="2025-11-25", timeout=0.5)
+        harness = Harness(app, era="2025-11-25", timeout=30)
         with pytest.raises(RuntimeError, match="runs on the wall clock, which no test can move"):
             _ = harness.clock
         with pytest.raises(ScriptFailure, match="needs the app on a ControlledClock"):
             await harness.call("approve", {"scope": "prod"}, answers={"approve_scope": decline().after(timedelta(1))})
         with pytest.raises(AssertionError, match=r"the call of 'stall' on 2026-07-28 did not end within 0\.5 s"):
-            await harness.call("stall", era="2026-07-28")
+            await harness.call("stall", era="2026-07-28", timeout=0.5)
         with pytest.raises(ValueError, match="an era is one of 2025-06-18, 2025-11-25, 2026-07-28: got 'auto'"):
             await harness.call("stall", era="auto")  # type: ignore[arg-type]
     finally:
