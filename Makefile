@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench lock clean conformance generate
+.PHONY: run test test-fast lint typecheck pytest bench lock clean conformance generate
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,13 @@ run: $(STAMP)
 	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/mcp-elicit demo; \
 	else $(BIN)/mcp-elicit demo --script examples/demo-script.json; fi
 
-## The whole test suite: lint, strict typing, then pytest on both store backends.
+## The whole test suite: lint, strict typing, then every tier of tests/ (unit, store, runtime, wire, system), each
+## with its wall time against its budget (CONTRIBUTING.md). TIERS="unit store" runs some of them.
 test: lint typecheck pytest
+
+## The tiers a change is checked against while working: unit and runtime, under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m tools.tiers --workers $(PYTEST_WORKERS) unit runtime -- $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -29,11 +34,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## Tests wait on servers, browsers and databases more than they compute: PYTEST_WORKERS processes share them
-## out by file (each with a PostgreSQL database of its own, see tests/conftest.py).
+## Tests wait on servers, browsers and databases more than they compute: PYTEST_WORKERS processes share each
+## tier out by file (each with a PostgreSQL database of its own, see tests/conftest.py).
 PYTEST_WORKERS ?= 4
+TIERS ?=
 pytest: $(STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m tools.tiers --workers $(PYTEST_WORKERS) $(TIERS) -- $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.commits

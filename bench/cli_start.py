@@ -3,7 +3,7 @@
 Each command runs `--rounds` times as a fresh process (stdout a pipe); the best wall time counts, against
 the target and against a bare interpreter started in the same run (`python -c pass`), the floor no
 command can go under. A command over its target usually imports what it does not use: see
-`python -X importtime -m mcp_elicit ...` and tests/test_cli_startup.py.
+`python -X importtime -m mcp_elicit ...` and tests/system/test_cli_startup.py.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import anyio
 from mcp_types import CallToolResult, TextContent
-from tests.balancer import Cluster, ClusterError, ClusterSpec, haproxy_missing, running_cluster, sign_in
+from tests.helpers.balancer import Cluster, ClusterError, ClusterSpec, haproxy_missing, running_cluster, sign_in
 
 from bench._common import DEFAULT_PG_URL, PG_ENV_VAR, pg_schema, select_backends, verdict
 from bench._overhead_server import CONTROL_TOOL, COUNTED

@@ -7,62 +7,19 @@ Each PostgreSQL test gets a schema of its own, dropped afterwards, so tests neve
 from __future__ import annotations
 
 import os
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
-from mcp_elicit.model import (
-    Decision,
-    DecisionOrigin,
-    JSONObject,
-    Operation,
-    Principal,
-    new_form_decision,
-    new_operation,
-    new_url_decision,
-)
 from mcp_elicit.store import Store, open_store
-from tests.async_engine import through_async_engine
-
-PG_URL = os.environ.get("MCP_ELICIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-IN_CI = os.environ.get("CI", "").lower() == "true"
-START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
-ALICE = Principal("alice", "client-a")
-BOB = Principal("bob", "client-a")
-ALICE_OTHER_CLIENT = Principal("alice", "client-b")
-FORM_SCHEMA: JSONObject = {
-    "type": "object",
-    "properties": {"approve": {"type": "boolean"}, "note": {"type": "string"}},
-    "required": ["approve"],
-}
-
-
-class FakeClock:
-    """A clock the test moves by hand; safe to read from many threads."""
-
-    def __init__(self, now: datetime = START) -> None:
-        self._now = now
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, delta: timedelta) -> datetime:
-        with self._lock:
-            self._now += delta
-            return self._now
-
-
-def with_search_path(url: str, schema: str) -> str:
-    separator = "&" if "?" in url else "?"
-    return f"{url}{separator}options=-csearch_path%3D{schema}"
+from tests.helpers.async_engine import through_async_engine
+from tests.helpers.clock import FakeClock
+from tests.helpers.environment import IN_CI, PG_URL, with_search_path
+from tests.helpers.records import Records
 
 
 @pytest.fixture(scope="session")
@@ -120,13 +77,29 @@ def clock() -> FakeClock:
 
 ENGINES = ("sqlite", "postgres")
 ASYNC_ENGINE = "postgres-async"
-"""The `store` fixture also runs on PostgreSQL's async engine (`tests.async_engine`): the server's path there."""
+"""The `store` fixture also runs on PostgreSQL's async engine (`tests.helpers.async_engine`), the server's path."""
+
+
+STORE_TIER = Path(__file__).parent / "store"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "store_url" in metafunc.fixturenames:
+    """The engine matrix runs where the store is the subject: `tests/store/`, and tests marked `engines(...)`.
+
+    Everywhere else `store_url` is SQLite: a runtime, wire or system test shows its own behaviour, and the
+    engines' differences are the store tier's. A guarantee that only PostgreSQL can show (row locks, several
+    instances, LISTEN, restarts) names its engines with `@pytest.mark.engines("sqlite", "postgres")`.
+    """
+    if "store_url" not in metafunc.fixturenames:
+        return
+    marked = metafunc.definition.get_closest_marker("engines")
+    if marked is not None:
+        engines = list(marked.args)
+    elif STORE_TIER in Path(str(metafunc.definition.path)).parents:
         engines = [*ENGINES, ASYNC_ENGINE] if "store" in metafunc.fixturenames else list(ENGINES)
-        metafunc.parametrize("store_url", engines, indirect=True)
+    else:
+        engines = ["sqlite"]
+    metafunc.parametrize("store_url", engines, indirect=True)
 
 
 @pytest.fixture
@@ -145,68 +118,6 @@ def store(request: pytest.FixtureRequest, store_url: str, clock: FakeClock) -> I
         yield opened
     finally:
         opened.close()
-
-
-class Records:
-    """Builds valid records in a store, so each test states only what matters to it."""
-
-    def __init__(self, store: Store, clock: Callable[[], datetime]) -> None:
-        self.store = store
-        self.clock = clock
-
-    def operation(self, principal: Principal = ALICE, *, ttl: timedelta = timedelta(hours=1)) -> Operation:
-        return self.store.create_operation(
-            new_operation(
-                principal,
-                method="tools/call",
-                target="deploy",
-                request_digest="sha256:" + uuid.uuid4().hex,
-                now=self.clock(),
-                ttl=ttl,
-            )
-        )
-
-    def _origin(self, operation: Operation, key: str, sensitive: tuple[str, ...]) -> DecisionOrigin:
-        return DecisionOrigin(
-            operation_id=operation.operation_id,
-            key=key,
-            principal=operation.principal,
-            origin_method=operation.method,
-            origin_request_digest=operation.request_digest,
-            sensitive_fields=sensitive,
-        )
-
-    def form(
-        self,
-        operation: Operation | None = None,
-        *,
-        ttl: timedelta = timedelta(minutes=10),
-        key: str = "approve",
-        sensitive: tuple[str, ...] = (),
-    ) -> Decision:
-        operation = operation or self.operation()
-        decision = new_form_decision(
-            self._origin(operation, key, sensitive),
-            message="Deploy to production?",
-            requested_schema=FORM_SCHEMA,
-            now=self.clock(),
-            ttl=ttl,
-        )
-        return self.store.create_decision(decision)
-
-    def url(
-        self,
-        operation: Operation | None = None,
-        *,
-        ttl: timedelta = timedelta(minutes=10),
-        url: str = "https://elicit.example/elicit/abc",
-        key: str = "connect",
-    ) -> Decision:
-        operation = operation or self.operation()
-        decision = new_url_decision(
-            self._origin(operation, key, ()), message="Connect your account", url=url, now=self.clock(), ttl=ttl
-        )
-        return self.store.create_decision(decision)
 
 
 @pytest.fixture

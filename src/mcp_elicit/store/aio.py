@@ -3,7 +3,7 @@
 Each call hands the core's coroutine for it to `_call`, which runs it inline, on PostgreSQL's async pool or
 in a worker thread, as the store fits (see `_facade`). The blocking `Store` is generated from this file by
 `tools/async_to_sync.py` into `_blocking.py`: the same calls without `async` and `await`, each run at once on
-the store's own core. Edit this file, then run `python -m tools.async_to_sync`; `tests/test_store_generated.py`
+the store's own core. Edit this file, then run `python -m tools.async_to_sync`; `tests/unit/test_store_generated.py`
 fails while the two differ. What the calls promise (binding, compare-and-set, late moves) is in
 `mcp_elicit.store.protocol`, beside the records they take and give.
 """

@@ -1,0 +1,116 @@
+"""Background work shared by several lifespans, and answers that stay durable while the body works on.
+
+The SDK runs one lifespan per connection for its in-memory client (and SSE): connections open and close in
+any order, and the server's background work (the lease keeper above all) must go on as long as any is up.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from pydantic import BaseModel
+
+from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
+from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server.background import Shared
+from tests.helpers.serving import Person, accept
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_shared_task_runs_once_and_is_taken_over_when_its_host_ends() -> None:
+    runs: list[int] = []
+
+    async def work() -> None:
+        runs.append(len(runs))
+        await anyio.sleep_forever()
+
+    shared = Shared(work)
+    async with anyio.create_task_group() as group:
+        first, second = anyio.CancelScope(), anyio.CancelScope()
+
+        async def host(scope: anyio.CancelScope) -> None:
+            with scope:
+                await shared.host()
+
+        group.start_soon(host, first)
+        group.start_soon(host, second)
+        await anyio.sleep(0.05)
+        assert runs == [0] and shared.running
+        first.cancel()
+        await anyio.sleep(0.05)
+        assert runs == [0, 1] and shared.running, "the host still up took the work over"
+        second.cancel()
+        await anyio.sleep(0.05)
+        assert not shared.running
+
+
+class Go(BaseModel):
+    go: bool
+
+
+async def test_claims_stay_renewed_after_the_connection_whose_lifespan_renewed_them_closes(tmp_path: Path) -> None:
+    """Connection A's lifespan runs the lease keeper; B's call holds a step past several leases after A
+    closed: its claim must never lapse (a lapsed claim lets an overlapping call run the step again)."""
+    lease = timedelta(seconds=0.6)
+    elicitation = Elicitation(f"sqlite:///{tmp_path / 's.db'}", single_process=True, lease=lease)
+    server = elicitation.server("background")
+    entered, lapsed = anyio.Event(), list[bool]()
+
+    @elicitation.tool()
+    async def hold(flow: Flow) -> str:
+        async def slow() -> str:
+            entered.set()
+            for _ in range(6):
+                await anyio.sleep(lease.total_seconds() / 2)
+                [claim] = elicitation.store.claims(flow.operation_id, caller=flow.principal)
+                lapsed.append(claim.lease_until <= elicitation._clock())
+            return "held"
+
+        return await flow.step("slow", slow)
+
+    a_open, a_done = anyio.Event(), anyio.Event()
+
+    async def connection_a() -> None:
+        async with Client(server, mode="legacy"):  # its lifespan is the first, so it runs the keeper
+            a_open.set()
+            await entered.wait()
+        a_done.set()  # A's lifespan is over; B's call is still in its step
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(connection_a)
+        await a_open.wait()
+        async with Client(server, mode="legacy") as b:
+            await b.call_tool("hold", {})
+        assert a_done.is_set()
+    assert len(lapsed) == 6 and not any(lapsed), f"the step's claim lapsed while its holder ran it: {lapsed}"
+    elicitation.close()
+
+
+async def test_a_legacy_answer_is_durable_before_the_body_works_on(tmp_path: Path) -> None:
+    """The body works on past the question's TTL after the answer: the answer was committed when it came,
+    so the operation completes with it instead of finding it expired at the next commit."""
+    elicitation = Elicitation(f"sqlite:///{tmp_path / 's.db'}", single_process=True)
+    server = elicitation.server("durable")
+    seen: list[object] = []
+
+    @elicitation.tool()
+    async def decide(flow: Flow) -> str:
+        answer = await flow.ask("Go?", Go, ttl=timedelta(seconds=1))
+        seen.append(answer)
+        await anyio.sleep(1.5)
+        return "went" if isinstance(answer, Accepted) and answer.data.go else "stayed"
+
+    person = Person([accept(go=True)] * 3)
+    async with Client(server, mode="legacy", elicitation_callback=person) as client:
+        result = await client.call_tool("decide", {})
+    assert not result.is_error and len(person.asked) == 1 and len(seen) == 1
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.ACCEPTED
+    operation = elicitation.store.get_operation(decision.operation_id, decision.principal)
+    assert operation.status is OperationStatus.COMPLETED
+    elicitation.close()

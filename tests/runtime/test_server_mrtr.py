@@ -1,0 +1,259 @@
+"""2026-07-28 rounds driven by hand: replayed, tampered, expired and foreign requestState."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
+
+from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.server import Elicitation
+from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
+from mcp_elicit.store import open_store
+from tests.helpers.serving import Counter, Person, build_tools
+from tests.runtime.test_server_flow import text, unwrap
+
+pytestmark = pytest.mark.anyio
+MODERN = "2026-07-28"
+
+
+@pytest.fixture
+def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], state_ttl=2.0, long_poll=timedelta(seconds=0.5))
+    runtime.server("mrtr-server")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    yield runtime
+    runtime.close()
+
+
+def client(elicitation: Elicitation) -> Client:
+    assert elicitation._server is not None
+    return Client(elicitation._server, mode=MODERN, elicitation_callback=Person())
+
+
+async def first_round(c: Client, tool: str, arguments: dict[str, object]) -> InputRequiredResult:
+    result = await c.session.call_tool(tool, arguments, allow_input_required=True)
+    assert isinstance(result, InputRequiredResult)
+    return result
+
+
+async def retry(
+    c: Client, tool: str, arguments: dict[str, object], state: str | None, **responses: ElicitResult
+) -> CallToolResult | InputRequiredResult:
+    return await c.session.call_tool(
+        tool, arguments, input_responses=dict(responses) or None, request_state=state, allow_input_required=True
+    )
+
+
+async def refused(c: Client, tool: str, arguments: dict[str, object], state: str, **responses: ElicitResult) -> None:
+    with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
+        await retry(c, tool, arguments, state, **responses)
+    error = unwrap(raised.value)
+    assert isinstance(error, MCPError)
+    assert (error.code, error.message) == (-32602, "Invalid or expired requestState")
+
+
+async def test_round_carries_stable_keys_and_a_sealed_state(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+    assert round_one.input_requests is not None
+    assert list(round_one.input_requests) == ["approve_scope"]
+    assert round_one.request_state is not None and round_one.request_state.startswith("v1.")
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.elicitation_id not in round_one.request_state
+
+
+async def test_replayed_state_is_refused_and_a_fresh_call_resumes(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "greet_and_book", {})
+        state = round_one.request_state
+        assert state is not None
+        round_two = await retry(
+            c, "greet_and_book", {}, state, name=ElicitResult(action="accept", content={"name": "Ada"})
+        )
+        assert isinstance(round_two, InputRequiredResult)
+        assert round_two.input_requests is not None and list(round_two.input_requests) == ["seats"]
+
+        await refused(c, "greet_and_book", {}, state, name=ElicitResult(action="accept", content={"name": "Eve"}))
+
+        overlapping = await first_round(c, "greet_and_book", {})
+        assert overlapping.input_requests is None, "the seats question is out in round two already"
+        done = await retry(
+            c, "greet_and_book", {}, round_two.request_state, seats=ElicitResult(action="accept", content={"seats": 3})
+        )
+        assert isinstance(done, CallToolResult)
+        assert text(done) == "3 seats for Ada"
+        again = await retry(c, "greet_and_book", {}, overlapping.request_state)
+    assert isinstance(again, CallToolResult)
+    assert text(again) == "3 seats for Ada"
+    names = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
+    assert [d.content for d in names] == [{"name": "Ada"}]
+
+
+async def test_a_question_out_in_a_lapsed_round_is_asked_in_the_next(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "greet_and_book", {})
+        assert round_one.input_requests is not None and list(round_one.input_requests) == ["name"]
+        overlapping = await first_round(c, "greet_and_book", {})
+        assert overlapping.input_requests is None
+        await anyio.sleep(2.0 + ROUND_LAPSE_MARGIN.total_seconds() + 0.5)
+        later = await first_round(c, "greet_and_book", {})
+        assert later.input_requests is not None and list(later.input_requests) == ["name"]
+        done = await retry(
+            c, "greet_and_book", {}, later.request_state, name=ElicitResult(action="accept", content={"name": "Ada"})
+        )
+    assert isinstance(done, InputRequiredResult) and done.input_requests is not None
+    assert list(done.input_requests) == ["seats"]
+    [name] = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
+    assert name.content == {"name": "Ada"}
+
+
+@pytest.mark.parametrize(
+    "responses",
+    [
+        {},
+        {"other_key": ElicitResult(action="accept", content={"approve": True})},
+        {"approve_scope": ElicitResult(action="accept", content={"approve": "yes"})},
+        {"approve_scope": ElicitResult(action="accept", content=None)},
+    ],
+    ids=["missing", "extra-only", "invalid", "accept-without-content"],
+)
+async def test_missing_extra_or_invalid_responses_ask_again(
+    elicitation: Elicitation, responses: dict[str, ElicitResult]
+) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        again = await retry(c, "approve", {"scope": "prod"}, round_one.request_state, **responses)
+    assert isinstance(again, InputRequiredResult)
+    assert again.input_requests is not None and list(again.input_requests) == ["approve_scope"]
+    assert again.request_state != round_one.request_state
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.REQUESTED
+
+
+async def test_tampered_state_is_refused(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        state = round_one.request_state
+        assert state is not None
+        flipped = state[:-3] + ("A" if state[-3] != "A" else "B") + state[-2:]
+        answer = ElicitResult(action="accept", content={"approve": True})
+        await refused(c, "approve", {"scope": "prod"}, flipped, approve_scope=answer)
+        await refused(c, "approve", {"scope": "prod"}, "not-a-token", approve_scope=answer)
+
+
+async def test_state_for_other_arguments_is_refused(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        assert round_one.request_state is not None
+        answer = ElicitResult(action="accept", content={"approve": True})
+        await refused(c, "approve", {"scope": "staging"}, round_one.request_state, approve_scope=answer)
+
+
+async def test_expired_state_is_refused(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        assert round_one.request_state is not None
+        await anyio.sleep(2.2)
+        answer = ElicitResult(action="accept", content={"approve": True})
+        await refused(c, "approve", {"scope": "prod"}, round_one.request_state, approve_scope=answer)
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert decision.status is DecisionStatus.REQUESTED
+
+
+async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_url: str, tmp_path: Path) -> None:
+    instances = []
+    for _ in range(2):
+        runtime = Elicitation(open_store(store_url), keys=[b"k" * 32])
+        runtime.server("shared-name")
+        build_tools(runtime, Counter(tmp_path / "effects.json"))
+        instances.append(runtime)
+    try:
+        async with client(instances[0]) as a:
+            round_one = await first_round(a, "approve", {"scope": "prod"})
+        async with client(instances[1]) as b:
+            done = await retry(
+                b,
+                "approve",
+                {"scope": "prod"},
+                round_one.request_state,
+                approve_scope=ElicitResult(action="accept", content={"approve": True}),
+            )
+        assert isinstance(done, CallToolResult) and text(done) == "applied prod"
+    finally:
+        for runtime in instances:
+            runtime.close()
+
+
+async def test_answers_sent_without_state_are_read_by_key_for_the_questions_asked(
+    elicitation: Elicitation,
+) -> None:
+    """As a stateless server would read them: by key, unknown keys ignored, validated, audited as such."""
+    name = ElicitResult(action="accept", content={"name": "Ada"})
+    extra = ElicitResult(action="accept", content={"foo": "bar"})
+    async with client(elicitation) as c:
+        round_one = await retry(c, "greet_and_book", {}, None, name=name, unknown_extra_key=extra)
+        assert isinstance(round_one, InputRequiredResult)
+        assert round_one.input_requests is not None and list(round_one.input_requests) == ["seats"]
+    decisions = {d.key: d for d in elicitation.store.list_decisions(Operator())}
+    assert decisions["name"].status is DecisionStatus.ACCEPTED
+    assert decisions["name"].content == {"name": "Ada"}
+    reasons = [e.reason for e in elicitation.store.audit_trail(decisions["name"].elicitation_id, Operator())]
+    assert reasons == ["requested", "answered with the request, without a round's state"]
+    assert decisions["seats"].status is DecisionStatus.REQUESTED
+
+
+async def test_an_answer_without_state_for_an_open_question_applies_once(elicitation: Elicitation) -> None:
+    """A call that attaches to its open operation may answer the question an earlier round asked."""
+    async with client(elicitation) as c:
+        await first_round(c, "greet_and_book", {})
+        name = ElicitResult(action="accept", content={"name": "Ada"})
+        again = await retry(c, "greet_and_book", {}, None, name=name)
+        assert isinstance(again, InputRequiredResult)
+        assert again.input_requests is not None and list(again.input_requests) == ["seats"]
+        other = ElicitResult(action="accept", content={"name": "Bob"})
+        seats = ElicitResult(action="accept", content={"seats": 2})
+        done = await retry(c, "greet_and_book", {}, None, name=other, seats=seats)
+    assert isinstance(done, CallToolResult)
+    assert text(done) == "2 seats for Ada"
+
+
+async def test_a_url_consent_without_state_counts_for_nothing(store_url: str, tmp_path: Path) -> None:
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], public_base_url="http://127.0.0.1:9")
+    runtime.server("urls")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    try:
+        async with client(runtime) as c:
+            again = await retry(c, "connect", {}, None, connect_account=ElicitResult(action="accept"))
+        assert isinstance(again, InputRequiredResult)
+        [decision] = runtime.store.list_decisions(Operator())
+        assert decision.status is DecisionStatus.REQUESTED
+    finally:
+        runtime.close()
+
+
+async def test_an_invalid_answer_without_state_asks_again(elicitation: Elicitation) -> None:
+    async with client(elicitation) as c:
+        again = await retry(c, "greet_and_book", {}, None, name=ElicitResult(action="accept", content={"name": ""}))
+    assert isinstance(again, InputRequiredResult)
+    assert again.input_requests is not None and list(again.input_requests) == ["name"]
+
+
+async def test_answers_without_state_can_be_turned_off(store_url: str, tmp_path: Path) -> None:
+    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], answers_without_state=False)
+    runtime.server("strict")
+    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    try:
+        async with client(runtime) as c:
+            name = ElicitResult(action="accept", content={"name": "Ada"})
+            again = await retry(c, "greet_and_book", {}, None, name=name)
+        assert isinstance(again, InputRequiredResult)
+        assert again.input_requests is not None and list(again.input_requests) == ["name"]
+    finally:
+        runtime.close()

@@ -1,0 +1,258 @@
+"""Opening stores: migrations, refusal of newer schemas, corrupt files and wrong URLs, nothing half-written."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from contextlib import closing
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from mcp_elicit.model import DecisionStatus
+from mcp_elicit.store import (
+    Consumption,
+    SchemaTooNew,
+    StoreConfigError,
+    StoreCorrupt,
+    StoreUnavailable,
+    open_store,
+)
+from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, statements
+from mcp_elicit.store.url import sqlite_path
+from tests.helpers.clock import FakeClock
+from tests.helpers.environment import with_search_path
+from tests.helpers.records import ALICE, Records
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fresh_create_then_reopen_keeps_everything(store_url: str, clock: FakeClock) -> None:
+    first = open_store(store_url, clock=clock)
+    assert first.schema_version() == LATEST_VERSION
+    decision = Records(first, clock).form()
+    accepted = first.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+    first.close()
+
+    again = open_store(store_url, clock=clock)
+    try:
+        assert again.schema_version() == LATEST_VERSION
+        assert again.get_decision(decision.elicitation_id, ALICE) == accepted
+        assert len(again.audit_trail(decision.elicitation_id, ALICE)) == 2
+    finally:
+        again.close()
+
+
+def test_a_sqlite_v1_database_migrates_to_the_latest_version_on_open(tmp_path: Path, clock: FakeClock) -> None:
+    assert LATEST_VERSION >= 2
+    path = tmp_path / "v1.db"
+    spent_until = clock() + timedelta(hours=1)
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
+        for statement in statements(1, SQLITE_TYPES):
+            connection.execute(statement)
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (1)")
+        connection.execute("INSERT INTO elicit_tokens (token_id, expires_at) VALUES ('spent', ?)", (2**62,))
+
+    store = open_store(f"sqlite://{path}", clock=clock)
+    try:
+        assert store.schema_version() == LATEST_VERSION
+        assert store.consume_token("spent", expires_at=spent_until) is Consumption.ALREADY_USED  # v1 data kept
+        store.vault_put("alice", "github", "k1", b"\x01sealed")
+        record = store.vault_get("alice", "github")
+        assert record is not None and (record.key_id, record.sealed) == ("k1", b"\x01sealed")
+        store.oauth_client_put("client-1", {"client_id": "client-1", "redirect_uris": ["http://127.0.0.1:1/cb"]})
+        assert store.oauth_client_get("client-1") == {
+            "client_id": "client-1",
+            "redirect_uris": ["http://127.0.0.1:1/cb"],
+        }
+    finally:
+        store.close()
+    with closing(sqlite3.connect(path)) as connection:
+        versions = [row[0] for row in connection.execute("SELECT version FROM elicit_schema ORDER BY version")]
+        columns = {row[1]: (row[2], row[3]) for row in connection.execute("PRAGMA table_info(elicit_vault)")}
+    assert versions == list(range(1, LATEST_VERSION + 1))
+    assert columns["sealed"] == ("BLOB", 1) and columns["key_id"] == ("TEXT", 1)
+    assert columns["principal_id"] == ("TEXT", 1) and columns["name"] == ("TEXT", 1)
+
+
+@pytest.mark.postgres
+def test_a_postgres_v1_database_migrates_to_the_latest_version_on_open(pg_schema_url: str, clock: FakeClock) -> None:
+    with psycopg.connect(pg_schema_url, autocommit=True) as connection, connection.transaction():
+        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
+        for statement in statements(1, POSTGRES_TYPES):
+            connection.execute(statement)
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (1)")
+        connection.execute("INSERT INTO elicit_tokens (token_id, expires_at) VALUES ('spent', 'infinity')")
+
+    store = open_store(pg_schema_url, clock=clock)
+    try:
+        assert store.schema_version() == LATEST_VERSION
+        assert store.consume_token("spent", expires_at=clock()) is Consumption.ALREADY_USED
+        store.vault_put("alice", "github", "k1", b"\x01sealed")
+        record = store.vault_get("alice", "github")
+        assert record is not None and (record.key_id, record.sealed) == ("k1", b"\x01sealed")
+        store.oauth_client_put("client-1", {"client_id": "client-1", "redirect_uris": ["http://127.0.0.1:1/cb"]})
+        assert store.oauth_client_get("client-1") == {
+            "client_id": "client-1",
+            "redirect_uris": ["http://127.0.0.1:1/cb"],
+        }
+    finally:
+        store.close()
+    with psycopg.connect(pg_schema_url) as connection:
+        versions = [row[0] for row in connection.execute("SELECT version FROM elicit_schema ORDER BY version")]
+        columns: dict[str, str] = dict(
+            connection.execute(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = 'elicit_vault'"
+            ).fetchall()
+        )
+    assert versions == list(range(1, LATEST_VERSION + 1))
+    assert columns["sealed"] == "bytea" and columns["updated_at"] == "timestamp with time zone"
+
+
+def test_sqlite_schema_newer_than_the_code_is_refused_untouched(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "newer.db"
+    open_store(f"sqlite://{path}", clock=clock).close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (LATEST_VERSION + 6,))
+    connection.close()
+    before = digest(path)
+    with pytest.raises(SchemaTooNew) as raised:
+        open_store(f"sqlite://{path}", clock=clock)
+    message = str(raised.value)
+    assert f"version {LATEST_VERSION + 6}" in message and f"up to version {LATEST_VERSION}" in message
+    assert (raised.value.found, raised.value.supported) == (LATEST_VERSION + 6, LATEST_VERSION)
+    assert digest(path) == before
+
+
+@pytest.mark.postgres
+def test_postgres_schema_newer_than_the_code_is_refused(pg_schema_url: str, clock: FakeClock) -> None:
+    open_store(pg_schema_url, clock=clock).close()
+    with psycopg.connect(pg_schema_url, autocommit=True) as connection:
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (LATEST_VERSION + 1,))
+    with pytest.raises(SchemaTooNew, match=f"version {LATEST_VERSION + 1}.*up to version {LATEST_VERSION}"):
+        open_store(pg_schema_url, clock=clock)
+
+
+def test_garbage_file_is_reported_corrupt_and_left_byte_for_byte(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database at all\x00" * 200)
+    before = digest(path)
+    with pytest.raises(StoreCorrupt, match="not a readable mcp-elicit database"):
+        open_store(f"sqlite://{path}", clock=clock)
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.db"]
+
+
+def test_truncated_store_is_reported_corrupt(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "truncated.db"
+    store = open_store(f"sqlite://{path}", clock=clock)
+    records = Records(store, clock)
+    operation = records.operation()
+    for index in range(300):
+        records.form(operation, key=f"k{index}")
+    store.close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    with pytest.raises(StoreCorrupt):
+        reopened = open_store(f"sqlite://{path}", clock=clock)
+        try:
+            reopened.list_decisions(ALICE, limit=10_000)
+            reopened.sweep_expired()
+        finally:
+            reopened.close()
+
+
+def test_another_applications_database_is_refused_untouched(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    connection.close()
+    before = digest(path)
+    with pytest.raises(StoreCorrupt, match=r"another application.*invoices"):
+        open_store(f"sqlite://{path}", clock=clock)
+    assert digest(path) == before
+
+
+def test_missing_directory_is_a_clear_error_not_a_new_tree(tmp_path: Path, clock: FakeClock) -> None:
+    with pytest.raises(StoreUnavailable, match="does not exist"):
+        open_store(f"sqlite://{tmp_path}/no/such/dir/elicit.db", clock=clock)
+    assert not (tmp_path / "no").exists()
+    with pytest.raises(StoreUnavailable, match="directory"):
+        open_store(f"sqlite://{tmp_path}", clock=clock)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://root@localhost/db", "unknown store URL scheme 'mysql'"),
+        ("just-a-path.db", "unknown store URL scheme"),
+        ("sqlite://", "needs a file path"),
+        ("sqlite://host/file.db", "names a file, not a host"),
+        ("sqlite:///tmp/x.db?mode=ro", "unknown SQLite URL parameter .mode."),
+        ("sqlite:///:memory:", "needs a file path|not durable"),
+        ("sqlite::memory:", "not durable"),
+    ],
+)
+def test_unusable_urls_are_specific_errors(url: str, message: str) -> None:
+    with pytest.raises(StoreConfigError, match=message):
+        open_store(url)
+
+
+def test_sqlite_url_forms() -> None:
+    assert sqlite_path("sqlite:///var/lib/app/e.db") == Path("/var/lib/app/e.db")
+    assert sqlite_path("sqlite:////var/lib/app/e.db") == Path("/var/lib/app/e.db")
+    assert sqlite_path("sqlite:data/e.db") == Path("data/e.db")
+    assert sqlite_path("sqlite:///tmp/with%20space.db") == Path("/tmp/with space.db")
+
+
+@pytest.mark.postgres
+def test_unreachable_postgres_is_a_specific_error(pg_server: str) -> None:
+    with pytest.raises(StoreUnavailable, match=r"cannot reach PostgreSQL at postgresql://postgres@127\.0\.0\.1:1/"):
+        open_store("postgresql://postgres:s3cret@127.0.0.1:1/test")
+
+
+@pytest.mark.postgres
+def test_unknown_role_and_database_are_specific_errors_without_the_password(pg_server: str) -> None:
+    with pytest.raises(StoreUnavailable) as role:
+        open_store("postgresql://nobody_here:hunter2@127.0.0.1:5432/test")
+    assert "nobody_here" in str(role.value) and "hunter2" not in str(role.value)
+    with pytest.raises(StoreUnavailable, match="database does not exist") as database:
+        open_store("postgresql://postgres:hunter2@127.0.0.1:5432/no_such_database_here")
+    assert "hunter2" not in str(database.value)
+
+
+@pytest.mark.postgres
+def test_instances_starting_together_migrate_once(pg_schema_url: str, clock: FakeClock) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        stores = list(pool.map(lambda _: open_store(pg_schema_url, clock=clock), range(6)))
+    for store in stores:
+        assert store.schema_version() == LATEST_VERSION
+        store.close()
+    with psycopg.connect(pg_schema_url) as connection:
+        rows = connection.execute("SELECT version FROM elicit_schema ORDER BY version").fetchall()
+    assert rows == [(version,) for version in range(1, LATEST_VERSION + 1)]  # each migration ran exactly once
+
+
+@pytest.mark.postgres
+def test_postgres_tables_altered_by_hand_are_reported(pg_server: str, pg_schema_url: str, clock: FakeClock) -> None:
+    open_store(pg_schema_url, clock=clock).close()
+    with psycopg.connect(pg_schema_url, autocommit=True) as connection:
+        connection.execute("ALTER TABLE elicit_decisions RENAME COLUMN message TO msg")
+    store = open_store(pg_schema_url, clock=clock)
+    try:
+        with pytest.raises(StoreCorrupt, match="not what this mcp-elicit wrote"):
+            store.list_decisions(ALICE)
+    finally:
+        store.close()
+    assert with_search_path(pg_server, "x").endswith("search_path%3Dx")

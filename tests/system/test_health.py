@@ -1,0 +1,320 @@
+"""`/healthz` and `/readyz` of `mcp-elicit serve --transport http` as installed, on both stores.
+
+The store goes away for real: the SQLite file is deleted, PostgreSQL is reached through a TCP relay that the
+test closes (the port refuses) or stops (the database stops answering), and a newer schema version is written
+into the database the way a newer instance's migration would.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx2
+import psycopg
+import pytest
+
+from mcp_elicit.store import SchemaTooNew, open_store
+from mcp_elicit.store._schema import LATEST_VERSION
+from mcp_elicit.web.health import _SingleProbe, _StoreState
+from tests.helpers.http_harness import free_port, wait_for_port
+
+# On both engines: readiness reads each engine its own way.
+pytestmark = pytest.mark.engines("sqlite", "postgres")
+
+COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
+READY = {"store": "ok", "schema": "ok", "keys": "ok"}
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+ENVIRON = {
+    "MCP_ELICIT_USERS": "alice:wonderland",
+    "MCP_ELICIT_AUTH_KEYS": b64(b"A" * 32),
+    "MCP_ELICIT_STATE_KEYS": b64(b"S" * 32),
+    "MCP_ELICIT_VAULT_KEYS": "v1:" + b64(b"V" * 32),
+}
+
+
+@dataclass
+class Served:
+    url: str
+    log: Path
+
+    def get(self, path: str, timeout: float = 30) -> httpx2.Response:
+        return httpx2.get(f"{self.url}{path}", timeout=timeout)
+
+    def ready(self) -> tuple[int, dict[str, Any]]:
+        answer = self.get("/readyz")
+        assert answer.headers["cache-control"] == "no-store"
+        body: dict[str, Any] = answer.json()
+        return answer.status_code, body
+
+    def until(self, status: int, *, timeout: float = 60) -> dict[str, Any]:
+        """Poll /readyz until it answers `status`; the body it then gave."""
+        deadline = time.monotonic() + timeout
+        while True:
+            code, body = self.ready()
+            if code == status:
+                return body
+            assert time.monotonic() < deadline, f"/readyz still answers {code} {body}"
+            time.sleep(0.2)
+
+    def logged(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def serving(tmp_path: Path, store_url: str, *options: str) -> Iterator[Served]:
+    port = free_port()
+    log = tmp_path / f"serve-{port}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [COMMAND, "serve", "--transport", "http", "--port", str(port), "--store", store_url,
+             "--workspace", str(tmp_path / "workspace"), *options],
+            env={**os.environ, **ENVIRON}, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        wait_for_port(port, process)
+        yield Served(f"http://127.0.0.1:{port}", log)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+class Relay:
+    """A TCP relay on loopback in front of PostgreSQL, so that a test can take the database away for real.
+
+    `close()` drops every connection and refuses new ones; `hold()` keeps them open but stops passing bytes,
+    as a database that no longer answers; `open()` and `release()` undo them.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._sockets: list[socket.socket] = []
+        self._guard = threading.Lock()
+        self._listener: socket.socket | None = None
+        self.open()
+
+    def open(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port))
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self.cut()
+
+    def cut(self) -> None:
+        """End every relayed connection at once."""
+        with self._guard:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def release(self) -> None:
+        self.flowing.set()
+
+    def url(self, url: str) -> str:
+        parts = urlsplit(url)
+        user = parts.netloc.rpartition("@")[0]
+        return urlunsplit(parts._replace(netloc=f"{user}@127.0.0.1:{self.port}" if user else f"127.0.0.1:{self.port}"))
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self._guard:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        with suppress(OSError):
+            while data := source.recv(65536):
+                self.flowing.wait()
+                sink.sendall(data)
+        with suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def relay(pg_server: str) -> Iterator[Relay]:
+    parts = urlsplit(pg_server)
+    running = Relay((parts.hostname or "127.0.0.1", parts.port or 5432))
+    try:
+        yield running
+    finally:
+        running.release()
+        running.close()
+
+
+def set_schema_version(store_url: str, version: int | None) -> None:
+    """Write a schema version row the way a newer instance's migration would (None removes it again)."""
+    if store_url.startswith("sqlite:"):
+        connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
+        try:
+            if version is None:
+                connection.execute("DELETE FROM elicit_schema WHERE version > ?", (LATEST_VERSION,))
+            else:
+                connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (version,))
+        finally:
+            connection.close()
+        return
+    with psycopg.connect(store_url, autocommit=True) as pg:
+        if version is None:
+            pg.execute("DELETE FROM elicit_schema WHERE version > %s", (LATEST_VERSION,))
+        else:
+            pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (version,))
+
+
+def test_both_answer_without_authorization_while_the_mcp_endpoint_demands_it(tmp_path: Path, store_url: str) -> None:
+    with serving(tmp_path, store_url) as served:
+        health = served.get("/healthz")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        assert health.headers["cache-control"] == "no-store"
+        assert served.ready() == (200, {"status": "ready", "checks": READY})
+        assert served.get("/mcp").status_code == 401
+        assert httpx2.head(f"{served.url}/readyz").status_code == 200
+
+
+def test_a_newer_schema_makes_the_instance_not_ready_until_it_is_gone(tmp_path: Path, store_url: str) -> None:
+    with serving(tmp_path, store_url) as served:
+        assert served.ready()[0] == 200
+        set_schema_version(store_url, LATEST_VERSION + 1)
+        body = served.until(503)
+        assert body == {"status": "not ready", "checks": {"store": "ok", "schema": "too_new", "keys": "ok"}}
+        assert f"schema version {LATEST_VERSION + 1}" in served.logged()
+        set_schema_version(store_url, None)
+        assert served.until(200)["checks"] == READY
+        assert "ready again" in served.logged()
+
+
+def test_a_deleted_sqlite_file_is_not_ready_and_the_process_stays_healthy(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "elicit.db"
+    path.parent.mkdir()
+    with serving(tmp_path, f"sqlite://{path}") as served:
+        assert served.ready()[0] == 200
+        for name in ("elicit.db", "elicit.db-wal", "elicit.db-shm"):
+            (path.parent / name).unlink(missing_ok=True)
+        code, body = served.ready()
+        assert code == 503
+        assert body == {"status": "not ready", "checks": {"store": "replaced", "schema": "unknown", "keys": "ok"}}
+        assert str(tmp_path) not in served.get("/readyz").text
+        assert served.get("/healthz").status_code == 200
+        assert f"not ready: the database file {path} was deleted" in served.logged()
+        assert "Traceback" not in served.logged()
+
+
+def test_postgres_out_of_reach_is_not_ready_and_ready_again_once_back(
+    tmp_path: Path, pg_schema_url: str, relay: Relay
+) -> None:
+    with serving(tmp_path, relay.url(pg_schema_url)) as served:
+        assert served.ready() == (200, {"status": "ready", "checks": READY})
+        relay.close()
+        code, body = served.ready()
+        assert code == 503 and body["status"] == "not ready"
+        assert body["checks"]["store"] in ("unreachable", "timeout")
+        assert body["checks"]["schema"] == "unknown" and body["checks"]["keys"] == "ok"
+        assert str(relay.port) not in served.get("/readyz").text
+        assert served.get("/healthz").status_code == 200
+        assert "not ready: " in served.logged() and str(relay.port) in served.logged()
+        relay.open()
+        assert served.until(200)["checks"] == READY
+        assert "Traceback" not in served.logged()
+
+
+def test_postgres_that_stops_answering_is_not_ready_within_the_timeout(
+    tmp_path: Path, pg_schema_url: str, relay: Relay
+) -> None:
+    with serving(tmp_path, relay.url(pg_schema_url)) as served:
+        assert served.ready()[0] == 200
+        relay.hold()
+        results: list[tuple[int, dict[str, Any]]] = []
+        callers = [threading.Thread(target=lambda: results.append(served.ready())) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        assert served.get("/healthz", timeout=5).status_code == 200  # the event loop is not held up meanwhile
+        for caller in callers:
+            caller.join(timeout=30)
+        assert [code for code, _ in results] == [503] * 4
+        assert all(body["checks"]["store"] == "timeout" for _, body in results)
+        assert "gave no answer within 2 s" in served.logged()
+        relay.release()
+        assert served.until(200)["checks"] == READY
+
+
+def test_the_development_server_serves_them_too(tmp_path: Path) -> None:
+    with serving(tmp_path, f"sqlite://{tmp_path / 'e.db'}", "--dev-loopback", "--single-process") as served:
+        assert served.get("/healthz").json() == {"status": "ok"}
+        assert served.ready() == (200, {"status": "ready", "checks": READY})
+
+
+def test_one_probe_runs_at_a_time_and_callers_meanwhile_share_its_answer() -> None:
+    release = threading.Event()
+    runs: list[int] = []
+
+    def check() -> _StoreState:
+        runs.append(1)
+        release.wait(timeout=30)
+        return _StoreState("ok", "ok")
+
+    async def main() -> None:
+        probe = _SingleProbe(check)
+        assert await probe.answer(0.2) is None  # gave up; the run goes on
+        answers: list[_StoreState | None] = []
+
+        async def ask() -> None:
+            answers.append(await probe.answer(10))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(ask)
+            await anyio.sleep(0.2)
+            release.set()
+        assert answers == [_StoreState("ok", "ok")] * 5
+        assert len(runs) == 1
+        assert await probe.answer(10) == _StoreState("ok", "ok")
+        assert len(runs) == 2
+
+    anyio.run(main)
+
+
+def test_verify_schema_reads_the_database_now_not_what_opening_found(store_url: str) -> None:
+    store = open_store(store_url)
+    try:
+        store.verify_schema()
+        set_schema_version(store_url, LATEST_VERSION + 1)
+        with pytest.raises(SchemaTooNew, match=f"schema version {LATEST_VERSION + 1}"):
+            store.verify_schema()
+        assert store.schema_version() == LATEST_VERSION
+    finally:
+        store.close()
