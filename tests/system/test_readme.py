@@ -37,7 +37,9 @@ from tests.helpers.http_harness import free_port, wait_for_port
 from tests.helpers.serving import Person, accept
 from tests.runtime.test_server_flow import text
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 VENV = Path(sys.executable).parent.parent
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 FRAGMENT = "<!-- fragment -->"
@@ -51,13 +53,14 @@ class Block:
     lang: str
     code: str
     fragment: bool
+    document: str = "README.md"
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.lang or 'no language'})"
+        return f"{self.document}:{self.line} ({self.lang or 'no language'})"
 
 
-def blocks() -> list[Block]:
-    lines = README.read_text().splitlines()
+def blocks(document: Path = README) -> list[Block]:
+    lines = document.read_text().splitlines()
     found: list[Block] = []
     index = 0
     while index < len(lines):
@@ -69,11 +72,11 @@ def blocks() -> list[Block]:
         index += 1
         body: list[str] = []
         while lines[index].strip() != "```":
-            assert index + 1 < len(lines), f"README.md:{start + 1}: the code block is never closed"
+            assert index + 1 < len(lines), f"{document.name}:{start + 1}: the code block is never closed"
             body.append(lines[index].removeprefix(indent))
             index += 1
         fragment = start > 0 and lines[start - 1].strip() == FRAGMENT
-        found.append(Block(start + 1, opening["lang"], "\n".join(body) + "\n", fragment))
+        found.append(Block(start + 1, opening["lang"], "\n".join(body) + "\n", fragment, document.name))
         index += 1
     return found
 
@@ -89,6 +92,17 @@ def test_the_readme_has_blocks_of_each_kind() -> None:
 
 @pytest.mark.parametrize("block", [b for b in blocks() if b.fragment], ids=str)
 def test_fragment_parses(block: Block) -> None:
+    parses(block)
+
+
+@pytest.mark.parametrize("block", blocks(CONTRIBUTING), ids=str)
+def test_the_contributing_page_shows_commands_that_parse(block: Block) -> None:
+    """Its blocks run the suite itself, so they are shown, not run: each is a marked fragment that parses."""
+    assert block.fragment, f"{block}: mark it {FRAGMENT}"
+    parses(block)
+
+
+def parses(block: Block) -> None:
     if block.lang == "python":
         compile(block.code, str(block), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     elif block.lang == "sh":
