@@ -158,7 +158,7 @@ def test_string_length_and_required_are_checked(form: Any) -> None:
     terminal = form({"code": {"type": "string", "minLength": 3, "maxLength": 5}}, ["code"])
     terminal.see("3 to 5 characters")
     terminal.answer(TEXT_PROMPT, "\r")
-    terminal.see("! code: is required")
+    terminal.see("! code: required")
     terminal.answer(TEXT_PROMPT, "ab\r")
     terminal.see("! code: must be at least 3 characters long")
     terminal.answer(TEXT_PROMPT, "cdefg\r")

@@ -638,6 +638,18 @@ class Root(RootModel[int]):
     pass
 
 
+class EmptyRange(BaseModel):
+    count: int = Field(ge=5, le=1)
+
+
+class EmptyLength(BaseModel):
+    name: str = Field(min_length=5, max_length=2)
+
+
+class TooManyPicks(BaseModel):
+    picks: list[Literal["a", "b"]] = Field(min_length=3)
+
+
 @pytest.mark.parametrize(
     ("model", "field", "fragment"),
     [
@@ -671,6 +683,9 @@ class Root(RootModel[int]):
         (BadDefault, "pick", "its default is not a valid answer: it must be one of 'a', 'b'"),
         (LengthOnNumber, "count", "MaxLen(max_length=3)"),
         (Root, "root", "a RootModel has no named fields"),
+        (EmptyRange, "count", "property 'count' has minimum above maximum, so no answer fits"),
+        (EmptyLength, "name", "minLength above maxLength, so no answer fits"),
+        (TooManyPicks, "picks", "requires more choices than it offers"),
     ],
 )
 def test_unsupported_fields_are_refused_at_definition_time(model: type[BaseModel], field: str, fragment: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import anyio
 import pytest
@@ -14,8 +15,9 @@ from rich.style import Style
 from mcp_elicit.client import review_url
 from mcp_elicit.client.handler import Accept, Asker, Cancel, Consent, Decline, FormRequest, UrlRequest
 from mcp_elicit.client.terminal import TerminalHandler
-from mcp_elicit.client.terminal_views import HOST_STYLE, asker_view, printable, url_view
+from mcp_elicit.client.terminal_views import HOST_STYLE, asker_view, constraints, display, printable, url_view
 from mcp_elicit.client.url_review import UrlReview
+from mcp_elicit.model.form_schema import parse_form
 
 ASKER = Asker("deploy-server", "1.0", "Deploy Bot", "deploy")
 
@@ -190,3 +192,49 @@ async def test_two_clients_sharing_the_handler_never_prompt_at_once() -> None:
     assert shown.index("Opening the page was allowed.") < shown.index(second)
     assert shown.index(first) < shown.index("Opening the page was allowed.")
     assert replies == [Consent(), Decline()]
+
+
+# -- a field's rules and answers in words -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prop", "said"),
+    [
+        ({"type": "integer", "minimum": 1, "maximum": 5}, "a whole number from 1 to 5"),
+        ({"type": "number", "minimum": 0.5}, "a number at least 0.5"),
+        ({"type": "number", "maximum": 2.0}, "a number at most 2"),
+        ({"type": "number"}, "a number"),
+        ({"type": "string"}, None),
+        ({"type": "string", "minLength": 2, "maxLength": 4}, "2 to 4 characters"),
+        ({"type": "string", "format": "email", "maxLength": 80}, "an email address, at most 80 characters"),
+        ({"type": "string", "format": "date"}, "a date, YYYY-MM-DD"),
+        ({"type": "boolean"}, None),
+        ({"type": "array", "items": {"type": "string", "enum": ["x", "y"]}, "minItems": 1}, "choose at least 1"),
+        ({"type": "array", "items": {"type": "string", "enum": ["x", "y"]}, "maxItems": 1}, "choose at most 1"),
+    ],
+)
+def test_constraints_in_words(prop: dict[str, Any], said: str | None) -> None:
+    (field,) = parse_form({"type": "object", "properties": {"f": prop}}).fields
+    assert constraints(field) == said
+
+
+def test_answers_are_displayed_as_a_person_reads_them() -> None:
+    form = parse_form(
+        {
+            "type": "object",
+            "properties": {
+                "prio": {"type": "string", "oneOf": [{"const": "p1", "title": "Page now"}]},
+                "regions": {"type": "array", "items": {"anyOf": [{"const": "eu", "title": "Europe"}]}},
+                "ok": {"type": "boolean"},
+                "ratio": {"type": "number"},
+            },
+        }
+    )
+    prio, regions, ok, ratio = form.fields
+    assert display(prio, "p1") == "Page now"
+    assert display(regions, ["eu"]) == "Europe"
+    assert display(regions, []) == "(none)"
+    assert display(ok, False) == "no"
+    assert display(ratio, 2.0) == "2"
+    assert display(ratio, 0.1) == "0.1"
+    assert display(ratio, None) == "(no answer)"

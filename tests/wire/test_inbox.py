@@ -113,6 +113,7 @@ def recorded(
     url: bool = False,
     ttl: timedelta = timedelta(minutes=10),
     message: str = "Approve the deploy?",
+    schema: JSONObject = SCHEMA,
 ) -> Decision:
     """A decision of `user`'s, asked by `tool` through `client`, recorded as the runtime records one."""
     principal = Principal(site.principal(user), client)
@@ -128,7 +129,7 @@ def recorded(
         decision = new_url_decision(origin, message=message, url=site.elicitation.decision_url(elicitation_id),
                                     now=now, ttl=ttl, elicitation_id=elicitation_id)  # fmt: skip
     else:
-        decision = new_form_decision(origin, message=message, requested_schema=SCHEMA, now=now, ttl=ttl)
+        decision = new_form_decision(origin, message=message, requested_schema=schema, now=now, ttl=ttl)
     return site.store.create_decision(decision)
 
 
@@ -330,6 +331,19 @@ async def test_a_form_decision_is_answered_from_the_inbox_and_the_retry_finishes
     assert text(await call(site, era, "book", city="Oslo")) == "booked 3 to Oslo"
     trail = site.store.audit_trail(decision.elicitation_id, Operator())
     assert (trail[-1].to_status, trail[-1].actor) == ("accepted", f"browser:{site.principal('alice')}")
+
+
+def test_a_question_outside_the_restricted_schema_is_not_offered_on_the_page(site: Site) -> None:
+    hidden_rule: JSONObject = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$"}}}
+    decision = recorded(site, "alice", schema=hidden_rule)
+    with browser() as alice:
+        sign_in(alice, site, "alice")
+        listed = entries(alice.get(f"{site.base}/inbox").text)[decision.elicitation_id]
+        page = alice.get(f"{site.base}/elicit/{decision.elicitation_id}")
+    assert "Answer it in an app that can show the question." in listed and ">Answer</a>" not in listed
+    assert page.status_code == 409 and "This question cannot be answered here" in page.text
+    assert 'name="f.code"' not in page.text
+    assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.REQUESTED
 
 
 @pytest.mark.parametrize("era", ERAS)

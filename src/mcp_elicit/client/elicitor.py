@@ -5,8 +5,8 @@ Both delivery paths end here: a 2025-era `elicitation/create` request (through t
 
 - a mode the handler did not declare is refused with `-32602` and never shown (the 2025-11-25 rule; on
   2026-07-28 the call then stops with `QuestionRefused`, since a server must not ask for it either), and so
-  is a form whose `requestedSchema` is not the spec's restricted form schema (`schema_form.parse_form`):
-  answers to it could not be checked the way the person's form checks them;
+  is a form whose `requestedSchema` is not the spec's restricted form schema (`form_schema.parse_form`, the
+  project's one reader of it): answers to it could not be checked the way the person's form checks them;
 - one question at a time per client: a person answers one dialog at a time, so parallel calls queue for
   the handler (a handler shared by several clients serialises its own dialogs, as `TerminalHandler` does);
 - form answers are checked before they are sent (`replies`, with the form's own judge) and sent as given,
@@ -50,8 +50,8 @@ from mcp_elicit.client.handler import (
 from mcp_elicit.client.opener import UrlOpener, open_with
 from mcp_elicit.client.pending import FlowStatus, PendingFlow, PendingFlows
 from mcp_elicit.client.replies import MAX_INVALID_REPLIES, answer_problems, form_result, url_result
-from mcp_elicit.client.schema_form import UnsupportedSchema, parse_form
 from mcp_elicit.client.url_review import review_url
+from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
 
 log = logging.getLogger(__name__)
 

@@ -61,6 +61,7 @@ from mcp_elicit.client.handler import (
     UrlRequest,
 )
 from mcp_elicit.client.pending import Wait, WaitSource
+from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
 
 log = logging.getLogger(__name__)
 
@@ -226,12 +227,15 @@ def _is_answer_value(value: object) -> bool:
 
 
 def _prefilled(content: Mapping[str, JsonValue], schema: Mapping[str, Any]) -> dict[str, JsonValue]:
-    """The form as a person would submit it after typing `content` into fields pre-filled with the defaults."""
-    filled: dict[str, JsonValue] = {}
-    properties = schema.get("properties")
-    if isinstance(properties, Mapping):
-        for name, prop in properties.items():
-            if isinstance(prop, Mapping) and _is_answer_value(prop.get("default")):
-                filled[str(name)] = prop["default"]
+    """The form as a person would submit it after typing `content` into fields pre-filled with the defaults.
+
+    The kit never hands a handler a schema the form reader refuses; one given directly has no defaults to
+    keep, so `content` is the answer as it is.
+    """
+    try:
+        fields = parse_form(schema).fields
+    except UnsupportedSchema:
+        fields = ()
+    filled: dict[str, JsonValue] = {field.name: field.default for field in fields if field.default is not None}
     filled.update(content)
     return filled

@@ -18,7 +18,7 @@ prompts never read the same keyboard at once.
 
 A schema that is not the spec's restricted form schema is not rendered at all: the person is told why and
 the request is cancelled. Guessing what an unknown keyword means would show a form whose rules differ
-from the server's (see `schema_form`). A URL that is not http(s) is shown but never offered: cancelled.
+from the server's (see `mcp_elicit.model.form_schema`). A URL that is not http(s) is shown but never offered: cancelled.
 Nothing here opens or fetches a URL; the kit opens it after `Consent`.
 
 While the kit waits on something a person is doing elsewhere (a URL flow in the browser, see
@@ -61,11 +61,11 @@ from mcp_elicit.client.handler import (
     UrlRequest,
 )
 from mcp_elicit.client.pending import Wait, WaitSource
-from mcp_elicit.client.schema_form import Answer, Field, Form, UnsupportedSchema, parse_form, read_text, text_of
 from mcp_elicit.client.terminal_input import Cancelled, Declined, Keyboard
 from mcp_elicit.client.terminal_views import (
     WARNING_STYLE,
     asker_view,
+    display,
     field_heading,
     printable,
     problem_line,
@@ -73,6 +73,16 @@ from mcp_elicit.client.terminal_views import (
     url_view,
     wait_times,
     wait_title,
+)
+from mcp_elicit.model.form_schema import (
+    Answer,
+    Field,
+    Form,
+    UnsupportedSchema,
+    parse_form,
+    read_choices,
+    read_text,
+    text_of,
 )
 
 __all__ = ["TerminalHandler"]
@@ -298,7 +308,7 @@ class _FormDialog:
     async def _fix(self, problems: dict[str, list[str]]) -> None:
         names = [field.name for field in self._form.fields]
         for name, found in problems.items():
-            field = self._form.field(name) if name in names else None
+            field = self._form.field(name)
             for problem in found:
                 self._console.print(problem_line(field, problem))
         wrong = [index for index, name in enumerate(names) if name in problems]
@@ -334,7 +344,7 @@ class _FormDialog:
             value = await self._type(field, start)
         else:
             value = await self._pick(field, start)
-            self._console.print(Text(f"  > {printable(field.display(value))}"))
+            self._console.print(Text(f"  > {printable(display(field, value))}"))
         if value is None:
             self._answers.pop(field.name, None)
         else:
@@ -349,7 +359,7 @@ class _FormDialog:
             except ValueError as problem:
                 problems = [str(problem)]
             else:
-                problems = self._form.field_problems(field, value)
+                problems = field.problems(value)
             if not problems:
                 return value
             self._show(field, problems)
@@ -357,7 +367,7 @@ class _FormDialog:
     async def _pick(self, field: Field, start: Answer | None) -> Answer | None:
         while True:
             value = await self._pick_once(field, start)
-            problems = self._form.field_problems(field, value)
+            problems = field.problems(value)
             if not problems:
                 return value
             self._show(field, problems)
@@ -380,10 +390,7 @@ class _FormDialog:
             return values[picked] if picked < len(values) else None
         checked = frozenset(values.index(item) for item in start if item in values) if isinstance(start, list) else None
         ticked = await self._keys.choose_many(titles, checked or frozenset())
-        chosen = [value for index, value in enumerate(values) if index in ticked]
-        if chosen or field.required or field.default is not None:
-            return chosen
-        return None
+        return read_choices(field, [value for index, value in enumerate(values) if index in ticked])
 
     def _show(self, field: Field, problems: list[str]) -> None:
         for problem in problems:

@@ -26,14 +26,17 @@ from rich.text import Text
 
 from mcp_elicit.client.handler import Asker
 from mcp_elicit.client.pending import Wait
-from mcp_elicit.client.schema_form import Answer, Field, Form
 from mcp_elicit.client.url_review import UrlReview
+from mcp_elicit.model.form_schema import Answer, Field, Form, number_text
 from mcp_elicit.printable import printable
 
 __all__ = [
     "HOST_STYLE",
     "asker_view",
+    "constraints",
+    "display",
     "field_heading",
+    "label",
     "printable",
     "problem_line",
     "review_table",
@@ -72,14 +75,70 @@ def asker_view(kind: str, asker: Asker, message: str) -> RenderableType:
     return Group(Rule(Text(kind, style="bold")), *lines)
 
 
+def label(field: Field) -> str:
+    return field.title or field.name
+
+
+def constraints(field: Field) -> str | None:
+    """The rules a person should know before typing, in words (None when there are none worth saying)."""
+    if field.kind in ("integer", "number"):
+        what = "a whole number" if field.kind == "integer" else "a number"
+        return _range(what, field.minimum, field.maximum, "from {} to {}", "at least {}", "at most {}")
+    if field.kind == "text":
+        shape = {
+            "email": "an email address",
+            "uri": "a full address (https://...)",
+            "date": "a date, YYYY-MM-DD",
+            "date-time": "a date and time with UTC offset, YYYY-MM-DDTHH:MM:SSZ",
+        }.get(field.format or "")
+        size = _range(
+            "",
+            field.min_length,
+            field.max_length,
+            "{} to {} characters",
+            "at least {} characters",
+            "at most {} characters",
+        )
+        return ", ".join(part for part in (shape, size) if part) or None
+    if field.kind == "choices":
+        return _range(
+            "", field.min_length, field.max_length, "choose {} to {}", "choose at least {}", "choose at most {}"
+        )
+    return None
+
+
+def _range(what: str, low: float | None, high: float | None, both: str, at_least: str, at_most: str) -> str | None:
+    prefix = f"{what} " if what else ""
+    if low is not None and high is not None:
+        return prefix + both.format(number_text(low), number_text(high))
+    if low is not None:
+        return prefix + at_least.format(number_text(low))
+    if high is not None:
+        return prefix + at_most.format(number_text(high))
+    return what or None
+
+
+def display(field: Field, value: Answer | None) -> str:
+    """An answer as a person reads it back: choice titles, yes/no, or the text itself."""
+    if value is None:
+        return "(no answer)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(field.title_of(item) for item in value) if value else "(none)"
+    if field.kind == "choice" and isinstance(value, str):
+        return field.title_of(value)
+    return value if isinstance(value, str) else number_text(value)
+
+
 def field_heading(number: int, count: int, field: Field) -> RenderableType:
     """A field's label, whether it is required, its description and rules, before the person answers it."""
-    heading = Text.assemble((f"[{number}/{count}] ", "dim"), (printable(field.label), "bold"))
+    heading = Text.assemble((f"[{number}/{count}] ", "dim"), (printable(label(field)), "bold"))
     heading.append(" (required)" if field.required else " (optional)", style="cyan" if field.required else "dim")
     lines: list[RenderableType] = [heading]
     if field.description:
         lines.append(Text("      " + printable(field.description, multiline=True)))
-    rules = field.constraints()
+    rules = constraints(field)
     if rules:
         lines.append(Text("      " + rules, style="dim"))
     if field.kind == "text" and field.default is not None:
@@ -88,8 +147,8 @@ def field_heading(number: int, count: int, field: Field) -> RenderableType:
 
 
 def problem_line(field: Field | None, problem: str) -> Text:
-    label = printable(field.label) if field is not None else "The answer"
-    return Text(f"  ! {label}: {problem}", style=WARNING_STYLE)
+    named = printable(label(field)) if field is not None else "The answer"
+    return Text(f"  ! {named}: {problem}", style=WARNING_STYLE)
 
 
 def review_table(form: Form, answers: Mapping[str, Answer]) -> Table:
@@ -99,12 +158,12 @@ def review_table(form: Form, answers: Mapping[str, Answer]) -> Table:
     table.add_column("Field")
     table.add_column("Answer", overflow="fold")
     for number, field in enumerate(form.fields, start=1):
-        label = Text(printable(field.label))
+        named = Text(printable(label(field)))
         if field.required:
-            label.append(" *", style="cyan")
+            named.append(" *", style="cyan")
         value = answers.get(field.name)
-        shown = Text(printable(field.display(value)), style="dim" if value is None else "")
-        table.add_row(str(number), label, shown)
+        shown = Text(printable(display(field, value)), style="dim" if value is None else "")
+        table.add_row(str(number), named, shown)
     return table
 
 

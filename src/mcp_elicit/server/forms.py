@@ -109,6 +109,17 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from typing_extensions import TypeForm
 
+from mcp_elicit.model.form_schema import (
+    Answer,
+    Field,
+    FieldKind,
+    Form,
+    UnsupportedSchema,
+    format_problem,
+    parse_field,
+    problem_lines,
+    type_of,
+)
 from mcp_elicit.model.json import JSONValue
 from mcp_elicit.model.redaction import ValueKind, looks_secret
 
@@ -144,9 +155,8 @@ _FLAT = (
     "put its fields in this form or ask for it separately"
 )
 _CONSTRAINTS = "min_length/max_length on strings and lists, ge/le on numbers, gt/lt on integers"
-_Kind: TypeAlias = Literal["string", "integer", "number", "boolean", "choice", "choices"]
-_LENGTH_KEYWORDS: dict[_Kind, tuple[str, str]] = {
-    "string": ("minLength", "maxLength"),
+_LENGTH_KEYWORDS: dict[FieldKind, tuple[str, str]] = {
+    "text": ("minLength", "maxLength"),
     "choices": ("minItems", "maxItems"),
 }
 _TYPED_DICT_WRAPPERS = {typing.Required, typing.NotRequired, typing_extensions.ReadOnly}
@@ -216,31 +226,24 @@ class _EmailFormat:
 
 
 _EMAIL_FORMAT = _EmailFormat()
-_EMAIL_SHAPE = re.compile(r"[^@\s]{1,64}@[^@\s.]+(?:\.[^@\s.]+)+")
 
 
 def _check_email(value: str) -> str:
-    if len(value) > 254 or _EMAIL_SHAPE.fullmatch(value) is None:
-        raise ValueError("must be an email address such as name@example.org")
+    problem = format_problem("email", value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
 Email: TypeAlias = Annotated[str, _EMAIL_FORMAT, AfterValidator(_check_email)]
-"""A string rendered with `format: email` and checked for shape only.
+"""A string rendered with `format: email` and checked for shape only, by the form reader's own check.
 
-The shape: at most 254 characters, one `@`, a local part of 1 to 64 characters without spaces, and a domain
-of at least two non-empty dot-separated labels without spaces (`name@example.org`, `ü@bücher.de`). It
-says nothing of deliverability, which only sending a message proves. pydantic's `EmailStr` is not used: it
-needs `email-validator` and `dnspython` in every install, for a stricter syntax check that still proves
-nothing about the mailbox.
+The shape (`mcp_elicit.model.form_schema.format_problem`): at most 254 characters, one `@`, a local part of
+1 to 64 characters without spaces, and a domain of at least two non-empty dot-separated labels without
+spaces (`name@example.org`, `ü@bücher.de`). It says nothing of deliverability, which only sending a
+message proves. pydantic's `EmailStr` is not used: it needs `email-validator` and `dnspython` in every
+install, for a stricter syntax check that still proves nothing about the mailbox.
 """
-
-
-@dataclass(frozen=True)
-class _Field:
-    kind: _Kind
-    required: bool
-    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,7 @@ class FormSpec(Generic[T]):
     key: str
     sensitive_fields: tuple[str, ...]
     _schema: dict[str, JSONValue] = field(repr=False)
-    _fields: Mapping[str, _Field] = field(repr=False)
+    _form: Form = field(repr=False)
     _read: Callable[[dict[str, Any]], T] = field(repr=False)
     _write: Callable[[T], dict[str, Any]] = field(repr=False)
     _one_value: _OneValue | None = field(default=None, repr=False)
@@ -307,34 +310,24 @@ class FormSpec(Generic[T]):
     def content(self, answer: T) -> dict[str, JSONValue]:
         """An answer in its wire shape: what `validate` accepts back (unanswered optional fields left out)."""
         written = self._write(answer)
-        return {name: value for name, value in written.items() if name in self._fields and value is not None}
+        return {
+            name: value for name, value in written.items() if self._form.field(name) is not None and value is not None
+        }
 
     def validate(self, content: object) -> T:
         """The asked type's value for a form answer, or `InvalidAnswer` with its problems.
 
-        Unknown, missing and mistyped fields are reported together; constraint problems (lengths, bounds,
-        formats, author validators) are found by pydantic once those are fixed, so that pydantic never sees
-        a value of a type the spec does not allow and never coerces `"3"` or `true` into a number.
+        Unknown, missing and mistyped fields are reported together, judged by the form reader that the web
+        page and the client kit use too; constraint problems (lengths, bounds, formats, author validators)
+        are found by pydantic once those are fixed, so that pydantic never sees a value of a type the spec
+        does not allow and never coerces `"3"` or `true` into a number. The model enforces every constraint
+        its schema shows, since the schema was rendered from it.
         """
-        if not isinstance(content, dict):
-            raise InvalidAnswer(self.model, [f"the answer must be an object of field values, not {_type_of(content)}"])
-        problems: list[str] = []
-        unknown = [key for key in content if key not in self._fields]
-        if unknown:
-            shown = ", ".join(_shown_key(key) for key in unknown[:5])
-            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-            problems.append(f"unknown field{'s' if len(unknown) > 1 else ''} {shown}{more}")
-        for name, spec in self._fields.items():
-            if name in content:
-                problem = _problem(spec, content[name])
-                if problem is not None:
-                    problems.append(f"{name}: {problem}")
-            elif spec.required:
-                problems.append(f"{name}: required")
+        problems = problem_lines(self._form.problems(content, rules=False))
         if problems:
             raise InvalidAnswer(self.model, problems)
         try:
-            return self._read(content)
+            return self._read(dict(cast(Mapping[str, Any], content)))
         except ValidationError as error:
             prefix: tuple[str, ...] = (VALUE_FIELD,) if self._one_value is not None else ()
             problems = [_pydantic_problem(prefix, e) for e in error.errors(include_url=False)]
@@ -487,26 +480,27 @@ class _Rendered:
 
     model: type
     schema: dict[str, JSONValue]
-    fields: Mapping[str, _Field]
+    form: Form
     sensitive: tuple[str, ...]
 
     @classmethod
     def of(cls, model: type, infos: Mapping[str, FieldInfo]) -> _Rendered:
         properties: dict[str, JSONValue] = {}
-        fields: dict[str, _Field] = {}
+        fields: list[Field] = []
         sensitive: list[str] = []
         for name, info in infos.items():
-            fields[name], properties[name], is_sensitive = _field(model, name, info)
+            spec, properties[name], is_sensitive = _field(model, name, info)
+            fields.append(spec)
             if is_sensitive:
                 sensitive.append(name)
         schema: dict[str, JSONValue] = {"type": "object", "properties": properties}
-        required: list[JSONValue] = [name for name, spec in fields.items() if spec.required]
+        required: list[JSONValue] = [spec.name for spec in fields if spec.required]
         if required:
             schema["required"] = required
-        return cls(model, schema, fields, tuple(sensitive))
+        return cls(model, schema, Form(tuple(fields)), tuple(sensitive))
 
     def spec(self, read: Callable[[dict[str, Any]], Any], write: Callable[[Any], dict[str, Any]]) -> FormSpec[Any]:
-        return FormSpec(self.model, _snake(self.model.__name__), self.sensitive, self.schema, self.fields, read, write)
+        return FormSpec(self.model, _snake(self.model.__name__), self.sensitive, self.schema, self.form, read, write)
 
 
 def _build_one_value(asked: Any) -> FormSpec[Any]:
@@ -537,7 +531,7 @@ def _build_one_value(asked: Any) -> FormSpec[Any]:
     value_kind = _value_kind(base)
     one = _OneValue(value_kind, free_entry=spec.kind not in ("choice", "choices"), titled=info.title is not None)
     key = _snake(item.__name__) if isinstance(item := _choice_item(base), type) else VALUE_FIELD
-    return FormSpec(asked, key, (VALUE_FIELD,) if sensitive else (), schema, {VALUE_FIELD: spec}, read, write, one)
+    return FormSpec(asked, key, (VALUE_FIELD,) if sensitive else (), schema, Form((spec,)), read, write, one)
 
 
 def _choice_item(base: Any) -> Any:
@@ -560,7 +554,7 @@ def _build_choices(titles: Mapping[Any, Any], items: tuple[tuple[Any, Any], ...]
             wire = choice
         else:
             raise UnsupportedField(
-                titles, None, f"a choice must be a string or a member of an Enum of strings, not {_type_of(choice)}"
+                titles, None, f"a choice must be a string or a member of an Enum of strings, not {type_of(choice)}"
             )
         if not isinstance(title, str) or not title:
             raise UnsupportedField(titles, None, f"the title of {choice!r} must be a non-empty string")
@@ -571,11 +565,8 @@ def _build_choices(titles: Mapping[Any, Any], items: tuple[tuple[Any, Any], ...]
     if len(kinds) > 1:
         raise UnsupportedField(titles, None, "the choices must be all strings or all members of one Enum")
     one_of: list[JSONValue] = [{"const": wire, "title": title} for wire, (_, title) in zip(keys, items, strict=True)]
-    schema: dict[str, JSONValue] = {
-        "type": "object",
-        "properties": {VALUE_FIELD: {"type": "string", "oneOf": one_of}},
-        "required": [VALUE_FIELD],
-    }
+    prop: dict[str, JSONValue] = {"type": "string", "oneOf": one_of}
+    schema: dict[str, JSONValue] = {"type": "object", "properties": {VALUE_FIELD: prop}, "required": [VALUE_FIELD]}
 
     def read(content: dict[str, Any]) -> Any:
         return keys[content[VALUE_FIELD]]
@@ -583,14 +574,14 @@ def _build_choices(titles: Mapping[Any, Any], items: tuple[tuple[Any, Any], ...]
     def write(answer: Any) -> dict[str, Any]:
         return {VALUE_FIELD: answer.value if isinstance(answer, enum.Enum) else answer}
 
-    spec = _Field(kind="choice", required=True, choices=tuple(keys))
+    spec = _parsed(titles, None, VALUE_FIELD, prop, required=True)
     one = _OneValue("text", free_entry=False, titled=False)
-    return FormSpec(titles, VALUE_FIELD, (), schema, {VALUE_FIELD: spec}, read, write, one)
+    return FormSpec(titles, VALUE_FIELD, (), schema, Form((spec,)), read, write, one)
 
 
 def _field(
     model: Any, name: str, info: FieldInfo, *, one_value: bool = False
-) -> tuple[_Field, dict[str, JSONValue], bool]:
+) -> tuple[Field, dict[str, JSONValue], bool]:
     """A field checked and rendered; errors name the field, or for a one-value ask the asked type itself."""
     where = None if one_value else name
     supported = _ASKABLE if one_value else _SUPPORTED
@@ -615,20 +606,29 @@ def _field(
             "(in a TypedDict, make the key NotRequired)",
         )
 
-    kind, prop, choices = _render_type(model, where, annotation, metadata, supported)
+    kind, prop = _render_type(model, where, annotation, metadata, supported)
     if info.title is not None:
         prop["title"] = info.title
     if info.description is not None:
         prop["description"] = info.description
     _render_constraints(model, where, kind, metadata, prop)
-    spec = _Field(kind=kind, required=info.is_required(), choices=choices)
+    spec = _parsed(model, where, name, prop, required=info.is_required())
     if info.default is not PydanticUndefined and info.default is not None:
         default = _json_default(model, where, info.default)
-        problem = _problem(spec, default)
-        if problem is not None:
-            raise UnsupportedField(model, where, f"its default is not a valid answer: it {problem}")
+        problems = spec.problems(default, rules=False)
+        if problems:
+            raise UnsupportedField(model, where, f"its default is not a valid answer: it {problems[0]}")
         prop["default"] = default
+        spec = dataclasses.replace(spec, default=cast(Answer, default))
     return spec, prop, sensitive
+
+
+def _parsed(model: Any, where: str | None, name: str, prop: dict[str, JSONValue], *, required: bool) -> Field:
+    """The rendered property as the form reader reads it, which refuses a form no answer can satisfy."""
+    try:
+        return parse_field(name, prop, required)
+    except UnsupportedSchema as unanswerable:
+        raise UnsupportedField(model, where, str(unanswerable)) from None
 
 
 def _sensitive_mark(model: Any, name: str | None, info: FieldInfo) -> bool:
@@ -688,7 +688,7 @@ def _is_secret_type(annotation: Any) -> bool:
 
 def _render_type(
     model: Any, name: str | None, annotation: Any, metadata: list[Any], supported: str = _SUPPORTED
-) -> tuple[_Kind, dict[str, JSONValue], tuple[str, ...]]:
+) -> tuple[FieldKind, dict[str, JSONValue]]:
     email = any(isinstance(item, _EmailFormat) for item in metadata)
     if email and annotation is not str:
         raise UnsupportedField(model, name, "Email applies to str only")
@@ -705,7 +705,7 @@ def _render_type(
             if titles
             else {"type": "string", "enum": list(choices)}
         )
-        return "choices", {"type": "array", "items": items}, choices
+        return "choices", {"type": "array", "items": items}
     choices = _choices(annotation)
     if choices is not None:
         titles = _titles(model, name, choices, metadata)
@@ -715,20 +715,19 @@ def _render_type(
                 "enum": list(choices),
                 "enumNames": [titles[c] for c in choices],
             }
-            return "choice", legacy, choices
+            return "choice", legacy
         if titles:
-            return "choice", {"type": "string", "oneOf": [{"const": c, "title": titles[c]} for c in choices]}, choices
-        return "choice", {"type": "string", "enum": list(choices)}, choices
+            return "choice", {"type": "string", "oneOf": [{"const": c, "title": titles[c]} for c in choices]}
+        return "choice", {"type": "string", "enum": list(choices)}
     scalar = _scalar(annotation, email)
     if scalar is None:
         raise UnsupportedField(
             model, name, f"{_type_name(annotation)} is not supported; {supported}{_why_not(annotation)}"
         )
-    kind, prop = scalar
-    return kind, prop, ()
+    return scalar
 
 
-def _scalar(annotation: Any, email: bool) -> tuple[_Kind, dict[str, JSONValue]] | None:
+def _scalar(annotation: Any, email: bool) -> tuple[FieldKind, dict[str, JSONValue]] | None:
     if annotation is bool:
         return "boolean", {"type": "boolean"}
     if annotation is int:
@@ -736,13 +735,13 @@ def _scalar(annotation: Any, email: bool) -> tuple[_Kind, dict[str, JSONValue]] 
     if annotation is float:
         return "number", {"type": "number"}
     if annotation is str:
-        return "string", {"type": "string", "format": "email"} if email else {"type": "string"}
+        return "text", {"type": "string", "format": "email"} if email else {"type": "string"}
     if annotation is datetime.date:
-        return "string", {"type": "string", "format": "date"}
+        return "text", {"type": "string", "format": "date"}
     if annotation is datetime.datetime:
-        return "string", {"type": "string", "format": "date-time"}
+        return "text", {"type": "string", "format": "date-time"}
     if get_origin(annotation) is None and isinstance(annotation, type) and issubclass(annotation, AnyUrl):
-        return "string", {"type": "string", "format": "uri"}
+        return "text", {"type": "string", "format": "uri"}
     return None
 
 
@@ -779,7 +778,7 @@ def _titles(model: Any, name: str | None, choices: tuple[str, ...], metadata: li
 
 
 def _render_constraints(
-    model: Any, name: str | None, kind: _Kind, metadata: list[Any], prop: dict[str, JSONValue]
+    model: Any, name: str | None, kind: FieldKind, metadata: list[Any], prop: dict[str, JSONValue]
 ) -> None:
     lengths = _LENGTH_KEYWORDS.get(kind)
     numeric = kind in ("integer", "number")
@@ -839,53 +838,6 @@ def _json_default(model: Any, name: str | None, value: object) -> JSONValue:
     raise UnsupportedField(model, name, f"its default {type(value).__name__} has no JSON form")
 
 
-def _problem(spec: _Field, value: object) -> str | None:
-    if spec.kind == "string":
-        return None if isinstance(value, str) else f"must be a string, not {_type_of(value)}"
-    if spec.kind == "boolean":
-        return None if isinstance(value, bool) else f"must be a boolean, not {_type_of(value)}"
-    if spec.kind == "integer":
-        integral = isinstance(value, int) and not isinstance(value, bool)
-        if integral or (isinstance(value, float) and value.is_integer()):
-            return None
-        return f"must be an integer, not {_type_of(value)}"
-    if spec.kind == "number":
-        if (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and math.isfinite(value)
-        ):
-            return None
-        return f"must be a number, not {_type_of(value)}"
-    allowed = ", ".join(repr(c) for c in spec.choices)
-    if spec.kind == "choice":
-        if isinstance(value, str):
-            return None if value in spec.choices else f"must be one of {allowed}"
-        return f"must be one of {allowed}, not {_type_of(value)}"
-    if not isinstance(value, list):
-        return f"must be a list of choices among {allowed}, not {_type_of(value)}"
-    for index, item in enumerate(value):
-        if not isinstance(item, str) or item not in spec.choices:
-            return f"item {index} must be one of {allowed}"
-    return None
-
-
-def _type_of(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number" if math.isfinite(value) else "a non-finite number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 def _type_name(annotation: Any) -> str:
     return annotation.__name__ if isinstance(annotation, type) else _asked_name(annotation)
 
@@ -934,11 +886,6 @@ def _snake(name: str) -> str:
 
 def _shown(text: str) -> str:
     return repr(text) if len(text) <= 80 else repr(text[:77] + "...")
-
-
-def _shown_key(key: object) -> str:
-    text = repr(key)
-    return text if len(text) <= 66 else text[:63] + "..."
 
 
 def _pydantic_problem(prefix: tuple[str, ...], error: Mapping[str, Any]) -> str:

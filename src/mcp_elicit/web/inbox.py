@@ -36,9 +36,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
+from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
 from mcp_elicit.store import DecisionConflict, DecisionExpired, DecisionFilter, DecisionPage, NotFound, UnreadableRow
 from mcp_elicit.store.aio import AsyncStore
-from mcp_elicit.web.formpage import UnsupportedSchema, fields_of
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.pages import UrlPages
 
@@ -379,7 +379,7 @@ def _unreadable_note(rows: list[UnreadableRow]) -> str:
 def _answerable_here(decision: Decision) -> bool:
     """Whether the decision page can show the question: the restricted-schema reader the form page uses says so."""
     try:
-        fields_of(decision.requested_schema)
+        parse_form(decision.requested_schema)
     except UnsupportedSchema:
         return False
     return True

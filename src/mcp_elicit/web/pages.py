@@ -43,11 +43,12 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
+from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound, Store, StoreUnavailable
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
-from mcp_elicit.web.formpage import UnsupportedSchema, fields_of, posted_values, read_answer, render
+from mcp_elicit.web.formpage import posted_values, read_answer, render
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.vault import Vault
 
@@ -313,7 +314,7 @@ class UrlPages:
         problems: Mapping[str, list[str]] | None = None,
     ) -> Response:
         try:
-            fields = fields_of(decision.requested_schema)
+            form = parse_form(decision.requested_schema)
         except UnsupportedSchema as unsupported:
             log.warning("decision %s cannot be answered on the page: %s", decision.elicitation_id, unsupported)
             return self._message(
@@ -335,7 +336,7 @@ class UrlPages:
 {notice}
 <form method="post" action="/elicit/{text(decision.elicitation_id)}/answer">
 <input type="hidden" name="csrf" value="{text(token)}">
-{render(fields, values=values, errors=problems)}
+{render(form, values=values, errors=problems)}
 <div class="actions">
 <button class="primary" type="submit" name="action" value="accept">Submit</button>
 <button type="submit" name="action" value="decline" formnovalidate>Decline</button>
@@ -374,11 +375,11 @@ class UrlPages:
                 )
             elif action == "accept":
                 try:
-                    fields = fields_of(decision.requested_schema)
+                    asked = parse_form(decision.requested_schema)
                 except UnsupportedSchema:
                     return await self._form_page(decision, principal)
-                values = posted_values(fields, form.getlist)
-                content, problems = read_answer(fields, decision.requested_schema or {}, values)
+                values = posted_values(asked, form.getlist)
+                content, problems = read_answer(asked, values)
                 if problems:
                     fitless = ", ".join(sorted(problems))
                     log.info("decision %s: an answer on the page did not fit (%s)", decision.elicitation_id, fitless)

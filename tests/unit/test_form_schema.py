@@ -1,19 +1,24 @@
-"""Reading a form-mode requestedSchema into fields, and typed answers into checked JSON values."""
+"""The one reader of a form-mode requestedSchema: fields, refusals, typed text read, and answers judged."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_elicit.client.schema_form import (
+from mcp_elicit.model.form_schema import (
+    REQUIRED,
     Choice,
     Field,
     Form,
     UnsupportedSchema,
+    number_text,
     parse_form,
+    problem_lines,
+    read_choices,
     read_text,
     text_of,
 )
@@ -115,6 +120,7 @@ def test_a_titled_choice_without_title_shows_its_value() -> None:
         ({"type": "object", "properties": {"a": {"enum": ["x"]}}}, "'a' has no type"),
         ({"type": "object", "properties": {"a": {"type": "string", "minimum": 1}}}, "'a' uses 'minimum'"),
         ({"type": "object", "properties": {"a": {"type": "string", "format": "ipv4"}}}, "format 'ipv4'"),
+        ({"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}, "format 'hostname'"),
         (
             {"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}},
             "minLength above",
@@ -151,6 +157,14 @@ def test_a_titled_choice_without_title_shows_its_value() -> None:
         ),
         ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "number"}}}}, "something other"),
         ({"type": "object", "properties": {"a": {"type": "array"}}}, "something other than choices"),
+        ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}}, "something other"),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "array", "items": {"type": "string", "enum": ["x"]}, "uniqueItems": 1}},
+            },
+            "uniqueItems that is not true or false",
+        ),
         (
             {
                 "type": "object",
@@ -259,6 +273,7 @@ def test_choices_are_not_typed() -> None:
 def test_a_number_shown_again_reads_back_the_same(number: float) -> None:
     _, field = one({"type": "number"})
     assert read_text(field, text_of(number)) == number
+    assert text_of(number) == number_text(number)
 
 
 # -- checking answers ------------------------------------------------------------------------------------------
@@ -284,11 +299,11 @@ def test_a_number_shown_again_reads_back_the_same(number: float) -> None:
     ],
 )
 def test_formats_are_checked(format_: str, good: list[str], bad: list[str], problem: str) -> None:
-    form, field = one({"type": "string", "format": format_})
+    _, field = one({"type": "string", "format": format_})
     for value in good:
-        assert form.field_problems(field, value) == [], value
+        assert field.problems(value) == [], value
     for value in bad:
-        found = form.field_problems(field, value)
+        found = field.problems(value)
         assert len(found) == 1, value
         assert problem in found[0]
 
@@ -303,42 +318,121 @@ def test_every_rule_has_its_own_words() -> None:
                 "env": {"type": "string", "enum": ["a", "b"]},
                 "tags": {"type": "array", "items": {"type": "string", "enum": ["x", "y", "z"]}, "maxItems": 2},
                 "more": {"type": "array", "items": {"type": "string", "enum": ["x", "y"]}, "minItems": 1},
+                "once": {"type": "array", "items": {"type": "string", "enum": ["x", "y"]}, "uniqueItems": True},
                 "ok": {"type": "boolean"},
             },
             "required": ["code", "ok"],
         }
     )
-    problems = form.problems({"code": "a", "n": 9, "env": "c", "tags": ["x", "y", "z"], "more": []})
+    problems = form.problems({"code": "a", "n": 9, "env": "c", "tags": ["x", "y", "z"], "more": [], "once": ["x", "x"]})
     assert problems == {
         "code": ["must be at least 2 characters long"],
         "n": ["must be at most 5"],
-        "env": ["choose one of the listed options"],
+        "env": ["must be one of 'a', 'b'"],
         "tags": ["choose at most 2"],
         "more": ["choose at least 1"],
-        "ok": ["is required"],
+        "once": ["choose each option at most once"],
+        "ok": [REQUIRED],
     }
     assert form.problems({"code": "abcd", "n": 0, "ok": "yes", "tags": ["w"]}) == {
         "code": ["must be at most 3 characters long"],
         "n": ["must be at least 1"],
-        "ok": ["must be yes or no"],
-        "tags": ["choose one of the listed options"],
+        "ok": ["must be a boolean, not a string"],
+        "tags": ["item 0 must be one of 'x', 'y', 'z'"],
     }
-    assert form.problems({"code": "ab", "ok": True}) == {}
+    assert form.problems({"code": "ab", "ok": True, "more": ["x", "x"]}) == {}
+
+
+@pytest.mark.parametrize(
+    ("prop", "value", "problem"),
+    [
+        ({"type": "string"}, 5, "must be a string, not an integer"),
+        ({"type": "string"}, None, "must be a string, not null"),
+        ({"type": "string"}, {"a": 1}, "must be a string, not an object"),
+        ({"type": "boolean"}, 1, "must be a boolean, not an integer"),
+        ({"type": "integer"}, True, "must be an integer, not a boolean"),
+        ({"type": "integer"}, 2.5, "must be an integer, not a number"),
+        ({"type": "integer"}, math.inf, "must be an integer, not a non-finite number"),
+        ({"type": "number"}, "0.5", "must be a number, not a string"),
+        ({"type": "number"}, math.nan, "must be a number, not a non-finite number"),
+        ({"type": "string", "enum": ["a", "b"]}, ["a"], "must be one of 'a', 'b', not a list"),
+        ({"type": "array", "items": {"type": "string", "enum": ["x"]}}, "x", "must be a list of choices among 'x'"),
+        ({"type": "array", "items": {"type": "string", "enum": ["x"]}}, ["x", 1], "item 1 must be one of 'x'"),
+    ],
+)
+def test_a_value_of_the_wrong_json_type_is_named_by_its_type(prop: dict[str, Any], value: object, problem: str) -> None:
+    form, _ = one(prop, required=False)
+    (found,) = form.problems({"f": value})["f"]
+    assert found.startswith(problem)
+
+
+def test_whole_numbers_written_as_floats_are_integers() -> None:
+    form, field = one({"type": "integer", "minimum": 1})
+    assert field.problems(4.0) == []
+    assert form.problems({"f": 0.0}) == {"f": ["must be at least 1"]}
+
+
+def test_without_rules_only_types_and_choices_are_judged() -> None:
+    form, field = one({"type": "string", "format": "email", "maxLength": 3})
+    assert form.problems({"f": "not an address"}, rules=False) == {}
+    assert form.problems({"f": 3}, rules=False) == {"f": ["must be a string, not an integer"]}
+    assert form.problems({}, rules=False) == {"f": [REQUIRED]}
+    assert field.problems("not an address") == [
+        "must be at most 3 characters long",
+        "must be an email address such as name@example.org",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "lines"),
+    [
+        ([], ["the answer must be an object of field values, not a list"]),
+        (None, ["the answer must be an object of field values, not null"]),
+        ({"f": "x", "extra": 1}, ["unknown field 'extra'"]),
+        ({"f": "x", **{f"k{i}": i for i in range(7)}}, ["unknown fields 'k0', 'k1', 'k2', 'k3', 'k4' and 2 more"]),
+        ({"x" * 500: 1}, [f"unknown field '{'x' * 62}...", "f: required"]),
+        ({"f": 1, "g": 2}, ["unknown field 'g'", "f: must be a string, not an integer"]),
+    ],
+)
+def test_what_was_not_asked_for_is_named_briefly_before_the_fields(content: object, lines: list[str]) -> None:
+    form, _ = one({"type": "string"})
+    assert problem_lines(form.problems(content)) == lines
 
 
 def test_a_field_is_judged_alone() -> None:
     form = parse_form(
         {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a", "b"]}
     )
-    assert form.field_problems(form.field("a"), "x") == []
-    assert form.field_problems(form.field("a"), None) == ["is required"]
-    assert form.field_problems(form.field("b"), None) == ["is required"]
+    a, b = form.fields
+    assert form.field("a") is a and form.field("c") is None
+    assert a.problems("x") == []
+    assert a.problems(None) == [REQUIRED]
+    assert b.problems(None) == [REQUIRED]
 
 
 def test_an_optional_field_may_stay_unanswered() -> None:
     form, field = one({"type": "integer", "minimum": 3}, required=False)
-    assert form.field_problems(field, None) == []
+    assert field.problems(None) == []
     assert form.problems({}) == {}
+
+
+@pytest.mark.parametrize(
+    ("required", "default", "picked", "answer"),
+    [
+        (False, None, [], None),
+        (True, None, [], []),
+        (False, ["x"], [], []),
+        (False, None, ["y", "x", "y"], ["y", "x"]),
+    ],
+)
+def test_a_multi_select_with_nothing_ticked_is_cleared_only_when_that_means_something(
+    required: bool, default: list[str] | None, picked: list[str], answer: list[str] | None
+) -> None:
+    prop: dict[str, Any] = {"type": "array", "items": {"type": "string", "enum": ["x", "y"]}}
+    if default is not None:
+        prop["default"] = default
+    _, field = one(prop, required=required)
+    assert read_choices(field, picked) == answer
 
 
 @given(st.text(min_size=1))
@@ -360,51 +454,7 @@ def test_problems_never_quote_the_answer(answer: str) -> None:
 
 @given(st.integers(-50, 50), st.integers(0, 30), st.integers(-100, 100))
 def test_integer_bounds(low: int, width: int, typed: int) -> None:
-    form, field = one({"type": "integer", "minimum": low, "maximum": low + width})
+    _, field = one({"type": "integer", "minimum": low, "maximum": low + width})
     value = read_text(field, str(typed))
     assert value == typed
-    assert (form.field_problems(field, value) == []) == (low <= typed <= low + width)
-
-
-# -- what a person is told ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("prop", "said"),
-    [
-        ({"type": "integer", "minimum": 1, "maximum": 5}, "a whole number from 1 to 5"),
-        ({"type": "number", "minimum": 0.5}, "a number at least 0.5"),
-        ({"type": "number", "maximum": 2.0}, "a number at most 2"),
-        ({"type": "number"}, "a number"),
-        ({"type": "string"}, None),
-        ({"type": "string", "minLength": 2, "maxLength": 4}, "2 to 4 characters"),
-        ({"type": "string", "format": "email", "maxLength": 80}, "an email address, at most 80 characters"),
-        ({"type": "string", "format": "date"}, "a date, YYYY-MM-DD"),
-        ({"type": "boolean"}, None),
-        ({"type": "array", "items": {"type": "string", "enum": ["x", "y"]}, "minItems": 1}, "choose at least 1"),
-        ({"type": "array", "items": {"type": "string", "enum": ["x", "y"]}, "maxItems": 1}, "choose at most 1"),
-    ],
-)
-def test_constraints_in_words(prop: dict[str, Any], said: str | None) -> None:
-    assert one(prop)[1].constraints() == said
-
-
-def test_answers_are_displayed_as_a_person_reads_them() -> None:
-    form = parse_form(
-        {
-            "type": "object",
-            "properties": {
-                "prio": {"type": "string", "oneOf": [{"const": "p1", "title": "Page now"}]},
-                "regions": {"type": "array", "items": {"anyOf": [{"const": "eu", "title": "Europe"}]}},
-                "ok": {"type": "boolean"},
-                "ratio": {"type": "number"},
-            },
-        }
-    )
-    assert form.field("prio").display("p1") == "Page now"
-    assert form.field("regions").display(["eu"]) == "Europe"
-    assert form.field("regions").display([]) == "(none)"
-    assert form.field("ok").display(False) == "no"
-    assert form.field("ratio").display(2.0) == "2"
-    assert form.field("ratio").display(0.1) == "0.1"
-    assert form.field("ratio").display(None) == "(no answer)"
+    assert (field.problems(value) == []) == (low <= typed <= low + width)

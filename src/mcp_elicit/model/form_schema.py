@@ -1,6 +1,7 @@
-"""A form-mode `requestedSchema` as typed fields, and a person's typed answers as checked JSON values.
+"""The one reader of a form-mode `requestedSchema`: its fields, and whether an answer fits them.
 
-Pure: no terminal, no I/O. Any client front end (the terminal one, a GUI) can build on it.
+The web form page, the terminal form, the client kit and the server's answer check all read a form through
+this module, so none of them can accept a schema, an answer or a format another one refuses. Pure: no I/O.
 
 Guarantees:
 
@@ -17,49 +18,63 @@ Guarantees:
   description, a boolean `additionalProperties`, `uniqueItems` on a multi-select), because answers built
   from the listed properties satisfy them by construction. A schema that no answer can satisfy (a required
   property that is not listed, minimum above maximum, more items required than there are choices) is
-  refused too: asking would only waste the person's time.
-- `read_text` turns what a person typed into the JSON value the schema asks for, or says in plain words
-  why it cannot; `Form.problems` then checks a whole answer with `jsonschema` (Draft 2020-12: the
-  restricted keywords mean the same in every dialect the spec names). It is the only judge of answers:
-  the kit checks every handler's answer with it too, so a form and the kit never disagree. Every problem
-  names its field and never quotes the answer, so it can be shown and logged as it is.
+  refused too: asking would only waste the person's time. A default must have its field's type.
+- `Form.problems` judges a whole answer by the parsed fields, which hold every keyword the schema may have,
+  so the judgement is the schema's own: a key not asked for, a missing required field, a value of the
+  wrong JSON type (a boolean is not a number, a non-finite number is none, null is not an answer), a
+  choice not offered, then the rules (lengths, bounds, item counts, `uniqueItems`, formats). Formats are
+  RFC 3339 `date` and `date-time` (with its UTC offset), an absolute RFC 3986 URI, and an email shape
+  (see `format_problem`). Every problem names its field (or is about the answer as a whole, under `""`) and never
+  quotes a value, so it can be shown and logged as it is.
+- `read_text` turns what a person typed into the JSON value a text, number or integer field asks for, or
+  says in plain words why it cannot; `read_choices` applies the multi-select convention below.
 
 Reading conventions: empty text is no answer, and an optional field without an answer is left out; a
-required one is reported as required. A date-time must carry its UTC offset (`Z` or `+02:00`): the
-terminal does not guess a time zone. A multi-select with nothing ticked answers `[]` when the field is
-required or has a default (the person cleared it on purpose), and is left out otherwise.
+required one is reported as required. A typed date-time is written the RFC 3339 way (`T`, seconds, an
+upper-case `Z`); one without its offset is left for the check to refuse, since no time zone is guessed
+here. A multi-select with nothing ticked answers `[]` when the field is required or has a default (the
+person cleared it on purpose), and is left out otherwise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator, FormatChecker
-
 __all__ = [
+    "REQUIRED",
     "Answer",
     "Choice",
     "Field",
     "FieldKind",
     "Form",
+    "Format",
     "UnsupportedSchema",
+    "format_problem",
+    "number_text",
+    "parse_field",
     "parse_form",
+    "problem_lines",
+    "read_choices",
     "read_text",
     "text_of",
+    "type_of",
 ]
 
 FieldKind: TypeAlias = Literal["text", "integer", "number", "boolean", "choice", "choices"]
 Answer: TypeAlias = str | int | float | bool | list[str]
 Format: TypeAlias = Literal["email", "uri", "date", "date-time"]
 
-_FORMATS: Final = ("email", "uri", "date", "date-time")
+REQUIRED: Final = "required"
+"""The problem of a required field left unanswered."""
+
 _ANNOTATIONS: Final = frozenset({"$comment", "examples", "deprecated", "readOnly", "writeOnly"})
 _COMMON: Final = frozenset({"type", "title", "description", "default"}) | _ANNOTATIONS
 _STRING_KEYS: Final = _COMMON | {"minLength", "maxLength", "format"}
@@ -79,6 +94,8 @@ _FORMAT_PROBLEMS: Final[Mapping[str, str]] = {
     "date": "must be a date written as YYYY-MM-DD, such as 2026-12-01",
     "date-time": "must be a date and time with its UTC offset, such as 2026-12-01T09:30:00Z",
 }
+_SHOWN_UNKNOWN: Final = 5
+_SHOWN_KEY_CHARS: Final = 66
 
 
 class UnsupportedSchema(ValueError):
@@ -108,102 +125,122 @@ class Field:
     min_length: int | None = None
     """minLength of a text, minItems of a multi-select."""
     max_length: int | None = None
-
-    @property
-    def label(self) -> str:
-        return self.title or self.name
+    """maxLength of a text, maxItems of a multi-select."""
+    unique: bool = False
+    """A multi-select's `uniqueItems`: the same choice may not be sent twice."""
 
     def title_of(self, value: str) -> str:
         return next((choice.title for choice in self.choices if choice.value == value), value)
 
-    def constraints(self) -> str | None:
-        """The rules a person should know before typing, in words (None when there are none worth saying)."""
-        if self.kind in ("integer", "number"):
-            what = "a whole number" if self.kind == "integer" else "a number"
-            return _range(what, self.minimum, self.maximum, "from {} to {}", "at least {}", "at most {}")
+    def problems(self, value: object, *, rules: bool = True) -> list[str]:
+        """What is wrong with `value` as this field's answer; None is no answer, wrong only when required.
+
+        `rules=False` judges the JSON type and the choice only, leaving lengths, bounds and formats out.
+        """
+        if value is None:
+            return [REQUIRED] if self.required else []
+        return self._problems(value, rules)
+
+    def _problems(self, value: object, rules: bool) -> list[str]:
+        wrong = self._type_problem(value)
+        if wrong is not None:
+            return [wrong]
+        return self._rule_problems(value) if rules else []
+
+    def _type_problem(self, value: object) -> str | None:
         if self.kind == "text":
-            shape = {
-                "email": "an email address",
-                "uri": "a full address (https://...)",
-                "date": "a date, YYYY-MM-DD",
-                "date-time": "a date and time with UTC offset, YYYY-MM-DDTHH:MM:SSZ",
-            }.get(self.format or "")
-            size = _range(
-                "",
-                self.min_length,
-                self.max_length,
-                "{} to {} characters",
-                "at least {} characters",
-                "at most {} characters",
-            )
-            return ", ".join(part for part in (shape, size) if part) or None
-        if self.kind == "choices":
-            return _range(
-                "", self.min_length, self.max_length, "choose {} to {}", "choose at least {}", "choose at most {}"
-            )
+            return None if isinstance(value, str) else f"must be a string, not {type_of(value)}"
+        if self.kind == "boolean":
+            return None if isinstance(value, bool) else f"must be a boolean, not {type_of(value)}"
+        if self.kind == "integer":
+            if (isinstance(value, int) and not isinstance(value, bool)) or (
+                isinstance(value, float) and value.is_integer()
+            ):
+                return None
+            return f"must be an integer, not {type_of(value)}"
+        if self.kind == "number":
+            if (isinstance(value, int) and not isinstance(value, bool)) or (
+                isinstance(value, float) and math.isfinite(value)
+            ):
+                return None
+            return f"must be a number, not {type_of(value)}"
+        offered = ", ".join(repr(choice.value) for choice in self.choices)
+        values = {choice.value for choice in self.choices}
+        if self.kind == "choice":
+            if isinstance(value, str):
+                return None if value in values else f"must be one of {offered}"
+            return f"must be one of {offered}, not {type_of(value)}"
+        if not isinstance(value, list):
+            return f"must be a list of choices among {offered}, not {type_of(value)}"
+        for index, item in enumerate(value):
+            if not isinstance(item, str) or item not in values:
+                return f"item {index} must be one of {offered}"
         return None
 
-    def display(self, value: Answer | None) -> str:
-        """An answer as a person reads it back: choice titles, yes/no, or the text itself."""
-        if value is None:
-            return "(no answer)"
-        if isinstance(value, bool):
-            return "yes" if value else "no"
-        if isinstance(value, list):
-            return ", ".join(self.title_of(item) for item in value) if value else "(none)"
-        if self.kind == "choice" and isinstance(value, str):
-            return self.title_of(value)
-        return value if isinstance(value, str) else _number_text(value)
+    def _rule_problems(self, value: Any) -> list[str]:
+        found = []
+        if self.kind == "text":
+            if self.min_length is not None and len(value) < self.min_length:
+                found.append(f"must be at least {self.min_length} characters long")
+            if self.max_length is not None and len(value) > self.max_length:
+                found.append(f"must be at most {self.max_length} characters long")
+            shape = None if self.format is None else format_problem(self.format, value)
+            if shape is not None:
+                found.append(shape)
+        elif self.kind in ("integer", "number"):
+            if self.minimum is not None and value < self.minimum:
+                found.append(f"must be at least {number_text(self.minimum)}")
+            if self.maximum is not None and value > self.maximum:
+                found.append(f"must be at most {number_text(self.maximum)}")
+        elif self.kind == "choices":
+            if self.min_length is not None and len(value) < self.min_length:
+                found.append(f"choose at least {self.min_length}")
+            if self.max_length is not None and len(value) > self.max_length:
+                found.append(f"choose at most {self.max_length}")
+            if self.unique and len(set(value)) != len(value):
+                found.append("choose each option at most once")
+        return found
 
 
 @dataclass(frozen=True, slots=True)
 class Form:
-    """The parsed fields in schema order, with the schema they came from (the one answers are checked against)."""
+    """The parsed fields in schema order."""
 
     fields: tuple[Field, ...]
-    schema: Mapping[str, Any]
+    _named: Mapping[str, Field] = dataclasses.field(init=False, repr=False, compare=False)
 
-    def field(self, name: str) -> Field:
-        return next(field for field in self.fields if field.name == name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_named", {field.name: field for field in self.fields})
 
-    def problems(self, content: Mapping[str, Answer]) -> dict[str, list[str]]:
-        """What is wrong with a whole answer, per field name (empty when it may be sent).
+    def field(self, name: str) -> Field | None:
+        return self._named.get(name)
 
-        The one judge of answers, for the terminal form and for the kit checking any handler's answer: a key
-        the form did not ask for, a missing required field, a number that is not finite (JSON has none), and
-        everything the schema's keywords say.
+    def problems(self, content: object, *, rules: bool = True) -> dict[str, list[str]]:
+        """What is wrong with a whole answer, per field name in schema order (`""`: the answer as a whole).
+
+        Empty when the answer fits. `rules=False` leaves lengths, bounds and formats out (see `Field.problems`).
         """
+        if not isinstance(content, Mapping):
+            return {"": [f"the answer must be an object of field values, not {type_of(content)}"]}
         found: dict[str, list[str]] = {}
-        names = {field.name for field in self.fields}
-        for name in content:
-            if name not in names:
-                found[str(name)] = ["was not asked for"]
+        unknown = [key for key in content if key not in self._named]
+        if unknown:
+            shown = ", ".join(_shown_key(key) for key in unknown[:_SHOWN_UNKNOWN])
+            more = f" and {len(unknown) - _SHOWN_UNKNOWN} more" if len(unknown) > _SHOWN_UNKNOWN else ""
+            found[""] = [f"unknown field{'s' if len(unknown) > 1 else ''} {shown}{more}"]
         for field in self.fields:
-            value = content.get(field.name)
-            if field.required and field.name not in content:
-                found[field.name] = ["is required"]
-            elif isinstance(value, float) and not math.isfinite(value):
-                found[field.name] = ["must be a finite number"]
-        for error in _validator(self.schema).iter_errors(dict(content)):
-            path = list(error.absolute_path)
-            if not path:
-                if error.validator not in ("required", "additionalProperties"):
-                    found.setdefault("", []).append("the answer does not fit the form")
-                continue
-            name = str(path[0])
-            message = _problem(str(error.validator), error.validator_value, self._kind(name))
-            if message not in found.setdefault(name, []):
-                found[name].append(message)
+            if field.name in content:
+                problems = field._problems(content[field.name], rules)
+            else:
+                problems = [REQUIRED] if field.required else []
+            if problems:
+                found[field.name] = problems
         return found
 
-    def field_problems(self, field: Field, value: Answer | None) -> list[str]:
-        """What is wrong with one field's answer, judged alone (so a person can fix it before moving on)."""
-        if value is None:
-            return ["is required"] if field.required else []
-        return self.problems({field.name: value}).get(field.name, [])
 
-    def _kind(self, name: str) -> FieldKind | None:
-        return next((field.kind for field in self.fields if field.name == name), None)
+def problem_lines(problems: Mapping[str, Sequence[str]]) -> list[str]:
+    """`Form.problems` as lines, each `name: problem` (a problem of the whole answer as it is)."""
+    return [f"{name}: {problem}" if name else problem for name, found in problems.items() for problem in found]
 
 
 def parse_form(schema: object) -> Form:
@@ -224,11 +261,75 @@ def parse_form(schema: object) -> Form:
     unknown = [name for name in required if name not in properties]
     if unknown:
         raise UnsupportedSchema(f"property {unknown[0]!r} is required but not described, so it cannot be asked")
-    fields = tuple(_field(str(name), prop, name in required) for name, prop in properties.items())
-    return Form(fields, schema)
+    return Form(tuple(parse_field(str(name), prop, name in required) for name, prop in properties.items()))
 
 
-def read_text(field: Field, text: str) -> Answer | None:
+def parse_field(name: str, prop: object, required: bool) -> Field:
+    """One property of a requested schema as a field; `UnsupportedSchema` when it is not a restricted one."""
+    if not isinstance(prop, Mapping):
+        raise UnsupportedSchema(f"property {name!r} is not described by an object")
+    _only(prop, _STRING_KEYS | _NUMBER_KEYS | _SINGLE_KEYS | _MULTI_KEYS, f"property {name!r}")
+    title = _optional_text(name, prop, "title")
+    description = _optional_text(name, prop, "description")
+    kind = prop.get("type")
+    if kind is None:
+        raise UnsupportedSchema(f"property {name!r} has no type")
+    if kind == "string" and ("enum" in prop or "oneOf" in prop):
+        _only(prop, _SINGLE_KEYS, f"property {name!r}")
+        choices = _single_choices(name, prop)
+        default = _default(name, prop, str)
+        return Field(name, "choice", title, description, required, default, choices=choices)
+    if kind == "string":
+        _only(prop, _STRING_KEYS, f"property {name!r}")
+        format_ = prop.get("format")
+        if format_ is not None and format_ not in _FORMAT_PROBLEMS:
+            raise UnsupportedSchema(f"property {name!r} asks for the format {format_!r}, which forms do not support")
+        low, high = _count(name, prop, "minLength"), _count(name, prop, "maxLength")
+        _ordered(name, low, high, "minLength", "maxLength")
+        default = _default(name, prop, str)
+        return Field(name, "text", title, description, required, default, format_, min_length=low, max_length=high)
+    if kind in ("number", "integer"):
+        _only(prop, _NUMBER_KEYS, f"property {name!r}")
+        minimum, maximum = _bound(name, prop, "minimum"), _bound(name, prop, "maximum")
+        _ordered(name, minimum, maximum, "minimum", "maximum")
+        number_default = _default(name, prop, int | float)
+        if number_default is not None and (isinstance(number_default, bool) or not math.isfinite(number_default)):
+            raise UnsupportedSchema(f"property {name!r} has a default that is not a number")
+        if kind == "integer" and number_default is not None and not float(number_default).is_integer():
+            raise UnsupportedSchema(f"property {name!r} has a default that is not a whole number")
+        return Field(name, kind, title, description, required, number_default, minimum=minimum, maximum=maximum)
+    if kind == "boolean":
+        _only(prop, _COMMON, f"property {name!r}")
+        return Field(name, "boolean", title, description, required, _default(name, prop, bool))
+    if kind == "array":
+        _only(prop, _MULTI_KEYS, f"property {name!r}")
+        choices = _multi_choices(name, prop.get("items"))
+        low, high = _count(name, prop, "minItems"), _count(name, prop, "maxItems")
+        _ordered(name, low, high, "minItems", "maxItems")
+        if low is not None and low > len(choices):
+            raise UnsupportedSchema(f"property {name!r} requires more choices than it offers")
+        unique = prop.get("uniqueItems", False)
+        if not isinstance(unique, bool):
+            raise UnsupportedSchema(f"property {name!r} has a uniqueItems that is not true or false")
+        default = _default(name, prop, list)
+        if default is not None and not all(isinstance(item, str) for item in default):
+            raise UnsupportedSchema(f"property {name!r} has a default that is not a list of choices")
+        return Field(
+            name,
+            "choices",
+            title,
+            description,
+            required,
+            default,
+            choices=choices,
+            min_length=low,
+            max_length=high,
+            unique=unique,
+        )
+    raise UnsupportedSchema(f"property {name!r} has the type {kind!r}, which forms do not support")
+
+
+def read_text(field: Field, text: str) -> str | int | float | None:
     """The JSON value of what was typed into a text, number or integer field; None for no answer.
 
     Raises ValueError whose message says, without quoting the text, what was expected.
@@ -257,6 +358,13 @@ def read_text(field: Field, text: str) -> Answer | None:
     raise ValueError("must be a whole number" if field.kind == "integer" else "must be a number")
 
 
+def read_choices(field: Field, picked: Sequence[str]) -> list[str] | None:
+    """A multi-select's answer from the choices ticked, in the order given, each once; None for no answer."""
+    if picked:
+        return list(dict.fromkeys(picked))
+    return [] if field.required or field.default is not None else None
+
+
 def text_of(value: Answer | None) -> str:
     """The editable text that shows a text, number or integer value again (a default, or an earlier answer)."""
     if value is None:
@@ -265,61 +373,42 @@ def text_of(value: Answer | None) -> str:
         return value
     if isinstance(value, bool | list):
         raise TypeError("booleans and lists are chosen, not typed")
-    return _number_text(value)
+    return number_text(value)
 
 
-def _field(name: str, prop: object, required: bool) -> Field:
-    if not isinstance(prop, Mapping):
-        raise UnsupportedSchema(f"property {name!r} is not described by an object")
-    _only(prop, _STRING_KEYS | _NUMBER_KEYS | _SINGLE_KEYS | _MULTI_KEYS, f"property {name!r}")
-    title = _optional_text(name, prop, "title")
-    description = _optional_text(name, prop, "description")
-    kind = prop.get("type")
-    if kind is None:
-        raise UnsupportedSchema(f"property {name!r} has no type")
-    if kind == "string" and ("enum" in prop or "oneOf" in prop):
-        _only(prop, _SINGLE_KEYS, f"property {name!r}")
-        choices = _single_choices(name, prop)
-        default = _default(name, prop, str)
-        return Field(name, "choice", title, description, required, default, choices=choices)
-    if kind == "string":
-        _only(prop, _STRING_KEYS, f"property {name!r}")
-        format_ = prop.get("format")
-        if format_ is not None and format_ not in _FORMATS:
-            raise UnsupportedSchema(f"property {name!r} asks for the format {format_!r}, which forms do not support")
-        low, high = _count(name, prop, "minLength"), _count(name, prop, "maxLength")
-        _ordered(name, low, high, "minLength", "maxLength")
-        default = _default(name, prop, str)
-        return Field(name, "text", title, description, required, default, format_, min_length=low, max_length=high)
-    if kind in ("number", "integer"):
-        _only(prop, _NUMBER_KEYS, f"property {name!r}")
-        minimum, maximum = _bound(name, prop, "minimum"), _bound(name, prop, "maximum")
-        _ordered(name, minimum, maximum, "minimum", "maximum")
-        number_default = _default(name, prop, int | float)
-        if number_default is not None and (isinstance(number_default, bool) or not math.isfinite(number_default)):
-            raise UnsupportedSchema(f"property {name!r} has a default that is not a number")
-        if kind == "integer" and number_default is not None and not float(number_default).is_integer():
-            raise UnsupportedSchema(f"property {name!r} has a default that is not a whole number")
-        return Field(name, kind, title, description, required, number_default, minimum=minimum, maximum=maximum)
-    if kind == "boolean":
-        _only(prop, _COMMON, f"property {name!r}")
-        return Field(name, "boolean", title, description, required, _default(name, prop, bool))
-    if kind == "array":
-        _only(prop, _MULTI_KEYS, f"property {name!r}")
-        choices = _multi_choices(name, prop.get("items"))
-        low, high = _count(name, prop, "minItems"), _count(name, prop, "maxItems")
-        _ordered(name, low, high, "minItems", "maxItems")
-        if low is not None and low > len(choices):
-            raise UnsupportedSchema(f"property {name!r} requires more choices than it offers")
-        if not isinstance(prop.get("uniqueItems", True), bool):
-            raise UnsupportedSchema(f"property {name!r} has a uniqueItems that is not true or false")
-        default = _default(name, prop, list)
-        if default is not None and not all(isinstance(item, str) for item in default):
-            raise UnsupportedSchema(f"property {name!r} has a default that is not a list of choices")
-        return Field(
-            name, "choices", title, description, required, default, choices=choices, min_length=low, max_length=high
-        )
-    raise UnsupportedSchema(f"property {name!r} has the type {kind!r}, which forms do not support")
+def number_text(number: float) -> str:
+    """A JSON number as people write it: `2` for 2.0, and text that `read_text` reads back to the same number."""
+    if isinstance(number, float) and number.is_integer() and abs(number) < 1e16:
+        return str(int(number))
+    return json.dumps(number)
+
+
+def type_of(value: object) -> str:
+    """A value's JSON type in words (`a string`, `null`, `a non-finite number`), never the value itself."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number" if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def format_problem(format_: Format, value: str) -> str | None:
+    """What is wrong with `value` as text of the format, in words; None when it fits.
+
+    An email is checked for shape only, not RFC 5322: at most 254 characters, one `@`, a local part of 1 to
+    64 characters without spaces, and a domain of at least two non-empty dot-separated labels without spaces.
+    """
+    return None if _FORMAT_CHECKS[format_](value) else _FORMAT_PROBLEMS[format_]
 
 
 def _only(schema: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
@@ -375,11 +464,7 @@ def _titled(name: str, options: object) -> tuple[Choice, ...]:
         if (
             not isinstance(option, Mapping)
             or not isinstance(option.get("const"), str)
-            or set(option)
-            - {
-                "const",
-                "title",
-            }
+            or set(option) - {"const", "title"}
         ):
             raise UnsupportedSchema(f"property {name!r} has a choice that is not a {{const, title}} pair")
         title = option.get("title")
@@ -425,21 +510,9 @@ def _ordered(name: str, low: float | None, high: float | None, low_key: str, hig
         raise UnsupportedSchema(f"property {name!r} has {low_key} above {high_key}, so no answer fits")
 
 
-def _range(what: str, low: float | None, high: float | None, both: str, at_least: str, at_most: str) -> str | None:
-    prefix = f"{what} " if what else ""
-    if low is not None and high is not None:
-        return prefix + both.format(_number_text(low), _number_text(high))
-    if low is not None:
-        return prefix + at_least.format(_number_text(low))
-    if high is not None:
-        return prefix + at_most.format(_number_text(high))
-    return what or None
-
-
-def _number_text(number: float) -> str:
-    if isinstance(number, float) and number.is_integer() and abs(number) < 1e16:
-        return str(int(number))
-    return json.dumps(number)
+def _shown_key(key: object) -> str:
+    text = repr(key)
+    return text if len(text) <= _SHOWN_KEY_CHARS else text[: _SHOWN_KEY_CHARS - 3] + "..."
 
 
 def _normalised_date_time(text: str) -> str:
@@ -451,44 +524,12 @@ def _normalised_date_time(text: str) -> str:
     return f"{date}T{time if time.count(':') == 2 else time + ':00'}{offset.upper()}"
 
 
-def _problem(keyword: str, bound: Any, kind: FieldKind | None) -> str:
-    match keyword:
-        case "minLength":
-            return f"must be at least {bound} characters long"
-        case "maxLength":
-            return f"must be at most {bound} characters long"
-        case "minimum":
-            return f"must be at least {_number_text(bound)}"
-        case "maximum":
-            return f"must be at most {_number_text(bound)}"
-        case "minItems":
-            return f"choose at least {bound}"
-        case "maxItems":
-            return f"choose at most {bound}"
-        case "enum" | "oneOf" | "anyOf" | "const":
-            return "choose one of the listed options"
-        case "uniqueItems":
-            return "choose each option at most once"
-        case "format":
-            return _FORMAT_PROBLEMS.get(str(bound), "has the wrong format")
-        case "type":
-            return {
-                "integer": "must be a whole number",
-                "number": "must be a number",
-                "boolean": "must be yes or no",
-                "choices": "must be a list of choices",
-            }.get(kind or "", "must be text")
-    return "is not valid"
+def _is_email(value: str) -> bool:
+    return len(value) <= 254 and _EMAIL.fullmatch(value) is not None
 
 
-def _is_email(value: object) -> bool:
-    return not isinstance(value, str) or (len(value) <= 254 and _EMAIL.fullmatch(value) is not None)
-
-
-def _is_uri(value: object) -> bool:
+def _is_uri(value: str) -> bool:
     """An absolute URI (RFC 3986: a scheme, then something), without spaces or control characters."""
-    if not isinstance(value, str):
-        return True
     scheme, colon, rest = value.partition(":")
     if not colon or not rest or _SCHEME.fullmatch(scheme) is None:
         return False
@@ -501,9 +542,7 @@ def _is_uri(value: object) -> bool:
     return not (parts.scheme.lower() in ("http", "https") and not parts.hostname)
 
 
-def _is_date(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
+def _is_date(value: str) -> bool:
     if _DATE.fullmatch(value) is None:
         return False
     try:
@@ -513,9 +552,7 @@ def _is_date(value: object) -> bool:
     return True
 
 
-def _is_date_time(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
+def _is_date_time(value: str) -> bool:
     match = _DATE_TIME.fullmatch(value)
     if match is None or not _is_date(match.group(1)):
         return False
@@ -529,18 +566,9 @@ def _is_date_time(value: object) -> bool:
     return True
 
 
-def _formats() -> FormatChecker:
-    """Format checks of our own: jsonschema's own are lax (email) or need optional packages (uri, date-time)."""
-    checker = FormatChecker(formats=())
-    checker.checks("email")(_is_email)
-    checker.checks("uri")(_is_uri)
-    checker.checks("date")(_is_date)
-    checker.checks("date-time")(_is_date_time)
-    return checker
-
-
-_FORMAT_CHECKER: Final = _formats()
-
-
-def _validator(schema: Mapping[str, Any]) -> Any:
-    return Draft202012Validator(schema, format_checker=_FORMAT_CHECKER)
+_FORMAT_CHECKS: Final[Mapping[str, Callable[[str], bool]]] = {
+    "email": _is_email,
+    "uri": _is_uri,
+    "date": _is_date,
+    "date-time": _is_date_time,
+}
