@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint typecheck pytest bench lock clean conformance generate
+.PHONY: run test test-fast lint typecheck pytest bench lock clean conformance generate mutation
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,21 @@ $(TOOLS_STAMP): Makefile
 conformance: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/python -m conformance.run --node $(TOOLS)/node_modules/$(firstword $(subst @, ,$(CONFORMANCE_NODE)))/bin/node \
 		--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js $(CONFORMANCE_ARGS)
+
+## Mutation testing of the core, on demand (not in CI): mutmut changes the modules [tool.mutmut] in pyproject.toml
+## names, one small change at a time, and runs the fast SQLite tests listed there against each change,
+## MUTATION_WORKERS at a time. Each run starts afresh in mutants/ (git-ignored); it ends with the counts and every
+## change no test noticed. Those that change no behaviour are listed, with why, in tests/MUTATION.md.
+MUTATION_WORKERS ?= 2
+mutation: $(STAMP)
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children $(MUTATION_WORKERS)
+	@$(BIN)/mutmut export-cicd-stats >/dev/null
+	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+		print("mutation: killed {killed} / survived {survived} / total {total}" \
+		" (no tests {no_tests}, timeout {timeout}, suspicious {suspicious})".format(**s))'
+	@echo "not killed:"
+	@$(BIN)/mutmut results
 
 ## Write the blocking store (src/mcp_elicit/store/_blocking.py) again from its one source, store/aio.py.
 generate: $(STAMP)

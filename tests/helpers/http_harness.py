@@ -31,6 +31,9 @@ TOKENS = {
     "token-alice-other-client": AccessToken(
         token="token-alice-other-client", client_id="client-b", scopes=["mcp"], subject="alice", claims={"iss": ISSUER}
     ),
+    "token-without-subject": AccessToken(
+        token="token-without-subject", client_id="client-a", scopes=["mcp"], subject=None, claims={"iss": ISSUER}
+    ),
 }
 
 

@@ -61,6 +61,18 @@ async def test_unauthenticated_http_is_refused(served: tuple[Elicitation, str]) 
     assert response.status_code == 401
 
 
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_a_verified_token_without_a_subject_binds_nothing(served: tuple[Elicitation, str], era: str) -> None:
+    """The bundled JWKS verifier refuses such a token itself; this one (any verifier a deployment plugs in) lets
+    it through, and the runtime refuses to bind a call to it."""
+    runtime, url = served
+    async with connect(url, "token-without-subject", era, Person([accept(approve=True)])) as nobody:
+        with pytest.raises(MCPError, match="Unauthenticated: the access token has no subject") as raised:
+            await nobody.call_tool("approve", {"scope": "prod"})
+    assert raised.value.code == -32600
+    assert runtime.store.list_decisions(Operator()) == []
+
+
 @pytest.mark.parametrize("stranger", ["token-bob", "token-alice-other-client"])
 async def test_someone_elses_request_state_is_refused(served: tuple[Elicitation, str], stranger: str) -> None:
     runtime, url = served
@@ -105,9 +117,9 @@ async def test_http_without_authorization_is_refused_unless_loopback_development
 
     for allow in (False, True):
         port = free_port()
-        runtime = Elicitation(
-            open_store(store_url), keys=[b"u" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=allow)
-        )
+        # Refused: the runtime's own default policy, as a deployment gets it without asking for anything.
+        identity = IdentityPolicy(allow_unauthenticated_loopback=True) if allow else None
+        runtime = Elicitation(open_store(store_url), keys=[b"u" * 32], identity=identity)
         server = runtime.server("open-server")
         build_tools(runtime, Counter(tmp_path / "effects.json"))
         try:

@@ -65,7 +65,3 @@ def check_decision_transition(mode: Mode, from_status: DecisionStatus, to_status
 def check_operation_transition(from_status: OperationStatus, to_status: OperationStatus) -> None:
     if to_status not in OPERATION_TRANSITIONS.get(from_status, frozenset()):
         raise IllegalTransition("operation", from_status, to_status)
-
-
-def is_waiting(status: DecisionStatus) -> bool:
-    return status in WAITING_DECISION_STATUSES
