@@ -19,7 +19,7 @@ import uvicorn
 from pydantic import BaseModel, Field
 
 from mcp_elicit.fastmcp import FastMCPFlows
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import open_store
 
 TOOL = "approve_change"
@@ -48,7 +48,9 @@ async def echo(n: int) -> str:
 
 def runtime(store_url: str) -> Elicitation:
     return Elicitation(
-        open_store(store_url), keys=[b"b" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+        open_store(store_url),
+        request_state=RequestState(keys=[b"b" * 32]),
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
 
 

@@ -35,7 +35,7 @@ from mcp.server.mcpserver import Context
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 from pydantic import BaseModel, Field
 
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Health
 
@@ -102,7 +102,9 @@ BODIES = (STEPS, ASK_ONLY)
 
 def build(store_url: str, port: int) -> tuple[Elicitation, uvicorn.Config]:
     elicitation = Elicitation(
-        open_store(store_url), keys=[b"x" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+        open_store(store_url),
+        request_state=RequestState(keys=[b"x" * 32]),
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
     server = elicitation.server("overhead-bench")
     profiler: list[cProfile.Profile] = []

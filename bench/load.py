@@ -56,6 +56,7 @@ from mcp_elicit.client import (
     Era,
     FormReply,
     FormRequest,
+    Http,
     Mode,
     UrlReply,
     UrlRequest,
@@ -213,7 +214,7 @@ async def run_cell(
         try:
             async with (
                 cluster.http_client(headers=headers) as http,
-                ElicitingClient(cluster.mcp_url, Answers(), era=era, http_client=http) as kit,
+                ElicitingClient(Http(cluster.mcp_url, http_client=http), Answers(), era=era) as kit,
             ):
                 arrived()
                 await started.wait()
@@ -373,7 +374,7 @@ async def instances_cpu(cluster: Cluster) -> float:
     """CPU seconds the instances have used so far, each asked directly (not through the balancer)."""
     total = 0.0
     for url in cluster.instance_urls:
-        async with ElicitingClient(f"{url}/mcp", Answers(), era=CONTEST_ERA) as kit:
+        async with ElicitingClient(Http(f"{url}/mcp"), Answers(), era=CONTEST_ERA) as kit:
             total += float(text_of(await kit.call_tool(CONTROL_TOOL, {"action": "cpu"})))
     return total
 

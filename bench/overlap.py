@@ -61,7 +61,7 @@ from pydantic import BaseModel, Field
 from bench._common import pg_schema, pg_unreachable
 from bench.overhead import Placement, load, ms, pinned, server_process, text_of
 from mcp_elicit.model import request_digest
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import open_store
 
 DESCRIPTION = "K concurrent identical tool calls (one journaled step) over loopback HTTP, mcp-elicit against the SDK."
@@ -105,7 +105,9 @@ def asked_and_done(n: int) -> str:
 
 def build(store_url: str, port: int, work_seconds: float) -> tuple[Elicitation, uvicorn.Config]:
     elicitation = Elicitation(
-        open_store(store_url), single_process=True, identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+        open_store(store_url),
+        request_state=RequestState(single_process=True),
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
     server = elicitation.server("overlap-bench")
     runs: Counter[str] = Counter()

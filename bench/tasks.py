@@ -36,7 +36,16 @@ from pydantic import BaseModel
 
 from bench._common import add_backend_arguments, pg_schema, select_backends
 from bench.overhead import free_port
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, TaskPolicy, TaskSettings
+from mcp_elicit.server import (
+    Accepted,
+    Elicitation,
+    Flow,
+    IdentityPolicy,
+    RequestState,
+    TaskPolicy,
+    TaskSettings,
+    Timing,
+)
 from mcp_elicit.store import open_store
 
 MODERN = "2026-07-28"
@@ -51,10 +60,10 @@ class Approval(BaseModel):
 def build(store_url: str, port: int) -> Any:
     runtime = Elicitation(
         open_store(store_url),
-        keys=[b"b" * 32],
+        request_state=RequestState(keys=[b"b" * 32]),
         identity=IdentityPolicy(allow_unauthenticated_loopback=True, development_principal="bench-user"),
         tasks=TaskSettings(poll_interval=timedelta(milliseconds=100)),
-        sweep_interval=None,
+        timing=Timing(sweep_interval=None),
     )
     server = runtime.server("bench-tasks")
 

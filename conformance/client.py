@@ -28,6 +28,7 @@ from mcp_elicit.client import (
     ElicitingClient,
     FormReply,
     FormRequest,
+    Http,
     ScriptedHandler,
     UrlReply,
     UrlRequest,
@@ -57,7 +58,7 @@ def expect_text(result: CallToolResult, wanted: str | None = None) -> str:
 async def elicitation_defaults(url: str, era: Era) -> None:
     """Accept the form as pre-filled: the scripted handler answers with the schema's defaults (SEP-1034)."""
     handler = ScriptedHandler([{"reply": "accept"}], modes=("form",))
-    async with ElicitingClient(url, handler, era=era) as client:
+    async with ElicitingClient(Http(url), handler, era=era) as client:
         await client.list_tools()
         text = expect_text(await client.call_tool("test_client_elicitation_defaults", {}))
     if not text.startswith("Elicitation completed"):
@@ -85,7 +86,7 @@ class ConfirmAfterAnotherCall:
 async def request_state(url: str, era: Era) -> None:
     """Rounds with and without `requestState`, a call between rounds, and a result without `resultType`."""
     handler = ConfirmAfterAnotherCall()
-    async with ElicitingClient(url, handler, era=era) as client:
+    async with ElicitingClient(Http(url), handler, era=era) as client:
         handler.client = client
         await client.list_tools()
         expect_text(await client.call_tool("test_mrtr_echo_state", {}), "echo-state-ok")
@@ -97,7 +98,7 @@ async def request_state(url: str, era: Era) -> None:
 
 async def request_metadata(url: str, era: Era) -> None:
     """Plain requests: the kit stamps the declared capabilities; negotiation retries a supported version."""
-    async with ElicitingClient(url, ScriptedHandler([]), era=era) as client:
+    async with ElicitingClient(Http(url), ScriptedHandler([]), era=era) as client:
         await client.list_tools()
         if client.protocol_version != "2026-07-28":
             raise ScenarioFailed(f"negotiated {client.protocol_version}, expected 2026-07-28")

@@ -66,7 +66,9 @@ from mcp_elicit.server import (
     Expired,
     Flow,
     IdentityPolicy,
+    RequestState,
     TaskPolicy,
+    Timing,
     Titled,
 )
 from mcp_elicit.server.tasks import TaskStart
@@ -627,7 +629,7 @@ class MemoryEventStore(EventStore):
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve on a free loopback port, written to `--port-file`, with a store that dies with the process.
 
-    `replay_window=0`: the suite repeats identical calls across scenarios, each meant as a new call. With the
+    `Timing(replay_window=0)`: the suite repeats identical calls across scenarios, each meant as a new call. With the
     default window a first round would be answered with the recorded result of the previous scenario's call,
     which is mcp-elicit's retry guarantee but not what the scenario asks.
     """
@@ -637,9 +639,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="mcp-elicit-conformance-") as scratch:
         elicitation = Elicitation(
             f"sqlite:///{scratch}/conformance.db",
-            single_process=True,
+            request_state=RequestState(single_process=True),
             identity=IdentityPolicy(allow_unauthenticated_loopback=True),
-            replay_window=timedelta(0),
+            timing=Timing(replay_window=timedelta(0)),
         )
         try:
             app = build_server(elicitation).streamable_http_app(

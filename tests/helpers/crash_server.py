@@ -18,7 +18,7 @@ from pathlib import Path
 import uvicorn
 from pydantic import BaseModel, Field
 
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState, Timing
 from mcp_elicit.store import open_store
 
 
@@ -65,9 +65,9 @@ def main() -> None:
     ledger = Ledger(args.workspace, os.environ.get("CRASH_PAUSE", ""))
     elicitation = Elicitation(
         open_store(args.store),
-        keys=[b"c" * 32],
+        request_state=RequestState(keys=[b"c" * 32]),
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
-        lease=timedelta(seconds=float(os.environ.get("CRASH_LEASE", "2"))),
+        timing=Timing(lease=timedelta(seconds=float(os.environ.get("CRASH_LEASE", "2")))),
     )
     server = elicitation.server("crash-server")
 

@@ -20,7 +20,17 @@ from fastmcp.dependencies import CurrentContext
 from fastmcp.exceptions import ToolError
 
 from mcp_elicit.fastmcp import FastMCPFlows
-from mcp_elicit.server import Accepted, Completed, Declined, Elicitation, Fallback, Flow, IdentityPolicy
+from mcp_elicit.server import (
+    Accepted,
+    Completed,
+    Declined,
+    Elicitation,
+    Fallback,
+    Flow,
+    IdentityPolicy,
+    RequestState,
+    Timing,
+)
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Approval, Counter, Seats, book_with_fallback, connect_later
 
@@ -86,10 +96,10 @@ def main() -> None:
     arguments = parser.parse_args()
     elicitation = Elicitation(
         open_store(arguments.store),
-        keys=[STATE_KEY],
+        request_state=RequestState(keys=[STATE_KEY]),
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
         public_base_url=f"http://127.0.0.1:{arguments.port}" if arguments.port else None,
-        lease=timedelta(seconds=arguments.lease),
+        timing=Timing(lease=timedelta(seconds=arguments.lease)),
     )
     _, mcp = build(elicitation, Counter(Path(arguments.effects)))
     if arguments.port is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
-from mcp_elicit.server import Elicitation, IdentityPolicy
+from mcp_elicit.server import Elicitation, IdentityPolicy, RequestState, Timing
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Counter, build_tools
 
@@ -30,10 +30,10 @@ def build(
 ) -> tuple[Elicitation, MCPServer]:
     runtime = Elicitation(
         open_store(store_url),
-        keys=[b"k" * 32],
+        request_state=RequestState(keys=[b"k" * 32]),
         public_base_url=public_base_url,
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
-        long_poll=timedelta(seconds=long_poll),
+        timing=Timing(long_poll=timedelta(seconds=long_poll)),
     )
     server = runtime.server(SERVER_NAME, version=SERVER_VERSION, title=SERVER_TITLE)
     build_tools(runtime, Counter(effects))

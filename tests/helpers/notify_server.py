@@ -11,7 +11,7 @@ from datetime import timedelta
 import uvicorn
 from pydantic import BaseModel, Field
 
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, Notifications, Retry
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, Notifications, RequestState, Retry
 from mcp_elicit.store import open_store
 
 FAST = Retry(first=timedelta(seconds=0.3), factor=1.5, ceiling=timedelta(seconds=1), attempts=1000)
@@ -31,7 +31,7 @@ def main() -> None:
     notifications = replace(configured, retry=FAST, timeout=1.0, poll=timedelta(seconds=0.1))
     elicitation = Elicitation(
         open_store(args.store),
-        keys=[b"n" * 32],
+        request_state=RequestState(keys=[b"n" * 32]),
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
         notifications=notifications,
     )

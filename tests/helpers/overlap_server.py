@@ -20,22 +20,19 @@ same tools on an `Elicitation` made elsewhere (the tests' authenticated in-threa
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import signal
-import sys
 import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import anyio
 import uvicorn
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState, Timing
 from mcp_elicit.server.eras.mrtr import DEFAULT_REASK_AFTER
 from mcp_elicit.store import open_store
 
@@ -123,21 +120,6 @@ def build(elicitation: Elicitation, works: Works) -> None:
         return f"pondered {n}: {type(answer).__name__} {seal}"
 
 
-def lease_option(seconds: float, workspace: Path) -> dict[str, Any]:
-    """`lease=` arrives with single-flight operations: passed when this `Elicitation` takes it.
-
-    A runtime from before has no claims to lease and refuses the argument; the server then runs without
-    it, so the tests show what that runtime does with overlapping calls instead of failing to start. The
-    lease used (or `none`) is written to `lease` in the workspace, for the tests that depend on it.
-    """
-    if "lease" in inspect.signature(Elicitation).parameters:
-        (workspace / "lease").write_text(str(float(seconds)))
-        return {"lease": timedelta(seconds=seconds)}
-    (workspace / "lease").write_text("none")
-    print("overlap_server: this Elicitation takes no lease=; running without one", file=sys.stderr)
-    return {}
-
-
 def dying_after_round(app: ASGIApp) -> ASGIApp:
     """The app, SIGKILLed the moment a response carrying a round's input requests is about to be sent."""
 
@@ -165,13 +147,17 @@ def serve(
     reask_after: float = DEFAULT_REASK_AFTER.total_seconds(),
     die_after_round: bool = False,
 ) -> None:
-    elicitation = Elicitation(
-        open_store(store),
-        keys=KEYS,
-        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
+    timing = Timing(
+        lease=timedelta(seconds=lease),
         long_poll=timedelta(seconds=long_poll),
         reask_after=timedelta(seconds=reask_after),
-        **lease_option(lease, workspace),
+    )
+    (workspace / "lease").write_text(str(float(lease)))
+    elicitation = Elicitation(
+        open_store(store),
+        request_state=RequestState(keys=KEYS),
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
+        timing=timing,
     )
     server = elicitation.server("overlap-server")
     build(elicitation, Works(workspace, seconds=work_seconds, stall=stall, ponder=ponder))

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from mcp_elicit.model import Decision, DecisionOrigin, Principal, new_operation, new_url_decision
 from mcp_elicit.model.decision import new_elicitation_id
-from mcp_elicit.server import Elicitation, IdentityPolicy
+from mcp_elicit.server import Elicitation, IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
@@ -101,7 +101,7 @@ def served_site(store_url: str, provider: str, port: int, *, token_url: str | No
     """The pages on `port`; the OAuth flow authorizes at `provider` and redeems at `token_url` (the provider's)."""
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"s" * 32], public_base_url=base)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"s" * 32]), public_base_url=base)
     users = LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw")
     auth = LocalAuthorizationServer(base, users, store, signing_keys=[b"a" * 32], server_name=SERVER_NAME)
     vault = Vault(store, VaultKeyRing.from_text(VAULT_KEYS))
@@ -156,7 +156,10 @@ def mcp_site(
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
     elicitation = Elicitation(
-        store, keys=[b"w" * 32], public_base_url=base, identity=IdentityPolicy(local_principal=f"{base}#alice")
+        store,
+        request_state=RequestState(keys=[b"w" * 32]),
+        public_base_url=base,
+        identity=IdentityPolicy(local_principal=f"{base}#alice"),
     )
     auth = LocalAuthorizationServer(base, LocalUsers.from_text(users), store, signing_keys=[b"a" * 32])
     server = elicitation.server(name, **auth.mcp_server_kwargs(f"{base}/mcp"))

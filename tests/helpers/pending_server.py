@@ -19,6 +19,7 @@ import os
 from datetime import timedelta
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal, ResumePolicy
+from mcp_elicit.server import RequestState, Timing
 from mcp_elicit.store import ENV_VAR, open_store
 
 PAGES = "https://pages.example"
@@ -34,7 +35,10 @@ def serve(store_url: str) -> None:
     from mcp_elicit.server import Completed, Elicitation, Flow
 
     runtime = Elicitation(
-        open_store(store_url), keys=[b"p" * 32], public_base_url=PAGES, long_poll=timedelta(seconds=0.2)
+        open_store(store_url),
+        request_state=RequestState(keys=[b"p" * 32]),
+        public_base_url=PAGES,
+        timing=Timing(long_poll=timedelta(seconds=0.2)),
     )
     server = MCPServer("pending-flow-server", request_state_security=runtime.request_state_security)
     runtime.attach(server)

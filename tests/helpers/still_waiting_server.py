@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from mcp_elicit.server import RequestState, Timing
 from mcp_elicit.store import ENV_VAR, open_store
 
 ROUNDS_LOG = "ROUNDS_LOG"
@@ -43,7 +44,9 @@ def serve(store_url: str) -> None:
 
     from mcp_elicit.server import Accepted, Elicitation, Flow
 
-    runtime = Elicitation(open_store(store_url), keys=[b"w" * 32], long_poll=LONG_POLL)
+    runtime = Elicitation(
+        open_store(store_url), request_state=RequestState(keys=[b"w" * 32]), timing=Timing(long_poll=LONG_POLL)
+    )
     server = MCPServer("still-waiting-server", request_state_security=runtime.request_state_security)
     runtime.attach(server)
     log = os.environ.get(ROUNDS_LOG)

@@ -20,7 +20,17 @@ import uvicorn
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
-from mcp_elicit.server import Accepted, Completed, Declined, Elicitation, Expired, Flow, IdentityPolicy
+from mcp_elicit.server import (
+    Accepted,
+    Completed,
+    Declined,
+    Elicitation,
+    Expired,
+    Flow,
+    IdentityPolicy,
+    RequestState,
+    Timing,
+)
 from mcp_elicit.server.tasks import TaskPolicy, TaskSettings, TaskStart
 from mcp_elicit.store import open_store
 
@@ -143,10 +153,10 @@ def main() -> None:
     args = parser.parse_args()
     runtime = Elicitation(
         open_store(args.store),
-        keys=[b"t" * 32],
+        request_state=RequestState(keys=[b"t" * 32]),
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
         public_base_url=f"http://127.0.0.1:{args.port}",
-        lease=timedelta(seconds=args.lease),
+        timing=Timing(lease=timedelta(seconds=args.lease)),
         tasks=TaskSettings(poll_interval=timedelta(milliseconds=200)),
     )
     server = runtime.server("tasks-server")

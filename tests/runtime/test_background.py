@@ -15,7 +15,7 @@ from mcp import Client
 from pydantic import BaseModel
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.background import Shared
 from tests.helpers.serving import Person, accept
 
@@ -57,7 +57,9 @@ async def test_claims_stay_renewed_after_the_connection_whose_lifespan_renewed_t
     """Connection A's lifespan runs the lease keeper; B's call holds a step past several leases after A
     closed: its claim must never lapse (a lapsed claim lets an overlapping call run the step again)."""
     lease = timedelta(seconds=0.6)
-    elicitation = Elicitation(f"sqlite:///{tmp_path / 's.db'}", single_process=True, lease=lease)
+    elicitation = Elicitation(
+        f"sqlite:///{tmp_path / 's.db'}", request_state=RequestState(single_process=True), timing=Timing(lease=lease)
+    )
     server = elicitation.server("background")
     entered, lapsed = anyio.Event(), list[bool]()
 
@@ -94,7 +96,7 @@ async def test_claims_stay_renewed_after_the_connection_whose_lifespan_renewed_t
 async def test_a_legacy_answer_is_durable_before_the_body_works_on(tmp_path: Path) -> None:
     """The body works on past the question's TTL after the answer: the answer was committed when it came,
     so the operation completes with it instead of finding it expired at the next commit."""
-    elicitation = Elicitation(f"sqlite:///{tmp_path / 's.db'}", single_process=True)
+    elicitation = Elicitation(f"sqlite:///{tmp_path / 's.db'}", request_state=RequestState(single_process=True))
     server = elicitation.server("durable")
     seen: list[object] = []
 

@@ -20,7 +20,7 @@ from mcp.client import ClientRequestContext
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult
 
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.server import Elicitation, Flow
+from mcp_elicit.server import Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Approval
 from tests.runtime.test_server_flow import text
@@ -39,9 +39,9 @@ GIVE_UP = 30
 def elicitation(store_url: str) -> Iterator[Elicitation]:
     runtime = Elicitation(
         open_store(store_url),
-        single_process=True,
+        request_state=RequestState(single_process=True),
         public_base_url="https://elicit.example",
-        sweep_interval=timedelta(hours=1),
+        timing=Timing(sweep_interval=timedelta(hours=1)),
     )
     runtime.server("expiring")
 
@@ -135,7 +135,9 @@ async def test_a_url_flow_consented_to_and_never_completed_expires_at_its_deadli
 
 async def test_a_long_poll_on_a_question_another_round_holds_ends_at_its_deadline(store_url: str) -> None:
     runtime = Elicitation(
-        open_store(store_url), single_process=True, sweep_interval=timedelta(hours=1), long_poll=timedelta(minutes=1)
+        open_store(store_url),
+        request_state=RequestState(single_process=True),
+        timing=Timing(sweep_interval=timedelta(hours=1), long_poll=timedelta(minutes=1)),
     )
     server = runtime.server("polling")
 

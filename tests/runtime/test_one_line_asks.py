@@ -34,6 +34,7 @@ from mcp_elicit.server import (
     Fallback,
     Flow,
     InvalidAnswer,
+    RequestState,
     SecretField,
     Titled,
     UnsupportedField,
@@ -264,7 +265,7 @@ def tools() -> Tools:
 
 @pytest.fixture
 def elicitation(store_url: str, tools: Tools) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), single_process=True)
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(single_process=True))
     runtime.server("one-line-asks")
     build(runtime, tools)
     yield runtime
@@ -660,7 +661,7 @@ class ApiKeys(TypedDict):
     [(Login, "Login.password"), (Card, "Card.card_number"), (ApiKeys, "ApiKeys.api_key")],
 )
 async def test_a_secret_field_is_refused_when_the_tool_is_registered(asked: Any, named: str, sqlite_url: str) -> None:
-    runtime = Elicitation(open_store(sqlite_url), single_process=True)
+    runtime = Elicitation(open_store(sqlite_url), request_state=RequestState(single_process=True))
     server = runtime.server("secrets")
     try:
         with pytest.raises(SecretField) as refused:
@@ -684,7 +685,7 @@ async def test_a_secret_field_is_refused_when_the_tool_is_registered(asked: Any,
 
 
 async def test_an_unsupported_declared_ask_is_refused_at_registration_and_good_ones_register(sqlite_url: str) -> None:
-    runtime = Elicitation(open_store(sqlite_url), single_process=True)
+    runtime = Elicitation(open_store(sqlite_url), request_state=RequestState(single_process=True))
     server = runtime.server("declared")
     try:
         with pytest.raises(UnsupportedField, match=r"Nested\.trip") as refused:
@@ -708,7 +709,7 @@ async def test_an_unsupported_declared_ask_is_refused_at_registration_and_good_o
 
 
 def instance(store_url: str, seen: list[Answer[Any]], *, crash: bool) -> Elicitation:
-    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32])
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"k" * 32]))
     runtime.server("instance")
 
     @runtime.tool()

@@ -12,7 +12,7 @@ from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitResult
 
 from mcp_elicit.model import Operator
 from mcp_elicit.reference import Workspace, build_reference_server
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Person, accept
 from tests.runtime.test_server_flow import text
@@ -28,7 +28,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 @pytest.fixture
 def elicitation(store_url: str, workspace: Workspace) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), single_process=True)
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(single_process=True))
     build_reference_server(runtime, workspace)
     yield runtime
     runtime.close()

@@ -28,10 +28,10 @@ from mcp_types import (
     TextResourceContents,
 )
 
-from mcp_elicit.client import ElicitingClient, ScriptedHandler
+from mcp_elicit.client import ElicitingClient, Http, ScriptedHandler
 from mcp_elicit.client.errors import KitError
 from mcp_elicit.model import DecisionStatus, Operation, OperationStatus, Operator, Principal
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.store import Store, open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
 from tests.helpers.serving import Person
@@ -84,7 +84,7 @@ def instances(store_url: str, count: int = 2) -> Iterator[Instances]:
         urls = []
         for _ in range(count):
             port = free_port()
-            elicitation = Elicitation(store, keys=KEYS)
+            elicitation = Elicitation(store, request_state=RequestState(keys=KEYS))
             server = elicitation.server("notes", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
             build(elicitation, counted)
             urls.append(f"{stack.enter_context(serving(server.streamable_http_app(), port))}/mcp")
@@ -124,7 +124,7 @@ async def sdk_client(url: str, token: str, era: str) -> AsyncIterator[Client]:
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_read_asks_once_journals_its_step_and_replays_on_every_era(served: Instances, era: str) -> None:
     handler = ScriptedHandler([{"match": "Show the note plans", "reply": "accept", "content": {"value": True}}])
-    async with ElicitingClient(served.urls[0], handler, era=era, bearer_token="token-alice") as client:  # type: ignore[arg-type]
+    async with ElicitingClient(Http(served.urls[0], bearer_token="token-alice"), handler, era=era) as client:  # type: ignore[arg-type]
         read = await client.read_resource("notes://plans")
         again = await client.read_resource("notes://plans")
     assert only_text(read) == only_text(again) == f"note plans for {ISSUER}#alice"
@@ -153,7 +153,7 @@ async def test_a_declined_read_reaches_the_body_and_another_uri_is_another_opera
             {"match": "Show the note b", "reply": "accept", "content": {"value": False}},
         ]
     )
-    async with ElicitingClient(served.urls[0], handler, era=era, bearer_token="token-bob") as client:  # type: ignore[arg-type]
+    async with ElicitingClient(Http(served.urls[0], bearer_token="token-bob"), handler, era=era) as client:  # type: ignore[arg-type]
         declined = await client.read_resource("notes://a")
         refused = await client.read_resource("notes://b")
     assert only_text(declined) == "a stays hidden (Declined)"
@@ -164,7 +164,7 @@ async def test_a_declined_read_reaches_the_body_and_another_uri_is_another_opera
 @pytest.mark.parametrize("era", ERAS)
 async def test_bytes_are_recorded_and_replayed_exactly(served: Instances, era: str) -> None:
     handler = ScriptedHandler([{"match": "Send the blob", "reply": "accept", "content": {"value": True}}])
-    async with ElicitingClient(served.urls[0], handler, era=era, bearer_token="token-alice") as client:  # type: ignore[arg-type]
+    async with ElicitingClient(Http(served.urls[0], bearer_token="token-alice"), handler, era=era) as client:  # type: ignore[arg-type]
         first = await client.read_resource("blobs://raw")
         replayed = await client.read_resource("blobs://raw")
     for result in (first, replayed):
@@ -179,7 +179,7 @@ async def test_a_client_that_cannot_be_asked_gets_minus_32021_naming_the_form_ca
     served: Instances, era: str
 ) -> None:
     nobody = ScriptedHandler([], modes=())
-    async with ElicitingClient(served.urls[0], nobody, era=era, bearer_token="token-alice") as client:  # type: ignore[arg-type]
+    async with ElicitingClient(Http(served.urls[0], bearer_token="token-alice"), nobody, era=era) as client:  # type: ignore[arg-type]
         with pytest.raises((MCPError, KitError)) as raised:
             await client.read_resource("notes://plans")
     assert "This resource needs the client's form elicitation capability" in str(raised.value)
@@ -239,7 +239,7 @@ async def test_an_invalid_answer_is_asked_again_never_recorded(served: Instances
 
 
 def test_a_static_uri_is_refused_when_registered(sqlite_url: str) -> None:
-    elicitation = Elicitation(sqlite_url, keys=KEYS)
+    elicitation = Elicitation(sqlite_url, request_state=RequestState(keys=KEYS))
     elicitation.server("notes")
     try:
         with pytest.raises(ValueError, match="has no URI template variables"):

@@ -20,7 +20,7 @@ from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextCon
 from pydantic import BaseModel
 
 from mcp_elicit.model import Decision, DecisionStatus, OperationStatus, Operator, Principal, request_digest
-from mcp_elicit.server import Elicitation, Flow
+from mcp_elicit.server import Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import Store, StoreUnavailable, open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
 
@@ -50,7 +50,12 @@ def servers(store_url: str) -> Iterator[Callable[..., Elicitation]]:
     made: list[Elicitation] = []
 
     def make(clock: Callable[[], datetime] = utc_now) -> Elicitation:
-        elicitation = Elicitation(open_store(store_url, clock=clock), clock=clock, single_process=True, lease=LEASE)
+        elicitation = Elicitation(
+            open_store(store_url, clock=clock),
+            clock=clock,
+            request_state=RequestState(single_process=True),
+            timing=Timing(lease=LEASE),
+        )
         elicitation.server("leases")
         made.append(elicitation)
         return elicitation

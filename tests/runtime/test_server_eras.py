@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolRequestParams, CallToolResult, ElicitResult, ListToolsResult, TextContent, Tool
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import DecisionConflict, open_store
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.serving import Approval, Counter, Person, accept, build_tools
@@ -29,7 +29,9 @@ LOCAL = Principal("local-user", "stdio")
 
 @pytest.fixture
 def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), single_process=True, public_base_url="https://elicit.example")
+    runtime = Elicitation(
+        open_store(store_url), request_state=RequestState(single_process=True), public_base_url="https://elicit.example"
+    )
     runtime.server("era-server")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     yield runtime
@@ -115,7 +117,7 @@ def raw_server(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, st
     port = free_port()
     runtime = Elicitation(
         open_store(store_url),
-        keys=[b"r" * 32],
+        request_state=RequestState(keys=[b"r" * 32]),
         public_base_url=f"http://127.0.0.1:{port}",
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
@@ -172,7 +174,7 @@ def test_peers_that_cannot_be_asked_get_a_clear_error_and_no_elicitation(
 
 
 async def test_lowlevel_server_runs_the_same_flow(store_url: str) -> None:
-    runtime = Elicitation(open_store(store_url), single_process=True)
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(single_process=True))
 
     async def list_tools(context: ServerRequestContext[Any, Any], params: Any) -> ListToolsResult:
         return ListToolsResult(tools=[Tool(name="approve_low", input_schema={"type": "object"})])

@@ -12,7 +12,7 @@ from mcp_types import CallToolResult, ElicitResult, TextContent
 
 import mcp_elicit.testing as scripted
 from mcp_elicit.model import DecisionStatus, Operator, Principal
-from mcp_elicit.server import REPLAYED_META_KEY, Elicitation
+from mcp_elicit.server import REPLAYED_META_KEY, Elicitation, RequestState, Timing
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock, Harness, Reply, UrlOutcome
 from tests.helpers.serving import Counter, Person, accept, build_tools
@@ -32,7 +32,7 @@ def counter(tmp_path: Path) -> Counter:
 def elicitation(store_url: str, counter: Counter, elicit_clock: ControlledClock) -> Iterator[Elicitation]:
     runtime = Elicitation(
         open_store(store_url, clock=elicit_clock),
-        single_process=True,
+        request_state=RequestState(single_process=True),
         clock=elicit_clock,
         public_base_url="http://127.0.0.1:8765",
     )
@@ -202,8 +202,8 @@ async def test_modern_retry_before_completion_gets_a_still_waiting_round(store_u
     from mcp_types import InputRequiredResult, InputResponses
 
     runtime = Elicitation(
-        open_store(store_url), single_process=True, public_base_url="https://elicit.example",
-        long_poll=timedelta(milliseconds=300),
+        open_store(store_url), request_state=RequestState(single_process=True), public_base_url="https://elicit.example",
+        timing=Timing(long_poll=timedelta(milliseconds=300)),
     )  # fmt: skip
     server = runtime.server("waiting-server")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
@@ -237,7 +237,9 @@ async def test_after_an_expired_question_the_next_call_starts_afresh(store_url: 
     from tests.helpers.clock import FakeClock
 
     clock = FakeClock(datetime.now(UTC))
-    runtime = Elicitation(open_store(store_url, clock=clock), single_process=True, clock=clock)
+    runtime = Elicitation(
+        open_store(store_url, clock=clock), request_state=RequestState(single_process=True), clock=clock
+    )
     server = runtime.server("expiry-server")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
@@ -263,7 +265,9 @@ async def test_after_an_expired_question_the_next_call_starts_afresh(store_url: 
 
 def test_decision_urls_refuse_anything_but_a_decision_id(tmp_path: Path) -> None:
     runtime = Elicitation(
-        f"sqlite://{tmp_path / 'urls.db'}", single_process=True, public_base_url="https://elicit.example"
+        f"sqlite://{tmp_path / 'urls.db'}",
+        request_state=RequestState(single_process=True),
+        public_base_url="https://elicit.example",
     )
     try:
         good = "0b9d3a4e-3c1f-4a53-9b0e-6f1f2a3b4c5d"

@@ -33,7 +33,7 @@ from mcp_types import (
 from pydantic import BaseModel, Field, FileUrl
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal, request_digest
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.server.eras.mrtr_state import RoundState
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Approval, Counter, Name, Person, accept
@@ -151,7 +151,7 @@ def counter(tmp_path: Path) -> Counter:
 
 @pytest.fixture
 def elicitation(store_url: str, counter: Counter) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), keys=[b"i" * 32])
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"i" * 32]))
     runtime.server("inputs-server")
     build_input_tools(runtime, counter)
     yield runtime

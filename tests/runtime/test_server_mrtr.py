@@ -13,7 +13,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
 
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Counter, Person, build_tools
@@ -25,7 +25,11 @@ MODERN = "2026-07-28"
 
 @pytest.fixture
 def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], state_ttl=2.0, long_poll=timedelta(seconds=0.5))
+    runtime = Elicitation(
+        open_store(store_url),
+        request_state=RequestState(keys=[b"k" * 32], ttl=timedelta(seconds=2.0)),
+        timing=Timing(long_poll=timedelta(seconds=0.5)),
+    )
     runtime.server("mrtr-server")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     yield runtime
@@ -170,7 +174,7 @@ async def test_expired_state_is_refused(elicitation: Elicitation) -> None:
 async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_url: str, tmp_path: Path) -> None:
     instances = []
     for _ in range(2):
-        runtime = Elicitation(open_store(store_url), keys=[b"k" * 32])
+        runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"k" * 32]))
         runtime.server("shared-name")
         build_tools(runtime, Counter(tmp_path / "effects.json"))
         instances.append(runtime)
@@ -225,7 +229,9 @@ async def test_an_answer_without_state_for_an_open_question_applies_once(elicita
 
 
 async def test_a_url_consent_without_state_counts_for_nothing(store_url: str, tmp_path: Path) -> None:
-    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], public_base_url="http://127.0.0.1:9")
+    runtime = Elicitation(
+        open_store(store_url), request_state=RequestState(keys=[b"k" * 32]), public_base_url="http://127.0.0.1:9"
+    )
     runtime.server("urls")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
@@ -246,7 +252,9 @@ async def test_an_invalid_answer_without_state_asks_again(elicitation: Elicitati
 
 
 async def test_answers_without_state_can_be_turned_off(store_url: str, tmp_path: Path) -> None:
-    runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], answers_without_state=False)
+    runtime = Elicitation(
+        open_store(store_url), request_state=RequestState(keys=[b"k" * 32], answers_without_state=False)
+    )
     runtime.server("strict")
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     try:

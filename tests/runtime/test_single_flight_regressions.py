@@ -43,7 +43,7 @@ from mcp_elicit.model import (
     new_operation,
     request_digest,
 )
-from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow, ResumePolicy
+from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow, RequestState, ResumePolicy, Timing
 from mcp_elicit.store import Claim, open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE
@@ -71,7 +71,10 @@ def runtime(store_url: str) -> Iterator[Runtime]:
 
     def make(**settings: Any) -> Elicitation:
         elicitation = Elicitation(
-            open_store(store_url), single_process=True, public_base_url="http://127.0.0.1:8765", **settings
+            open_store(store_url),
+            request_state=RequestState(single_process=True),
+            public_base_url="http://127.0.0.1:8765",
+            **settings,
         )
         elicitation.server("regressions")
         made.append(elicitation)
@@ -290,7 +293,7 @@ def test_claim_under_concurrent_claims_and_releases_always_returns_a_claim(pg_sc
 async def test_an_answer_is_durable_before_its_carrier_goes_on_with_slow_work(runtime: Runtime) -> None:
     """The carrier records the answer, then works 2.5 s outside any flow call, longer than the 1.5 s lease.
     The waiting call must read the answer, not find the claim lapsed and ask the person again."""
-    elicitation = runtime(lease=timedelta(seconds=1.5))
+    elicitation = runtime(timing=Timing(lease=timedelta(seconds=1.5)))
     bodies = 0
     waiter_arrived, asked_once = anyio.Event(), anyio.Event()
     asked: list[str] = []

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from mcp_elicit.logging import JsonFormatter
 from mcp_elicit.model import Decision, DecisionStatus, Operator
-from mcp_elicit.server import REPLAYED_META_KEY, Accepted, Elicitation, Flow
+from mcp_elicit.server import REPLAYED_META_KEY, Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import DecisionConflict, open_store
 from mcp_elicit.testing import ControlledClock
 
@@ -143,7 +143,11 @@ def exported(providers: Exported) -> Exported:
 def elicitation(store_url: str, elicit_clock: ControlledClock) -> Iterator[Elicitation]:
     store = open_store(store_url, clock=elicit_clock)
     runtime = Elicitation(
-        store, single_process=True, clock=elicit_clock, sweep_interval=None, public_base_url="http://127.0.0.1:8765"
+        store,
+        request_state=RequestState(single_process=True),
+        clock=elicit_clock,
+        timing=Timing(sweep_interval=None),
+        public_base_url="http://127.0.0.1:8765",
     )
     runtime.server("telemetry-server")
 
@@ -416,10 +420,10 @@ import sys
 import anyio
 from mcp import Client
 import mcp_elicit.server
-from mcp_elicit.server import Elicitation, Flow
+from mcp_elicit.server import Elicitation, Flow, RequestState
 from opentelemetry import trace
 
-runtime = Elicitation("sqlite://{tmp_path / "bare.db"}", single_process=True)
+runtime = Elicitation("sqlite://{tmp_path / "bare.db"}", request_state=RequestState(single_process=True))
 server = runtime.server("bare")
 
 @runtime.tool()

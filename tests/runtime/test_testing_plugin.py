@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from mcp_elicit.client import ScriptError
 from mcp_elicit.model import DecisionStatus
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import (
     ERAS,
@@ -52,7 +52,7 @@ INNER_CONFTEST = """
 import pytest
 from pydantic import BaseModel, Field
 
-from mcp_elicit.server import Accepted, Declined, Elicitation, Flow
+from mcp_elicit.server import Accepted, Declined, Elicitation, Flow, RequestState
 
 
 class Approval(BaseModel):
@@ -66,7 +66,7 @@ def anyio_backend():
 
 @pytest.fixture
 def elicit_app(elicit_store_url, elicit_clock):
-    app = Elicitation(elicit_store_url, single_process=True, clock=elicit_clock)
+    app = Elicitation(elicit_store_url, request_state=RequestState(single_process=True), clock=elicit_clock)
     app.server("inner")
 
     @app.tool()
@@ -213,7 +213,7 @@ import pytest
 from mcp.server import Server
 from mcp_types import CallToolResult, ListToolsResult, TextContent, Tool
 
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.testing import Harness, accept
 
 
@@ -224,7 +224,7 @@ def anyio_backend():
 
 @pytest.fixture
 def elicit_app(elicit_store_url, elicit_clock):
-    app = Elicitation(elicit_store_url, single_process=True, clock=elicit_clock)
+    app = Elicitation(elicit_store_url, request_state=RequestState(single_process=True), clock=elicit_clock)
     yield app
     app.close()
 
@@ -285,7 +285,7 @@ def counter(tmp_path: Path) -> Counter:
 def elicit_app(store_url: str, elicit_clock: ControlledClock, counter: Counter) -> Iterator[Elicitation]:
     app = Elicitation(
         open_store(store_url, clock=elicit_clock),
-        single_process=True,
+        request_state=RequestState(single_process=True),
         clock=elicit_clock,
         public_base_url="https://tools.example",
     )
@@ -508,7 +508,7 @@ class Codename(BaseModel):
 @pytest.mark.anyio
 @pytest.mark.parametrize("era", ERAS)
 async def test_an_answer_the_tools_validators_refuse_takes_the_next_reply(tmp_path: Path, era: EraName) -> None:
-    app = Elicitation(f"sqlite://{tmp_path / 'names.db'}", single_process=True)
+    app = Elicitation(f"sqlite://{tmp_path / 'names.db'}", request_state=RequestState(single_process=True))
     app.server("names")
 
     @app.tool()
@@ -529,7 +529,7 @@ async def test_an_answer_the_tools_validators_refuse_takes_the_next_reply(tmp_pa
 
 @pytest.mark.anyio
 async def test_an_app_on_the_wall_clock_and_a_stuck_call_fail_clearly(tmp_path: Path) -> None:
-    app = Elicitation(f"sqlite://{tmp_path / 'wall.db'}", single_process=True)
+    app = Elicitation(f"sqlite://{tmp_path / 'wall.db'}", request_state=RequestState(single_process=True))
     app.server("wall-clock")
 
     @app.tool()

@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParamsMeta
 
 from mcp_elicit.model import Operator
-from mcp_elicit.server import Elicitation, Flow
+from mcp_elicit.server import Elicitation, Flow, RequestState
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
 from tests.helpers.serving import Counter
@@ -67,7 +67,7 @@ async def test_a_lone_surrogate_on_the_wire_is_refused_before_anything_runs(
 
 @pytest.fixture
 def runtime(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, Counter]]:
-    elicitation = Elicitation(open_store(store_url), keys=[b"u" * 32])
+    elicitation = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"u" * 32]))
     elicitation.server("unencodable")
     counter = Counter(tmp_path / "effects.json")
 

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.sweeper import Sweeper
 from mcp_elicit.store import Store, open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
@@ -103,11 +103,15 @@ def test_the_pause_between_sweeps_is_jittered_by_a_fifth(tmp_path: Path) -> None
 
 def test_a_sweep_interval_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sweep_interval must be positive"):
-        Elicitation(f"sqlite://{tmp_path / 'elicit.db'}", single_process=True, sweep_interval=timedelta(0))
+        Elicitation(
+            f"sqlite://{tmp_path / 'elicit.db'}",
+            request_state=RequestState(single_process=True),
+            timing=Timing(sweep_interval=timedelta(0)),
+        )
 
 
 def served(store: Store, **options: Any) -> Elicitation:
-    runtime = Elicitation(store, single_process=True, **options)
+    runtime = Elicitation(store, request_state=RequestState(single_process=True), **options)
     server = runtime.server("sweeping")
 
     @server.tool()
@@ -125,7 +129,7 @@ async def until(predicate: Any, seconds: float = 20) -> None:
 
 async def test_a_served_app_expires_overdue_records_on_its_own(store_url: str) -> None:
     store = open_store(store_url)
-    runtime = served(store, sweep_interval=timedelta(seconds=0.3))
+    runtime = served(store, timing=Timing(sweep_interval=timedelta(seconds=0.3)))
     records = Records(store, utc_now)
     try:
         operation = records.operation(ttl=timedelta(seconds=1))

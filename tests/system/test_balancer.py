@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, TextContent
 
-from mcp_elicit.client import ElicitingClient, Era, ScriptedHandler
+from mcp_elicit.client import ElicitingClient, Era, Http, ScriptedHandler
 from mcp_elicit.model import Decision, DecisionStatus, Operator
 from mcp_elicit.reference.workspace import Workspace
 from mcp_elicit.store import Store, open_store
@@ -94,7 +94,9 @@ async def kit(
     headers = {"Authorization": f"Bearer {token}", CLIENT_HEADER: name}
     async with (
         cluster.http_client(headers=headers, event_hooks={"response": [seen]}) as http,
-        ElicitingClient(cluster.mcp_url, ScriptedHandler(script), era=era, http_client=http, opener=opener) as client,
+        ElicitingClient(
+            Http(cluster.mcp_url, http_client=http), ScriptedHandler(script), era=era, opener=opener
+        ) as client,
     ):
         yield client
 
@@ -322,11 +324,11 @@ async def test_without_the_session_rule_a_legacy_session_breaks_and_the_modern_e
         async with cluster.http_client(headers={"Authorization": f"Bearer {token}"}) as http:
             with pytest.raises(MCPError, match="Session not found"):
                 async with ElicitingClient(
-                    cluster.mcp_url, ScriptedHandler(script), era="2025-11-25", http_client=http
+                    Http(cluster.mcp_url, http_client=http), ScriptedHandler(script), era="2025-11-25"
                 ) as legacy:
                     await legacy.call_tool("create_ticket", {"title": "legacy"})
             async with ElicitingClient(
-                cluster.mcp_url, ScriptedHandler(script), era="2026-07-28", http_client=http
+                Http(cluster.mcp_url, http_client=http), ScriptedHandler(script), era="2026-07-28"
             ) as modern:
                 done = text(await modern.call_tool("create_ticket", {"title": "modern"}))
         routed = answered(cluster)

@@ -27,7 +27,7 @@ from mcp.server.auth.provider import AuthorizationCode, RefreshToken, TokenError
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from mcp_elicit.client.tokens import LoginStore, SavedLogin
-from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, WebPages, mount_web
 from mcp_elicit.web.authserver import _ACCESS  # the access-token purpose, to mint renewed tokens alike
@@ -107,7 +107,7 @@ def served(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"l" * 32], public_base_url=base)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"l" * 32]), public_base_url=base)
     auth = auth_type(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32], access_ttl=access_ttl)
     server = elicitation.server("login-test", **auth.mcp_server_kwargs(f"{base}/mcp"))
     mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32))
@@ -313,7 +313,11 @@ def test_a_kept_sign_in_is_refused_when_others_can_read_it_or_it_expired(tmp_pat
 def test_login_says_when_a_server_asks_for_no_sign_in(store_url: str, tmp_path: Path) -> None:
     port = free_port()
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"l" * 32], identity=IdentityPolicy(allow_unauthenticated_loopback=True))
+    elicitation = Elicitation(
+        store,
+        request_state=RequestState(keys=[b"l" * 32]),
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
+    )
     server = elicitation.server("open")
     try:
         with serving(server.streamable_http_app(), port):

@@ -49,7 +49,7 @@ from mcp_types import (
 
 from mcp_elicit.client.transport import KitTransport
 from mcp_elicit.model import DecisionStatus, Operator, Principal
-from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow
+from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import StoreError, open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
 from tests.helpers.overlap_server import DEFAULT_LEASE, KEYS, Works, bodies, build, runs, serve
@@ -378,7 +378,7 @@ async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses
         async with connect(survivor.url, era, None) as retrying:
             assert await call(retrying, "compute", {"n": 5}) == shared
     assert len(runs(tmp_path, 5)) == 2
-    assert (tmp_path / "lease").read_text() == "4.0", "the server ran without Elicitation(lease=...)"
+    assert (tmp_path / "lease").read_text() == "4.0", "the server ran without Timing(lease=...)"
 
 
 async def test_a_cancelled_call_hands_its_question_to_a_waiting_call(store_url: str, tmp_path: Path) -> None:
@@ -437,7 +437,7 @@ async def test_a_cancelled_call_hands_its_question_to_a_waiting_call(store_url: 
 @pytest.fixture
 def authenticated(store_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    runtime = Elicitation(open_store(store_url), keys=KEYS)
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=KEYS))
     server = runtime.server("overlap-auth", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
     build(runtime, Works(tmp_path, seconds=0.05))
     try:
@@ -636,9 +636,9 @@ def build_catching(elicitation: Elicitation, tally: Tally) -> None:
 def catching(store_url: str) -> Iterator[tuple[Elicitation, MCPServer, Tally]]:
     runtime = Elicitation(
         open_store(store_url),
-        single_process=True,
+        request_state=RequestState(single_process=True),
         public_base_url="http://127.0.0.1:8765",
-        long_poll=timedelta(milliseconds=300),
+        timing=Timing(long_poll=timedelta(milliseconds=300)),
     )
     server = runtime.server("catching-server")
     tally = Tally()

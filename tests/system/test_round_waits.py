@@ -15,7 +15,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import StdioServerParameters
 
 from mcp_elicit.client import (
     Accept,
@@ -25,6 +24,7 @@ from mcp_elicit.client import (
     FormRequest,
     Pacing,
     ScriptedHandler,
+    Stdio,
     UrlReply,
     UrlRequest,
 )
@@ -54,15 +54,13 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite://{tmp_path / 'elicit.db'}"
 
 
-def server(
-    store_url: str, rounds_log: Path | None = None, *, script: Path = STILL_WAITING_SERVER
-) -> StdioServerParameters:
+def server(store_url: str, rounds_log: Path | None = None, *, script: Path = STILL_WAITING_SERVER) -> Stdio:
     """A fresh server process on the shared store; `rounds_log` records each round it serves."""
     env = {**os.environ, "MCP_ELICIT_STORE": store_url}
     if rounds_log is not None:
         env[ROUNDS_LOG] = str(rounds_log)
     args = [str(script), "serve"] if script == PENDING_SERVER else [str(script)]
-    return StdioServerParameters(command=sys.executable, args=args, env=env)
+    return Stdio(command=sys.executable, args=args, env=env)
 
 
 class Person:

@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult
 
 from mcp_elicit.model import Operator
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.tasks import TaskPolicy, TaskSettings
 from mcp_elicit.store import Store, StoreReadOnly, StoreUnavailable, open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
@@ -183,7 +183,9 @@ def elicitation(outage: Outage, counter: Counter) -> Iterator[Elicitation]:
 
 def booking(store: Store, counter: Counter) -> Elicitation:
     """A served app on `store`: the tool `book` (a step, a question, a step) and the prompt `brief` (a step)."""
-    runtime = Elicitation(store, single_process=True, lease=timedelta(seconds=1))
+    runtime = Elicitation(
+        store, request_state=RequestState(single_process=True), timing=Timing(lease=timedelta(seconds=1))
+    )
     runtime.server("outage")
 
     @runtime.tool()
@@ -528,9 +530,9 @@ async def test_a_task_whose_store_file_goes_away_is_left_with_a_line_in_the_log(
     port = free_port()
     runtime = Elicitation(
         SQLiteStore(path, clock=utc_now),
-        keys=[b"t" * 32],
+        request_state=RequestState(keys=[b"t" * 32]),
         public_base_url=f"http://127.0.0.1:{port}",
-        lease=timedelta(seconds=2),
+        timing=Timing(lease=timedelta(seconds=2)),
         tasks=TaskSettings(poll_interval=timedelta(milliseconds=200)),
     )
     server = runtime.server("tasks-gone", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))

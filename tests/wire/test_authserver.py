@@ -38,7 +38,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from mcp_elicit.cli.login import INITIALIZE_PROBE, SignInStorage
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import AlreadyExists, Consumption, Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, LocalUsersError
 from tests.helpers.clock import FakeClock
@@ -102,7 +102,7 @@ def deploy(store_url: str, tmp_path: Path, port: int, *, issuer: str | None = No
     clock = Clock()
     store = open_store(store_url)
     auth = LocalAuthorizationServer(issuer, USERS, store, [KEY], clock=clock)
-    runtime = Elicitation(store, keys=[STATE_KEY])
+    runtime = Elicitation(store, request_state=RequestState(keys=[STATE_KEY]))
     server = runtime.server("authz-server", **auth.mcp_server_kwargs(f"{issuer}/mcp"))
     auth.add_routes(server)
     server.custom_route("/whoami", methods=["GET"])(whoami(auth))

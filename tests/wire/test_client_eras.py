@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, TextContent
 
@@ -30,8 +29,10 @@ from mcp_elicit.client import (
     ElicitingClient,
     FormReply,
     FormRequest,
+    Http,
     KitError,
     NoPersonHandler,
+    Stdio,
     UnsupportedEra,
     UrlReply,
     UrlRequest,
@@ -43,9 +44,9 @@ from tests.helpers.sdk_server import CONNECT_URL, server
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
-SDK_SERVER = StdioServerParameters(command=sys.executable, args=["-m", "tests.helpers.sdk_server"], cwd=ROOT)
-HANDSHAKE_ONLY = StdioServerParameters(command=sys.executable, args=["-m", "tests.helpers.one_era_server"], cwd=ROOT)
-MODERN_ONLY = StdioServerParameters(
+SDK_SERVER = Stdio(command=sys.executable, args=["-m", "tests.helpers.sdk_server"], cwd=ROOT)
+HANDSHAKE_ONLY = Stdio(command=sys.executable, args=["-m", "tests.helpers.one_era_server"], cwd=ROOT)
+MODERN_ONLY = Stdio(
     command=sys.executable, args=["-m", "tests.helpers.one_era_server", "--era", "2026-07-28"], cwd=ROOT
 )
 
@@ -220,7 +221,7 @@ async def test_an_http_server_stopped_mid_session_ends_the_block_with_connection
     http_server: HttpServer, era: Era
 ) -> None:
     with pytest.raises(KitError) as raised:
-        async with ElicitingClient(http_server.url, NoPersonHandler(), era=era) as client:
+        async with ElicitingClient(Http(http_server.url), NoPersonHandler(), era=era) as client:
             assert text(await client.call_tool("pid", {})) == str(os.getpid())
             http_server.stop()
             await client.call_tool("pid", {})

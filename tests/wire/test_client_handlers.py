@@ -48,7 +48,9 @@ from mcp_elicit.client import (
     ScriptedHandler,
     ScriptEntry,
     ScriptError,
+    SdkOptions,
     ServerSilent,
+    Timeouts,
     UrlFlowStopped,
     UrlReply,
     UrlRequest,
@@ -61,7 +63,7 @@ from mcp_elicit.client.handler import Mode
 from mcp_elicit.client.session import Era
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.model.form_schema import parse_form
-from mcp_elicit.server import Accepted, Elicitation, Flow
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from tests.helpers.kit_server import build
 
 pytestmark = pytest.mark.anyio
@@ -526,7 +528,9 @@ async def test_roots_requests_go_to_the_hosts_roots_callback_or_fail_the_call() 
     async def roots(context: ClientRequestContext) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=FileUrl("file:///work"))])
 
-    async with ElicitingClient(roots_server(), Replies(), era="2026-07-28", list_roots_callback=roots) as client:
+    async with ElicitingClient(
+        roots_server(), Replies(), era="2026-07-28", sdk=SdkOptions(list_roots_callback=roots)
+    ) as client:
         assert text(await client.call_tool("where", {})) == "file:///work"
     async with ElicitingClient(roots_server(), Replies(), era="2026-07-28") as client:
         with pytest.raises(MCPError) as refused:
@@ -561,7 +565,7 @@ async def test_parallel_modern_calls_each_get_their_own_answer(kit: tuple[Elicit
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_prompt_that_asks_goes_through_the_same_path(sqlite_url: str, era: Era) -> None:
-    runtime = Elicitation(sqlite_url, single_process=True)
+    runtime = Elicitation(sqlite_url, request_state=RequestState(single_process=True))
     server = runtime.server("prompting", version="3.0")
 
     @runtime.prompt()
@@ -770,7 +774,7 @@ async def test_a_server_that_took_consent_and_went_silent_is_cut_after_max_wait(
     outcome: list[object] = []
     async with ElicitingClient(
         server, Replies(), era="2025-11-25", opener=lambda url: True, pending=pending,
-        request_timeout=1, pacing=Pacing(max_wait=60), clock=clock,
+        timeouts=Timeouts(request=1), pacing=Pacing(max_wait=60), clock=clock,
     ) as client:  # fmt: skip
 
         async def call() -> None:
@@ -819,7 +823,12 @@ async def test_held_calls_are_not_reissued_when_the_host_says_so() -> None:
     server, _ = quiet_server()
     pending = PendingFlows()
     async with ElicitingClient(
-        server, Replies(), era="2025-11-25", opener=lambda url: True, pending=pending, reissue_held_calls=False
+        server,
+        Replies(),
+        era="2025-11-25",
+        opener=lambda url: True,
+        pending=pending,
+        pacing=Pacing(reissue_held_calls=False),
     ) as client:
         with anyio.fail_after(10):
             async with anyio.create_task_group() as group:

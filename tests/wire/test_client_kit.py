@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import StdioServerParameters
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolResult, ElicitRequestURLParams, TextContent
@@ -40,12 +39,15 @@ from mcp_elicit.client import (
     FlowStatus,
     FormReply,
     FormRequest,
+    Http,
     Pacing,
     PendingFlow,
     PendingFlows,
     ScriptedHandler,
     ServerSilent,
+    Stdio,
     StillWaiting,
+    Timeouts,
     TooManyRounds,
     UrlFlowStopped,
     UrlReply,
@@ -119,8 +121,8 @@ def served(sqlite_url: str, tmp_path: Path, pages: Pages) -> Iterator[Served]:
         runtime.close()
 
 
-def stdio_kit_server(tmp_path: Path, pages: Pages) -> StdioServerParameters:
-    return StdioServerParameters(
+def stdio_kit_server(tmp_path: Path, pages: Pages) -> Stdio:
+    return Stdio(
         command=sys.executable,
         args=["-m", "tests.helpers.kit_server", "--store", f"sqlite://{tmp_path / 'stdio.db'}",
               "--effects", str(tmp_path / "stdio-effects.json"), "--public-base-url", pages.base],
@@ -240,7 +242,7 @@ class FakeMonotonic:
 async def test_the_server_sees_exactly_the_declared_modes(
     served: Served, era: Era, modes: tuple[Mode, ...], declared: dict[str, object] | None
 ) -> None:
-    async with ElicitingClient(served.url, ScriptedHandler([], modes=modes), era=era) as client:
+    async with ElicitingClient(Http(served.url), ScriptedHandler([], modes=modes), era=era) as client:
         seen = json.loads(text(await client.call_tool("capabilities", {})))
         assert client.protocol_version == era
         assert client.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, endpoint=served.url)
@@ -261,7 +263,7 @@ async def test_a_stdio_server_sees_the_declared_modes_too(tmp_path: Path, pages:
 async def test_a_form_only_client_is_never_sent_a_url_question(served: Served, era: Era) -> None:
     person = Person(url=Consent(), modes=("form",))
     browser = Browser()
-    async with ElicitingClient(served.url, person, era=era, opener=browser) as client:
+    async with ElicitingClient(Http(served.url), person, era=era, opener=browser) as client:
         try:
             result = await client.call_tool("connect", {})
         except MCPError as refused:
@@ -278,7 +280,7 @@ async def test_a_form_only_client_is_never_sent_a_url_question(served: Served, e
 @pytest.mark.parametrize("era", FORM_ERAS)
 async def test_a_url_only_client_gets_no_form_and_a_client_with_no_modes_gets_nothing(served: Served, era: Era) -> None:
     url_only = Person(form=Accept({"approve": True}), modes=("url",))
-    async with ElicitingClient(served.url, url_only, era=era) as client:
+    async with ElicitingClient(Http(served.url), url_only, era=era) as client:
         try:
             result = await client.call_tool("approve", {"scope": "prod"})
         except MCPError as refused:
@@ -287,7 +289,7 @@ async def test_a_url_only_client_gets_no_form_and_a_client_with_no_modes_gets_no
             assert result.is_error
     assert url_only.asked == []
     nobody = ScriptedHandler([{"reply": "accept", "content": {"seats": 2}}], modes=())
-    async with ElicitingClient(served.url, nobody, era=era) as client:
+    async with ElicitingClient(Http(served.url), nobody, era=era) as client:
         fell_back = await client.call_tool(
             "book_with_fallback", {"city": "Oslo", "elicit_answers": {"seats": {"seats": 3}}}
         )
@@ -301,7 +303,7 @@ async def test_a_url_only_client_gets_no_form_and_a_client_with_no_modes_gets_no
 @pytest.mark.parametrize("era", FORM_ERAS)
 async def test_decline_and_cancel_stay_distinct_through_the_reference_stdio_server(tmp_path: Path, era: Era) -> None:
     store_url = f"sqlite://{tmp_path / 'served.db'}"
-    server = StdioServerParameters(
+    server = Stdio(
         command=sys.executable,
         args=["-m", "mcp_elicit", "serve", "--store", store_url, "--workspace", str(tmp_path / "ws")],
     )
@@ -335,7 +337,7 @@ async def test_the_url_is_untouched_until_consent_then_opened_once(served: Serve
     browser = Browser(finish=served.store)
     changes: list[PendingFlow] = []
     pending = PendingFlows(on_change=changes.append)
-    async with ElicitingClient(served.url, person, era=era, opener=browser, pending=pending) as client:
+    async with ElicitingClient(Http(served.url), person, era=era, opener=browser, pending=pending) as client:
         result = await client.call_tool("connect", {})
         final = FlowStatus.COMPLETED if era == "2025-11-25" else FlowStatus.ENDED
         await wait_for(lambda: changes[-1].status is final)
@@ -363,7 +365,7 @@ async def test_refused_consent_opens_nothing_and_reaches_the_server_as_given(
 ) -> None:
     browser = Browser()
     pending = PendingFlows()
-    async with ElicitingClient(served.url, Person(url=reply), era=era, opener=browser, pending=pending) as client:
+    async with ElicitingClient(Http(served.url), Person(url=reply), era=era, opener=browser, pending=pending) as client:
         result = await client.call_tool("connect", {})
     assert text(result) == said
     assert browser.opened == [] and pages.hits == []
@@ -377,7 +379,7 @@ async def test_32042_flow_completes_on_the_notification_and_the_call_is_retried(
     pending = PendingFlows(on_change=changes.append)
     browser = Browser(finish=served.store, server_records_consent=False)
     async with ElicitingClient(
-        served.url, Person(url=Consent(), pages=pages), era="2025-11-25", opener=browser, pending=pending
+        Http(served.url), Person(url=Consent(), pages=pages), era="2025-11-25", opener=browser, pending=pending
     ) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("connect_later", {})
@@ -473,7 +475,7 @@ async def test_modern_rounds_are_paced_for_a_person(served: Served) -> None:
             await anyio.to_thread.run_sync(finish_flow, served.store, LOOPBACK)
 
     async with ElicitingClient(
-        served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), sleep=sleep
+        Http(served.url), Person(url=Consent()), era="2026-07-28", opener=Browser(), sleep=sleep
     ) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("connect", {})
@@ -490,7 +492,7 @@ async def test_modern_retry_now_runs_the_next_round_at_once(served: Served) -> N
         await anyio.sleep(seconds)
 
     async with ElicitingClient(
-        served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
+        Http(served.url), Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
         pacing=Pacing(first=600, cap=600), sleep=sleep,
     ) as client:  # fmt: skip
         results: list[CallToolResult] = []
@@ -509,7 +511,7 @@ async def test_modern_flow_cancelled_by_the_host_stops_the_rounds(served: Served
     pending = PendingFlows()
     async with (
         ElicitingClient(
-            served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending
+            Http(served.url), Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending
         ) as client,
         anyio.create_task_group() as group,
     ):
@@ -553,7 +555,11 @@ async def test_legacy_retry_now_reissues_the_call_the_server_holds_and_it_comple
         async with kit_http_client() as http:
             http.event_hooks = {"request": [record]}
             async with ElicitingClient(
-                served.url, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending, http_client=http
+                Http(served.url, http_client=http),
+                Person(url=Consent()),
+                era="2025-11-25",
+                opener=Browser(),
+                pending=pending,
             ) as client:
                 with anyio.fail_after(30):
                     async with anyio.create_task_group() as group:
@@ -685,18 +691,18 @@ async def test_a_server_that_keeps_answering_32042_stops_at_the_round_limit(page
 
 
 async def test_a_server_that_never_finishes_connecting_is_given_up() -> None:
-    mute = [sys.executable, "-c", "import time; time.sleep(60)"]
+    mute = Stdio(sys.executable, ["-c", "import time; time.sleep(60)"])
     with anyio.fail_after(30), pytest.raises(ServerSilent) as silent:
-        async with ElicitingClient(mute, ScriptedHandler([]), era="2025-11-25", connect_timeout=0.5):
+        async with ElicitingClient(mute, ScriptedHandler([]), era="2025-11-25", timeouts=Timeouts(connect=0.5)):
             pass
     assert silent.value.connecting and "connecting" in str(silent.value)
 
 
 async def test_a_given_http_client_with_a_read_timeout_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="mcp_elicit.client.session"):
+    with caplog.at_level(logging.WARNING, logger="mcp_elicit.client.config"):
         async with httpx2.AsyncClient(timeout=30) as timed, kit_http_client() as untimed:
-            ElicitingClient("http://127.0.0.1:9/mcp", ScriptedHandler([]), http_client=timed)
-            ElicitingClient("http://127.0.0.1:9/mcp", ScriptedHandler([]), http_client=untimed)
+            ElicitingClient(Http("http://127.0.0.1:9/mcp", http_client=timed), ScriptedHandler([]))
+            ElicitingClient(Http("http://127.0.0.1:9/mcp", http_client=untimed), ScriptedHandler([]))
     [warning] = [record.getMessage() for record in caplog.records]
     assert "read timeout of 30 s" in warning
 
@@ -709,7 +715,7 @@ async def test_modern_polling_stops_at_the_deadline(served: Served) -> None:
         clock.advance(seconds)
 
     async with ElicitingClient(
-        served.url, Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
+        Http(served.url), Person(url=Consent()), era="2026-07-28", opener=Browser(), pending=pending,
         pacing=Pacing(max_wait=10), clock=clock, sleep=sleep,
     ) as client:  # fmt: skip
         with pytest.raises(StillWaiting):
@@ -750,7 +756,7 @@ async def test_a_person_answering_after_five_minutes_still_completes(served: Ser
     person = SlowPerson(clock, minutes=5, real_seconds=0.5)
     results: dict[str, str] = {}
     person.another_call_waits = lambda: "silent" not in results
-    async with ElicitingClient(served.url, person, era=era, request_timeout=1, clock=clock) as client:
+    async with ElicitingClient(Http(served.url), person, era=era, clock=clock, timeouts=Timeouts(request=1)) as client:
 
         async def quiet_call() -> None:
             results["silent"] = text(await client.call_tool("silent", {"seconds": 3}))
@@ -768,8 +774,8 @@ async def test_a_legacy_call_held_while_the_person_is_in_the_browser_is_not_cut(
     pending = PendingFlows()
     results: list[CallToolResult] = []
     async with ElicitingClient(
-        served.url, Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending,
-        request_timeout=1, clock=clock,
+        Http(served.url), Person(url=Consent()), era="2025-11-25", opener=Browser(), pending=pending,
+        timeouts=Timeouts(request=1), clock=clock,
     ) as client:  # fmt: skip
         with anyio.fail_after(30):
             async with anyio.create_task_group() as group:
@@ -785,7 +791,7 @@ async def test_a_legacy_call_held_while_the_person_is_in_the_browser_is_not_cut(
 async def test_a_silent_server_is_cut_on_the_same_clock(served: Served, era: Era) -> None:
     clock = FakeMonotonic()
     async with (
-        ElicitingClient(served.url, SlowPerson(), era=era, request_timeout=1, clock=clock) as client,
+        ElicitingClient(Http(served.url), SlowPerson(), era=era, clock=clock, timeouts=Timeouts(request=1)) as client,
         anyio.create_task_group() as group,
     ):
 
@@ -800,7 +806,9 @@ async def test_a_silent_server_is_cut_on_the_same_clock(served: Served, era: Era
 
 async def test_over_stdio_a_slow_person_is_waited_for_and_a_silent_server_is_not(tmp_path: Path, pages: Pages) -> None:
     server = stdio_kit_server(tmp_path, pages)
-    async with ElicitingClient(server, SlowPerson(real_seconds=2.0), era="2025-11-25", request_timeout=0.5) as client:
+    async with ElicitingClient(
+        server, SlowPerson(real_seconds=2.0), era="2025-11-25", timeouts=Timeouts(request=0.5)
+    ) as client:
         assert text(await client.call_tool("approve", {"scope": "prod"})) == "applied prod"
         with anyio.fail_after(10), pytest.raises(ServerSilent):
             await client.call_tool("silent", {"seconds": 5})

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from mcp_elicit.client import (
     Accept,
     ElicitingClient,
+    Http,
     NoPersonHandler,
     ScriptedHandler,
     UnknownResultType,
@@ -141,7 +142,7 @@ def confirming() -> ScriptedHandler:
 
 
 async def test_request_state_is_echoed_byte_for_byte_with_a_new_id(raw: Raw) -> None:
-    async with ElicitingClient(raw.url, confirming(), era="2026-07-28") as client:
+    async with ElicitingClient(Http(raw.url), confirming(), era="2026-07-28") as client:
         result = await client.call_tool("echo_state", {})
     [state] = raw.states
     assert text_of(result) == state
@@ -153,7 +154,7 @@ async def test_request_state_is_echoed_byte_for_byte_with_a_new_id(raw: Raw) -> 
 
 
 async def test_a_round_without_state_is_retried_without_state(raw: Raw) -> None:
-    async with ElicitingClient(raw.url, confirming(), era="auto") as client:
+    async with ElicitingClient(Http(raw.url), confirming(), era="auto") as client:
         assert client.protocol_version == "2026-07-28"
         assert text_of(await client.call_tool("no_state", {})) == "no-state-ok"
     first, retry = raw.calls("no_state")
@@ -163,7 +164,7 @@ async def test_a_round_without_state_is_retried_without_state(raw: Raw) -> None:
 async def test_parallel_calls_never_share_responses_or_state(raw: Raw) -> None:
     """Each round's state is bound to its call by a tag; the server refuses a state sent with another call's."""
     results: dict[str, str] = {}
-    async with ElicitingClient(raw.url, confirming(), era="2026-07-28") as client:
+    async with ElicitingClient(Http(raw.url), confirming(), era="2026-07-28") as client:
 
         async def call(tag: str) -> None:
             result = await client.call_tool("echo_state", {"tag": tag})
@@ -189,14 +190,14 @@ async def test_parallel_calls_never_share_responses_or_state(raw: Raw) -> None:
 
 
 async def test_a_result_without_result_type_is_complete(raw: Raw) -> None:
-    async with ElicitingClient(raw.url, confirming(), era="2026-07-28") as client:
+    async with ElicitingClient(Http(raw.url), confirming(), era="2026-07-28") as client:
         assert text_of(await client.call_tool("no_result_type", {})) == "plain"
     assert len(raw.calls("no_result_type")) == 1
 
 
 @pytest.mark.parametrize("tool", ["bogus", "task"])
 async def test_an_unknown_result_type_is_an_error(raw: Raw, tool: str) -> None:
-    async with ElicitingClient(raw.url, confirming(), era="2026-07-28") as client:
+    async with ElicitingClient(Http(raw.url), confirming(), era="2026-07-28") as client:
         with pytest.raises(UnknownResultType) as refused:
             await client.call_tool(tool, {})
     assert refused.value.result_type == tool
@@ -209,7 +210,7 @@ async def test_every_modern_request_carries_exactly_the_declared_modes(
     raw: Raw, era: Any, modes: tuple[Mode, ...], declared: dict[str, Any] | None
 ) -> None:
     handler = ScriptedHandler([], modes=modes) if modes else NoPersonHandler()
-    async with ElicitingClient(raw.url, handler, era=era) as client:
+    async with ElicitingClient(Http(raw.url), handler, era=era) as client:
         await client.call_tool("plain", {})
         assert client.asker.server_name == "raw" and client.asker.server_version == "2.0"
     methods = [r["method"] for r in raw.requests]
@@ -223,7 +224,7 @@ async def test_every_modern_request_carries_exactly_the_declared_modes(
 async def test_initialize_carries_exactly_the_declared_modes(
     raw: Raw, modes: tuple[Mode, ...], declared: dict[str, Any]
 ) -> None:
-    async with ElicitingClient(raw.url, ScriptedHandler([], modes=modes), era="2025-11-25") as client:
+    async with ElicitingClient(Http(raw.url), ScriptedHandler([], modes=modes), era="2025-11-25") as client:
         await client.call_tool("plain", {})
         assert client.asker.server_title == "Raw Server"
     [initialize] = [r for r in raw.requests if r["method"] == "initialize"]
@@ -232,7 +233,7 @@ async def test_initialize_carries_exactly_the_declared_modes(
 
 
 async def test_initialize_without_modes_declares_no_elicitation(raw: Raw) -> None:
-    async with ElicitingClient(raw.url, NoPersonHandler(), era="2025-11-25") as client:
+    async with ElicitingClient(Http(raw.url), NoPersonHandler(), era="2025-11-25") as client:
         await client.call_tool("plain", {})
     [initialize] = [r for r in raw.requests if r["method"] == "initialize"]
     assert "elicitation" not in initialize["params"]["capabilities"]
@@ -248,7 +249,7 @@ async def test_a_form_answer_is_sent_as_accepted_content(raw: Raw) -> None:
         async def url(self, request: Any) -> Any:
             raise AssertionError("no URL question here")
 
-    async with ElicitingClient(raw.url, Yes(), era="2026-07-28") as client:
+    async with ElicitingClient(Http(raw.url), Yes(), era="2026-07-28") as client:
         await client.call_tool("no_state", {})
     retry = raw.calls("no_state")[-1]
     assert retry["params"]["inputResponses"]["confirm"] == {"action": "accept", "content": {"confirmed": True}}
@@ -256,7 +257,7 @@ async def test_a_form_answer_is_sent_as_accepted_content(raw: Raw) -> None:
 
 async def test_era_2025_06_18_is_offered_and_has_no_32042_path(raw: Raw) -> None:
     handler = ScriptedHandler([{"reply": "consent"}])
-    async with ElicitingClient(raw.url, handler, era="2025-06-18") as client:
+    async with ElicitingClient(Http(raw.url), handler, era="2025-06-18") as client:
         assert client.protocol_version == "2025-06-18"
         with pytest.raises(MCPError) as refused:
             await client.call_tool("needs_url", {})

@@ -26,18 +26,28 @@ from fastmcp.client.transports import StdioTransport
 from fastmcp.exceptions import ToolError as FastMCPToolError
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import InputRequiredToolResult, ToolResult
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolRequestParams, ElicitResult, InputRequiredResult, InputResponses, TextContent
 from pydantic import BaseModel, Field
 
-from mcp_elicit.client import Accept, Consent, ElicitingClient, FormReply, FormRequest, UrlReply, UrlRequest
+from mcp_elicit.client import (
+    Accept,
+    Consent,
+    ElicitingClient,
+    FormReply,
+    FormRequest,
+    Http,
+    Stdio,
+    UrlReply,
+    UrlRequest,
+)
 from mcp_elicit.client.handler import Mode
 from mcp_elicit.fastmcp import FastMCPFlows, LocalOAuth
 from mcp_elicit.model import DecisionStatus, Operation, OperationStatus, Operator, Principal, request_digest
 from mcp_elicit.reference.demo_stack import Credentials, DemoStack, sign_in
-from mcp_elicit.server import Elicitation, Fallback, Flow, IdentityPolicy, SecretField
+from mcp_elicit.server import Elicitation, Fallback, Flow, IdentityPolicy, RequestState, SecretField
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
@@ -77,7 +87,7 @@ def served(store_url: str, tmp_path: Path) -> Iterator[Served]:
     port = free_port()
     elicitation = Elicitation(
         open_store(store_url),
-        keys=[STATE_KEY],
+        request_state=RequestState(keys=[STATE_KEY]),
         public_base_url=f"http://127.0.0.1:{port}",
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
@@ -190,7 +200,7 @@ async def test_a_plain_fastmcp_tool_beside_flow_tools_records_nothing(served: Se
 @pytest.mark.parametrize("era", ERAS)
 async def test_the_kit_runs_a_flow_tool_over_fastmcp_http(served: Served, era: Any) -> None:
     kit = Kit({"approve": True})
-    async with ElicitingClient(served.url, kit, era=era) as client:
+    async with ElicitingClient(Http(served.url), kit, era=era) as client:
         result = await client.call_tool("approve", {"scope": "kit"})
     assert text(result) == f"applied kit on {SERVER_NAME}" and kit.asked == ["Apply plan for kit?"]
     assert served.counter.read() == {"plan": 1, "apply": 1}
@@ -212,7 +222,7 @@ async def test_stdio_serves_fastmcp_client_and_kit_on_both_eras(store_url: str, 
         assert fastmcp_text(done) == f"applied fastmcp-{era} on {SERVER_NAME}"
         assert answers.asked == [f"Apply plan for fastmcp-{era}?"]
         kit = Kit({"approve": True})
-        parameters = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(ROOT))
+        parameters = Stdio(sys.executable, args, env=env, cwd=ROOT)
         with anyio.fail_after(60):
             async with ElicitingClient(parameters, kit, era=era) as kit_client:  # type: ignore[arg-type]
                 result = await kit_client.call_tool("approve", {"scope": f"kit-{era}"})
@@ -379,7 +389,9 @@ async def test_a_users_middleware_sees_each_flow_tool_request_and_its_json_rpc_e
     store_url: str, tmp_path: Path, era: str
 ) -> None:
     elicitation = Elicitation(
-        open_store(store_url), keys=[STATE_KEY], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+        open_store(store_url),
+        request_state=RequestState(keys=[STATE_KEY]),
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
     observer = Observer()
     key = {IDEMPOTENCY_META_KEY: f"observed-{era}"}
@@ -407,7 +419,7 @@ class Credential(BaseModel):
 
 
 def test_registration_refuses_what_it_cannot_serve(sqlite_url: str) -> None:
-    elicitation = Elicitation(open_store(sqlite_url), single_process=True)
+    elicitation = Elicitation(open_store(sqlite_url), request_state=RequestState(single_process=True))
     try:
         flows = FastMCPFlows(elicitation)
         with pytest.raises(RuntimeError, match=r"FastMCPFlows\.server"):
@@ -442,7 +454,7 @@ def test_registration_refuses_what_it_cannot_serve(sqlite_url: str) -> None:
 
 
 async def test_a_flow_tool_called_from_code_without_an_mcp_request_refuses_to_run(sqlite_url: str) -> None:
-    elicitation = Elicitation(open_store(sqlite_url), single_process=True)
+    elicitation = Elicitation(open_store(sqlite_url), request_state=RequestState(single_process=True))
     ran: list[str] = []
     try:
         flows = FastMCPFlows(elicitation)
@@ -499,7 +511,7 @@ def signed_in(store_url: str, tmp_path: Path) -> Iterator[SignedIn]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[STATE_KEY], public_base_url=base)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[STATE_KEY]), public_base_url=base)
     users = LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw:Bob")
     auth = LocalAuthorizationServer(base, users, store, signing_keys=[b"a" * 32], server_name=SERVER_NAME)
     pages = UrlPages(
@@ -562,7 +574,9 @@ async def test_a_round_begun_on_one_instance_ends_on_another(store_url: str, tmp
     instances = []
     for _ in range(2):
         elicitation = Elicitation(
-            open_store(store_url), keys=[STATE_KEY], identity=IdentityPolicy(allow_unauthenticated_loopback=True)
+            open_store(store_url),
+            request_state=RequestState(keys=[STATE_KEY]),
+            identity=IdentityPolicy(allow_unauthenticated_loopback=True),
         )
         instances.append((elicitation, build(elicitation, counter)[1], free_port()))
     try:

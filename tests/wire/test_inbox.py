@@ -35,7 +35,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.decision import new_elicitation_id
 from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
-from mcp_elicit.server import Accepted, Completed, Elicitation, Fallback, Flow
+from mcp_elicit.server import Accepted, Completed, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.store import open_store
 from mcp_elicit.web import ApiKeyEntry, LocalAuthorizationServer, LocalUsers, UrlPages
 from mcp_elicit.web.html import HEADERS
@@ -536,7 +536,7 @@ def test_mount_web_serves_the_inbox_with_the_operators_of_its_config(store_url: 
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
     try:
-        elicitation = Elicitation(store, keys=[b"m" * 32], public_base_url=base)
+        elicitation = Elicitation(store, request_state=RequestState(keys=[b"m" * 32]), public_base_url=base)
         auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
         server = elicitation.server("own-server", **auth.mcp_server_kwargs(f"{base}/mcp"))
         inbox = InboxSettings(operators=frozenset({f"{base}#carol"})) if served else None

@@ -30,9 +30,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mcp_elicit.client import ElicitingClient, ScriptedHandler
+from mcp_elicit.client import ElicitingClient, Http, ScriptedHandler
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.server import Accepted, Elicitation, Fallback, Flow
+from mcp_elicit.server import Accepted, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import (
     ApiKeyEntry,
@@ -79,7 +79,7 @@ def mounted(store_url: str) -> Iterator[Mounted]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"m" * 32], public_base_url=base)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"m" * 32]), public_base_url=base)
     auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
     server = elicitation.server("own-server", **auth.mcp_server_kwargs(f"{base}/mcp"))
     mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32, title="Own server"))
@@ -102,7 +102,7 @@ async def test_one_call_serves_sign_in_pages_and_health_and_the_web_answer_reach
         token = await access_token(app_sign_in, site.base)
     async with httpx2.AsyncClient(timeout=30) as browser:
         nobody = ScriptedHandler([], modes=())
-        async with ElicitingClient(f"{site.base}/mcp", nobody, bearer_token=token) as client:
+        async with ElicitingClient(Http(f"{site.base}/mcp", bearer_token=token), nobody) as client:
             first = await client.call_tool("book", {"city": "Oslo"})
         found = re.search(r"answer at (\S+) \(open until", error_text(first))
         assert first.is_error and found, error_text(first)
@@ -128,7 +128,7 @@ async def test_one_call_serves_sign_in_pages_and_health_and_the_web_answer_reach
         )
         assert done.status_code == 200 and "Done" in done.text
 
-        async with ElicitingClient(f"{site.base}/mcp", nobody, bearer_token=token) as client:
+        async with ElicitingClient(Http(f"{site.base}/mcp", bearer_token=token), nobody) as client:
             retried = await client.call_tool("book", {"city": "Oslo"})
         assert text(retried) == f"{site.base}#alice booked 3 seats to Oslo"
         [answered] = site.store.list_decisions(Operator())
@@ -149,11 +149,13 @@ def test_mount_web_refuses_what_would_fail_on_a_first_click(sqlite_url: str) -> 
         auth = LocalAuthorizationServer(
             "http://127.0.0.1:9", LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32]
         )
-        no_base = Elicitation(store, keys=[b"m" * 32])
+        no_base = Elicitation(store, request_state=RequestState(keys=[b"m" * 32]))
         server = no_base.server("x")
         with pytest.raises(ValueError, match="public_base_url"):
             mount_web(server, no_base, WebPages(sign_in=auth, page_key=b"p" * 32))
-        elicitation = Elicitation(store, keys=[b"m" * 32], public_base_url="http://127.0.0.1:9")
+        elicitation = Elicitation(
+            store, request_state=RequestState(keys=[b"m" * 32]), public_base_url="http://127.0.0.1:9"
+        )
         server = elicitation.server("x")
         flows = {"set_api_key": ApiKeyEntry(vault_name="k", service_title="Example")}
         with pytest.raises(ValueError, match="the flows set_api_key keep what they obtain in the vault"):
@@ -253,7 +255,7 @@ def external(store_url: str) -> Iterator[External]:
     )
     idp = Starlette(routes=[Route("/realms/staff/protocol/openid-connect/certs", provider.jwks)])
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"e" * 32])
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"e" * 32]))
     server = elicitation.server("idp-server", **verifier.mcp_server_kwargs())
 
     @elicitation.tool()
@@ -276,7 +278,7 @@ async def test_tokens_of_the_external_provider_bind_the_call_to_its_issuer_and_s
     assert metadata["resource"] == f"{external.base}/mcp"
 
     handler = ScriptedHandler([{"reply": "accept", "content": {"value": True}}])
-    async with ElicitingClient(f"{external.base}/mcp", handler, bearer_token=provider.token()) as client:
+    async with ElicitingClient(Http(f"{external.base}/mcp", bearer_token=provider.token()), handler) as client:
         result = await client.call_tool("approve", {"change": "the firewall rule"})
     assert text(result) == f"{provider.issuer}#alice via desktop-app: Accepted(data=True)"
     [decision] = external.store.list_decisions(Operator())
@@ -456,7 +458,7 @@ def external_site(store_url: str) -> Iterator[ExternalSite]:
         )
     )
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"o" * 32], public_base_url=base)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"o" * 32]), public_base_url=base)
     server = elicitation.server("idp-pages", **verifier.mcp_server_kwargs())
     sign_in = OidcSignIn(
         OidcClient(
@@ -491,7 +493,7 @@ async def test_the_pages_sign_in_through_the_provider_and_only_its_principal_ans
 ) -> None:
     site, provider = external_site, external_site.provider
     nobody = ScriptedHandler([], modes=())
-    async with ElicitingClient(f"{site.base}/mcp", nobody, bearer_token=provider.keys.token()) as client:
+    async with ElicitingClient(Http(f"{site.base}/mcp", bearer_token=provider.keys.token()), nobody) as client:
         first = await client.call_tool("book", {"city": "Lima"})
     found = re.search(r"answer at (\S+) \(open until", error_text(first))
     assert found, error_text(first)
@@ -510,7 +512,7 @@ async def test_the_pages_sign_in_through_the_provider_and_only_its_principal_ans
             f"{url}/answer", data={"csrf": hidden(page.text, "csrf"), "action": "accept", "f.value": "2"}
         )
         assert done.status_code == 200 and "Done" in done.text
-    async with ElicitingClient(f"{site.base}/mcp", nobody, bearer_token=provider.keys.token()) as client:
+    async with ElicitingClient(Http(f"{site.base}/mcp", bearer_token=provider.keys.token()), nobody) as client:
         retried = await client.call_tool("book", {"city": "Lima"})
     assert text(retried) == f"{provider.issuer}#alice booked 2 seats to Lima"
     [answered] = site.store.list_decisions(Operator())

@@ -35,7 +35,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.reference.deployment import ConfigurationError, http_settings
-from mcp_elicit.server import Elicitation, Notifications, Retry, Webhook
+from mcp_elicit.server import Elicitation, Notifications, RequestState, Retry, Webhook
 from mcp_elicit.server.notifications import Deliverer, SignatureInvalid, WebhookSecret, sign, verify
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.server.tasks.state import META_JOURNAL
@@ -452,7 +452,7 @@ async def test_a_served_task_says_it_needs_input_and_its_question_ends(
     with Receiver() as receiver:
         fast = Notifications([Webhook(receiver.url, SECRET)], poll=timedelta(seconds=0.05))
         runtime = Elicitation(
-            open_store(store_url), keys=[b"t" * 32], public_base_url=f"http://127.0.0.1:{port}",
+            open_store(store_url), request_state=RequestState(keys=[b"t" * 32]), public_base_url=f"http://127.0.0.1:{port}",
             tasks=TaskSettings(poll_interval=timedelta(milliseconds=200)), notifications=fast,
         )  # fmt: skip
         server = runtime.server("tasks-http", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))

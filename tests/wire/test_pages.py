@@ -23,7 +23,7 @@ from mcp_elicit.model import (
     new_url_decision,
 )
 from mcp_elicit.model.decision import new_elicitation_id
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.pages import UrlPages
@@ -47,7 +47,7 @@ def site(store_url: str, provider: tuple[str, int]) -> Iterator[Site]:
     provider_url, port = provider
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
-    elicitation = Elicitation(store, keys=[b"s" * 32], public_base_url=base)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"s" * 32]), public_base_url=base)
     auth = LocalAuthorizationServer(
         base, LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw:Bob"), store, signing_keys=[b"a" * 32]
     )
@@ -254,9 +254,13 @@ def test_decision_urls_carry_nothing_but_the_id(site: Site) -> None:
     decision = ask(site, "alice", "connect_account")
     assert decision.url == f"{site.base}/elicit/{decision.elicitation_id}"
     with pytest.raises(ValueError, match="HTTPS"):
-        Elicitation(site.store, single_process=True, public_base_url="http://elicit.example")
+        Elicitation(
+            site.store, request_state=RequestState(single_process=True), public_base_url="http://elicit.example"
+        )
     with pytest.raises(ValueError, match=r"credentials|query"):
-        Elicitation(site.store, single_process=True, public_base_url="https://u:p@elicit.example")
+        Elicitation(
+            site.store, request_state=RequestState(single_process=True), public_base_url="https://u:p@elicit.example"
+        )
 
 
 def test_a_late_callback_is_refused_and_stores_nothing(site: Site) -> None:

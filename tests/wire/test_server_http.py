@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
 
 from mcp_elicit.model import DecisionStatus, Operator, Principal
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
 from tests.helpers.serving import Counter, Person, accept, build_tools
@@ -27,7 +27,7 @@ ALICE = Principal(f"{ISSUER}#alice", "client-a")
 @pytest.fixture
 def served(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, str]]:
     port = free_port()
-    runtime = Elicitation(open_store(store_url), keys=[b"h" * 32])
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"h" * 32]))
     server = runtime.server("http-server", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
     build_tools(runtime, Counter(tmp_path / "effects.json"))
     with serving(server.streamable_http_app(), port) as base:
@@ -119,7 +119,7 @@ async def test_http_without_authorization_is_refused_unless_loopback_development
         port = free_port()
         # Refused: the runtime's own default policy, as a deployment gets it without asking for anything.
         identity = IdentityPolicy(allow_unauthenticated_loopback=True) if allow else None
-        runtime = Elicitation(open_store(store_url), keys=[b"u" * 32], identity=identity)
+        runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"u" * 32]), identity=identity)
         server = runtime.server("open-server")
         build_tools(runtime, Counter(tmp_path / "effects.json"))
         try:

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator, Principal
-from mcp_elicit.server import Elicitation
+from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
@@ -46,9 +46,9 @@ def serve(store_url: str, root: Path, settings: TaskSettings | None = None) -> I
     port = free_port()
     runtime = Elicitation(
         open_store(store_url),
-        keys=[b"t" * 32],
+        request_state=RequestState(keys=[b"t" * 32]),
         public_base_url=f"http://127.0.0.1:{port}",
-        lease=timedelta(seconds=2),
+        timing=Timing(lease=timedelta(seconds=2)),
         tasks=settings or TaskSettings(poll_interval=timedelta(milliseconds=200)),
     )
     server = runtime.server("tasks-http", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))

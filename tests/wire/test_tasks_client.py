@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_elicit.client import ElicitingClient
+from mcp_elicit.client import ElicitingClient, Http
 from mcp_elicit.client.handler import Accept, FormReply, FormRequest, Mode, UrlReply, UrlRequest
 from mcp_elicit.client.tasks import TaskCancelled
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
@@ -49,7 +49,7 @@ def served(store_url: str, tmp_path: Path) -> Any:
 
 
 def client(served: Served, handler: Any, era: Any = "2026-07-28") -> ElicitingClient:
-    return ElicitingClient(served.url, handler, era=era, bearer_token="token-alice", tasks=True)
+    return ElicitingClient(Http(served.url, bearer_token="token-alice"), handler, era=era, tasks=True)
 
 
 async def test_the_kit_follows_a_task_to_its_result_asking_once(served: Served) -> None:
@@ -60,7 +60,9 @@ async def test_the_kit_follows_a_task_to_its_result_asking_once(served: Served) 
         sleeps.append(seconds)
         await anyio.sleep(seconds)
 
-    kit = ElicitingClient(served.url, approver, era="2026-07-28", bearer_token="token-alice", tasks=True, sleep=paced)
+    kit = ElicitingClient(
+        Http(served.url, bearer_token="token-alice"), approver, era="2026-07-28", tasks=True, sleep=paced
+    )
     async with kit:
         result = await kit.call_tool("deploy", {"service": "payments"})
     assert result.content[0].text.startswith("deployed payments")  # type: ignore[union-attr]
@@ -73,7 +75,7 @@ async def test_the_kit_follows_a_task_to_its_result_asking_once(served: Served) 
 
 async def test_without_opting_in_the_same_call_runs_on_the_request(served: Served) -> None:
     approver = Approver()
-    async with ElicitingClient(served.url, approver, era="2026-07-28", bearer_token="token-alice") as kit:
+    async with ElicitingClient(Http(served.url, bearer_token="token-alice"), approver, era="2026-07-28") as kit:
         result = await kit.call_tool("deploy", {"service": "search"})
     assert result.content[0].text.startswith("deployed search")  # type: ignore[union-attr]
     [decision] = served.runtime.store.list_decisions(Operator())

@@ -34,6 +34,7 @@ from mcp_elicit.server import (
     Expired,
     Fallback,
     Flow,
+    RequestState,
 )
 from mcp_elicit.server.forms import Email, Titled, form_spec
 from mcp_elicit.store import open_store
@@ -224,7 +225,7 @@ VALID: dict[str, str | list[str]] = {
 
 
 def test_web_fallback_without_a_public_base_url_is_refused_at_registration(store_url: str) -> None:
-    runtime = Elicitation(open_store(store_url), single_process=True)
+    runtime = Elicitation(open_store(store_url), request_state=RequestState(single_process=True))
     runtime.server("no-pages")
     try:
         with pytest.raises(ValueError, match=r"Fallback\.WEB .* needs Elicitation\(public_base_url=\.\.\.\)"):

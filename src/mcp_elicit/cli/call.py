@@ -55,6 +55,7 @@ from mcp_elicit.cli._waits import ScriptShown, waits_shown
 from mcp_elicit.client import (
     ElicitationHandler,
     ElicitingClient,
+    Http,
     NoPersonHandler,
     ScriptedHandler,
     ScriptError,
@@ -150,7 +151,9 @@ class Server:
         if self.url is not None:
             async with kit_http_client(bearer_token=self.token) as http:
                 http.event_hooks = {"response": [self._observe]}
-                async with ElicitingClient(self.url, handler, era=era.value, http_client=http, tasks=True) as client:
+                async with ElicitingClient(
+                    Http(self.url, http_client=http), handler, era=era.value, tasks=True
+                ) as client:
                     yield client
             return
         assert self.log is not None

@@ -52,6 +52,7 @@ from mcp_elicit.client import (
     ElicitationHandler,
     ElicitingClient,
     FlowStatus,
+    Http,
     PendingFlow,
     PendingFlows,
     ScriptedHandler,
@@ -277,7 +278,7 @@ async def _walkthrough(
                 else _browser_opener(narrator, no_browser)
             )
             async with ElicitingClient(
-                stack.mcp_url, handler, era=era.value, bearer_token=token, pending=pending, opener=opener
+                Http(stack.mcp_url, bearer_token=token), handler, era=era.value, pending=pending, opener=opener
             ) as client:
                 connected = True
                 waits = BrowserWaits(FlowWaits(pending, browser_time=client.pacing.max_wait), records, narrator)

@@ -19,7 +19,7 @@ from mcp_elicit.logging import LOG_FORMAT_ENV, LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
-from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications
+from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications, RequestState
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
 from mcp_elicit.web import Health
 
@@ -116,8 +116,7 @@ def serve(
                 )
             elicitation = Elicitation(
                 store,
-                keys=keys,
-                single_process=keys is None,
+                request_state=RequestState(keys=keys, single_process=keys is None),
                 identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
                 notifications=Notifications.from_env(os.environ),
             )

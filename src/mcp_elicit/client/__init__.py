@@ -1,6 +1,7 @@
 """The host side: what a client needs to put elicitation in front of a person safely."""
 
 from mcp_elicit.client.capabilities import elicitation_capability
+from mcp_elicit.client.config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, Http, SdkOptions, Stdio, Timeouts
 from mcp_elicit.client.errors import (
     CallStopped,
     ConnectionLost,
@@ -40,11 +41,12 @@ from mcp_elicit.client.mrtr_loop import Pacing
 from mcp_elicit.client.opener import UrlOpener, system_browser
 from mcp_elicit.client.pending import FlowStatus, PendingFlow, PendingFlows
 from mcp_elicit.client.replies import MAX_INVALID_REPLIES
-from mcp_elicit.client.session import DEFAULT_REQUEST_TIMEOUT, ElicitingClient, Era, kit_http_client
+from mcp_elicit.client.session import ElicitingClient, Era, Target, kit_http_client
 from mcp_elicit.client.terminal import TerminalHandler
 from mcp_elicit.client.url_review import UrlReview, UrlWarning, review_url
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "MAX_INVALID_REPLIES",
     "Accept",
@@ -60,6 +62,7 @@ __all__ = [
     "FlowStatus",
     "FormReply",
     "FormRequest",
+    "Http",
     "JsonValue",
     "KitError",
     "Mode",
@@ -71,9 +74,13 @@ __all__ = [
     "ScriptEntry",
     "ScriptError",
     "ScriptedHandler",
+    "SdkOptions",
     "ServerSilent",
+    "Stdio",
     "StillWaiting",
+    "Target",
     "TerminalHandler",
+    "Timeouts",
     "TooManyRounds",
     "UnknownResultType",
     "UnsupportedEra",

@@ -52,7 +52,9 @@ Dispatch = Callable[[str, InputRequest], Awaitable[InputResponse | ErrorData]]
 
 @dataclass(frozen=True, slots=True)
 class Pacing:
-    """How the kit polls a server that answers "still waiting" (state-only rounds)."""
+    """How the kit goes back to a server that is not done: how it polls one that answers "still waiting"
+    (state-only rounds), for how long and how many rounds, and what the person's "I'm done" does to a
+    2025-era call the server holds open."""
 
     first: float = 0.5
     factor: float = 2.0
@@ -64,6 +66,11 @@ class Pacing:
     max_input_rounds: int = 64
     """Rounds in a row that ask something (2026-07-28), or `-32042` answers of one call (2025-11-25), before
     the call stops with `TooManyRounds`."""
+    reissue_held_calls: bool = True
+    """On a 2025-era connection, `retry_now` re-issues a call the server holds open while the person is in
+    the browser (after consent). Meant for durable servers, which attach the new request to the same
+    operation; a server that is not durable runs the tool again, so a host talking to such servers turns
+    this off (then `retry_now` on such a call returns False)."""
 
     def __post_init__(self) -> None:
         if self.first <= 0 or self.cap < self.first or self.factor < 1 or self.max_input_rounds < 1:

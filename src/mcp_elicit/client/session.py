@@ -1,6 +1,6 @@
 """`ElicitingClient`: an MCP client whose elicitations reach a person safely, on every protocol era.
 
-    async with ElicitingClient("https://mcp.example/mcp", handler, bearer_token=token) as client:
+    async with ElicitingClient(Http("https://mcp.example/mcp", bearer_token=token), handler) as client:
         result = await client.call_tool("deploy", {"service": "payments"})
 
 It is the SDK's `mcp.Client` behind the kit's transport wrapper (`transport.KitTransport`), and it adds:
@@ -13,11 +13,11 @@ It is the SDK's `mcp.Client` behind the kit's transport wrapper (`transport.KitT
   call in still-waiting rounds with no open URL flow of its own through `rounds` (`RoundWaits`, the same
   controls; cancelling stops the call with `CallStopped`);
 - no read timeout cutting a call while a person decides (`watch.SilenceWatch`): the server may stay
-  silent `request_timeout` seconds, counted only while nobody is deciding, in a dialog or (on a
+  silent `Timeouts.request` seconds, counted only while nobody is deciding, in a dialog or (on a
   2025-11-25 call the server holds during a URL flow) in the browser, for at most `Pacing.max_wait`
-  seconds after the URL was opened (`BROWSER_LIMIT_FACTOR` x `request_timeout` when `max_wait` is None):
+  seconds after the URL was opened (`BROWSER_LIMIT_FACTOR` x `Timeouts.request` when `max_wait` is None):
   a server that took consent and then never completes nor answers is cut all the same. The connection
-  set-up (`initialize`, `server/discover`) gets `connect_timeout` in all (`DEFAULT_CONNECT_TIMEOUT`).
+  set-up (`initialize`, `server/discover`) gets `Timeouts.connect` in all (`DEFAULT_CONNECT_TIMEOUT`).
 
 Eras: `"auto"` negotiates (2026-07-28 if the server offers it, else the `initialize` handshake),
 `"2025-11-25"` pins the handshake (the SDK offers 2025-11-25; the server may settle on 2025-06-18),
@@ -51,7 +51,7 @@ from anyio.abc import TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client import ClientRequestContext, ClientSession, Transport
 from mcp.client._memory import InMemoryTransport  # the SDK's in-process transport, as Client builds it itself
-from mcp.client.session import IncomingMessage, ListRootsFnT, MessageHandlerFnT, SamplingFnT
+from mcp.client.session import IncomingMessage
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
@@ -87,6 +87,7 @@ from pydantic import ValidationError
 from mcp_elicit import __version__
 from mcp_elicit.client.calls import CallInFlight, Sleep
 from mcp_elicit.client.capabilities import has_url_mode
+from mcp_elicit.client.config import Http, SdkOptions, Stdio, Timeouts
 from mcp_elicit.client.elicitor import Elicitor
 from mcp_elicit.client.errors import (
     CallStopped,
@@ -120,20 +121,16 @@ OFFERED_VERSION: dict[str, str] = {"2025-06-18": "2025-06-18"}
 """Handshake eras the kit offers itself, since the SDK always offers its newest one."""
 URL_REQUIRED_VERSION = "2025-11-25"
 """The one era with the `-32042` path: URL mode starts there, and 2026-07-28 forbids the error."""
-DEFAULT_REQUEST_TIMEOUT = 1800.0
-"""Seconds a server may send nothing on a call while no person is deciding (30 minutes)."""
-DEFAULT_CONNECT_TIMEOUT = 120.0
-"""Seconds for the whole connection set-up: its own limit, since starting a stdio server (an interpreter,
-a container) may take far longer than a host wants a silent call to last."""
 BROWSER_LIMIT_FACTOR = 4
-"""Without `Pacing.max_wait`, a person counts as busy in the browser for this many `request_timeout`s
+"""Without `Pacing.max_wait`, a person counts as busy in the browser for this many `Timeouts.request`s
 after opening a URL (2 hours at the defaults): never unbounded, or a silent server would hang a call."""
 HTTP_CONNECT_TIMEOUT = 30.0
 """Connect, write and pool timeout of the kit's own HTTP client; it has no read timeout (see `watch`)."""
 
 CLIENT_INFO = Implementation(name="mcp-elicit", version=__version__)
 
-Target = str | Sequence[str] | StdioServerParameters | Server[Any] | MCPServer | Transport
+Target = Http | Stdio | Server[Any] | MCPServer | Transport
+"""Where the server is: over HTTP, a child process over stdio, in this process, or any SDK `Transport`."""
 R = TypeVar("R")
 Send = Callable[[InputResponses | None, str | None], Awaitable[R | InputRequiredResult]]
 
@@ -141,26 +138,16 @@ Send = Callable[[InputResponses | None, str | None], Awaitable[R | InputRequired
 class ElicitingClient:
     """An MCP client for one server; enter it with `async with`, then call tools, prompts and resources.
 
-    `target`: an `http(s)://` MCP endpoint (streamable HTTP), a stdio command (`["cmd", "arg", ...]` or
-    `StdioServerParameters`), an in-process `Server` / `MCPServer`, or any SDK `Transport`.
-    HTTP only: `bearer_token` (sent as `Authorization: Bearer ...`), `auth` (an `httpx2.Auth`, e.g. the
-    SDK's OAuth provider), `headers`, or a ready `http_client` (then its timeouts are the caller's choice;
-    a read timeout there cuts a person who takes longer to decide, so the kit logs a warning).
-    `endpoint`: how the person is told where the server is (shown next to the name the server gives
-    itself, which any server can make up); by default the URL or the command of `target`.
-    `request_timeout`: seconds a server may send nothing on a call while no person is deciding (None: no
-    limit); `connect_timeout` bounds the whole connection set-up, starting the server's process included
-    (default `DEFAULT_CONNECT_TIMEOUT`, None: no limit).
-    `reissue_held_calls`: on a 2025-era connection, `retry_now` re-issues a call the server holds open
-    while the person is in the browser (after consent). Meant for durable servers, which attach the new
-    request to the same operation; a server that is not durable runs the tool again, so a host talking
-    to such servers should pass False (then `retry_now` on such a call returns False).
+    `target`: where the server is (`Target`): `Http(url, ...)` with what authenticates the host, `Stdio(command,
+    args)`, an in-process `Server` / `MCPServer`, or any SDK `Transport`.
     `opener` is the only thing that ever touches a URL-mode URL, after consent (default: system browser).
     `pending` may be shared by several clients, so one host view lists the flows of all its servers.
     `rounds` (this client's own) shows its calls in still-waiting rounds that no open flow stands for: a
     status line shows it next to `FlowWaits(pending, ...)`.
     `tasks`: declare the 2026-07-28 tasks extension, so a server may run a call as a task; the kit then
     follows it (see `client.tasks`) and `call_tool` returns its result all the same.
+    `timeouts` bounds a silent server (`Timeouts`), `pacing` how the kit goes back to a server that is not
+    done (`Pacing`), and `sdk` is what the SDK's client gets as it is (`SdkOptions`).
     `clock` and `sleep` drive the silence watch and the pacing; tests replace them.
     """
 
@@ -170,66 +157,36 @@ class ElicitingClient:
         handler: ElicitationHandler,
         *,
         era: Era = "auto",
-        bearer_token: str | None = None,
-        auth: httpx2.Auth | None = None,
-        headers: Mapping[str, str] | None = None,
-        http_client: httpx2.AsyncClient | None = None,
-        endpoint: str | None = None,
         opener: UrlOpener = system_browser,
         pending: PendingFlows | None = None,
-        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
-        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-        pacing: Pacing | None = None,
-        reissue_held_calls: bool = True,
-        sampling_callback: SamplingFnT | None = None,
-        list_roots_callback: ListRootsFnT | None = None,
-        message_handler: MessageHandlerFnT | None = None,
-        client_info: Implementation | None = None,
         tasks: bool = False,
+        timeouts: Timeouts | None = None,
+        pacing: Pacing | None = None,
+        sdk: SdkOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = anyio.sleep,
     ) -> None:
         if era not in SDK_MODE:
             raise ValueError(f"era must be one of {sorted(SDK_MODE)}, not {era!r}")
-        if isinstance(target, str) and urlsplit(target).scheme not in ("http", "https"):
-            raise ValueError(f"a URL target must be http:// or https://, not {target!r}")
-        http_options = bearer_token is not None or auth is not None or headers is not None
-        if (http_options or http_client is not None) and not isinstance(target, str):
-            raise ValueError("bearer_token, auth, headers and http_client apply to an http(s) URL target only")
-        if http_options and http_client is not None:
-            raise ValueError("pass bearer_token, auth and headers, or a configured http_client, not both")
-        if bearer_token is not None and auth is not None:
-            raise ValueError("pass bearer_token or auth, not both")
-        if http_client is not None and http_client.timeout.read is not None:
-            log.warning(
-                "the http_client given has a read timeout of %g s: a call is cut when a person takes longer to "
-                "decide; the kit's own client (kit_http_client) has none and cuts only a silent server",
-                http_client.timeout.read,
+        if isinstance(target, str | Sequence | StdioServerParameters):
+            raise TypeError(
+                f"say where the server is with Http(url) or Stdio(command, args), not a {type(target).__name__}"
             )
         self.target = target
         self.handler = handler
         self.era = era
-        self.endpoint = endpoint if endpoint is not None else _endpoint(target)
+        self.endpoint = _endpoint(target)
         self.pending = pending if pending is not None else PendingFlows()
+        self.timeouts = timeouts if timeouts is not None else Timeouts()
         self.pacing = pacing if pacing is not None else Pacing()
+        self.sdk = sdk if sdk is not None else SdkOptions()
         self.rounds = RoundWaits(
             server=lambda: self._asker_for(None).server_name,
             flow_open=lambda flow_id: self._flow_status(flow_id) is FlowStatus.OPEN,
         )
-        self._headers = dict(headers or {})
-        self._bearer_token = bearer_token
-        self._auth = auth
-        self._http_client = http_client
-        self._sampling_callback = sampling_callback
-        self._list_roots_callback = list_roots_callback
-        self._message_handler = message_handler
-        self._client_info = client_info
-        self._connect_timeout = connect_timeout
-        self._reissue_held_calls = reissue_held_calls
-        self._request_timeout = request_timeout
         self._clock = clock
         self._sleep = sleep
-        self._watch = SilenceWatch(request_timeout, clock)
+        self._watch = SilenceWatch(self.timeouts.request, clock)
         self._modes: frozenset[Mode] = frozenset()
         self._elicitor = Elicitor(
             handler,
@@ -283,18 +240,18 @@ class ElicitingClient:
                 mode=SDK_MODE[self.era],
                 elicitation_callback=self._on_elicitation,
                 message_handler=self._on_message,
-                sampling_callback=self._sampling_callback,
-                list_roots_callback=self._list_roots_callback,
-                client_info=self._client_info or CLIENT_INFO,
+                sampling_callback=self.sdk.sampling_callback,
+                list_roots_callback=self.sdk.list_roots_callback,
+                client_info=self.sdk.client_info or CLIENT_INFO,
                 extensions=[self.tasks.extension()] if self._declares_tasks else None,
             )
             connection = _Connection(client, self._identify)
             stack.push_async_callback(connection.close)
-            with anyio.move_on_after(self._connect_timeout) as setup:
+            with anyio.move_on_after(self.timeouts.connect) as setup:
                 self._server_info = await group.start(connection.hold)
             if setup.cancelled_caught:
-                assert self._connect_timeout is not None
-                raise ServerSilent(self._connect_timeout, connecting=True)
+                assert self.timeouts.connect is not None
+                raise ServerSilent(self.timeouts.connect, connecting=True)
             self._client = client
         except BaseException as failed:
             self._client = None
@@ -338,21 +295,20 @@ class ElicitingClient:
 
     async def _transport(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[Any]:
         target = self.target
-        if isinstance(target, str):
-            http = self._http_client
+        if isinstance(target, Http):
+            http = target.http_client
             if http is None:
                 http = await stack.enter_async_context(
-                    kit_http_client(headers=self._headers, bearer_token=self._bearer_token, auth=self._auth)
+                    kit_http_client(headers=target.headers, bearer_token=target.bearer_token, auth=target.auth)
                 )
-            return streamable_http_client(target, http_client=http)
-        if isinstance(target, StdioServerParameters):
-            return stdio_client(target)
+            return streamable_http_client(target.url, http_client=http)
+        if isinstance(target, Stdio):
+            env = dict(target.env) if target.env is not None else None
+            return stdio_client(
+                StdioServerParameters(command=target.command, args=list(target.args), env=env, cwd=target.cwd)
+            )
         if isinstance(target, Server | MCPServer):
             return InMemoryTransport(target)
-        if isinstance(target, Sequence):
-            if not target or not all(isinstance(part, str) for part in target):
-                raise ValueError("a stdio command is a non-empty list of strings")
-            return stdio_client(StdioServerParameters(command=target[0], args=list(target[1:])))
         return target
 
     async def _identify(self, client: Client) -> Implementation | None:
@@ -564,9 +520,9 @@ class ElicitingClient:
 
         Only once the person is past consent (`_may_reissue`), and only when the request in flight was
         really cancelled with no answer taken: an answer that arrived first is the call's result. Off with
-        `reissue_held_calls=False`.
+        `Pacing(reissue_held_calls=False)`.
         """
-        if self.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS or not self._reissue_held_calls:
+        if self.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS or not self.pacing.reissue_held_calls:
             return await send(None, None)
         while True:
             held = anyio.CancelScope()
@@ -637,9 +593,9 @@ class ElicitingClient:
         limit at all, when the watch cuts nothing anyway)."""
         if self.pacing.max_wait is not None:
             return self.pacing.max_wait
-        if self._request_timeout is None:
+        if self.timeouts.request is None:
             return None
-        return BROWSER_LIMIT_FACTOR * self._request_timeout
+        return BROWSER_LIMIT_FACTOR * self.timeouts.request
 
     async def _dispatch(self, call: CallInFlight, key: str, request: InputRequest) -> InputResponse | ErrorData:
         """One 2026-07-28 input request: elicitations through the kit, sampling and roots through the SDK."""
@@ -700,8 +656,8 @@ class ElicitingClient:
                 for call in self._calls:
                     if flow.id in call.flows:
                         call.wake()
-        if self._message_handler is not None:
-            await self._message_handler(message)
+        if self.sdk.message_handler is not None:
+            await self.sdk.message_handler(message)
 
 
 _ACTIVE = (FlowStatus.AWAITING_CONSENT, FlowStatus.OPEN)
@@ -829,29 +785,28 @@ def _raise_as_kit_error(failed: BaseException, *, connecting: bool, wanted: str 
 
 def _label(target: Target) -> str:
     """A name for a server that did not name itself: its URL's host, its command, or its object's name."""
-    if isinstance(target, str):
-        return urlsplit(target).netloc or target
-    if isinstance(target, StdioServerParameters):
+    if isinstance(target, Http):
+        return urlsplit(target.url).netloc or target.url
+    if isinstance(target, Stdio):
         return target.command
     if isinstance(target, Server | MCPServer):
         return target.name
-    if isinstance(target, Sequence) and target:
-        return str(target[0])
     return "MCP server"
 
 
 def _endpoint(target: Target) -> str | None:
-    """Where the server is, as the host knows it: its URL (no credentials, query or fragment) or its command."""
-    if isinstance(target, str):
-        parts = urlsplit(target)
+    """Where the server is, as the host knows it (its own `endpoint` when given): its URL (no credentials,
+    query or fragment) or its command line."""
+    if isinstance(target, Http | Stdio) and target.endpoint is not None:
+        return target.endpoint
+    if isinstance(target, Http):
+        parts = urlsplit(target.url)
         host = parts.hostname or ""
         port = f":{parts.port}" if parts.port is not None else ""
         shown_host = f"[{host}]" if ":" in host else host
         return f"{parts.scheme}://{shown_host}{port}{parts.path}"
-    if isinstance(target, StdioServerParameters):
+    if isinstance(target, Stdio):
         return shlex.join([target.command, *target.args])
     if isinstance(target, Server | MCPServer):
         return f"in-process server {target.name!r}"
-    if isinstance(target, Sequence) and target and all(isinstance(part, str) for part in target):
-        return shlex.join(target)
     return None

@@ -26,7 +26,7 @@ server lists with `execution.taskSupport` (so list the tools first) on a server 
 ended) calls `tasks/result`, which the server holds until the task ends while it sends the task's questions
 on that stream as `elicitation/create` (the handler answers them like any other); its response is the
 call's result. While `tasks/result` is held the server may send nothing: the client's silence watch
-(`request_timeout`, 30 minutes by default) counts that time once nobody is being asked.
+(`Timeouts.request`, 30 minutes by default) counts that time once nobody is being asked.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
 from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
 from mcp_elicit.reference.workspace import Workspace
-from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications
+from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications, RequestState
 from mcp_elicit.web import (
     ApiKeyEntry,
     Health,
@@ -211,7 +211,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
     public_url = settings.public_url
     elicitation = Elicitation(
         store,
-        keys=settings.state_keys,
+        request_state=RequestState(keys=settings.state_keys),
         public_base_url=public_url,
         identity=IdentityPolicy(),
         notifications=settings.notifications,

@@ -11,6 +11,7 @@ from mcp_elicit.server.answers import (
     Failed,
     UrlAnswer,
 )
+from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.execution import DEFAULT_LEASE, ClientRefused
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
@@ -46,12 +47,14 @@ __all__ = [
     "IdentityPolicy",
     "InvalidAnswer",
     "Notifications",
+    "RequestState",
     "ResumePolicy",
     "Retry",
     "SecretField",
     "SwallowedSignal",
     "TaskPolicy",
     "TaskSettings",
+    "Timing",
     "Titled",
     "UnsupportedField",
     "UrlAnswer",

@@ -6,13 +6,13 @@ or the same idempotency key in `_meta`) share one open operation, whether one re
 they overlap: the store admits one open operation per call (a unique index), and a racing creator
 attaches. Within it a step runs in one call at a time and a question goes to the person once (see
 `execution`); every call returns the result the operation recorded. A completed operation hands that
-result to an identical call within `replay_window`. An idempotency key is its caller's own: the same key
+result to an identical call within `Timing.replay_window`. An idempotency key is its caller's own: the same key
 from another principal or client is another key, neither refused nor revealed. It stays bound to the
 request it first named: another tool or other arguments with it is refused with -32602 naming the key. A
 2026-07-28 round state is accepted once and only from the principal it was issued to; nothing is ever
 asked that the client did not declare (elicitation per mode, sampling, roots).
 
-Does not guarantee: that a step runs once when its call dies half-way. Its claim lapses after `lease`
+Does not guarantee: that a step runs once when its call dies half-way. Its claim lapses after `Timing.lease`
 and another call runs it again, with the same idempotency key, which the external system must honour.
 
 Era mechanics stay in the adapters of `eras/`: this module finds the operation, runs the body, and
@@ -66,15 +66,15 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.digest import json_path
 from mcp_elicit.server.background import Shared, beside
+from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
 from mcp_elicit.server.eras.capabilities import Era, missing_capability
 from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
-from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, DEFAULT_REASK_AFTER, MrtrEra, RoundSettings
+from mcp_elicit.server.eras.mrtr import MrtrEra, RoundSettings
 from mcp_elicit.server.eras.tasks_ext import ExtMethods, ExtWire, TasksExtension
 from mcp_elicit.server.eras.tasks_legacy import LegacyMethods, LegacyTasksMiddleware, LegacyWire
 from mcp_elicit.server.eras.unaskable import UnaskableEra
 from mcp_elicit.server.execution import (
-    DEFAULT_LEASE,
     BeginTask,
     CallSettings,
     CannotAsk,
@@ -90,7 +90,7 @@ from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.notifications import Deliverer, Notifications
 from mcp_elicit.server.resources import RESOURCES_READ, checked_template, recorded_type
 from mcp_elicit.server.signals import Signal, StaleSnapshot, Suspended, SwallowedSignal
-from mcp_elicit.server.sweeper import DEFAULT_SWEEP_INTERVAL, Sweeper
+from mcp_elicit.server.sweeper import Sweeper
 from mcp_elicit.server.tasks import (
     TaskAccepted,
     TaskBook,
@@ -136,8 +136,6 @@ _AGAIN = {
     PROMPTS_GET: "get this prompt again",
     RESOURCES_READ: "read this resource again",
 }
-DEFAULT_REPLAY_WINDOW = timedelta(minutes=2)
-DEFAULT_OPERATION_TTL = timedelta(hours=24)
 UNAVAILABLE_PAUSE = timedelta(milliseconds=500)
 """How long a call whose store was unavailable waits before its one run again."""
 MAX_STALE_RUNS = 10
@@ -189,21 +187,11 @@ class _ServedCall:
 class Elicitation:
     """Durable elicitation for one MCP server: its store, its requestState keys, its public base URL.
 
-    `answers_without_state` (on by default): on 2026-07-28 a client may send `inputResponses` without any
-    round's `requestState`, keyed like the questions, as a stateless server would expect (the spec asks
-    servers to use what they recognize). Such an answer counts for a form question the request asks,
-    validated like any answer, applied once, audited as given without a round. Turn it off to have
-    every answer come through the round that asked for it.
-
-    `reask_after` (15 s by default): on 2026-07-28 a question stays with the round that last put it out for
-    this long; an identical call still waiting after that puts the same decision out again in its own round
-    (at most once per `reask_after`), so a lost round never leaves a call stuck. The first answer recorded
-    wins. A person slower than this may see the question twice. `long_poll` (5 s) bounds how long one
-    still-waiting round is held.
-
-    `sweep_interval` (30 s by default, jittered by a fifth): how often a served app expires overdue
-    decisions and operations itself; `None` leaves that to late signals and `mcp-elicit decisions sweep`.
-    A call waiting on a decision does not wait for the sweep: it gets `Expired` at the deadline.
+    `request_state`: the keys 2026-07-28 rounds are sealed with, and which answers come without a round
+    (`RequestState`). `timing`: how long results are replayed, operations and leases last, rounds are held
+    and questions stay with a round, and how often overdue records are swept (`Timing`). `identity`: whom a
+    call runs for when it carries no verified access token (`IdentityPolicy`). `tasks`: the lifetimes of MCP
+    tasks (`TaskSettings`).
 
     `notifications`: webhooks a served app delivers the store's outbox to ("decision waiting", "decision
     ended", "task needs input"), signed, at least once (see `mcp_elicit.server.notifications`).
@@ -213,52 +201,32 @@ class Elicitation:
         self,
         store: str | Store | None = None,
         *,
-        keys: Sequence[bytes | str] | None = None,
-        single_process: bool = False,
-        state_ttl: float = 600.0,
+        request_state: RequestState,
         public_base_url: str | None = None,
         identity: IdentityPolicy | None = None,
-        replay_window: timedelta = DEFAULT_REPLAY_WINDOW,
-        operation_ttl: timedelta = DEFAULT_OPERATION_TTL,
-        long_poll: timedelta = DEFAULT_LONG_POLL,
-        reask_after: timedelta = DEFAULT_REASK_AFTER,
-        answers_without_state: bool = True,
-        lease: timedelta = DEFAULT_LEASE,
-        sweep_interval: timedelta | None = DEFAULT_SWEEP_INTERVAL,
+        timing: Timing | None = None,
         tasks: TaskSettings | None = None,
         notifications: Notifications | None = None,
         clock: Clock = utc_now,
     ) -> None:
         store_telemetry.install()
-        if keys is None and not single_process:
-            raise ValueError(
-                "pass keys=[...] (the requestState key ring every instance shares), or single_process=True "
-                "to use a key that dies with this process"
-            )
-        if keys is not None:
-            self.request_state_security = RequestStateSecurity(keys=list(keys), ttl=state_ttl)
+        self.request_state = request_state
+        ttl = request_state.ttl.total_seconds()
+        if request_state.keys is not None:
+            self.request_state_security = RequestStateSecurity(keys=list(request_state.keys), ttl=ttl)
         else:
-            self.request_state_security = RequestStateSecurity.ephemeral(ttl=state_ttl)
-        self._state_ttl = timedelta(seconds=state_ttl)
+            self.request_state_security = RequestStateSecurity.ephemeral(ttl=ttl)
         self.store = store if store is not None and not isinstance(store, str) else open_store(store, clock=clock)
         self._async_store = AsyncStore(self.store)
         self._base_url = _checked_base_url(public_base_url) if public_base_url else None
         self.identity = identity or IdentityPolicy()
-        self.replay_window = replay_window
-        self.operation_ttl = operation_ttl
-        self.long_poll = long_poll
-        if reask_after <= timedelta(0):
-            raise ValueError(f"reask_after must be positive, got {reask_after}")
-        self.reask_after = reask_after
-        self.answers_without_state = answers_without_state
-        if lease <= timedelta(0):
-            raise ValueError(f"lease must be positive, got {lease}")
-        self.lease = lease
+        self.timing = timing if timing is not None else Timing()
         self._clock = clock
         self._server: MCPServer | None = None
         self._notices = CompletionNotices(self._async_store)
         self._wakeups = Wakeups()
-        self._leases = Leases(self._async_store, lease, clock)
+        self._leases = Leases(self._async_store, self.timing.lease, clock)
+        sweep_interval = self.timing.sweep_interval
         self._sweeper = Sweeper(self._async_store, sweep_interval) if sweep_interval is not None else None
         self._keeping = Shared(self._leases.run)
         self._background = [Shared(self._notices.run), self._keeping, Shared(self._listen)]
@@ -277,7 +245,7 @@ class Elicitation:
         """An `MCPServer` whose requestState boundary uses this key ring; tools registered here land on it.
 
         Its lifespan also runs the watcher that tells legacy clients answered `-32042` when their flow is done,
-        the lease keeper, and the sweeper that expires overdue records every `sweep_interval` (jittered).
+        the lease keeper, and the sweeper that expires overdue records every `Timing.sweep_interval` (jittered).
         """
         self._server = MCPServer(
             name,
@@ -550,7 +518,7 @@ class Elicitation:
 
     def _task_service(self, settings: TaskSettings) -> TaskService:
         book = TaskBook(self._async_store, self._clock)
-        runner = TaskRunner(self._async_store, self._leases, self.lease, self._clock, book, self._wakeups)
+        runner = TaskRunner(self._async_store, self._leases, self.timing.lease, self._clock, book, self._wakeups)
         runner.body = self._task_body
         wires: list[Any] = [ExtWire(), LegacyWire()]
         store, clock = self._async_store, self._clock
@@ -718,19 +686,20 @@ class Elicitation:
         if self._keeping.running:
             yield self._leases
             return
-        own = Leases(self._async_store, self.lease, self._clock)
+        own = Leases(self._async_store, self.timing.lease, self._clock)
         async with beside(own.run):
             yield own
 
     def _era(self, call: Call) -> EraAdapter:
         era = call.era
         if era is Era.MRTR:
+            timing, state = self.timing, self.request_state
             settings = RoundSettings(
-                self.long_poll, self._state_ttl, self.answers_without_state, self._clock, self.reask_after
+                timing.long_poll, state.ttl, state.answers_without_state, self._clock, timing.reask_after
             )
             return MrtrEra(call, settings)
         if era is Era.LEGACY:
-            return LegacyEra(call, self._notices, self.reask_after)
+            return LegacyEra(call, self._notices, self.timing.reask_after)
         return UnaskableEra()
 
     async def _run(
@@ -825,7 +794,7 @@ class Elicitation:
                 decision_url=self.decision_url if self._base_url else None,
                 fallback=entry.fallback,
                 wakeups=self._wakeups,
-                lease=self.lease,
+                lease=self.timing.lease,
                 begin_task=served.begin_task,
             ),
             writes=writes,
@@ -930,12 +899,13 @@ class Elicitation:
         )
         if key is None:
             found = [operation for operation in found if operation.idempotency_key is None]
+        replay_since = now - self.timing.replay_window
         for operation in found[:1]:
             if key is not None and operation.request_digest != target.request_digest:
                 raise KeyRefused(IdempotencyKeyConflict(key, f"the same {_KINDS[target.method]} with other arguments"))
             if operation.status is OperationStatus.OPEN and now < operation.expires_at:
                 return _Found(operation, fresh=False)
-            if operation.status is OperationStatus.COMPLETED and now - operation.updated_at <= self.replay_window:
+            if operation.status is OperationStatus.COMPLETED and operation.updated_at >= replay_since:
                 telemetry.in_operation(operation)
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
                 return Replayed(served.entry.result.validate_python(operation.result), operation)
@@ -945,10 +915,9 @@ class Elicitation:
             target=target.name,
             request_digest=target.request_digest,
             now=now,
-            ttl=self.operation_ttl,
+            ttl=self.timing.operation_ttl,
             idempotency_key=key,
         )
-        replay_since = now - self.replay_window
 
         async def begin() -> None:
             if not (await store.begin_operation(candidate, replay_since=replay_since)).created:

@@ -164,7 +164,7 @@ class Harness:
         return ToolCall(tool, given, chosen, result, tuple(encounters.asked), operation_id)
 
     async def sweep(self) -> SweepResult:
-        """Expire what is overdue now, as the served app's sweeper does on its own every `sweep_interval`."""
+        """Expire what is overdue now, as the served app's sweeper does on its own every `Timing.sweep_interval`."""
         return await anyio.to_thread.run_sync(self.elicitation.store.sweep_expired)
 
     # -- what the store recorded ------------------------------------------------------------------
