@@ -16,7 +16,8 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation
 from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
-from tests.helpers.serving import Counter, Person, build_tools
+from tests.helpers.person import Person
+from tests.helpers.server import Counter, flow_tools
 from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +28,7 @@ MODERN = "2026-07-28"
 def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
     runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], state_ttl=2.0, long_poll=timedelta(seconds=0.5))
     runtime.server("mrtr-server")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     yield runtime
     runtime.close()
 
@@ -172,7 +173,7 @@ async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_
     for _ in range(2):
         runtime = Elicitation(open_store(store_url), keys=[b"k" * 32])
         runtime.server("shared-name")
-        build_tools(runtime, Counter(tmp_path / "effects.json"))
+        flow_tools(runtime, Counter(tmp_path / "effects.json"))
         instances.append(runtime)
     try:
         async with client(instances[0]) as a:
@@ -227,7 +228,7 @@ async def test_an_answer_without_state_for_an_open_question_applies_once(elicita
 async def test_a_url_consent_without_state_counts_for_nothing(store_url: str, tmp_path: Path) -> None:
     runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], public_base_url="http://127.0.0.1:9")
     runtime.server("urls")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
         async with client(runtime) as c:
             again = await retry(c, "connect", {}, None, connect_account=ElicitResult(action="accept"))
@@ -248,7 +249,7 @@ async def test_an_invalid_answer_without_state_asks_again(elicitation: Elicitati
 async def test_answers_without_state_can_be_turned_off(store_url: str, tmp_path: Path) -> None:
     runtime = Elicitation(open_store(store_url), keys=[b"k" * 32], answers_without_state=False)
     runtime.server("strict")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
         async with client(runtime) as c:
             name = ElicitResult(action="accept", content={"name": "Ada"})
