@@ -2,8 +2,8 @@
 
 The plugin tests (`pytester`) run an inner pytest session over a small app of their own, with the plugin
 loaded by its entry point as a user's session loads it. The harness tests use the plugin here too: the
-`elicit_app` fixture below is the tools of `tests/helpers/serving.py` on both stores, and each scripted outcome is
-checked against what the store recorded, on every era the outcome exists on.
+`elicit_app` fixture below is the test server's `flow` tools (`tests/helpers/server.py`) on both stores, and
+each scripted outcome is checked against what the store recorded, on every era the outcome exists on.
 """
 
 from __future__ import annotations
