@@ -33,9 +33,10 @@ shares and the test reads. Several processes may share one store; they share the
 
 `build` makes the same server in-process, `serve` runs it (the overlap tests fork it from a forkserver that
 preloaded `PRELOAD`), and each `*_tools` function puts one tool set on an `Elicitation` made elsewhere (the
-tests' authenticated in-thread servers). This module imports nothing from `tests`, so it also runs by its
-path, and nothing of the SDK until a server is built: `complete` starts fast, as a browser command must
-(the store then comes from `MCP_ELICIT_STORE`, since `$BROWSER` is split at every colon).
+tests' authenticated in-thread servers; `kit_tools` on its `MCPServer`). This module imports nothing from
+`tests`, so it also runs by its path, and nothing of the SDK until a server is built: `complete` starts
+fast, as a browser command must (the store then comes from `MCP_ELICIT_STORE`, since `$BROWSER` is split
+at every colon).
 
 (No `from __future__ import annotations`: a tool's `Flow` annotation, imported where the tool set is built,
 must be evaluated where the tool is defined.)
