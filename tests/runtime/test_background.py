@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.background import Shared
-from tests.helpers.serving import Person, accept
+from tests.helpers.person import Person, accept
 
 pytestmark = pytest.mark.anyio
 

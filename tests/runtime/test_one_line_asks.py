@@ -41,7 +41,7 @@ from mcp_elicit.server import (
     form_spec,
 )
 from mcp_elicit.store import open_store
-from tests.helpers.serving import Person, accept
+from tests.helpers.person import Person, accept
 from tests.runtime.test_server_flow import error_text, text, unwrap
 from tests.unit.test_forms import assert_restricted_schema
 

@@ -14,7 +14,7 @@ from mcp_elicit.model import Operator
 from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
-from tests.helpers.serving import Person, accept
+from tests.helpers.person import Person, accept
 from tests.runtime.test_server_flow import text
 
 pytestmark = pytest.mark.anyio

@@ -34,7 +34,7 @@ from mcp_elicit.model import DecisionStatus, Operation, OperationStatus, Operato
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.store import Store, open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
-from tests.helpers.serving import Person
+from tests.helpers.person import Person
 
 pytestmark = pytest.mark.anyio
 

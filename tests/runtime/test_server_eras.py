@@ -20,7 +20,8 @@ from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import DecisionConflict, open_store
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.serving import Approval, Counter, Person, accept, build_tools
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Approval, Counter, flow_tools
 from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +34,7 @@ def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
         open_store(store_url), request_state=RequestState(single_process=True), public_base_url="https://elicit.example"
     )
     runtime.server("era-server")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     yield runtime
     runtime.close()
 
@@ -122,7 +123,7 @@ def raw_server(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, st
         identity=IdentityPolicy(allow_unauthenticated_loopback=True),
     )
     server = runtime.server("raw-era-server")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
         yield runtime, f"{base}/mcp"
     runtime.close()

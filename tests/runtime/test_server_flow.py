@@ -15,7 +15,8 @@ from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.server import REPLAYED_META_KEY, Elicitation, RequestState, Timing
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock, Harness, Reply, UrlOutcome
-from tests.helpers.serving import Counter, Person, accept, build_tools
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Counter, flow_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +38,7 @@ def elicitation(store_url: str, counter: Counter, elicit_clock: ControlledClock)
         public_base_url="http://127.0.0.1:8765",
     )
     runtime.server("test-server")
-    build_tools(runtime, counter)
+    flow_tools(runtime, counter)
     yield runtime
     runtime.close()
 
@@ -206,7 +207,7 @@ async def test_modern_retry_before_completion_gets_a_still_waiting_round(store_u
         timing=Timing(long_poll=timedelta(milliseconds=300)),
     )  # fmt: skip
     server = runtime.server("waiting-server")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
         async with Client(server, mode="2026-07-28", elicitation_callback=Person()) as client:
             first = await client.session.call_tool("connect", {}, allow_input_required=True)
@@ -241,7 +242,7 @@ async def test_after_an_expired_question_the_next_call_starts_afresh(store_url: 
         open_store(store_url, clock=clock), request_state=RequestState(single_process=True), clock=clock
     )
     server = runtime.server("expiry-server")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
         async with Client(server, mode="2026-07-28", elicitation_callback=Person()) as client:
             first = await client.session.call_tool("approve", {"scope": "prod"}, allow_input_required=True)

@@ -36,7 +36,8 @@ from mcp_elicit.model import DecisionStatus, Operator, Principal, request_digest
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.server.eras.mrtr_state import RoundState
 from mcp_elicit.store import open_store
-from tests.helpers.serving import Approval, Counter, Name, Person, accept
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Approval, Counter, Name
 from tests.runtime.test_server_flow import error_text, text, unwrap
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,8 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
-from tests.helpers.serving import Counter, Person, build_tools
+from tests.helpers.person import Person
+from tests.helpers.server import Counter, flow_tools
 from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
@@ -31,7 +32,7 @@ def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
         timing=Timing(long_poll=timedelta(seconds=0.5)),
     )
     runtime.server("mrtr-server")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     yield runtime
     runtime.close()
 
@@ -176,7 +177,7 @@ async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_
     for _ in range(2):
         runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"k" * 32]))
         runtime.server("shared-name")
-        build_tools(runtime, Counter(tmp_path / "effects.json"))
+        flow_tools(runtime, Counter(tmp_path / "effects.json"))
         instances.append(runtime)
     try:
         async with client(instances[0]) as a:
@@ -233,7 +234,7 @@ async def test_a_url_consent_without_state_counts_for_nothing(store_url: str, tm
         open_store(store_url), request_state=RequestState(keys=[b"k" * 32]), public_base_url="http://127.0.0.1:9"
     )
     runtime.server("urls")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
         async with client(runtime) as c:
             again = await retry(c, "connect", {}, None, connect_account=ElicitResult(action="accept"))
@@ -256,7 +257,7 @@ async def test_answers_without_state_can_be_turned_off(store_url: str, tmp_path:
         open_store(store_url), request_state=RequestState(keys=[b"k" * 32], answers_without_state=False)
     )
     runtime.server("strict")
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     try:
         async with client(runtime) as c:
             name = ElicitResult(action="accept", content={"name": "Ada"})

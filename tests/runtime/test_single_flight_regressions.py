@@ -46,8 +46,9 @@ from mcp_elicit.model import (
 from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow, RequestState, ResumePolicy, Timing
 from mcp_elicit.store import Claim, open_store
 from tests.helpers.clock import FakeClock
+from tests.helpers.person import accept
 from tests.helpers.records import ALICE
-from tests.helpers.serving import Approval, accept
+from tests.helpers.server import Approval
 
 # On both engines: row locks and racing creators: what PostgreSQL decides, SQLite serialises.
 pytestmark = [pytest.mark.anyio, pytest.mark.engines("sqlite", "postgres")]

@@ -2,8 +2,8 @@
 
 The plugin tests (`pytester`) run an inner pytest session over a small app of their own, with the plugin
 loaded by its entry point as a user's session loads it. The harness tests use the plugin here too: the
-`elicit_app` fixture below is the tools of `tests/helpers/serving.py` on both stores, and each scripted outcome is
-checked against what the store recorded, on every era the outcome exists on.
+`elicit_app` fixture below is the test server's `flow` tools (`tests/helpers/server.py`) on both stores, and
+each scripted outcome is checked against what the store recorded, on every era the outcome exists on.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from mcp_elicit.testing import (
     consent,
     decline,
 )
-from tests.helpers.serving import Counter, build_tools
+from tests.helpers.server import Counter, flow_tools
 
 pytest_plugins = ["pytester"]
 
@@ -290,7 +290,7 @@ def elicit_app(store_url: str, elicit_clock: ControlledClock, counter: Counter) 
         public_base_url="https://tools.example",
     )
     app.server("harness-server")
-    build_tools(app, counter)
+    flow_tools(app, counter)
     yield app
     app.close()
 
@@ -537,7 +537,7 @@ async def test_an_app_on_the_wall_clock_and_a_stuck_call_fail_clearly(tmp_path: 
         await anyio.sleep(60)
         return "never"
 
-    build_tools(app, Counter(tmp_path / "effects.json"))
+    flow_tools(app, Counter(tmp_path / "effects.json"))
     try:
         harness = Harness(app, era="2025-11-25", timeout=30)
         with pytest.raises(RuntimeError, match="runs on the wall clock, which no test can move"):

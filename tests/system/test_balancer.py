@@ -40,7 +40,7 @@ from tests.helpers.balancer import (
     sign_in,
 )
 from tests.helpers.environment import IN_CI
-from tests.helpers.serving import Person
+from tests.helpers.person import Person
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

@@ -31,7 +31,7 @@ from mcp_elicit.model import DecisionOrigin, DecisionStatus, Operator, Principal
 from mcp_elicit.model.decision import new_elicitation_id
 from mcp_elicit.store import open_store
 from tests.helpers.environment import IN_CI
-from tests.helpers.serving import Person
+from tests.helpers.person import Person
 from tests.runtime.test_server_flow import text
 from tests.system.test_deployment import Deployment, mcp_on_a, processes
 

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 from tests.helpers.cli_terminal import COMMAND
-from tests.helpers.sdk_server import CRASH_LOG
+from tests.helpers.peers.sdk_server import CRASH_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = shlex.quote(sys.executable)
-HANDSHAKE_ONLY = f"{PYTHON} -m tests.helpers.one_era_server"
-MODERN_ONLY = f"{PYTHON} -m tests.helpers.one_era_server --era 2026-07-28"
-SDK_SERVER = f"{PYTHON} -m tests.helpers.sdk_server"
+HANDSHAKE_ONLY = f"{PYTHON} -m tests.helpers.peers.one_era_server"
+MODERN_ONLY = f"{PYTHON} -m tests.helpers.peers.one_era_server --era 2026-07-28"
+SDK_SERVER = f"{PYTHON} -m tests.helpers.peers.sdk_server"
 SEATS_SCRIPT = [{"match": "How many seats", "reply": "accept", "content": {"seats": 2}}]
 HEADER = re.compile(r"^the server's log \((?P<path>.+)\) ends with:$", re.MULTILINE)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +18,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import free_port, wait_for_port
-from tests.helpers.serving import Person, accept
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Workspace
 from tests.runtime.test_server_flow import text
 
 # On both engines: a killed process and its restart, on either store's durability.
@@ -28,21 +28,27 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def server_process(port: int, store: str, workspace: Path, pause: str) -> Iterator[subprocess.Popen[bytes]]:
+def server_process(port: int, store: str, workspace: Path, stall: str | None) -> Iterator[subprocess.Popen[bytes]]:
+    """The test server's `transfer` tool; a step claim lapses 2 s after the killed holder's last renewal."""
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "tests.helpers.crash_server",
+            "tests.helpers.server",
+            "serve",
+            "--tools",
+            "transfer",
             "--port",
             str(port),
             "--store",
             store,
             "--workspace",
             str(workspace),
+            "--lease",
+            "2",
+            *(["--stall", stall] if stall else []),
         ],
         cwd=REPO,
-        env={**os.environ, "CRASH_PAUSE": pause},
     )
     try:
         wait_for_port(port, process, timeout=20)
@@ -61,9 +67,9 @@ async def call_transfer(url: str, era: str, person: Person) -> str:
         return text(await client.call_tool("transfer", {"amount": 125}))
 
 
-async def kill_when_stalled(process: subprocess.Popen[bytes], marker: Path) -> None:
+async def kill_when_stalled(process: subprocess.Popen[bytes], workspace: Workspace, point: str) -> None:
     with anyio.fail_after(20):
-        while not marker.exists():
+        while not workspace.stalled(point):
             await anyio.sleep(0.02)
     process.kill()
 
@@ -74,7 +80,9 @@ async def test_sigkill_restart_retry_gives_one_effect(store_url: str, tmp_path: 
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     person = Person([accept(confirm=True)])
-    with server_process(port, store_url, tmp_path, pause=moment) as doomed:
+    workspace = Workspace(tmp_path)
+    stall = f"{moment}-transfer"
+    with server_process(port, store_url, tmp_path, stall) as doomed:
         failed: list[BaseException] = []
 
         async def doomed_call() -> None:
@@ -85,7 +93,7 @@ async def test_sigkill_restart_retry_gives_one_effect(store_url: str, tmp_path: 
 
         async with anyio.create_task_group() as group:
             group.start_soon(doomed_call)
-            group.start_soon(kill_when_stalled, doomed, tmp_path / f"stalled-{moment}")
+            group.start_soon(kill_when_stalled, doomed, workspace, stall)
         assert doomed.wait(timeout=10) == -9
         assert failed, "the call should not have finished while its server was killed"
 
@@ -96,11 +104,10 @@ async def test_sigkill_restart_retry_gives_one_effect(store_url: str, tmp_path: 
     finally:
         store.close()
 
-    with server_process(port, store_url, tmp_path, pause="none"):
+    with server_process(port, store_url, tmp_path, None):
         result = await call_transfer(url, era, person)
     assert result.startswith("transferred 125: receipt-")
     assert len(person.asked) == 1
     ledger = json.loads((tmp_path / "ledger.json").read_text())
     assert list(ledger.values()) == [125]
-    attempts = (tmp_path / "attempts").read_text().count("x")
-    assert attempts == 2
+    assert workspace.runs("transfer") == 2

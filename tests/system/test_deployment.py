@@ -25,7 +25,7 @@ from mcp_types import CallToolResult, ElicitCompleteNotification, ElicitResult, 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import free_port, wait_for_port
-from tests.helpers.serving import Person
+from tests.helpers.person import Person
 from tests.runtime.test_server_flow import text
 from tests.wire.test_authserver import code_for, hidden_fields, pkce, redeem, registered
 

@@ -1,7 +1,7 @@
 """Never stuck: a round that never reached the person, a dropped connection or a failed dialog is followed by
 the question being put out again, not by a call that waits for minutes.
 
-Real server processes (`tests.helpers.overlap_server`) over streamable HTTP on loopback, real SDK clients, the
+Real server processes (`tests.helpers.server`'s `overlap` tools) over streamable HTTP on loopback, real SDK clients, the
 embedded SQLite file and the machine's PostgreSQL. A round is lost three ways: the client drops its
 response, the server is SIGKILLed between the round's commit and its response, the client's elicitation
 handler raises. The identical call made afterwards, at the default `state_ttl`, must be asked within
@@ -24,11 +24,12 @@ from mcp_types import ElicitResult, ErrorData, InputRequiredResult
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server.eras.legacy import PING_TIMEOUT
 from mcp_elicit.store import open_store
-from tests.helpers.overlap_server import runs
+from tests.helpers.person import accept
 from tests.helpers.private_postgres import private_postgres
-from tests.helpers.serving import accept
+from tests.helpers.server import Workspace
 from tests.helpers.tasks_wire import LEGACY, Wire
 from tests.system.test_overlap import (
+    LONG_POLL,
     Desk,
     K,
     Params,
@@ -47,8 +48,6 @@ MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 REASK = 2.0
 """`reask_after` of these servers: short, so a test waits seconds rather than the default 15."""
-LONG_POLL = 0.5
-"""The servers' `long_poll` (`tests.helpers.overlap_server`'s default)."""
 SLACK = 3.0
 """What a loaded two-core machine may add to a bound: starting a connection, a round trip, a commit."""
 
@@ -82,7 +81,7 @@ async def never_shown(context: ClientRequestContext, params: Params) -> ElicitRe
 
 def one_effect(workspace: Path, n: int) -> None:
     for step in ("work", "seal"):
-        keys = runs(workspace, n, step)
+        keys = Workspace(workspace).keys(n, step)
         assert len(keys) == 1, f"step {step} ran {len(keys)} times"
 
 

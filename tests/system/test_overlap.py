@@ -1,10 +1,10 @@
 """Single flight: overlapping identical calls share one operation, one run of each step, one question.
 
-Real server processes (`tests.helpers.overlap_server`) over streamable HTTP on loopback, K real SDK clients each on
-its own connection, whose calls start together behind a barrier so they overlap. Each step logs every run
-with the idempotency key it got (`runs`) and returns a receipt that is new on every run, so two runs can
-never hand their callers the same result. One `Desk` stands for the person behind all the clients and
-counts what they were asked, whichever connection it came on.
+Real server processes (the `overlap` tools of `tests.helpers.server`) over streamable HTTP on loopback, K real
+SDK clients each on its own connection, whose calls start together behind a barrier so they overlap. Each step
+logs every run with the idempotency key it got (`Workspace.keys`) and returns a receipt that is new on every
+run, so two runs can never hand their callers the same result. One `Desk` stands for the person behind all
+the clients and counts what they were asked, whichever connection it came on.
 
 Reused idempotency keys, and one key used by two principals at once, are tried against an authenticated
 in-thread server, and tool bodies that catch exceptions around flow calls run in-process, alone and
@@ -52,8 +52,8 @@ from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import StoreError, open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
-from tests.helpers.overlap_server import DEFAULT_LEASE, KEYS, Works, bodies, build, runs, serve
-from tests.helpers.serving import Approval, Person, accept
+from tests.helpers.person import Person, accept
+from tests.helpers.server import KEYS, PRELOAD, Approval, Options, Workspace, overlap_tools, serve
 
 # On both engines: several server processes on one store: PostgreSQL's row locks, SQLite's file lock.
 pytestmark = [pytest.mark.anyio, pytest.mark.engines("sqlite", "postgres")]
@@ -196,9 +196,13 @@ def the_one(results: list[str], prefix: str) -> str:
 
 
 SERVERS = multiprocessing.get_context("forkserver")
-SERVERS.set_forkserver_preload(["tests.helpers.overlap_server"])
+SERVERS.set_forkserver_preload(["tests.helpers.server", *PRELOAD])
 """Server processes are forked from one interpreter that imported the server once (importing the SDK takes
 seconds): each is still a process of its own, on its own port, SIGKILLed like any other."""
+LEASE = 10.0
+"""Seconds a step claim lasts unrenewed, unless a test says otherwise."""
+LONG_POLL = 0.5
+"""Seconds a 2026-07-28 round may be held."""
 
 
 @dataclass
@@ -219,14 +223,27 @@ def launch(
     store: str,
     workspace: Path,
     *,
-    lease: float = DEFAULT_LEASE,
+    lease: float = LEASE,
     stall: bool = False,
     ponder: float = 0.0,
-    **more: float | bool | None,
+    reask_after: float | None = None,
+    die_after_round: bool = False,
 ) -> Process:
+    """A process of the test server's `overlap` tools over HTTP; with `stall`, its `work` step stalls."""
     port = free_port()
-    options = {"lease": lease, "stall": stall, "ponder": ponder, **more}
-    process = SERVERS.Process(target=serve, args=(port, store, workspace), kwargs=options, daemon=True)
+    options = Options(
+        store,
+        tools=("overlap",),
+        port=port,
+        workspace=workspace,
+        lease=lease,
+        long_poll=LONG_POLL,
+        reask_after=reask_after,
+        stall="work" if stall else None,
+        ponder=ponder,
+        die_after_round=die_after_round,
+    )
+    process = SERVERS.Process(target=serve, args=(options,), daemon=True)
     process.start()
     return Process(process, port)
 
@@ -279,7 +296,7 @@ async def test_overlapping_identical_calls_run_the_step_once(store_url: str, tmp
     for (n, meta), results in zip(batches.items(), outcomes, strict=True):
         how = "identical" if meta is None else "same-key"
         for step in ("work", "seal"):
-            keys = runs(tmp_path, n, step)
+            keys = Workspace(tmp_path).keys(n, step)
             assert len(keys) == 1, f"step {step} ran {len(keys)} times for {K} overlapping {how} calls"
         the_one(results, f"computed {n}: receipt-")
     assert desk.asked == []
@@ -295,7 +312,7 @@ async def test_overlapping_identical_calls_ask_the_person_once(store_url: str, t
         [results] = await together(K, lambda index: connect(server.url, era, desk.seat(index)), calling("approve", 3))
     assert len(desk.asked) == 1, f"the person was asked {len(desk.asked)} times by {K} overlapping calls"
     for step in ("work", "seal"):
-        keys = runs(tmp_path, 3, step)
+        keys = Workspace(tmp_path).keys(3, step)
         assert len(keys) == 1, f"step {step} ran {len(keys)} times for {K} overlapping calls"
     the_one(results, "approved 3: receipt-")
     store = open_store(store_url)
@@ -317,7 +334,7 @@ async def test_a_body_working_on_after_its_answer_is_not_asked_again(store_url: 
     with running(server):
         [results] = await together(K, lambda index: connect(server.url, era, desk.seat(index)), calling("ponder", 4))
     assert len(desk.asked) == 1, f"the person was asked {len(desk.asked)} times by {K} overlapping calls"
-    assert len(runs(tmp_path, 4, "seal")) == 1
+    assert len(Workspace(tmp_path).keys(4, "seal")) == 1
     the_one(results, "pondered 4: Accepted seal-")
 
 
@@ -345,14 +362,14 @@ async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses
 
     async def kill_once_waiters_wait() -> None:
         with anyio.fail_after(20):
-            while not (tmp_path / "stalled").exists():
+            while not Workspace(tmp_path).stalled("work"):
                 await anyio.sleep(0.02)
         go.set()
         with anyio.fail_after(30):
-            while bodies(tmp_path, 5) < 1 + WAITERS:  # the holder's body, and every waiter's, at the step
+            while Workspace(tmp_path).bodies(5) < 1 + WAITERS:  # the holder's body, and every waiter's, at the step
                 await anyio.sleep(0.02)
         await anyio.sleep(0.2)
-        runs_before_kill.extend(runs(tmp_path, 5))
+        runs_before_kill.extend(Workspace(tmp_path).keys(5))
         doomed.kill()
 
     async def call_seat(index: int, client: Client) -> str:
@@ -370,14 +387,14 @@ async def test_a_step_holder_killed_mid_step_is_taken_over_once_its_lease_lapses
             f"the step ran {len(runs_before_kill)} times while its holder was alive: the waiters did not wait"
         )
         assert holder_failed, "the holder's call should not have finished while its server was killed"
-        keys = runs(tmp_path, 5)
+        keys = Workspace(tmp_path).keys(5)
         assert len(keys) == 2, f"the step ran {len(keys)} times: once on the killed holder, then once per waiter?"
         assert keys[0] == keys[1], "the step's second run got another idempotency key"
-        assert len(runs(tmp_path, 5, "seal")) == 1
+        assert len(Workspace(tmp_path).keys(5, "seal")) == 1
         shared = the_one(results, "computed 5: receipt-")
         async with connect(survivor.url, era, None) as retrying:
             assert await call(retrying, "compute", {"n": 5}) == shared
-    assert len(runs(tmp_path, 5)) == 2
+    assert len(Workspace(tmp_path).keys(5)) == 2
     assert (tmp_path / "lease").read_text() == "4.0", "the server ran without Timing(lease=...)"
 
 
@@ -426,7 +443,7 @@ async def test_a_cancelled_call_hands_its_question_to_a_waiting_call(store_url: 
     assert heir != carrier, "the question was asked again on the call that was cancelled"
     assert results[carrier] == cancelled
     for step in ("work", "seal"):
-        keys = runs(tmp_path, 6, step)
+        keys = Workspace(tmp_path).keys(6, step)
         assert len(keys) == 1, f"step {step} ran {len(keys)} times"
     the_one([r for seat, r in enumerate(results) if seat != carrier], "approved 6: receipt-")
 
@@ -439,7 +456,7 @@ def authenticated(store_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=KEYS))
     server = runtime.server("overlap-auth", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
-    build(runtime, Works(tmp_path, seconds=0.05))
+    overlap_tools(runtime, Workspace(tmp_path), work_seconds=0.05)
     try:
         with serving(server.streamable_http_app(), port) as base:
             yield f"{base}/mcp"
@@ -503,8 +520,8 @@ async def test_a_key_reused_for_another_request_is_refused(
     assert key in refusal.message, refusal.message
     [done] = first
     assert done.startswith("approved 1: receipt-"), done
-    assert [len(runs(tmp_path, 1, step)) for step in ("work", "seal")] == [1, 1]
-    assert runs(tmp_path, 2) == []
+    assert [len(Workspace(tmp_path).keys(1, step)) for step in ("work", "seal")] == [1, 1]
+    assert Workspace(tmp_path).keys(2) == []
     store = open_store(store_url)
     try:
         [decision] = store.list_decisions(Operator())
@@ -553,7 +570,7 @@ async def test_one_key_from_two_principals_names_two_calls(
     assert results["alice"].startswith("approved 1: receipt-"), results
     assert results["bob"].startswith(f"approved {bobs_n}: receipt-"), results
     assert results["alice"] != results["bob"]
-    step_keys = runs(tmp_path, 1) + (runs(tmp_path, 2) if bobs_n == 2 else [])
+    step_keys = Workspace(tmp_path).keys(1) + (Workspace(tmp_path).keys(2) if bobs_n == 2 else [])
     assert len(step_keys) == 2 and len(set(step_keys)) == 2, step_keys  # one run each, each its own step key
     store = open_store(store_url)
     try:

@@ -5,7 +5,7 @@ or a script answering the pending-flow prompt (`done`, `stop`), on 2025-11-25 (`
 of its own, while an identical call carries the question it waits on (at the end of this file).
 
 The flow is completed out of band, the way the decision page's callback completes it: transitions on the
-server's store by the decision's owner (`tests.helpers.pending_server.complete`), either by the test or by the
+server's store by the decision's owner (`tests.helpers.server.complete`), either by the test or by the
 "browser" the kit opens (`$BROWSER`).
 """
 
@@ -26,16 +26,23 @@ from mcp_elicit.client import Pacing, ScriptError, parse_script
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
 from tests.helpers.cli_terminal import CHOICE, COMMAND, Terminal, terminal_env
-from tests.helpers.pending_server import CONNECTED, MESSAGE, complete
-from tests.helpers.still_waiting_server import rounds
+from tests.helpers.server import CONNECTED, MESSAGE, NAME, PAGES, complete, rounds
 
-PENDING_SERVER = Path(__file__).parents[1] / "helpers" / "pending_server.py"
-SERVER = shlex.join([sys.executable, str(PENDING_SERVER), "serve"])
+TEST_SERVER = Path(__file__).parents[1] / "helpers" / "server.py"
+PENDING_COMMAND = [sys.executable, str(TEST_SERVER), "serve", "--tools", "pending", "--public-base-url", PAGES,
+                   "--long-poll", "0.2", "--no-lifespan"]  # fmt: skip
+"""A stdio server whose URL flow never announces its completion (no lifespan sends the notice); its store
+comes from MCP_ELICIT_STORE."""
+ROUNDS_COMMAND = [sys.executable, str(TEST_SERVER), "serve", "--tools", "waiting", "--long-poll", "0.05",
+                  "--no-lifespan"]  # fmt: skip
+"""A stdio server of one question, on which identical calls wait; a round of a waiting call is held only
+briefly before "still waiting", so rounds are the client's pace. Each round is logged to $ROUNDS_LOG."""
+SERVER = shlex.join(PENDING_COMMAND)
 NO_OP_BROWSER = f"{shlex.quote(sys.executable)} -c pass %s"
 """A browser that opens nothing and completes nothing: the person has not finished yet."""
-COMPLETING_BROWSER = f"{shlex.quote(sys.executable)} {shlex.quote(str(PENDING_SERVER))} complete %s"
+COMPLETING_BROWSER = f"{shlex.quote(sys.executable)} {shlex.quote(str(TEST_SERVER))} complete %s"
 """A browser in which the person finishes the flow at once (the store comes from MCP_ELICIT_STORE)."""
-WAITING = rf"Waiting for the browser: {MESSAGE} \(pending-flow-server\)"
+WAITING = rf"Waiting for the browser: {MESSAGE} \({NAME}\)"
 TIMES = r"(\d+)s elapsed · deadline \d\d:\d\d:\d\d \((\d+)m \d\ds left\)"
 STATUS = rf"{WAITING} · {TIMES}"
 """The wait as a script run prints it, on one line; the live status line puts the times on a line of their own."""
@@ -176,13 +183,13 @@ def test_pending_flow_replies_take_no_content() -> None:
 
 # -- still-waiting rounds with no URL flow of the call's own ----------------------------------------------------
 #
-# Two identical `approve` calls through `tests.helpers.still_waiting_server`, each with its own server process on one
-# store: the first (the carrier) shows the question at its terminal and the person takes their time; the
-# second gets still-waiting rounds, and a status line of its own.
+# Two identical `approve` calls through `ROUNDS_COMMAND`, each with its own server process on one store: the
+# first (the carrier) shows the question at its terminal and the person takes their time; the second gets
+# still-waiting rounds, and a status line of its own.
 
-ROUND_SERVER = shlex.join([sys.executable, str(Path(__file__).parents[1] / "helpers" / "still_waiting_server.py")])
+ROUND_SERVER = shlex.join(ROUNDS_COMMAND)
 APPROVE = ["call", ROUND_SERVER, "approve", "--arg", "n=1", "--era", "2026-07-28"]
-ROUND_WAITING = r"Waiting for the server: the tool approve is still waiting \(still-waiting-server\)"
+ROUND_WAITING = rf"Waiting for the server: the tool approve is still waiting \({NAME}\)"
 ROUND_STATUS = rf"{ROUND_WAITING} · {TIMES}"
 SERVER_KEYS = "[r] retry now   [c] stop the call"
 RETRIED = "Retrying now: the server is asked again."

@@ -34,7 +34,7 @@ from mcp_elicit.reference.demo_stack import Credentials, DemoStack, sign_in
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
 from tests.helpers.http_harness import free_port, wait_for_port
-from tests.helpers.serving import Person, accept
+from tests.helpers.person import Person, accept
 from tests.runtime.test_server_flow import text
 
 ROOT = Path(__file__).resolve().parents[2]

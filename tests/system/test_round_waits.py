@@ -1,6 +1,6 @@
 """2026-07-28 still-waiting rounds with no URL flow of the call's own are a wait too (`ElicitingClient.rounds`).
 
-Real parts: each call goes through its own real stdio server process (`tests.helpers.still_waiting_server`) on one
+Real parts: each call goes through its own real stdio server process (the test server's `waiting` tools) on one
 SQLite store, so two identical calls are one operation; the first carries the question to a person who
 takes their time, and the second gets still-waiting rounds. The waiting client paces its rounds a minute
 apart, so a round that comes sooner was sent by the host's retry now.
@@ -9,7 +9,6 @@ apart, so a round that comes sooner was sent by the host's retry now.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,14 +31,11 @@ from mcp_elicit.client.handler import Cancel, Mode
 from mcp_elicit.client.mrtr_loop import STILL_WAITING
 from mcp_elicit.client.pending import FlowWaits, Wait
 from mcp_elicit.model import DecisionStatus
-from tests.helpers import pending_server
-from tests.helpers.still_waiting_server import ROUNDS_LOG, rounds
-from tests.system.test_pending_status import decision_status
+from tests.helpers.server import CONNECTED, NAME, ROUNDS_LOG, complete, rounds
+from tests.system.test_pending_status import PENDING_COMMAND, ROUNDS_COMMAND, decision_status
 
 pytestmark = pytest.mark.anyio
 
-STILL_WAITING_SERVER = Path(__file__).parents[1] / "helpers" / "still_waiting_server.py"
-PENDING_SERVER = Path(__file__).parents[1] / "helpers" / "pending_server.py"
 SLOW = Pacing(first=60.0, cap=60.0, max_wait=600.0)
 """A minute between two still-waiting rounds: only a retry now sends one sooner."""
 
@@ -54,13 +50,13 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite://{tmp_path / 'elicit.db'}"
 
 
-def server(store_url: str, rounds_log: Path | None = None, *, script: Path = STILL_WAITING_SERVER) -> Stdio:
+def server(store_url: str, rounds_log: Path | None = None, *, command: list[str] = ROUNDS_COMMAND) -> Stdio:
     """A fresh server process on the shared store; `rounds_log` records each round it serves."""
     env = {**os.environ, "MCP_ELICIT_STORE": store_url}
     if rounds_log is not None:
         env[ROUNDS_LOG] = str(rounds_log)
-    args = [str(script), "serve"] if script == PENDING_SERVER else [str(script)]
-    return Stdio(command=sys.executable, args=args, env=env)
+    executable, *args = command
+    return Stdio(command=executable, args=args, env=env)
 
 
 class Person:
@@ -127,7 +123,7 @@ async def test_a_call_waiting_on_a_question_another_call_carries_is_shown_and_re
         wait = await one_wait(waiter)
         assert wait.kind == "server"
         assert wait.message == f"the tool approve {STILL_WAITING}"
-        assert wait.server == "still-waiting-server"
+        assert wait.server == NAME
         assert wait.since == wait.started
         assert wait.deadline == wait.started + 600.0, "the deadline is when the kit gives up (max_wait)"
         assert FlowWaits(waiter.pending, browser_time=SLOW.max_wait).waits() == [], "the call has no URL flow"
@@ -199,7 +195,7 @@ async def test_a_call_waiting_on_its_own_open_url_flow_shows_the_flow_and_no_rou
     opened: list[str] = []
     person = ScriptedHandler([{"reply": "consent"}])
     client = ElicitingClient(
-        server(store_url, script=PENDING_SERVER),
+        server(store_url, command=PENDING_COMMAND),
         person,
         era="2026-07-28",
         opener=opened.append,
@@ -220,8 +216,8 @@ async def test_a_call_waiting_on_its_own_open_url_flow_shows_the_flow_and_no_rou
         assert opened, "the person consented and the page was opened"
         assert client.rounds.waits() == [], "the open flow is the wait: it is never shown twice"
 
-        await anyio.to_thread.run_sync(pending_server.complete, store_url)
+        await anyio.to_thread.run_sync(complete, store_url)
         await until(lambda: client.pending.retry_now(flow_wait.id))
         await until(lambda: results)
-    assert results == [pending_server.CONNECTED]
+    assert results == [CONNECTED]
     assert client.rounds.waits() == []

@@ -46,8 +46,9 @@ from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving
 from tests.helpers.pages_site import hidden
+from tests.helpers.person import accept
 from tests.helpers.records import Records
-from tests.helpers.serving import Approval, Counter, accept
+from tests.helpers.server import Approval, Counter
 from tests.helpers.tasks_wire import MODERN, Wire
 from tests.runtime.test_server_flow import error_text, text, unwrap
 from tests.system.test_cli import cli

@@ -3,7 +3,6 @@ resumes it from its journal, and no journaled step runs again."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import free_port, wait_for_port
-from tests.helpers.tasks_server import Workspace
+from tests.helpers.server import Workspace
 from tests.helpers.tasks_wire import LEGACY, MODERN, Wire
 from tests.wire.test_tasks import answer, answer_task, until
 
@@ -30,10 +29,10 @@ LEASE = 2.0
 def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.tasks_server", "--port", str(port), "--store", store,
-         "--workspace", str(workspace), "--lease", str(LEASE)],
+        [sys.executable, "-m", "tests.helpers.server", "serve", "--tools", "tasks", "--port", str(port),
+         "--store", store, "--workspace", str(workspace), "--lease", str(LEASE), "--task-poll", "0.2",
+         "--public-base-url", f"http://127.0.0.1:{port}", *(["--stall", stall] if stall else [])],
         cwd=REPO,
-        env={**os.environ, "TASKS_STALL": stall},
     )  # fmt: skip
     try:
         wait_for_port(port, process, timeout=30)
@@ -46,7 +45,7 @@ def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[
 
 async def stalled(workspace: Path) -> None:
     with anyio.fail_after(20):
-        while not (workspace / "stalled").exists():
+        while not Workspace(workspace).stalled("prepare"):
             await anyio.sleep(0.05)
 
 

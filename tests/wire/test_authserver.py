@@ -43,7 +43,8 @@ from mcp_elicit.store import AlreadyExists, Consumption, Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, LocalUsersError
 from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.serving import Counter, Person, accept, build_tools
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Counter, flow_tools
 from tests.runtime.test_server_flow import text
 
 pytestmark = pytest.mark.anyio
@@ -106,7 +107,7 @@ def deploy(store_url: str, tmp_path: Path, port: int, *, issuer: str | None = No
     server = runtime.server("authz-server", **auth.mcp_server_kwargs(f"{issuer}/mcp"))
     auth.add_routes(server)
     server.custom_route("/whoami", methods=["GET"])(whoami(auth))
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     return Deployment(issuer, auth, runtime, clock, server.streamable_http_app(host="127.0.0.1"))
 
 

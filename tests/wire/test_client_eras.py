@@ -40,14 +40,14 @@ from mcp_elicit.client import (
 from mcp_elicit.client.handler import Mode
 from mcp_elicit.client.session import Era
 from tests.helpers.http_harness import free_port
-from tests.helpers.sdk_server import CONNECT_URL, server
+from tests.helpers.peers.sdk_server import CONNECT_URL, server
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
-SDK_SERVER = Stdio(command=sys.executable, args=["-m", "tests.helpers.sdk_server"], cwd=ROOT)
-HANDSHAKE_ONLY = Stdio(command=sys.executable, args=["-m", "tests.helpers.one_era_server"], cwd=ROOT)
+SDK_SERVER = Stdio(command=sys.executable, args=["-m", "tests.helpers.peers.sdk_server"], cwd=ROOT)
+HANDSHAKE_ONLY = Stdio(command=sys.executable, args=["-m", "tests.helpers.peers.one_era_server"], cwd=ROOT)
 MODERN_ONLY = Stdio(
-    command=sys.executable, args=["-m", "tests.helpers.one_era_server", "--era", "2026-07-28"], cwd=ROOT
+    command=sys.executable, args=["-m", "tests.helpers.peers.one_era_server", "--era", "2026-07-28"], cwd=ROOT
 )
 
 

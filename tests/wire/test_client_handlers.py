@@ -64,7 +64,7 @@ from mcp_elicit.client.session import Era
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.model.form_schema import parse_form
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
-from tests.helpers.kit_server import build
+from tests.helpers.server import Options, build
 
 pytestmark = pytest.mark.anyio
 ERAS: list[Era] = ["2025-11-25", "2026-07-28"]
@@ -92,7 +92,15 @@ def text(result: Any) -> str:
 
 @pytest.fixture
 def kit(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, MCPServer]]:
-    runtime, server = build(sqlite_url, tmp_path / "effects.json", public_base_url="https://elicit.example")
+    runtime, server = build(
+        Options(
+            sqlite_url,
+            tools=("flow", "kit"),
+            effects=tmp_path / "effects.json",
+            public_base_url="https://elicit.example",
+            long_poll=0.2,
+        )
+    )
     yield runtime, server
     runtime.close()
 

@@ -60,7 +60,7 @@ from mcp_elicit.model import Decision, DecisionStatus, Operator, Principal
 from mcp_elicit.server import Elicitation, waiting
 from mcp_elicit.store import DecisionConflict, Store, open_store
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.kit_server import SERVER_NAME, SERVER_TITLE, SERVER_VERSION, build
+from tests.helpers.server import NAME, VERSION, Options, build
 
 pytestmark = pytest.mark.anyio
 ERAS = ["2025-11-25", "2026-07-28"]
@@ -69,6 +69,9 @@ FORM_ERAS = ["2025-06-18", *ERAS]
 LOOPBACK = Principal("loopback-dev", "loopback")
 LOCAL = Principal("local-user", "stdio")
 ROOT = Path(__file__).resolve().parents[2]
+KIT_TOOLS = ("flow", "kit")
+"""The test server's `Flow` tools, and the two plain tools the kit's tests need."""
+TITLE = "Kit Test Server"
 
 
 def text(result: CallToolResult) -> str:
@@ -112,7 +115,16 @@ class Served:
 
 @pytest.fixture
 def served(sqlite_url: str, tmp_path: Path, pages: Pages) -> Iterator[Served]:
-    runtime, server = build(sqlite_url, tmp_path / "effects.json", public_base_url=pages.base, long_poll=0.1)
+    runtime, server = build(
+        Options(
+            sqlite_url,
+            tools=KIT_TOOLS,
+            title=TITLE,
+            effects=tmp_path / "effects.json",
+            public_base_url=pages.base,
+            long_poll=0.1,
+        )
+    )
     port = free_port()
     try:
         with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
@@ -124,8 +136,9 @@ def served(sqlite_url: str, tmp_path: Path, pages: Pages) -> Iterator[Served]:
 def stdio_kit_server(tmp_path: Path, pages: Pages) -> Stdio:
     return Stdio(
         command=sys.executable,
-        args=["-m", "tests.helpers.kit_server", "--store", f"sqlite://{tmp_path / 'stdio.db'}",
-              "--effects", str(tmp_path / "stdio-effects.json"), "--public-base-url", pages.base],
+        args=["-m", "tests.helpers.server", "serve", "--tools", ",".join(KIT_TOOLS),
+              "--store", f"sqlite://{tmp_path / 'stdio.db'}", "--effects", str(tmp_path / "stdio-effects.json"),
+              "--public-base-url", pages.base, "--long-poll", "0.2", "--title", TITLE],
         cwd=ROOT,
     )  # fmt: skip
 
@@ -245,7 +258,7 @@ async def test_the_server_sees_exactly_the_declared_modes(
     async with ElicitingClient(Http(served.url), ScriptedHandler([], modes=modes), era=era) as client:
         seen = json.loads(text(await client.call_tool("capabilities", {})))
         assert client.protocol_version == era
-        assert client.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, endpoint=served.url)
+        assert client.asker == Asker(NAME, VERSION, TITLE, endpoint=served.url)
     if era == "2025-06-18":  # no URL mode there: form only is declared
         declared = {"form": {}} if "form" in modes else None
     assert seen.get("elicitation") == declared
@@ -349,7 +362,7 @@ async def test_the_url_is_untouched_until_consent_then_opened_once(served: Serve
     [asked] = person.asked
     assert isinstance(asked, UrlRequest)
     assert asked.review.url == decision.url and asked.review.may_open
-    assert asked.asker == Asker(SERVER_NAME, SERVER_VERSION, SERVER_TITLE, tool="connect", endpoint=served.url)
+    assert asked.asker == Asker(NAME, VERSION, TITLE, tool="connect", endpoint=served.url)
     assert asked.elicitation_id == (decision.elicitation_id if era == "2025-11-25" else None)
     assert [change.status for change in changes][:2] == [FlowStatus.AWAITING_CONSENT, FlowStatus.OPEN]
     assert decision.status is DecisionStatus.EXTERNAL_COMPLETED

@@ -2,8 +2,8 @@
 
 Clients: FastMCP's `Client` (in memory, over HTTP, over stdio), the kit's `ElicitingClient` (HTTP, stdio) and
 the SDK's `Client` where a test needs the raw wire (a round's `requestState`, a JSON-RPC error code). Both
-eras, 2025-11-25 and 2026-07-28, and both stores. The server is `tests.helpers.fastmcp_server`, served by FastMCP's
-own HTTP app or run as a process of its own.
+eras, 2025-11-25 and 2026-07-28, and both stores. The server is `tests.helpers.peers.fastmcp_server`, served by
+FastMCP's own HTTP app or run as a process of its own.
 """
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.flows import ApiKeyEntry
 from mcp_elicit.web.pages import UrlPages
-from tests.helpers.fastmcp_server import SERVER_NAME, STATE_KEY, build
 from tests.helpers.http_harness import free_port, serving, wait_for_port
 from tests.helpers.pages_site import VAULT_KEYS, hidden
-from tests.helpers.serving import Counter, Person, accept
+from tests.helpers.peers.fastmcp_server import SERVER_NAME, STATE_KEY, build
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Counter
 from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
@@ -211,7 +212,7 @@ async def test_the_kit_runs_a_flow_tool_over_fastmcp_http(served: Served, era: A
 
 async def test_stdio_serves_fastmcp_client_and_kit_on_both_eras(store_url: str, tmp_path: Path) -> None:
     effects = tmp_path / "effects.json"
-    args = ["-m", "tests.helpers.fastmcp_server", "--store", store_url, "--effects", str(effects)]
+    args = ["-m", "tests.helpers.peers.fastmcp_server", "--store", store_url, "--effects", str(effects)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for era in ERAS:
         answers = Answers({"approve": True})
@@ -257,8 +258,8 @@ async def bearer_client(url: str, token: str, mode: str = "2026-07-28", **option
 
 
 def http_process(store_url: str, effects: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "tests.helpers.fastmcp_server", "--store", store_url, "--effects", str(effects),
-               "--port", str(port), "--lease", "1"]  # fmt: skip
+    command = [sys.executable, "-m", "tests.helpers.peers.fastmcp_server", "--store", store_url,
+               "--effects", str(effects), "--port", str(port), "--lease", "1"]  # fmt: skip
     with log.open("ab") as sink:
         process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=sink)
     wait_for_port(port, process)

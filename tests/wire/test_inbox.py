@@ -44,7 +44,8 @@ from mcp_elicit.web.mount import WebPages, mount_web
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import McpSite as Site
 from tests.helpers.pages_site import hidden, mcp_site
-from tests.helpers.serving import Person, Seats
+from tests.helpers.person import Person
+from tests.helpers.server import Seats
 from tests.runtime.test_server_flow import error_text, text
 from tests.store.test_store_corrupt_rows import corrupt_operation
 from tests.store.test_store_listing import corrupt

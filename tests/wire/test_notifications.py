@@ -44,10 +44,9 @@ from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import TASK_JOURNAL, Delivery, DeliveryState, NotificationEvent
 from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, wait_for_port
+from tests.helpers.person import Person, accept
 from tests.helpers.records import ALICE, Records
-from tests.helpers.serving import Person, accept
-from tests.helpers.tasks_server import Workspace as TasksWorkspace
-from tests.helpers.tasks_server import build as build_tasks
+from tests.helpers.server import Workspace, task_tools
 from tests.helpers.tasks_wire import LEGACY, MODERN, Wire
 from tests.runtime.test_server_flow import text
 from tests.wire.test_tasks import answer, answer_task
@@ -456,7 +455,7 @@ async def test_a_served_task_says_it_needs_input_and_its_question_ends(
             tasks=TaskSettings(poll_interval=timedelta(milliseconds=200)), notifications=fast,
         )  # fmt: skip
         server = runtime.server("tasks-http", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
-        build_tasks(runtime, TasksWorkspace(tmp_path / "workspace"))
+        task_tools(runtime, Workspace(tmp_path / "workspace"))
         try:
             with serving(server.streamable_http_app(), port) as base:
                 async with Wire(f"{base}/mcp", era, token="token-alice") as wire:
@@ -586,7 +585,19 @@ async def test_a_webhook_takes_over_what_the_store_holds_under_its_former_name(
 @contextmanager
 def notify_server(port: int, store: str, hook: str) -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.notify_server", "--port", str(port), "--store", store],
+        [
+            sys.executable,
+            "-m",
+            "tests.helpers.server",
+            "serve",
+            "--tools",
+            "ship",
+            "--webhook",
+            "--port",
+            str(port),
+            "--store",
+            store,
+        ],
         cwd=REPO,
         env={**os.environ, "MCP_ELICIT_WEBHOOK_URL": hook, "MCP_ELICIT_WEBHOOK_SECRET": SECRET},
     )

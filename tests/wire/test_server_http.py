@@ -17,7 +17,8 @@ from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
-from tests.helpers.serving import Counter, Person, accept, build_tools
+from tests.helpers.person import Person, accept
+from tests.helpers.server import Counter, flow_tools
 from tests.runtime.test_server_flow import text
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +30,7 @@ def served(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, str]]:
     port = free_port()
     runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"h" * 32]))
     server = runtime.server("http-server", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
-    build_tools(runtime, Counter(tmp_path / "effects.json"))
+    flow_tools(runtime, Counter(tmp_path / "effects.json"))
     with serving(server.streamable_http_app(), port) as base:
         yield runtime, f"{base}/mcp"
     runtime.close()
@@ -121,7 +122,7 @@ async def test_http_without_authorization_is_refused_unless_loopback_development
         identity = IdentityPolicy(allow_unauthenticated_loopback=True) if allow else None
         runtime = Elicitation(open_store(store_url), request_state=RequestState(keys=[b"u" * 32]), identity=identity)
         server = runtime.server("open-server")
-        build_tools(runtime, Counter(tmp_path / "effects.json"))
+        flow_tools(runtime, Counter(tmp_path / "effects.json"))
         try:
             with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
                 async with connect(f"{base}/mcp", None, "2026-07-28", Person([accept(approve=True)])) as client:

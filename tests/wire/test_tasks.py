@@ -22,7 +22,7 @@ from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
-from tests.helpers.tasks_server import Workspace, build
+from tests.helpers.server import Workspace, task_tools
 from tests.helpers.tasks_wire import LEGACY, MODERN, TASKS_EXTENSION, Wire, WireError
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +53,7 @@ def serve(store_url: str, root: Path, settings: TaskSettings | None = None) -> I
     )
     server = runtime.server("tasks-http", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
     workspace = Workspace(root / "workspace")
-    build(runtime, workspace)
+    task_tools(runtime, workspace)
     with serving(server.streamable_http_app(), port) as base:
         yield Served(runtime, f"{base}/mcp", workspace)
     runtime.close()

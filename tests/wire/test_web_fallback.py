@@ -42,7 +42,8 @@ from mcp_elicit.web import ApiKeyEntry
 from mcp_elicit.web.formpage import read_answer, render
 from tests.helpers.pages_site import McpSite as Site
 from tests.helpers.pages_site import hidden, mcp_site
-from tests.helpers.serving import Person, Seats
+from tests.helpers.person import Person
+from tests.helpers.server import Seats
 from tests.runtime.test_server_flow import error_text, text
 from tests.wire.test_authserver import access_token
 

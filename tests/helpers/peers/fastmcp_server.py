@@ -1,11 +1,12 @@
 """A FastMCP 4 server of flow tools for the FastMCP tests, in-process or as its own process (stdio or HTTP).
 
-The tools are those of `tests.helpers.serving` written as FastMCP users write them, plus what only FastMCP has to
-show: a plain `@mcp.tool` beside the flow tools, a FastMCP dependency (`CurrentContext`) in a flow tool's
-signature, and bodies that fail with FastMCP's `ToolError` or with a bug; `reserve` (`Fallback.WEB`) is
-served when the elicitation has a public base URL for its pages. Side effects are counted in a
-file, so a test can prove a step ran once. Run it as
-`python -m tests.helpers.fastmcp_server --store URL --effects FILE [--port N] [--lease S]` (stdio without `--port`).
+The tools are the `flow` tools of `tests.helpers.server` written as FastMCP users write them, plus what only
+FastMCP has to show: a plain `@mcp.tool` beside the flow tools, a FastMCP dependency (`CurrentContext`) in a
+flow tool's signature, and bodies that fail with FastMCP's `ToolError` or with a bug; `reserve`
+(`Fallback.WEB`) is served when the elicitation has a public base URL for its pages. Side effects are
+counted in a file, so a test can prove a step ran once. Run it as
+`python -m tests.helpers.peers.fastmcp_server --store URL --effects FILE [--port N] [--lease S]` (stdio without
+`--port`). A peer of its own (not `tests.helpers.server`): it stands for a server another framework builds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastmcp.dependencies import CurrentContext
 from fastmcp.exceptions import ToolError
 
 from mcp_elicit.fastmcp import FastMCPFlows
+from mcp_elicit.model import ResumePolicy
 from mcp_elicit.server import (
     Accepted,
     Completed,
@@ -32,7 +34,7 @@ from mcp_elicit.server import (
     Timing,
 )
 from mcp_elicit.store import open_store
-from tests.helpers.serving import Approval, Counter, Seats, book_with_fallback, connect_later
+from tests.helpers.server import Approval, Counter, Seats
 
 SERVER_NAME = "fastmcp-flows"
 STATE_KEY = b"f" * 32
@@ -52,8 +54,16 @@ def build(elicitation: Elicitation, counter: Counter, **options: Any) -> tuple[F
             return f"applied {scope} on {ctx.fastmcp.name}" + (f" ({answer.data.note})" if answer.data.note else "")
         return "declined" if isinstance(answer, Declined) else "not approved"
 
-    flows.tool(fallback=Fallback.ARGUMENTS, name="book")(book_with_fallback)
-    flows.tool(description="A URL decision: -32042 on 2025-11-25, an input request on 2026-07-28.")(connect_later)
+    @flows.tool(fallback=Fallback.ARGUMENTS, name="book")
+    async def book_with_fallback(flow: Flow, city: str) -> str:
+        """Falls back to call arguments when the client cannot show forms."""
+        seats = await flow.ask(f"How many seats to {city}?", Seats)
+        return f"booked {seats.data.seats} to {city}" if isinstance(seats, Accepted) else "not booked"
+
+    @flows.tool(description="A URL decision: -32042 on 2025-11-25, an input request on 2026-07-28.")
+    async def connect_later(flow: Flow) -> str:
+        outcome = await flow.ask_url("Connect your account", key="connect_account", resume=ResumePolicy.NOTIFICATION)
+        return "connected" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
 
     @flows.tool()
     async def set_key(flow: Flow) -> str:

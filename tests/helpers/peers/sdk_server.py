@@ -8,7 +8,8 @@ URL-mode request with `ctx.elicit_url`, which the SDK sends on any protocol (202
 how the client answered. `capabilities` returns the client capabilities the server received. `crash` logs
 a line and raises: the SDK answers only "Error executing tool crash" and logs the traceback to stderr.
 `hold` writes a marker file and then sleeps, so that a test knows the call is in flight before it kills
-the process (`pid`). Run it as `python -m tests.helpers.sdk_server`; `server` is the same server for in-process use.
+the process (`pid`). Run it as `python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process
+use. A peer of its own (not `tests.helpers.server`): it stands for tools written for the SDK, without mcp-elicit.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ CRASH_LOG = "opening the ledger"
 CONNECT_URL = "https://accounts.example/connect"
 
 server = MCPServer("sdk-server")
-log = logging.getLogger("tests.helpers.sdk_server")
+log = logging.getLogger("tests.helpers.peers.sdk_server")
 
 
 @server.tool()

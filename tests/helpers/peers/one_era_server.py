@@ -8,7 +8,7 @@ that do not check for the handshake answer. `--era 2026-07-28` speaks only the s
 
 Hand-written on purpose: the SDK's servers serve every era at once, so none of them can stand for a server
 that does not know the other. Its one tool, `echo`, answers its arguments. Run it as
-`python -m tests.helpers.one_era_server [--era ...]`.
+`python -m tests.helpers.peers.one_era_server [--era ...]`.
 """
 
 from __future__ import annotations
