@@ -327,9 +327,11 @@ async def test_overlapping_identical_calls_ask_the_person_once(store_url: str, t
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_body_working_on_after_its_answer_is_not_asked_again(store_url: str, tmp_path: Path, era: str) -> None:
     """The call that carried the question works on for longer than two leases after the answer, without a
-    step: its claim is kept until the commit that makes the answer durable, so no waiting call asks again."""
-    lease = 0.9
-    server = launch(store_url, tmp_path, lease=lease, ponder=2.5 * lease)
+    step: its claim is kept until the commit that makes the answer durable, so no waiting call asks again.
+    The lease is long enough that only a process kept off the CPU for a whole second lapses it (it is renewed
+    every third of it): at 0.9 s, a loaded machine lapsed it now and then and the person was asked twice."""
+    lease = 1.5
+    server = launch(store_url, tmp_path, lease=lease, ponder=2.2 * lease)
     desk = Desk(confirming(after=0.2))
     with running(server):
         [results] = await together(K, lambda index: connect(server.url, era, desk.seat(index)), calling("ponder", 4))
