@@ -89,9 +89,16 @@ from mcp_elicit.testing import Harness, accept, decline
 """
 
 
+INNER_OFF = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+"""Plugins an inner session goes without. Hypothesis's imports all of hypothesis at the session's end, with its
+assertions rewritten (pytest rewrites every module of a plugin's package); pytester drops what an inner session
+imported, so each inner session paid for that again, seconds each on a busy machine."""
+
+
 @pytest.fixture
 def inner(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\nfilterwarnings = error\n")
+    off = " ".join(INNER_OFF)
+    pytester.makeini(f"[pytest]\naddopts = --strict-markers {off}\nfilterwarnings = error\n")
     pytester.makeconftest(INNER_CONFTEST)
     return pytester
 
@@ -199,7 +206,7 @@ def test_nothing(elicit: Harness) -> None:
     pass
 """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(*INNER_OFF)
     result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines(["*define a fixture named elicit_app that returns your Elicitation*"])
 
@@ -258,7 +265,7 @@ async def test_lowlevel(elicit: Harness) -> None:
     assert elicit.decisions("ok", call=refused)[0].status.value == "requested"
 """
     )
-    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
+    pytester.runpytest(*INNER_OFF).assert_outcomes(passed=3)
 
 
 def test_turning_the_plugin_off_removes_its_fixtures(inner: pytest.Pytester) -> None:
