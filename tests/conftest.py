@@ -29,6 +29,10 @@ def pg_server() -> Iterator[str]:
     A worker's own database keeps what PostgreSQL scopes to a database apart: LISTEN/NOTIFY channels,
     advisory locks (the sweep's), `pg_stat_activity` counts of listeners. Its name carries the test run's
     id, so two runs on one machine (two checkouts, two terminals) never drop each other's database.
+
+    The drop at the end is sent, not waited for: DROP DATABASE forces a checkpoint of the whole server, which
+    on a busy machine took a minute, charged to the worker's last test. The server finishes the drop by itself
+    after the connection closes (it reads the close only after the statement ends).
     """
     try:
         psycopg.connect(PG_URL, connect_timeout=3).close()
@@ -49,8 +53,9 @@ def pg_server() -> Iterator[str]:
     try:
         yield urlunsplit(urlsplit(PG_URL)._replace(path=f"/{name}"))
     finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin = psycopg.connect(PG_URL, autocommit=True)
+        admin.pgconn.send_query(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+        admin.close()  # not `with`: leaving it commits, which waits for the statement under way
 
 
 @pytest.fixture

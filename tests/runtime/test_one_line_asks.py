@@ -546,7 +546,7 @@ def logged_failure(caplog: pytest.LogCaptureFixture, kind: type[Exception]) -> E
     raise AssertionError(f"no {kind.__name__} was logged")
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", ["2026-07-28"])  # refused at the ask, before any era's path
 @pytest.mark.parametrize(
     ("kind", "fragment"),
     [
@@ -568,7 +568,7 @@ async def test_an_unsupported_type_fails_the_ask_before_anything_is_stored_or_sh
     assert elicitation.store.list_decisions(Operator()) == []
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", ["2026-07-28"])  # refused at the ask, before any era's path
 async def test_a_one_value_ask_whose_question_asks_for_a_secret_is_refused_when_asked(
     elicitation: Elicitation, era: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,16 +1,14 @@
-"""The reference server's scenarios, in process on both eras, and `mcp-elicit serve` as a real subprocess."""
+"""The reference server's scenarios, in process on both eras (`mcp-elicit serve` as a process: tests/system)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitResult
 
-from mcp_elicit.model import Operator
 from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
@@ -136,25 +134,3 @@ async def test_missing_parameter_is_asked_only_when_absent(elicitation: Elicitat
     result = await call(elicitation, era, silent, "create_ticket", title="Coffee", priority="low")
     assert "(low): Coffee" in text(result)
     assert silent.asked == []
-
-
-@pytest.mark.parametrize("era", ERAS)
-async def test_serve_runs_as_a_real_stdio_subprocess(tmp_path: Path, era: str) -> None:
-    store = f"sqlite://{tmp_path / 'served.db'}"
-    parameters = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "mcp_elicit", "serve", "--store", store, "--workspace", str(tmp_path / "ws")],
-    )
-    person = Person([accept(priority="normal")])
-    async with Client(parameters, mode=era, elicitation_callback=person) as client:
-        tools = {tool.name for tool in (await client.list_tools()).tools}
-        assert {"deploy", "procure", "delete_files", "create_ticket"} <= tools
-        result = await client.call_tool("create_ticket", {"title": "Rotate keys"})
-    assert "(normal): Rotate keys" in text(result)
-    served = open_store(store)
-    try:
-        [decision] = served.list_decisions(Operator())
-        assert decision.key == "priority"
-        assert decision.principal_id == "local-user"
-    finally:
-        served.close()

@@ -265,7 +265,7 @@ async def test_a_legacy_client_refusing_the_model_gets_a_tool_error_and_is_asked
     assert len(refusing.asked) == len(willing.asked) == 1
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", [MODERN])  # the name is refused by `flow.step` itself, before any era's path
 async def test_step_names_in_the_library_namespace_are_refused(elicitation: Elicitation, era: str) -> None:
     async with client(elicitation, era) as c:
         result = await c.call_tool("reserved_step", {})

@@ -16,6 +16,7 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
+from mcp_elicit.testing import ControlledClock
 from tests.helpers.person import Person
 from tests.helpers.server import Counter, flow_tools
 from tests.runtime.test_server_flow import text, unwrap
@@ -24,15 +25,26 @@ pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
 
 
-@pytest.fixture
-def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
+STATE_TTL = 2.0
+
+
+def mrtr_runtime(store_url: str, tmp_path: Path, *, state_ttl: float = STATE_TTL) -> Elicitation:
+    """The runtime and its store on one `ControlledClock`: a test moves the clock past a claim's lease."""
+    clock = ControlledClock()
     runtime = Elicitation(
-        open_store(store_url),
-        request_state=RequestState(keys=[b"k" * 32], ttl=timedelta(seconds=2.0)),
+        open_store(store_url, clock=clock),
+        request_state=RequestState(keys=[b"k" * 32], ttl=timedelta(seconds=state_ttl)),
         timing=Timing(long_poll=timedelta(seconds=0.5)),
+        clock=clock,
     )
     runtime.server("mrtr-server")
     flow_tools(runtime, Counter(tmp_path / "effects.json"))
+    return runtime
+
+
+@pytest.fixture
+def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
+    runtime = mrtr_runtime(store_url, tmp_path)
     yield runtime
     runtime.close()
 
@@ -107,7 +119,10 @@ async def test_a_question_out_in_a_lapsed_round_is_asked_in_the_next(elicitation
         assert round_one.input_requests is not None and list(round_one.input_requests) == ["name"]
         overlapping = await first_round(c, "greet_and_book", {})
         assert overlapping.input_requests is None
-        await anyio.sleep(2.0 + ROUND_LAPSE_MARGIN.total_seconds() + 0.5)
+        lapsed = timedelta(seconds=STATE_TTL) + ROUND_LAPSE_MARGIN + timedelta(seconds=0.5)
+        clock = elicitation.clock
+        assert isinstance(clock, ControlledClock)
+        clock.advance(lapsed)
         later = await first_round(c, "greet_and_book", {})
         assert later.input_requests is not None and list(later.input_requests) == ["name"]
         done = await retry(
@@ -161,15 +176,22 @@ async def test_state_for_other_arguments_is_refused(elicitation: Elicitation) ->
         await refused(c, "approve", {"scope": "staging"}, round_one.request_state, approve_scope=answer)
 
 
-async def test_expired_state_is_refused(elicitation: Elicitation) -> None:
-    async with client(elicitation) as c:
-        round_one = await first_round(c, "approve", {"scope": "prod"})
-        assert round_one.request_state is not None
-        await anyio.sleep(2.2)
-        answer = ElicitResult(action="accept", content={"approve": True})
-        await refused(c, "approve", {"scope": "prod"}, round_one.request_state, approve_scope=answer)
-    [decision] = elicitation.store.list_decisions(Operator())
-    assert decision.status is DecisionStatus.REQUESTED
+async def test_expired_state_is_refused(store_url: str, tmp_path: Path) -> None:
+    """The SDK seals the state's expiry on the wall clock (`time.time()`), not the runtime's: real time must pass,
+    so this runtime's state lives a fifth of a second."""
+    ttl = 0.2
+    elicitation = mrtr_runtime(store_url, tmp_path, state_ttl=ttl)
+    try:
+        async with client(elicitation) as c:
+            round_one = await first_round(c, "approve", {"scope": "prod"})
+            assert round_one.request_state is not None
+            await anyio.sleep(ttl + 0.1)
+            answer = ElicitResult(action="accept", content={"approve": True})
+            await refused(c, "approve", {"scope": "prod"}, round_one.request_state, approve_scope=answer)
+        [decision] = elicitation.store.list_decisions(Operator())
+        assert decision.status is DecisionStatus.REQUESTED
+    finally:
+        elicitation.close()
 
 
 async def test_state_from_another_instance_with_the_same_keys_is_accepted(store_url: str, tmp_path: Path) -> None:

@@ -89,9 +89,16 @@ from mcp_elicit.testing import Harness, accept, decline
 """
 
 
+INNER_OFF = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+"""Plugins an inner session goes without. Hypothesis's imports all of hypothesis at the session's end, with its
+assertions rewritten (pytest rewrites every module of a plugin's package); pytester drops what an inner session
+imported, so each inner session paid for that again, seconds each on a busy machine."""
+
+
 @pytest.fixture
 def inner(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\nfilterwarnings = error\n")
+    off = " ".join(INNER_OFF)
+    pytester.makeini(f"[pytest]\naddopts = --strict-markers {off}\nfilterwarnings = error\n")
     pytester.makeconftest(INNER_CONFTEST)
     return pytester
 
@@ -199,7 +206,7 @@ def test_nothing(elicit: Harness) -> None:
     pass
 """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(*INNER_OFF)
     result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines(["*define a fixture named elicit_app that returns your Elicitation*"])
 
@@ -258,7 +265,7 @@ async def test_lowlevel(elicit: Harness) -> None:
     assert elicit.decisions("ok", call=refused)[0].status.value == "requested"
 """
     )
-    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
+    pytester.runpytest(*INNER_OFF).assert_outcomes(passed=3)
 
 
 def test_turning_the_plugin_off_removes_its_fixtures(inner: pytest.Pytester) -> None:
@@ -393,6 +400,7 @@ async def test_an_accept_for_a_url_question_fails(elicit: Harness) -> None:
         await elicit.call("connect", answers={"connect_account": accept()})
 
 
+@pytest.mark.elicit_eras("2026-07-28")  # the assertions read the store, which every era writes alike
 @pytest.mark.anyio
 async def test_the_assertions_say_what_the_store_recorded(elicit: Harness, counter: Counter) -> None:
     first = await elicit.call("approve", {"scope": "prod"}, answers={"approve_scope": accept(approve=True)})
@@ -425,6 +433,7 @@ async def test_the_assertions_say_what_the_store_recorded(elicit: Harness, count
     assert counter.read() == {"plan": 2, "apply": 1}
 
 
+@pytest.mark.elicit_eras("2026-07-28")  # a request's digest is the same on every era
 @pytest.mark.anyio
 async def test_a_call_that_asks_nothing_is_found_by_its_digest(elicit: Harness) -> None:
     first = await elicit.call("book_with_fallback", {"city": "Oslo"}, modes=())

@@ -183,7 +183,7 @@ def oauth_client(deployment: Deployment, person: SigningInPerson, storage: SignI
     )
 
 
-@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("era", ["2026-07-28"])  # OAuth signs in the HTTP client, below any era
 async def test_the_sdk_client_signs_in_and_the_decision_belongs_to_the_signed_in_user(
     deployed: Deployment, browser: httpx2.AsyncClient, era: str
 ) -> None:

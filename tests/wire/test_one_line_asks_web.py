@@ -108,7 +108,7 @@ async def test_a_one_line_ask_is_answered_on_the_page_and_the_retry_gets_the_typ
     assert text(await call(site, era, case.tool)) == repr(Accepted(case.data))
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", ["2026-07-28"])  # the page checks the stored schema, whichever era asked
 async def test_the_page_checks_a_one_value_answer_against_the_stored_schema(site: Site, era: str) -> None:
     url = page_url(await call(site, era, "seats"))
     async with browser_of() as browser:

@@ -161,7 +161,7 @@ async def test_a_declined_read_reaches_the_body_and_another_uri_is_another_opera
     assert len(operations(served.store)) == 2
 
 
-@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("era", ["2026-07-28"])  # the result is recorded and replayed alike on every era
 async def test_bytes_are_recorded_and_replayed_exactly(served: Instances, era: str) -> None:
     handler = ScriptedHandler([{"match": "Send the blob", "reply": "accept", "content": {"value": True}}])
     async with ElicitingClient(Http(served.urls[0], bearer_token="token-alice"), handler, era=era) as client:  # type: ignore[arg-type]
