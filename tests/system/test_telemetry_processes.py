@@ -42,10 +42,10 @@ import sys
 import anyio
 from mcp import Client
 import mcp_elicit.server
-from mcp_elicit.server import Elicitation, Flow
+from mcp_elicit.server import Elicitation, Flow, RequestState
 from opentelemetry import trace
 
-runtime = Elicitation("sqlite://{tmp_path / "bare.db"}", single_process=True)
+runtime = Elicitation("sqlite://{tmp_path / "bare.db"}", request_state=RequestState(single_process=True))
 server = runtime.server("bare")
 
 @runtime.tool()
