@@ -273,8 +273,7 @@ def elicitation(store_url: str, tools: Tools) -> Iterator[Elicitation]:
 
 
 async def call(elicitation: Elicitation, era: str, person: Person | None, tool: str, **arguments: Any) -> Any:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode=era, elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, arguments)
 
 

@@ -33,8 +33,7 @@ def elicitation(store_url: str, workspace: Workspace) -> Iterator[Elicitation]:
 
 
 async def call(runtime: Elicitation, era: str, person: Person, tool: str, **arguments: object) -> CallToolResult:
-    assert runtime._server is not None
-    async with Client(runtime._server, mode=era, elicitation_callback=person) as client:
+    async with Client(runtime.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, dict(arguments))
 
 

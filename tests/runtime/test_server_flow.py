@@ -73,8 +73,7 @@ def error_text(result: CallToolResult) -> str:
 async def call(
     elicitation: Elicitation, era: str, person: Person | None, tool: str, **arguments: object
 ) -> CallToolResult:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode=era, elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, dict(arguments))
 
 

@@ -168,9 +168,8 @@ def client(
     roots: Roots | None = None,
 ) -> Client:
     """A client declaring exactly the capabilities it has a callback for."""
-    assert elicitation._server is not None
     return Client(
-        elicitation._server,
+        elicitation.mcp_server,
         mode=era,
         elicitation_callback=person,
         sampling_callback=model,

@@ -50,8 +50,7 @@ def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
 
 
 def client(elicitation: Elicitation) -> Client:
-    assert elicitation._server is not None
-    return Client(elicitation._server, mode=MODERN, elicitation_callback=Person())
+    return Client(elicitation.mcp_server, mode=MODERN, elicitation_callback=Person())
 
 
 async def first_round(c: Client, tool: str, arguments: dict[str, object]) -> InputRequiredResult:

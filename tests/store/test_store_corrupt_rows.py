@@ -18,7 +18,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mcp_elicit.cli._render import PLAIN_COLUMNS
 from mcp_elicit.model import Decision, DecisionStatus, Operation, Operator
 from mcp_elicit.server.tasks.state import META_JOURNAL, TaskMeta
 from mcp_elicit.store import StoreCorrupt, UnreadableRow, open_store
@@ -277,8 +276,8 @@ def test_an_unreadable_operation_leaves_every_decision_listed_without_its_task_s
     listed = cli("decisions", "ls", "--store", store_url)
     assert listed.returncode == 2, listed.stderr
     assert "Traceback" not in listed.stderr and "nope" not in listed.stderr
-    rows = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
-    task = PLAIN_COLUMNS.index("task")
+    header, *rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    task = header.index("task")
     assert [(row[0], row[task]) for row in rows] == [
         (newest_first[0], "input_required"), (newest_first[1], ""), (newest_first[2], "input_required")
     ]  # fmt: skip

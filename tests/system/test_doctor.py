@@ -12,8 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mcp_elicit.store import open_store
-from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, statements
+from mcp_elicit.store import SCHEMA_VERSION, open_store, schema_statements
 from tests.helpers.http_harness import free_port
 
 # On both engines: doctor checks each engine its own way.
@@ -51,11 +50,9 @@ def run(tmp_path: Path, environ: dict[str, str], *options: str) -> tuple[int, li
 
 def at_version(store_url: str, version: int) -> None:
     """A store as an older mcp-elicit left it: migrations 1..version applied, no later one."""
-    script = ["CREATE TABLE elicit_schema (version INTEGER NOT NULL)"]
-    types = SQLITE_TYPES if store_url.startswith("sqlite:") else POSTGRES_TYPES
-    for number in range(1, version + 1):
-        script += [*statements(number, types), f"INSERT INTO elicit_schema (version) VALUES ({number})"]
-    if types is SQLITE_TYPES:
+    on_sqlite = store_url.startswith("sqlite:")
+    script = schema_statements("sqlite" if on_sqlite else "postgresql", until=version)
+    if on_sqlite:
         connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
         try:
             for statement in script:
@@ -90,7 +87,7 @@ def test_a_good_configuration_passes_on_both_stores(tmp_path: Path, store_url: s
         "(sealing with v2)",
         "provider: none configured, so connect_account is not served (set MCP_ELICIT_PROVIDER_URL to serve it)",
     ]
-    assert fine[4].startswith("store ") and fine[4].endswith(f": schema version {LATEST_VERSION}, this code's")
+    assert fine[4].startswith("store ") and fine[4].endswith(f": schema version {SCHEMA_VERSION}, this code's")
     assert "sekret" not in fine[4]
 
 
@@ -130,7 +127,7 @@ def test_an_empty_environment_lists_every_problem_and_creates_nothing(tmp_path: 
     assert all(" is not set: give " in problem for problem in problems[2:6])
     assert problems[6] == (
         f"store: {tmp_path / 'xdg' / 'mcp-elicit' / 'elicit.db'} has no mcp-elicit schema yet, and this mcp-elicit "
-        f"needs version {LATEST_VERSION}; `mcp-elicit serve` creates it when it starts"
+        f"needs version {SCHEMA_VERSION}; `mcp-elicit serve` creates it when it starts"
     )
     assert not (tmp_path / "xdg").exists()
 
@@ -185,7 +182,7 @@ def test_a_pending_migration_is_reported_and_not_run(tmp_path: Path, store_url: 
     [problem] = problems
     assert problem.startswith("store: ")
     assert problem.endswith(
-        f"has schema version 1, and this mcp-elicit needs version {LATEST_VERSION}; "
+        f"has schema version 1, and this mcp-elicit needs version {SCHEMA_VERSION}; "
         "`mcp-elicit serve` migrates it when it starts (back the database up first)"
     )
     assert stored_versions(store_url) == [1]
@@ -195,14 +192,14 @@ def test_a_newer_schema_says_to_upgrade(tmp_path: Path, store_url: str) -> None:
     open_store(store_url).close()
     if store_url.startswith("sqlite:"):
         connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
-        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (LATEST_VERSION + 1,))
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
         connection.close()
     else:
         with psycopg.connect(store_url, autocommit=True) as pg:
-            pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (LATEST_VERSION + 1,))
+            pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     code, [problem], _ = run(tmp_path, {**GOOD, "MCP_ELICIT_STORE": store_url})
     assert code == 1
-    assert f"has schema version {LATEST_VERSION + 1}, but this mcp-elicit supports up to" in problem
+    assert f"has schema version {SCHEMA_VERSION + 1}, but this mcp-elicit supports up to" in problem
     assert problem.endswith("upgrade mcp-elicit to use this store")
 
 

@@ -27,9 +27,9 @@ import httpx2
 import psycopg
 import pytest
 
-from mcp_elicit.store import SchemaTooNew, open_store
-from mcp_elicit.store._schema import LATEST_VERSION
-from mcp_elicit.web.health import _SingleProbe, _StoreState
+from mcp_elicit.server import Elicitation, RequestState
+from mcp_elicit.store import SCHEMA_VERSION, SchemaTooNew, open_store
+from mcp_elicit.web.health import Health
 from tests.helpers.http_harness import free_port, wait_for_port
 
 # On both engines: readiness reads each engine its own way.
@@ -183,7 +183,7 @@ def set_schema_version(store_url: str, version: int | None) -> None:
         connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
         try:
             if version is None:
-                connection.execute("DELETE FROM elicit_schema WHERE version > ?", (LATEST_VERSION,))
+                connection.execute("DELETE FROM elicit_schema WHERE version > ?", (SCHEMA_VERSION,))
             else:
                 connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (version,))
         finally:
@@ -191,7 +191,7 @@ def set_schema_version(store_url: str, version: int | None) -> None:
         return
     with psycopg.connect(store_url, autocommit=True) as pg:
         if version is None:
-            pg.execute("DELETE FROM elicit_schema WHERE version > %s", (LATEST_VERSION,))
+            pg.execute("DELETE FROM elicit_schema WHERE version > %s", (SCHEMA_VERSION,))
         else:
             pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (version,))
 
@@ -209,10 +209,10 @@ def test_both_answer_without_authorization_while_the_mcp_endpoint_demands_it(tmp
 def test_a_newer_schema_makes_the_instance_not_ready_until_it_is_gone(tmp_path: Path, store_url: str) -> None:
     with serving(tmp_path, store_url) as served:
         assert served.ready()[0] == 200
-        set_schema_version(store_url, LATEST_VERSION + 1)
+        set_schema_version(store_url, SCHEMA_VERSION + 1)
         body = served.until(503)
         assert body == {"status": "not ready", "checks": {"store": "ok", "schema": "too_new", "keys": "ok"}}
-        assert f"schema version {LATEST_VERSION + 1}" in served.logged()
+        assert f"schema version {SCHEMA_VERSION + 1}" in served.logged()
         set_schema_version(store_url, None)
         assert served.until(200)["checks"] == READY
         assert "ready again" in served.logged()
@@ -278,43 +278,59 @@ def test_the_development_server_serves_them_too(tmp_path: Path) -> None:
         assert served.ready() == (200, {"status": "ready", "checks": READY})
 
 
-def test_one_probe_runs_at_a_time_and_callers_meanwhile_share_its_answer() -> None:
-    release = threading.Event()
-    runs: list[int] = []
+def schema_reads_waiting_on_a_lock(database_url: str) -> int:
+    """The store's reads of `elicit_schema` (readiness's query) that wait on a lock held elsewhere."""
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            " AND query LIKE 'SELECT max(version) FROM elicit_schema%%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
-    def check() -> _StoreState:
-        runs.append(1)
-        release.wait(timeout=30)
-        return _StoreState("ok", "ok")
+
+@pytest.mark.postgres
+def test_one_check_runs_at_a_time_and_callers_meanwhile_share_its_answer(pg_schema_url: str) -> None:
+    """While the database holds readiness's query up, the callers arriving meanwhile wait for the check under
+    way: one query on the database, not one (and one worker thread) per caller. A check that ended is not
+    reused: the next caller's check reads the database again."""
+    elicitation = Elicitation(open_store(pg_schema_url), request_state=RequestState(keys=[b"k" * 32]))
+    health = Health(elicitation, timeout=30)
 
     async def main() -> None:
-        probe = _SingleProbe(check)
-        assert await probe.answer(0.2) is None  # gave up; the run goes on
-        answers: list[_StoreState | None] = []
+        answers: list[dict[str, str]] = []
 
         async def ask() -> None:
-            answers.append(await probe.answer(10))
+            answers.append(await health.readiness())
 
-        async with anyio.create_task_group() as group:
-            for _ in range(5):
-                group.start_soon(ask)
-            await anyio.sleep(0.2)
-            release.set()
-        assert answers == [_StoreState("ok", "ok")] * 5
-        assert len(runs) == 1
-        assert await probe.answer(10) == _StoreState("ok", "ok")
-        assert len(runs) == 2
+        with psycopg.connect(pg_schema_url) as holder:
+            holder.execute("LOCK TABLE elicit_schema IN ACCESS EXCLUSIVE MODE")  # until this transaction ends
+            async with anyio.create_task_group() as group:
+                for _ in range(5):
+                    group.start_soon(ask)
+                with anyio.fail_after(30):
+                    while not await anyio.to_thread.run_sync(schema_reads_waiting_on_a_lock, pg_schema_url):
+                        await anyio.sleep(0.05)
+                await anyio.wait_all_tasks_blocked()
+                assert await anyio.to_thread.run_sync(schema_reads_waiting_on_a_lock, pg_schema_url) == 1
+                holder.rollback()
+        assert answers == [READY] * 5
+        set_schema_version(pg_schema_url, SCHEMA_VERSION + 1)
+        assert (await health.readiness())["schema"] == "too_new"
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        elicitation.close()
 
 
 def test_verify_schema_reads_the_database_now_not_what_opening_found(store_url: str) -> None:
     store = open_store(store_url)
     try:
         store.verify_schema()
-        set_schema_version(store_url, LATEST_VERSION + 1)
-        with pytest.raises(SchemaTooNew, match=f"schema version {LATEST_VERSION + 1}"):
+        set_schema_version(store_url, SCHEMA_VERSION + 1)
+        with pytest.raises(SchemaTooNew, match=f"schema version {SCHEMA_VERSION + 1}"):
             store.verify_schema()
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()

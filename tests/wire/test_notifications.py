@@ -89,13 +89,14 @@ class Receiver:
     def __init__(self, statuses: tuple[int, ...] = (), port: int | None = None) -> None:
         self.statuses = list(statuses)
         self.received: list[Received] = []
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        """Held while the handler thread records a delivery, and while the test reads them."""
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
-                with receiver._lock:
+                with receiver.lock:
                     status = receiver.statuses.pop(0) if receiver.statuses else 200
                     receiver.received.append(
                         Received(
@@ -123,7 +124,7 @@ class Receiver:
         self._server.server_close()
 
     def delivered(self) -> list[Received]:
-        with self._lock:
+        with self.lock:
             return [r for r in self.received if 200 <= r.answered < 300]
 
 
