@@ -22,8 +22,8 @@ from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestURLP
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import open_store
+from tests.helpers.results import text
 from tests.helpers.server import Approval
-from tests.runtime.test_server_flow import text
 
 # On both engines: a wait woken by LISTEN on PostgreSQL, by the in-process listener on SQLite.
 pytestmark = [pytest.mark.anyio, pytest.mark.engines("sqlite", "postgres")]

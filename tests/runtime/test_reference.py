@@ -13,7 +13,7 @@ from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from tests.helpers.person import Person, accept
-from tests.runtime.test_server_flow import text
+from tests.helpers.results import text
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]

@@ -21,8 +21,8 @@ from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, Reque
 from mcp_elicit.store import DecisionConflict, open_store
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.person import Person, accept
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Approval, Counter, flow_tools
-from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
 LOCAL = Principal("local-user", "stdio")

@@ -22,10 +22,10 @@ from mcp_elicit.model import Operator
 from mcp_elicit.server import Elicitation, Flow, RequestState
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Counter
+from tests.helpers.tasks_http import Served, serve
 from tests.helpers.tasks_wire import LEGACY, MODERN, WireError
-from tests.runtime.test_server_flow import text, unwrap
-from tests.wire.test_tasks import Served, serve
 
 pytestmark = pytest.mark.anyio
 

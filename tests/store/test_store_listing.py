@@ -8,8 +8,6 @@ walk is under way, and rows whose stored values cannot be read.
 from __future__ import annotations
 
 import base64
-import sqlite3
-from contextlib import closing
 from datetime import timedelta
 
 import psycopg
@@ -18,8 +16,8 @@ import pytest
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Operator
 from mcp_elicit.store import DecisionFilter, DecisionPage, Store
 from mcp_elicit.store.sqlite import SQLiteStore
-from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import FakeClock
+from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.records import ALICE, BOB, Records
 
 EVERYONE = Operator("listing-test")
@@ -137,16 +135,6 @@ def test_a_text_that_is_no_cursor_is_refused(store: Store, token: str) -> None:
 def test_a_limit_below_one_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="limit must be at least 1"):
         store.decision_page(EVERYONE, limit=0)
-
-
-def corrupt(store_url: str, sql: str) -> None:
-    if store_url.startswith("sqlite:"):
-        with closing(sqlite3.connect(sqlite_path(store_url))) as connection:
-            connection.execute(sql)
-            connection.commit()
-    else:
-        with psycopg.connect(store_url, autocommit=True) as connection:
-            connection.execute(sql)
 
 
 def test_unreadable_rows_at_page_ends_never_stall_a_walk(

@@ -37,8 +37,8 @@ from mcp_elicit.store import (
 from mcp_elicit.store.migrations import Engine
 from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import START, FakeClock
+from tests.helpers.race import race
 from tests.helpers.records import ALICE, ALICE_OTHER_CLIENT, BOB
-from tests.store.test_store_concurrency import race
 
 T = TypeVar("T")
 

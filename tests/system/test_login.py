@@ -30,8 +30,8 @@ from mcp_elicit.client.tokens import LoginStore, SavedLogin
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, WebPages, mount_web
+from tests.helpers.browser import chromium as chromium  # the fixture that skips without Chromium
 from tests.helpers.http_harness import free_port, serving
-from tests.system.test_browser import chromium  # noqa: F401 (the fixture that skips without Chromium)
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 BROWSER_SCRIPT = Path(__file__).parents[1] / "helpers" / "login_browser.py"

@@ -44,18 +44,18 @@ from mcp_elicit.store import Store, StoreReadOnly, StoreUnavailable, open_store,
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
+from tests.helpers.commands import cli
+from tests.helpers.doctor import GOOD
+from tests.helpers.doctor import run as doctor
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving
+from tests.helpers.inbox_site import browser, call, inbox_site, only, sign_in, token
 from tests.helpers.pages_site import hidden
 from tests.helpers.person import accept
 from tests.helpers.records import Records
+from tests.helpers.relay import Relay
+from tests.helpers.results import error_text, text, unwrap
 from tests.helpers.server import Approval, Counter
 from tests.helpers.tasks_wire import MODERN, Wire
-from tests.runtime.test_server_flow import error_text, text, unwrap
-from tests.system.test_cli import cli
-from tests.system.test_doctor import GOOD
-from tests.system.test_doctor import run as doctor
-from tests.system.test_health import Relay
-from tests.wire.test_inbox import browser, call, inbox_site, only, sign_in, token
 
 pytestmark = pytest.mark.anyio
 

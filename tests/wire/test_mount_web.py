@@ -47,9 +47,9 @@ from mcp_elicit.web import (
 )
 from mcp_elicit.web.jwks import JwksError
 from tests.helpers.http_harness import free_port, serving
+from tests.helpers.oauth_client import access_token, mcp_status
 from tests.helpers.pages_site import hidden
-from tests.runtime.test_server_flow import error_text, text
-from tests.wire.test_authserver import access_token, mcp_status
+from tests.helpers.results import error_text, text
 
 pytestmark = pytest.mark.anyio
 

@@ -46,11 +46,11 @@ from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, wait_for_port
 from tests.helpers.person import Person, accept
 from tests.helpers.records import ALICE, Records
+from tests.helpers.results import text
 from tests.helpers.server import Workspace, task_tools
+from tests.helpers.tasks_http import answer, answer_task
+from tests.helpers.tasks_http import until as task_until
 from tests.helpers.tasks_wire import LEGACY, MODERN, Wire
-from tests.runtime.test_server_flow import text
-from tests.wire.test_tasks import answer, answer_task
-from tests.wire.test_tasks import until as task_until
 
 # On both engines: the outbox claimed by several deliverers: row locks on PostgreSQL.
 pytestmark = pytest.mark.engines("sqlite", "postgres")
