@@ -187,7 +187,7 @@ class SqlFloor:
     @classmethod
     async def captured(cls, client: Client, elicitation: Elicitation, era: Era, tally: Calls) -> SqlFloor:
         statements: list[str] = []
-        connection = cast(SQLiteStore, elicitation.store)._connection()
+        connection = cast(SQLiteStore, elicitation.store).connection()
         connection.set_trace_callback(statements.append)
         try:
             await tally.block(client, COUNTED, era.tool(COUNTED, ELICIT), 1)

@@ -44,8 +44,7 @@ from bench._common import (
     verdict,
 )
 from mcp_elicit.model import JSONValue, Operation
-from mcp_elicit.store import Store, open_store
-from mcp_elicit.store._sweep import SWEEP_BATCH
+from mcp_elicit.store import SWEEP_BATCH, Store, open_store
 
 DESCRIPTION = "Time one sweep_expired() over many pending decisions against a full-table scan of them."
 TARGET = 0.05

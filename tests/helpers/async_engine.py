@@ -1,28 +1,30 @@
 """A `Store` whose calls run on the PostgreSQL store's async engine, so the store suite proves both engines.
 
-The adapter is a `Store` whose `_run` awaits each call's program (the very lambda `Store` and `AsyncStore`
-build) on the async core, on an event loop of the adapter's own, inside `serving`: the path the server takes
-on PostgreSQL. `atomically` opens the core's async unit on that loop; the work runs here, and the unit's task
-awaits each of its calls in the unit's own context, so they share its transaction as a server call's do.
+Each call the suite makes on the blocking interface is made the way the server makes it: through `AsyncStore`,
+awaited on an event loop of the adapter's own while `serving` holds the async engine open there. `atomically`
+opens an `AsyncStore.atomically` unit on that loop; the work runs here, and the unit's task awaits each of its
+calls in the unit's own context, so they share its transaction as a server call's do. Everything else (the
+URL, listening, change listeners) is the PostgreSQL store's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, cast
 
 from mcp_elicit.store import Store
-from mcp_elicit.store._facade import Program
-from mcp_elicit.store._sql import SQLCore
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
-from mcp_elicit.store.protocol import Interest
 
 R = TypeVar("R")
 _SECONDS = 60
+
+_CALLS = frozenset(name for name, member in vars(AsyncStore).items() if inspect.iscoroutinefunction(member))
+"""The store's calls: what `AsyncStore` declares (and `Store` is generated from)."""
 
 _Call = tuple[Coroutine[Any, Any, Any], "concurrent.futures.Future[Any]"]
 
@@ -32,10 +34,10 @@ class _End:
         self.failure = failure
 
 
-class ThroughAsyncEngine(Store):
+class ThroughAsyncEngine:
     def __init__(self, store: PostgresStore) -> None:
-        self._store = store  # first: `__getattr__` reads it
-        super().__init__(store._core, store._change_listeners)
+        self._store = store
+        self._reached = AsyncStore(store)
         self._local = threading.local()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="async-engine", daemon=True)
@@ -44,7 +46,7 @@ class ThroughAsyncEngine(Store):
         self._done = asyncio.Event()
 
         async def hold() -> None:
-            async with self._store.serving():
+            async with store.serving():
                 opened.set()
                 await self._done.wait()
 
@@ -53,35 +55,14 @@ class ThroughAsyncEngine(Store):
             raise RuntimeError("the async engine did not open")
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)  # what only the PostgreSQL store has (its pool, for one)
+        if name not in _CALLS:
+            return getattr(self._store, name)
+        call = getattr(self._reached, name)
 
-    @property
-    def display_url(self) -> str:
-        return self._store.display_url
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._await(call(*args, **kwargs))
 
-    def schema_version(self) -> int:
-        return self._store.schema_version()
-
-    @property
-    def asynchronous(self) -> SQLCore | None:
-        return self._store.asynchronous
-
-    @asynccontextmanager
-    async def serving(self) -> AsyncIterator[None]:
-        async with self._store.serving():
-            yield
-
-    async def listen(self, on_change: Callable[[str], None], interest: Interest | None = None) -> None:
-        await self._store.listen(on_change, interest)
-
-    def _run(self, program: Program[R]) -> R:
-        result: R = self._await(self._on_engine(program))
-        return result
-
-    async def _on_engine(self, program: Program[R]) -> R:
-        engine = self._store.asynchronous
-        assert engine is not None, "the async engine is open on this loop"
-        return await program(engine)
+        return blocking
 
     def _await(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
         inbox: asyncio.Queue[_Call | _End] | None = getattr(self._local, "inbox", None)
@@ -109,12 +90,7 @@ class ThroughAsyncEngine(Store):
                 except Exception as error:
                     answer.set_exception(error)
 
-        async def unit() -> None:
-            engine = self._store.asynchronous
-            assert engine is not None
-            await engine.atomically(run_calls)
-
-        holding = asyncio.run_coroutine_threadsafe(unit(), self._loop)
+        holding = asyncio.run_coroutine_threadsafe(self._reached.atomically(run_calls), self._loop)
         self._local.inbox = inbox
         try:
             result = work()
@@ -142,5 +118,6 @@ class ThroughAsyncEngine(Store):
 
 
 def through_async_engine(store: Store) -> Store:
+    """`store`, a PostgreSQL store, with every call of the blocking interface made on its async engine."""
     assert isinstance(store, PostgresStore)
-    return ThroughAsyncEngine(store)
+    return cast(Store, ThroughAsyncEngine(store))

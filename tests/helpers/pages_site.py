@@ -226,6 +226,23 @@ def start(browser: httpx2.Client, site: Site, decision: Decision) -> tuple[httpx
     return page, pressed
 
 
+def consent_at_provider(browser: httpx2.Client, authorize_url: str, allow: bool) -> str:
+    """Alice signs in at the stand-in provider and allows or denies; where the provider sends her back."""
+    form = browser.get(authorize_url)
+    assert form.status_code == 200
+    signed = browser.post(
+        authorize_url.split("?")[0],
+        data={"username": "alice", "password": "wonderland", "request": hidden(form.text, "request")},
+    )
+    decided = browser.post(
+        authorize_url.split("?")[0] + "/consent",
+        data={"request": hidden(signed.text, "request"), "csrf_token": hidden(signed.text, "csrf_token"),
+              "action": "allow" if allow else "deny"},
+    )  # fmt: skip
+    assert decided.status_code == 302
+    return decided.headers["location"]
+
+
 @pytest.fixture(scope="module")
 def ports() -> tuple[int, int]:
     """The site's port is known before the provider starts: the provider registers its exact callback."""

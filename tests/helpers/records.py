@@ -1,4 +1,4 @@
-"""Valid store records built in one line, and the principals the store tests use."""
+"""Valid store records built in one line, the principals the store tests use, and a decision's status read back."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from datetime import datetime, timedelta
 from mcp_elicit.model import (
     Decision,
     DecisionOrigin,
+    DecisionStatus,
     JSONObject,
     Operation,
+    Operator,
     Principal,
     new_form_decision,
     new_operation,
     new_url_decision,
 )
-from mcp_elicit.store import Store
+from mcp_elicit.store import Store, open_store
 
 ALICE = Principal("alice", "client-a")
 BOB = Principal("bob", "client-a")
@@ -88,3 +90,13 @@ class Records:
             self._origin(operation, key, ()), message="Connect your account", url=url, now=self.clock(), ttl=ttl
         )
         return self.store.create_decision(decision)
+
+
+def decision_status(store_url: str) -> DecisionStatus:
+    """The status of the one decision in the store at `store_url`, as another process left it."""
+    store = open_store(store_url)
+    try:
+        [decision] = store.list_decisions(Operator())
+    finally:
+        store.close()
+    return decision.status

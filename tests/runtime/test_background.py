@@ -70,7 +70,7 @@ async def test_claims_stay_renewed_after_the_connection_whose_lifespan_renewed_t
             for _ in range(6):
                 await anyio.sleep(lease.total_seconds() / 2)
                 [claim] = elicitation.store.claims(flow.operation_id, caller=flow.principal)
-                lapsed.append(claim.lease_until <= elicitation._clock())
+                lapsed.append(claim.lease_until <= elicitation.clock())
             return "held"
 
         return await flow.step("slow", slow)

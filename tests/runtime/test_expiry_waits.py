@@ -22,8 +22,8 @@ from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestURLP
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation, Flow, RequestState, Timing
 from mcp_elicit.store import open_store
+from tests.helpers.results import text
 from tests.helpers.server import Approval
-from tests.runtime.test_server_flow import text
 
 # On both engines: a wait woken by LISTEN on PostgreSQL, by the in-process listener on SQLite.
 pytestmark = [pytest.mark.anyio, pytest.mark.engines("sqlite", "postgres")]
@@ -91,9 +91,8 @@ def within_the_deadline(started: float) -> None:
 
 
 async def test_a_question_nobody_answers_expires_at_its_deadline(elicitation: Elicitation) -> None:
-    assert elicitation._server is not None
     person = Silent()
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=person) as client:
         started = time.monotonic()
         with anyio.fail_after(GIVE_UP):
             result = await client.call_tool("approve", {"scope": "prod"})
@@ -103,10 +102,9 @@ async def test_a_question_nobody_answers_expires_at_its_deadline(elicitation: El
 
 
 async def test_a_call_waiting_on_the_question_another_call_carries_expires_with_it(elicitation: Elicitation) -> None:
-    assert elicitation._server is not None
     person = Silent()
     results: list[CallToolResult] = []
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=person) as client:
 
         async def call() -> None:
             results.append(await client.call_tool("approve", {"scope": "prod"}))
@@ -123,8 +121,7 @@ async def test_a_call_waiting_on_the_question_another_call_carries_expires_with_
 
 
 async def test_a_url_flow_consented_to_and_never_completed_expires_at_its_deadline(elicitation: Elicitation) -> None:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=consents) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=consents) as client:
         started = time.monotonic()
         with anyio.fail_after(GIVE_UP):
             result = await client.call_tool("connect", {})

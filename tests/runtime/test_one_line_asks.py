@@ -41,25 +41,14 @@ from mcp_elicit.server import (
     form_spec,
 )
 from mcp_elicit.store import open_store
+from tests.helpers.ask_types import Region, Trip
 from tests.helpers.person import Person, accept
-from tests.runtime.test_server_flow import error_text, text, unwrap
-from tests.unit.test_forms import assert_restricted_schema
+from tests.helpers.restricted_schema import assert_restricted_schema
+from tests.helpers.results import error_text, text, unwrap
 
 pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "2026-07-28"]
-
-
-class Region(enum.StrEnum):
-    EU = "eu"
-    US = "us"
-
-
-@dataclasses.dataclass(frozen=True)
-class Trip:
-    city: str
-    seats: Annotated[int, Field(ge=1, le=9, description="How many seats")] = 1
-    region: Region | None = None
 
 
 class Contact(TypedDict):
@@ -273,8 +262,7 @@ def elicitation(store_url: str, tools: Tools) -> Iterator[Elicitation]:
 
 
 async def call(elicitation: Elicitation, era: str, person: Person | None, tool: str, **arguments: Any) -> Any:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode=era, elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, arguments)
 
 

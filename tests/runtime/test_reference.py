@@ -13,7 +13,7 @@ from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from tests.helpers.person import Person, accept
-from tests.runtime.test_server_flow import text
+from tests.helpers.results import text
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -33,8 +33,7 @@ def elicitation(store_url: str, workspace: Workspace) -> Iterator[Elicitation]:
 
 
 async def call(runtime: Elicitation, era: str, person: Person, tool: str, **arguments: object) -> CallToolResult:
-    assert runtime._server is not None
-    async with Client(runtime._server, mode=era, elicitation_callback=person) as client:
+    async with Client(runtime.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, dict(arguments))
 
 

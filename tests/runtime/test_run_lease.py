@@ -68,8 +68,7 @@ def servers(store_url: str) -> Iterator[Callable[..., Elicitation]]:
 async def call(
     elicitation: Elicitation, era: str, tool: str, arguments: dict[str, Any], person: Any = None
 ) -> CallToolResult:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode=sdk_mode(era), elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode=sdk_mode(era), elicitation_callback=person) as client:
         return await client.call_tool(tool, arguments)
 
 

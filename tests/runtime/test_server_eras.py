@@ -21,8 +21,8 @@ from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, Reque
 from mcp_elicit.store import DecisionConflict, open_store
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.person import Person, accept
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Approval, Counter, flow_tools
-from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
 LOCAL = Principal("local-user", "stdio")
@@ -52,8 +52,7 @@ def complete_as(elicitation: Elicitation, owner: Principal) -> None:
 
 
 async def test_legacy_non_blocking_url_answers_32042_then_a_manual_retry_completes(elicitation: Elicitation) -> None:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=Person()) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=Person()) as client:
         with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
             await client.call_tool("connect_later", {})
         error = unwrap(raised.value)
@@ -73,9 +72,8 @@ async def test_legacy_non_blocking_url_answers_32042_then_a_manual_retry_complet
 
 
 async def test_modern_era_never_emits_32042(elicitation: Elicitation) -> None:
-    assert elicitation._server is not None
     person = Person([ElicitResult(action="accept")])
-    async with Client(elicitation._server, mode="2026-07-28", elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode="2026-07-28", elicitation_callback=person) as client:
         first = await client.session.call_tool("connect_later", {}, allow_input_required=True)
         assert not isinstance(first, CallToolResult)
         assert first.input_requests is not None and list(first.input_requests) == ["connect_account"]
@@ -88,8 +86,7 @@ async def test_modern_era_never_emits_32042(elicitation: Elicitation) -> None:
 
 
 async def test_duplicate_completion_has_one_effect(elicitation: Elicitation) -> None:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=Person()) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=Person()) as client:
         with pytest.raises((MCPError, BaseExceptionGroup)):
             await client.call_tool("connect_later", {})
         complete(elicitation)

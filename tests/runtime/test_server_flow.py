@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitResult, TextContent
+from mcp_types import CallToolResult, ElicitResult
 
 import mcp_elicit.testing as scripted
 from mcp_elicit.model import DecisionStatus, Operator, Principal
@@ -16,6 +16,7 @@ from mcp_elicit.server import REPLAYED_META_KEY, Elicitation, RequestState, Timi
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock, Harness, Reply, UrlOutcome
 from tests.helpers.person import Person, accept
+from tests.helpers.results import error_text, text, unwrap
 from tests.helpers.server import Counter, flow_tools
 
 pytestmark = pytest.mark.anyio
@@ -49,32 +50,10 @@ def elicit_app(elicitation: Elicitation) -> Elicitation:
     return elicitation
 
 
-def unwrap(error: BaseException) -> BaseException:
-    """The in-process client surfaces a server's JSON-RPC error inside task-group exception groups."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
-def text(result: CallToolResult) -> str:
-    assert not result.is_error, result.content
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
-
-
-def error_text(result: CallToolResult) -> str:
-    assert result.is_error
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
-
-
 async def call(
     elicitation: Elicitation, era: str, person: Person | None, tool: str, **arguments: object
 ) -> CallToolResult:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode=era, elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, dict(arguments))
 
 

@@ -37,8 +37,8 @@ from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.server.eras.mrtr_state import RoundState
 from mcp_elicit.store import open_store
 from tests.helpers.person import Person, accept
+from tests.helpers.results import error_text, text, unwrap
 from tests.helpers.server import Approval, Counter, Name
-from tests.runtime.test_server_flow import error_text, text, unwrap
 
 pytestmark = pytest.mark.anyio
 
@@ -168,9 +168,8 @@ def client(
     roots: Roots | None = None,
 ) -> Client:
     """A client declaring exactly the capabilities it has a callback for."""
-    assert elicitation._server is not None
     return Client(
-        elicitation._server,
+        elicitation.mcp_server,
         mode=era,
         elicitation_callback=person,
         sampling_callback=model,

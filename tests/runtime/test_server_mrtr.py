@@ -18,8 +18,8 @@ from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock
 from tests.helpers.person import Person
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Counter, flow_tools
-from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
@@ -50,8 +50,7 @@ def elicitation(store_url: str, tmp_path: Path) -> Iterator[Elicitation]:
 
 
 def client(elicitation: Elicitation) -> Client:
-    assert elicitation._server is not None
-    return Client(elicitation._server, mode=MODERN, elicitation_callback=Person())
+    return Client(elicitation.mcp_server, mode=MODERN, elicitation_callback=Person())
 
 
 async def first_round(c: Client, tool: str, arguments: dict[str, object]) -> InputRequiredResult:

@@ -41,6 +41,7 @@ from mcp_elicit.model import (
     request_digest,
 )
 from mcp_elicit.server import IDEMPOTENCY_META_KEY, Accepted, Elicitation, Flow, RequestState, ResumePolicy, Timing
+from mcp_elicit.server.eras.legacy import CompletionNotices
 from mcp_elicit.store import open_store
 from tests.helpers.person import accept
 from tests.helpers.server import Approval
@@ -93,8 +94,7 @@ async def call(
     *,
     person: Callback | None = None,
 ) -> CallToolResult:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode=sdk_mode(era), elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode=sdk_mode(era), elicitation_callback=person) as client:
         assert era == "2026-07-28" or client.protocol_version == era
         return await client.call_tool(tool, arguments or {})
 
@@ -372,7 +372,8 @@ async def test_a_url_required_call_refused_at_commit_leaves_nothing_watched(
     runtime: Runtime, resume: ResumePolicy, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The idempotency key was first used for another tool, so the commit before `-32042` is refused and
-    the decision never exists: the completion watcher must not poll for it, warning every half second."""
+    the decision never exists: nothing is stored, and nothing goes on about it afterwards (no completion
+    watcher warning, poll after poll, that it cannot find the decision)."""
     elicitation = runtime()
 
     @elicitation.tool()
@@ -389,15 +390,13 @@ async def test_a_url_required_call_refused_at_commit_leaves_nothing_watched(
 
     meta = {IDEMPOTENCY_META_KEY: "key-1"}
     caplog.set_level(logging.WARNING, logger="mcp_elicit")
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=consent) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=consent) as client:
         assert said(await client.call_tool("first", {}, meta=cast(RequestParamsMeta, meta))) == "ok"
         with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
             await client.call_tool("connect", {}, meta=cast(RequestParamsMeta, meta))
         refused = unwrap(raised.value)
         assert isinstance(refused, MCPError) and "idempotency key 'key-1'" in refused.message
-        await anyio.sleep(3 * elicitation._notices.POLL_SECONDS)
-        assert elicitation._notices.watching == 0
+        await anyio.sleep(3 * CompletionNotices.POLL_SECONDS)  # the watcher's polls, had it been told to watch
     assert elicitation.store.list_decisions(OPERATOR) == []
     warnings = [r for r in caplog.records if r.name.startswith("mcp_elicit") and r.levelno >= logging.WARNING]
     assert warnings == [], [record.getMessage() for record in warnings]
@@ -467,12 +466,11 @@ async def test_answers_without_state_under_a_key_bound_to_other_arguments_are_re
         return f"deployed {service}" if isinstance(answer, Accepted) and answer.data.go else "not deployed"
 
     meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: "release-7"})
-    assert elicitation._server is not None
 
     async def nobody(context: ClientRequestContext, params: Params) -> ElicitResult:
         raise AssertionError("the rounds are driven by hand here")
 
-    async with Client(elicitation._server, mode="2026-07-28", elicitation_callback=nobody) as client:
+    async with Client(elicitation.mcp_server, mode="2026-07-28", elicitation_callback=nobody) as client:
         first = await client.session.call_tool("deploy", {"service": "payments"}, meta=meta, allow_input_required=True)
         assert isinstance(first, InputRequiredResult) and first.input_requests is not None
         with pytest.raises((MCPError, BaseExceptionGroup)) as raised:

@@ -22,10 +22,10 @@ from mcp_elicit.model import Operator
 from mcp_elicit.server import Elicitation, Flow, RequestState
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Counter
+from tests.helpers.tasks_http import Served, serve
 from tests.helpers.tasks_wire import LEGACY, MODERN, WireError
-from tests.runtime.test_server_flow import text, unwrap
-from tests.wire.test_tasks import Served, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -106,7 +106,7 @@ async def test_tools_prompts_and_idempotency_keys_name_what_cannot_be_encoded(
     runtime: tuple[Elicitation, Counter], era: str
 ) -> None:
     elicitation, counter = runtime
-    async with Client(elicitation._attached(), mode=era) as client:
+    async with Client(elicitation.mcp_server, mode=era) as client:
         nested = await refused(client.call_tool("label", {"items": ["ok", f"a{LONE}"]}))
         prompt = await refused(client.get_prompt("greeting", {"audience": f"{LONE}team"}))
         meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: f"turn{LONE}"})
@@ -125,7 +125,7 @@ async def test_tools_prompts_and_idempotency_keys_name_what_cannot_be_encoded(
 async def test_a_resource_variable_that_cannot_be_encoded_is_named(runtime: tuple[Elicitation, Counter]) -> None:
     """On 2025-11-25 only: the 2026-07-28 SDK client cannot send such a URI (its `Mcp-Name` header is UTF-8)."""
     elicitation, counter = runtime
-    async with Client(elicitation._attached(), mode="legacy") as client:
+    async with Client(elicitation.mcp_server, mode="legacy") as client:
         error = await refused(client.read_resource(f"notes://a{LONE}b"))
     assert error.error.message.startswith("variable 'name' of resource 'notes://{name}' cannot be encoded: lone")
     assert counter.read() == {}

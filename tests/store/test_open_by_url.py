@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from mcp_elicit.model import DecisionStatus
-from mcp_elicit.store import MigrationPending, Store, StoreConfigError, StoreUnavailable, open_store
-from mcp_elicit.store._schema import LATEST_VERSION
+from mcp_elicit.store import SCHEMA_VERSION, MigrationPending, Store, StoreConfigError, StoreUnavailable, open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE, Records
 
@@ -49,8 +48,8 @@ def test_checking_the_default_store_without_migrating_creates_nothing(data_home:
     expected = f"{data_home / 'mcp-elicit' / 'elicit.db'} has no mcp-elicit schema yet"
     with pytest.raises(MigrationPending) as raised:
         open_store(clock=clock, migrate=False)
-    assert (raised.value.found, raised.value.supported) == (0, LATEST_VERSION)
-    assert str(raised.value) == f"{expected}, and this mcp-elicit needs version {LATEST_VERSION}"
+    assert (raised.value.found, raised.value.supported) == (0, SCHEMA_VERSION)
+    assert str(raised.value) == f"{expected}, and this mcp-elicit needs version {SCHEMA_VERSION}"
     assert not data_home.exists()
     (data_home / "mcp-elicit").mkdir(parents=True)
     with pytest.raises(MigrationPending, match="no mcp-elicit schema yet"):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Coroutine
-from typing import Any
 
 import anyio
 import psycopg
@@ -14,8 +12,6 @@ import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus
 from mcp_elicit.store import DecisionConflict, NotFound, Store, open_store
-from mcp_elicit.store._engine import run_now
-from mcp_elicit.store._sql import SQLCore
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from tests.helpers.clock import FakeClock
@@ -24,27 +20,38 @@ from tests.helpers.records import ALICE, BOB, Records
 pytestmark = pytest.mark.anyio
 
 
-def test_every_call_of_the_core_is_declared_once_for_both_faces_with_its_signature() -> None:
-    """`AsyncStore` declares each of the core's calls, with the core's signature; `Store`, generated from it,
-    has each as a blocking method with the same signature."""
+def test_every_call_is_declared_once_for_both_faces_with_its_signature() -> None:
+    """`AsyncStore` declares each of the store's calls; `Store`, generated from it, has each as a blocking
+    method with the same signature, and nothing else of its own."""
     calls = [name for name, member in vars(AsyncStore).items() if inspect.iscoroutinefunction(member)]
     assert len(calls) > 25
-    core = {name for name, _ in inspect.getmembers(SQLCore, inspect.iscoroutinefunction) if not name.startswith("_")}
-    assert set(calls) == core - {"atomically"}
+    blocking = {name for name, member in vars(Store).items() if inspect.isfunction(member)}
+    assert set(calls) == blocking
     for name in calls:
         declared = inspect.signature(getattr(AsyncStore, name), eval_str=True)
-        assert inspect.signature(getattr(SQLCore, name), eval_str=True) == declared, name
         assert not inspect.iscoroutinefunction(getattr(Store, name)), name
         assert inspect.signature(getattr(Store, name), eval_str=True) == declared, name
 
 
-def test_a_coroutine_that_waits_cannot_pass_for_a_synchronous_call() -> None:
-    async def waits() -> None:
-        await asyncio.sleep(0)  # gives way to the loop once, without needing one yet
+async def test_an_async_unit_that_waits_on_anything_but_its_calls_is_refused_on_an_inline_store(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """On SQLite a unit runs to its end without the event loop's help: a unit that awaits something else
+    (here, a turn of the loop) is refused as such, not left half-run."""
+    store = open_store(sqlite_url, clock=clock)
+    reached = AsyncStore(store)
+    decision = Records(store, clock).form()
 
-    coroutine: Coroutine[Any, Any, None] = waits()
-    with pytest.raises(RuntimeError, match="waited on an engine that runs synchronously"):
-        run_now(coroutine)
+    async def answer_then_wait() -> None:
+        await reached.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
+        await asyncio.sleep(0)  # gives way to the loop once
+
+    try:
+        with pytest.raises(RuntimeError, match="waited on an engine that runs synchronously"):
+            await reached.atomically(answer_then_wait)
+        assert store.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.REQUESTED
+    finally:
+        store.close()
 
 
 @pytest.mark.postgres

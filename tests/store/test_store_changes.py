@@ -91,8 +91,8 @@ class Waiters:
             await self._changed.wait()
 
 
-def listening_backends(store: PostgresStore) -> int:
-    with psycopg.connect(store._conninfo) as connection:
+def listening_backends(database_url: str) -> int:
+    with psycopg.connect(database_url) as connection:
         row = connection.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
             (postgres.LISTENER_NAME,),
@@ -122,18 +122,18 @@ async def test_an_instance_listens_only_while_something_in_it_waits(
         records = Records(mover, clock)
         unheard, awaited = records.url(), records.url()
         async with anyio.create_task_group() as group:
-            others = listening_backends(listener)  # listeners other tests may have left behind
+            others = listening_backends(pg_schema_url)  # listeners other tests may have left behind
             group.start_soon(listener.listen, heard.append, waiters)
             await anyio.sleep(0.3)
-            assert listening_backends(listener) == others
+            assert listening_backends(pg_schema_url) == others
             mover.transition(unheard, DecisionStatus.ACCEPTED_URL, caller=ALICE)
             waiters.set(True)
-            await eventually(lambda: listening_backends(listener) == others + 1)
+            await eventually(lambda: listening_backends(pg_schema_url) == others + 1)
             mover.transition(awaited, DecisionStatus.ACCEPTED_URL, caller=ALICE)
             mine = (unheard.elicitation_id, awaited.elicitation_id)
             await eventually(lambda: any(subject in mine for subject in heard))
             waiters.set(False)
-            await eventually(lambda: listening_backends(listener) == others)
+            await eventually(lambda: listening_backends(pg_schema_url) == others)
             group.cancel_scope.cancel()
         assert [subject for subject in heard if subject in mine] == [awaited.elicitation_id]
     finally:

@@ -6,22 +6,19 @@ each with its own connection pool, as 50 server instances would be. A barrier re
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TypeVar
 
 import pytest
 
 from mcp_elicit.model import DecisionStatus, JSONValue
 from mcp_elicit.store import Consumption, DecisionConflict, Store, open_store
 from tests.helpers.clock import FakeClock
+from tests.helpers.race import race
 from tests.helpers.records import ALICE, Records
 
 WORKERS = 50
-T = TypeVar("T")
 
 
 @contextmanager
@@ -36,20 +33,6 @@ def contenders(store_url: str, store: Store, clock: FakeClock) -> Iterator[list[
     finally:
         for each in opened:
             each.close()
-
-
-def race(stores: list[Store], attempt: Callable[[Store, int], T]) -> list[T | Exception]:
-    barrier = threading.Barrier(len(stores))
-
-    def run(index: int) -> T | Exception:
-        barrier.wait()
-        try:
-            return attempt(stores[index], index)
-        except Exception as error:
-            return error
-
-    with ThreadPoolExecutor(max_workers=len(stores)) as pool:
-        return list(pool.map(run, range(len(stores))))
 
 
 def test_fifty_concurrent_completions_one_winner(

@@ -18,13 +18,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mcp_elicit.cli._render import PLAIN_COLUMNS
 from mcp_elicit.model import Decision, DecisionStatus, Operation, Operator
 from mcp_elicit.server.tasks.state import META_JOURNAL, TaskMeta
 from mcp_elicit.store import StoreCorrupt, UnreadableRow, open_store
 from tests.helpers.clock import FakeClock
+from tests.helpers.corrupt_rows import corrupt, corrupt_operation
 from tests.helpers.records import Records
-from tests.store.test_store_listing import corrupt
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 EVERYONE = Operator()
@@ -198,21 +197,6 @@ def test_the_cli_lists_the_readable_rows_and_names_the_others(tmp_path: Path) ->
 # -- the rows read beside the decisions: operations (a task's status), journal entries, audit rows ------------------
 
 
-def corrupt_operation(store_url: str, operation: Operation) -> str:
-    """Damage one operation row; what its report says of it. A PostgreSQL JSONB column holds only JSON and a
-    CHECK keeps the status valid, so there the status is damaged, its CHECK dropped first."""
-    if store_url.startswith("sqlite:"):
-        corrupt(
-            store_url, f"UPDATE elicit_operations SET result = '{{nope' WHERE operation_id = '{operation.operation_id}'"
-        )
-        return "column result holds invalid JSON"
-    corrupt(store_url, "ALTER TABLE elicit_operations DROP CONSTRAINT elicit_operations_status_check")
-    corrupt(
-        store_url, f"UPDATE elicit_operations SET status = 'approved' WHERE operation_id = '{operation.operation_id}'"
-    )
-    return "column status holds 'approved', not one of: open, completed"
-
-
 def three_tasks(url: str, clock: FakeClock) -> tuple[list[Operation], list[Decision]]:
     """Three tasks (newest last), each asking one question that is still waiting for its answer."""
     store = open_store(url, clock=clock)
@@ -277,8 +261,8 @@ def test_an_unreadable_operation_leaves_every_decision_listed_without_its_task_s
     listed = cli("decisions", "ls", "--store", store_url)
     assert listed.returncode == 2, listed.stderr
     assert "Traceback" not in listed.stderr and "nope" not in listed.stderr
-    rows = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
-    task = PLAIN_COLUMNS.index("task")
+    header, *rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    task = header.index("task")
     assert [(row[0], row[task]) for row in rows] == [
         (newest_first[0], "input_required"), (newest_first[1], ""), (newest_first[2], "input_required")
     ]  # fmt: skip

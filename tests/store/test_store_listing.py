@@ -8,8 +8,6 @@ walk is under way, and rows whose stored values cannot be read.
 from __future__ import annotations
 
 import base64
-import sqlite3
-from contextlib import closing
 from datetime import timedelta
 
 import psycopg
@@ -17,8 +15,9 @@ import pytest
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Operator
 from mcp_elicit.store import DecisionFilter, DecisionPage, Store
-from mcp_elicit.store.url import sqlite_path
+from mcp_elicit.store.sqlite import SQLiteStore
 from tests.helpers.clock import FakeClock
+from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.records import ALICE, BOB, Records
 
 EVERYONE = Operator("listing-test")
@@ -138,16 +137,6 @@ def test_a_limit_below_one_is_refused(store: Store) -> None:
         store.decision_page(EVERYONE, limit=0)
 
 
-def corrupt(store_url: str, sql: str) -> None:
-    if store_url.startswith("sqlite:"):
-        with closing(sqlite3.connect(sqlite_path(store_url))) as connection:
-            connection.execute(sql)
-            connection.commit()
-    else:
-        with psycopg.connect(store_url, autocommit=True) as connection:
-            connection.execute(sql)
-
-
 def test_unreadable_rows_at_page_ends_never_stall_a_walk(
     store_url: str, store: Store, records: Records, clock: FakeClock
 ) -> None:
@@ -186,17 +175,18 @@ def test_the_listing_order_has_an_index_of_its_own(store_url: str, store: Store,
         assert definition.endswith("(created_at DESC, elicitation_id)")
         return
     statements: list[str] = []
-    connection = store._connection()  # type: ignore[attr-defined]
-    connection.set_trace_callback(statements.append)
+    assert isinstance(store, SQLiteStore)
+    lite = store.connection()
+    lite.set_trace_callback(statements.append)
     try:
         first = store.decision_page(EVERYONE, limit=1)
         store.decision_page(EVERYONE, after=first.after, limit=1)
     finally:
-        connection.set_trace_callback(None)
+        lite.set_trace_callback(None)
     listing = [sql for sql in statements if sql.startswith("SELECT") and "ORDER BY created_at DESC" in sql]
     assert len(listing) == 2
     for sql in listing:
-        plan = " ".join(row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall())
+        plan = " ".join(row[3] for row in lite.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall())
         assert "elicit_decisions_newest" in plan and "TEMP B-TREE" not in plan, plan
 
 

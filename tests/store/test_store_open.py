@@ -13,14 +13,15 @@ import pytest
 
 from mcp_elicit.model import DecisionStatus
 from mcp_elicit.store import (
+    SCHEMA_VERSION,
     Consumption,
     SchemaTooNew,
     StoreConfigError,
     StoreCorrupt,
     StoreUnavailable,
     open_store,
+    schema_statements,
 )
-from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, statements
 from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import FakeClock
 from tests.helpers.environment import with_search_path
@@ -33,14 +34,14 @@ def digest(path: Path) -> str:
 
 def test_fresh_create_then_reopen_keeps_everything(store_url: str, clock: FakeClock) -> None:
     first = open_store(store_url, clock=clock)
-    assert first.schema_version() == LATEST_VERSION
+    assert first.schema_version() == SCHEMA_VERSION
     decision = Records(first, clock).form()
     accepted = first.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
     first.close()
 
     again = open_store(store_url, clock=clock)
     try:
-        assert again.schema_version() == LATEST_VERSION
+        assert again.schema_version() == SCHEMA_VERSION
         assert again.get_decision(decision.elicitation_id, ALICE) == accepted
         assert len(again.audit_trail(decision.elicitation_id, ALICE)) == 2
     finally:
@@ -48,19 +49,17 @@ def test_fresh_create_then_reopen_keeps_everything(store_url: str, clock: FakeCl
 
 
 def test_a_sqlite_v1_database_migrates_to_the_latest_version_on_open(tmp_path: Path, clock: FakeClock) -> None:
-    assert LATEST_VERSION >= 2
+    assert SCHEMA_VERSION >= 2
     path = tmp_path / "v1.db"
     spent_until = clock() + timedelta(hours=1)
     with closing(sqlite3.connect(path)) as connection, connection:
-        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
-        for statement in statements(1, SQLITE_TYPES):
+        for statement in schema_statements("sqlite", until=1):
             connection.execute(statement)
-        connection.execute("INSERT INTO elicit_schema (version) VALUES (1)")
         connection.execute("INSERT INTO elicit_tokens (token_id, expires_at) VALUES ('spent', ?)", (2**62,))
 
     store = open_store(f"sqlite://{path}", clock=clock)
     try:
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
         assert store.consume_token("spent", expires_at=spent_until) is Consumption.ALREADY_USED  # v1 data kept
         store.vault_put("alice", "github", "k1", b"\x01sealed")
         record = store.vault_get("alice", "github")
@@ -75,7 +74,7 @@ def test_a_sqlite_v1_database_migrates_to_the_latest_version_on_open(tmp_path: P
     with closing(sqlite3.connect(path)) as connection:
         versions = [row[0] for row in connection.execute("SELECT version FROM elicit_schema ORDER BY version")]
         columns = {row[1]: (row[2], row[3]) for row in connection.execute("PRAGMA table_info(elicit_vault)")}
-    assert versions == list(range(1, LATEST_VERSION + 1))
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
     assert columns["sealed"] == ("BLOB", 1) and columns["key_id"] == ("TEXT", 1)
     assert columns["principal_id"] == ("TEXT", 1) and columns["name"] == ("TEXT", 1)
 
@@ -83,15 +82,13 @@ def test_a_sqlite_v1_database_migrates_to_the_latest_version_on_open(tmp_path: P
 @pytest.mark.postgres
 def test_a_postgres_v1_database_migrates_to_the_latest_version_on_open(pg_schema_url: str, clock: FakeClock) -> None:
     with psycopg.connect(pg_schema_url, autocommit=True) as connection, connection.transaction():
-        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
-        for statement in statements(1, POSTGRES_TYPES):
+        for statement in schema_statements("postgresql", until=1):
             connection.execute(statement)
-        connection.execute("INSERT INTO elicit_schema (version) VALUES (1)")
         connection.execute("INSERT INTO elicit_tokens (token_id, expires_at) VALUES ('spent', 'infinity')")
 
     store = open_store(pg_schema_url, clock=clock)
     try:
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
         assert store.consume_token("spent", expires_at=clock()) is Consumption.ALREADY_USED
         store.vault_put("alice", "github", "k1", b"\x01sealed")
         record = store.vault_get("alice", "github")
@@ -111,7 +108,7 @@ def test_a_postgres_v1_database_migrates_to_the_latest_version_on_open(pg_schema
                 " WHERE table_schema = current_schema() AND table_name = 'elicit_vault'"
             ).fetchall()
         )
-    assert versions == list(range(1, LATEST_VERSION + 1))
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
     assert columns["sealed"] == "bytea" and columns["updated_at"] == "timestamp with time zone"
 
 
@@ -119,14 +116,14 @@ def test_sqlite_schema_newer_than_the_code_is_refused_untouched(tmp_path: Path, 
     path = tmp_path / "newer.db"
     open_store(f"sqlite://{path}", clock=clock).close()
     with sqlite3.connect(path) as connection:
-        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (LATEST_VERSION + 6,))
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (SCHEMA_VERSION + 6,))
     connection.close()
     before = digest(path)
     with pytest.raises(SchemaTooNew) as raised:
         open_store(f"sqlite://{path}", clock=clock)
     message = str(raised.value)
-    assert f"version {LATEST_VERSION + 6}" in message and f"up to version {LATEST_VERSION}" in message
-    assert (raised.value.found, raised.value.supported) == (LATEST_VERSION + 6, LATEST_VERSION)
+    assert f"version {SCHEMA_VERSION + 6}" in message and f"up to version {SCHEMA_VERSION}" in message
+    assert (raised.value.found, raised.value.supported) == (SCHEMA_VERSION + 6, SCHEMA_VERSION)
     assert digest(path) == before
 
 
@@ -134,8 +131,8 @@ def test_sqlite_schema_newer_than_the_code_is_refused_untouched(tmp_path: Path, 
 def test_postgres_schema_newer_than_the_code_is_refused(pg_schema_url: str, clock: FakeClock) -> None:
     open_store(pg_schema_url, clock=clock).close()
     with psycopg.connect(pg_schema_url, autocommit=True) as connection:
-        connection.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (LATEST_VERSION + 1,))
-    with pytest.raises(SchemaTooNew, match=f"version {LATEST_VERSION + 1}.*up to version {LATEST_VERSION}"):
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaTooNew, match=f"version {SCHEMA_VERSION + 1}.*up to version {SCHEMA_VERSION}"):
         open_store(pg_schema_url, clock=clock)
 
 
@@ -237,11 +234,11 @@ def test_instances_starting_together_migrate_once(pg_schema_url: str, clock: Fak
     with ThreadPoolExecutor(max_workers=6) as pool:
         stores = list(pool.map(lambda _: open_store(pg_schema_url, clock=clock), range(6)))
     for store in stores:
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
         store.close()
     with psycopg.connect(pg_schema_url) as connection:
         rows = connection.execute("SELECT version FROM elicit_schema ORDER BY version").fetchall()
-    assert rows == [(version,) for version in range(1, LATEST_VERSION + 1)]  # each migration ran exactly once
+    assert rows == [(version,) for version in range(1, SCHEMA_VERSION + 1)]  # each migration ran exactly once
 
 
 @pytest.mark.postgres

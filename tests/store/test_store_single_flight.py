@@ -23,6 +23,7 @@ import pytest
 
 from mcp_elicit.model import Operation, OperationStatus, Operator, Principal, new_operation
 from mcp_elicit.store import (
+    SCHEMA_VERSION,
     AlreadyExists,
     Claim,
     IdempotencyKeyConflict,
@@ -31,12 +32,13 @@ from mcp_elicit.store import (
     Store,
     StoreError,
     open_store,
+    schema_statements,
 )
-from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, Types, statements
+from mcp_elicit.store.migrations import Engine
 from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import START, FakeClock
+from tests.helpers.race import race
 from tests.helpers.records import ALICE, ALICE_OTHER_CLIENT, BOB
-from tests.store.test_store_concurrency import race
 
 T = TypeVar("T")
 
@@ -658,16 +660,13 @@ def old_rows() -> list[Old]:
 def build_schema(
     version: int,
     execute: Callable[[str, Sequence[object]], object],
-    types: Types,
+    engine: Engine,
     stamp: Callable[[datetime], object],
     operations: Sequence[Old],
 ) -> None:
     """A database at schema `version` holding `operations`; from schema 4 on, each keyed one binds its key."""
-    execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)", ())
-    for each in range(1, version + 1):
-        for statement in statements(each, types):
-            execute(statement, ())
-        execute("INSERT INTO elicit_schema (version) VALUES (%s)", (each,))
+    for statement in schema_statements(engine, until=version):
+        execute(statement, ())
     for row in operations:
         caller, expires = (row.principal.principal_id, row.principal.client_id), stamp(row.created_at + row.ttl)
         execute(
@@ -699,7 +698,7 @@ def old_schema(request: pytest.FixtureRequest, tmp_path: Path) -> OldSchema:
             build_schema(
                 version,
                 lambda sql, params: connection.execute(sql.replace("%s", "?"), params),
-                SQLITE_TYPES,
+                "sqlite",
                 lambda at: (at - epoch) // timedelta(microseconds=1),
                 operations,
             )
@@ -711,7 +710,7 @@ def old_schema(request: pytest.FixtureRequest, tmp_path: Path) -> OldSchema:
             build_schema(
                 version,
                 lambda sql, params: connection.execute(sql, params),
-                POSTGRES_TYPES,
+                "postgresql",
                 lambda at: at,
                 operations,
             )
@@ -726,7 +725,7 @@ def test_migrating_to_schema_4_expires_duplicate_open_operations_and_binds_keys(
     schema_3_url = old_schema(3, old_rows())
     store = open_store(schema_3_url, clock=clock)
     try:
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
         status = {o.operation_id: store.get_operation(o.operation_id, OPERATOR) for o in old_rows()}
         assert {i: o.status.value for i, o in status.items()} == {
             "op-call-1": "expired",
@@ -845,7 +844,7 @@ def test_migrating_to_schema_7_keeps_every_row_and_scopes_keys_per_caller(
     assert len(before[1]) == 2
     store = open_store(url, clock=clock)
     try:
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
         assert (rows(url, operations), rows(url, keys)) == before
 
         attached = store.begin_operation(candidate(clock, key="turn-42"))

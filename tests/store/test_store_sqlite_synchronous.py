@@ -21,11 +21,11 @@ def pragma_here_and_in_a_thread(store: SQLiteStore) -> tuple[int, int]:
     """`PRAGMA synchronous` on the store's connection of this thread and on the one another thread opens."""
     other: list[int] = []
     worker = threading.Thread(
-        target=lambda: other.append(store._connection().execute("PRAGMA synchronous").fetchone()[0])
+        target=lambda: other.append(store.connection().execute("PRAGMA synchronous").fetchone()[0])
     )
     worker.start()
     worker.join()
-    return store._connection().execute("PRAGMA synchronous").fetchone()[0], other[0]
+    return store.connection().execute("PRAGMA synchronous").fetchone()[0], other[0]
 
 
 @pytest.mark.parametrize(

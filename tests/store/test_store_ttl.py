@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
-from mcp_elicit.store import DecisionExpired, OperationExpired, Store, open_store
+from mcp_elicit.store import SWEEP_BATCH, DecisionExpired, OperationExpired, Store, open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE, Records
 
@@ -109,9 +109,7 @@ def test_late_operation_result_is_refused_before_any_sweep(store: Store, records
 
 def test_sweep_larger_than_one_batch(store: Store, records: Records, clock: FakeClock) -> None:
     operation = records.operation(ttl=timedelta(days=1))
-    from mcp_elicit.store import _sweep
-
-    count = _sweep.SWEEP_BATCH + 3
+    count = SWEEP_BATCH + 3
     for i in range(count):
         records.form(operation, key=f"k{i}", ttl=timedelta(seconds=1))
     clock.advance(timedelta(seconds=1))

@@ -22,7 +22,7 @@ from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.sweeper import Sweeper
 from mcp_elicit.store import Store, open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
-from mcp_elicit.store.postgres import _SWEEP_LOCK
+from mcp_elicit.store.postgres import SWEEP_LOCK
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE, Records
 
@@ -79,10 +79,10 @@ def test_one_postgres_instance_sweeps_at_a_time(pg_schema_url: str, clock: FakeC
         decision = Records(first, clock).form(ttl=timedelta(minutes=1))
         clock.advance(timedelta(minutes=1))
         with psycopg.connect(pg_schema_url, autocommit=True) as sweeping_elsewhere:
-            sweeping_elsewhere.execute("SELECT pg_advisory_lock(%s)", (_SWEEP_LOCK,))
+            sweeping_elsewhere.execute("SELECT pg_advisory_lock(%s)", (SWEEP_LOCK,))
             assert second.sweep_expired().decisions == 0
             assert second.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.REQUESTED
-            sweeping_elsewhere.execute("SELECT pg_advisory_unlock(%s)", (_SWEEP_LOCK,))
+            sweeping_elsewhere.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
             assert second.sweep_expired().decisions == 1
         assert first.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.EXPIRED
         assert len(first.audit_trail(decision.elicitation_id, ALICE)) == 2
@@ -134,8 +134,7 @@ async def test_a_served_app_expires_overdue_records_on_its_own(store_url: str) -
     try:
         operation = records.operation(ttl=timedelta(seconds=1))
         decision = records.form(operation, ttl=timedelta(seconds=0.5))
-        assert runtime._server is not None
-        async with Client(runtime._server) as client:
+        async with Client(runtime.mcp_server) as client:
             await client.call_tool("ping", {})
             await until(lambda: store.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.EXPIRED)
             await until(lambda: store.get_operation(operation.operation_id, ALICE).status is OperationStatus.EXPIRED)

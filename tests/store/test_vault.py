@@ -276,9 +276,8 @@ def test_rotation_reseals_under_the_new_key_and_the_old_key_can_then_go(store: S
 
 
 def test_rotation_pages_through_many_entries_and_leaves_unopenable_ones(
-    store: Store, raw: Raw, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    store: Store, raw: Raw, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(vault_module, "_ROTATE_BATCH", 2)
     old_only = Vault(store, ring(("old", OLD_KEY)))
     for index in range(7):
         old_only.put(Principal(f"user{index % 3}", "client-a"), f"entry{index}", f"secret-{index}")
@@ -287,7 +286,7 @@ def test_rotation_pages_through_many_entries_and_leaves_unopenable_ones(
 
     caplog.set_level(logging.INFO)
     rolled = Vault(store, ring(("new", NEW_KEY), ("old", OLD_KEY)))
-    assert rolled.rotate() == 6
+    assert rolled.rotate(batch=2) == 6
     assert sorted(r.name for r in store.vault_entries(key_id_not="new")) == ["entry1", "orphan"]
     assert any("2 entries cannot be opened" in m for m in refused(caplog))
     for index in (0, 2, 3, 4, 5, 6):
@@ -439,7 +438,7 @@ def test_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert VaultKeyRing.from_env({"MCP_ELICIT_VAULT_KEYS": f"x:{OTHER_KEY}"}).sealing_key_id == "x"
 
 
-def test_bad_arguments_are_refused_without_echoing_the_secret(vault: Vault) -> None:
+def test_bad_arguments_are_refused_without_echoing_the_secret(vault: Vault, store: Store) -> None:
     with pytest.raises(ValueError, match="name"):
         vault.put(ALICE, "", "s")
     with pytest.raises(ValueError, match="name"):
@@ -455,7 +454,7 @@ def test_bad_arguments_are_refused_without_echoing_the_secret(vault: Vault) -> N
     with pytest.raises(TypeError, match="Principal"):
         vault.get("alice", "api")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="VaultKeyRing"):
-        Vault(vault._store, OLD_KEY)  # type: ignore[arg-type]
+        Vault(store, OLD_KEY)  # type: ignore[arg-type]
 
 
 # -- every string round-trips ----------------------------------------------------------------------

@@ -13,13 +13,13 @@ import pytest
 from playwright.async_api import Page
 
 from mcp_elicit.model import DecisionStatus, Operator
+from tests.helpers.browser import NARROW, WIDE, Screenshots, browser_page, heading, press
+from tests.helpers.browser import chromium as chromium
+from tests.helpers.browser import shots as shots
+from tests.helpers.inbox_site import PASSWORDS, call, only, recorded
+from tests.helpers.inbox_site import site as site
 from tests.helpers.pages_site import McpSite as Site
-from tests.runtime.test_server_flow import text
-from tests.system.test_browser import NARROW, WIDE, Screenshots, browser_page, heading, press
-from tests.system.test_browser import chromium as chromium
-from tests.system.test_browser import shots as shots
-from tests.wire.test_inbox import PASSWORDS, call, only, recorded
-from tests.wire.test_inbox import site as site
+from tests.helpers.results import text
 
 pytestmark = pytest.mark.anyio
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from mcp_types import SERVER_INFO_META_KEY
 
-from tests.system.test_browser import PASSWORDS, Screenshots, browser_page, client_on_a, first_ask, heading, press
-from tests.system.test_browser import chromium as chromium
-from tests.system.test_browser import deployment as deployment
-from tests.system.test_browser import shots as shots
-from tests.system.test_deployment import Deployment
+from tests.helpers.browser import PASSWORDS, Screenshots, browser_page, client_on_a, first_ask, heading, press
+from tests.helpers.browser import chromium as chromium
+from tests.helpers.browser import deployment as deployment
+from tests.helpers.browser import shots as shots
+from tests.helpers.deployment import Deployment
 
 pytestmark = pytest.mark.anyio
 

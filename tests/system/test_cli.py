@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -14,17 +13,8 @@ import pytest
 from mcp_elicit.model import Decision, DecisionStatus
 from mcp_elicit.store import open_store
 from tests.helpers.clock import FakeClock
+from tests.helpers.commands import cli
 from tests.helpers.records import ALICE, BOB, Records
-
-COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
-
-
-def cli(*args: str, store: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
-    full_env.pop("MCP_ELICIT_STORE", None)
-    if store is not None:
-        full_env["MCP_ELICIT_STORE"] = store
-    return subprocess.run([COMMAND, *args], capture_output=True, text=True, env=full_env, timeout=60, check=False)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ pseudo-terminal or a script answering, and every way the command can fail with i
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -19,21 +18,12 @@ from mcp_elicit.reference import demo_stack
 from mcp_elicit.reference.demo_stack import DemoStack, running_stack, sign_in
 from mcp_elicit.store import open_store
 from tests.helpers.cli_terminal import CHOICE, COMMAND, ESC, TEXT_PROMPT, Terminal, terminal_env
+from tests.helpers.commands import run
 from tests.helpers.http_harness import free_port, wait_for_port
 
 ERAS = ["2025-11-25", "2026-07-28"]
 SERVE = f"{shlex.quote(COMMAND)} serve"
 PRIORITY_SCRIPT = [{"match": "Which priority", "reply": "accept", "content": {"priority": "high"}}]
-
-
-def run(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    for name in ("MCP_ELICIT_STORE", "MCP_ELICIT_TOKEN"):
-        if env is None or name not in env:
-            full_env.pop(name, None)
-    return subprocess.run(
-        [COMMAND, *args], capture_output=True, text=True, env=full_env, stdin=subprocess.DEVNULL, timeout=timeout
-    )
 
 
 def one_line(stderr: str) -> str:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
@@ -21,12 +20,10 @@ from mcp_elicit.model import Decision, DecisionStatus, Operator, Principal
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
 from tests.helpers.cli_terminal import CHOICE, COMMAND, TEXT_PROMPT, Terminal, terminal_env
-from tests.wire.test_authserver import hidden_fields
+from tests.helpers.demo_terminal import DEMO_TIMEOUT, PROVIDER, SERVER, listening, ports
+from tests.helpers.oauth_client import hidden_fields
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "demo-script.json"
-DEMO_TIMEOUT = 120.0
-SERVER = r"reference server\s+http://127\.0\.0\.1:(\d+)"
-PROVIDER = r"Example provider\s+http://127\.0\.0\.1:(\d+)"
 SIGN_IN = r"sign in as\s+(\S+)\s+password (\S+)"
 
 
@@ -42,18 +39,9 @@ def stored(store_url: str) -> list[Decision]:
         store.close()
 
 
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 def only_run_dir(data: Path) -> Path:
     [run_dir] = (data / "mcp-elicit" / "demo").iterdir()
     return run_dir
-
-
-def ports(terminal: Terminal) -> list[int]:
-    return [int(terminal.search(SERVER).group(1)), int(terminal.search(PROVIDER).group(1))]
 
 
 def test_the_example_script_runs_every_scenario_end_to_end(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from mcp_elicit.cli._render import PLAIN_COLUMNS, short_ids
 from mcp_elicit.model import (
     Decision,
     DecisionOrigin,
@@ -41,6 +40,11 @@ HOSTILE = (
 )
 ACTS_ON_A_TERMINAL = ("\x1b[2J", "\x1b[31mAPPROVED", "\x1b]8;;", "\x07", "\u202e", "\x9b", "\x7f")
 TWIN = "4d8972ab"
+PIPE_COLUMNS = [
+    "elicitation_id", "status", "mode", "key", "principal_id", "client_id", "created_at", "expires_at", "task",
+    "message",
+]  # fmt: skip
+"""The fields of `ls` to a pipe, in order: what a script reading it relies on (a change breaks such scripts)."""
 LITERAL = ("[bold]bold[/bold]", "[link=https://evil.example/y]link[/link]", ":smile:")
 
 
@@ -213,6 +217,7 @@ def test_ls_fits_80_columns_with_short_ids_and_wrapped_messages(busy: tuple[str,
     rows = lines[lines.index(header) + 2 :]
     ids = [line[:start].split()[0] for line in rows if line[:start].strip() and not line.startswith(" " * 4)]
     short = {decision.elicitation_id[:8] for decision in decisions if not decision.elicitation_id.startswith(TWIN)}
+    # Each id cut to its shortest prefix, 8 characters at least, that no other id listed starts with.
     assert sorted(ids) == sorted(short | {f"{TWIN}-1", f"{TWIN}-2"})
     assert all(decision.elicitation_id not in terminal.text for decision in decisions)
     statuses = " ".join(line[:start] for line in rows)
@@ -228,12 +233,12 @@ def test_ls_to_a_pipe_is_a_header_then_one_tab_separated_line_per_decision(busy:
     result = cli("decisions", "ls", "--store", url)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split("\t") == list(PLAIN_COLUMNS)
+    assert header.split("\t") == PIPE_COLUMNS
     fields = [row.split("\t") for row in rows]
-    assert all(len(row) == len(PLAIN_COLUMNS) for row in fields)
+    assert all(len(row) == len(PIPE_COLUMNS) for row in fields)
     newest_first = sorted(decisions, key=lambda d: d.created_at, reverse=True)
     assert [row[0] for row in fields] == [d.elicitation_id for d in newest_first]
-    by_id = {row[0]: dict(zip(PLAIN_COLUMNS, row, strict=True)) for row in fields}
+    by_id = {row[0]: dict(zip(PIPE_COLUMNS, row, strict=True)) for row in fields}
     deleting = by_id[decisions[1].elicitation_id]
     assert deleting["message"].startswith("Delete these 3 files?<U+000A>  - /srv/builds/")
     assert deleting["principal_id"] == decisions[1].principal_id
@@ -254,10 +259,3 @@ def test_an_ambiguous_prefix_exits_1_naming_the_decisions_it_starts(busy: tuple[
     assert all(twin.elicitation_id in ambiguous.stderr for twin in twins)
     picked = cli("decisions", "show", f"{TWIN}-2", "--json", "--store", url)
     assert picked.returncode == 0 and json.loads(picked.stdout)["key"] == "twin2"
-
-
-def test_short_ids_are_the_shortest_unique_prefixes() -> None:
-    ids = ["abcdef0123", "abcdef0199", "abcdefff00", "12345678aa"]
-    assert short_ids(ids) == {"abcdef0123": "abcdef012", "abcdef0199": "abcdef019", "abcdefff00": "abcdefff",
-                              "12345678aa": "12345678"}  # fmt: skip
-    assert short_ids(["abc"], minimum=8) == {"abc": "abc"}

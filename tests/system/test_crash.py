@@ -19,8 +19,8 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import free_port, wait_for_port
 from tests.helpers.person import Person, accept
+from tests.helpers.results import text
 from tests.helpers.server import Workspace
-from tests.runtime.test_server_flow import text
 
 # On both engines: a killed process and its restart, on either store's durability.
 pytestmark = [pytest.mark.anyio, pytest.mark.engines("sqlite", "postgres")]

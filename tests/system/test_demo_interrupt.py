@@ -14,7 +14,7 @@ import pytest
 from mcp_elicit.model import AuditEntry, Decision, DecisionStatus, Operator
 from mcp_elicit.store import open_store
 from tests.helpers.cli_terminal import CHOICE, ESC, Terminal, terminal_env
-from tests.system.test_cli_demo import DEMO_TIMEOUT, listening, ports
+from tests.helpers.demo_terminal import DEMO_TIMEOUT, listening, ports
 
 CTRL_C = "\x03"
 AGAIN = "Press Ctrl-C again to stop the demo."

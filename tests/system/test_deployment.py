@@ -6,11 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import re
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,88 +20,12 @@ from mcp_types import CallToolResult, ElicitCompleteNotification, ElicitResult, 
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
-from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.deployment import Deployment, mcp_on_a, processes
+from tests.helpers.oauth_client import code_for, hidden_fields, pkce, redeem, registered
 from tests.helpers.person import Person
-from tests.runtime.test_server_flow import text
-from tests.wire.test_authserver import code_for, hidden_fields, pkce, redeem, registered
+from tests.helpers.results import text
 
 pytestmark = pytest.mark.anyio
-
-
-def b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-@dataclass
-class Deployment:
-    a: str
-    b: str
-    public: str
-    provider: str
-    store_url: str
-    logs: list[Path] = field(default_factory=list)
-
-
-@contextmanager
-def processes(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
-    with ExitStack() as sinks:
-        yield from _processes(store_url, tmp_path, sinks)
-
-
-def _processes(store_url: str, tmp_path: Path, sinks: ExitStack) -> Iterator[Deployment]:
-    port_a, port_b, port_p = free_port(), free_port(), free_port()
-    public = f"http://127.0.0.1:{port_b}"
-    env = {
-        **os.environ,
-        "MCP_ELICIT_USERS": "alice:wonderland:Alice Liddell,bob:builder:Bob",
-        "MCP_ELICIT_AUTH_KEYS": b64(b"A" * 32),
-        "MCP_ELICIT_STATE_KEYS": b64(b"S" * 32),
-        "MCP_ELICIT_VAULT_KEYS": "v1:" + b64(b"V" * 32),
-        "MCP_ELICIT_PROVIDER_URL": f"http://127.0.0.1:{port_p}",
-        "MCP_ELICIT_PROVIDER_CLIENT_ID": "elicit-reference",
-        "MCP_ELICIT_PROVIDER_CLIENT_SECRET": "provider-secret",
-    }
-    started = [
-        subprocess.Popen(
-            [sys.executable, "-m", "mcp_elicit.reference.provider", "--port", str(port_p),
-             "--client-id", "elicit-reference", "--redirect-uri", f"{public}/elicit/callback",
-             "--user", "alice:wonderland:Alice Liddell", "--log-level", "warning"],
-            env=env,
-            stderr=sinks.enter_context((tmp_path / "provider.log").open("wb")),
-        ),
-    ]  # fmt: skip
-    for port in (port_a, port_b):
-        started.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "mcp_elicit", "serve", "--transport", "http", "--port", str(port),
-                 "--public-url", public, "--store", store_url, "--workspace", str(tmp_path / "workspace")],
-                env=env,
-                stderr=sinks.enter_context((tmp_path / f"serve-{port}.log").open("wb")),
-            )
-        )  # fmt: skip
-    try:
-        for port, process in zip((port_p, port_a, port_b), started, strict=True):
-            wait_for_port(port, process)
-        logs = [tmp_path / "provider.log", tmp_path / f"serve-{port_a}.log", tmp_path / f"serve-{port_b}.log"]
-        yield Deployment(f"http://127.0.0.1:{port_a}", public, public, f"http://127.0.0.1:{port_p}", store_url, logs)
-    finally:
-        for process in started:
-            process.kill()
-            process.wait(timeout=10)
-
-
-@asynccontextmanager
-async def mcp_on_a(
-    deployment: Deployment, browser: httpx2.AsyncClient, era: str, **kwargs: object
-) -> AsyncIterator[Client]:
-    client_registration = await registered(deployment.public)
-    verifier, challenge = pkce()
-    code = await code_for(browser, deployment.public, client_registration, challenge)
-    token = (await redeem(deployment.public, client_registration, code, verifier)).json()["access_token"]
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
-        transport = streamable_http_client(f"{deployment.a}/mcp", http_client=http)
-        async with Client(transport, mode=era, **kwargs) as client:  # type: ignore[arg-type]
-            yield client
 
 
 async def connect_in_browser(browser: httpx2.AsyncClient, deployment: Deployment, url: str) -> str:

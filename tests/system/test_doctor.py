@@ -2,60 +2,28 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from mcp_elicit.store import open_store
-from mcp_elicit.store._schema import LATEST_VERSION, POSTGRES_TYPES, SQLITE_TYPES, statements
+from mcp_elicit.store import SCHEMA_VERSION, open_store, schema_statements
+from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.doctor import GOOD, b64, run
 from tests.helpers.http_harness import free_port
 
 # On both engines: doctor checks each engine its own way.
 pytestmark = pytest.mark.engines("sqlite", "postgres")
 
-COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
-
-
-def b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-GOOD = {
-    "MCP_ELICIT_USERS": "alice:wonderland:Alice Liddell,bob:builder",
-    "MCP_ELICIT_AUTH_KEYS": b64(b"A" * 32),
-    "MCP_ELICIT_STATE_KEYS": f"{b64(b'S' * 32)},{b64(b'T' * 32)}",
-    "MCP_ELICIT_VAULT_KEYS": "v2:" + b64(b"W" * 32) + ",v1:" + b64(b"V" * 32),
-}
-
-
-def run(tmp_path: Path, environ: dict[str, str], *options: str) -> tuple[int, list[str], list[str]]:
-    """The exit code, the problems listed and the checks passed."""
-    done = subprocess.run(
-        [COMMAND, "doctor", *options],
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg"), **environ},
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
-    )  # fmt: skip
-    assert done.stderr == "" and "Traceback" not in done.stdout, done.stderr
-    lines = done.stdout.splitlines()
-    problems = [line.removeprefix("problem  ") for line in lines if line.startswith("problem  ")]
-    fine = [line.removeprefix("ok       ") for line in lines if line.startswith("ok       ")]
-    assert len(problems) + len(fine) == len(lines) - 1, done.stdout  # and one closing line
-    return done.returncode, problems, fine
-
 
 def at_version(store_url: str, version: int) -> None:
     """A store as an older mcp-elicit left it: migrations 1..version applied, no later one."""
-    script = ["CREATE TABLE elicit_schema (version INTEGER NOT NULL)"]
-    types = SQLITE_TYPES if store_url.startswith("sqlite:") else POSTGRES_TYPES
-    for number in range(1, version + 1):
-        script += [*statements(number, types), f"INSERT INTO elicit_schema (version) VALUES ({number})"]
-    if types is SQLITE_TYPES:
+    on_sqlite = store_url.startswith("sqlite:")
+    script = schema_statements("sqlite" if on_sqlite else "postgresql", until=version)
+    if on_sqlite:
         connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
         try:
             for statement in script:
@@ -90,7 +58,7 @@ def test_a_good_configuration_passes_on_both_stores(tmp_path: Path, store_url: s
         "(sealing with v2)",
         "provider: none configured, so connect_account is not served (set MCP_ELICIT_PROVIDER_URL to serve it)",
     ]
-    assert fine[4].startswith("store ") and fine[4].endswith(f": schema version {LATEST_VERSION}, this code's")
+    assert fine[4].startswith("store ") and fine[4].endswith(f": schema version {SCHEMA_VERSION}, this code's")
     assert "sekret" not in fine[4]
 
 
@@ -130,7 +98,7 @@ def test_an_empty_environment_lists_every_problem_and_creates_nothing(tmp_path: 
     assert all(" is not set: give " in problem for problem in problems[2:6])
     assert problems[6] == (
         f"store: {tmp_path / 'xdg' / 'mcp-elicit' / 'elicit.db'} has no mcp-elicit schema yet, and this mcp-elicit "
-        f"needs version {LATEST_VERSION}; `mcp-elicit serve` creates it when it starts"
+        f"needs version {SCHEMA_VERSION}; `mcp-elicit serve` creates it when it starts"
     )
     assert not (tmp_path / "xdg").exists()
 
@@ -185,7 +153,7 @@ def test_a_pending_migration_is_reported_and_not_run(tmp_path: Path, store_url: 
     [problem] = problems
     assert problem.startswith("store: ")
     assert problem.endswith(
-        f"has schema version 1, and this mcp-elicit needs version {LATEST_VERSION}; "
+        f"has schema version 1, and this mcp-elicit needs version {SCHEMA_VERSION}; "
         "`mcp-elicit serve` migrates it when it starts (back the database up first)"
     )
     assert stored_versions(store_url) == [1]
@@ -195,14 +163,14 @@ def test_a_newer_schema_says_to_upgrade(tmp_path: Path, store_url: str) -> None:
     open_store(store_url).close()
     if store_url.startswith("sqlite:"):
         connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
-        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (LATEST_VERSION + 1,))
+        connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
         connection.close()
     else:
         with psycopg.connect(store_url, autocommit=True) as pg:
-            pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (LATEST_VERSION + 1,))
+            pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     code, [problem], _ = run(tmp_path, {**GOOD, "MCP_ELICIT_STORE": store_url})
     assert code == 1
-    assert f"has schema version {LATEST_VERSION + 1}, but this mcp-elicit supports up to" in problem
+    assert f"has schema version {SCHEMA_VERSION + 1}, but this mcp-elicit supports up to" in problem
     assert problem.endswith("upgrade mcp-elicit to use this store")
 
 

@@ -9,28 +9,28 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 import psycopg
 import pytest
 
-from mcp_elicit.store import SchemaTooNew, open_store
-from mcp_elicit.store._schema import LATEST_VERSION
-from mcp_elicit.web.health import _SingleProbe, _StoreState
+from mcp_elicit.server import Elicitation, RequestState
+from mcp_elicit.store import SCHEMA_VERSION, SchemaTooNew, open_store
+from mcp_elicit.web.health import Health
 from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.relay import Relay
 
 # On both engines: readiness reads each engine its own way.
 pytestmark = pytest.mark.engines("sqlite", "postgres")
@@ -97,75 +97,6 @@ def serving(tmp_path: Path, store_url: str, *options: str) -> Iterator[Served]:
         process.wait(timeout=10)
 
 
-class Relay:
-    """A TCP relay on loopback in front of PostgreSQL, so that a test can take the database away for real.
-
-    `close()` drops every connection and refuses new ones; `hold()` keeps them open but stops passing bytes,
-    as a database that no longer answers; `open()` and `release()` undo them.
-    """
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = free_port()
-        self.flowing = threading.Event()
-        self.flowing.set()
-        self._sockets: list[socket.socket] = []
-        self._guard = threading.Lock()
-        self._listener: socket.socket | None = None
-        self.open()
-
-    def open(self) -> None:
-        listener = socket.create_server(("127.0.0.1", self.port))
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def close(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        self.cut()
-
-    def cut(self) -> None:
-        """End every relayed connection at once."""
-        with self._guard:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def hold(self) -> None:
-        self.flowing.clear()
-
-    def release(self) -> None:
-        self.flowing.set()
-
-    def url(self, url: str) -> str:
-        parts = urlsplit(url)
-        user = parts.netloc.rpartition("@")[0]
-        return urlunsplit(parts._replace(netloc=f"{user}@127.0.0.1:{self.port}" if user else f"127.0.0.1:{self.port}"))
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            with self._guard:
-                self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        with suppress(OSError):
-            while data := source.recv(65536):
-                self.flowing.wait()
-                sink.sendall(data)
-        with suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-
-
 @pytest.fixture
 def relay(pg_server: str) -> Iterator[Relay]:
     parts = urlsplit(pg_server)
@@ -183,7 +114,7 @@ def set_schema_version(store_url: str, version: int | None) -> None:
         connection = sqlite3.connect(store_url.removeprefix("sqlite://"), isolation_level=None)
         try:
             if version is None:
-                connection.execute("DELETE FROM elicit_schema WHERE version > ?", (LATEST_VERSION,))
+                connection.execute("DELETE FROM elicit_schema WHERE version > ?", (SCHEMA_VERSION,))
             else:
                 connection.execute("INSERT INTO elicit_schema (version) VALUES (?)", (version,))
         finally:
@@ -191,7 +122,7 @@ def set_schema_version(store_url: str, version: int | None) -> None:
         return
     with psycopg.connect(store_url, autocommit=True) as pg:
         if version is None:
-            pg.execute("DELETE FROM elicit_schema WHERE version > %s", (LATEST_VERSION,))
+            pg.execute("DELETE FROM elicit_schema WHERE version > %s", (SCHEMA_VERSION,))
         else:
             pg.execute("INSERT INTO elicit_schema (version) VALUES (%s)", (version,))
 
@@ -209,10 +140,10 @@ def test_both_answer_without_authorization_while_the_mcp_endpoint_demands_it(tmp
 def test_a_newer_schema_makes_the_instance_not_ready_until_it_is_gone(tmp_path: Path, store_url: str) -> None:
     with serving(tmp_path, store_url) as served:
         assert served.ready()[0] == 200
-        set_schema_version(store_url, LATEST_VERSION + 1)
+        set_schema_version(store_url, SCHEMA_VERSION + 1)
         body = served.until(503)
         assert body == {"status": "not ready", "checks": {"store": "ok", "schema": "too_new", "keys": "ok"}}
-        assert f"schema version {LATEST_VERSION + 1}" in served.logged()
+        assert f"schema version {SCHEMA_VERSION + 1}" in served.logged()
         set_schema_version(store_url, None)
         assert served.until(200)["checks"] == READY
         assert "ready again" in served.logged()
@@ -278,43 +209,59 @@ def test_the_development_server_serves_them_too(tmp_path: Path) -> None:
         assert served.ready() == (200, {"status": "ready", "checks": READY})
 
 
-def test_one_probe_runs_at_a_time_and_callers_meanwhile_share_its_answer() -> None:
-    release = threading.Event()
-    runs: list[int] = []
+def schema_reads_waiting_on_a_lock(database_url: str) -> int:
+    """The store's reads of `elicit_schema` (readiness's query) that wait on a lock held elsewhere."""
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            " AND query LIKE 'SELECT max(version) FROM elicit_schema%%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
-    def check() -> _StoreState:
-        runs.append(1)
-        release.wait(timeout=30)
-        return _StoreState("ok", "ok")
+
+@pytest.mark.postgres
+def test_one_check_runs_at_a_time_and_callers_meanwhile_share_its_answer(pg_schema_url: str) -> None:
+    """While the database holds readiness's query up, the callers arriving meanwhile wait for the check under
+    way: one query on the database, not one (and one worker thread) per caller. A check that ended is not
+    reused: the next caller's check reads the database again."""
+    elicitation = Elicitation(open_store(pg_schema_url), request_state=RequestState(keys=[b"k" * 32]))
+    health = Health(elicitation, timeout=30)
 
     async def main() -> None:
-        probe = _SingleProbe(check)
-        assert await probe.answer(0.2) is None  # gave up; the run goes on
-        answers: list[_StoreState | None] = []
+        answers: list[dict[str, str]] = []
 
         async def ask() -> None:
-            answers.append(await probe.answer(10))
+            answers.append(await health.readiness())
 
-        async with anyio.create_task_group() as group:
-            for _ in range(5):
-                group.start_soon(ask)
-            await anyio.sleep(0.2)
-            release.set()
-        assert answers == [_StoreState("ok", "ok")] * 5
-        assert len(runs) == 1
-        assert await probe.answer(10) == _StoreState("ok", "ok")
-        assert len(runs) == 2
+        with psycopg.connect(pg_schema_url) as holder:
+            holder.execute("LOCK TABLE elicit_schema IN ACCESS EXCLUSIVE MODE")  # until this transaction ends
+            async with anyio.create_task_group() as group:
+                for _ in range(5):
+                    group.start_soon(ask)
+                with anyio.fail_after(30):
+                    while not await anyio.to_thread.run_sync(schema_reads_waiting_on_a_lock, pg_schema_url):
+                        await anyio.sleep(0.05)
+                await anyio.wait_all_tasks_blocked()
+                assert await anyio.to_thread.run_sync(schema_reads_waiting_on_a_lock, pg_schema_url) == 1
+                holder.rollback()
+        assert answers == [READY] * 5
+        set_schema_version(pg_schema_url, SCHEMA_VERSION + 1)
+        assert (await health.readiness())["schema"] == "too_new"
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        elicitation.close()
 
 
 def test_verify_schema_reads_the_database_now_not_what_opening_found(store_url: str) -> None:
     store = open_store(store_url)
     try:
         store.verify_schema()
-        set_schema_version(store_url, LATEST_VERSION + 1)
-        with pytest.raises(SchemaTooNew, match=f"schema version {LATEST_VERSION + 1}"):
+        set_schema_version(store_url, SCHEMA_VERSION + 1)
+        with pytest.raises(SchemaTooNew, match=f"schema version {SCHEMA_VERSION + 1}"):
             store.verify_schema()
-        assert store.schema_version() == LATEST_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()

@@ -30,9 +30,8 @@ from mcp_elicit.client.tokens import LoginStore, SavedLogin
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, WebPages, mount_web
-from mcp_elicit.web.authserver import _ACCESS  # the access-token purpose, to mint renewed tokens alike
+from tests.helpers.browser import chromium as chromium  # the fixture that skips without Chromium
 from tests.helpers.http_harness import free_port, serving
-from tests.system.test_browser import chromium  # noqa: F401 (the fixture that skips without Chromium)
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 BROWSER_SCRIPT = Path(__file__).parents[1] / "helpers" / "login_browser.py"
@@ -75,18 +74,10 @@ class RenewingAuthorizationServer(LocalAuthorizationServer):
             raise TokenError("invalid_grant", "refresh token already used")
         resource = self.resource_of.pop(refresh_token.token, None)
         username = str(refresh_token.subject)
-        claims = {"sub": username, "client_id": client.client_id, "scope": " ".join(refresh_token.scopes)}
-        if resource:
-            claims["aud"] = resource
-        access = self._encode(_ACCESS, claims, self.access_ttl)
+        issued = self.issue_access_token(username, client.client_id, refresh_token.scopes, resource=resource)
         self.renewed += 1
-        return OAuthToken(
-            access_token=access,
-            token_type="Bearer",
-            expires_in=self.access_ttl,
-            scope=" ".join(refresh_token.scopes),
-            refresh_token=self._refresh_for(client.client_id, username, refresh_token.scopes, resource),
-        )
+        refresh = self._refresh_for(client.client_id, username, refresh_token.scopes, resource)
+        return issued.model_copy(update={"refresh_token": refresh})
 
 
 @dataclass

@@ -24,11 +24,7 @@ from mcp_types import ElicitResult, ErrorData, InputRequiredResult
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server.eras.legacy import PING_TIMEOUT
 from mcp_elicit.store import open_store
-from tests.helpers.person import accept
-from tests.helpers.private_postgres import private_postgres
-from tests.helpers.server import Workspace
-from tests.helpers.tasks_wire import LEGACY, Wire
-from tests.system.test_overlap import (
+from tests.helpers.overlapping import (
     LONG_POLL,
     Desk,
     K,
@@ -41,6 +37,10 @@ from tests.system.test_overlap import (
     the_one,
     together,
 )
+from tests.helpers.person import accept
+from tests.helpers.private_postgres import private_postgres
+from tests.helpers.server import Workspace
+from tests.helpers.tasks_wire import LEGACY, Wire
 
 # On both engines: several server processes on one store, a PostgreSQL restart.
 pytestmark = [pytest.mark.anyio, pytest.mark.engines("sqlite", "postgres")]

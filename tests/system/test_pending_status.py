@@ -23,20 +23,12 @@ from pathlib import Path
 import pytest
 
 from mcp_elicit.client import Pacing, ScriptError, parse_script
-from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.store import open_store
+from mcp_elicit.model import DecisionStatus
 from tests.helpers.cli_terminal import CHOICE, COMMAND, Terminal, terminal_env
-from tests.helpers.server import CONNECTED, MESSAGE, NAME, PAGES, complete, rounds
+from tests.helpers.records import decision_status
+from tests.helpers.server import CONNECTED, MESSAGE, NAME, complete, rounds
+from tests.helpers.server_commands import PENDING_COMMAND, ROUNDS_COMMAND, TEST_SERVER
 
-TEST_SERVER = Path(__file__).parents[1] / "helpers" / "server.py"
-PENDING_COMMAND = [sys.executable, str(TEST_SERVER), "serve", "--tools", "pending", "--public-base-url", PAGES,
-                   "--long-poll", "0.2", "--no-lifespan"]  # fmt: skip
-"""A stdio server whose URL flow never announces its completion (no lifespan sends the notice); its store
-comes from MCP_ELICIT_STORE."""
-ROUNDS_COMMAND = [sys.executable, str(TEST_SERVER), "serve", "--tools", "waiting", "--long-poll", "0.05",
-                  "--no-lifespan"]  # fmt: skip
-"""A stdio server of one question, on which identical calls wait; a round of a waiting call is held only
-briefly before "still waiting", so rounds are the client's pace. Each round is logged to $ROUNDS_LOG."""
 SERVER = shlex.join(PENDING_COMMAND)
 NO_OP_BROWSER = f"{shlex.quote(sys.executable)} -c pass %s"
 """A browser that opens nothing and completes nothing: the person has not finished yet."""
@@ -53,15 +45,6 @@ CONSENT = "[o] open"
 @pytest.fixture
 def store_file(tmp_path: Path) -> str:
     return f"sqlite://{tmp_path / 'elicit.db'}"
-
-
-def decision_status(store_url: str) -> DecisionStatus:
-    store = open_store(store_url)
-    try:
-        [decision] = store.list_decisions(Operator())
-    finally:
-        store.close()
-    return decision.status
 
 
 def assert_status_line(terminal: Terminal) -> None:

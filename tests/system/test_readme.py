@@ -35,7 +35,7 @@ from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
 from tests.helpers.http_harness import free_port, wait_for_port
 from tests.helpers.person import Person, accept
-from tests.runtime.test_server_flow import text
+from tests.helpers.results import text
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -11,7 +11,7 @@ from mcp import Client, StdioServerParameters
 from mcp_elicit.model import Operator
 from mcp_elicit.store import open_store
 from tests.helpers.person import Person, accept
-from tests.runtime.test_server_flow import text
+from tests.helpers.results import text
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]

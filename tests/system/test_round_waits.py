@@ -31,8 +31,9 @@ from mcp_elicit.client.handler import Cancel, Mode
 from mcp_elicit.client.mrtr_loop import STILL_WAITING
 from mcp_elicit.client.pending import FlowWaits, Wait
 from mcp_elicit.model import DecisionStatus
+from tests.helpers.records import decision_status
 from tests.helpers.server import CONNECTED, NAME, ROUNDS_LOG, complete, rounds
-from tests.system.test_pending_status import PENDING_COMMAND, ROUNDS_COMMAND, decision_status
+from tests.helpers.server_commands import PENDING_COMMAND, ROUNDS_COMMAND
 
 pytestmark = pytest.mark.anyio
 

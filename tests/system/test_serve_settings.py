@@ -14,7 +14,7 @@ import httpx2
 import pytest
 
 from tests.helpers.http_harness import free_port, wait_for_port
-from tests.wire.test_authserver import code_for, pkce, redeem, registered
+from tests.helpers.oauth_client import code_for, pkce, redeem, registered
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 

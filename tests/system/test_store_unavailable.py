@@ -44,18 +44,18 @@ from mcp_elicit.store import Store, StoreReadOnly, StoreUnavailable, open_store,
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
+from tests.helpers.commands import cli
+from tests.helpers.doctor import GOOD
+from tests.helpers.doctor import run as doctor
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving
+from tests.helpers.inbox_site import browser, call, inbox_site, only, sign_in, token
 from tests.helpers.pages_site import hidden
 from tests.helpers.person import accept
 from tests.helpers.records import Records
+from tests.helpers.relay import Relay
+from tests.helpers.results import error_text, text, unwrap
 from tests.helpers.server import Approval, Counter
 from tests.helpers.tasks_wire import MODERN, Wire
-from tests.runtime.test_server_flow import error_text, text, unwrap
-from tests.system.test_cli import cli
-from tests.system.test_doctor import GOOD
-from tests.system.test_doctor import run as doctor
-from tests.system.test_health import Relay
-from tests.wire.test_inbox import browser, call, inbox_site, only, sign_in, token
 
 pytestmark = pytest.mark.anyio
 
@@ -231,9 +231,8 @@ def says_retry(result: CallToolResult, outage: Outage) -> None:
 async def test_a_legacy_call_that_loses_the_store_says_retry_and_the_retry_acts_once(
     elicitation: Elicitation, outage: Outage, counter: Counter, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert elicitation._server is not None
     person = Person(outage.begin)
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=person) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=person) as client:
         with caplog.at_level(logging.WARNING, logger="mcp_elicit.server.runtime"):
             failed = await client.call_tool("book", {"seats": 2})
         says_retry(failed, outage)
@@ -250,8 +249,7 @@ async def test_a_legacy_call_that_loses_the_store_says_retry_and_the_retry_acts_
 async def test_a_round_retried_while_the_store_is_away_can_be_sent_again_once_it_is_back(
     elicitation: Elicitation, outage: Outage, counter: Counter
 ) -> None:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="2026-07-28", elicitation_callback=Person(None)) as client:
+    async with Client(elicitation.mcp_server, mode="2026-07-28", elicitation_callback=Person(None)) as client:
         first = await client.session.call_tool("book", {"seats": 3}, allow_input_required=True)
         assert not isinstance(first, CallToolResult)
         answered: dict[str, Any] = {
@@ -269,8 +267,7 @@ async def test_a_round_retried_while_the_store_is_away_can_be_sent_again_once_it
 async def test_a_call_made_while_the_store_is_away_fails_the_same_way(
     elicitation: Elicitation, outage: Outage, counter: Counter
 ) -> None:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="legacy", elicitation_callback=Person(None)) as client:
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=Person(None)) as client:
         outage.begin()
         says_retry(await client.call_tool("book", {"seats": 1}), outage)
         outage.end()
@@ -282,8 +279,7 @@ async def test_a_call_made_while_the_store_is_away_fails_the_same_way(
 async def test_a_prompt_gets_a_retryable_protocol_error(
     elicitation: Elicitation, outage: Outage, counter: Counter
 ) -> None:
-    assert elicitation._server is not None
-    async with Client(elicitation._server, mode="legacy") as client:
+    async with Client(elicitation.mcp_server, mode="legacy") as client:
         outage.begin()
         with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
             await client.get_prompt("brief", {"audience": "ops"})
@@ -438,9 +434,8 @@ async def test_a_read_only_store_is_named_read_only_to_the_caller_without_a_retr
 ) -> None:
     url, secret = read_only
     runtime = booking(open_store(url), counter)
-    assert runtime._server is not None
     try:
-        async with Client(runtime._server, mode="2026-07-28", elicitation_callback=Person(None)) as client:
+        async with Client(runtime.mcp_server, mode="2026-07-28", elicitation_callback=Person(None)) as client:
             with caplog.at_level(logging.INFO):
                 failed = await client.call_tool("book", {"seats": 2})
                 with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
@@ -464,7 +459,6 @@ async def test_a_sqlite_file_deleted_or_replaced_under_the_server_is_named_with_
 ) -> None:
     path = tmp_path / "elicit.db"
     runtime = booking(SQLiteStore(path, clock=utc_now), counter)
-    assert runtime._server is not None
 
     def take_away() -> None:
         if how == "deleted":
@@ -475,7 +469,7 @@ async def test_a_sqlite_file_deleted_or_replaced_under_the_server_is_named_with_
         other.replace(path)
 
     try:
-        async with Client(runtime._server, mode="legacy", elicitation_callback=Person(take_away)) as client:
+        async with Client(runtime.mcp_server, mode="legacy", elicitation_callback=Person(take_away)) as client:
             with caplog.at_level(logging.INFO):
                 answered = await client.call_tool("book", {"seats": 2})
                 again = await client.call_tool("book", {"seats": 2})

@@ -13,10 +13,9 @@ from mcp_elicit.model import OperationStatus, Operator, Principal, request_diges
 from mcp_elicit.server.tasks.state import task_status
 from mcp_elicit.store import open_store
 from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.commands import run
+from tests.helpers.tasks_http import instance, serve, until
 from tests.helpers.tasks_wire import MODERN, Wire
-from tests.system.test_cli_call import run
-from tests.system.test_tasks_recovery import instance
-from tests.wire.test_tasks import serve, until
 
 pytestmark = pytest.mark.anyio
 LOOPBACK = Principal("loopback-dev", "loopback")

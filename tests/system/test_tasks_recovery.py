@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -15,32 +12,11 @@ import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.store import open_store
-from tests.helpers.http_harness import free_port, wait_for_port
 from tests.helpers.server import Workspace
+from tests.helpers.tasks_http import answer, answer_task, instance, until
 from tests.helpers.tasks_wire import LEGACY, MODERN, Wire
-from tests.wire.test_tasks import answer, answer_task, until
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parents[2]
-LEASE = 2.0
-
-
-@contextmanager
-def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.server", "serve", "--tools", "tasks", "--port", str(port),
-         "--store", store, "--workspace", str(workspace), "--lease", str(LEASE), "--task-poll", "0.2",
-         "--public-base-url", f"http://127.0.0.1:{port}", *(["--stall", stall] if stall else [])],
-        cwd=REPO,
-    )  # fmt: skip
-    try:
-        wait_for_port(port, process, timeout=30)
-        yield f"http://127.0.0.1:{port}/mcp", process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
 
 
 async def stalled(workspace: Path) -> None:

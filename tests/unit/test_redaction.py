@@ -7,15 +7,15 @@ from collections.abc import Iterator
 import pytest
 
 from mcp_elicit.model import REDACTED, JSONObject, looks_secret, redact_content, redact_url
-from mcp_elicit.model.redaction import _text_looks_secret
+from mcp_elicit.model.redaction import forget_verdicts
 
 
 @pytest.fixture(autouse=True)
 def uncached() -> Iterator[None]:
     """Each test sees the rule itself decide, not an answer an earlier test left in its cache."""
-    _text_looks_secret.cache_clear()
+    forget_verdicts()
     yield
-    _text_looks_secret.cache_clear()
+    forget_verdicts()
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def test_past_its_bound_the_throttle_drops_counts_that_hold_nothing_back_first()
         fail(throttle, f"user{n}", f"203.0.113.{n}")
     held = held_back(throttle, "alice", "198.51.100.9")
     assert held is not None and held.kinds == ("account",)
-    assert len(throttle._counts) <= 4
+    assert throttle.tracked_now <= 4
 
 
 def test_a_held_back_address_adds_no_count_whatever_names_it_tries() -> None:
@@ -95,8 +95,8 @@ def test_a_held_back_address_adds_no_count_whatever_names_it_tries() -> None:
     throttle = SignInThrottle(SignInBackoff(address_failures=3), clock)
     for n in range(3):
         fail(throttle, f"user{n}", "203.0.113.7")
-    tracked = len(throttle._counts)
+    tracked = throttle.tracked_now
     for n in range(1000):
         with pytest.raises(HeldBack), throttle.attempt(f"x{n}", "203.0.113.7"):
             raise AssertionError("a held-back attempt must not run")
-    assert len(throttle._counts) == tracked
+    assert throttle.tracked_now == tracked

@@ -57,8 +57,8 @@ from tests.helpers.http_harness import free_port, serving, wait_for_port
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.peers.fastmcp_server import SERVER_NAME, STATE_KEY, build
 from tests.helpers.person import Person, accept
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Counter
-from tests.runtime.test_server_flow import text, unwrap
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]

@@ -47,9 +47,9 @@ from mcp_elicit.web import (
 )
 from mcp_elicit.web.jwks import JwksError
 from tests.helpers.http_harness import free_port, serving
+from tests.helpers.oauth_client import access_token, mcp_status
 from tests.helpers.pages_site import hidden
-from tests.runtime.test_server_flow import error_text, text
-from tests.wire.test_authserver import access_token, mcp_status
+from tests.helpers.results import error_text, text
 
 pytestmark = pytest.mark.anyio
 
@@ -162,7 +162,8 @@ def test_mount_web_refuses_what_would_fail_on_a_first_click(sqlite_url: str) -> 
             mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32, flows=flows))
         with pytest.raises(ValueError, match="page_key has 5 bytes; give at least 32"):
             mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"short"))
-        assert not [r for r in server._custom_starlette_routes if r.path.startswith("/elicit")]
+        served = [getattr(route, "path", "") for route in server.streamable_http_app().routes]
+        assert "/mcp" in served and not [path for path in served if path.startswith("/elicit")]
     finally:
         store.close()
 

@@ -46,11 +46,11 @@ from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, wait_for_port
 from tests.helpers.person import Person, accept
 from tests.helpers.records import ALICE, Records
+from tests.helpers.results import text
 from tests.helpers.server import Workspace, task_tools
+from tests.helpers.tasks_http import answer, answer_task
+from tests.helpers.tasks_http import until as task_until
 from tests.helpers.tasks_wire import LEGACY, MODERN, Wire
-from tests.runtime.test_server_flow import text
-from tests.wire.test_tasks import answer, answer_task
-from tests.wire.test_tasks import until as task_until
 
 # On both engines: the outbox claimed by several deliverers: row locks on PostgreSQL.
 pytestmark = pytest.mark.engines("sqlite", "postgres")
@@ -89,13 +89,14 @@ class Receiver:
     def __init__(self, statuses: tuple[int, ...] = (), port: int | None = None) -> None:
         self.statuses = list(statuses)
         self.received: list[Received] = []
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        """Held while the handler thread records a delivery, and while the test reads them."""
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
-                with receiver._lock:
+                with receiver.lock:
                     status = receiver.statuses.pop(0) if receiver.statuses else 200
                     receiver.received.append(
                         Received(
@@ -123,7 +124,7 @@ class Receiver:
         self._server.server_close()
 
     def delivered(self) -> list[Received]:
-        with self._lock:
+        with self.lock:
             return [r for r in self.received if 200 <= r.answered < 300]
 
 

@@ -19,10 +19,10 @@ from pydantic import AfterValidator, Field
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Accepted, Elicitation, Fallback, Flow
+from tests.helpers.ask_types import Region, Trip
 from tests.helpers.pages_site import McpSite as Site
-from tests.runtime.test_one_line_asks import Region, Trip
-from tests.runtime.test_server_flow import error_text, text
-from tests.wire.test_web_fallback import browser_of, page_url, sign_in, submit, web_site
+from tests.helpers.results import error_text, text
+from tests.helpers.web_answers import browser_of, page_url, sign_in, submit, web_site
 
 pytestmark = pytest.mark.anyio
 

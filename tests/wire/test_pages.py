@@ -28,7 +28,7 @@ from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.pages import UrlPages
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.pages_site import VAULT_KEYS, Site, hidden, provider_flows, provider_process
+from tests.helpers.pages_site import VAULT_KEYS, Site, consent_at_provider, hidden, provider_flows, provider_process
 
 CANARY = "canary-sk-5d1e0f"
 
@@ -99,22 +99,6 @@ def sign_in(browser: httpx2.Client, site: Site, user: str, password: str, next_p
 def open_page(browser: httpx2.Client, decision: Decision) -> httpx2.Response:
     assert decision.url is not None
     return browser.get(decision.url)
-
-
-def consent_at_provider(browser: httpx2.Client, authorize_url: str, allow: bool) -> str:
-    form = browser.get(authorize_url)
-    assert form.status_code == 200
-    signed = browser.post(
-        authorize_url.split("?")[0],
-        data={"username": "alice", "password": "wonderland", "request": hidden(form.text, "request")},
-    )
-    decided = browser.post(
-        authorize_url.split("?")[0] + "/consent",
-        data={"request": hidden(signed.text, "request"), "csrf_token": hidden(signed.text, "csrf_token"),
-              "action": "allow" if allow else "deny"},
-    )  # fmt: skip
-    assert decided.status_code == 302
-    return decided.headers["location"]
 
 
 def start(browser: httpx2.Client, site: Site, decision: Decision) -> httpx2.Response:

@@ -11,8 +11,7 @@ import httpx2
 from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.model.decision import new_elicitation_id
 from tests.helpers import pages_site
-from tests.helpers.pages_site import SERVER_NAME, Site, ask, hidden, sign_in, start
-from tests.wire.test_pages import consent_at_provider
+from tests.helpers.pages_site import SERVER_NAME, Site, ask, consent_at_provider, hidden, sign_in, start
 
 CANARY = "canary-sk-pages-3b9a"
 

@@ -28,12 +28,12 @@ from tests.helpers.pages_site import (
     PROVIDER_SECRET,
     Site,
     ask,
+    consent_at_provider,
     provider_process,
     served_site,
     sign_in,
     start,
 )
-from tests.wire.test_pages import consent_at_provider
 
 LEAKED = "leaked-f00d"
 

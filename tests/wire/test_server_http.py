@@ -18,8 +18,8 @@ from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
 from tests.helpers.person import Person, accept
+from tests.helpers.results import text
 from tests.helpers.server import Counter, flow_tools
-from tests.runtime.test_server_flow import text
 
 pytestmark = pytest.mark.anyio
 ALICE = Principal(f"{ISSUER}#alice", "client-a")

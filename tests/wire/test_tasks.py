@@ -8,8 +8,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,12 +16,10 @@ import anyio
 import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator, Principal
-from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.tasks import TaskSettings
-from mcp_elicit.store import open_store
-from tests.helpers.http_harness import ISSUER, StaticTokenVerifier, auth_settings, free_port, serving
-from tests.helpers.server import Workspace, task_tools
-from tests.helpers.tasks_wire import LEGACY, MODERN, TASKS_EXTENSION, Wire, WireError
+from tests.helpers.http_harness import ISSUER
+from tests.helpers.tasks_http import Served, answer, answer_task, serve, status_of, until
+from tests.helpers.tasks_wire import LEGACY, MODERN, TASKS_EXTENSION, WireError
 
 pytestmark = pytest.mark.anyio
 ERAS = [LEGACY, MODERN]
@@ -31,73 +27,10 @@ ALICE = Principal(f"{ISSUER}#alice", "client-a")
 RELATED = "io.modelcontextprotocol/related-task"
 
 
-@dataclass
-class Served:
-    runtime: Elicitation
-    url: str
-    workspace: Workspace
-
-    def wire(self, era: str, token: str = "token-alice", **options: Any) -> Wire:
-        return Wire(self.url, era, token=token, **options)
-
-
-@contextmanager
-def serve(store_url: str, root: Path, settings: TaskSettings | None = None) -> Iterator[Served]:
-    port = free_port()
-    runtime = Elicitation(
-        open_store(store_url),
-        request_state=RequestState(keys=[b"t" * 32]),
-        public_base_url=f"http://127.0.0.1:{port}",
-        timing=Timing(lease=timedelta(seconds=2)),
-        tasks=settings or TaskSettings(poll_interval=timedelta(milliseconds=200)),
-    )
-    server = runtime.server("tasks-http", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
-    workspace = Workspace(root / "workspace")
-    task_tools(runtime, workspace)
-    with serving(server.streamable_http_app(), port) as base:
-        yield Served(runtime, f"{base}/mcp", workspace)
-    runtime.close()
-
-
 @pytest.fixture
 def served(store_url: str, tmp_path: Path) -> Iterator[Served]:
     with serve(store_url, tmp_path) as running:
         yield running
-
-
-async def status_of(wire: Wire, task_id: str) -> dict[str, Any]:
-    return await wire.request("tasks/get", {"taskId": task_id})
-
-
-async def until(wire: Wire, task_id: str, *statuses: str, timeout: float = 20) -> dict[str, Any]:
-    """Poll `tasks/get` at the task's own interval until it reaches one of `statuses`."""
-    with anyio.fail_after(timeout):
-        while True:
-            task = await status_of(wire, task_id)
-            if task["status"] in statuses:
-                return task
-            interval = task.get("pollIntervalMs", task.get("pollInterval", 200))
-            await anyio.sleep(interval / 1000)
-
-
-def answer(action: str = "accept", **content: Any) -> dict[str, Any]:
-    return {"action": action, "content": content} if action == "accept" else {"action": action}
-
-
-async def answer_task(wire: Wire, task_id: str, key: str, response: dict[str, Any]) -> list[dict[str, Any]]:
-    """Answer the outstanding question `key` the era's way; returns the requests the client was shown."""
-    shown: list[dict[str, Any]] = []
-    if wire.era == MODERN:
-        ack = await wire.request("tasks/update", {"taskId": task_id, "inputResponses": {key: response}})
-        assert ack == {"resultType": "complete", "_meta": ack.get("_meta")} or ack.get("resultType") == "complete"
-        return shown
-
-    async def on_request(request: dict[str, Any]) -> dict[str, Any]:
-        shown.append(request)
-        return response
-
-    wire.last_result = await wire.request("tasks/result", {"taskId": task_id}, on_request=on_request)
-    return shown
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -17,7 +17,7 @@ from mcp_elicit.client.handler import Accept, FormReply, FormRequest, Mode, UrlR
 from mcp_elicit.client.tasks import TaskCancelled
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server.tasks import TaskNotFound, TaskSettings
-from tests.wire.test_tasks import Served, serve
+from tests.helpers.tasks_http import Served, serve
 
 pytestmark = pytest.mark.anyio
 

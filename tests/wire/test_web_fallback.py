@@ -12,8 +12,7 @@ import datetime
 import enum
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import httpx2
@@ -40,17 +39,17 @@ from mcp_elicit.server.forms import Email, Titled, form_spec
 from mcp_elicit.store import open_store
 from mcp_elicit.web import ApiKeyEntry
 from mcp_elicit.web.formpage import read_answer, render
+from tests.helpers.oauth_client import access_token
 from tests.helpers.pages_site import McpSite as Site
-from tests.helpers.pages_site import hidden, mcp_site
+from tests.helpers.pages_site import hidden
 from tests.helpers.person import Person
+from tests.helpers.results import error_text, text
 from tests.helpers.server import Seats
-from tests.runtime.test_server_flow import error_text, text
-from tests.wire.test_authserver import access_token
+from tests.helpers.web_answers import browser_of, page_url, sign_in, submit, web_site
 
 pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "2026-07-28"]
-USERS = "alice:wonderland:Alice Liddell,bob:builder:Bob"
 
 
 class Region(enum.StrEnum):
@@ -133,24 +132,11 @@ def build_tools(elicitation: Elicitation) -> None:
         return "key stored" if isinstance(outcome, Completed) else type(outcome).__name__.lower()
 
 
-def web_site(
-    store_url: str, name: str, build: Callable[[Elicitation], None], flows: dict[str, ApiKeyEntry] | None = None
-) -> AbstractContextManager[Site]:
-    """A served app with the URL pages and local sign-in, `build`'s tools on it, for alice to answer on."""
-    return mcp_site(store_url, name, build, users=USERS, flows=flows)
-
-
 @pytest.fixture
 def site(store_url: str) -> Iterator[Site]:
     flows = {"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")}
     with web_site(store_url, "web-fallback", build_tools, flows) as served:
         yield served
-
-
-@asynccontextmanager
-async def browser_of() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=30) as browser:
-        yield browser
 
 
 async def call(site: Site, era: str, tool: str, **arguments: object) -> CallToolResult:
@@ -159,34 +145,9 @@ async def call(site: Site, era: str, tool: str, **arguments: object) -> CallTool
         return await client.call_tool(tool, dict(arguments))
 
 
-def page_url(result: CallToolResult) -> str:
-    message = error_text(result)
-    found = re.search(r"answer at (\S+) \(open until [^)]+\)", message)
-    assert found, message
-    assert "then call this tool again with the same arguments" in message
-    return found.group(1)
-
-
 def only_decision(site: Site) -> Decision:
     [decision] = site.store.list_decisions(Operator())
     return decision
-
-
-async def sign_in(browser: httpx2.AsyncClient, site: Site, user: str, password: str) -> None:
-    form = await browser.get(f"{site.base}/signin", params={"next": "/"})
-    response = await browser.post(
-        f"{site.base}/signin",
-        data={"username": user, "password": password, "next": "/", "csrf": hidden(form.text, "csrf")},
-    )
-    assert response.status_code == 303, response.text
-
-
-async def submit(
-    browser: httpx2.AsyncClient, url: str, page: str, action: str, **fields: str | list[str]
-) -> httpx2.Response:
-    data: dict[str, Any] = {"csrf": hidden(page, "csrf"), "action": action}
-    data.update({f"f.{name}": value for name, value in fields.items()})
-    return await browser.post(f"{url}/answer", data=data)
 
 
 def control(html: str, name: str, value: str | None = None) -> str:

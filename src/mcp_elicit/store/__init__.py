@@ -1,6 +1,7 @@
 """Durable storage of operations, decisions, their journal, audit trail, single-use tokens and sealed vault blobs."""
 
 from mcp_elicit.store._blocking import Store
+from mcp_elicit.store._sweep import SWEEP_BATCH
 from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
@@ -22,6 +23,7 @@ from mcp_elicit.store.errors import (
     TransitionConflict,
     UnreadableRow,
 )
+from mcp_elicit.store.migrations import SCHEMA_VERSION, schema_statements
 from mcp_elicit.store.protocol import (
     OPERATION_DECISIONS_READ,
     Claim,
@@ -40,6 +42,8 @@ from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url,
 __all__ = [
     "ENV_VAR",
     "OPERATION_DECISIONS_READ",
+    "SCHEMA_VERSION",
+    "SWEEP_BATCH",
     "AlreadyExists",
     "Claim",
     "Clock",
@@ -73,5 +77,6 @@ __all__ = [
     "default_store_path",
     "default_store_url",
     "open_store",
+    "schema_statements",
     "utc_now",
 ]

@@ -186,7 +186,10 @@ class Store(StoreBase):
         self._run(lambda core: core.note(decision, actor=actor, reason=reason))
 
     def sweep_expired(self) -> SweepResult:
-        """Expire every overdue waiting decision and open operation, and purge spent token entries."""
+        """Expire every overdue waiting decision and open operation, and purge spent token entries.
+
+        Records expire in transactions of at most `SWEEP_BATCH` each, so a backlog never holds many rows locked.
+        """
         return self._run(lambda core: core.sweep_expired())
 
     def audit_trail(

@@ -188,7 +188,10 @@ class AsyncStore(AsyncStoreBase):
         await self._call(lambda core: core.note(decision, actor=actor, reason=reason))
 
     async def sweep_expired(self) -> SweepResult:
-        """Expire every overdue waiting decision and open operation, and purge spent token entries."""
+        """Expire every overdue waiting decision and open operation, and purge spent token entries.
+
+        Records expire in transactions of at most `SWEEP_BATCH` each, so a backlog never holds many rows locked.
+        """
         return await self._batch(lambda core: core.sweep_expired())
 
     async def audit_trail(

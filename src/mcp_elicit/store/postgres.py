@@ -62,8 +62,9 @@ LISTEN_CHECK = 1.0
 LISTEN_LINGER = 30.0
 """Seconds a process keeps listening after its last waiter: waits come in bursts."""
 _MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our migrations" to pg_advisory_lock
-_SWEEP_LOCK = 0x6D63_7065_6C69_6302
-"""The advisory lock a sweep's transaction holds, so that one instance sweeps at a time."""
+SWEEP_LOCK = 0x6D63_7065_6C69_6302
+"""The advisory lock a sweep's transaction holds, so that one instance sweeps at a time. Public because it is
+part of the database's use: an application sharing the database keeps its own advisory locks clear of it."""
 
 
 class _Deferring:
@@ -235,7 +236,7 @@ class _PostgresCore(SQLCore):
 
     async def _sweep_turn(self, tx: Tx) -> bool:
         # Released with the transaction: a sweeper that dies mid-batch frees it, and no session keeps it.
-        row = await tx.one("SELECT pg_try_advisory_xact_lock(%s)", (_SWEEP_LOCK,))
+        row = await tx.one("SELECT pg_try_advisory_xact_lock(%s)", (SWEEP_LOCK,))
         return bool(row[0])
 
     async def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:

@@ -464,8 +464,13 @@ class SQLiteStore(Store):
     def schema_version(self) -> int:
         return self._engine.version
 
-    def _connection(self) -> sqlite3.Connection:
-        """This thread's connection, for tests that look at the engine's settings."""
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection to the file, as the store's calls on this thread use it.
+
+        For looking at what SQLite itself reports about the store at work: a `PRAGMA` as the store set it, the
+        statements a call runs (`set_trace_callback`) and their `EXPLAIN QUERY PLAN`. Only for reading: a
+        write through it would bypass the store's transactions and its audit trail.
+        """
         return self._engine._connection()
 
     @property

@@ -99,6 +99,12 @@ class SignInThrottle:
         self._tracked = tracked
         self._counts: OrderedDict[tuple[Kind, str], _Count] = OrderedDict()
 
+    @property
+    def tracked_now(self) -> int:
+        """How many counts (per account, per address) the process holds now: the memory the back-off takes,
+        which `tracked` bounds, so that a flood of new names or of refused attempts cannot grow it."""
+        return len(self._counts)
+
     @contextmanager
     def attempt(self, account: str, address: str) -> Iterator[Attempt]:
         """Raise `HeldBack` if the account or the address must wait; else yield the attempt, which counts as a

@@ -263,18 +263,21 @@ class Vault:
         _check_name(name)
         return self._store.vault_delete(principal.principal_id, name, actor=principal.actor)
 
-    def rotate(self) -> int:
+    def rotate(self, *, batch: int = _ROTATE_BATCH) -> int:
         """Re-seal every entry not under the sealing key; return how many were re-sealed.
 
         Entries that cannot be opened are left untouched and logged. An entry changed by a concurrent
-        `put` meanwhile is skipped: the newer value stands (and was sealed by the writer's ring).
+        `put` meanwhile is skipped: the newer value stands (and was sealed by the writer's ring). The entries
+        are read `batch` at a time, so a large vault is never held in memory at once.
         """
+        if batch < 1:
+            raise ValueError(f"a rotation reads at least one entry at a time, not {batch}")
         current = self._ring.sealing_key_id
         resealed = unopenable = 0
         after: tuple[str, str] | None = None
         while True:
-            batch = self._store.vault_entries(key_id_not=current, limit=_ROTATE_BATCH, after=after)
-            for record in batch:
+            entries = self._store.vault_entries(key_id_not=current, limit=batch, after=after)
+            for record in entries:
                 try:
                     plaintext = self._open(record)
                 except VaultError:
@@ -283,9 +286,9 @@ class Vault:
                 sealed = self._seal(current, record.principal_id, record.name, plaintext)
                 if self._store.vault_reseal(record, current, sealed, actor=ROTATION.actor):
                     resealed += 1
-            if len(batch) < _ROTATE_BATCH:
+            if len(entries) < batch:
                 break
-            after = (batch[-1].principal_id, batch[-1].name)
+            after = (entries[-1].principal_id, entries[-1].name)
         log.info("vault rotation: %d entries re-sealed under key %r", resealed, current)
         if unopenable:
             log.warning(
