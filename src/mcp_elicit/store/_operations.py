@@ -117,7 +117,8 @@ class OperationsCore(Core):
         async with self._write() as tx:
             if candidate.idempotency_key is not None:
                 await self._bind_key(tx, candidate, now)
-            if await tx.execute(*self._first_of_call(candidate, replay_since)) == 1:
+            inserted = await tx.execute(*self._first_of_call(candidate, replay_since))
+            if inserted == 1 and not await self._overtaken(tx, candidate, replay_since):
                 self._audit_created(tx, candidate)
                 return OperationStart(candidate, created=True)
             return await self._begin_carefully(tx, candidate, now, replay_since)
@@ -148,7 +149,7 @@ class OperationsCore(Core):
                 f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) VALUES ({_marks(13)}) ON CONFLICT DO NOTHING",
                 self._operation_row(candidate),
             )
-            if inserted == 1:
+            if inserted == 1 and not await self._overtaken(tx, candidate, replay_since):
                 self._audit_created(tx, candidate)
                 return OperationStart(candidate, created=True)
         raise StoreError(f"operation for {candidate.method} {candidate.target} kept changing; not started")
@@ -156,16 +157,30 @@ class OperationsCore(Core):
     def _first_of_call(self, candidate: Operation, replay_since: datetime | None) -> tuple[str, tuple[object, ...]]:
         """The operation inserted in one statement when nothing of the call stands in its way: no open operation
         (lapsed or not) and no result to replay. Anything else is for the careful path to sort out."""
-        where, params = self._of_call(candidate)
-        replayable, replay_params = (
-            ("", ()) if replay_since is None else (" OR (status = 'completed' AND updated_at >= %s)", (replay_since,))
-        )
+        where, params = self._in_the_way(candidate, replay_since)
         return (
             f"INSERT INTO elicit_operations ({OPERATION_COLUMNS}) SELECT {_marks(13)}"
-            f" WHERE NOT EXISTS (SELECT 1 FROM elicit_operations WHERE {where}"
-            f" AND (status = 'open'{replayable})) ON CONFLICT DO NOTHING",
-            (*self._operation_row(candidate), *params, *(self._to_time(t) for t in replay_params)),
+            f" WHERE NOT EXISTS (SELECT 1 FROM elicit_operations WHERE {where}) ON CONFLICT DO NOTHING",
+            (*self._operation_row(candidate), *params),
         )
+
+    def _in_the_way(self, candidate: Operation, replay_since: datetime | None) -> tuple[str, tuple[object, ...]]:
+        """Which operations of the call keep a new one from being created: an open one, or a result to replay."""
+        where, params = self._of_call(candidate)
+        if replay_since is None:
+            return f"{where} AND status = 'open'", params
+        return (
+            f"{where} AND (status = 'open' OR (status = 'completed' AND updated_at >= %s))",
+            (*params, self._to_time(replay_since)),
+        )
+
+    async def _overtaken(self, tx: Tx, candidate: Operation, replay_since: datetime | None) -> bool:
+        """Whether the operation just inserted was overtaken by another creator of the call, and so taken back.
+
+        Never on an engine whose write lock serialises creators (SQLite): the insert's own look at the call
+        saw every operation of it there is.
+        """
+        return False
 
     def _of_call(self, candidate: Operation) -> tuple[str, tuple[str, ...]]:
         """Which operations are the call's: a keyed call is its key *and* the request the key is bound to now,

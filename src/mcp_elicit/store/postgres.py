@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from mcp_elicit.model import JSONValue
+from mcp_elicit.model import JSONValue, Operation
 from mcp_elicit.store import _schema
 from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._core import CLOCK, shape
@@ -254,6 +254,21 @@ class _PostgresCore(SQLCore):
             (now, batch, now, CLOCK.actor, SWEEP_REASON, now),
         )
         return [row[0] for row in rows]
+
+    async def _overtaken(self, tx: Tx, candidate: Operation, replay_since: datetime | None) -> bool:
+        # READ COMMITTED: the insert looked at the call with the snapshot its statement began with, so it missed
+        # a creator not yet committed, and the unique index let it pass if that operation had finished by the
+        # time its creator committed. A statement of its own looks again; without replay only an open operation
+        # stands in the way, and the unique index already keeps a second one out.
+        if replay_since is None:
+            return False
+        where, params = self._in_the_way(candidate, replay_since)
+        undone = await tx.execute(
+            "DELETE FROM elicit_operations WHERE operation_id = %s AND EXISTS"
+            f" (SELECT 1 FROM elicit_operations WHERE {where} AND operation_id <> %s)",
+            (candidate.operation_id, *params, candidate.operation_id),
+        )
+        return undone == 1
 
     def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:
         notify = "SELECT pg_notify(%s, subject) FROM unnest(%s::text[]) AS subject"
