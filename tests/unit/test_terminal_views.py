@@ -238,3 +238,23 @@ def test_answers_are_displayed_as_a_person_reads_them() -> None:
     assert display(ratio, 2.0) == "2"
     assert display(ratio, 0.1) == "0.1"
     assert display(ratio, None) == "(no answer)"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("typed", ["\x03", "\x03\x03"])
+async def test_each_ctrl_c_read_before_the_prompt_is_gone_reaches_the_host(typed: str) -> None:
+    """A quick second Ctrl-C arrives with the first, or while the prompt goes: the host hears both, so a host
+    that stops on a second press stops (the demo), and no press is lost to the prompt's exit."""
+    heard: list[str] = []
+
+    def host() -> bool:
+        heard.append("ctrl-c")
+        return False
+
+    console, _ = recording()
+    with create_pipe_input() as keys:
+        handler = TerminalHandler(console=console, input=keys, output=DummyOutput(), on_ctrl_c=host)
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        keys.send_text(typed)
+        assert await handler.form(FormRequest(ASKER, "How many?", schema)) == Cancel()
+    assert heard == ["ctrl-c"] * len(typed)

@@ -39,7 +39,9 @@ from prompt_toolkit.application.current import set_app
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.input import Input
+from prompt_toolkit.input.typeahead import get_typeahead, store_typeahead
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent, merge_key_bindings
+from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output import Output
@@ -72,13 +74,16 @@ STATUS_POLL = 0.1
 class Cancelled(Exception):
     """Esc, Ctrl-C or a closed input (Ctrl-D): the dialog was dismissed without a decision.
 
-    `ctrl_c`: it was Ctrl-C; `closed`: the input closed, so nothing more can be read from it.
+    `ctrl_c`: it was Ctrl-C; `closed`: the input closed, so nothing more can be read from it. `presses`: how
+    many Ctrl-C came before the widget was gone (a quick second press is read with the first, or while the
+    widget goes): each counts for a host that stops on a second press.
     """
 
     def __init__(self, *, ctrl_c: bool = False, closed: bool = False) -> None:
         super().__init__("closed" if closed else "Ctrl-C" if ctrl_c else "cancelled")
         self.ctrl_c = ctrl_c
         self.closed = closed
+        self.presses = 1 if ctrl_c else 0
 
 
 class Declined(Exception):
@@ -147,6 +152,8 @@ class Keyboard:
         except EOFError:
             raise Cancelled(closed=True) from None
         except Cancelled as dismissed:
+            if dismissed.ctrl_c:
+                dismissed.presses += _ctrl_c_typed_ahead(session.app.input)
             await self._dismissed(dismissed)
             raise
 
@@ -263,13 +270,27 @@ class Keyboard:
         except EOFError:
             raise Cancelled(closed=True) from None
         except Cancelled as dismissed:
+            if dismissed.ctrl_c:
+                dismissed.presses += _ctrl_c_typed_ahead(application.input)
             await self._dismissed(dismissed)
             raise
 
     async def _dismissed(self, dismissed: Cancelled) -> None:
         """A Ctrl-C the host takes as the end of the program: answer nothing, wait to be cancelled."""
-        if dismissed.ctrl_c and self._on_ctrl_c is not None and self._on_ctrl_c():
-            await anyio.sleep_forever()
+        if self._on_ctrl_c is None:
+            return
+        for _ in range(dismissed.presses):
+            if self._on_ctrl_c():
+                await anyio.sleep_forever()
+
+
+def _ctrl_c_typed_ahead(input: Input) -> int:
+    """Ctrl-C read with the one that dismissed the prompt: prompt_toolkit keeps keys read after its end for the
+    next prompt, where a second press would count as a first. Taken out and counted; other keys stay."""
+    ahead = get_typeahead(input)
+    kept = [press for press in ahead if press.key != Keys.ControlC]
+    store_typeahead(input, kept)
+    return len(ahead) - len(kept)
 
 
 class _Cursor:
