@@ -13,6 +13,8 @@ PENDING_COMMAND = [sys.executable, str(TEST_SERVER), "serve", "--tools", "pendin
 """A stdio server whose URL flow never announces its completion (no lifespan sends the notice); its store
 comes from MCP_ELICIT_STORE."""
 ROUNDS_COMMAND = [sys.executable, str(TEST_SERVER), "serve", "--tools", "waiting", "--long-poll", "0.05",
-                  "--no-lifespan"]  # fmt: skip
+                  "--reask-after", "600", "--no-lifespan"]  # fmt: skip
 """A stdio server of one question, on which identical calls wait; a round of a waiting call is held only
-briefly before "still waiting", so rounds are the client's pace. Each round is logged to $ROUNDS_LOG."""
+briefly before "still waiting", so rounds are the client's pace. Each round is logged to $ROUNDS_LOG. The
+question stays with the call that carries it for 10 minutes (`--reask-after`): a waiting call slow to start
+on a loaded machine is never put the question itself."""
