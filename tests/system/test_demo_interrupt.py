@@ -6,6 +6,7 @@ store (audited), with the same status line as every other wait.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from mcp_elicit.model import AuditEntry, Decision, DecisionStatus, Operator
 from mcp_elicit.store import open_store
-from tests.helpers.cli_terminal import CHOICE, ESC, Terminal, terminal_env
+from tests.helpers.cli_terminal import CHOICE, COMMAND, ESC, Terminal, terminal_env
 from tests.helpers.demo_terminal import DEMO_TIMEOUT, listening, ports
 
 CTRL_C = "\x03"
@@ -29,14 +30,28 @@ def stored(store_url: str) -> dict[str, tuple[Decision, list[AuditEntry]]]:
         store.close()
 
 
-def demo(tmp_path: Path, *args: str) -> tuple[Terminal, str]:
+IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+)
+"""Starts the command with SIGINT ignored, as it is inherited from `nohup`, some job runners, a pytest-xdist
+worker: Python then leaves SIGINT ignored, and the event loop installs no handler of its own."""
+
+
+def demo(tmp_path: Path, *args: str, sigint: str = "default") -> tuple[Terminal, str]:
     store_url = f"sqlite://{tmp_path / 'elicit.db'}"
     env = terminal_env(XDG_DATA_HOME=str(tmp_path / "data"), MCP_ELICIT_STORE=store_url)
-    return Terminal(["demo", "--no-browser", *args], env, timeout=DEMO_TIMEOUT), store_url
+    arguments = ["demo", "--no-browser", *args]
+    if sigint == "ignored":
+        launched = Terminal(
+            ["-c", IGNORING_SIGINT, COMMAND, *arguments], env, command=sys.executable, timeout=DEMO_TIMEOUT
+        )
+        return launched, store_url
+    return Terminal(arguments, env, timeout=DEMO_TIMEOUT), store_url
 
 
-def test_a_first_ctrl_c_cancels_the_question_a_second_within_2_s_stops_the_demo(tmp_path: Path) -> None:
-    terminal, store_url = demo(tmp_path)
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_first_ctrl_c_cancels_the_question_a_second_within_2_s_stops_the_demo(tmp_path: Path, sigint: str) -> None:
+    terminal, store_url = demo(tmp_path, sigint=sigint)
     try:
         started = ports(terminal)
         terminal.see("Deploy payments to production?")

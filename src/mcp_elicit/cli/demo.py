@@ -25,16 +25,16 @@ import signal
 import sys
 import time
 import webbrowser
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import typer
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.rule import Rule
@@ -115,7 +115,7 @@ def demo(
     try:
         with running_stack(run_dir, store_url=store_url, workspace=workspace or run_dir / "workspace") as stack:
             narrator.started(stack, records.display_url, run_dir)
-            code = anyio.run(_walkthrough, stack, handler, records, narrator, era, no_browser)
+            code = anyio.run(_stopped_by_ctrl_c, _walkthrough, stack, handler, records, narrator, era, no_browser)
     except StackError as error:
         _fail(CommandFailed(f"the demo could not start: {error}"), run_dir)
     except CommandFailed as failed:
@@ -261,6 +261,33 @@ class Narrator:
         if self.stack is None:
             raise RuntimeError("the stack is not running")
         return self.stack
+
+
+async def _stopped_by_ctrl_c(walk: Callable[..., Awaitable[int]], *args: Any) -> int:
+    """`walk`, ended by SIGINT (Ctrl-C between prompts, or the second press at one) as KeyboardInterrupt.
+
+    The event loop's own SIGINT handling cancels the main task, which a call under way (a retry, a shielded
+    cleanup) may absorb: the demo then went on to the next scenario. A cancel scope cannot be absorbed.
+    """
+    interrupted = False
+
+    async def watch(group: TaskGroup, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        nonlocal interrupted
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            task_status.started()
+            async for _ in signals:
+                interrupted = True
+                group.cancel_scope.cancel()
+                return
+
+    code = USAGE
+    async with anyio.create_task_group() as group:
+        await group.start(watch, group)
+        code = await walk(*args)
+        group.cancel_scope.cancel()
+    if interrupted:
+        raise KeyboardInterrupt
+    return code
 
 
 async def _walkthrough(
