@@ -22,7 +22,7 @@ from mcp_elicit.model import OperationStatus
 from mcp_elicit.store import Store
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE
-from tests.store.test_store_single_flight import DIGEST, METHOD, TARGET, candidate, rows
+from tests.helpers.single_flight import DIGEST, METHOD, TARGET, candidate, rows
 
 SECONDS = 30
 """How long the store's insert may take to be seen waiting before the test gives up."""

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
-from mcp_elicit.model import Operation, OperationStatus, Operator, Principal, new_operation
+from mcp_elicit.model import Operation, OperationStatus, Operator, Principal
 from mcp_elicit.store import (
     SCHEMA_VERSION,
     AlreadyExists,
@@ -35,45 +35,17 @@ from mcp_elicit.store import (
     schema_statements,
 )
 from mcp_elicit.store.migrations import Engine
-from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import START, FakeClock
 from tests.helpers.race import race
 from tests.helpers.records import ALICE, ALICE_OTHER_CLIENT, BOB
+from tests.helpers.single_flight import DIGEST, METHOD, TARGET, TTL, candidate, rows
 
 T = TypeVar("T")
 
 WORKERS = 20
-METHOD = "tools/call"
-TARGET = "deploy"
-DIGEST = "sha256:" + "a" * 64
 OTHER_DIGEST = "sha256:" + "b" * 64
-TTL = timedelta(hours=1)
 STEP = "step:plan"
 OPERATOR = Operator("test")
-
-
-def candidate(
-    clock: FakeClock,
-    principal: Principal = ALICE,
-    *,
-    target: str = TARGET,
-    digest: str = DIGEST,
-    key: str | None = None,
-    ttl: timedelta = TTL,
-) -> Operation:
-    """A fresh operation for a call (a new id each time), as a server would make for an incoming request."""
-    return new_operation(
-        principal, method=METHOD, target=target, request_digest=digest, now=clock(), ttl=ttl, idempotency_key=key
-    )
-
-
-def rows(store_url: str, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-    """Read the store's tables directly, past the store's own code (`%s` placeholders on both engines)."""
-    if store_url.startswith("sqlite"):
-        with closing(sqlite3.connect(sqlite_path(store_url))) as connection:
-            return [tuple(row) for row in connection.execute(sql.replace("%s", "?"), params).fetchall()]
-    with psycopg.connect(store_url) as connection:
-        return connection.execute(sql, params).fetchall()
 
 
 def open_rows_of_call(store_url: str, *, digest: str = DIGEST) -> list[str]:
