@@ -36,10 +36,24 @@ typecheck: $(STAMP)
 
 ## Tests wait on servers, browsers and databases more than they compute: PYTEST_WORKERS processes share each
 ## tier out by file (each with a PostgreSQL database of its own, see tests/conftest.py).
+## COVERAGE=1 (CI sets it) measures lines and branches across workers and the processes tests start, prints the
+## report per module, and, on a whole run, fails below the floor in tools/coverage_floor.py.
 PYTEST_WORKERS ?= 4
 TIERS ?=
+COVERAGE ?=
+export COVERAGE
 pytest: $(STAMP)
+ifeq ($(COVERAGE),1)
+	rm -f .coverage .coverage.* coverage.json
+	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/python -m tools.tiers --workers $(PYTEST_WORKERS) $(TIERS) -- $(PYTEST_ARGS); \
+	status=$$?; \
+	$(BIN)/python -m coverage combine --quiet && $(BIN)/python -m coverage report --skip-covered --sort=cover \
+		&& $(BIN)/python -m coverage json --quiet -o coverage.json || status=1; \
+	if [ -z "$(TIERS)$(PYTEST_ARGS)" ]; then $(BIN)/python -m tools.coverage_floor coverage.json || status=1; fi; \
+	exit $$status
+else
 	$(BIN)/python -m tools.tiers --workers $(PYTEST_WORKERS) $(TIERS) -- $(PYTEST_ARGS)
+endif
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.commits

@@ -15,7 +15,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.oauth_client import code_for, pkce, redeem, registered
 
 
@@ -77,8 +77,7 @@ def _processes(store_url: str, tmp_path: Path, sinks: ExitStack) -> Iterator[Dep
         yield Deployment(f"http://127.0.0.1:{port_a}", public, public, f"http://127.0.0.1:{port_p}", store_url, logs)
     finally:
         for process in started:
-            process.kill()
-            process.wait(timeout=10)
+            stop(process)
 
 
 @asynccontextmanager

@@ -30,7 +30,7 @@ from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.pages import UrlPages
-from tests.helpers.http_harness import free_port, serving
+from tests.helpers.http_harness import free_port, serving, stop
 
 PROVIDER_CLIENT = "elicit-pages"
 PROVIDER_SECRET = "provider-secret"
@@ -74,8 +74,7 @@ def provider_process(port: int, redirect_uri: str, *extra: str) -> Iterator[str]
                 time.sleep(0.05)
         yield url
     finally:
-        process.kill()
-        process.wait(timeout=10)
+        stop(process)
 
 
 def provider_flows(provider: str, *, token_url: str | None = None, profile: bool) -> dict[str, ExternalFlow]:

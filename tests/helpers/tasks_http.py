@@ -16,7 +16,7 @@ import anyio
 from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.store import open_store
-from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, wait_for_port
+from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, stop, wait_for_port
 from tests.helpers.server import Workspace, task_tools
 from tests.helpers.tasks_wire import MODERN, Wire
 
@@ -102,6 +102,4 @@ def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[
         wait_for_port(port, process, timeout=30)
         yield f"http://127.0.0.1:{port}/mcp", process
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
+        stop(process)

@@ -19,7 +19,7 @@ from mcp_elicit.reference.demo_stack import DemoStack, running_stack, sign_in
 from mcp_elicit.store import open_store
 from tests.helpers.cli_terminal import CHOICE, COMMAND, ESC, TEXT_PROMPT, Terminal, terminal_env
 from tests.helpers.commands import run
-from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.http_harness import free_port, stop, wait_for_port
 
 ERAS = ["2025-11-25", "2026-07-28"]
 SERVE = f"{shlex.quote(COMMAND)} serve"
@@ -63,8 +63,7 @@ def dev_http(tmp_path: Path, store_file: str) -> Iterator[str]:
             wait_for_port(port, process)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
-            process.kill()
-            process.wait(timeout=10)
+            stop(process)
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ import pytest
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import SCHEMA_VERSION, SchemaTooNew, open_store
 from mcp_elicit.web.health import Health
-from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.relay import Relay
 
 # On both engines: readiness reads each engine its own way.
@@ -93,8 +93,7 @@ def serving(tmp_path: Path, store_url: str, *options: str) -> Iterator[Served]:
         wait_for_port(port, process)
         yield Served(f"http://127.0.0.1:{port}", log)
     finally:
-        process.kill()
-        process.wait(timeout=10)
+        stop(process)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.oauth_client import code_for, pkce, redeem, registered
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
@@ -98,8 +98,7 @@ def served(tmp_path: Path) -> Iterator[str]:
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.kill()
-        process.wait(timeout=10)
+        stop(process)
 
 
 @pytest.mark.anyio

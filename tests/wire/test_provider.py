@@ -23,7 +23,7 @@ import httpx2
 import pytest
 
 from mcp_elicit.reference.provider import ProviderClient, ProviderConfig, ProviderUser, provider_app
-from tests.helpers.http_harness import free_port, serving
+from tests.helpers.http_harness import free_port, serving, stop
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ID = "demo-client"
@@ -80,12 +80,7 @@ def provider_process(log: Path, *extra: str) -> Iterator[Provider]:
             time.sleep(0.05)
         yield Provider(url)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
 
 
 @pytest.fixture(scope="module")
