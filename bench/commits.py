@@ -42,13 +42,13 @@ from typing import Any
 
 import anyio
 import psycopg
-from mcp import Client
 from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from bench._common import add_backend_arguments, pg_schema, select_backends, verdict
-from bench._overhead_server import BODIES, COUNTED, Body, build
-from bench.overhead import ERAS, Era, accept, text_of
+from bench._overhead_server import ANSWER, BODIES, COUNTED, Body, build
+from bench.overhead import text_of
+from mcp_elicit.client import Accept, ElicitingClient, Era, FormRequest, Mode, UrlReply, UrlRequest
 from mcp_elicit.server import Elicitation
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
@@ -162,13 +162,31 @@ def _idle_size(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> int:
     return size
 
 
+ERAS: tuple[Era, ...] = ("2025-06-18", "2025-11-25", "2026-07-28")
+"""The client kit pins each era's handshake; 2025-06-18 runs through the same adapter as 2025-11-25 and is
+counted to show it."""
+
+
+class Answering:
+    """The person, answering every form at once with the bench's answer, so that only machinery is counted."""
+
+    modes: frozenset[Mode] = frozenset({"form"})
+
+    async def form(self, request: FormRequest) -> Accept:
+        fields = request.requested_schema.get("properties", {})
+        return Accept({name: value for name, value in ANSWER.items() if name in fields and value is not None})
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        raise RuntimeError(f"a form was expected, not {request!r}")
+
+
 class Calls:
     """Numbers calls across the whole run: a repeated argument would be a replay, not a new call."""
 
     def __init__(self) -> None:
         self._last = 0
 
-    async def run(self, client: Client, body: Body, calls: int) -> None:
+    async def run(self, client: ElicitingClient, body: Body, calls: int) -> None:
         for _ in range(calls):
             self._last += 1
             result = await client.call_tool(body.elicit_tool, {"n": self._last})
@@ -191,22 +209,22 @@ async def counting(store: object) -> AsyncIterator[Count]:
 async def measure(backend: str, store_url: str, calls: int, warmup: int, tally: Calls) -> list[Row]:
     rows: list[Row] = []
     for era in ERAS:
-        print(f"running {backend} {era.name} ...", flush=True)
+        print(f"running {backend} {era} ...", flush=True)
         async with AsyncExitStack() as stack:
             client, elicitation = await stack.enter_async_context(connected(store_url, era))
             for body in BODIES:
                 await tally.run(client, body, warmup)
                 async with counting(elicitation.store) as count:
                     await tally.run(client, body, calls)
-                rows.append(Row(backend, era.name, body, calls, count))
+                rows.append(Row(backend, era, body, calls, count))
     return rows
 
 
 @asynccontextmanager
-async def connected(store_url: str, era: Era) -> AsyncIterator[tuple[Client, Elicitation]]:
+async def connected(store_url: str, era: Era) -> AsyncIterator[tuple[ElicitingClient, Elicitation]]:
     elicitation, _ = build(store_url, 0)
     try:
-        async with Client(elicitation.mcp_server, mode=era.client_mode, elicitation_callback=accept) as client:
+        async with ElicitingClient(elicitation.mcp_server, Answering(), era=era) as client:
             yield client, elicitation
     finally:
         elicitation.close()
