@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.sweep
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.inprocess
+	$(BIN)/python -m bench.where
 	$(BIN)/python -m bench.overlap
 	$(BIN)/python -m bench.tasks
 	$(BIN)/python -m bench.load
