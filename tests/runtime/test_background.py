@@ -1,7 +1,9 @@
 """Background work shared by several lifespans, and answers that stay durable while the body works on.
 
 The SDK runs one lifespan per connection for its in-memory client (and SSE): connections open and close in
-any order, and the server's background work (the lease keeper above all) must go on as long as any is up.
+any order, and the server's background work (the lease keeper above all) must go on as long as any is up:
+the lifespan test opens its connections with the SDK's client itself, since when they open and close is
+its subject. A durable answer is a call like any other, through `mcp_elicit.testing.Harness`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pydantic import BaseModel
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.background import Shared
-from tests.helpers.person import Person, accept
+from mcp_elicit.testing import Harness, accept
 
 pytestmark = pytest.mark.anyio
 
@@ -97,7 +99,7 @@ async def test_a_legacy_answer_is_durable_before_the_body_works_on(tmp_path: Pat
     """The body works on past the question's TTL after the answer: the answer was committed when it came,
     so the operation completes with it instead of finding it expired at the next commit."""
     elicitation = Elicitation(f"sqlite:///{tmp_path / 's.db'}", request_state=RequestState(single_process=True))
-    server = elicitation.server("durable")
+    elicitation.server("durable")
     seen: list[object] = []
 
     @elicitation.tool()
@@ -107,10 +109,8 @@ async def test_a_legacy_answer_is_durable_before_the_body_works_on(tmp_path: Pat
         await anyio.sleep(1.5)
         return "went" if isinstance(answer, Accepted) and answer.data.go else "stayed"
 
-    person = Person([accept(go=True)] * 3)
-    async with Client(server, mode="legacy", elicitation_callback=person) as client:
-        result = await client.call_tool("decide", {})
-    assert not result.is_error and len(person.asked) == 1 and len(seen) == 1
+    called = await Harness(elicitation, era="2025-11-25").call("decide", answers={"go": accept(go=True)})
+    assert called.text == "went" and len(called.asked) == 1 and len(seen) == 1
     [decision] = elicitation.store.list_decisions(Operator())
     assert decision.status is DecisionStatus.ACCEPTED
     operation = elicitation.store.get_operation(decision.operation_id, decision.principal)

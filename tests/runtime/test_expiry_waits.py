@@ -3,7 +3,9 @@
 The sweep interval is an hour here, so only the wait itself can end a call in time: the legacy call that
 carries the question to a person who never answers, an identical call waiting on the question the first
 carries, a URL flow consented to and never completed, and a 2026-07-28 long poll on a question another
-round holds. Real parts: the SDK's client and server in one process, on SQLite and PostgreSQL.
+round holds. Real parts: the SDK's client and server in one process, on SQLite and PostgreSQL. The SDK's
+client, not `mcp_elicit.testing.Harness`: the subject is a person who never answers, in real time, where the
+harness's scripted person always answers and moves a controlled clock instead of waiting.
 """
 
 from __future__ import annotations

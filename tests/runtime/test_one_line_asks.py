@@ -1,10 +1,11 @@
-"""One-line asks: `flow.ask(message, T)` for every kind of `T`, through the real SDK client and server.
+"""One-line asks: `flow.ask(message, T)` for every kind of `T`, called through `mcp_elicit.testing.Harness`.
 
 Each kind is asked on the legacy era (2025-11-25, `elicitation/create` on the live call) and on 2026-07-28
 (rounds), on both stores. The body journals nothing of the answer itself: a re-executed body gets its
 typed answer from the stored decision, which the tests prove by failing the call after the answer once and
 calling again. Refusals (unsupported types, secrets) happen before anything is stored or shown: at
-registration for a tool's declared `asks`, else at the ask.
+registration for a tool's declared `asks`, else at the ask. An answer of the wrong type is sent with the
+SDK's client directly: the client kit refuses it against the schema before it could reach the server.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import pytest
 import typing_extensions
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import ElicitRequestFormParams, ElicitResult
 from pydantic import BaseModel, Field
 
+import mcp_elicit.testing as scripted
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import (
     Accepted,
@@ -41,14 +42,17 @@ from mcp_elicit.server import (
     form_spec,
 )
 from mcp_elicit.store import open_store
+from mcp_elicit.testing import EraName, Harness, Reply
 from tests.helpers.ask_types import Region, Trip
 from tests.helpers.person import Person, accept
 from tests.helpers.restricted_schema import assert_restricted_schema
-from tests.helpers.results import error_text, text, unwrap
+from tests.helpers.results import text
 
 pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "2026-07-28"]
+BOTH_PATHS = pytest.mark.elicit_eras("2025-11-25", "2026-07-28")
+"""`elicitation/create` on the live call, and rounds: the two paths an answer takes to the body."""
 
 
 class Contact(TypedDict):
@@ -261,6 +265,11 @@ def elicitation(store_url: str, tools: Tools) -> Iterator[Elicitation]:
     runtime.close()
 
 
+@pytest.fixture
+def elicit_app(elicitation: Elicitation) -> Elicitation:
+    return elicitation
+
+
 async def call(elicitation: Elicitation, era: str, person: Person | None, tool: str, **arguments: Any) -> Any:
     async with Client(elicitation.mcp_server, mode=era, elicitation_callback=person) as client:
         return await client.call_tool(tool, arguments)
@@ -269,48 +278,48 @@ async def call(elicitation: Elicitation, era: str, person: Person | None, tool: 
 # -- every kind, both eras -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("era", ERAS)
+@BOTH_PATHS
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-async def test_every_kind_is_asked_answered_and_replayed_typed(
-    elicitation: Elicitation, tools: Tools, era: str, case: Case
-) -> None:
+async def test_every_kind_is_asked_answered_and_replayed_typed(elicit: Harness, tools: Tools, case: Case) -> None:
     tool = f"ask_{case.name}"
-    person = Person([ElicitResult(action="accept", content=case.answer)])
-    failed = await call(elicitation, era, person, tool)
-    assert error_text(failed) == f"Error executing tool {tool}"
+    failed = await elicit.call(tool, answers={case.key: scripted.accept(case.answer)})
+    assert failed.error == f"Error executing tool {tool}"
     assert tool in tools.flaky.failed
 
-    [asked] = person.asked
-    assert isinstance(asked, ElicitRequestFormParams)
+    [asked] = failed.asked
     assert asked.message == case.message
-    assert asked.requested_schema == case.schema
+    assert asked.schema == case.schema
     assert_restricted_schema(case.schema)
-    [decision] = elicitation.store.list_decisions(Operator())
+    [decision] = elicit.decisions()
     assert (decision.key, decision.status) == (case.key, DecisionStatus.ACCEPTED)
     assert decision.requested_schema == case.schema
     assert decision.content == (case.stored or case.answer)
 
-    again = await call(elicitation, era, Person(), tool)
-    assert text(again) == repr(Accepted(case.data))
-    assert len(person.asked) == 1
+    again = await elicit.call(tool)
+    assert again.text == repr(Accepted(case.data))
+    elicit.assert_asked_once(case.key)
     seen = tools.seen[tool]
     assert len(seen) == 2, "the answering run and the re-executed one"
     for answer in seen:
         assert isinstance(answer, Accepted)
         assert shape(answer.data) == shape(case.data)
-    assert len(elicitation.store.list_decisions(Operator())) == 1
+    assert len(elicit.decisions()) == 1
 
 
-@pytest.mark.parametrize("era", ERAS)
+@BOTH_PATHS
 @pytest.mark.parametrize(
-    ("action", "expected", "status"),
-    [("decline", "Declined()", DecisionStatus.DECLINED), ("cancel", "Cancelled()", DecisionStatus.CANCELLED)],
+    ("reply", "expected", "status"),
+    [
+        (scripted.decline(), "Declined()", DecisionStatus.DECLINED),
+        (scripted.cancel(), "Cancelled()", DecisionStatus.CANCELLED),
+    ],
+    ids=str,
 )
 async def test_decline_and_cancel_of_a_yes_no_stay_distinct_from_no(
-    elicitation: Elicitation, era: str, action: Literal["decline", "cancel"], expected: str, status: DecisionStatus
+    elicit: Harness, reply: Reply, expected: str, status: DecisionStatus
 ) -> None:
-    assert text(await call(elicitation, era, Person([ElicitResult(action=action)]), "confirm")) == expected
-    [decision] = elicitation.store.list_decisions(Operator())
+    assert (await elicit.call("confirm", answers={"value": reply})).text == expected
+    [decision] = elicit.decisions()
     assert decision.status is status
     assert decision.content is None
 
@@ -324,35 +333,32 @@ async def test_an_answer_of_the_wrong_type_is_asked_again(elicitation: Elicitati
     assert "value: must be a boolean, not an integer" in person.asked[2].message
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_a_body_re_run_between_rounds_gets_the_earlier_answer_typed(
-    elicitation: Elicitation, tools: Tools, era: str
-) -> None:
-    person = Person([accept(value="eu"), accept(value=True)])
-    assert text(await call(elicitation, era, person, "ask_two")) == repr((Accepted(Region.EU), Accepted(True)))
+@BOTH_PATHS
+async def test_a_body_re_run_between_rounds_gets_the_earlier_answer_typed(elicit: Harness, tools: Tools) -> None:
+    answers = {"region": scripted.accept(value="eu"), "value": scripted.accept(value=True)}
+    assert (await elicit.call("ask_two", answers=answers)).text == repr((Accepted(Region.EU), Accepted(True)))
     assert [shape(answer.data) for answer in tools.seen["ask_two"] if isinstance(answer, Accepted)] == [
         (Region, Region.EU)
     ]
-    keys = sorted(d.key for d in elicitation.store.list_decisions(Operator()))
-    assert keys == ["region", "value"]
+    assert sorted(d.key for d in elicit.decisions()) == ["region", "value"]
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_the_arguments_fallback_takes_a_one_value_answer_by_key(elicitation: Elicitation, era: str) -> None:
-    first = error_text(await call(elicitation, era, None, "ask_by_arguments"))
+@BOTH_PATHS
+async def test_the_arguments_fallback_takes_a_one_value_answer_by_key(elicit: Harness) -> None:
+    first = (await elicit.call("ask_by_arguments", modes=())).error
     assert "elicit_answers" in first and '"value"' in first
-    wrong = await call(elicitation, era, None, "ask_by_arguments", elicit_answers={"value": {"value": "mars"}})
-    assert wrong.is_error
-    done = await call(elicitation, era, None, "ask_by_arguments", elicit_answers={"value": {"value": "us"}})
-    assert text(done) == repr(Accepted(Region.US))
+    wrong = await elicit.call("ask_by_arguments", {"elicit_answers": {"value": {"value": "mars"}}}, modes=())
+    assert wrong.result.is_error
+    done = await elicit.call("ask_by_arguments", {"elicit_answers": {"value": {"value": "us"}}}, modes=())
+    assert done.text == repr(Accepted(Region.US))
 
 
-async def cannot_ask(elicitation: Elicitation, era: str, tool: str) -> None:
-    if era == "legacy":
-        assert "form elicitation" in error_text(await call(elicitation, era, None, tool))
+async def cannot_ask(elicit: Harness, tool: str) -> None:
+    if elicit.era == "2026-07-28":
+        with pytest.raises(MCPError):
+            await elicit.call(tool, modes=())
     else:
-        with pytest.raises((MCPError, BaseExceptionGroup)):
-            await call(elicitation, era, None, tool)
+        assert "form elicitation" in (await elicit.call(tool, modes=())).error
 
 
 def answer_out_of_band(elicitation: Elicitation, key: str, content: dict[str, Any]) -> None:
@@ -360,26 +366,24 @@ def answer_out_of_band(elicitation: Elicitation, key: str, content: dict[str, An
     elicitation.store.transition(decision, DecisionStatus.ACCEPTED, caller=decision.principal, content=content)
 
 
-@pytest.mark.parametrize("era", ERAS)
+@BOTH_PATHS
 async def test_an_answer_recorded_under_an_older_version_of_the_question_is_asked_again(
-    elicitation: Elicitation, tools: Tools, era: str
+    elicit: Harness, elicitation: Elicitation, tools: Tools
 ) -> None:
     """Answers recorded out of band (the web page, an operator) for choices or a type the code no longer has."""
-    await cannot_ask(elicitation, era, "ask_versioned")
+    await cannot_ask(elicit, "ask_versioned")
     answer_out_of_band(elicitation, "region", {"value": "us"})
-    await cannot_ask(elicitation, era, "ask_versioned")
+    await cannot_ask(elicit, "ask_versioned")
     answer_out_of_band(elicitation, "limit", {"value": 2})
     tools.regions, tools.limit = {"eu": "Europe"}, Region | None
 
-    person = Person([accept(value="eu"), accept(value="us")])
-    result = await call(elicitation, era, person, "ask_versioned")
-    assert text(result) == repr((Accepted("eu"), Accepted(Region.US)))
-    assert "could not be used: invalid answer to choices: value: must be one of 'eu'" in person.asked[0].message
-    assert (
-        "invalid answer to Region | None: value: must be one of 'eu', 'us', not an integer" in person.asked[1].message
-    )
-    keys = sorted(d.key for d in elicitation.store.list_decisions(Operator()))
-    assert keys == ["limit", "limit#2", "region", "region#2"]
+    answers = {"region": scripted.accept(value="eu"), "limit": scripted.accept(value="us")}
+    called = await elicit.call("ask_versioned", answers=answers)
+    assert called.text == repr((Accepted("eu"), Accepted(Region.US)))
+    region, limit = called.asked
+    assert "could not be used: invalid answer to choices: value: must be one of 'eu'" in region.message
+    assert "invalid answer to Region | None: value: must be one of 'eu', 'us', not an integer" in limit.message
+    assert sorted(d.key for d in elicit.decisions()) == ["limit", "limit#2", "region", "region#2"]
 
 
 # -- the forms behind them ------------------------------------------------------------------------------------
@@ -534,7 +538,7 @@ def logged_failure(caplog: pytest.LogCaptureFixture, kind: type[Exception]) -> E
     raise AssertionError(f"no {kind.__name__} was logged")
 
 
-@pytest.mark.parametrize("era", ["2026-07-28"])  # refused at the ask, before any era's path
+@pytest.mark.elicit_eras("2026-07-28")  # refused at the ask, before any era's path
 @pytest.mark.parametrize(
     ("kind", "fragment"),
     [
@@ -546,27 +550,26 @@ def logged_failure(caplog: pytest.LogCaptureFixture, kind: type[Exception]) -> E
     ],
 )
 async def test_an_unsupported_type_fails_the_ask_before_anything_is_stored_or_shown(
-    elicitation: Elicitation, era: str, kind: str, fragment: str, caplog: pytest.LogCaptureFixture
+    elicit: Harness, kind: str, fragment: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    person = Person([accept(value=1)])
-    result = await call(elicitation, era, person, "ask_refused", kind=kind)
-    assert error_text(result) == "Error executing tool ask_refused"
+    called = await elicit.call("ask_refused", {"kind": kind}, answers={"value": scripted.accept(value=1)})
+    assert called.error == "Error executing tool ask_refused"
     assert fragment in str(logged_failure(caplog, UnsupportedField))
-    assert person.asked == []
-    assert elicitation.store.list_decisions(Operator()) == []
+    assert called.asked == ()
+    assert elicit.decisions() == []
 
 
-@pytest.mark.parametrize("era", ["2026-07-28"])  # refused at the ask, before any era's path
+@pytest.mark.elicit_eras("2026-07-28")  # refused at the ask, before any era's path
 async def test_a_one_value_ask_whose_question_asks_for_a_secret_is_refused_when_asked(
-    elicitation: Elicitation, era: str, caplog: pytest.LogCaptureFixture
+    elicit: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    person = Person([accept(value="hunter2")])
-    assert error_text(await call(elicitation, era, person, "ask_token")) == "Error executing tool ask_token"
+    called = await elicit.call("ask_token", answers={"value": scripted.accept(value="hunter2")})
+    assert called.error == "Error executing tool ask_token"
     message = str(logged_failure(caplog, SecretField))
     assert "str is asked with a question that looks like a secret ('Paste your deploy token')" in message
     assert "URL mode (ask_url)" in message
-    assert person.asked == []
-    assert elicitation.store.list_decisions(Operator()) == []
+    assert called.asked == ()
+    assert elicit.decisions() == []
 
 
 class PlainRegion(enum.Enum):
@@ -711,32 +714,34 @@ def instance(store_url: str, seen: list[Answer[Any]], *, crash: bool) -> Elicita
     return runtime
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_another_instance_re_executing_the_body_gets_the_same_typed_answer(store_url: str, era: str) -> None:
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+async def test_another_instance_re_executing_the_body_gets_the_same_typed_answer(store_url: str, era: EraName) -> None:
     """The first instance records the answer and fails; a second one on the same store re-runs the body."""
     seen: list[Answer[Any]] = []
-    first, person = instance(store_url, seen, crash=True), Person([accept(city="Bergen", seats=2)])
+    first = instance(store_url, seen, crash=True)
     try:
-        assert error_text(await call(first, era, person, "plan", service="api")) == "Error executing tool plan"
+        answers = {"trip": scripted.accept(city="Bergen", seats=2)}
+        crashed = await Harness(first, era=era).call("plan", {"service": "api"}, answers=answers)
+        assert crashed.error == "Error executing tool plan"
     finally:
         first.close()
-    assert len(person.asked) == 1
-    second, nobody = instance(store_url, seen, crash=False), Person()
+    assert len(crashed.asked) == 1
+    second = instance(store_url, seen, crash=False)
     try:
-        result = text(await call(second, era, nobody, "plan", service="api"))
+        resumed = await Harness(second, era=era).call("plan", {"service": "api"})
     finally:
         second.close()
-    assert json.loads(result) == {"city": "Bergen", "seats": 2, "region": None}
-    assert nobody.asked == []
+    assert json.loads(resumed.text) == {"city": "Bergen", "seats": 2, "region": None}
+    assert resumed.asked == ()
     assert seen == [Accepted(Trip("Bergen", 2))] * 2
 
 
-async def test_a_modern_client_without_elicitation_gets_32021_for_a_one_value_ask(elicitation: Elicitation) -> None:
-    with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
-        await call(elicitation, "2026-07-28", None, "confirm")
-    error = unwrap(raised.value)
-    assert isinstance(error, MCPError) and error.code == -32021
-    assert elicitation.store.list_decisions(Operator())[0].requested_schema == {
+@pytest.mark.elicit_eras("2026-07-28")
+async def test_a_modern_client_without_elicitation_gets_32021_for_a_one_value_ask(elicit: Harness) -> None:
+    with pytest.raises(MCPError) as raised:
+        await elicit.call("confirm", modes=())
+    assert raised.value.code == -32021
+    assert elicit.decision("value").requested_schema == {
         "type": "object",
         "properties": {"value": {"type": "boolean", "title": "Delete the 3 matching files?"}},
         "required": ["value"],

@@ -2,7 +2,9 @@
 
 Calls go through the real SDK client over its in-memory transport, on both eras, to a real store. Two
 `Elicitation` instances on one store stand for two servers; one of them runs its clock ahead by more than
-a lease, which is what a holder whose process stalled looks like to the other.
+a lease, which is what a holder whose process stalled looks like to the other. The SDK's client, not
+`mcp_elicit.testing.Harness`: overlapping calls are ordered by persons that hold their dialog open until an
+event, which a scripted answer by key cannot do.
 """
 
 from __future__ import annotations

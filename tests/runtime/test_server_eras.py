@@ -1,4 +1,8 @@
-"""Era edges: -32042 and the lost-notification retry, old peers that cannot be asked, the lowlevel Server."""
+"""Era edges: -32042 and the lost-notification retry, old peers that cannot be asked, the lowlevel Server.
+
+The era edges are wire shapes the client kit handles for its host (a `-32042` and its retry, a round, a
+completion notice, a pre-2025-06-18 handshake), so those tests speak through the SDK's client or raw HTTP;
+the lowlevel server is called through `mcp_elicit.testing.Harness`, as its users would test it."""
 
 from __future__ import annotations
 
@@ -16,11 +20,13 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolRequestParams, CallToolResult, ElicitResult, ListToolsResult, TextContent, Tool
 
+import mcp_elicit.testing as scripted
 from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import DecisionConflict, open_store
+from mcp_elicit.testing import Harness
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.person import Person, accept
+from tests.helpers.person import Person
 from tests.helpers.results import text, unwrap
 from tests.helpers.server import Approval, Counter, flow_tools
 
@@ -187,16 +193,15 @@ async def test_lowlevel_server_runs_the_same_flow(store_url: str) -> None:
 
     server: Server[Any] = Server("lowlevel", on_list_tools=list_tools, on_call_tool=call_tool)
     runtime.install(server)
+    harness = Harness(runtime, server=server)
     try:
-        for era in ("legacy", "2026-07-28"):
-            person = Person([accept(approve=True)])
-            async with Client(server, mode=era, elicitation_callback=person) as client:
-                result = await client.call_tool("approve_low", {"era": era})
-            assert text(result) == "approved"
-            assert len(person.asked) == 1
-        async with Client(server, mode="legacy") as client:
-            refused = await client.call_tool("approve_low", {"era": "none"})
-        assert refused.is_error
+        for era in ("2025-11-25", "2026-07-28"):
+            answers = {"approve_low": scripted.accept(approve=True)}
+            called = await harness.call("approve_low", {"era": era}, era=era, answers=answers)
+            assert called.text == "approved"
+            assert len(called.asked) == 1
+        refused = await harness.call("approve_low", {"era": "none"}, era="2025-11-25", modes=())
+        assert refused.result.is_error
     finally:
         runtime.close()
 

@@ -1,8 +1,13 @@
-"""The tool-author API through the real SDK client and server, on both protocol eras and both stores."""
+"""The tool-author API through the real SDK client and server, on every protocol era and both stores.
+
+Calls go through `mcp_elicit.testing.Harness`; the SDK's client is driven directly only where the test's
+subject is something the client kit never sends (an answer the form refuses, a bare round retried by hand)
+or a person acting on the store while the question is on screen."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,7 @@ from mcp_elicit.server import REPLAYED_META_KEY, Elicitation, RequestState, Timi
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock, Harness, Reply, UrlOutcome
 from tests.helpers.person import Person, accept
-from tests.helpers.results import error_text, text, unwrap
+from tests.helpers.results import text
 from tests.helpers.server import Counter, flow_tools
 
 pytestmark = pytest.mark.anyio
@@ -94,68 +99,66 @@ async def test_invalid_answers_are_asked_again_never_completed(elicitation: Elic
     assert len(messages) == 4
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_later_question_depends_on_earlier_answer(elicitation: Elicitation, era: str) -> None:
-    person = Person([accept(name="Grace"), ElicitResult(action="decline")])
-    assert text(await call(elicitation, era, person, "greet_and_book")) == "no seats for Grace"
-    statuses = sorted(d.status.value for d in elicitation.store.list_decisions(Operator()))
-    assert statuses == ["accepted", "declined"]
+async def test_later_question_depends_on_earlier_answer(elicit: Harness) -> None:
+    called = await elicit.call(
+        "greet_and_book", answers={"name": scripted.accept(name="Grace"), "seats": scripted.decline()}
+    )
+    assert called.text == "no seats for Grace"
+    assert [question.message for question in called.asked] == ["Who is travelling?", "How many seats for Grace?"]
+    assert sorted(d.status.value for d in elicit.decisions()) == ["accepted", "declined"]
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_identical_call_after_completion_replays_the_result(
-    elicitation: Elicitation, counter: Counter, era: str
-) -> None:
-    person = Person([accept(approve=True)])
-    first = await call(elicitation, era, person, "approve", scope="prod")
-    second = await call(elicitation, era, person, "approve", scope="prod")
-    assert text(first) == text(second) == "applied prod"
-    assert len(person.asked) == 1
+async def test_identical_call_after_completion_replays_the_result(elicit: Harness, counter: Counter) -> None:
+    first = await elicit.call("approve", {"scope": "prod"}, answers={"approve_scope": scripted.accept(approve=True)})
+    second = await elicit.call("approve", {"scope": "prod"})
+    assert first.text == second.text == "applied prod"
+    elicit.assert_asked_once("approve_scope")
     assert counter.read() == {"plan": 1, "apply": 1}
-    assert first.meta is None or REPLAYED_META_KEY not in first.meta
-    assert second.meta is not None
-    [decision] = elicitation.store.list_decisions(Operator())
-    operation = elicitation.store.get_operation(decision.operation_id, Operator())
-    assert second.meta[REPLAYED_META_KEY] == {
+    assert not first.replayed
+    assert second.result.meta is not None
+    operation = elicit.operation(first)
+    assert second.result.meta[REPLAYED_META_KEY] == {
         "recordedAt": operation.updated_at.isoformat(),
         "operationId": operation.operation_id,
     }
-    other = await call(elicitation, era, Person([accept(approve=False)]), "approve", scope="staging")
-    assert text(other) == "not approved"
-    assert other.meta is None or REPLAYED_META_KEY not in other.meta
+    other = await elicit.call(
+        "approve", {"scope": "staging"}, answers={"approve_scope": scripted.accept(approve=False)}
+    )
+    assert other.text == "not approved"
+    assert not other.replayed
 
 
-async def test_legacy_client_without_elicitation_gets_a_clear_tool_error(elicitation: Elicitation) -> None:
-    result = await call(elicitation, "legacy", None, "approve", scope="prod")
-    assert "form elicitation" in error_text(result)
-    [decision] = elicitation.store.list_decisions(Operator())
+@pytest.mark.elicit_eras("2025-11-25")
+async def test_legacy_client_without_elicitation_gets_a_clear_tool_error(elicit: Harness) -> None:
+    called = await elicit.call("approve", {"scope": "prod"}, modes=())
+    assert "form elicitation" in called.error
+    [decision] = elicit.decisions()
     assert decision.status is DecisionStatus.REQUESTED
 
 
-async def test_modern_client_without_elicitation_gets_missing_capability(elicitation: Elicitation) -> None:
-    with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
-        await call(elicitation, "2026-07-28", None, "approve", scope="prod")
-    error = unwrap(raised.value)
-    assert isinstance(error, MCPError)
-    assert error.code == -32021
-    assert error.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+@pytest.mark.elicit_eras("2026-07-28")
+async def test_modern_client_without_elicitation_gets_missing_capability(elicit: Harness) -> None:
+    with pytest.raises(MCPError) as raised:
+        await elicit.call("approve", {"scope": "prod"}, modes=())
+    assert raised.value.code == -32021
+    assert raised.value.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_arguments_fallback_lets_a_client_without_elicitation_finish(elicitation: Elicitation, era: str) -> None:
-    first = await call(elicitation, era, None, "book_with_fallback", city="Oslo")
-    message = error_text(first)
+async def test_arguments_fallback_lets_a_client_without_elicitation_finish(elicit: Harness) -> None:
+    first = await elicit.call("book_with_fallback", {"city": "Oslo"}, modes=())
+    message = first.error
     assert "elicit_answers" in message and '"seats"' in message and "How many seats to Oslo?" in message
-    invalid = await call(
-        elicitation, era, None, "book_with_fallback", city="Oslo", elicit_answers={"seats": {"seats": 99}}
+    invalid = await elicit.call(
+        "book_with_fallback", {"city": "Oslo", "elicit_answers": {"seats": {"seats": 99}}}, modes=()
     )
-    assert invalid.is_error
-    done = await call(elicitation, era, None, "book_with_fallback", city="Oslo", elicit_answers={"seats": {"seats": 2}})
-    assert text(done) == "booked 2 to Oslo"
-    [decision] = elicitation.store.list_decisions(Operator())
+    assert invalid.result.is_error
+    done = await elicit.call(
+        "book_with_fallback", {"city": "Oslo", "elicit_answers": {"seats": {"seats": 2}}}, modes=()
+    )
+    assert done.text == "booked 2 to Oslo"
+    [decision] = elicit.decisions()
     assert decision.status is DecisionStatus.ACCEPTED
-    trail = elicitation.store.audit_trail(decision.elicitation_id, Operator())
-    assert trail[-1].reason == "answered through elicit_answers"
+    assert elicit.audit("seats")[-1].reason == "answered through elicit_answers"
 
 
 @pytest.mark.elicit_eras("2025-11-25", "2026-07-28")
@@ -170,10 +173,9 @@ async def test_url_decision_waits_for_the_external_flow(elicit: Harness, outcome
     assert decision.status is DecisionStatus(f"external_{outcome}")
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_url_consent_refused(elicitation: Elicitation, era: str) -> None:
-    person = Person([ElicitResult(action="decline")])
-    assert text(await call(elicitation, era, person, "connect")) == "declined"
+@pytest.mark.elicit_eras("2025-11-25", "2026-07-28")
+async def test_url_consent_refused(elicit: Harness) -> None:
+    assert (await elicit.call("connect", answers={"connect_account": scripted.decline()})).text == "declined"
 
 
 async def test_modern_retry_before_completion_gets_a_still_waiting_round(store_url: str, tmp_path: Path) -> None:
@@ -209,38 +211,17 @@ async def test_modern_retry_before_completion_gets_a_still_waiting_round(store_u
         runtime.close()
 
 
-async def test_after_an_expired_question_the_next_call_starts_afresh(store_url: str, tmp_path: Path) -> None:
-    from datetime import UTC, datetime, timedelta
-
-    from mcp_types import InputRequiredResult
-
-    from tests.helpers.clock import FakeClock
-
-    clock = FakeClock(datetime.now(UTC))
-    runtime = Elicitation(
-        open_store(store_url, clock=clock), request_state=RequestState(single_process=True), clock=clock
-    )
-    server = runtime.server("expiry-server")
-    flow_tools(runtime, Counter(tmp_path / "effects.json"))
-    try:
-        async with Client(server, mode="2026-07-28", elicitation_callback=Person()) as client:
-            first = await client.session.call_tool("approve", {"scope": "prod"}, allow_input_required=True)
-            assert isinstance(first, InputRequiredResult)
-            clock.advance(timedelta(hours=1))
-            late = await client.session.call_tool(
-                "approve",
-                {"scope": "prod"},
-                input_responses={"approve_scope": ElicitResult(action="accept", content={"approve": True})},
-                request_state=first.request_state,
-                allow_input_required=True,
-            )
-            assert isinstance(late, CallToolResult) and text(late) == "expired"
-            again = await client.session.call_tool("approve", {"scope": "prod"}, allow_input_required=True)
-            assert isinstance(again, InputRequiredResult)
-        statuses = sorted(d.status.value for d in runtime.store.list_decisions(Operator()))
-        assert statuses == ["expired", "requested"]
-    finally:
-        runtime.close()
+@pytest.mark.elicit_eras("2026-07-28")
+async def test_after_an_expired_question_the_next_call_starts_afresh(elicit: Harness) -> None:
+    """The answer comes back in the round's retry an hour late: the question expired, and the next call asks anew."""
+    late = scripted.accept(approve=True).after(timedelta(hours=1))
+    expired = await elicit.call("approve", {"scope": "prod"}, answers={"approve_scope": late})
+    assert expired.text == "expired"
+    with pytest.raises(MCPError) as again:  # a client that cannot be asked: the new question stays open
+        await elicit.call("approve", {"scope": "prod"}, modes=())
+    assert again.value.code == -32021
+    assert sorted(d.status.value for d in elicit.decisions()) == ["expired", "requested"]
+    assert elicit.times_asked("approve_scope") == 1
 
 
 def test_decision_urls_refuse_anything_but_a_decision_id(tmp_path: Path) -> None:

@@ -1,7 +1,10 @@
 """Asking the client itself (sampling, roots), several things in one round, and prompts that ask.
 
-Through the real SDK client and server in process, on both protocol eras and both stores. Scripted
-callbacks count how often they are called, so a test can prove a journaled answer is never asked twice.
+Tool calls go through `mcp_elicit.testing.Harness`, the model and the roots scripted as the host's callbacks
+(`sdk=SdkOptions(...)`), on both paths and both stores; the callbacks count how often they are called, so a
+test can prove a journaled answer is never asked twice. Prompts, and the rounds whose shape is the subject
+(what one round asks, answers without the round that asked them), use the SDK's client directly: the harness
+calls tools, and the kit answers only what a round asks.
 """
 
 from __future__ import annotations
@@ -32,18 +35,22 @@ from mcp_types import (
 )
 from pydantic import BaseModel, Field, FileUrl
 
+from mcp_elicit.client import SdkOptions
 from mcp_elicit.model import DecisionStatus, Operator, Principal, request_digest
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.server.eras.mrtr_state import RoundState
 from mcp_elicit.store import open_store
-from tests.helpers.person import Person, accept
-from tests.helpers.results import error_text, text, unwrap
+from mcp_elicit.testing import Harness, accept
+from tests.helpers.person import Person
+from tests.helpers.results import text, unwrap
 from tests.helpers.server import Approval, Counter, Name
 
 pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "2026-07-28"]
 MODERN = "2026-07-28"
+BOTH_PATHS = pytest.mark.elicit_eras("2025-11-25", MODERN)
+"""A live call the server holds open, and rounds: how often the body runs differs, what is asked must not."""
 LOCAL = Principal("local-user", "stdio")
 
 
@@ -159,6 +166,16 @@ def elicitation(store_url: str, counter: Counter) -> Iterator[Elicitation]:
     runtime.close()
 
 
+@pytest.fixture
+def elicit_app(elicitation: Elicitation) -> Elicitation:
+    return elicitation
+
+
+def host(model: Model | None = None, roots: Roots | None = None) -> SdkOptions:
+    """The host's own callbacks: the client declares sampling and roots only with one for them."""
+    return SdkOptions(sampling_callback=model, list_roots_callback=roots)
+
+
 def client(
     elicitation: Elicitation,
     era: str,
@@ -177,15 +194,6 @@ def client(
     )
 
 
-async def missing_capability(c: Client, tool: str) -> object:
-    with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
-        await c.call_tool(tool, {})
-    error = unwrap(raised.value)
-    assert isinstance(error, MCPError)
-    assert error.code == -32021
-    return error.data
-
-
 def round_state(elicitation: Elicitation, sealed: str | None) -> RoundState:
     """The plaintext round state inside a sealed requestState, read with the server's own key ring."""
     assert sealed is not None
@@ -196,94 +204,81 @@ def round_state(elicitation: Elicitation, sealed: str | None) -> RoundState:
 # -- sampling and roots, journaled --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_the_model_is_asked_once_however_often_the_body_runs(
-    elicitation: Elicitation, counter: Counter, era: str
-) -> None:
-    person, model = Person([accept(approve=True)]), Model(reply="Ship it today.")
-    async with client(elicitation, era, person=person, model=model) as c:
-        result = await c.call_tool("draft", {"topic": "releases"})
-    assert text(result) == "published: Ship it today."
+@BOTH_PATHS
+async def test_the_model_is_asked_once_however_often_the_body_runs(elicit: Harness, counter: Counter) -> None:
+    model = Model(reply="Ship it today.")
+    called = await elicit.call(
+        "draft", {"topic": "releases"}, answers={"publish": accept(approve=True)}, sdk=host(model=model)
+    )
+    assert called.text == "published: Ship it today."
     [asked] = model.asked
     assert asked.max_tokens == 40
     first = asked.messages[0].content
     assert isinstance(first, TextContent) and first.text == "Write one line about releases"
-    assert [params.message for params in person.asked] == ["Publish 'Ship it today.'?"]
+    assert [question.message for question in called.asked] == ["Publish 'Ship it today.'?"]
     # 2026-07-28 re-runs the body on every retry (sample, then ask, then done); the legacy era runs it once.
-    assert counter.read()["draft body"] == (3 if era == MODERN else 1)
+    assert counter.read()["draft body"] == (3 if elicit.era == MODERN else 1)
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_the_roots_are_asked_once_however_often_the_body_runs(
-    elicitation: Elicitation, counter: Counter, era: str
-) -> None:
-    person, roots = Person([accept(approve=True)]), Roots()
-    async with client(elicitation, era, person=person, roots=roots) as c:
-        assert text(await c.call_tool("index_workspace", {})) == "indexed repo"
+@BOTH_PATHS
+async def test_the_roots_are_asked_once_however_often_the_body_runs(elicit: Harness, counter: Counter) -> None:
+    roots = Roots()
+    called = await elicit.call("index_workspace", answers={"index": accept(approve=True)}, sdk=host(roots=roots))
+    assert called.text == "indexed repo"
     assert roots.calls == 1
-    assert counter.read()["index body"] == (3 if era == MODERN else 1)
+    assert counter.read()["index body"] == (3 if elicit.era == MODERN else 1)
 
 
-@pytest.mark.parametrize("era", ERAS)
+@BOTH_PATHS
 @pytest.mark.parametrize("tool", ["draft", "index_workspace"])
-async def test_a_journaled_answer_outlives_a_call_that_failed_later(
-    elicitation: Elicitation, era: str, tool: str
-) -> None:
+async def test_a_journaled_answer_outlives_a_call_that_failed_later(elicit: Harness, tool: str) -> None:
     """The first client answers the model or roots request but cannot show forms; a second client resumes
     the same operation, and only the person is asked: the journal answers for the client's first answer."""
     arguments = {"topic": "releases"} if tool == "draft" else {}
     first_model, first_roots = Model(reply="First model."), Roots([Root(uri=FileUrl("file:///first"), name="first")])
-    async with client(elicitation, era, model=first_model, roots=first_roots) as c:
-        if era == MODERN:
-            with pytest.raises((MCPError, BaseExceptionGroup)) as raised:
-                await c.call_tool(tool, arguments)
-            error = unwrap(raised.value)
-            assert isinstance(error, MCPError) and error.code == -32021
-        else:
-            assert "form elicitation" in error_text(await c.call_tool(tool, arguments))
+    if elicit.era == MODERN:
+        with pytest.raises(MCPError) as raised:
+            await elicit.call(tool, arguments, modes=(), sdk=host(first_model, first_roots))
+        assert raised.value.code == -32021
+    else:
+        failed = await elicit.call(tool, arguments, modes=(), sdk=host(first_model, first_roots))
+        assert "form elicitation" in failed.error
     assert len(first_model.asked) + first_roots.calls == 1
 
-    later_model, later_roots, person = Model(reply="Second model."), Roots(), Person([accept(approve=True)])
-    async with client(elicitation, era, person=person, model=later_model, roots=later_roots) as c:
-        result = text(await c.call_tool(tool, arguments))
+    later_model, later_roots = Model(reply="Second model."), Roots()
+    answers = {"publish": accept(approve=True), "index": accept(approve=True)}
+    result = (await elicit.call(tool, arguments, answers=answers, sdk=host(later_model, later_roots))).text
     assert result == ("published: First model." if tool == "draft" else "indexed first")
     assert later_model.asked == [] and later_roots.calls == 0
-    assert len(person.asked) == 1
+    assert len(elicit.asked) == 1
 
 
-async def test_a_legacy_client_refusing_the_model_gets_a_tool_error_and_is_asked_again(
-    elicitation: Elicitation,
-) -> None:
+@pytest.mark.elicit_eras("2025-11-25")
+async def test_a_legacy_client_refusing_the_model_gets_a_tool_error_and_is_asked_again(elicit: Harness) -> None:
     refusing = Model(refuse=True)
-    async with client(elicitation, "legacy", model=refusing) as c:
-        refused = await c.call_tool("model_only", {})
-    assert "refused the sampling request 'sample'" in error_text(refused)
+    refused = await elicit.call("model_only", sdk=host(model=refusing))
+    assert "refused the sampling request 'sample'" in refused.error
     willing = Model(reply="hi!")
-    async with client(elicitation, "legacy", model=willing) as c:
-        assert text(await c.call_tool("model_only", {})) == "hi!"
+    assert (await elicit.call("model_only", sdk=host(model=willing))).text == "hi!"
     assert len(refusing.asked) == len(willing.asked) == 1
 
 
-@pytest.mark.parametrize("era", [MODERN])  # the name is refused by `flow.step` itself, before any era's path
-async def test_step_names_in_the_library_namespace_are_refused(elicitation: Elicitation, era: str) -> None:
-    async with client(elicitation, era) as c:
-        result = await c.call_tool("reserved_step", {})
-    assert "reserved" in error_text(result)
+@pytest.mark.elicit_eras(MODERN)  # the name is refused by `flow.step` itself, before any era's path
+async def test_step_names_in_the_library_namespace_are_refused(elicit: Harness) -> None:
+    assert "reserved" in (await elicit.call("reserved_step")).error
 
 
 # -- several at once ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_gather_asks_the_person_the_model_and_the_roots(
-    elicitation: Elicitation, counter: Counter, era: str
-) -> None:
-    person, model, roots = Person([accept(name="Ada")]), Model(reply="Hi Ada"), Roots()
-    async with client(elicitation, era, person=person, model=model, roots=roots) as c:
-        assert text(await c.call_tool("everything", {})) == "Ada | Hi Ada | 1 root(s)"
-    assert (len(person.asked), len(model.asked), roots.calls) == (1, 1, 1)
+@BOTH_PATHS
+async def test_gather_asks_the_person_the_model_and_the_roots(elicit: Harness, counter: Counter) -> None:
+    model, roots = Model(reply="Hi Ada"), Roots()
+    called = await elicit.call("everything", answers={"who": accept(name="Ada")}, sdk=host(model, roots))
+    assert called.text == "Ada | Hi Ada | 1 root(s)"
+    assert (len(called.asked), len(model.asked), roots.calls) == (1, 1, 1)
     # One round for all three on 2026-07-28: the body runs once to ask them and once to finish.
-    assert counter.read()["everything body"] == (2 if era == MODERN else 1)
+    assert counter.read()["everything body"] == (2 if elicit.era == MODERN else 1)
 
 
 async def test_gather_puts_every_unanswered_input_in_one_round(elicitation: Elicitation) -> None:
@@ -369,6 +364,7 @@ async def test_answers_to_queries_without_the_round_that_asked_them_are_not_appl
 # -- capabilities -----------------------------------------------------------------------------------
 
 
+@pytest.mark.elicit_eras(MODERN)
 @pytest.mark.parametrize(
     ("tool", "has", "required"),
     [
@@ -379,20 +375,21 @@ async def test_answers_to_queries_without_the_round_that_asked_them_are_not_appl
     ],
 )
 async def test_modern_client_missing_capabilities_gets_32021_naming_them_all(
-    elicitation: Elicitation, tool: str, has: set[str], required: dict[str, object]
+    elicit: Harness, tool: str, has: set[str], required: dict[str, object]
 ) -> None:
-    person, model, roots = Person(), Model(), Roots()
-    async with client(
-        elicitation,
-        MODERN,
-        person=person if "person" in has else None,
-        model=model if "model" in has else None,
-        roots=roots if "roots" in has else None,
-    ) as c:
-        assert await missing_capability(c, tool) == {"requiredCapabilities": required}
-    assert (person.asked, model.asked, roots.calls) == ([], [], 0)
+    model, roots = Model(), Roots()
+    with pytest.raises(MCPError) as raised:
+        await elicit.call(
+            tool,
+            modes=("form",) if "person" in has else (),
+            sdk=host(model if "model" in has else None, roots if "roots" in has else None),
+        )
+    assert raised.value.code == -32021
+    assert raised.value.data == {"requiredCapabilities": required}
+    assert (elicit.asked, model.asked, roots.calls) == ([], [], 0)
 
 
+@pytest.mark.elicit_eras("2025-11-25")
 @pytest.mark.parametrize(
     ("tool", "has", "named"),
     [
@@ -402,17 +399,16 @@ async def test_modern_client_missing_capabilities_gets_32021_naming_them_all(
     ],
 )
 async def test_legacy_client_missing_a_capability_gets_a_tool_error_naming_it(
-    elicitation: Elicitation, tool: str, has: set[str], named: str
+    elicit: Harness, tool: str, has: set[str], named: str
 ) -> None:
     model, roots = Model(), Roots()
-    async with client(
-        elicitation,
-        "legacy",
-        person=Person([accept(name="Ada")]) if "person" in has else None,
-        model=model if "model" in has else None,
-        roots=roots if "roots" in has else None,
-    ) as c:
-        message = error_text(await c.call_tool(tool, {}))
+    called = await elicit.call(
+        tool,
+        answers={"who": accept(name="Ada")},
+        modes=("form",) if "person" in has else (),
+        sdk=host(model if "model" in has else None, roots if "roots" in has else None),
+    )
+    message = called.error
     assert f"({named})" in message and "cannot receive" in message
     assert model.asked == [] and roots.calls == 0
 
@@ -428,7 +424,7 @@ def prompt_text(result: GetPromptResult) -> str:
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_prompt_asks_and_replays_like_a_tool(elicitation: Elicitation, counter: Counter, era: str) -> None:
-    person = Person([accept(topic="the incident")])
+    person = Person([ElicitResult(action="accept", content={"topic": "the incident"})])
     async with client(elicitation, era, person=person) as c:
         first = await c.get_prompt("briefing", {"audience": "ops"})
         again = await c.get_prompt("briefing", {"audience": "ops"})

@@ -1,4 +1,8 @@
-"""2026-07-28 rounds driven by hand: replayed, tampered, expired and foreign requestState."""
+"""2026-07-28 rounds driven by hand: replayed, tampered, expired and foreign requestState.
+
+The SDK's client, not `mcp_elicit.testing.Harness`: the rounds' wire shapes (`InputRequiredResult`, the
+sealed `requestState`, answers sent without one) are the subject, and the client kit never sends them wrong.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@
 Tool bodies run in-process behind the real SDK client (`Client(server, mode=era)`), one client per call,
 so two calls overlap the way two connections would; the store is a real SQLite file or the machine's
 PostgreSQL. Calls are ordered by events set from inside the bodies and steps, not by sleeping, except
-where the defect is about time itself (a lease running out).
+where the defect is about time itself (a lease running out). The SDK's client, not
+`mcp_elicit.testing.Harness`: the persons here are callbacks that hold a dialog open until an event, act on
+the store mid-dialog, or send what a defect needs (a raw idempotency key, a bare round), none of which a
+scripted answer by key can be.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """OpenTelemetry through the API package: spans and metrics of real calls, on both eras and both stores.
 
 The SDK's in-memory exporter and reader stand in for a collector: what they hold is what an exporter
-would send. No attribute, event or metric may carry content (a message, an answer, an argument).
+would send. No attribute, event or metric may carry content (a message, an answer, an argument). The SDK's
+client drives the calls, not `mcp_elicit.testing.Harness`: in most tests the person looks at or acts on the
+store while the question is on screen (what is pending then, an operator's cancel, a sweep), and prompts
+and resources are served too, which the harness does not call.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A JSON string may escape half of a surrogate pair ("\\ud800"); Python's JSON decoder turns it into a str that
 has no UTF-8 form, so it has no digest and could never be stored. The call is refused before anything is
 recorded: over real HTTP with the escape on the wire, and through the SDK client in process on both eras
-for tools, prompts, resources and the idempotency key.
+for tools, prompts, resources and the idempotency key. Not through `mcp_elicit.testing.Harness`: the subject
+is a malformed request, which the client kit has no reason to send.
 """
 
 from __future__ import annotations

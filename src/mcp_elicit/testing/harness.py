@@ -22,7 +22,7 @@ from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
-from mcp_elicit.client import ElicitingClient, Mode, PendingFlows
+from mcp_elicit.client import ElicitingClient, Mode, PendingFlows, SdkOptions
 from mcp_elicit.model import AuditEntry, Decision, JSONValue, Operation, Principal, request_digest
 from mcp_elicit.server import ANSWERS_ARGUMENT, REPLAYED_META_KEY, Elicitation
 from mcp_elicit.store import SweepResult
@@ -123,6 +123,7 @@ class Harness:
         answers: Answers | Script | None = None,
         era: EraName | None = None,
         modes: Sequence[Mode] = ("form", "url"),
+        sdk: SdkOptions | None = None,
         timeout: float | None = None,
     ) -> ToolCall:
         """Call `tool` as a host would, the scripted person answering by question key.
@@ -131,6 +132,11 @@ class Harness:
         script does not cover is answered cancel, and the call then fails the test with `UnscriptedQuestion`;
         so does any other misfit of the script (`ScriptFailure`). Errors of the call itself (a `-32021`, the
         kit's `KitError`s) are raised as the client kit raises them.
+
+        `sdk` carries the host's own callbacks for what a tool asks of the client rather than the person
+        (`SdkOptions(sampling_callback=..., list_roots_callback=...)` for `flow.sample` and `flow.roots`):
+        the client declares sampling and roots only with a callback for them, as a real host does, so a
+        test of a tool that asks the model scripts the model here.
         """
         script = answers if isinstance(answers, Script) else Script(answers or {})
         chosen = _checked_era(era or self.era)
@@ -146,7 +152,9 @@ class Harness:
                 person = ScriptedPerson(self._store, script, encounters, browser, modes=modes, clock=clock)
                 server = self._target()
                 try:
-                    async with ElicitingClient(server, person, era=chosen, opener=browser, pending=pending) as kit:
+                    async with ElicitingClient(
+                        server, person, era=chosen, opener=browser, pending=pending, sdk=sdk
+                    ) as kit:
                         result = await kit.call_tool(tool, given)
                 except Exception as error:
                     raised = error

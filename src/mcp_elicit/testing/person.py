@@ -15,10 +15,10 @@ the web layer's tests do.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import anyio
@@ -68,6 +68,9 @@ class Question:
     reply: Reply
     url: str | None = None
     """The page a URL question sends the person to, as the kit showed it."""
+    schema: Mapping[str, Any] | None = None
+    """The form's requested schema as the person's client received it (None for a URL question): what a
+    test checks to see which fields, choices and titles the person was offered, beyond the message."""
 
 
 @dataclass
@@ -110,7 +113,7 @@ class ScriptedPerson:
             return Cancel()
         if request.problem is not None:
             return self._failed(f"the client kit refused the scripted answer to {decision.key!r}: {request.problem}")
-        reply = self._reply(decision, "form")
+        reply = self._reply(decision, "form", schema=request.requested_schema)
         if reply is None or not await self._wait(reply):
             return Cancel()
         return await ScriptedHandler([reply.entry], modes=("form",)).form(request)
@@ -181,7 +184,14 @@ class ScriptedPerson:
 
     # -- the reply -----------------------------------------------------------------------------------
 
-    def _reply(self, decision: Decision, mode: Literal["form", "url"], *, url: str | None = None) -> Reply | None:
+    def _reply(
+        self,
+        decision: Decision,
+        mode: Literal["form", "url"],
+        *,
+        url: str | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Reply | None:
         encounters = self._encounters
         kind = "a form question" if mode == "form" else "a URL question"
         if self._script.covers(decision.key) is None:
@@ -212,6 +222,7 @@ class ScriptedPerson:
                 operation_id=decision.operation_id,
                 reply=reply,
                 url=url,
+                schema=schema,
             )
         )
         return reply
