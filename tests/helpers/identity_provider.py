@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpx2
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
@@ -33,7 +35,7 @@ class Provider:
 
     issuer: str
     audience: str = ""
-    published: list[dict[str, Any]] = field(default_factory=list)
+    published: list[Any] = field(default_factory=list)
     signing: dict[str, Any] = field(default_factory=dict)
     fetches: int = 0
     down: bool = False
@@ -185,3 +187,13 @@ class OidcProvider:
         claims = {k: v for k, v in {**claims, **self.id_claims}.items() if v is not None}
         id_token = jwt.encode(claims, self.keys.signing["k1"], "RS256", headers={"kid": "k1"})
         return JSONResponse({"access_token": "opaque", "token_type": "Bearer", "id_token": id_token})
+
+
+async def sign_in_at_provider(browser: httpx2.AsyncClient, url: str, user: str) -> httpx2.Response:
+    """Open a page of the server in a new browser: the provider's form, signed, and the page it comes back to."""
+    form = await browser.get(url, follow_redirects=True)
+    assert form.status_code == 200 and '<input name="username">' in form.text, form.text
+    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form.text))
+    return await browser.post(
+        str(form.url), data={**fields, "username": user, "password": PROVIDER_USERS[user]}, follow_redirects=True
+    )

@@ -39,7 +39,7 @@ from mcp_elicit.web import (
 )
 from mcp_elicit.web.jwks import JwksError
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.identity_provider import PROVIDER_USERS, WEB_CLIENT, WEB_SECRET, OidcProvider, Provider, Seconds
+from tests.helpers.identity_provider import WEB_CLIENT, WEB_SECRET, OidcProvider, Provider, Seconds, sign_in_at_provider
 from tests.helpers.oauth_client import access_token, mcp_status
 from tests.helpers.pages_site import hidden
 from tests.helpers.results import error_text, text
@@ -337,16 +337,6 @@ def external_site(store_url: str) -> Iterator[ExternalSite]:
             yield ExternalSite(provider, base, store)
     finally:
         store.close()
-
-
-async def sign_in_at_provider(browser: httpx2.AsyncClient, url: str, user: str) -> httpx2.Response:
-    """Open a page of the server in a new browser: the provider's form, signed, and the page it comes back to."""
-    form = await browser.get(url, follow_redirects=True)
-    assert form.status_code == 200 and '<input name="username">' in form.text, form.text
-    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form.text))
-    return await browser.post(
-        str(form.url), data={**fields, "username": user, "password": PROVIDER_USERS[user]}, follow_redirects=True
-    )
 
 
 async def test_the_pages_sign_in_through_the_provider_and_only_its_principal_answers(
