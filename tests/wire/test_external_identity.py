@@ -292,7 +292,7 @@ def test_client_and_session_settings_that_cannot_work_are_refused_when_made() ->
         "client_secret": WEB_SECRET,
         "redirect_uri": "https://elicit.example/signin/callback",
     }
-    refused = {
+    refused: dict[str, dict[str, Any]] = {
         "is not an http(s) URL": {"issuer": "idp.example"},
         "plain http outside loopback": {"redirect_uri": "http://elicit.example/signin/callback"},
         "needs a path of its own": {"redirect_uri": "https://elicit.example/signin"},
@@ -334,7 +334,7 @@ async def test_a_discovery_document_that_fails_or_lies_makes_sign_in_unavailable
     site: OidcSite, answer: Response | str, logged: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="mcp_elicit.web.oidc")
-    lies = {
+    lies: dict[str, dict[str, Any]] = {
         "another issuer": {"issuer": "https://evil.example/realms/staff"},
         "no token endpoint": {"token_endpoint": None},
         "keys on a file URL": {"jwks_uri": "file:///etc/keys.json"},
