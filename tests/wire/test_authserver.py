@@ -26,7 +26,14 @@ import pytest
 from mcp import Client
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.auth.provider import AccessToken, AuthorizationParams, AuthorizeError, RefreshToken, TokenError
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationParams,
+    AuthorizeError,
+    RefreshToken,
+    RegistrationError,
+    TokenError,
+)
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 from starlette.applications import Starlette
@@ -879,6 +886,9 @@ async def test_provider_methods_refuse_unknown_clients_codes_of_other_clients_an
 ) -> None:
     auth, base = deployed.auth, deployed.issuer
     assert await auth.get_client("never-registered") is None
+    with pytest.raises(RegistrationError) as uriless:  # the SDK lets a client without redirect URIs through
+        await auth.register_client(OAuthClientInformationFull(client_id="uriless", redirect_uris=None))
+    assert uriless.value.error == "invalid_redirect_uri" and await auth.get_client("uriless") is None
     deployed.store.oauth_client_put("mangled", {"client_id": "mangled", "redirect_uris": "not a list"})
     assert await auth.get_client("mangled") is None
     client = await registered(base)

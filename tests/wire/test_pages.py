@@ -326,3 +326,21 @@ def test_an_oauth_callback_in_a_browser_not_signed_in_is_sent_to_sign_in_first(s
         sent = elsewhere.get(f"{site.base}/elicit/callback", params={"code": "x", "state": state})
         assert sent.status_code == 303 and sent.headers["location"].startswith("/signin?next=%2Felicit%2Fcallback")
     assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.EXTERNAL_PENDING
+
+
+def test_a_link_to_no_decision_at_all_is_not_valid_and_audits_nothing(site: Site) -> None:
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", "/")
+        unknown = browser.get(f"{site.base}/elicit/{new_elicitation_id()}")
+        assert unknown.status_code == 404 and "This link is not valid" in unknown.text
+        posted = browser.post(f"{site.base}/elicit/{new_elicitation_id()}/continue", data={"csrf": "x"})
+        assert posted.status_code == 404 and "This link is not valid" in posted.text
+
+
+def test_pages_made_with_a_short_key_or_flows_but_no_vault_are_refused(site: Site) -> None:
+    auth = LocalAuthorizationServer(site.base, LocalUsers.from_text("alice:alice-pw"), site.store, [b"a" * 32])
+    settings = {"elicitation": site.elicitation, "sign_in": auth, "server_title": "T", "public_base_url": site.base}
+    with pytest.raises(ValueError, match="page key must be 32 bytes"):
+        UrlPages(**settings, vault=site.vault, flows={}, page_key=b"p" * 31)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pass vault=Vault"):
+        UrlPages(**settings, vault=None, flows=provider_flows(site.provider, profile=False), page_key=b"p" * 32)  # type: ignore[arg-type]
