@@ -26,7 +26,14 @@ import pytest
 from mcp import Client
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.auth.provider import AuthorizationParams, RefreshToken, TokenError
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationParams,
+    AuthorizeError,
+    RefreshToken,
+    RegistrationError,
+    TokenError,
+)
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 from starlette.applications import Starlette
@@ -827,3 +834,98 @@ def test_token_consumed_sees_ledger_entries_until_a_sweep_purges_them(store: Sto
     clock.advance(timedelta(minutes=6))
     assert store.sweep_expired().tokens == 1
     assert store.token_consumed("t1") is False
+
+
+# -- what reaches the provider methods past the SDK's own checks ----------------------------------------------
+
+
+def test_users_given_as_a_mapping_are_checked_as_the_text_is() -> None:
+    with pytest.raises(LocalUsersError, match="no users configured"):
+        LocalUsers({})
+    with pytest.raises(LocalUsersError, match="invalid username '-alice'"):
+        LocalUsers({"-alice": ("wonderland", "")})
+    with pytest.raises(LocalUsersError, match="user 'alice' has an empty password"):
+        LocalUsers({"alice": ("", "Alice")})
+    assert LocalUsers({"alice": ("wonderland", "  ")}).display_name("alice") == "alice"
+
+
+def test_a_key_that_is_text_and_a_server_made_without_this_authorization_server_are_refused(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    try:
+        with pytest.raises(TypeError, match="signing key 2 is str, not bytes"):
+            LocalAuthorizationServer("http://127.0.0.1:1", USERS, store, [KEY, "o" * 32])  # type: ignore[list-item]
+        auth = LocalAuthorizationServer("http://127.0.0.1:1", USERS, store, [KEY])
+        runtime = Elicitation(store, request_state=RequestState(keys=[STATE_KEY]))
+        with pytest.raises(ValueError, match="create it with mcp_server_kwargs"):
+            auth.http_app(runtime.server("no-auth"))
+        other = LocalAuthorizationServer("http://127.0.0.1:2", USERS, store, [KEY])
+        with pytest.raises(ValueError, match="create it with mcp_server_kwargs"):
+            auth.http_app(runtime.server("other-auth", **other.mcp_server_kwargs("http://127.0.0.1:2/mcp")))
+    finally:
+        store.close()
+
+
+async def test_a_sign_in_post_that_is_not_a_small_urlencoded_form_is_refused_unread(
+    browser: httpx2.AsyncClient,
+) -> None:
+    form = "application/x-www-form-urlencoded"
+    refused = {
+        "json": await browser.post("/signin", json={"username": "alice", "password": "wonderland"}),
+        "oversized": await browser.post(
+            "/signin", content=b"username=alice&password=" + b"w" * (16 * 1024), headers={"content-type": form}
+        ),
+        "not utf-8": await browser.post("/signin", content=b"username=\xff\xfe", headers={"content-type": form}),
+    }
+    for why, response in refused.items():
+        assert response.status_code == 400 and "The form could not be read." in response.text, why
+        assert "set-cookie" not in response.headers or "session" not in response.headers["set-cookie"], why
+
+
+async def test_provider_methods_refuse_unknown_clients_codes_of_other_clients_and_removed_users(
+    deployed: Deployment, browser: httpx2.AsyncClient
+) -> None:
+    auth, base = deployed.auth, deployed.issuer
+    assert await auth.get_client("never-registered") is None
+    with pytest.raises(RegistrationError) as uriless:  # the SDK lets a client without redirect URIs through
+        await auth.register_client(OAuthClientInformationFull(client_id="uriless", redirect_uris=None))
+    assert uriless.value.error == "invalid_redirect_uri" and await auth.get_client("uriless") is None
+    deployed.store.oauth_client_put("mangled", {"client_id": "mangled", "redirect_uris": "not a list"})
+    assert await auth.get_client("mangled") is None
+    client = await registered(base)
+    info = await auth.get_client(client.client_id)
+    assert info is not None
+    params = AuthorizationParams(
+        state=None, scopes=None, code_challenge="", redirect_uri=AnyUrl(CALLBACK), redirect_uri_provided_explicitly=True
+    )
+    with pytest.raises(AuthorizeError) as unchallenged:
+        await auth.authorize(info, params)
+    assert unchallenged.value.error == "invalid_request"
+
+    code = await auth.load_authorization_code(info, await code_for(browser, base, client, pkce()[1]))
+    assert code is not None
+    other = OAuthClientInformationFull(client_id="other", redirect_uris=[AnyUrl(CALLBACK)])
+    with pytest.raises(TokenError) as stolen:
+        await auth.exchange_authorization_code(other, code)
+    assert stolen.value.error == "invalid_grant"
+    # Another instance on the same store and keys whose configuration no longer has alice.
+    without_alice = LocalAuthorizationServer(base, LocalUsers.from_text("bob:builder"), deployed.store, [KEY])
+    with pytest.raises(TokenError) as removed:
+        await without_alice.exchange_authorization_code(info, code)
+    assert removed.value.error == "invalid_grant" and "no longer configured" in (removed.value.error_description or "")
+
+
+async def test_revocation_takes_access_tokens_only_and_ignores_what_this_server_did_not_sign(
+    deployed: Deployment,
+) -> None:
+    auth = deployed.auth
+    issued = auth.issue_access_token("alice", "some-client", ["mcp"])  # no resource: a token for any audience here
+    assert issued.scope == "mcp"
+    token = await auth.load_access_token(issued.access_token)
+    assert token is not None and token.subject == "alice" and token.resource is None
+    await auth.revoke_token(RefreshToken(token=issued.access_token, client_id="some-client", scopes=["mcp"]))
+    await auth.revoke_token(AccessToken(token="not-signed-here", client_id="some-client", scopes=["mcp"]))
+    assert await auth.load_access_token(issued.access_token) is not None  # neither revoked it
+    await auth.revoke_token(token)
+    assert await auth.load_access_token(issued.access_token) is None
+    assert await auth.load_access_token("") is None
+    assert await auth.load_access_token("e" * 8193) is None

@@ -8,26 +8,18 @@ bearer middleware through `JwksTokenVerifier`.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import re
-import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.client import ElicitingClient, Http, ScriptedHandler
@@ -47,6 +39,7 @@ from mcp_elicit.web import (
 )
 from mcp_elicit.web.jwks import JwksError
 from tests.helpers.http_harness import free_port, serving
+from tests.helpers.identity_provider import WEB_CLIENT, WEB_SECRET, OidcProvider, Provider, Seconds, sign_in_at_provider
 from tests.helpers.oauth_client import access_token, mcp_status
 from tests.helpers.pages_site import hidden
 from tests.helpers.results import error_text, text
@@ -172,63 +165,6 @@ def test_mount_web_refuses_what_would_fail_on_a_first_click(sqlite_url: str) -> 
 
 
 @dataclass
-class Provider:
-    """A stand-in identity provider: its issuer URL, the keys it publishes, and how many times they were read."""
-
-    issuer: str
-    published: list[dict[str, Any]] = field(default_factory=list)
-    signing: dict[str, Any] = field(default_factory=dict)
-    fetches: int = 0
-    down: bool = False
-
-    def add_rsa(self, kid: str) -> None:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.signing[kid] = key
-        self.published.append({**json.loads(RSAAlgorithm.to_jwk(key.public_key())), "kid": kid, "use": "sig"})
-
-    def add_ec(self, kid: str) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        self.signing[kid] = key
-        self.published.append({**json.loads(ECAlgorithm.to_jwk(key.public_key())), "kid": kid, "alg": "ES256"})
-
-    def token(self, kid: str = "k1", alg: str = "RS256", *, signer: str | None = None, **claims: Any) -> str:
-        """A token naming key `kid`, signed with key `signer` (by default that same key)."""
-        now = int(time.time())
-        body = {
-            "iss": self.issuer,
-            "sub": "alice",
-            "aud": AUDIENCE_OF[self.issuer],
-            "client_id": "desktop-app",
-            "scope": "openid mcp",
-            "iat": now,
-            "exp": now + 300,
-            **claims,
-        }
-        return jwt.encode(
-            {k: v for k, v in body.items() if v is not None}, self.signing[signer or kid], alg, headers={"kid": kid}
-        )
-
-    async def jwks(self, request: Request) -> Response:
-        self.fetches += 1
-        if self.down:
-            return Response("unavailable", status_code=503)
-        return JSONResponse({"keys": self.published})
-
-
-AUDIENCE_OF: dict[str, str] = {}
-
-
-@dataclass
-class Seconds:
-    """The verifier's clock, moved by the test: key caching is about time, and no test waits for it."""
-
-    now: float = field(default_factory=time.time)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class External:
     provider: Provider
     base: str
@@ -240,10 +176,9 @@ class External:
 @pytest.fixture
 def external(store_url: str) -> Iterator[External]:
     idp_port, port = free_port(), free_port()
-    provider = Provider(f"http://127.0.0.1:{idp_port}/realms/staff")
-    provider.add_rsa("k1")
     base = f"http://127.0.0.1:{port}"
-    AUDIENCE_OF[provider.issuer] = f"{base}/mcp"
+    provider = Provider(f"http://127.0.0.1:{idp_port}/realms/staff", audience=f"{base}/mcp")
+    provider.add_rsa("k1")
     clock = Seconds()
     verifier = JwksTokenVerifier(
         ExternalIdentityProvider(
@@ -290,7 +225,7 @@ async def test_tokens_of_the_external_provider_bind_the_call_to_its_issuer_and_s
 async def test_every_token_the_provider_did_not_issue_for_this_resource_is_refused(external: External) -> None:
     provider, base = external.provider, external.base
     assert await mcp_status(base, provider.token()) == 200
-    stranger = Provider(provider.issuer)
+    stranger = Provider(provider.issuer, audience=provider.audience)
     stranger.add_rsa("k1")  # the same key id, another key: a forged signature
     now = int(time.time())
     refused = {
@@ -363,80 +298,6 @@ def test_provider_settings_are_checked_when_made() -> None:
 
 # -- the decision pages signed in through the same provider (OpenID Connect) ----------------------------------
 
-WEB_CLIENT, WEB_SECRET = "elicit-web", "web-secret"
-PROVIDER_USERS = {"alice": "wonderland", "bob": "builder"}
-
-
-@dataclass
-class OidcProvider:
-    """The provider's browser side: a sign-in form at /authorize, codes redeemed once at /token for ID tokens."""
-
-    keys: Provider
-    codes: dict[str, dict[str, str]] = field(default_factory=dict)
-    wrong_nonce: bool = False
-
-    @property
-    def issuer(self) -> str:
-        return self.keys.issuer
-
-    def routes(self) -> list[Route]:
-        base = "/realms/staff"
-        return [
-            Route(f"{base}/.well-known/openid-configuration", self.discovery),
-            Route(f"{base}/protocol/openid-connect/certs", self.keys.jwks),
-            Route(f"{base}/protocol/openid-connect/auth", self.authorize, methods=["GET", "POST"]),
-            Route(f"{base}/protocol/openid-connect/token", self.token, methods=["POST"]),
-        ]
-
-    async def discovery(self, request: Request) -> Response:
-        endpoints = f"{self.issuer}/protocol/openid-connect"
-        return JSONResponse(
-            {
-                "issuer": self.issuer,
-                "authorization_endpoint": f"{endpoints}/auth",
-                "token_endpoint": f"{endpoints}/token",
-                "jwks_uri": f"{endpoints}/certs",
-            }
-        )
-
-    async def authorize(self, request: Request) -> Response:
-        if request.method == "GET":
-            kept = "".join(
-                f'<input type="hidden" name="{name}" value="{value}">'
-                for name, value in request.query_params.items()
-                if name in ("client_id", "redirect_uri", "state", "nonce", "code_challenge")
-            )
-            return Response(
-                f'<form method="post">{kept}<input name="username"><input name="password" type="password"></form>',
-                media_type="text/html",
-            )
-        form = {k: str(v) for k, v in (await request.form()).items()}
-        if form["client_id"] != WEB_CLIENT or PROVIDER_USERS.get(form["username"]) != form["password"]:
-            return Response("no", status_code=403)
-        code = secrets.token_urlsafe(16)
-        self.codes[code] = form
-        return Response(
-            status_code=302, headers={"location": f"{form['redirect_uri']}?code={code}&state={form['state']}"}
-        )
-
-    async def token(self, request: Request) -> Response:
-        expected = "Basic " + base64.b64encode(f"{WEB_CLIENT}:{WEB_SECRET}".encode()).decode()
-        form = {k: str(v) for k, v in (await request.form()).items()}
-        asked = self.codes.pop(form.get("code", ""), None)
-        challenge = base64.urlsafe_b64encode(hashlib.sha256(form.get("code_verifier", "").encode()).digest())
-        if (
-            request.headers.get("authorization") != expected
-            or asked is None
-            or asked["redirect_uri"] != form.get("redirect_uri")
-            or challenge.decode().rstrip("=") != asked["code_challenge"]
-        ):
-            return JSONResponse({"error": "invalid_grant"}, status_code=400)
-        now = int(time.time())
-        claims = {"iss": self.issuer, "sub": asked["username"], "aud": WEB_CLIENT, "iat": now, "exp": now + 300}
-        claims["nonce"] = "another" if self.wrong_nonce else asked["nonce"]
-        id_token = jwt.encode(claims, self.keys.signing["k1"], "RS256", headers={"kid": "k1"})
-        return JSONResponse({"access_token": "opaque", "token_type": "Bearer", "id_token": id_token})
-
 
 @dataclass
 class ExternalSite:
@@ -448,11 +309,10 @@ class ExternalSite:
 @pytest.fixture
 def external_site(store_url: str) -> Iterator[ExternalSite]:
     idp_port, port = free_port(), free_port()
-    keys = Provider(f"http://127.0.0.1:{idp_port}/realms/staff")
+    base = f"http://127.0.0.1:{port}"
+    keys = Provider(f"http://127.0.0.1:{idp_port}/realms/staff", audience=f"{base}/mcp")
     keys.add_rsa("k1")
     provider = OidcProvider(keys)
-    base = f"http://127.0.0.1:{port}"
-    AUDIENCE_OF[keys.issuer] = f"{base}/mcp"
     verifier = JwksTokenVerifier(
         ExternalIdentityProvider(
             issuer=keys.issuer, jwks_url=f"{keys.issuer}/protocol/openid-connect/certs", audience=f"{base}/mcp"
@@ -477,16 +337,6 @@ def external_site(store_url: str) -> Iterator[ExternalSite]:
             yield ExternalSite(provider, base, store)
     finally:
         store.close()
-
-
-async def sign_in_at_provider(browser: httpx2.AsyncClient, url: str, user: str) -> httpx2.Response:
-    """Open a page of the server in a new browser: the provider's form, signed, and the page it comes back to."""
-    form = await browser.get(url, follow_redirects=True)
-    assert form.status_code == 200 and '<input name="username">' in form.text, form.text
-    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form.text))
-    return await browser.post(
-        str(form.url), data={**fields, "username": user, "password": PROVIDER_USERS[user]}, follow_redirects=True
-    )
 
 
 async def test_the_pages_sign_in_through_the_provider_and_only_its_principal_answers(

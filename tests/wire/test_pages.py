@@ -257,3 +257,90 @@ def test_a_late_callback_is_refused_and_stores_nothing(site: Site) -> None:
     assert late.status_code == 410 and "expired" in late.text
     assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.EXPIRED
     assert site.vault.get(Principal(f"{site.base}#alice", "browser"), "example-token") is None
+
+
+def post(browser: httpx2.Client, site: Site, decision: Decision, step: str, /, **data: str) -> httpx2.Response:
+    """POST `data` to the decision's `step` (continue, cancel, key, answer) as a browser's form does."""
+    return browser.post(f"{site.base}/elicit/{decision.elicitation_id}/{step}", data=data)
+
+
+def test_a_step_the_server_has_no_flow_for_cannot_be_started_answered_or_keyed(site: Site) -> None:
+    decision = ask(site, "alice", "no_such_flow")
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        page = open_page(browser, decision)
+        assert page.status_code == 200 and "Test server asks you to finish this step" in page.text
+        assert "Continue goes on with this step." in page.text
+        csrf = hidden(page.text, "csrf")
+        started = post(browser, site, decision, "continue", csrf=csrf)
+        assert started.status_code == 404 and "This step cannot be done here" in started.text
+        answered = post(browser, site, decision, "answer", csrf=csrf, action="accept")
+        assert answered.status_code == 404 and "This step has no form" in answered.text
+        keyed = post(browser, site, decision, "key", csrf=csrf, api_key=CANARY)
+        assert keyed.status_code == 409 and "Start from the beginning" in keyed.text
+    assert site.store.get_decision(decision.elicitation_id, Operator()) == decision
+
+
+def test_posts_without_the_pages_csrf_token_or_sign_in_change_nothing(site: Site) -> None:
+    decision = ask(site, "alice", "set_api_key")
+    with httpx2.Client() as stranger:
+        for action in ("continue", "cancel", "key", "answer"):
+            sent = post(stranger, site, decision, action, csrf="x")
+            assert sent.status_code == 303 and sent.headers["location"].startswith("/signin?next="), action
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        for action in ("continue", "cancel", "key", "answer"):
+            forged = post(browser, site, decision, action, csrf="forged", api_key=CANARY, action="accept")
+            assert forged.status_code == 403 and "This form has expired" in forged.text, action
+    assert site.store.get_decision(decision.elicitation_id, Operator()) == decision
+    assert site.vault.get(Principal(f"{site.base}#alice", "browser"), "example-api-key") is None
+
+
+def test_the_key_form_takes_a_key_only_while_the_step_is_open_and_not_an_empty_or_oversized_one(site: Site) -> None:
+    decision = ask(site, "alice", "set_api_key")
+    owner = Principal(f"{site.base}#alice", "browser")
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        csrf = hidden(open_page(browser, decision).text, "csrf")
+        early = post(browser, site, decision, "key", csrf=csrf, api_key=CANARY)
+        assert early.status_code == 409 and "press Continue" in early.text  # Continue first
+        form = start(browser, site, decision)
+        assert form.status_code == 200 and 'type="password"' in form.text
+        for refused in ("   ", "k" * 4097):
+            again = post(browser, site, decision, "key", csrf=csrf, api_key=refused)
+            assert again.status_code == 200 and 'type="password"' in again.text and "Done" not in again.text
+        assert site.vault.get(owner, "example-api-key") is None
+        assert post(browser, site, decision, "cancel", csrf=csrf).text.count("Cancelled") >= 1
+        late = post(browser, site, decision, "key", csrf=csrf, api_key=CANARY)
+        assert late.status_code == 200 and "Cancelled" in late.text and CANARY not in late.text
+    assert site.vault.get(owner, "example-api-key") is None
+    assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.CANCELLED
+
+
+def test_an_oauth_callback_in_a_browser_not_signed_in_is_sent_to_sign_in_first(site: Site) -> None:
+    decision = ask(site, "alice", "connect_account")
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        state = parse_qs(urlsplit(start(browser, site, decision).headers["location"]).query)["state"][0]
+    with httpx2.Client() as elsewhere:
+        sent = elsewhere.get(f"{site.base}/elicit/callback", params={"code": "x", "state": state})
+        assert sent.status_code == 303 and sent.headers["location"].startswith("/signin?next=%2Felicit%2Fcallback")
+    assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.EXTERNAL_PENDING
+
+
+def test_a_link_to_no_decision_at_all_is_not_valid_and_audits_nothing(site: Site) -> None:
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", "/")
+        unknown = browser.get(f"{site.base}/elicit/{new_elicitation_id()}")
+        assert unknown.status_code == 404 and "This link is not valid" in unknown.text
+        posted = browser.post(f"{site.base}/elicit/{new_elicitation_id()}/continue", data={"csrf": "x"})
+        assert posted.status_code == 404 and "This link is not valid" in posted.text
+
+
+def test_pages_made_with_a_short_key_or_flows_but_no_vault_are_refused(site: Site) -> None:
+    auth = LocalAuthorizationServer(site.base, LocalUsers.from_text("alice:alice-pw"), site.store, [b"a" * 32])
+    settings = {"elicitation": site.elicitation, "sign_in": auth, "server_title": "T", "public_base_url": site.base}
+    with pytest.raises(ValueError, match="page key must be 32 bytes"):
+        UrlPages(**settings, vault=site.vault, flows={}, page_key=b"p" * 31)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pass vault=Vault"):
+        UrlPages(**settings, vault=None, flows=provider_flows(site.provider, profile=False), page_key=b"p" * 32)  # type: ignore[arg-type]

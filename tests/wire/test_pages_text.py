@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 
@@ -115,3 +116,17 @@ def test_the_done_page_says_the_key_is_stored_and_never_shows_it(site: Site) -> 
         done = browser.post(f"{site.base}/elicit/{decision.elicitation_id}/key", data=posted)
     assert done.status_code == 200 and CANARY not in done.text
     assert f"Done Your Example API key is stored on {SERVER_NAME}." in visible(done.text)
+
+
+def test_a_callback_sent_to_sign_in_names_the_tool_its_state_is_for(site: Site) -> None:
+    decision = ask(site, "alice", "connect_account")
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        _, pressed = start(browser, site, decision)
+        state = parse_qs(urlsplit(pressed.headers["location"]).query)["state"][0]
+    with httpx2.Client() as elsewhere:
+        sent = elsewhere.get(f"{site.base}/elicit/callback", params={"code": "x", "state": state})
+        form = visible(elsewhere.get(f"{site.base}{sent.headers['location']}").text)
+        assert "The tool connect_account is waiting for you to connect your Example account." in form
+        forged = elsewhere.get(f"{site.base}/elicit/callback", params={"code": "x", "state": state[:-4] + "AAAA"})
+        assert "waiting" not in visible(elsewhere.get(f"{site.base}{forged.headers['location']}").text)

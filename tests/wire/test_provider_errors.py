@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
@@ -123,3 +124,65 @@ def test_a_providers_error_text_is_redacted_in_the_page_the_audit_and_the_log(
     assert LEAKED not in failed.text
     assert all(LEAKED not in e.reason + str(e.details) for e in trail)
     assert LEAKED not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("answer", "page_says", "audit_says"),
+    [
+        (None, "could not be reached or gave an answer", "the token exchange with Example failed (ConnectError)"),
+        (
+            Response("<html>maintenance</html>", media_type="text/html"),
+            "could not be reached or gave an answer",
+            "the token exchange with Example failed (",
+        ),
+        (JSONResponse({"token_type": "Bearer", "access_token": ""}), "Example gave no access.", "gave no access token"),
+    ],
+    ids=["nothing-listens", "not-json", "no-access-token"],
+)
+def test_a_token_endpoint_that_cannot_be_reached_or_gives_no_token_fails_the_decision(
+    store_url: str, provider: str, ports: tuple[int, int], answer: Response | None, page_says: str, audit_says: str
+) -> None:
+    token_port = free_port()
+
+    async def token(request: Request) -> Response:
+        assert answer is not None
+        return answer
+
+    with ExitStack() as stack:
+        if answer is not None:  # else nothing listens on the token port
+            stack.enter_context(serving(Starlette(routes=[Route("/token", token, methods=["POST"])]), token_port))
+        site = stack.enter_context(
+            served_site(store_url, provider, ports[0], token_url=f"http://127.0.0.1:{token_port}/token")
+        )
+        browser = stack.enter_context(httpx2.Client())
+        elicitation_id, callback = callback_for(browser, site, "alice")
+        failed = browser.get(callback)
+        assert failed.status_code == 200 and "That did not work" in failed.text and page_says in failed.text
+        assert "Nothing was stored" in failed.text
+        assert site.store.get_decision(elicitation_id, Operator()).status is DecisionStatus.EXTERNAL_FAILED
+        [entry] = [e for e in site.store.audit_trail(elicitation_id, Operator()) if e.to_status == "external_failed"]
+        assert audit_says in entry.reason
+        assert site.vault.get(Principal(f"{site.base}#alice", "browser"), "example-token") is None
+
+
+def test_a_token_whose_account_the_provider_will_not_name_is_stored_without_a_name(
+    store_url: str, provider: str, ports: tuple[int, int]
+) -> None:
+    """The token comes from another endpoint than the stand-in provider's, so its /api/me does not know it."""
+
+    async def token(request: Request) -> Response:
+        return JSONResponse({"access_token": "tok-unknown-to-the-profile-api", "token_type": "Bearer"})
+
+    token_port = free_port()
+    with (
+        serving(Starlette(routes=[Route("/token", token, methods=["POST"])]), token_port),
+        served_site(store_url, provider, ports[0], token_url=f"http://127.0.0.1:{token_port}/token") as site,
+        httpx2.Client() as browser,
+    ):
+        elicitation_id, callback = callback_for(browser, site, "alice")
+        done = browser.get(callback)
+        assert done.status_code == 200 and "Your Example account is connected." in done.text
+        assert " as " not in done.text.split("<h1>Done</h1>")[1]
+        assert site.store.get_decision(elicitation_id, Operator()).status is DecisionStatus.EXTERNAL_COMPLETED
+        stored = site.vault.get(Principal(f"{site.base}#alice", "browser"), "example-token")
+        assert stored == "tok-unknown-to-the-profile-api"

@@ -393,6 +393,20 @@ async def test_decline_and_cancel_on_the_page_reach_the_body(
     assert text(await call(site, era, "book", city="Oslo")) == status.value
 
 
+async def test_a_form_posted_with_an_action_the_page_has_not_is_refused_and_changes_nothing(site: Site) -> None:
+    url = page_url(await call(site, "legacy", "book", city="Oslo"))
+    before = only_decision(site)
+    async with browser_of() as browser:
+        await sign_in(browser, site, "alice", "wonderland")
+        page = await browser.get(url)
+        torn = await submit(browser, url, page.text, "approve", seats="2")
+        assert torn.status_code == 400 and "This form was not sent whole" in torn.text
+        headless = await browser.post(f"{url}/answer", data={"csrf": hidden(page.text, "csrf"), "f.seats": "2"})
+        assert headless.status_code == 400
+        assert "How many seats to Oslo?" in (await browser.get(url)).text  # still open to answer
+    assert only_decision(site) == before
+
+
 async def test_another_user_gets_the_refusal_page_and_nothing_changes(site: Site) -> None:
     url = page_url(await call(site, "legacy", "book", city="Oslo"))
     before = only_decision(site)

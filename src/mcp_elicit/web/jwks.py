@@ -203,8 +203,8 @@ class PublishedKeys:
         if key is None:
             log.info("%s refused: the provider publishes no key %r", what, kid)
             return None
-        if key.algorithm is not None and key.algorithm != algorithm:
-            log.info("%s refused: key %r is for %s, the token says %s", what, kid, key.algorithm, algorithm)
+        if algorithm not in key.algorithms:
+            log.info("%s refused: key %r is for %s, the token says %s", what, kid, sorted(key.algorithms), algorithm)
             return None
         try:
             claims: dict[str, Any] = jwt.decode(
@@ -266,8 +266,10 @@ class PublishedKeys:
 @dataclass(frozen=True, slots=True)
 class _Key:
     jwk: jwt.PyJWK
-    algorithm: str | None
-    """The key's own `alg`, when the provider declares one: then it signs with nothing else."""
+    algorithms: frozenset[str]
+    """What the key signs with: its own `alg` when the provider declares one, else those of its type (and
+    curve). A token naming the key with another algorithm is refused before PyJWT is asked to fit the key to
+    it, which it does not do for every pair (an EC key for RS256 raises a TypeError, not a PyJWTError)."""
 
 
 def _parsed_keys(document: object, algorithms: tuple[str, ...]) -> dict[str | None, _Key]:
@@ -278,27 +280,29 @@ def _parsed_keys(document: object, algorithms: tuple[str, ...]) -> dict[str | No
         if not isinstance(entry, Mapping) or entry.get("use", "sig") != "sig":
             continue
         declared = entry.get("alg")
-        if declared is not None and declared not in algorithms:
-            continue
+        usable = frozenset({declared} if declared is not None else _algorithms_of_type(entry)) & set(algorithms)
+        if not usable:
+            continue  # an algorithm not accepted here, or a key type no accepted algorithm signs with
         try:
-            key = jwt.PyJWK(dict(entry), algorithm=declared if isinstance(declared, str) else _default_alg(entry))
+            key = jwt.PyJWK(dict(entry), algorithm=min(usable))
         except jwt.PyJWTError:
             continue
         kid = entry.get("kid")
-        keys[kid if isinstance(kid, str) else None] = _Key(key, declared if isinstance(declared, str) else None)
+        keys[kid if isinstance(kid, str) else None] = _Key(key, usable)
     return keys
 
 
-def _default_alg(entry: Mapping[str, Any]) -> str | None:
-    """The algorithm a key without `alg` is used with, by its type and curve."""
+def _algorithms_of_type(entry: Mapping[str, Any]) -> frozenset[str]:
+    """The algorithms a key without `alg` may be used with, by its type and curve."""
     kty, crv = entry.get("kty"), entry.get("crv")
     if kty == "RSA":
-        return "RS256"
+        return frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
     if kty == "EC":
-        return {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}.get(str(crv))
+        curve = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}.get(str(crv))
+        return frozenset({curve} if curve else ())
     if kty == "OKP":
-        return "EdDSA"
-    return None
+        return frozenset({"EdDSA"})
+    return frozenset()
 
 
 def _scopes(claims: Mapping[str, Any]) -> list[str]:

@@ -29,14 +29,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Final, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
+import httpx2
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from httpx import HTTPError
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -53,6 +54,9 @@ from mcp_elicit.web.html import page, text
 from mcp_elicit.web.vault import Vault
 
 log = logging.getLogger(__name__)
+_HTTP_ERRORS: Final = (httpx2.HTTPError, httpx.HTTPError)
+"""What the OAuth client raises when a provider cannot be reached: authlib's httpx client runs on httpx2 when it
+is installed (it is a dependency), on httpx in the authlib releases before; the two share no base class."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -553,7 +557,7 @@ class UrlPages:
                     f"the token exchange failed at {flow.provider_title}: {said}",
                     why=f"{flow.provider_title} refused the connection: {said}.",
                 )
-            except (HTTPError, ValueError) as failure:
+            except (*_HTTP_ERRORS, ValueError) as failure:
                 log.warning("token exchange for %s failed: %s", decision.elicitation_id, type(failure).__name__)
                 return await self._fail(
                     decision,
@@ -745,7 +749,7 @@ async def _account(client: AsyncOAuth2Client, flow: OAuthConnect) -> str | None:
     try:
         response = await client.get(flow.profile_url)
         profile = response.json() if response.status_code == 200 else None
-    except (AuthlibBaseError, HTTPError, ValueError) as failure:
+    except (AuthlibBaseError, *_HTTP_ERRORS, ValueError) as failure:
         log.info("the %s profile could not be read: %s", flow.provider_title, type(failure).__name__)
         return None
     if not isinstance(profile, dict):
