@@ -63,11 +63,14 @@ def sqlite_write(path: Path, sql: str, *params: object, ignore_checks: bool = Fa
         ("requested_schema", "{broken", "invalid JSON"),
         ("content", "[1, 2]", "a JSON list where a JSON object belongs"),
         ("sensitive_fields", '{"a": 1}', "a JSON object where a JSON list of field names belongs"),
+        ("sensitive_fields", '["a", 1]', "a JSON list holding something other than field names"),
+        ("content", b"{}", "a blob where JSON text belongs"),
         ("created_at", "2026-01-01 10:00", "text where a time belongs"),
         ("expires_at", 2**63 - 1, "a time outside the years 1 to 9999"),
         ("completion_version", "one", "text where an integer belongs"),
         ("message", b"\x00\xff", "a blob where text belongs"),
         ("status", "approved", "'approved', not one of: requested, accepted"),
+        ("status", "approved " * 9, "'approved approved approved approved appr'..., not one of:"),
     ],
 )
 def test_a_corrupt_sqlite_decision_names_its_id_and_column(
