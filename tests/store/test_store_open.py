@@ -269,13 +269,13 @@ def test_a_database_behind_this_code_is_refused_untouched_when_migrating_is_not_
 ) -> None:
     """`migrate=False` (a serving role that may not change tables) names the versions, and writes nothing."""
     if store_url.startswith("sqlite:"):
-        with closing(sqlite3.connect(sqlite_path(store_url))) as connection, connection:
+        with closing(sqlite3.connect(sqlite_path(store_url))) as lite, lite:
             for statement in schema_statements("sqlite", until=1):
-                connection.execute(statement)
+                lite.execute(statement)
     else:
-        with psycopg.connect(store_url, autocommit=True) as connection, connection.transaction():
+        with psycopg.connect(store_url, autocommit=True) as pg, pg.transaction():
             for statement in schema_statements("postgresql", until=1):
-                connection.execute(statement)
+                pg.execute(statement)
     with pytest.raises(MigrationPending) as raised:
         open_store(store_url, clock=clock, migrate=False)
     assert (raised.value.found, raised.value.supported) == (1, SCHEMA_VERSION)
@@ -368,7 +368,7 @@ def test_a_closed_store_says_it_is_closed_on_every_thread(store_url: str, clock:
     store = open_store(store_url, clock=clock)
     Records(store, clock).form()
     store.close()
-    failures: list[BaseException] = []
+    failures: list[BaseException | None] = []
     for attempt in (lambda: store.list_decisions(ALICE), lambda: Records(store, clock).operation()):
         with pytest.raises(StoreError) as here:
             attempt()
