@@ -213,6 +213,21 @@ def test_unusable_urls_are_specific_errors(url: str, message: str) -> None:
         open_store(url)
 
 
+@pytest.mark.parametrize(
+    ("engine", "since", "until", "message"),
+    [
+        ("mysql", 0, SCHEMA_VERSION, "no schema for the engine 'mysql': sqlite or postgresql"),
+        ("sqlite", 2, 1, "2 to 1 is not a way up"),
+        ("postgresql", -1, 1, "-1 to 1 is not a way up"),
+        ("sqlite", 0, SCHEMA_VERSION + 1, f"schema versions run from 0 to {SCHEMA_VERSION}"),
+    ],
+)
+def test_schema_statements_refuse_what_no_migration_does(engine: str, since: int, until: int, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        schema_statements(engine, since=since, until=until)  # type: ignore[arg-type]
+    assert schema_statements("sqlite", since=SCHEMA_VERSION) == []
+
+
 def test_sqlite_url_forms() -> None:
     assert sqlite_path("sqlite:///var/lib/app/e.db") == Path("/var/lib/app/e.db")
     assert sqlite_path("sqlite:////var/lib/app/e.db") == Path("/var/lib/app/e.db")
