@@ -71,6 +71,7 @@ def sqlite_write(path: Path, sql: str, *params: object, ignore_checks: bool = Fa
         ("message", b"\x00\xff", "a blob where text belongs"),
         ("status", "approved", "'approved', not one of: requested, accepted"),
         ("status", "approved " * 9, "'approved approved approved approved appr'..., not one of:"),
+        ("mode", b"form", "a blob, not one of: form, url"),
     ],
 )
 def test_a_corrupt_sqlite_decision_names_its_id_and_column(
