@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.store import Store
+from mcp_elicit.store import Store, StoreError
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE, Records
 
@@ -41,3 +41,15 @@ def test_sensitive_answers_and_url_secrets_stay_out_of_the_audit_and_logs(
     assert CANARY not in caplog.text
     accepted = store.get_decision(form.elicitation_id, Operator())
     assert accepted.content is not None and accepted.content["nickname"] == CANARY
+
+
+@pytest.mark.engines("postgres", "postgres-async")
+def test_an_answer_postgresql_cannot_store_is_refused_without_quoting_it(store: Store, records: Records) -> None:
+    """JSONB takes no NUL character: the refusal says why in PostgreSQL's words, but not the lines after,
+    which quote the start of the answer (a secret before the NUL with it); nothing of the answer is kept."""
+    form = records.form(sensitive=("password",))
+    with pytest.raises(StoreError) as refused:
+        store.transition(form, DecisionStatus.ACCEPTED, caller=ALICE, content={"password": f"{CANARY}\x00"})
+    assert str(refused.value).endswith(": unsupported Unicode escape sequence")
+    assert CANARY not in str(refused.value)
+    assert store.get_decision(form.elicitation_id, ALICE).status is DecisionStatus.REQUESTED

@@ -202,3 +202,39 @@ async def test_a_unit_cancelled_while_it_commits_still_commits_whole(pg_schema_u
         assert [store.get_operation(o.operation_id, ALICE).result for o in (first, second)] == [1, 2]
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+async def test_an_async_unit_outside_serving_runs_whole_in_a_worker_thread(
+    pg_schema_url: str, clock: FakeClock
+) -> None:
+    """Without the async engine (no `serving`), a unit runs on the blocking store in a thread of its own, its
+    calls inline there: the loop is never blocked, and the unit still commits whole or not at all."""
+    store = open_store(pg_schema_url, clock=clock)
+    reached = AsyncStore(store)
+    records = Records(store, clock)
+    loop_thread = threading.current_thread()
+    ran_on: list[threading.Thread] = []
+    try:
+        assert store.asynchronous is None
+        decision = records.form()
+
+        async def answer_then_lose() -> None:
+            ran_on.append(threading.current_thread())
+            await reached.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
+            await reached.transition(decision, DecisionStatus.DECLINED, caller=ALICE)
+
+        with pytest.raises(DecisionConflict):
+            await reached.atomically(answer_then_lose)
+        assert store.get_decision(decision.elicitation_id, ALICE).status is DecisionStatus.REQUESTED
+
+        async def answer_and_look() -> DecisionStatus:
+            await reached.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"ok": 1})
+            return (await reached.get_decision(decision.elicitation_id, ALICE)).status
+
+        assert await reached.atomically(answer_and_look) is DecisionStatus.ACCEPTED
+        assert ran_on and ran_on[0] is not loop_thread
+        trail = store.audit_trail(decision.elicitation_id, ALICE)
+        assert [entry.to_status for entry in trail] == ["requested", "accepted"]
+    finally:
+        store.close()

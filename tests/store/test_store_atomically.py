@@ -291,3 +291,25 @@ def test_a_failed_check_comes_before_a_later_statement_s_own_error(store: Store,
 
 class Lost(Exception):
     pass
+
+
+def test_the_audit_trail_inside_a_unit_shows_the_units_own_moves(store: Store, records: Records) -> None:
+    """The unit's audit rows are held back to be written together; a look at the trail inside it writes them
+    first, so it reads what the unit did, and a failing unit takes them back with everything else."""
+    decision = records.form()
+
+    def accept_and_look() -> list[str]:
+        store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+        return [entry.to_status for entry in store.audit_trail(decision.elicitation_id, ALICE)]
+
+    def accept_look_and_fail() -> None:
+        seen.append(accept_and_look())
+        raise Boom
+
+    seen: list[list[str]] = []
+    with pytest.raises(Boom):
+        store.atomically(accept_look_and_fail)
+    assert seen == [["requested", "accepted"]]
+    assert [entry.to_status for entry in store.audit_trail(decision.elicitation_id, ALICE)] == ["requested"]
+    assert store.atomically(accept_and_look) == ["requested", "accepted"]
+    assert [entry.to_status for entry in store.audit_trail(decision.elicitation_id, ALICE)] == ["requested", "accepted"]

@@ -9,8 +9,8 @@ import anyio
 import psycopg
 import pytest
 
-from mcp_elicit.model import DecisionStatus, OperationStatus
-from mcp_elicit.store import Store, open_store, postgres
+from mcp_elicit.model import DecisionStatus, OperationStatus, SubjectKind
+from mcp_elicit.store import DecisionConflict, Store, hooks, open_store, postgres
 from mcp_elicit.store.postgres import PostgresStore
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE, Records
@@ -139,3 +139,48 @@ async def test_an_instance_listens_only_while_something_in_it_waits(
     finally:
         mover.close()
         listener.close()
+
+
+class Told(hooks.StoreHooks):
+    """An observer overriding only what it is told: its around-call hooks are `StoreHooks`' own, which must run
+    the call and hand back what it returns."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    def committed(self, change: hooks.Committed) -> None:
+        self.told.append(change)
+
+    def conflict(self, kind: SubjectKind) -> None:
+        self.told.append(kind)
+
+
+def test_hooks_that_override_only_what_they_hear_leave_every_call_as_it_was(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    observer, before = Told(), hooks.installed()
+    hooks.install(observer)
+    try:
+        decision = records.form()
+        accepted = store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+        with pytest.raises(DecisionConflict):
+            store.transition(decision, DecisionStatus.DECLINED, caller=ALICE)
+        operation = store.get_operation(decision.operation_id, ALICE)
+        finished = store.finish_operation(operation, OperationStatus.COMPLETED, caller=ALICE, result="done")
+        lapsing = records.url(ttl=timedelta(minutes=1))
+        clock.advance(timedelta(hours=2))
+        swept = store.sweep_expired()
+    finally:
+        hooks.install(before)
+    assert store.get_decision(decision.elicitation_id, ALICE) == accepted
+    assert store.get_operation(operation.operation_id, ALICE) == finished and finished.result == "done"
+    assert (swept.decisions, swept.operations) == (1, 1)
+    assert store.get_decision(lapsing.elicitation_id, ALICE).status is DecisionStatus.EXPIRED
+    assert observer.told == [
+        hooks.DecisionCreated(decision),
+        hooks.DecisionEnded(accepted),
+        SubjectKind.DECISION,
+        hooks.DecisionCreated(lapsing),
+        hooks.Expired(SubjectKind.DECISION, 1),
+        hooks.Expired(SubjectKind.OPERATION, 1),
+    ]

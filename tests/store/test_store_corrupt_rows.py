@@ -20,7 +20,7 @@ import pytest
 
 from mcp_elicit.model import Decision, DecisionStatus, Operation, Operator
 from mcp_elicit.server.tasks.state import META_JOURNAL, TaskMeta
-from mcp_elicit.store import StoreCorrupt, UnreadableRow, open_store
+from mcp_elicit.store import Store, StoreCorrupt, UnreadableRow, open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.corrupt_rows import corrupt, corrupt_operation
 from tests.helpers.records import Records
@@ -63,11 +63,15 @@ def sqlite_write(path: Path, sql: str, *params: object, ignore_checks: bool = Fa
         ("requested_schema", "{broken", "invalid JSON"),
         ("content", "[1, 2]", "a JSON list where a JSON object belongs"),
         ("sensitive_fields", '{"a": 1}', "a JSON object where a JSON list of field names belongs"),
+        ("sensitive_fields", '["a", 1]', "a JSON list holding something other than field names"),
+        ("content", b"{}", "a blob where JSON text belongs"),
         ("created_at", "2026-01-01 10:00", "text where a time belongs"),
         ("expires_at", 2**63 - 1, "a time outside the years 1 to 9999"),
         ("completion_version", "one", "text where an integer belongs"),
         ("message", b"\x00\xff", "a blob where text belongs"),
         ("status", "approved", "'approved', not one of: requested, accepted"),
+        ("status", "approved " * 9, "'approved approved approved approved appr'..., not one of:"),
+        ("mode", b"form", "a blob, not one of: form, url"),
     ],
 )
 def test_a_corrupt_sqlite_decision_names_its_id_and_column(
@@ -321,3 +325,20 @@ def test_an_unreadable_audit_row_leaves_the_rest_of_the_trail_shown(store_url: s
     assert as_json.returncode == 2 and named in as_json.stderr
     [entry] = json.loads(as_json.stdout)
     assert (entry["to_status"], entry["reason"]) == ("declined", "not today")
+
+
+def test_a_damaged_oauth_client_registration_names_its_client_and_column(store_url: str, store: Store) -> None:
+    """Valid JSON that is no object (PostgreSQL's JSONB takes nothing else): named, never handed on as metadata.
+    A caller handing such metadata in is refused before anything is written."""
+    store.oauth_client_put("client-1", {"client_id": "client-1", "redirect_uris": ["http://127.0.0.1:1/cb"]})
+    corrupt(store_url, """UPDATE elicit_oauth_clients SET metadata = '["http://127.0.0.1:1/cb"]'""")
+    with pytest.raises(UnreadableRow) as caught:
+        store.oauth_client_get("client-1")
+    assert str(caught.value) == (
+        "OAuth client client-1: column metadata holds a JSON list where a JSON object belongs;"
+        " the row was left as it is"
+    )
+    assert (caught.value.record, caught.value.row_id, caught.value.column) == ("OAuth client", "client-1", "metadata")
+    with pytest.raises(ValueError, match=r"^an OAuth client's metadata is a JSON object, not a JSON list$"):
+        store.oauth_client_put("client-2", ["http://127.0.0.1:1/cb"])  # type: ignore[arg-type]
+    assert store.oauth_client_get("client-2") is None

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
+import threading
+import time
+from collections.abc import Callable
 from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
@@ -15,15 +19,20 @@ from mcp_elicit.model import DecisionStatus
 from mcp_elicit.store import (
     SCHEMA_VERSION,
     Consumption,
+    MigrationPending,
     SchemaTooNew,
     StoreConfigError,
     StoreCorrupt,
+    StoreError,
+    StoreReadOnly,
     StoreUnavailable,
     open_store,
     schema_statements,
 )
+from mcp_elicit.store.sqlite import SQLiteStore
 from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import FakeClock
+from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.environment import with_search_path
 from tests.helpers.records import ALICE, Records
 
@@ -204,6 +213,21 @@ def test_unusable_urls_are_specific_errors(url: str, message: str) -> None:
         open_store(url)
 
 
+@pytest.mark.parametrize(
+    ("engine", "since", "until", "message"),
+    [
+        ("mysql", 0, SCHEMA_VERSION, "no schema for the engine 'mysql': sqlite or postgresql"),
+        ("sqlite", 2, 1, "2 to 1 is not a way up"),
+        ("postgresql", -1, 1, "-1 to 1 is not a way up"),
+        ("sqlite", 0, SCHEMA_VERSION + 1, f"schema versions run from 0 to {SCHEMA_VERSION}"),
+    ],
+)
+def test_schema_statements_refuse_what_no_migration_does(engine: str, since: int, until: int, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        schema_statements(engine, since=since, until=until)  # type: ignore[arg-type]
+    assert schema_statements("sqlite", since=SCHEMA_VERSION) == []
+
+
 def test_sqlite_url_forms() -> None:
     assert sqlite_path("sqlite:///var/lib/app/e.db") == Path("/var/lib/app/e.db")
     assert sqlite_path("sqlite:////var/lib/app/e.db") == Path("/var/lib/app/e.db")
@@ -253,3 +277,128 @@ def test_postgres_tables_altered_by_hand_are_reported(pg_server: str, pg_schema_
     finally:
         store.close()
     assert with_search_path(pg_server, "x").endswith("search_path%3Dx")
+
+
+def test_a_database_behind_this_code_is_refused_untouched_when_migrating_is_not_allowed(
+    store_url: str, clock: FakeClock
+) -> None:
+    """`migrate=False` (a serving role that may not change tables) names the versions, and writes nothing."""
+    if store_url.startswith("sqlite:"):
+        with closing(sqlite3.connect(sqlite_path(store_url))) as lite, lite:
+            for statement in schema_statements("sqlite", until=1):
+                lite.execute(statement)
+    else:
+        with psycopg.connect(store_url, autocommit=True) as pg, pg.transaction():
+            for statement in schema_statements("postgresql", until=1):
+                pg.execute(statement)
+    with pytest.raises(MigrationPending) as raised:
+        open_store(store_url, clock=clock, migrate=False)
+    assert (raised.value.found, raised.value.supported) == (1, SCHEMA_VERSION)
+    assert f"needs version {SCHEMA_VERSION}" in str(raised.value)
+    assert schema_versions(store_url) == [1]
+
+
+def schema_versions(store_url: str) -> list[int]:
+    query = "SELECT version FROM elicit_schema ORDER BY version"
+    if store_url.startswith("sqlite:"):
+        with closing(sqlite3.connect(sqlite_path(store_url))) as connection:
+            return [row[0] for row in connection.execute(query)]
+    with psycopg.connect(store_url) as connection:
+        return [row[0] for row in connection.execute(query)]
+
+
+def test_a_sqlite_schema_table_without_a_version_is_refused_untouched(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "half.db"
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("CREATE TABLE elicit_schema (version INTEGER NOT NULL)")
+    before = digest(path)
+    with pytest.raises(StoreCorrupt, match="has an elicit_schema table without a version"):
+        open_store(f"sqlite://{path}", clock=clock)
+    assert digest(path) == before
+
+
+def test_verify_schema_names_a_version_taken_back_or_removed_since_opening(store_url: str, clock: FakeClock) -> None:
+    """A restored older backup, or a hand edit, under a running store: the health check says which."""
+    store = open_store(store_url, clock=clock)
+    try:
+        store.verify_schema()
+        corrupt(store_url, f"DELETE FROM elicit_schema WHERE version = {SCHEMA_VERSION}")
+        with pytest.raises(MigrationPending) as pending:
+            store.verify_schema()
+        assert (pending.value.found, pending.value.supported) == (SCHEMA_VERSION - 1, SCHEMA_VERSION)
+        corrupt(store_url, "DELETE FROM elicit_schema")
+        with pytest.raises(StoreCorrupt, match="has an elicit_schema table without a version"):
+            store.verify_schema()
+    finally:
+        store.close()
+
+
+def test_a_new_sqlite_file_another_connection_reads_is_migrated_once_the_read_ends(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Switching to WAL needs the file to itself: the open waits for the reader up to its busy timeout, then
+    says the file is locked and leaves it as it was; a read that ends in time only delays it."""
+    path = tmp_path / "elicit.db"
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT name FROM sqlite_master").fetchall() == []  # holds a read lock on the file
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=f"^{re.escape(str(path))}: database is locked$"):
+            SQLiteStore(path, clock=clock, busy_timeout=0.3)
+        assert time.monotonic() - started >= 0.3  # waited out its busy timeout, not refused at once
+        assert path.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["elicit.db"]
+
+        ending = threading.Timer(0.2, reader.execute, ("COMMIT",))
+        ending.start()
+        store = SQLiteStore(path, clock=clock, busy_timeout=10)
+        ending.join()
+    finally:
+        reader.close()
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert store.connection().execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        store.close()
+
+
+def test_a_sqlite_path_the_system_cannot_use_is_unavailable_not_read_only(tmp_path: Path, clock: FakeClock) -> None:
+    """A file name longer than the file system allows, or a path longer than SQLite takes: the store's own
+    error, saying why, never a stray `OSError` nor advice to make something writable."""
+    with pytest.raises(StoreUnavailable, match=r"cannot open .*: File name too long$"):
+        open_store(f"sqlite://{tmp_path / ('x' * 300)}.db", clock=clock)
+    deep = tmp_path
+    while len(str(deep)) <= 600:
+        deep /= "d" * 100
+    deep.mkdir(parents=True)
+    with pytest.raises(StoreUnavailable) as raised:
+        open_store(f"sqlite://{deep / 'elicit.db'}", clock=clock)
+    assert not isinstance(raised.value, StoreReadOnly)
+    assert str(raised.value) == f"{deep / 'elicit.db'}: unable to open database file"
+    assert list(deep.iterdir()) == []
+
+
+def test_a_closed_store_says_it_is_closed_on_every_thread(store_url: str, clock: FakeClock) -> None:
+    """Never that the file is corrupt: the thread that opened it has a connection of its own, closed too."""
+    store = open_store(store_url, clock=clock)
+    Records(store, clock).form()
+    store.close()
+    failures: list[BaseException | None] = []
+    for attempt in (lambda: store.list_decisions(ALICE), lambda: Records(store, clock).operation()):
+        with pytest.raises(StoreError) as here:
+            attempt()
+        failures.append(here.value)
+    elsewhere = threading.Thread(target=lambda: failures.append(raised_by(lambda: store.list_decisions(ALICE))))
+    elsewhere.start()
+    elsewhere.join()
+    for failure in failures:
+        assert isinstance(failure, StoreError) and not isinstance(failure, StoreCorrupt), failure
+        assert "closed" in str(failure), failure
+
+
+def raised_by(call: Callable[[], object]) -> BaseException | None:
+    try:
+        call()
+    except BaseException as error:
+        return error
+    return None

@@ -308,6 +308,28 @@ def test_a_key_stays_bound_after_its_operation_completed_until_the_binding_expir
         store.begin_operation(candidate(clock, key="key-1"))
 
 
+@pytest.mark.parametrize(
+    ("digest", "why"),
+    [(DIGEST, "overdue; call made again"), (OTHER_DIGEST, "overdue; its key was bound anew")],
+    ids=["same-request", "another-request"],
+)
+def test_a_key_whose_operation_was_left_open_past_its_expiry_is_free_again(
+    store: Store, clock: FakeClock, digest: str, why: str
+) -> None:
+    """The earlier operation, never finished nor swept, holds the key's open slot: the new call expires it, says
+    why in its audit, and gets an operation of its own."""
+    first = store.begin_operation(candidate(clock, key="key-1")).operation
+    clock.advance(TTL)  # at first.expires_at: overdue, and the key's binding lapsed with it
+    fresh = candidate(clock, key="key-1", digest=digest)
+    started = store.begin_operation(fresh)
+    assert started.created and started.operation == fresh
+    old = store.get_operation(first.operation_id, ALICE)
+    assert (old.status, old.version) == (OperationStatus.EXPIRED, first.version + 1)
+    last = store.audit_trail(first.operation_id, ALICE)[-1]
+    assert (last.from_status, last.to_status, last.actor, last.reason) == ("open", "expired", "system:clock", why)
+    assert store.begin_operation(candidate(clock, key="key-1", digest=digest)).operation == fresh  # attaches
+
+
 @pytest.mark.parametrize("other", [BOB, ALICE_OTHER_CLIENT], ids=["another-principal", "another-client"])
 @pytest.mark.parametrize("digest", [DIGEST, OTHER_DIGEST], ids=["same-arguments", "other-arguments"])
 def test_the_same_key_from_another_caller_is_another_key(

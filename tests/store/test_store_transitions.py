@@ -186,3 +186,31 @@ def test_list_filters(store: Store, records: Records) -> None:
     assert store.list_decisions(everyone, expiring_before=soon) == [waiting]
     with pytest.raises(ValueError, match="limit"):
         store.list_decisions(everyone, limit=0)
+
+
+def test_records_are_created_at_their_start_and_expiry_is_left_to_the_clock(store: Store, records: Records) -> None:
+    """What a caller cannot claim: a decision or an operation born further along, or an operation it expires."""
+    operation = records.operation()
+    decision = records.form(operation)
+    with pytest.raises(ValueError, match="created requested, at version 0"):
+        store.create_decision(replace(decision, elicitation_id="born-accepted", status=D.ACCEPTED))
+    with pytest.raises(ValueError, match="created requested, at version 0"):
+        store.create_decision(replace(decision, elicitation_id="born-later", completion_version=3))
+    with pytest.raises(ValueError, match="an operation is created open"):
+        store.create_operation(replace(operation, operation_id="born-done", status=OperationStatus.COMPLETED))
+    with pytest.raises(ValueError, match="expiry is decided by the clock"):
+        store.finish_operation(operation, OperationStatus.EXPIRED, caller=ALICE)
+    with pytest.raises(NotFound):
+        store.get_decision("born-accepted", ALICE)
+    with pytest.raises(NotFound):
+        store.get_operation("born-done", ALICE)
+    assert store.get_operation(operation.operation_id, ALICE) == operation
+
+
+def test_a_caller_of_another_kind_is_refused_not_taken_for_the_operator(store: Store, records: Records) -> None:
+    """Binding is by the caller's type: anything but a principal, a browser user or the operator sees nothing."""
+    decision = records.form()
+    with pytest.raises(TypeError, match="a Principal, a BrowserUser or an Operator, not str"):
+        store.get_decision(decision.elicitation_id, "operator")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not NoneType"):
+        store.list_decisions(None)  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
-from mcp_elicit.store import SWEEP_BATCH, DecisionExpired, OperationExpired, Store, open_store
+from mcp_elicit.store import SWEEP_BATCH, DecisionExpired, NotFound, OperationExpired, Store, open_store
 from tests.helpers.clock import FakeClock
-from tests.helpers.records import ALICE, Records
+from tests.helpers.records import ALICE, BOB, Records
 
 D = DecisionStatus
 
@@ -155,3 +155,7 @@ def test_expire_if_overdue_expires_only_past_the_ttl(store: Store, records: Reco
     assert store.get_decision(decision.elicitation_id, ALICE) == expired
     last = store.audit_trail(decision.elicitation_id, ALICE)[-1]
     assert (last.to_status, last.actor, last.reason) == ("expired", "system:clock", "opened after the TTL")
+    with pytest.raises(NotFound, match="no decision nowhere"):
+        store.expire_if_overdue("nowhere", ALICE, reason="looked")
+    with pytest.raises(NotFound):
+        store.expire_if_overdue(decision.elicitation_id, BOB, reason="someone else's")

@@ -385,6 +385,7 @@ class Core(ABC):
             names = tuple(name for name in decoded if isinstance(name, str))
             if len(names) == len(decoded):
                 return names
+            raise BadValue("a JSON list holding something other than field names")
         raise BadValue(f"{_json_shape(decoded)} where a JSON list of field names belongs")
 
     # -- audit ---------------------------------------------------------------------------------

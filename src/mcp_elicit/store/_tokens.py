@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from mcp_elicit.model import JSONObject, JSONValue
-from mcp_elicit.store._core import Core
+from mcp_elicit.store._core import Core, _Cells, _json_shape
 from mcp_elicit.store._engine import UniqueViolation
-from mcp_elicit.store.errors import AlreadyExists, StoreError
+from mcp_elicit.store.errors import AlreadyExists
 from mcp_elicit.store.protocol import Consumption
 
 
@@ -32,11 +32,12 @@ class TokensCore(Core):
     async def oauth_client_put(self, client_id: str, metadata: JSONObject) -> None:
         if not client_id:
             raise ValueError("an OAuth client id is a non-empty string")
+        stored = self._to_json(_object(metadata))
         try:
             async with self._write() as tx:
                 await tx.execute(
                     "INSERT INTO elicit_oauth_clients (client_id, metadata, created_at) VALUES (%s, %s, %s)",
-                    (client_id, self._to_json(_object(metadata)), self._to_time(self._clock())),
+                    (client_id, stored, self._to_time(self._clock())),
                 )
         except UniqueViolation:
             raise AlreadyExists(f"OAuth client {client_id} is already registered") from None
@@ -44,10 +45,13 @@ class TokensCore(Core):
     async def oauth_client_get(self, client_id: str) -> JSONObject | None:
         async with self._read() as tx:
             row = await tx.one("SELECT metadata FROM elicit_oauth_clients WHERE client_id = %s", (client_id,))
-        return None if row is None else self._stored_object(row[0])
+        if row is None:
+            return None
+        # A registration damaged behind the store's back is named by its client and column, as rows are.
+        return _Cells("OAuth client", ("metadata",), row, row_id=client_id).read(0, self._stored_object)
 
 
 def _object(value: JSONValue) -> JSONObject:
     if not isinstance(value, dict):
-        raise StoreError(f"expected a JSON object in the store, found {type(value).__name__}")
+        raise ValueError(f"an OAuth client's metadata is a JSON object, not {_json_shape(value)}")
     return value

@@ -624,7 +624,7 @@ def _translate(error: psycopg.Error, display: str) -> StoreError:
         return StoreCorrupt(f"{display}: the elicit_* tables are not what this mcp-elicit wrote ({error})")
     if isinstance(error, psycopg.OperationalError):
         return StoreUnavailable(f"{display}: {_first_line(error)}")
-    return StoreError(f"{display}: {error}")
+    return StoreError(f"{display}: {_first_line(error)}")  # the lines after may quote the value refused
 
 
 def _first_line(error: psycopg.Error) -> str:

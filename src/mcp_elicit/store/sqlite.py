@@ -278,18 +278,21 @@ class _SQLiteCore(SQLCore):
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
+        if connection is None or self._closed:  # closed: `_connect` says so, not the driver's "closed database"
             connection = self._connect()
             self._local.connection = connection
         return connection
 
     def _open_and_migrate(self) -> int:
-        if not self._path.parent.is_dir():
-            raise StoreUnavailable(f"cannot open {self._path}: directory {self._path.parent} does not exist")
-        if self._path.is_dir():
-            raise StoreUnavailable(f"cannot open {self._path}: it is a directory")
-        if not self._migrating and not self._path.exists():
-            raise MigrationPending(0, _schema.LATEST_VERSION, str(self._path))
+        try:  # a name too long, a loop of links: the path itself is unusable, said as the store's error
+            if not self._path.parent.is_dir():
+                raise StoreUnavailable(f"cannot open {self._path}: directory {self._path.parent} does not exist")
+            if self._path.is_dir():
+                raise StoreUnavailable(f"cannot open {self._path}: it is a directory")
+            if not self._migrating and not self._path.exists():
+                raise MigrationPending(0, _schema.LATEST_VERSION, str(self._path))
+        except OSError as error:
+            raise StoreUnavailable(f"cannot open {self._path}: {error.strerror}") from None
         try:
             connection = self._connect()
             self._local.connection = connection
