@@ -447,8 +447,7 @@ class Core(ABC):
                 raise NotFound(f"no decision or operation {subject_id}")
             unit = _unit_of(tx)
             if unit is not None:
-                _write_audits(unit)
-            await tx.flush()
+                _write_audits(unit)  # held back by the engine, they go out ahead of the read
             rows = await tx.all(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE subject_id = %s ORDER BY seq", (subject_id,)
             )

@@ -34,12 +34,8 @@ class Tx(Protocol):
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
-        """A write whose result nobody reads (an audit row, a notice): the engine may hold it back and send it
-        with the commit, so its transaction must not read what it writes before `flush`."""
-        ...
-
-    async def flush(self) -> None:
-        """Send what `defer` held back, before a read that needs it."""
+        """A write whose result nobody reads (an audit row, a notice): the engine may hold it back and send it,
+        in order, with the next statement it must answer or with the commit."""
         ...
 
 

@@ -163,9 +163,6 @@ class _SQLiteTx:
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
 
-    async def flush(self) -> None:
-        return None
-
 
 class _Translated:
     """A transaction of the connection's that is already open (a read, or a call inside `atomically`):
