@@ -1,0 +1,145 @@
+"""Edges of a body's `Flow` and of the app around it: sampling keys, several questions for a client that cannot
+be asked, a URL question on an app without a public address, and the app's own lifespan inside the library's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client import ClientRequestContext
+from mcp_types import CreateMessageRequestParams, CreateMessageResult, SamplingMessage, TextContent
+
+from mcp_elicit.server import ANSWERS_ARGUMENT, Elicitation, Fallback, Flow, RequestState
+from mcp_elicit.testing import Harness
+from tests.helpers.results import text
+from tests.helpers.server import Approval, Name
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Model:
+    """The client's model: its n-th reply is `reply n`; it keeps every request it was sent."""
+
+    asked: list[CreateMessageRequestParams] = field(default_factory=list)
+
+    async def __call__(self, context: ClientRequestContext, params: CreateMessageRequestParams) -> CreateMessageResult:
+        self.asked.append(params)
+        content = TextContent(type="text", text=f"reply {len(self.asked)}")
+        return CreateMessageResult(role="assistant", content=content, model="test-model", stop_reason="endTurn")
+
+
+def said(result: CreateMessageResult) -> str:
+    assert isinstance(result.content, TextContent)
+    return result.content.text
+
+
+def tools(elicitation: Elicitation) -> None:
+    @elicitation.tool()
+    async def chat(flow: Flow) -> str:
+        """Asks the model twice without naming the requests, once with messages of its own."""
+        first = await flow.sample("Say one thing", max_tokens=5)
+        history = [SamplingMessage(role="user", content=TextContent(type="text", text="Say another"))]
+        second = await flow.sample(history, max_tokens=5)
+        return f"{said(first)} / {said(second)}"
+
+    @elicitation.tool()
+    async def misnamed(flow: Flow, key: str) -> str:
+        """Names its model request as told, twice."""
+        try:
+            await flow.sample("Once", max_tokens=5, key=key)
+            await flow.sample("Twice", max_tokens=5, key=key)
+        except ValueError as refused:
+            return str(refused)
+        return "both asked"
+
+    @elicitation.tool(fallback=Fallback.ARGUMENTS)
+    async def onboarding(flow: Flow) -> str:
+        """Asks two questions together; a client that cannot show forms answers them in the call's arguments."""
+        name, approval = await flow.gather(
+            flow.ask("Your name?", Name, key="who"), flow.ask("Approve the account?", Approval, key="approve")
+        )
+        return f"{type(name).__name__} {type(approval).__name__}"
+
+    @elicitation.tool()
+    async def link(flow: Flow) -> str:
+        """Sends the person to the server's own page."""
+        outcome = await flow.ask_url("Connect your account", key="connect")
+        return type(outcome).__name__
+
+
+@pytest.fixture
+def lifespan_events() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def elicitation(store_url: str, lifespan_events: list[str]) -> Iterator[Elicitation]:
+    @asynccontextmanager
+    async def own(server: Any) -> AsyncIterator[dict[str, str]]:
+        lifespan_events.append("up")
+        try:
+            yield {"pool": "open"}
+        finally:
+            lifespan_events.append("down")
+
+    runtime = Elicitation(store_url, request_state=RequestState(keys=[b"e" * 32]))
+    runtime.server("flow-edges", lifespan=own)
+    tools(runtime)
+    yield runtime
+    runtime.close()
+
+
+async def test_unnamed_model_requests_get_keys_of_their_own_and_each_its_own_answer(
+    elicitation: Elicitation, lifespan_events: list[str]
+) -> None:
+    model = Model()
+    async with Client(elicitation.mcp_server, mode="legacy", sampling_callback=model) as client:
+        result = await client.call_tool("chat", {})
+        assert lifespan_events == ["up"], "the app's own lifespan runs inside the library's"
+    assert text(result) == "reply 1 / reply 2"
+    assert [message.content.text for params in model.asked for message in params.messages] == [  # type: ignore[union-attr]
+        "Say one thing",
+        "Say another",
+    ]
+    assert lifespan_events == ["up", "down"]
+
+
+@pytest.mark.parametrize(
+    ("key", "refusal"),
+    [
+        ("bad key!", "a question key is 1-64 letters, digits, '_', '.', '-': got 'bad key!'"),
+        ("line", "question key 'line' is used twice in one tool body; keys name questions"),
+    ],
+)
+async def test_a_model_request_key_that_is_malformed_or_used_twice_is_refused(
+    elicitation: Elicitation, key: str, refusal: str
+) -> None:
+    model = Model()
+    async with Client(elicitation.mcp_server, mode="legacy", sampling_callback=model) as client:
+        result = await client.call_tool("misnamed", {"key": key})
+    assert text(result) == refusal
+    assert len(model.asked) == (0 if " " in key else 1), "a refused key asks the model nothing"
+
+
+async def test_a_client_that_cannot_be_asked_is_told_every_question_and_how_to_answer_them(
+    elicitation: Elicitation,
+) -> None:
+    called = await Harness(elicitation, era="2026-07-28").call("onboarding", modes=())
+    error = called.error
+    assert "This tool needs answers to:\n- who: Your name? (JSON schema: " in error
+    assert "\n- approve: Approve the account? (JSON schema: " in error
+    assert ANSWERS_ARGUMENT in error and '"who": {...}, "approve": {...}' in error
+
+
+async def test_a_url_question_on_an_app_with_no_public_address_fails_naming_the_missing_setting_in_the_log(
+    elicitation: Elicitation, caplog: pytest.LogCaptureFixture
+) -> None:
+    called = await Harness(elicitation, era="2025-11-25").call("link")
+    assert called.error == "Error executing tool link"
+    assert "ask_url needs the server's public base URL: Elicitation(public_base_url=...)" in caplog.text
+    assert called.asked == ()
