@@ -78,9 +78,14 @@ class Wire:
         return {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
 
     async def request(
-        self, method: str, params: dict[str, Any] | None = None, *, on_request: ServerRequest | None = None
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        on_request: ServerRequest | None = None,
+        override: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The result of one request; a JSON-RPC error raises `WireError`."""
+        """The result of one request; a JSON-RPC error raises `WireError`. `override` replaces routing headers."""
         params = dict(params or {})
         headers = dict(self._headers)
         if self.era == MODERN:
@@ -94,6 +99,7 @@ class Wire:
             name = params.get("name") if method == "tools/call" else params.get("taskId")
             if isinstance(name, str):
                 headers["mcp-name"] = name
+        headers |= override or {}
         message = self._message(method, params)
         assert self._http is not None
         # JSON's own escapes (ensure_ascii), so that a test can send what no UTF-8 encoder writes: a lone "\ud800".

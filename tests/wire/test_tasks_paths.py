@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,12 +19,12 @@ from mcp_elicit.model import OperationStatus, Operator
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.tasks import TaskPolicy, TaskSettings
 from mcp_elicit.server.tasks.state import task_status
-from mcp_elicit.testing import ControlledClock
+from mcp_elicit.testing import ControlledClock, Harness
 from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving
 from tests.helpers.server import Approval, Workspace, task_tools
 from tests.helpers.tasks_http import answer, status_of, until
-from tests.helpers.tasks_wire import MODERN, Wire, WireError
+from tests.helpers.tasks_wire import LEGACY, MODERN, Wire, WireError
 
 pytestmark = pytest.mark.anyio
 OPERATOR = Operator("ops")
@@ -52,7 +52,9 @@ class App:
 
 
 @contextmanager
-def instance(store_url: str, workspace: Path, clock: ControlledClock) -> Iterator[App]:
+def instance(
+    store_url: str, workspace: Path, clock: ControlledClock, tools: Callable[[Elicitation], None] | None = None
+) -> Iterator[App]:
     """One instance of the tasks server on the shared store; a second one is the same app restarted."""
     port = free_port()
     runtime = Elicitation(
@@ -64,8 +66,11 @@ def instance(store_url: str, workspace: Path, clock: ControlledClock) -> Iterato
         tasks=TaskSettings(poll_interval=timedelta(milliseconds=200)),
     )
     runtime.server("tasks-paths", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
-    task_tools(runtime, Workspace(workspace))
-    odd_tools(runtime)
+    if tools is None:
+        task_tools(runtime, Workspace(workspace))
+        odd_tools(runtime)
+    else:
+        tools(runtime)
     try:
         yield App(runtime, clock, port, f"http://127.0.0.1:{port}/mcp")
     finally:
@@ -206,3 +211,77 @@ async def until_stored(app: App, task_id: str) -> Any:
             if operation.status is not OperationStatus.OPEN:
                 return operation
             await anyio.sleep(0.1)
+
+
+async def test_a_task_whose_tool_the_restarted_app_no_longer_serves_fails_saying_so(
+    app: App, store_url: str, tmp_path: Path
+) -> None:
+    with app.serving():
+        async with app.wire() as wire:
+            task_id = (await wire.call_as_task("deploy", {"service": "payments"}))["taskId"]
+            await until(wire, task_id, "input_required")
+    with instance(store_url, tmp_path / "workspace", app.clock, tools=odd_tools) as restarted, restarted.serving():
+        await until_stored(restarted, task_id)
+        async with restarted.wire() as wire:
+            failed = await status_of(wire, task_id)
+    assert failed["status"] == "failed"
+    assert failed["error"] == {"code": -32603, "message": "The tool 'deploy' is not served as a task here"}
+    [decision] = app.runtime.store.list_decisions(OPERATOR, operation_id=task_id)
+    assert decision.is_terminal, "its question is closed with it"
+
+
+async def test_a_routing_header_naming_another_task_is_refused(app: App) -> None:
+    with app.serving():
+        async with app.wire() as wire:
+            task_id = (await wire.call_as_task("slow", {"seconds": 0.1}))["taskId"]
+            with pytest.raises(WireError) as mismatch:
+                await wire.request("tasks/get", {"taskId": task_id}, override={"mcp-name": "another-task"})
+            assert (await status_of(wire, task_id))["taskId"] == task_id
+    assert "header does not match params.taskId" in mismatch.value.message
+
+
+async def test_one_idempotency_key_for_a_task_with_other_arguments_is_refused(app: App) -> None:
+    key = {"io.github.mcp-elicit/idempotencyKey": "deploy-42"}
+    with app.serving():
+        async with app.wire() as wire:
+            first = await wire.request("tools/call", {"name": "slow", "arguments": {"seconds": 0.1}, "_meta": key})
+            with pytest.raises(WireError) as conflict:
+                await wire.request("tools/call", {"name": "slow", "arguments": {"seconds": 5}, "_meta": key})
+            await until(wire, first["taskId"], "completed")
+    assert conflict.value.code == -32602
+    assert "deploy-42" in conflict.value.message
+
+
+async def test_a_2025_11_25_result_of_a_cancelled_task_is_an_error_saying_so(app: App) -> None:
+    with app.serving():
+        async with Wire(app.url, LEGACY, token="token-alice") as wire:
+            task_id = (await wire.call_as_task("slow", {"seconds": 30}))["taskId"]
+            await wire.request("tasks/cancel", {"taskId": task_id})
+            with pytest.raises(WireError) as no_result:
+                await wire.request("tasks/result", {"taskId": task_id})
+    assert no_result.value.code == -32602
+    assert no_result.value.message == "The task was cancelled; it has no result"
+
+
+async def test_a_2025_11_25_question_the_client_leaves_unanswered_past_its_ttl_expires_once(app: App) -> None:
+    asked: list[str] = []
+
+    async def too_late(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request["params"]["message"])
+        await anyio.sleep(1.5)  # the question's TTL is a second
+        return answer(approve=True)
+
+    with app.serving():
+        async with Wire(app.url, LEGACY, token="token-alice") as wire:
+            task_id = (await wire.call_as_task("hurry", {}))["taskId"]
+            await until(wire, task_id, "input_required")
+            result = await wire.request("tasks/result", {"taskId": task_id}, on_request=too_late)
+    assert result["content"][0]["text"] == "expired"
+    assert asked == ["Quick: approve?"], "asked once on the stream, not again while the body expires it"
+
+
+async def test_a_tool_that_runs_only_as_a_task_is_refused_where_the_era_cannot_ask_for_one(app: App) -> None:
+    with pytest.raises(MCPError) as refused:
+        await Harness(app.runtime, era="2025-06-18").call("nightly")
+    assert refused.value.error.code == -32602
+    assert "runs only as a task, which this protocol version has no way to ask for" in refused.value.error.message
