@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.client import ClientRequestContext
-from mcp_types import CreateMessageRequestParams, CreateMessageResult, SamplingMessage, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp_types import CreateMessageRequestParams, CreateMessageResult, ErrorData, SamplingMessage, TextContent
 
 from mcp_elicit.server import ANSWERS_ARGUMENT, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.testing import Harness
@@ -27,8 +28,14 @@ class Model:
 
     asked: list[CreateMessageRequestParams] = field(default_factory=list)
 
-    async def __call__(self, context: ClientRequestContext, params: CreateMessageRequestParams) -> CreateMessageResult:
+    refuse: bool = False
+
+    async def __call__(
+        self, context: ClientRequestContext, params: CreateMessageRequestParams
+    ) -> CreateMessageResult | ErrorData:
         self.asked.append(params)
+        if self.refuse:
+            return ErrorData(code=-1, message="User rejected sampling request")
         content = TextContent(type="text", text=f"reply {len(self.asked)}")
         return CreateMessageResult(role="assistant", content=content, model="test-model", stop_reason="endTurn")
 
@@ -64,6 +71,11 @@ def tools(elicitation: Elicitation) -> None:
             flow.ask("Your name?", Name, key="who"), flow.ask("Approve the account?", Approval, key="approve")
         )
         return f"{type(name).__name__} {type(approval).__name__}"
+
+    @elicitation.resource("notes://{topic}")
+    async def note(flow: Flow, topic: str) -> str:
+        """A note the model writes when it is read."""
+        return said(await flow.sample(f"Write a note on {topic}", max_tokens=20))
 
     @elicitation.tool()
     async def link(flow: Flow) -> str:
@@ -143,3 +155,15 @@ async def test_a_url_question_on_an_app_with_no_public_address_fails_naming_the_
     assert called.error == "Error executing tool link"
     assert "ask_url needs the server's public base URL: Elicitation(public_base_url=...)" in caplog.text
     assert called.asked == ()
+
+
+async def test_a_resource_read_whose_model_request_the_client_refuses_is_an_invalid_request(
+    elicitation: Elicitation,
+) -> None:
+    model = Model(refuse=True)
+    async with Client(elicitation.mcp_server, mode="legacy", sampling_callback=model) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource("notes://rollout")
+    assert refused.value.error.code == -32600
+    assert "sampling" in refused.value.error.message
+    assert len(model.asked) == 1
