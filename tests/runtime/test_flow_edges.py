@@ -1,9 +1,10 @@
 """Edges of a body's `Flow` and of the app around it: sampling keys, several questions for a client that cannot
-be asked, a URL question on an app without a public address, and the app's own lifespan inside the library's."""
+be asked, a URL question on an app without a public address, steps whose function hands back an awaitable, and
+the app's own lifespan inside the library's."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from mcp import Client
 from mcp.client import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CreateMessageRequestParams, CreateMessageResult, ErrorData, SamplingMessage, TextContent
+from pydantic import BaseModel
 
 from mcp_elicit.server import ANSWERS_ARGUMENT, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.testing import Harness
@@ -43,6 +45,26 @@ class Model:
 def said(result: CreateMessageResult) -> str:
     assert isinstance(result.content, TextContent)
     return result.content.text
+
+
+class Quote(BaseModel):
+    amount: int
+
+
+async def price(amount: int) -> Quote:
+    return Quote(amount=amount)
+
+
+def quoted(amount: int) -> Awaitable[Quote]:
+    """A plain function handing back the work to await, typed so: the step journals and returns a `Quote`."""
+    return price(amount)
+
+
+class Pricer:
+    """An object whose `__call__` is async: not a coroutine function to `inspect`, yet its call is awaited."""
+
+    async def __call__(self, amount: int) -> Quote:
+        return Quote(amount=amount * 10)
 
 
 def tools(elicitation: Elicitation) -> None:
@@ -76,6 +98,14 @@ def tools(elicitation: Elicitation) -> None:
     async def note(flow: Flow, topic: str) -> str:
         """A note the model writes when it is read."""
         return said(await flow.sample(f"Write a note on {topic}", max_tokens=20))
+
+    @elicitation.tool()
+    async def pricing(flow: Flow) -> str:
+        """Steps whose functions are not coroutine functions but hand back awaitables."""
+        typed: Quote = await flow.step("typed", quoted, 1)
+        wrapped = await flow.step("wrapped", lambda: price(2), returns=Quote)
+        called = await flow.step("called", Pricer(), 3, returns=Quote)
+        return f"{type(typed).__name__} {typed.amount} / {wrapped.amount} / {called.amount}"
 
     @elicitation.tool()
     async def link(flow: Flow) -> str:
@@ -167,3 +197,10 @@ async def test_a_resource_read_whose_model_request_the_client_refuses_is_an_inva
     assert refused.value.error.code == -32600
     assert "sampling" in refused.value.error.message
     assert len(model.asked) == 1
+
+
+async def test_a_step_whose_function_hands_back_an_awaitable_journals_what_it_gives(elicitation: Elicitation) -> None:
+    harness = Harness(elicitation, era="2025-11-25")
+    called = await harness.call("pricing")
+    assert called.text == "Quote 1 / 2 / 30", "the `-> Awaitable[Quote]` annotation types the answer"
+    harness.assert_journal(called, {"typed": {"amount": 1}, "wrapped": {"amount": 2}, "called": {"amount": 30}})

@@ -555,6 +555,11 @@ class Execution:
             result = await function(*args, **kwargs)
         else:
             result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+            if inspect.isawaitable(result):
+                # A plain callable that hands back the work to await (a wrapper typed `-> Awaitable[X]`, a
+                # lambda calling an async function, an object with an async `__call__`): its result is what
+                # the awaitable gives, not the awaitable itself, which cannot be journaled.
+                result = await result
         value = cast(JSONValue, adapter.dump_python(result, mode="json"))
         check_encodable(value)
         # The result is durable with the call's next commit: before anything leaves the process or the next
