@@ -285,3 +285,16 @@ async def test_a_tool_that_runs_only_as_a_task_is_refused_where_the_era_cannot_a
         await Harness(app.runtime, era="2025-06-18").call("nightly")
     assert refused.value.error.code == -32602
     assert "runs only as a task, which this protocol version has no way to ask for" in refused.value.error.message
+
+
+async def test_a_task_still_working_when_its_ttl_passes_is_stopped_and_expired_by_its_watch(app: App) -> None:
+    with app.serving():
+        async with app.wire() as wire:
+            task_id = (await wire.call_as_task("slow", {"seconds": 30}))["taskId"]
+            assert (await status_of(wire, task_id))["status"] == "working"
+            app.clock.advance(timedelta(days=2))  # the body still sleeps: only its watch sees the TTL pass
+            with anyio.fail_after(10):
+                operation = await until_stored(app, task_id)
+            failed = await status_of(wire, task_id)
+    assert operation.status is OperationStatus.EXPIRED
+    assert failed["status"] == "failed" and failed["error"]["message"] == "The task's TTL elapsed before it finished"
