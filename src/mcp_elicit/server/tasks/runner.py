@@ -61,7 +61,7 @@ class TaskRunner:
         lease: timedelta,
         clock: Callable[[], datetime],
         book: TaskBook,
-        wakeups: Wakeups | None = None,
+        wakeups: Wakeups,
     ) -> None:
         self._store = store
         self._wakeups = wakeups
@@ -229,10 +229,8 @@ class TaskRunner:
                 log.info("task %s: its TTL elapsed; ending it", operation.operation_id)
                 scope.cancel()
                 return
-            if self._wakeups is None:
-                await anyio.sleep(min(poll, remaining))
-            else:  # woken as soon as the task's operation moves, here or (PostgreSQL) on another instance
-                await self._wakeups.wait([operation.operation_id], min(poll, remaining))
+            # Woken as soon as the task's operation moves, here or (PostgreSQL) on another instance.
+            await self._wakeups.wait([operation.operation_id], min(poll, remaining))
             try:
                 current = await self._store.get_operation(operation.operation_id, principal)
             except StoreError as error:
