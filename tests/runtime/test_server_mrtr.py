@@ -133,6 +133,35 @@ async def test_a_question_out_in_a_lapsed_round_is_asked_in_the_next(elicitation
     assert name.content == {"name": "Ada"}
 
 
+async def test_a_call_waiting_on_a_question_puts_it_out_again_once_the_round_holding_it_had_its_time(
+    elicitation: Elicitation,
+) -> None:
+    clock = elicitation.clock
+    assert isinstance(clock, ControlledClock)
+    results: list[InputRequiredResult] = []
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "greet_and_book", {})
+        assert round_one.input_requests is not None and list(round_one.input_requests) == ["name"]
+
+        async def overlapping() -> None:
+            results.append(await first_round(c, "greet_and_book", {}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(overlapping)
+            await anyio.sleep(0.2)
+            assert results == [], "the identical call waits on the question round one holds"
+            clock.advance(timedelta(seconds=STATE_TTL) + ROUND_LAPSE_MARGIN + timedelta(seconds=0.5))
+        [again] = results
+        assert again.input_requests is not None and list(again.input_requests) == ["name"]
+        done = await retry(
+            c, "greet_and_book", {}, again.request_state, name=ElicitResult(action="accept", content={"name": "Ada"})
+        )
+    assert isinstance(done, InputRequiredResult) and done.input_requests is not None
+    assert list(done.input_requests) == ["seats"]
+    [name] = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
+    assert name.content == {"name": "Ada"}, "one decision, put out twice, answered once"
+
+
 @pytest.mark.parametrize(
     "responses",
     [
