@@ -2,8 +2,8 @@
 
 2025-11-25 opens a session with `initialize`; 2026-07-28 sends the per-request `_meta` envelope and the
 routing headers (`Mcp-Name` is the task id on `tasks/*`). A server request arriving on a response's SSE
-stream (the 2025-11-25 `elicitation/create` on `tasks/result`) is handed to `on_request`, whose result is
-posted back, and the stream is read on to the request's own response.
+stream (the 2025-11-25 `elicitation/create` on `tasks/result`) is handed to `on_request`, whose result (or
+the error of the `WireError` it raises) is posted back, and the stream is read on to the request's own response.
 """
 
 from __future__ import annotations
@@ -115,8 +115,11 @@ class Wire:
                 if "method" in received and "id" in received:
                     if on_request is None:
                         raise AssertionError(f"unexpected server request {received}")
-                    result = await on_request(received)
-                    await self._post({"jsonrpc": "2.0", "id": received["id"], "result": result}, self._headers)
+                    try:
+                        reply: dict[str, Any] = {"result": await on_request(received)}
+                    except WireError as refusal:  # the client answers the server's request with an error
+                        reply = {"error": {"code": refusal.code, "message": refusal.message}}
+                    await self._post({"jsonrpc": "2.0", "id": received["id"], **reply}, self._headers)
                     continue
                 if received.get("id") == message["id"]:
                     return _outcome(received)

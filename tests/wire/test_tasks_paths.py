@@ -15,7 +15,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from mcp_elicit.model import OperationStatus, Operator
+from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.tasks import TaskPolicy, TaskSettings
 from mcp_elicit.server.tasks.state import task_status
@@ -298,3 +298,21 @@ async def test_a_task_still_working_when_its_ttl_passes_is_stopped_and_expired_b
             failed = await status_of(wire, task_id)
     assert operation.status is OperationStatus.EXPIRED
     assert failed["status"] == "failed" and failed["error"]["message"] == "The task's TTL elapsed before it finished"
+
+
+async def test_a_2025_11_25_question_the_client_refuses_with_an_error_reads_as_cancel(app: App) -> None:
+    asked: list[str] = []
+
+    async def refusing(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request["params"]["message"])
+        raise WireError({"code": -32600, "message": "this client shows no forms today"})
+
+    with app.serving():
+        async with Wire(app.url, LEGACY, token="token-alice") as wire:
+            task_id = (await wire.call_as_task("hurry", {}))["taskId"]
+            await until(wire, task_id, "input_required")
+            result = await wire.request("tasks/result", {"taskId": task_id}, on_request=refusing)
+    assert result["content"][0]["text"] == "answered", "the body got an answer, not an expiry"
+    assert asked == ["Quick: approve?"]
+    [decision] = app.runtime.store.list_decisions(OPERATOR, operation_id=task_id)
+    assert decision.status is DecisionStatus.CANCELLED
