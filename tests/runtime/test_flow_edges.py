@@ -5,7 +5,7 @@ the app's own lifespan inside the library's."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,11 +13,19 @@ import pytest
 from mcp import Client
 from mcp.client import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import CreateMessageRequestParams, CreateMessageResult, ErrorData, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ErrorData,
+    InputRequiredResult,
+    SamplingMessage,
+    TextContent,
+)
 from pydantic import BaseModel
 
 from mcp_elicit.server import ANSWERS_ARGUMENT, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.testing import Harness
+from tests.helpers.person import Person
 from tests.helpers.results import text
 from tests.helpers.server import Approval, Name
 
@@ -106,6 +114,14 @@ def tools(elicitation: Elicitation) -> None:
         wrapped = await flow.step("wrapped", lambda: price(2), returns=Quote)
         called = await flow.step("called", Pricer(), 3, returns=Quote)
         return f"{type(typed).__name__} {typed.amount} / {wrapped.amount} / {called.amount}"
+
+    @elicitation.tool()
+    async def stubborn(flow: Flow) -> str:
+        """Swallows the end of its turn (a round to ask in) and asks on regardless."""
+        with suppress(BaseException):  # what a careless body does
+            await flow.ask("Your name?", Name, key="who")
+        await flow.ask("Approve the account?", Approval, key="approve")
+        return "asked both"
 
     @elicitation.tool()
     async def link(flow: Flow) -> str:
@@ -204,3 +220,12 @@ async def test_a_step_whose_function_hands_back_an_awaitable_journals_what_it_gi
     called = await harness.call("pricing")
     assert called.text == "Quote 1 / 2 / 30", "the `-> Awaitable[Quote]` annotation types the answer"
     harness.assert_journal(called, {"typed": {"amount": 1}, "wrapped": {"amount": 2}, "called": {"amount": 30}})
+
+
+async def test_a_body_that_swallows_the_end_of_its_turn_meets_it_again_at_its_next_flow_call(
+    elicitation: Elicitation,
+) -> None:
+    async with Client(elicitation.mcp_server, mode="2026-07-28", elicitation_callback=Person()) as client:
+        first = await client.session.call_tool("stubborn", {}, allow_input_required=True)
+    assert isinstance(first, InputRequiredResult) and first.input_requests is not None
+    assert list(first.input_requests) == ["who"], "the round asks what the turn ended on, not what came after"
