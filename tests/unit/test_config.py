@@ -190,3 +190,12 @@ def test_a_task_gets_the_ttl_asked_for_within_a_second_and_the_maximum() -> None
     assert settings.ttl_for(10) == timedelta(seconds=1)
     assert settings.ttl_for(90 * 60 * 1000) == timedelta(minutes=90)
     assert settings.ttl_for(10**12) == timedelta(hours=2)
+
+
+def test_a_decision_page_needs_the_public_base_url(tmp_path: Path) -> None:
+    app = Elicitation(f"sqlite://{tmp_path / 'elicit.db'}", request_state=RequestState(single_process=True))
+    try:
+        with pytest.raises(RuntimeError, match=r"URL decisions need Elicitation\(public_base_url=\.\.\.\)"):
+            app.decision_url("6f1c3a52-3b8e-4a57-9d35-0c1f8e2b7a10")
+    finally:
+        app.close()
