@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CreateMessageRequestParams,
     CreateMessageResult,
+    ElicitResult,
     ErrorData,
     InputRequiredResult,
     SamplingMessage,
@@ -23,7 +24,8 @@ from mcp_types import (
 )
 from pydantic import BaseModel
 
-from mcp_elicit.server import ANSWERS_ARGUMENT, Elicitation, Fallback, Flow, RequestState
+from mcp_elicit.model import OperationStatus, Operator
+from mcp_elicit.server import ANSWERS_ARGUMENT, Accepted, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.testing import Harness
 from tests.helpers.person import Person
 from tests.helpers.results import text
@@ -122,6 +124,12 @@ def tools(elicitation: Elicitation) -> None:
             await flow.ask("Your name?", Name, key="who")
         await flow.ask("Approve the account?", Approval, key="approve")
         return "asked both"
+
+    @elicitation.prompt()
+    async def briefing(flow: Flow) -> str:
+        """A prompt that asks whom the briefing is for."""
+        reader = await flow.ask("Who is it for?", Name, key="reader")
+        return f"Brief {reader.data.name}" if isinstance(reader, Accepted) else "Brief nobody"
 
     @elicitation.tool()
     async def link(flow: Flow) -> str:
@@ -229,3 +237,27 @@ async def test_a_body_that_swallows_the_end_of_its_turn_meets_it_again_at_its_ne
         first = await client.session.call_tool("stubborn", {}, allow_input_required=True)
     assert isinstance(first, InputRequiredResult) and first.input_requests is not None
     assert list(first.input_requests) == ["who"], "the round asks what the turn ended on, not what came after"
+
+
+async def test_a_prompt_whose_operation_was_cancelled_while_its_round_was_out_is_an_invalid_request(
+    elicitation: Elicitation,
+) -> None:
+    store, operator = elicitation.store, Operator("ops")
+    async with Client(elicitation.mcp_server, mode="2026-07-28", elicitation_callback=Person()) as client:
+        first = await client.session.get_prompt("briefing", allow_input_required=True)
+        assert isinstance(first, InputRequiredResult)
+        [decision] = store.list_decisions(operator)
+        operation = store.get_operation(decision.operation_id, operator)
+        store.finish_operation(operation, OperationStatus.CANCELLED, caller=operator, reason="called off")
+        with pytest.raises(MCPError) as ended:
+            await client.session.get_prompt(
+                "briefing",
+                input_responses={"reader": ElicitResult(action="accept", content={"name": "Ada"})},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+    assert ended.value.error.code == -32600
+    assert ended.value.error.message == (
+        "An identical call of this prompt ended its operation as cancelled while this call waited; "
+        "call again to start afresh"
+    )
