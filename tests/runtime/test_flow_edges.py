@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -24,9 +25,9 @@ from mcp_types import (
 )
 from pydantic import BaseModel
 
-from mcp_elicit.model import OperationStatus, Operator
+from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import ANSWERS_ARGUMENT, Accepted, Elicitation, Fallback, Flow, RequestState
-from mcp_elicit.testing import Harness
+from mcp_elicit.testing import ControlledClock, Harness
 from tests.helpers.person import Person
 from tests.helpers.results import text
 from tests.helpers.server import Approval, Name
@@ -261,3 +262,31 @@ async def test_a_prompt_whose_operation_was_cancelled_while_its_round_was_out_is
         "An identical call of this prompt ended its operation as cancelled while this call waited; "
         "call again to start afresh"
     )
+
+
+async def test_a_client_that_cannot_be_asked_calling_again_after_the_pages_question_lapsed_gets_the_expiry(
+    store_url: str,
+) -> None:
+    clock = ControlledClock()
+    runtime = Elicitation(
+        store_url, clock=clock, request_state=RequestState(keys=[b"w" * 32]), public_base_url="http://127.0.0.1:9"
+    )
+    runtime.server("web-fallback")
+
+    @runtime.tool(fallback=Fallback.WEB)
+    async def approve(flow: Flow) -> str:
+        """Asked on the decision page when the client cannot show forms."""
+        answer = await flow.ask("Approve the account?", Approval, key="approve", ttl=timedelta(minutes=5))
+        return type(answer).__name__
+
+    try:
+        harness = Harness(runtime, era="2025-11-25")
+        first = await harness.call("approve", modes=())
+        assert "answer at http://127.0.0.1:9/elicit/" in first.error
+        clock.advance(timedelta(minutes=6))
+        again = await harness.call("approve", modes=())
+        assert again.text == "Expired", "the lapsed question is expired, not linked again"
+        [decision] = runtime.store.list_decisions(Operator("ops"))
+        assert decision.status is DecisionStatus.EXPIRED
+    finally:
+        runtime.close()
