@@ -98,6 +98,12 @@ def odd_tools(elicitation: Elicitation) -> None:
             return f"approved={approval.data.approve} in {region.data.region}"
         return "not both"
 
+    @elicitation.tool(task=TaskPolicy.OPTIONAL)
+    async def consent(flow: Flow) -> str:
+        """One yes/no question."""
+        outcome = await flow.ask("Approve?", Approval, key="approve")
+        return type(outcome).__name__
+
     def gone() -> str:
         raise ToolError("the target is gone")
 
@@ -316,3 +322,48 @@ async def test_a_2025_11_25_question_the_client_refuses_with_an_error_reads_as_c
     assert asked == ["Quick: approve?"]
     [decision] = app.runtime.store.list_decisions(OPERATOR, operation_id=task_id)
     assert decision.status is DecisionStatus.CANCELLED
+
+
+async def test_an_answer_to_a_question_the_task_is_not_asking_is_ignored(app: App) -> None:
+    with app.serving():
+        async with app.wire() as wire:
+            task_id = (await wire.call_as_task("both", {}))["taskId"]
+            await until_asking(wire, task_id, {"approve", "region"})
+            stray = {"taskId": task_id, "inputResponses": {"budget": answer(amount=5)}}
+            await wire.request("tasks/update", stray)
+            still = await until_asking(wire, task_id, {"approve", "region"})
+    assert still["status"] == "input_required"
+    keys = {decision.key for decision in app.runtime.store.list_decisions(OPERATOR, operation_id=task_id)}
+    assert keys == {"approve", "region"}, "no question was made up for the stray answer"
+
+
+async def test_cancelling_a_task_closes_its_open_questions_and_keeps_the_answered_ones(app: App) -> None:
+    with app.serving():
+        async with app.wire() as wire:
+            task_id = (await wire.call_as_task("both", {}))["taskId"]
+            await until_asking(wire, task_id, {"approve", "region"})
+            await wire.request("tasks/update", {"taskId": task_id, "inputResponses": {"region": answer(region="eu")}})
+            await until_asking(wire, task_id, {"approve"})
+            await wire.request("tasks/cancel", {"taskId": task_id})
+            cancelled = await status_of(wire, task_id)
+    assert cancelled["status"] == "cancelled"
+    statuses = {d.key: d.status for d in app.runtime.store.list_decisions(OPERATOR, operation_id=task_id)}
+    assert statuses == {"region": DecisionStatus.ACCEPTED, "approve": DecisionStatus.CANCELLED}
+
+
+async def test_a_task_question_answered_three_times_with_what_does_not_fit_ends_cancelled(app: App) -> None:
+    messages: list[str] = []
+    with app.serving():
+        async with app.wire() as wire:
+            task_id = (await wire.call_as_task("consent", {}))["taskId"]
+            for key in ("approve", "approve#2", "approve#3"):
+                asking = await until_asking(wire, task_id, {key})
+                messages.append(asking["inputRequests"][key]["params"]["message"])
+                unfit = {"taskId": task_id, "inputResponses": {key: answer(approve="maybe")}}
+                await wire.request("tasks/update", unfit)
+            done = await until(wire, task_id, "completed", "failed")
+    assert done["result"]["content"][0]["text"] == "Cancelled"
+    assert messages[0] == "Approve?"
+    assert all(m.startswith("Approve?\n\n(The previous answer could not be used: ") for m in messages[1:])
+    statuses = {d.key: d.status for d in app.runtime.store.list_decisions(OPERATOR, operation_id=task_id)}
+    assert statuses == dict.fromkeys(("approve", "approve#2", "approve#3"), DecisionStatus.CANCELLED)
