@@ -2,8 +2,8 @@
 
 2025-11-25 opens a session with `initialize`; 2026-07-28 sends the per-request `_meta` envelope and the
 routing headers (`Mcp-Name` is the task id on `tasks/*`). A server request arriving on a response's SSE
-stream (the 2025-11-25 `elicitation/create` on `tasks/result`) is handed to `on_request`, whose result is
-posted back, and the stream is read on to the request's own response.
+stream (the 2025-11-25 `elicitation/create` on `tasks/result`) is handed to `on_request`, whose result (or
+the error of the `WireError` it raises) is posted back, and the stream is read on to the request's own response.
 """
 
 from __future__ import annotations
@@ -78,9 +78,14 @@ class Wire:
         return {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
 
     async def request(
-        self, method: str, params: dict[str, Any] | None = None, *, on_request: ServerRequest | None = None
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        on_request: ServerRequest | None = None,
+        override: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The result of one request; a JSON-RPC error raises `WireError`."""
+        """The result of one request; a JSON-RPC error raises `WireError`. `override` replaces routing headers."""
         params = dict(params or {})
         headers = dict(self._headers)
         if self.era == MODERN:
@@ -94,6 +99,7 @@ class Wire:
             name = params.get("name") if method == "tools/call" else params.get("taskId")
             if isinstance(name, str):
                 headers["mcp-name"] = name
+        headers |= override or {}
         message = self._message(method, params)
         assert self._http is not None
         # JSON's own escapes (ensure_ascii), so that a test can send what no UTF-8 encoder writes: a lone "\ud800".
@@ -109,8 +115,11 @@ class Wire:
                 if "method" in received and "id" in received:
                     if on_request is None:
                         raise AssertionError(f"unexpected server request {received}")
-                    result = await on_request(received)
-                    await self._post({"jsonrpc": "2.0", "id": received["id"], "result": result}, self._headers)
+                    try:
+                        reply: dict[str, Any] = {"result": await on_request(received)}
+                    except WireError as refusal:  # the client answers the server's request with an error
+                        reply = {"error": {"code": refusal.code, "message": refusal.message}}
+                    await self._post({"jsonrpc": "2.0", "id": received["id"], **reply}, self._headers)
                     continue
                 if received.get("id") == message["id"]:
                     return _outcome(received)

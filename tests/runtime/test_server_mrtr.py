@@ -14,9 +14,9 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, TextContent
 
-from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
@@ -135,6 +135,56 @@ async def test_a_question_out_in_a_lapsed_round_is_asked_in_the_next(elicitation
     assert list(done.input_requests) == ["seats"]
     [name] = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
     assert name.content == {"name": "Ada"}
+
+
+async def test_a_call_waiting_on_a_question_puts_it_out_again_once_the_round_holding_it_had_its_time(
+    elicitation: Elicitation,
+) -> None:
+    clock = elicitation.clock
+    assert isinstance(clock, ControlledClock)
+    results: list[InputRequiredResult] = []
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "greet_and_book", {})
+        assert round_one.input_requests is not None and list(round_one.input_requests) == ["name"]
+
+        async def overlapping() -> None:
+            results.append(await first_round(c, "greet_and_book", {}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(overlapping)
+            await anyio.sleep(0.2)
+            assert results == [], "the identical call waits on the question round one holds"
+            clock.advance(timedelta(seconds=STATE_TTL) + ROUND_LAPSE_MARGIN + timedelta(seconds=0.5))
+        [again] = results
+        assert again.input_requests is not None and list(again.input_requests) == ["name"]
+        done = await retry(
+            c, "greet_and_book", {}, again.request_state, name=ElicitResult(action="accept", content={"name": "Ada"})
+        )
+    assert isinstance(done, InputRequiredResult) and done.input_requests is not None
+    assert list(done.input_requests) == ["seats"]
+    [name] = [d for d in elicitation.store.list_decisions(Operator()) if d.key == "name"]
+    assert name.content == {"name": "Ada"}, "one decision, put out twice, answered once"
+
+
+async def test_an_answer_whose_question_and_operation_were_ended_meanwhile_is_noted_late_and_the_call_told(
+    elicitation: Elicitation,
+) -> None:
+    store, operator = elicitation.store, Operator("ops")
+    async with client(elicitation) as c:
+        round_one = await first_round(c, "approve", {"scope": "prod"})
+        [decision] = store.list_decisions(operator)
+        store.transition(decision, DecisionStatus.DECLINED, caller=operator, reason="declined on the page")
+        operation = store.get_operation(decision.operation_id, operator)
+        store.finish_operation(operation, OperationStatus.CANCELLED, caller=operator, reason="called off")
+        answer = ElicitResult(action="accept", content={"approve": True})
+        ended = await retry(c, "approve", {"scope": "prod"}, round_one.request_state, approve_scope=answer)
+    assert isinstance(ended, CallToolResult) and ended.is_error
+    [said] = ended.content
+    assert isinstance(said, TextContent)
+    assert said.text.endswith("ended its operation as cancelled while this call waited; call again to start afresh")
+    [*_, noted] = store.audit_trail(decision.elicitation_id, operator)
+    assert noted.reason == "a later answer from another round was superseded: the decision was already declined"
+    assert store.get_decision(decision.elicitation_id, operator).status is DecisionStatus.DECLINED
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from mcp_elicit.client import (
     kit_http_client,
 )
 from mcp_elicit.server import DEFAULT_LEASE, Elicitation, RequestState, Timing
+from mcp_elicit.server.tasks import TaskSettings
 
 # -- the client's -------------------------------------------------------------------------------------
 
@@ -146,5 +147,55 @@ def test_the_app_keeps_the_documented_defaults_and_the_states_ttl(tmp_path: Path
     try:
         assert app.timing == Timing()
         assert app.request_state_security.ttl == 42
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("url", ["ftp://tools.example", "tools.example", "https://"])
+def test_the_public_base_url_is_an_http_url_with_a_host(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ValueError, match="public_base_url must be an http"):
+        Elicitation(
+            f"sqlite://{tmp_path / 'elicit.db'}", request_state=RequestState(single_process=True), public_base_url=url
+        )
+
+
+def test_a_resource_is_registered_by_its_uri_template(tmp_path: Path) -> None:
+    app = Elicitation(f"sqlite://{tmp_path / 'elicit.db'}", request_state=RequestState(single_process=True))
+    try:
+        with pytest.raises(RuntimeError, match=r"create the server with Elicitation.server\(...\)"):
+            _ = app.mcp_server
+        app.server("resources")
+        with pytest.raises(TypeError, match="takes the resource's URI template"):
+            app.resource("")
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"default_ttl": timedelta(0)}, "task TTLs must be positive"),
+        ({"max_ttl": -timedelta(seconds=1)}, "task TTLs must be positive"),
+        ({"poll_interval": timedelta(0)}, "poll interval must be positive"),
+    ],
+)
+def test_task_lifetimes_and_the_poll_interval_must_be_positive(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TaskSettings(**settings)
+
+
+def test_a_task_gets_the_ttl_asked_for_within_a_second_and_the_maximum() -> None:
+    settings = TaskSettings(default_ttl=timedelta(hours=1), max_ttl=timedelta(hours=2))
+    assert settings.ttl_for(None) == timedelta(hours=1)
+    assert settings.ttl_for(10) == timedelta(seconds=1)
+    assert settings.ttl_for(90 * 60 * 1000) == timedelta(minutes=90)
+    assert settings.ttl_for(10**12) == timedelta(hours=2)
+
+
+def test_a_decision_page_needs_the_public_base_url(tmp_path: Path) -> None:
+    app = Elicitation(f"sqlite://{tmp_path / 'elicit.db'}", request_state=RequestState(single_process=True))
+    try:
+        with pytest.raises(RuntimeError, match=r"URL decisions need Elicitation\(public_base_url=\.\.\.\)"):
+            app.decision_url("6f1c3a52-3b8e-4a57-9d35-0c1f8e2b7a10")
     finally:
         app.close()

@@ -545,6 +545,18 @@ class TooManyPicks(BaseModel):
     picks: list[Literal["a", "b"]] = Field(min_length=3)
 
 
+class TitledTwice(BaseModel):
+    priority: Annotated[Literal["p1"], Titled({"p1": "Page now"}), Titled({"p1": "Wake everyone"})] = "p1"
+
+
+class InfiniteBound(BaseModel):
+    share: float = Field(le=math.inf)
+
+
+class OptionalUnion(BaseModel):
+    pick: Literal["a", "b"] | int | None = None
+
+
 @pytest.mark.parametrize(
     ("model", "field", "fragment"),
     [
@@ -581,6 +593,9 @@ class TooManyPicks(BaseModel):
         (EmptyRange, "count", "property 'count' has minimum above maximum, so no answer fits"),
         (EmptyLength, "name", "minLength above maxLength, so no answer fits"),
         (TooManyPicks, "picks", "requires more choices than it offers"),
+        (TitledTwice, "priority", "give Titled once"),
+        (InfiniteBound, "share", "the bound inf must be a finite int or float"),
+        (OptionalUnion, "pick", "a union cannot be shown as one field"),
     ],
 )
 def test_unsupported_fields_are_refused_at_definition_time(model: type[BaseModel], field: str, fragment: str) -> None:

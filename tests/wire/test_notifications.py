@@ -175,6 +175,7 @@ def test_signatures_verify_and_fail_closed() -> None:
     with pytest.raises(SignatureInvalid, match="whole seconds"):
         verify(secret, {**headers, "webhook-timestamp": "\u0661" * 10}, body)  # Arabic-Indic digits
     assert "whsec" not in repr(Webhook("https://hooks.example/in", SECRET))
+    assert Webhook("https://hooks.example/in", secret).key is secret, "a WebhookSecret is taken as it is"
 
 
 @pytest.mark.parametrize(
@@ -187,6 +188,10 @@ def test_signatures_verify_and_fail_closed() -> None:
         (lambda: Webhook("https://hooks.example/in", SECRET, frozenset()), "no event"),
         (lambda: Notifications([Webhook("https://a.example/x", SECRET)] * 2), "name="),
         (lambda: Retry(first=timedelta(0)), "positive"),
+        (lambda: Retry(factor=0.5), "factor >= 1"),
+        (lambda: Retry(attempts=0), "attempts >= 1"),
+        (lambda: Notifications([], batch=0), "batch of at least 1"),
+        (lambda: Notifications([], poll=timedelta(0)), "positive timeout and poll"),
     ],
 )
 def test_bad_notification_settings_are_refused(make: Callable[[], object], message: str) -> None:

@@ -189,7 +189,7 @@ class CallSettings:
     clock: Callable[[], datetime]
     decision_url: Callable[[str], str] | None
     fallback: Fallback
-    wakeups: Wakeups | None
+    wakeups: Wakeups
     lease: timedelta = DEFAULT_LEASE
     begin_task: BeginTask | None = None
     """What `flow.begin_task()` does: make this call a task (on a call that asked for one), else nothing."""
@@ -386,10 +386,7 @@ class Execution:
         seconds = backoff.next(remaining)
         if seconds <= 0:
             return
-        if self._settings.wakeups is None:
-            await anyio.sleep(seconds)
-        else:
-            await self._settings.wakeups.wait(subjects, seconds)
+        await self._settings.wakeups.wait(subjects, seconds)
 
     async def settle(self, decision: Decision, *, until: datetime) -> Decision:
         """Look again until the decision is terminal or `until` passes: on a wake-up, or after a growing pause."""
@@ -555,6 +552,11 @@ class Execution:
             result = await function(*args, **kwargs)
         else:
             result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+            if inspect.isawaitable(result):
+                # A plain callable that hands back the work to await (a wrapper typed `-> Awaitable[X]`, a
+                # lambda calling an async function, an object with an async `__call__`): its result is what
+                # the awaitable gives, not the awaitable itself, which cannot be journaled.
+                result = await result
         value = cast(JSONValue, adapter.dump_python(result, mode="json"))
         check_encodable(value)
         # The result is durable with the call's next commit: before anything leaves the process or the next

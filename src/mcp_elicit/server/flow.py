@@ -91,7 +91,11 @@ class Flow:
         returns: type[R] | None = None,
         **kwargs: Any,
     ) -> R:
-        """Run `function` once for this operation and journal its result; later runs get the journal."""
+        """Run `function` once for this operation and journal its result; later runs get the journal.
+
+        A coroutine function is awaited; any other callable runs in a worker thread, and an awaitable it
+        returns (a wrapper typed `-> Awaitable[X]`, a lambda calling an async function) is awaited in turn.
+        """
         self._run.check()
         if name.startswith(RESERVED_JOURNAL_PREFIX):
             raise ValueError(f"step names starting with {RESERVED_JOURNAL_PREFIX!r} are reserved: got {name!r}")

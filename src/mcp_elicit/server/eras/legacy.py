@@ -59,7 +59,7 @@ from mcp_elicit.server.execution import (
 )
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
-from mcp_elicit.server.waiting import Backoff
+from mcp_elicit.server.waiting import Backoff, resync_tracing
 from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import NotFound, OperationRecords, StoreError
 from mcp_elicit.store.aio import AsyncStore
@@ -132,15 +132,18 @@ _NOTICES = Operator("completion-notices")
 class UrlRequired(Suspended):
     """The call ends with `-32042`: the client opens the URL and retries once the flow is done."""
 
-    def __init__(self, error: UrlElicitationRequiredError) -> None:
-        self.error = error
-        super().__init__(str(error))
+    def __init__(self, decision: Decision) -> None:
+        assert decision.url is not None
+        self.elicitation_id = decision.elicitation_id
+        url = ElicitRequestURLParams(message=decision.message, url=decision.url, elicitation_id=decision.elicitation_id)
+        self.error = UrlElicitationRequiredError([url])
+        super().__init__(str(self.error))
 
 
 class LegacyEra:
     """2025-06-18 and 2025-11-25: questions ride the live call; nothing to resume but the operation."""
 
-    def __init__(self, call: Call, notices: CompletionNotices | None, probe_every: timedelta) -> None:
+    def __init__(self, call: Call, notices: CompletionNotices, probe_every: timedelta) -> None:
         self._call = call
         self._notices = notices
         self._probe_every = probe_every
@@ -152,15 +155,12 @@ class LegacyEra:
 
     def asker(self) -> LegacyAsker:
         request = self._call.request
-        return LegacyAsker(request.session, request.request_id, self._call.declared, self._probe_every, self._notices)
+        return LegacyAsker(request.session, request.request_id, self._call.declared, self._probe_every)
 
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
         await run.commit()
         if isinstance(signal, UrlRequired):
-            if self._notices is not None:
-                for params in signal.error.elicitations:
-                    if params.elicitation_id is not None:
-                        self._notices.watch(params.elicitation_id, self._call.request.session)
+            self._notices.watch(signal.elicitation_id, self._call.request.session)
             raise signal.error
         raise TypeError(f"{type(signal).__name__} is not a legacy-era suspension")
 
@@ -175,14 +175,12 @@ class LegacyAsker:
         request_id: RequestId | None,
         declared: Declared,
         probe_every: timedelta,
-        notices: CompletionNotices | None = None,
         query_timeout: timedelta = QUERY_TIMEOUT,
     ) -> None:
         self._session = session
         self._request_id = request_id
         self._declared = declared
         self._query_timeout = query_timeout
-        self._notices = notices
         self._probe_every = probe_every
 
     def can(self, need: Need) -> bool:
@@ -204,6 +202,7 @@ class LegacyAsker:
             except ValidationError:
                 log.info("client answered %s request %s with a malformed result", what, key)
                 raise ClientRefused(f"The client's answer to the {what} request {key!r} was malformed") from None
+        await resync_tracing()
         raise ClientRefused(f"The client did not answer the {what} request {key!r} in time")
 
     async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
@@ -253,6 +252,7 @@ class LegacyAsker:
                 except MCPError as error:
                     return error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)  # any other error is an answer
                 return True
+            await resync_tracing()
             return False
 
         async def probe() -> None:
@@ -271,6 +271,7 @@ class LegacyAsker:
             except Exception as error:  # raised after the group, unwrapped, so callers see the store's own error
                 failure = error
             group.cancel_scope.cancel()
+        await resync_tracing()
         if failure is not None:
             raise failure
         return decision
@@ -298,17 +299,7 @@ class LegacyAsker:
     async def _ask_url(self, run: Execution, decision: Decision) -> Decision:
         assert decision.url is not None
         if decision.resume_policy is not ResumePolicy.AUTO:
-            raise run.signal(
-                UrlRequired(
-                    UrlElicitationRequiredError(
-                        [
-                            ElicitRequestURLParams(
-                                message=decision.message, url=decision.url, elicitation_id=decision.elicitation_id
-                            )
-                        ]
-                    )
-                )
-            )
+            raise run.signal(UrlRequired(decision))
         session, request_id = self._session, self._request_id
         if decision.status is DecisionStatus.REQUESTED:
             decision = await self._carried(run, decision, partial(self._consent, run))
@@ -355,6 +346,7 @@ class LegacyAsker:
                 log.info("client refused elicitation %s: %s", decision.elicitation_id, error.code)
                 return error
             return result
+        await resync_tracing()
         return None
 
 

@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup
 from mcp_elicit.model import Operation, OperationStatus, Operator, Principal, new_operation, request_digest
 from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.tasks.state import TaskBook, TaskMeta, TaskNotFound
-from mcp_elicit.server.waiting import Wakeups
+from mcp_elicit.server.waiting import Wakeups, resync_tracing
 from mcp_elicit.store import StoreError, StoreUnavailable
 from mcp_elicit.store.aio import AsyncStore
 
@@ -61,7 +61,7 @@ class TaskRunner:
         lease: timedelta,
         clock: Callable[[], datetime],
         book: TaskBook,
-        wakeups: Wakeups | None = None,
+        wakeups: Wakeups,
     ) -> None:
         self._store = store
         self._wakeups = wakeups
@@ -213,6 +213,7 @@ class TaskRunner:
                     group.cancel_scope.cancel()
             finally:
                 self._scopes.pop(operation.operation_id, None)
+        await resync_tracing()
         if self._clock() >= operation.expires_at:
             current = await self._store.get_operation(operation.operation_id, principal)
             if current.status is OperationStatus.OPEN:
@@ -228,10 +229,8 @@ class TaskRunner:
                 log.info("task %s: its TTL elapsed; ending it", operation.operation_id)
                 scope.cancel()
                 return
-            if self._wakeups is None:
-                await anyio.sleep(min(poll, remaining))
-            else:  # woken as soon as the task's operation moves, here or (PostgreSQL) on another instance
-                await self._wakeups.wait([operation.operation_id], min(poll, remaining))
+            # Woken as soon as the task's operation moves, here or (PostgreSQL) on another instance.
+            await self._wakeups.wait([operation.operation_id], min(poll, remaining))
             try:
                 current = await self._store.get_operation(operation.operation_id, principal)
             except StoreError as error:
