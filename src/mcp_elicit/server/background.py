@@ -14,8 +14,6 @@ from typing import Any
 
 import anyio
 
-from mcp_elicit.server.waiting import resync_tracing
-
 
 class Shared:
     """One task that several hosts share: the first runs it; when that host ends, one still up takes over."""
@@ -54,6 +52,5 @@ async def beside(task: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator
             failure = error
         finally:
             group.cancel_scope.cancel()
-    await resync_tracing()
     if failure is not None:
         raise failure

@@ -11,22 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
-import anyio.lowlevel
 
 FIRST_POLL = 0.1
 LONGEST_POLL = 1.0
-
-
-async def resync_tracing() -> None:
-    """Yield once, shielded, after a timeout or a task group's cancel may have ended a wait.
-
-    Such an end resumes the awaiting coroutines through `coro.throw()`, and on CPython 3.11
-    (python/cpython#106749) that drops the `call` trace events of the frames above: coverage then misses
-    every line they run until they next suspend and resume normally, and the branch floor counts code the
-    tests do run as untested. A resume through `send()` re-stamps them. Behaviourally a no-op; delete it
-    with Python 3.11 support (as the MCP SDK will its own `resync_tracer`).
-    """
-    await anyio.lowlevel.cancel_shielded_checkpoint()
 
 
 class Wakeups:
@@ -60,7 +47,6 @@ class Wakeups:
         try:
             with anyio.move_on_after(seconds):
                 await event.wait()
-            await resync_tracing()
         finally:
             for name in names:
                 waiters = self._waiting.get(name)

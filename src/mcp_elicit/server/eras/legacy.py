@@ -59,7 +59,7 @@ from mcp_elicit.server.execution import (
 )
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
-from mcp_elicit.server.waiting import Backoff, resync_tracing
+from mcp_elicit.server.waiting import Backoff
 from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import NotFound, OperationRecords, StoreError
 from mcp_elicit.store.aio import AsyncStore
@@ -202,7 +202,6 @@ class LegacyAsker:
             except ValidationError:
                 log.info("client answered %s request %s with a malformed result", what, key)
                 raise ClientRefused(f"The client's answer to the {what} request {key!r} was malformed") from None
-        await resync_tracing()
         raise ClientRefused(f"The client did not answer the {what} request {key!r} in time")
 
     async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
@@ -252,7 +251,6 @@ class LegacyAsker:
                 except MCPError as error:
                     return error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)  # any other error is an answer
                 return True
-            await resync_tracing()
             return False
 
         async def probe() -> None:
@@ -271,7 +269,6 @@ class LegacyAsker:
             except Exception as error:  # raised after the group, unwrapped, so callers see the store's own error
                 failure = error
             group.cancel_scope.cancel()
-        await resync_tracing()
         if failure is not None:
             raise failure
         return decision
@@ -346,7 +343,6 @@ class LegacyAsker:
                 log.info("client refused elicitation %s: %s", decision.elicitation_id, error.code)
                 return error
             return result
-        await resync_tracing()
         return None
 
 

@@ -33,7 +33,6 @@ from mcp_elicit.server.eras.tasks_ext import PrincipalOf, TaskIdParams, input_re
 from mcp_elicit.server.tasks.policy import TaskPolicy
 from mcp_elicit.server.tasks.service import TaskAccepted, TaskRequest, TaskService
 from mcp_elicit.server.tasks.state import COMPLETED, FAILED, LEGACY_ERA, TaskAlreadyEnded, TaskNotFound, TaskView
-from mcp_elicit.server.waiting import resync_tracing
 
 log = logging.getLogger(__name__)
 
@@ -197,5 +196,4 @@ class LegacyMethods:
                 log.info("task %s: the client refused question %s: %s", task_id, decision.key, error.code)
                 return {"action": "cancel"}
             return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        await resync_tracing()
         return None

@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup
 from mcp_elicit.model import Operation, OperationStatus, Operator, Principal, new_operation, request_digest
 from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.tasks.state import TaskBook, TaskMeta, TaskNotFound
-from mcp_elicit.server.waiting import Wakeups, resync_tracing
+from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import StoreError, StoreUnavailable
 from mcp_elicit.store.aio import AsyncStore
 
@@ -213,7 +213,6 @@ class TaskRunner:
                     group.cancel_scope.cancel()
             finally:
                 self._scopes.pop(operation.operation_id, None)
-        await resync_tracing()
         if self._clock() >= operation.expires_at:
             current = await self._store.get_operation(operation.operation_id, principal)
             if current.status is OperationStatus.OPEN:
