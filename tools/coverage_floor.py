@@ -1,6 +1,7 @@
 """Fail CI when coverage falls below its floor: the total, and the branches of the parts that must not go untested.
 
-The floor is what the suite reached when it was set (CONTRIBUTING.md, "Coverage"); it only ever rises. The
+The floor is what the suite reached when it was set, less a few tenths for branches only a race takes
+(CONTRIBUTING.md, "Coverage"); it only ever rises. The
 store, the runtime (`server/`) and each security module keep at least 90 % of their branches. A branch that no
 test can reach is named in CONTRIBUTING.md with why, rather than lowering a number here.
 
@@ -14,8 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-TOTAL_LINES = 94.0
-TOTAL_BRANCHES = 88.0
+TOTAL_LINES = 94.8
+TOTAL_BRANCHES = 88.5
 GUARDED_BRANCHES = 90.0
 PACKAGE = "src/mcp_elicit/"
 
