@@ -1,9 +1,9 @@
 """Fail CI when coverage falls below its floor: the total, and the branches of the parts that must not go untested.
 
 The floor is what the suite reached when it was set, less a few tenths for branches only a race takes
-(CONTRIBUTING.md, "Coverage"); it only ever rises. The
-store, the runtime (`server/`) and each security module keep at least 90 % of their branches. A branch that no
-test can reach is named in CONTRIBUTING.md with why, rather than lowering a number here.
+(CONTRIBUTING.md, "Coverage"); it only ever rises. The store, the runtime (`server/`) and each security
+module keep at least 90 % of their branches. A branch that no test can reach is named in CONTRIBUTING.md with
+why, rather than lowering a number here.
 
     python -m tools.coverage_floor coverage.json
 """
