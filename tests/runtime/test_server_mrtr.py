@@ -17,13 +17,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, TextContent
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
-from mcp_elicit.server import Elicitation, RequestState, Timing
+from mcp_elicit.server import Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.eras.mrtr import ROUND_LAPSE_MARGIN
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock
 from tests.helpers.person import Person
 from tests.helpers.results import text, unwrap
-from tests.helpers.server import Counter, flow_tools
+from tests.helpers.server import Confirm, Counter, flow_tools
 
 pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
@@ -185,6 +185,78 @@ async def test_an_answer_whose_question_and_operation_were_ended_meanwhile_is_no
     [*_, noted] = store.audit_trail(decision.elicitation_id, operator)
     assert noted.reason == "a later answer from another round was superseded: the decision was already declined"
     assert store.get_decision(decision.elicitation_id, operator).status is DecisionStatus.DECLINED
+
+
+async def test_a_late_answer_read_while_the_operation_was_open_is_noted_when_the_operation_completes_first(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two rounds put one question out; the first answer wins and the operation runs on. The second round's
+    answer comes while the operation is still open, and the operation completes between that call's reads and
+    its first commit, which so loses (the run lease of an ended operation): the call gets the recorded result,
+    and its answer is still noted as superseded, not dropped with the commit."""
+    clock = ControlledClock()
+    runtime = Elicitation(
+        open_store(store_url, clock=clock),
+        request_state=RequestState(keys=[b"k" * 32], ttl=timedelta(seconds=60)),
+        timing=Timing(long_poll=timedelta(seconds=0.5), reask_after=timedelta(seconds=1)),
+        clock=clock,
+    )
+    runtime.server("late-server")
+    in_last_step, finish_last_step = anyio.Event(), anyio.Event()
+    late_waits, let_late_on, first_done = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def last_step() -> str:
+        in_last_step.set()
+        await finish_last_step.wait()
+        return "sealed"
+
+    @runtime.tool()
+    async def job(flow: Flow) -> str:
+        await flow.ask("Run the job?", Confirm, key="confirm")
+        worked = await flow.step("work", lambda: "worked")
+        if in_last_step.is_set():  # the late call: it has read the decision and the journal, committed nothing
+            late_waits.set()
+            await let_late_on.wait()
+        sealed = await flow.step("seal", last_step, returns=str)
+        return f"{worked} {sealed}"
+
+    yes = ElicitResult(action="accept", content={"confirm": True})
+    results: dict[str, CallToolResult | InputRequiredResult] = {}
+    try:
+        async with client(runtime) as c:
+            one = await first_round(c, "job", {})
+            clock.advance(timedelta(seconds=1.5))
+            two = await first_round(c, "job", {})
+            assert one.input_requests is not None and two.input_requests is not None
+            assert list(two.input_requests) == list(one.input_requests) == ["confirm"], "put out twice"
+
+            async def answer(name: str, state: str | None) -> None:
+                results[name] = await retry(c, "job", {}, state, confirm=yes)
+                if name == "first":
+                    first_done.set()
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(answer, "first", one.request_state)
+                    await in_last_step.wait()
+                    group.start_soon(answer, "late", two.request_state)
+                    await late_waits.wait()
+                    finish_last_step.set()
+                    await first_done.wait()
+                    let_late_on.set()
+        [decision] = runtime.store.list_decisions(Operator())
+        trail = runtime.store.audit_trail(decision.elicitation_id, Operator())
+    finally:
+        runtime.close()
+    assert [text(unwrap_result(results[name])) for name in ("first", "late")] == ["worked sealed"] * 2
+    assert decision.status is DecisionStatus.ACCEPTED
+    noted = [entry.reason for entry in trail if "superseded" in entry.reason]
+    assert noted == ["a later answer from another round was superseded: the decision was already accepted"], trail
+
+
+def unwrap_result(result: CallToolResult | InputRequiredResult) -> CallToolResult:
+    assert isinstance(result, CallToolResult), result
+    return result
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,7 @@ class HeldWrites:
         self._held: list[Callable[[], Awaitable[Any]]] = []
         self._after: list[Callable[[], None]] = []
         self._kept: list[Callable[[], Awaitable[Any]]] = []
+        self._done: dict[Callable[[], Awaitable[Any]], Callable[[], None]] = {}
         self.committed = False
         """Whether anything of this call became durable: from then on other calls may see and add to it."""
 
@@ -69,12 +70,18 @@ class HeldWrites:
     def pending(self) -> bool:
         return bool(self._held)
 
-    def hold(self, write: Callable[[], Awaitable[Any]], *, keep: bool = False) -> None:
+    def hold(
+        self, write: Callable[[], Awaitable[Any]], *, keep: bool = False, done: Callable[[], None] | None = None
+    ) -> None:
         """Hold `write` for the next commit. `keep`: if that commit loses on another write, commit this one on
-        its own before saying so (a step's result: running the step again would repeat its side effect)."""
+        its own before saying so (a step's result: running the step again would repeat its side effect; a
+        late answer's note: a call that ends because the commit lost would leave no trace of the answer).
+        `done` is called once `write` is durable, by whichever commit makes it so, and never otherwise."""
         self._held.append(write)
         if keep:
             self._kept.append(write)
+        if done is not None:
+            self._done[write] = done
 
     def after_commit(self, done: Callable[[], None]) -> None:
         """Call `done` once the writes held now are durable; if their commit fails, never."""
@@ -112,6 +119,7 @@ class HeldWrites:
             self._kept = kept + self._kept
             raise
         self.committed = self.committed or bool(held)
+        self._durable(held)
         for done in after:
             done()
         return result
@@ -144,7 +152,14 @@ class HeldWrites:
             self._kept = kept + self._kept
             return False
         self.committed = True
+        self._durable(kept)
         return True
+
+    def _durable(self, writes: list[Callable[[], Awaitable[Any]]]) -> None:
+        for write in writes:
+            done = self._done.pop(write, None)
+            if done is not None:
+                done()
 
 
 _LOST = (DecisionConflict, DecisionExpired, AlreadyExists, LeaseLost, IdempotencyKeyConflict, OperationConflict)

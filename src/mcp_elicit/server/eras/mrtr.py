@@ -119,9 +119,6 @@ class MrtrEra:
                 log.warning("requestState round replayed for operation %s", state.operation_id)
                 raise refused()
 
-        if not self._spent:  # a run of this very call spent it already: running again is no replay
-            writes.hold(spend)
-            writes.after_commit(self._mark_spent)
         try:
             records = await store.get_operation_records(state.operation_id, principal)
         except StoreUnavailable:
@@ -136,9 +133,14 @@ class MrtrEra:
         ):
             raise refused()
         late = self._superseded(records.decisions)
+        # A late answer's note is kept, with the spend that stops a replay noting it again: the run's commit
+        # may lose (an overlapping call completed the operation between these reads and that commit, and the
+        # call ends with its result) and an answer is never dropped silently.
+        if not self._spent:  # a run of this very call spent it already: running again is no replay
+            writes.hold(spend, keep=bool(late), done=self._mark_spent)
         for decision in late:
-            writes.hold(self._note_superseded(store, decision, principal))
-            writes.after_commit(partial(self._settled_here.add, decision.elicitation_id))
+            note = self._note_superseded(store, decision, principal)
+            writes.hold(note, keep=True, done=partial(self._settled_here.add, decision.elicitation_id))
         if operation.status in (OperationStatus.FAILED, OperationStatus.CANCELLED, OperationStatus.EXPIRED):
             if late:
                 await writes.commit()
