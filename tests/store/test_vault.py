@@ -414,7 +414,17 @@ def test_keys_given_as_bytes_are_checked_too() -> None:
         VaultKeyRing([("k1", os.urandom(31))])
     with pytest.raises(VaultError, match="must be bytes, not str"):
         VaultKeyRing([("k1", "x" * 32)])  # type: ignore[list-item]
+    with pytest.raises(VaultError, match="vault key 1: a key id is 1 to 32 characters"):
+        VaultKeyRing([("no spaces", os.urandom(32))])
+    with pytest.raises(VaultError, match="vault key 2: a key id is"):
+        VaultKeyRing([("k1", os.urandom(32)), (2, os.urandom(32))])  # type: ignore[list-item]
     assert VaultKeyRing([("k1", os.urandom(32))]).key_ids == ("k1",)
+
+
+def test_a_rotation_reads_at_least_one_entry_at_a_time(store: Store) -> None:
+    vault = Vault(store, ring(("new", NEW_KEY), ("old", OLD_KEY)))
+    with pytest.raises(ValueError, match="at least one entry at a time, not 0"):
+        vault.rotate(batch=0)
 
 
 def test_url_safe_unpadded_and_spaced_keys_are_the_same_key(store: Store) -> None:
