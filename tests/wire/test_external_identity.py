@@ -186,10 +186,11 @@ async def test_keys_not_meant_for_these_signatures_are_left_out_of_the_set(keys:
         {"kty": "RSA", "kid": "broken", "n": "AA", "e": "AQAB", "alg": "RS256"},
         {"kty": "XYZ", "kid": "unknown-type"},
         {"kty": "oct", "kid": "shared-secret", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA"},
+        {"kty": "RSA", "kid": "alg-list", "n": "AA", "e": "AQAB", "alg": ["RS256"]},
     ]
     for kid in ("encryption", "rs384-only"):
         assert await verifier.verify_token(provider.token(kid=kid)) is None, kid
-    for kid in ("broken", "unknown-type", "shared-secret"):
+    for kid in ("broken", "unknown-type", "shared-secret", "alg-list"):
         assert await verifier.verify_token(provider.token(kid=kid, signer="k1")) is None, kid
     assert await verifier.verify_token(provider.token()) is not None  # the one usable key still works
     assert provider.fetches == 1  # every unknown key id above came within refetch_interval

@@ -90,6 +90,8 @@ class _PostgresTx:
         self._waiting: list[tuple[str, Sequence[object]]] = [_BEGIN] if write else []
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        if not self._write:
+            raise AssertionError("a read transaction writes nothing, deferred or not")
         self._waiting.append((sql, params))
 
     def _send(self, *last: tuple[str, Sequence[object]]) -> psycopg.Cursor[Any]:
@@ -134,6 +136,8 @@ class _AsyncPostgresTx:
         self._waiting: list[tuple[str, Sequence[object]]] = [_BEGIN] if write else []
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
+        if not self._write:
+            raise AssertionError("a read transaction writes nothing, deferred or not")
         self._waiting.append((sql, params))
 
     async def _send(self, *last: tuple[str, Sequence[object]]) -> psycopg.AsyncCursor[Any]:
@@ -563,9 +567,9 @@ def _connection_error(error: psycopg.Error, display: str) -> StoreError:
 
 def _translate(error: psycopg.Error, display: str) -> StoreError:
     if isinstance(error, pg_errors.UniqueViolation):
-        return UniqueViolation(str(error))
+        return UniqueViolation(_first_line(error))  # the constraint's name; never DETAIL's key values
     if isinstance(error, pg_errors.ForeignKeyViolation):
-        return ForeignKeyViolation(str(error))
+        return ForeignKeyViolation(_first_line(error))
     if isinstance(error, pg_errors.ReadOnlySqlTransaction):
         return StoreReadOnly(
             f"{display} is read-only ({_first_line(error)}): a hot standby, or default_transaction_read_only is on "

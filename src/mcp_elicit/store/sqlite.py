@@ -289,7 +289,7 @@ class _SQLiteCore(SQLCore):
             if not self._migrating and not self._path.exists():
                 raise MigrationPending(0, _schema.LATEST_VERSION, str(self._path))
         except OSError as error:
-            raise StoreUnavailable(f"cannot open {self._path}: {error.strerror}") from None
+            raise StoreUnavailable(f"cannot open {self._path}: {error.strerror or error}") from None
         try:
             connection = self._connect()
             self._local.connection = connection

@@ -280,6 +280,8 @@ def _parsed_keys(document: object, algorithms: tuple[str, ...]) -> dict[str | No
         if not isinstance(entry, Mapping) or entry.get("use", "sig") != "sig":
             continue
         declared = entry.get("alg")
+        if declared is not None and not isinstance(declared, str):
+            continue  # a malformed key is skipped, never the whole set
         usable = frozenset({declared} if declared is not None else _algorithms_of_type(entry)) & set(algorithms)
         if not usable:
             continue  # an algorithm not accepted here, or a key type no accepted algorithm signs with
