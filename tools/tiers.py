@@ -35,7 +35,7 @@ class Tier:
 TIERS = (
     Tier("unit", 30, "pure code: no store, no server", shared_out=False),
     Tier("store", 120, "the store on SQLite, PostgreSQL and the async engine"),
-    Tier("runtime", 60, "tool bodies in process through the SDK client, on SQLite"),
+    Tier("runtime", 60, "tool bodies in process through Harness (or the SDK client for wire shapes), SQLite"),
     Tier("wire", 120, "the client kit, HTTP, pages, peers, in the test's process"),
     Tier("system", 300, "processes, crashes, HAProxy, Chromium, terminals, README blocks"),
 )
