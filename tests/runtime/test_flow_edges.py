@@ -6,19 +6,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from mcp import Client
-from mcp.client import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
-    CreateMessageRequestParams,
     CreateMessageResult,
     ElicitResult,
-    ErrorData,
     InputRequiredResult,
     SamplingMessage,
     TextContent,
@@ -28,29 +24,12 @@ from pydantic import BaseModel
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import ANSWERS_ARGUMENT, Accepted, Elicitation, Fallback, Flow, RequestState
 from mcp_elicit.testing import ControlledClock, Harness
+from tests.helpers.model import Model
 from tests.helpers.person import Person
 from tests.helpers.results import text
 from tests.helpers.server import Approval, Name
 
 pytestmark = pytest.mark.anyio
-
-
-@dataclass
-class Model:
-    """The client's model: its n-th reply is `reply n`; it keeps every request it was sent."""
-
-    asked: list[CreateMessageRequestParams] = field(default_factory=list)
-
-    refuse: bool = False
-
-    async def __call__(
-        self, context: ClientRequestContext, params: CreateMessageRequestParams
-    ) -> CreateMessageResult | ErrorData:
-        self.asked.append(params)
-        if self.refuse:
-            return ErrorData(code=-1, message="User rejected sampling request")
-        content = TextContent(type="text", text=f"reply {len(self.asked)}")
-        return CreateMessageResult(role="assistant", content=content, model="test-model", stop_reason="endTurn")
 
 
 def said(result: CreateMessageResult) -> str:

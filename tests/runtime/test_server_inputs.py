@@ -21,11 +21,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CallToolResult,
     CreateMessageRequest,
-    CreateMessageRequestParams,
     CreateMessageResult,
     ElicitRequest,
     ElicitResult,
-    ErrorData,
     GetPromptResult,
     InputRequiredResult,
     ListRootsRequest,
@@ -41,6 +39,7 @@ from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.server.eras.mrtr_state import RoundState
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import Harness, accept
+from tests.helpers.model import Model
 from tests.helpers.person import Person
 from tests.helpers.results import text, unwrap
 from tests.helpers.server import Approval, Counter, Name
@@ -56,24 +55,6 @@ LOCAL = Principal("local-user", "stdio")
 
 class Topic(BaseModel):
     topic: str = Field(min_length=1, description="What the briefing covers")
-
-
-@dataclass
-class Model:
-    """The client's model: answers every sampling request with `reply` and remembers what it was asked."""
-
-    reply: str = "Hello there!"
-    asked: list[CreateMessageRequestParams] = field(default_factory=list)
-    refuse: bool = False
-
-    async def __call__(
-        self, context: ClientRequestContext, params: CreateMessageRequestParams
-    ) -> CreateMessageResult | ErrorData:
-        self.asked.append(params)
-        if self.refuse:
-            return ErrorData(code=-1, message="User rejected sampling request")
-        content = TextContent(type="text", text=self.reply)
-        return CreateMessageResult(role="assistant", content=content, model="test-model", stop_reason="endTurn")
 
 
 @dataclass
