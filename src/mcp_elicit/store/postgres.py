@@ -12,7 +12,7 @@ serves (`serving`), an async pool on its event loop for everything its calls do,
 `max_size` connections, plus one listening connection while calls wait: plan `max_connections` for up to
 twice `max_size` and one per instance. Both pools' connections are in autocommit mode: a read is its
 statements alone, and a write's BEGIN, audit rows and notices travel pipelined with its statements and its
-COMMIT (`_PostgresTx`).
+COMMIT (`_Waiting`).
 
 Does not guarantee: anything about a database shared with other applications beyond our `elicit_*`
 tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) to keep them apart.
@@ -71,8 +71,8 @@ part of the database's use: an application sharing the database keeps its own ad
 _BEGIN: tuple[str, Sequence[object]] = ("BEGIN", ())
 
 
-class _PostgresTx:
-    """A transaction on a blocking connection (`run_now`): the one place the store uses pipeline mode.
+class _Waiting:
+    """The one place the store uses pipeline mode: what both engines' transactions hold back.
 
     Connections are in autocommit mode, so a read is its statements alone. A statement whose result nobody
     reads (a write's BEGIN, and what `defer` holds: its audit rows and notices) waits for the next statement
@@ -81,11 +81,9 @@ class _PostgresTx:
     in-process PostgreSQL call 12-35 % slower (the lean-core issue's same-run comparison).
     """
 
-    __slots__ = ("_connection", "_cursor", "_waiting", "_write")
+    __slots__ = ("_waiting", "_write")
 
-    def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any], *, write: bool) -> None:
-        self._connection = connection
-        self._cursor = cursor
+    def __init__(self, *, write: bool) -> None:
         self._write = write
         self._waiting: list[tuple[str, Sequence[object]]] = [_BEGIN] if write else []
 
@@ -94,12 +92,32 @@ class _PostgresTx:
             raise AssertionError("a read transaction writes nothing, deferred or not")
         self._waiting.append((sql, params))
 
-    def _send(self, *last: tuple[str, Sequence[object]]) -> psycopg.Cursor[Any]:
+    def _with_waiting(self, *last: tuple[str, Sequence[object]]) -> list[tuple[str, Sequence[object]]]:
+        """What waits, then `last`, taken to be sent together."""
         statements, self._waiting = [*self._waiting, *last], []
-        if len(statements) == 1:
-            return self._cursor.execute(*statements[0])
+        return statements
+
+    @property
+    def _owes_commit(self) -> bool:
+        """A write that sent nothing and holds nothing but its BEGIN has nothing to commit."""
+        return self._write and self._waiting != [_BEGIN]
+
+
+class _PostgresTx(_Waiting):
+    """A transaction on a blocking connection (`run_now`)."""
+
+    __slots__ = ("_connection", "_cursor")
+
+    def __init__(self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any], *, write: bool) -> None:
+        super().__init__(write=write)
+        self._connection = connection
+        self._cursor = cursor
+
+    def _send(self, *last: tuple[str, Sequence[object]]) -> psycopg.Cursor[Any]:
+        if not self._waiting and len(last) == 1:
+            return self._cursor.execute(*last[0])
         with self._connection.pipeline():
-            for sql, params in statements:
+            for sql, params in self._with_waiting(*last):
                 self._cursor.execute(sql, params)
         return self._cursor
 
@@ -118,34 +136,27 @@ class _PostgresTx:
         self._cursor.executemany(sql, rows)
 
     def commit(self) -> None:
-        if self._write and self._waiting != [_BEGIN]:  # a write that sent nothing has nothing to commit
+        if self._owes_commit:
             self._send(("COMMIT", ()))
 
 
-class _AsyncPostgresTx:
+class _AsyncPostgresTx(_Waiting):
     """`_PostgresTx` on an async connection: the event loop waits on the socket, no thread in between."""
 
-    __slots__ = ("_connection", "_cursor", "_waiting", "_write")
+    __slots__ = ("_connection", "_cursor")
 
     def __init__(
         self, connection: psycopg.AsyncConnection[Any], cursor: psycopg.AsyncCursor[Any], *, write: bool
     ) -> None:
+        super().__init__(write=write)
         self._connection = connection
         self._cursor = cursor
-        self._write = write
-        self._waiting: list[tuple[str, Sequence[object]]] = [_BEGIN] if write else []
-
-    def defer(self, sql: str, params: Sequence[object] = ()) -> None:
-        if not self._write:
-            raise AssertionError("a read transaction writes nothing, deferred or not")
-        self._waiting.append((sql, params))
 
     async def _send(self, *last: tuple[str, Sequence[object]]) -> psycopg.AsyncCursor[Any]:
-        statements, self._waiting = [*self._waiting, *last], []
-        if len(statements) == 1:
-            return await self._cursor.execute(*statements[0])
+        if not self._waiting and len(last) == 1:
+            return await self._cursor.execute(*last[0])
         async with self._connection.pipeline():
-            for sql, params in statements:
+            for sql, params in self._with_waiting(*last):
                 await self._cursor.execute(sql, params)
         return self._cursor
 
@@ -164,7 +175,7 @@ class _AsyncPostgresTx:
         await self._cursor.executemany(sql, rows)
 
     async def commit(self) -> None:
-        if self._write and self._waiting != [_BEGIN]:
+        if self._owes_commit:
             await self._send(("COMMIT", ()))
 
 
