@@ -116,8 +116,11 @@ def stop(process: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
     process.wait(timeout=10)
 
 
-def wait_for_port(port: int, process: subprocess.Popen[bytes], *, timeout: float = 30.0) -> None:
-    """Until a subprocess listens on `port` on loopback; fails at once if it died."""
+def wait_for_port(port: int, process: subprocess.Popen[bytes], *, timeout: float = 60.0) -> None:
+    """Until a subprocess listens on `port` on loopback; fails at once if it died.
+
+    The deadline only bounds a start that hangs: a server under coverage on a loaded 2-core machine took over
+    20 s to listen, and waiting longer costs nothing when it starts sooner."""
     deadline = time.monotonic() + timeout
     while True:
         with socket.socket() as probe:

@@ -99,7 +99,7 @@ def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[
         cwd=REPO,
     )  # fmt: skip
     try:
-        wait_for_port(port, process, timeout=30)
+        wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/mcp", process
     finally:
         stop(process)

@@ -51,7 +51,7 @@ def server_process(port: int, store: str, workspace: Path, stall: str | None) ->
         cwd=REPO,
     )
     try:
-        wait_for_port(port, process, timeout=20)
+        wait_for_port(port, process)
         yield process
     finally:
         if process.poll() is None:

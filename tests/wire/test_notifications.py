@@ -608,7 +608,7 @@ def notify_server(port: int, store: str, hook: str) -> Iterator[subprocess.Popen
         env={**os.environ, "MCP_ELICIT_WEBHOOK_URL": hook, "MCP_ELICIT_WEBHOOK_SECRET": SECRET},
     )
     try:
-        wait_for_port(port, process, timeout=20)
+        wait_for_port(port, process)
         yield process
     finally:
         if process.poll() is None:
