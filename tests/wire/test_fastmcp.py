@@ -50,9 +50,8 @@ from mcp_elicit.reference.demo_stack import Credentials, DemoStack, sign_in
 from mcp_elicit.server import Elicitation, Fallback, Flow, IdentityPolicy, RequestState, SecretField
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY
 from mcp_elicit.store import Store, open_store
-from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
+from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing, WebPages, mount_web
 from mcp_elicit.web.flows import ApiKeyEntry
-from mcp_elicit.web.pages import UrlPages
 from tests.helpers.http_harness import free_port, serving, wait_for_port
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.peers.fastmcp_server import SERVER_NAME, STATE_KEY, build
@@ -515,18 +514,39 @@ def signed_in(store_url: str, tmp_path: Path) -> Iterator[SignedIn]:
     elicitation = Elicitation(store, request_state=RequestState(keys=[STATE_KEY]), public_base_url=base)
     users = LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw:Bob")
     auth = LocalAuthorizationServer(base, users, store, signing_keys=[b"a" * 32], server_name=SERVER_NAME)
-    pages = UrlPages(
-        elicitation=elicitation, sign_in=auth, vault=Vault(store, VaultKeyRing.from_text(VAULT_KEYS)),
+    _, mcp = build(elicitation, Counter(tmp_path / "effects.json"), auth=LocalOAuth(auth))
+    mount_web(mcp, elicitation, WebPages(
+        sign_in=auth, page_key=b"p" * 32, vault=Vault(store, VaultKeyRing.from_text(VAULT_KEYS)),
         flows={"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")},
-        page_key=b"p" * 32, server_title=SERVER_NAME, public_base_url=base,
-    )  # fmt: skip
-    flows, mcp = build(elicitation, Counter(tmp_path / "effects.json"), auth=LocalOAuth(auth))
-    flows.add_routes([*auth.routes(), *pages.routes()])
+    ))  # fmt: skip
     try:
         with serving(mcp.http_app(), port):
             yield SignedIn(base, store, tmp_path, store_url)
     finally:
         elicitation.close()
+
+
+async def test_health_readiness_and_the_inbox_are_served_on_the_fastmcp_app(signed_in: SignedIn) -> None:
+    base = signed_in.base
+    async with bearer_client(f"{base}/mcp", await signed_in.token("alice"), elicitation_callback=None) as client:
+        told = await client.call_tool("reserve", {"city": "Lima"})
+    [decision] = signed_in.store.list_decisions(Operator())
+    assert f"{base}/elicit/{decision.elicitation_id}" in error_text(told)
+    async with httpx2.AsyncClient(base_url=base, follow_redirects=False, timeout=30) as browser:
+        refused = await browser.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        healthy, ready = await browser.get("/healthz"), await browser.get("/readyz")
+        unsigned = await browser.get("/inbox")
+        form = await browser.get("/signin", params={"next": "/inbox"})
+        signed = await browser.post("/signin", data={"username": "alice", "password": "alice-pw", "next": "/inbox",
+                                                     "csrf": hidden(form.text, "csrf")})  # fmt: skip
+        inbox = await browser.get("/inbox")
+    assert refused.status_code == 401  # the MCP endpoint demands a token; the health routes do not
+    assert (healthy.status_code, healthy.json()) == (200, {"status": "ok"})
+    checks = {"store": "ok", "schema": "ok", "keys": "ok"}
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready", "checks": checks})
+    assert unsigned.status_code == 303 and unsigned.headers["location"] == "/signin?next=%2Finbox"
+    assert signed.status_code == 303 and inbox.status_code == 200
+    assert "How many seats to Lima?" in inbox.text and f'href="/elicit/{decision.elicitation_id}"' in inbox.text
 
 
 async def test_url_mode_and_sign_in_mount_on_the_fastmcp_app(signed_in: SignedIn) -> None:

@@ -36,7 +36,6 @@ from fastmcp.tools import FunctionTool, Tool, ToolResult
 from mcp.server.mcpserver.exceptions import ToolError as FailedOperation
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
-from starlette.routing import Route
 
 from mcp_elicit.server.eras import Era, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
@@ -152,12 +151,6 @@ class FastMCPFlows(Middleware):
             return body
 
         return register
-
-    def add_routes(self, routes: Sequence[Route], server: FastMCP[Any] | None = None) -> None:
-        """Serve `routes` (`UrlPages.routes()`, `LocalAuthorizationServer.routes()`) as custom routes of `server`."""
-        target = self._target(server)
-        for route in routes:
-            target.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
 
     def _target(self, server: FastMCP[Any] | None) -> FastMCP[Any]:
         if server is not None:
