@@ -7,10 +7,11 @@ import hashlib
 import html
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
+from mcp.client.auth import AuthorizationCodeResult
 
 from mcp_elicit.cli.login import INITIALIZE_PROBE
 
@@ -104,6 +105,15 @@ async def access_token(browser: httpx2.AsyncClient, base: str, client: Registrat
     return token
 
 
+async def published_issuers(base: str) -> tuple[list[str], str]:
+    """What an OAuth client compares as strings: the MCP endpoint's protected-resource metadata's
+    `authorization_servers`, and the `issuer` of the authorization-server metadata at the origin."""
+    async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+        resource = (await http.get("/.well-known/oauth-protected-resource/mcp")).json()
+        authorization = (await http.get("/.well-known/oauth-authorization-server")).json()
+    return resource["authorization_servers"], authorization["issuer"]
+
+
 async def mcp_status(base: str, token: str) -> int:
     """The status of an `initialize` POST to /mcp with this bearer token: 200 accepted, 401 refused."""
     async with httpx2.AsyncClient(timeout=30) as http:
@@ -113,3 +123,37 @@ async def mcp_status(base: str, token: str) -> int:
             json=INITIALIZE_PROBE,
         )
     return response.status_code
+
+
+@dataclass
+class SigningInPerson:
+    """The SDK OAuth client's person: follows the authorization URL in a browser (an httpx2 client with the
+    server's base URL, a cookie jar and no automatic redirects), signs in on the form, and hands the code over."""
+
+    browser: httpx2.AsyncClient
+    username: str = "alice"
+    password: str = "wonderland"
+    pages: list[str] = field(default_factory=list)
+    redirects: list[str] = field(default_factory=list)
+    result: AuthorizationCodeResult | None = None
+
+    async def redirect(self, authorization_url: str) -> None:
+        authorize = await self.browser.get(authorization_url)
+        assert authorize.status_code == 302, authorize.text
+        sign_in_url = authorize.headers["location"]
+        assert urlsplit(sign_in_url).path == "/signin"
+        page = await self.browser.get(sign_in_url)
+        assert page.status_code == 200
+        self.pages.append(page.text)
+        form = {**hidden_fields(page.text), "username": self.username, "password": self.password}
+        done = await self.browser.post("/signin", data=form)
+        assert done.status_code == 302, done.text
+        location = done.headers["location"]
+        self.redirects.append(location)
+        assert location.startswith(CALLBACK + "?")
+        params = query_of(location)
+        self.result = AuthorizationCodeResult(code=params["code"], state=params.get("state"), iss=params.get("iss"))
+
+    async def callback(self) -> AuthorizationCodeResult:
+        assert self.result is not None
+        return self.result

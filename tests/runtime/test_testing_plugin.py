@@ -16,10 +16,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from fastmcp import FastMCP
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field, field_validator
 
 from mcp_elicit.client import ScriptError
+from mcp_elicit.fastmcp import FastMCPFlows, in_process
 from mcp_elicit.model import DecisionStatus
 from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
 from mcp_elicit.store import open_store
@@ -266,6 +268,79 @@ async def test_lowlevel(elicit: Harness) -> None:
 """
     )
     pytester.runpytest(*INNER_OFF).assert_outcomes(passed=3)
+
+
+FASTMCP_APP = """
+import pytest
+from fastmcp.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+from mcp_elicit.fastmcp import FastMCPFlows, in_process
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState
+from mcp_elicit.testing import Harness, accept
+
+
+class Approval(BaseModel):
+    approve: bool = Field(description="Deploy now")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def served(elicit_store_url, elicit_clock):
+    app = Elicitation(elicit_store_url, request_state=RequestState(single_process=True), clock=elicit_clock)
+    flows = FastMCPFlows(app)
+    server = flows.server("fast")
+
+    @flows.tool()
+    async def deploy(flow: Flow, service: str, region: str = "eu") -> str:
+        answer = await flow.ask(f"Deploy {service} to {region}?", Approval, key="approve")
+        return f"deployed {service} to {region}" if isinstance(answer, Accepted) and answer.data.approve else "kept"
+
+    @flows.tool()
+    async def audit(flow: Flow, service: str, depth: int = 2) -> str:
+        found = await flow.step("scan", lambda: f"{service}: {depth} levels clean")
+        if service == "broken":
+            raise ToolError("the scanner refused " + service)
+        return found
+
+    yield app, server
+    app.close()
+
+
+@pytest.fixture
+def elicit_app(served):
+    return served[0]
+
+
+@pytest.fixture
+def elicit_server(served):
+    return served[1]
+
+
+@pytest.mark.anyio
+async def test_fastmcp(elicit: Harness, elicit_era: str) -> None:
+    called = await elicit.call("deploy", {"service": "api"}, answers={"approve": accept(approve=True)})
+    assert called.text == "deployed api to eu"
+    again = await elicit.call("deploy", {"service": "api"})
+    assert again.replayed and again.operation_id == called.operation_id
+    elicit.assert_asked_once("approve")
+    elicit.assert_audit("approve", ["requested", "accepted"])
+    quiet = await elicit.call("audit", {"service": "db"})  # asks nothing: found by its digest, defaults filled in
+    assert quiet.text == "db: 2 levels clean" and not quiet.replayed
+    elicit.assert_journal(quiet, {"scan": "db: 2 levels clean"})
+    assert elicit.operation(quiet).status.value == "completed"
+    failed = await elicit.call("audit", {"service": "broken", "depth": 1})
+    assert failed.error == "the scanner refused broken" and elicit.operation(failed).status.value == "failed"
+"""
+
+
+def test_a_fastmcp_server_of_the_flows_is_called_through_the_elicit_server_fixture(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(FASTMCP_APP)
+    pytester.runpytest(*INNER_OFF).assert_outcomes(passed=len(ERAS))
 
 
 def test_turning_the_plugin_off_removes_its_fixtures(inner: pytest.Pytester) -> None:
@@ -534,6 +609,26 @@ async def test_an_answer_the_tools_validators_refuse_takes_the_next_reply(tmp_pa
         assert harness.decision("codename").content == {"codename": "kestrel"}
     finally:
         app.close()
+
+
+@pytest.mark.anyio
+async def test_a_harness_calls_only_a_fastmcp_of_its_apps_flows_and_says_what_to_pass(tmp_path: Path) -> None:
+    app = Elicitation(f"sqlite://{tmp_path / 'fast.db'}", request_state=RequestState(single_process=True))
+    other = Elicitation(f"sqlite://{tmp_path / 'other.db'}", request_state=RequestState(single_process=True))
+    try:
+        for foreign in (FastMCPFlows(other).server("elsewhere"), FastMCP("plain")):
+            with pytest.raises(ValueError, match=r"was not built by FastMCPFlows\(elicitation\)\.server\(\.\.\.\)"):
+                Harness(app, server=foreign)
+        with pytest.raises(TypeError, match=r"or the FastMCP of FastMCPFlows\(app\)\.server\(\.\.\.\), not str"):
+            Harness(app, server="http://127.0.0.1:8000/mcp")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"in_process takes a FastMCP built with FastMCPFlows"):
+            in_process(Harness, app)  # type: ignore[arg-type]
+        FastMCPFlows(app).server("fast")
+        with pytest.raises(RuntimeError, match=r"pass the server to call .* the FastMCP of FastMCPFlows"):
+            await Harness(app).call("deploy")
+    finally:
+        app.close()
+        other.close()
 
 
 @pytest.mark.anyio

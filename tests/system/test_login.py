@@ -1,7 +1,8 @@
 """`mcp-elicit login URL`: the browser sign-in against the server's authorization server, the kept token, and
 `mcp-elicit call URL` using (and renewing) it.
 
-Real parts: the server with the local authorization server over HTTP on loopback, the command as a
+Real parts: the server with the local authorization server over HTTP on loopback (the SDK's `MCPServer`, and
+once FastMCP with `LocalOAuth`), the command as a
 subprocess, Debian's Chromium driven by Playwright as the person's browser (started by the command through
 `$BROWSER`, or opening the address the command printed), real files under a throwaway `$XDG_DATA_HOME`.
 """
@@ -27,6 +28,7 @@ from mcp.server.auth.provider import AuthorizationCode, RefreshToken, TokenError
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from mcp_elicit.client.tokens import LoginStore, SavedLogin
+from mcp_elicit.fastmcp import FastMCPFlows, LocalOAuth
 from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, WebPages, mount_web
@@ -114,6 +116,30 @@ def served(
 
     try:
         with serving(auth.http_app(server), port):
+            yield Served(base, store, auth)
+    finally:
+        store.close()
+
+
+@contextmanager
+def served_fastmcp(store_url: str) -> Iterator[Served]:
+    """The same tool on FastMCP: the local authorization server as its `auth=` (configured with a trailing
+    slash, as an operator may write it) and `mount_web` for the sign-in pages on its app."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    store = open_store(store_url)
+    elicitation = Elicitation(store, request_state=RequestState(keys=[b"l" * 32]), public_base_url=base)
+    auth = LocalAuthorizationServer(f"{base}/", LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
+    flows = FastMCPFlows(elicitation)
+    server = flows.server("login-test", auth=LocalOAuth(auth))
+    mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32))
+
+    @flows.tool()
+    async def whoami(flow: Flow) -> str:
+        return f"you are {flow.principal.principal_id}"
+
+    try:
+        with serving(server.http_app(), port):
             yield Served(base, store, auth)
     finally:
         store.close()
@@ -221,6 +247,21 @@ def test_login_in_chromium_keeps_a_0600_token_that_call_uses(site: Served, tmp_p
     elsewhere = run("call", site.mcp_url, "whoami", env=environment(tmp_path / "other"))
     assert elsewhere.returncode == 2
     assert f"sign in with mcp-elicit login {site.mcp_url}, or pass --token" in elsewhere.stderr
+
+
+@pytest.mark.usefixtures("chromium")
+def test_login_in_chromium_to_a_fastmcp_server_keeps_a_token_that_call_uses(store_url: str, tmp_path: Path) -> None:
+    data_home = tmp_path / "data"
+    with served_fastmcp(store_url) as site:
+        script, browser_env = browser_command(tmp_path, "fastmcp")
+        signed = run("login", site.mcp_url, env=environment(data_home, BROWSER=str(script), **browser_env))
+        assert signed.returncode == 0, signed.stderr
+        assert f"Signed in to {site.mcp_url} (authorization server {site.base})." in signed.stdout
+        kept = json.loads(kept_file(data_home).read_text())
+        assert kept["issuer"] == site.base and kept["resource"] == site.mcp_url
+        called = run("call", site.mcp_url, "whoami", env=environment(data_home))
+    assert called.returncode == 0, called.stderr
+    assert f"you are {site.base}#alice" in called.stdout
 
 
 @pytest.mark.usefixtures("chromium")

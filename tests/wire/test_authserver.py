@@ -14,7 +14,7 @@ import pickle
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import (
     AccessToken,
@@ -49,11 +49,13 @@ from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.oauth_client import (
     CALLBACK,
+    SigningInPerson,
     access_token,
     code_for,
     hidden_fields,
     mcp_status,
     pkce,
+    published_issuers,
     query_of,
     redeem,
     register,
@@ -113,10 +115,10 @@ def whoami(auth: LocalAuthorizationServer) -> Callable[[Request], Awaitable[Resp
 
 def deploy(store_url: str, tmp_path: Path, port: int, *, issuer: str | None = None) -> Deployment:
     """The reference wiring: one MCPServer serving the tools, the AS endpoints and the sign-in pages."""
-    issuer = issuer or f"http://127.0.0.1:{port}"
     clock = Clock()
     store = open_store(store_url)
-    auth = LocalAuthorizationServer(issuer, USERS, store, [KEY], clock=clock)
+    auth = LocalAuthorizationServer(issuer or f"http://127.0.0.1:{port}", USERS, store, [KEY], clock=clock)
+    issuer = auth.issuer
     runtime = Elicitation(store, request_state=RequestState(keys=[STATE_KEY]))
     server = runtime.server("authz-server", **auth.mcp_server_kwargs(f"{issuer}/mcp"))
     auth.add_routes(server)
@@ -141,39 +143,6 @@ async def browser(deployed: Deployment) -> AsyncIterator[httpx2.AsyncClient]:
 
 
 # -- the SDK client's OAuth flow, with a person signing in through the real pages ---------------------------
-
-
-@dataclass
-class SigningInPerson:
-    """Follows the authorization URL in a browser, signs in on the form, and hands the code to the client."""
-
-    browser: httpx2.AsyncClient
-    username: str = "alice"
-    password: str = "wonderland"
-    pages: list[str] = field(default_factory=list)
-    redirects: list[str] = field(default_factory=list)
-    result: AuthorizationCodeResult | None = None
-
-    async def redirect(self, authorization_url: str) -> None:
-        authorize = await self.browser.get(authorization_url)
-        assert authorize.status_code == 302, authorize.text
-        sign_in_url = authorize.headers["location"]
-        assert urlsplit(sign_in_url).path == "/signin"
-        page = await self.browser.get(sign_in_url)
-        assert page.status_code == 200
-        self.pages.append(page.text)
-        form = {**hidden_fields(page.text), "username": self.username, "password": self.password}
-        done = await self.browser.post("/signin", data=form)
-        assert done.status_code == 302, done.text
-        location = done.headers["location"]
-        self.redirects.append(location)
-        assert location.startswith(CALLBACK + "?")
-        params = query_of(location)
-        self.result = AuthorizationCodeResult(code=params["code"], state=params.get("state"), iss=params.get("iss"))
-
-    async def callback(self) -> AuthorizationCodeResult:
-        assert self.result is not None
-        return self.result
 
 
 def oauth_client(deployment: Deployment, person: SigningInPerson, storage: SignInStorage) -> OAuthClientProvider:
@@ -215,6 +184,25 @@ async def test_the_sdk_client_signs_in_and_the_decision_belongs_to_the_signed_in
     assert verified.resource == deployed.mcp_url and verified.claims == {"iss": deployed.issuer}
     # Signing in for the client also signed the browser in.
     assert (await browser.get("/whoami")).text == f"{deployed.issuer}#alice"
+
+
+async def test_an_issuer_written_with_a_trailing_slash_is_published_as_the_tokens_name_it(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Clients compare the resource's `authorization_servers`, the metadata's `issuer` and the tokens' `iss` as
+    strings (RFC 8414 §3.3): the configured `http://host/` is published as `http://host` in all three."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    deployment = deploy(store_url, tmp_path, port, issuer=f"{base}/")
+    try:
+        with serving(deployment.app, port):
+            published = await published_issuers(base)
+        token = deployment.auth.issue_access_token("alice", "client-a", ["mcp"], resource=f"{base}/mcp")
+        verified = await deployment.auth.load_access_token(token.access_token)
+    finally:
+        deployment.runtime.close()
+    assert deployment.issuer == base and published == ([base], base)
+    assert verified is not None and verified.claims == {"iss": base}
 
 
 # -- a hand-driven OAuth client, to reach what the SDK client never does (replays, revocation) ---------------

@@ -27,11 +27,14 @@ from fastmcp.exceptions import ToolError as FastMCPToolError
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import InputRequiredToolResult, ToolResult
 from mcp import Client
+from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolRequestParams, ElicitResult, InputRequiredResult, InputResponses, TextContent
-from pydantic import BaseModel, Field
+from pydantic import AnyUrl, BaseModel, Field
 
+from mcp_elicit.cli.login import SignInStorage
 from mcp_elicit.client import (
     Accept,
     Consent,
@@ -50,10 +53,10 @@ from mcp_elicit.reference.demo_stack import Credentials, DemoStack, sign_in
 from mcp_elicit.server import Elicitation, Fallback, Flow, IdentityPolicy, RequestState, SecretField
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY
 from mcp_elicit.store import Store, open_store
-from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
+from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing, WebPages, mount_web
 from mcp_elicit.web.flows import ApiKeyEntry
-from mcp_elicit.web.pages import UrlPages
 from tests.helpers.http_harness import free_port, serving, wait_for_port
+from tests.helpers.oauth_client import CALLBACK, SigningInPerson, published_issuers, query_of
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.peers.fastmcp_server import SERVER_NAME, STATE_KEY, build
 from tests.helpers.person import Person, accept
@@ -508,25 +511,76 @@ class SignedIn:
 
 
 @pytest.fixture
-def signed_in(store_url: str, tmp_path: Path) -> Iterator[SignedIn]:
+def signed_in(store_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SignedIn]:
+    """`request.param`, when given, is how the issuer is written after the origin ("/": with a trailing slash)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
     elicitation = Elicitation(store, request_state=RequestState(keys=[STATE_KEY]), public_base_url=base)
     users = LocalUsers.from_text("alice:alice-pw:Alice,bob:bob-pw:Bob")
-    auth = LocalAuthorizationServer(base, users, store, signing_keys=[b"a" * 32], server_name=SERVER_NAME)
-    pages = UrlPages(
-        elicitation=elicitation, sign_in=auth, vault=Vault(store, VaultKeyRing.from_text(VAULT_KEYS)),
+    issuer = base + getattr(request, "param", "")
+    auth = LocalAuthorizationServer(issuer, users, store, signing_keys=[b"a" * 32], server_name=SERVER_NAME)
+    _, mcp = build(elicitation, Counter(tmp_path / "effects.json"), auth=LocalOAuth(auth))
+    mount_web(mcp, elicitation, WebPages(
+        sign_in=auth, page_key=b"p" * 32, vault=Vault(store, VaultKeyRing.from_text(VAULT_KEYS)),
         flows={"set_api_key": ApiKeyEntry(vault_name="example-api-key", service_title="Example")},
-        page_key=b"p" * 32, server_title=SERVER_NAME, public_base_url=base,
-    )  # fmt: skip
-    flows, mcp = build(elicitation, Counter(tmp_path / "effects.json"), auth=LocalOAuth(auth))
-    flows.add_routes([*auth.routes(), *pages.routes()])
+    ))  # fmt: skip
     try:
         with serving(mcp.http_app(), port):
             yield SignedIn(base, store, tmp_path, store_url)
     finally:
         elicitation.close()
+
+
+@pytest.mark.parametrize("signed_in", ["", "/"], indirect=True, ids=["issuer", "issuer-with-slash"])
+async def test_the_sdk_clients_sign_in_to_the_fastmcp_app_compares_one_issuer_string_throughout(
+    signed_in: SignedIn,
+) -> None:
+    """The SDK compares the issuer listed by the resource with the metadata's, and the answer's `iss` with both,
+    as strings (RFC 8414 §3.3, RFC 9207): one spelling everywhere, however the issuer was configured."""
+    base = signed_in.base
+    async with httpx2.AsyncClient(base_url=base, follow_redirects=False, timeout=30) as browser:
+        person = SigningInPerson(browser, password="alice-pw")
+        provider = OAuthClientProvider(
+            server_url=f"{base}/mcp",
+            client_metadata=OAuthClientMetadata(client_name="SDK client", redirect_uris=[AnyUrl(CALLBACK)]),
+            storage=SignInStorage(),
+            redirect_handler=person.redirect,
+            callback_handler=person.callback,
+        )
+        async with httpx2.AsyncClient(auth=provider, timeout=30) as http, Client(
+            streamable_http_client(f"{base}/mcp", http_client=http), mode="2026-07-28",
+            elicitation_callback=Person([accept(approve=True)]),
+        ) as client:  # fmt: skip
+            done = await client.call_tool("approve", {"scope": "signed"})
+    assert text(done) == f"applied signed on {SERVER_NAME}"
+    assert await published_issuers(base) == ([base], base)
+    assert query_of(person.redirects[0])["iss"] == base
+    [decision] = signed_in.store.list_decisions(Operator())
+    assert decision.principal.principal_id == f"{base}#alice"
+
+
+async def test_health_readiness_and_the_inbox_are_served_on_the_fastmcp_app(signed_in: SignedIn) -> None:
+    base = signed_in.base
+    async with bearer_client(f"{base}/mcp", await signed_in.token("alice"), elicitation_callback=None) as client:
+        told = await client.call_tool("reserve", {"city": "Lima"})
+    [decision] = signed_in.store.list_decisions(Operator())
+    assert f"{base}/elicit/{decision.elicitation_id}" in error_text(told)
+    async with httpx2.AsyncClient(base_url=base, follow_redirects=False, timeout=30) as browser:
+        refused = await browser.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        healthy, ready = await browser.get("/healthz"), await browser.get("/readyz")
+        unsigned = await browser.get("/inbox")
+        form = await browser.get("/signin", params={"next": "/inbox"})
+        signed = await browser.post("/signin", data={"username": "alice", "password": "alice-pw", "next": "/inbox",
+                                                     "csrf": hidden(form.text, "csrf")})  # fmt: skip
+        inbox = await browser.get("/inbox")
+    assert refused.status_code == 401  # the MCP endpoint demands a token; the health routes do not
+    assert (healthy.status_code, healthy.json()) == (200, {"status": "ok"})
+    checks = {"store": "ok", "schema": "ok", "keys": "ok"}
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready", "checks": checks})
+    assert unsigned.status_code == 303 and unsigned.headers["location"] == "/signin?next=%2Finbox"
+    assert signed.status_code == 303 and inbox.status_code == 200
+    assert "How many seats to Lima?" in inbox.text and f'href="/elicit/{decision.elicitation_id}"' in inbox.text
 
 
 async def test_url_mode_and_sign_in_mount_on_the_fastmcp_app(signed_in: SignedIn) -> None:

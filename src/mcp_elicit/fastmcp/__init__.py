@@ -2,10 +2,11 @@
 
 The only part of mcp-elicit that imports FastMCP. `FastMCPFlows` builds the server and registers tools whose
 body takes a `Flow`, run by the same runtime as on the SDK's `MCPServer`; `LocalOAuth` puts the local
-authorization server behind FastMCP's `auth=`, so the sign-in and the URL-mode pages mount on the same app.
+authorization server behind FastMCP's `auth=`, so the sign-in and the URL-mode pages (`mount_web`) mount on
+the same app; `in_process` is the SDK `Server` the testing `Harness` and the client kit call in process.
 """
 
 from mcp_elicit.fastmcp.auth import LocalOAuth
-from mcp_elicit.fastmcp.tools import FastMCPFlows
+from mcp_elicit.fastmcp.tools import FastMCPFlows, in_process
 
-__all__ = ["FastMCPFlows", "LocalOAuth"]
+__all__ = ["FastMCPFlows", "LocalOAuth", "in_process"]

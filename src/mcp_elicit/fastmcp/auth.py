@@ -8,7 +8,11 @@ same keys and store serve each other's users.
 
 Guarantees: those of `LocalAuthorizationServer` (see `mcp_elicit.web.authserver`); the principal a tool call
 is bound to is the token's issuer and subject, as the page's principal check expects; the OAuth metadata
-lists only the grants served (FastMCP's would also name `refresh_token`, which this server refuses).
+lists only the grants served (FastMCP's would also name `refresh_token`, which this server refuses); the
+issuer is one string everywhere a client compares it (RFC 8414 §3.3 and RFC 9207 compare issuers as strings,
+not as URLs): the protected-resource metadata's `authorization_servers`, the authorization-server metadata's
+`issuer`, the `iss` of the authorization response and of the tokens, whether the server was configured with
+a trailing slash or without.
 """
 
 from __future__ import annotations
@@ -34,8 +38,12 @@ class LocalOAuth(OAuthProvider):
 
     def __init__(self, server: LocalAuthorizationServer) -> None:
         settings = server.auth_settings(f"{server.issuer}/mcp")  # the same registration, scopes and revocation
+        # The issuer as a URL that renders as the tokens' `iss`: given the string, FastMCP's AnyHttpUrl would
+        # add a trailing slash to the path-less origin and list `http://host/` in the protected-resource
+        # metadata, which the SDK's client then refuses as another issuer than the metadata's `http://host`.
         super().__init__(
-            base_url=server.issuer,
+            base_url=settings.issuer_url,
+            issuer_url=settings.issuer_url,
             client_registration_options=settings.client_registration_options,
             revocation_options=settings.revocation_options,
             required_scopes=settings.required_scopes,
@@ -43,11 +51,8 @@ class LocalOAuth(OAuthProvider):
         self.server = server
 
     def get_routes(self, mcp_path: str | None = None) -> list[Route]:
-        """FastMCP's OAuth routes, the metadata as an `MCPServer` with this server serves it.
-
-        Its issuer is exactly the tokens' `iss` (FastMCP's URL type would add a trailing slash, which RFC 8414
-        clients compare as a string), and it lists only the grants served (not `refresh_token`).
-        """
+        """FastMCP's OAuth routes, the authorization-server metadata as an `MCPServer` with this server serves
+        it: listing only the grants served (not `refresh_token`)."""
         routes = super().get_routes(mcp_path)
         settings = self.server.auth_settings(f"{self.server.issuer}{mcp_path or '/mcp'}")
         metadata = build_metadata(

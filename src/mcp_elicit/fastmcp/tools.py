@@ -15,6 +15,9 @@ the runtime's own signals are) to the flows' middleware, which raises the error 
 body's `ToolError` fails the operation; any other exception leaves it open, so the same call made again
 goes on from what was recorded.
 
+`in_process(server, elicitation)` is the SDK `Server` a FastMCP of these flows runs on: what the testing
+`Harness` and the client kit connect to in this process, FastMCP's lifespan and middleware included.
+
 Does not guarantee: anything for a flow tool run as a FastMCP background task (`task=True`, refused at
 registration) or called with no MCP request to carry its questions (`FastMCP.call_tool` from code).
 """
@@ -33,10 +36,10 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context, without_injected_parameters
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import FunctionTool, Tool, ToolResult
+from mcp.server import Server
 from mcp.server.mcpserver.exceptions import ToolError as FailedOperation
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
-from starlette.routing import Route
 
 from mcp_elicit.server.eras import Era, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
@@ -44,7 +47,7 @@ from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
 from mcp_elicit.server.runtime import Elicitation
 
-__all__ = ["FastMCPFlows"]
+__all__ = ["FastMCPFlows", "in_process"]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -153,12 +156,6 @@ class FastMCPFlows(Middleware):
 
         return register
 
-    def add_routes(self, routes: Sequence[Route], server: FastMCP[Any] | None = None) -> None:
-        """Serve `routes` (`UrlPages.routes()`, `LocalAuthorizationServer.routes()`) as custom routes of `server`."""
-        target = self._target(server)
-        for route in routes:
-            target.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
-
     def _target(self, server: FastMCP[Any] | None) -> FastMCP[Any]:
         if server is not None:
             if server not in self._servers:
@@ -178,6 +175,26 @@ class FastMCPFlows(Middleware):
             return await call_next(context)
         except _OnTheWire as carried:
             raise carried.error from None
+
+
+def in_process(server: FastMCP[Any], elicitation: Elicitation) -> Server[Any]:
+    """The SDK `Server` under `server`, a FastMCP of `FastMCPFlows(elicitation)`, to connect to it in this process.
+
+    `Harness(elicitation, server=server)` and the plugin's `elicit_server` use it; `ElicitingClient` takes it as
+    it takes any in-process `Server`. Each connection runs what serving the FastMCP runs: its lifespan (the
+    lowlevel server's lifespan enters FastMCP's, the flows' background work included, once however many
+    connections overlap), its middleware and its requestState boundary, as FastMCP's own in-memory client does.
+    A FastMCP these flows did not build is refused: its flow tools would record into another store.
+    """
+    if not isinstance(server, FastMCP):
+        raise TypeError(
+            f"in_process takes a FastMCP built with FastMCPFlows(...).server(...), not {type(server).__name__}"
+        )
+    if not any(isinstance(layer, FastMCPFlows) and layer.elicitation is elicitation for layer in server.middleware):
+        raise ValueError(
+            f"the FastMCP {server.name!r} was not built by FastMCPFlows(elicitation).server(...) for this Elicitation"
+        )
+    return server._mcp_server  # what FastMCP's own in-memory transport runs; FastMCP names no public accessor
 
 
 class _FlowTool:

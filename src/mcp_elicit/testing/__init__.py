@@ -9,12 +9,13 @@
 
 The pytest plugin (`mcp_elicit.testing.plugin`, registered as the `mcp_elicit` plugin) provides the
 fixtures: `elicit` (a `Harness` on `elicit_app`, your fixture returning your `Elicitation`), run once per
-era unless `@pytest.mark.elicit_eras(...)` narrows them, `elicit_clock` and `elicit_store_url`. Everything
+era unless `@pytest.mark.elicit_eras(...)` narrows them, `elicit_server` (your FastMCP of `FastMCPFlows`,
+when the tools are served by FastMCP), `elicit_clock` and `elicit_store_url`. Everything
 here works without pytest too: build a `Harness` yourself.
 """
 
 from mcp_elicit.testing.clock import ControlledClock
-from mcp_elicit.testing.harness import DEFAULT_TIMEOUT, ERAS, EraName, Harness, ToolCall
+from mcp_elicit.testing.harness import DEFAULT_TIMEOUT, ERAS, EraName, Harness, ServerUnderTest, ToolCall
 from mcp_elicit.testing.person import Question
 from mcp_elicit.testing.script import (
     Answers,
@@ -40,6 +41,7 @@ __all__ = [
     "Reply",
     "Script",
     "ScriptFailure",
+    "ServerUnderTest",
     "ToolCall",
     "UnscriptedQuestion",
     "UrlOutcome",

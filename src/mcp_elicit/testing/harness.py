@@ -12,15 +12,16 @@ retries, overlapping calls and eras).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, get_args
 
 import anyio
 import anyio.to_thread
 from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ListToolsResult, TextContent
 
 from mcp_elicit.client import ElicitingClient, Mode, PendingFlows, SdkOptions
 from mcp_elicit.model import AuditEntry, Decision, JSONValue, Operation, Principal, request_digest
@@ -31,11 +32,17 @@ from mcp_elicit.testing.clock import ControlledClock
 from mcp_elicit.testing.person import TESTING, BrowserStandIn, Encounters, Question, ScriptedPerson
 from mcp_elicit.testing.script import Answers, Script
 
+if TYPE_CHECKING:
+    from fastmcp import FastMCP
+
 EraName: TypeAlias = Literal["2025-06-18", "2025-11-25", "2026-07-28"]
 ERAS: Final[tuple[EraName, ...]] = get_args(EraName)
 """Every protocol era a tool body runs on, oldest first."""
 DEFAULT_TIMEOUT = 30.0
 """Seconds a call may take in real time: a scripted call that takes longer is stuck, not slow."""
+ServerUnderTest: TypeAlias = "Server[Any] | MCPServer | FastMCP[Any]"
+"""What a `Harness` calls: an `MCPServer`, a lowlevel `Server` running its tools through `Elicitation.run_tool`,
+or a FastMCP built with `FastMCPFlows` (`pip install "mcp-elicit[fastmcp]"`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +74,7 @@ class ToolCall:
     @property
     def replayed(self) -> bool:
         """Whether the server handed over an identical call's recorded result instead of running the body."""
-        return self.result.meta is not None and REPLAYED_META_KEY in self.result.meta
+        return _replayed(self.result)
 
 
 class Harness:
@@ -75,7 +82,8 @@ class Harness:
 
     `era` is the era of every call unless a call names its own; `timeout` bounds each call in real time.
     `server` is what the calls go to: by default the `MCPServer` of `elicitation.server(...)`; a lowlevel
-    `Server` running its tools through `elicitation.run_tool` is passed here.
+    `Server` running its tools through `elicitation.run_tool`, or the FastMCP of
+    `FastMCPFlows(elicitation).server(...)`, is passed here.
     Time moves only if the app runs on a `ControlledClock` (`Elicitation(..., clock=clock)`, which opens its
     store on the same clock): then `clock.advance(...)` makes TTLs run out without waiting.
     """
@@ -86,10 +94,12 @@ class Harness:
         *,
         era: EraName = "2026-07-28",
         timeout: float = DEFAULT_TIMEOUT,
-        server: Server[Any] | MCPServer | None = None,
+        server: ServerUnderTest | None = None,
     ) -> None:
         self.elicitation = elicitation
         self.server = server
+        self._connected_to = None if server is None else _in_process(server, elicitation)
+        self._fills_defaults = not isinstance(server, Server)  # MCPServer and FastMCP do; a lowlevel Server does not
         self.era = _checked_era(era)
         self.timeout = timeout
         self.asked: list[Question] = []
@@ -142,20 +152,23 @@ class Harness:
         chosen = _checked_era(era or self.era)
         limit = self.timeout if timeout is None else timeout
         given = dict(arguments or {})
+        server = self._target()
         encounters = Encounters(era=chosen, tool=tool)
         result: CallToolResult | None = None
+        defaults: dict[str, Any] = {}
         raised: Exception | None = None
         with anyio.move_on_after(limit) as bounded:
             async with anyio.create_task_group() as browsing:
                 clock, pending = self._controlled_clock(), PendingFlows()
                 browser = BrowserStandIn(self._store, browsing, encounters, pending, clock=clock, timeout=limit)
                 person = ScriptedPerson(self._store, script, encounters, browser, modes=modes, clock=clock)
-                server = self._target()
                 try:
                     async with ElicitingClient(
                         server, person, era=chosen, opener=browser, pending=pending, sdk=sdk
                     ) as kit:
                         result = await kit.call_tool(tool, given)
+                        if self._fills_defaults and not encounters.asked and not _replayed(result):
+                            defaults = _defaults(await kit.list_tools(), tool)
                 except Exception as error:
                     raised = error
                 finally:
@@ -168,7 +181,7 @@ class Harness:
         if bounded.cancelled_caught or result is None:
             shown = ", ".join(repr(question.key) for question in encounters.asked) or "nothing"
             raise AssertionError(f"the call of {tool!r} on {chosen} did not end within {limit:g} s; it asked {shown}")
-        operation_id = await self._operation_of(tool, given, encounters.asked, result)
+        operation_id = await self._operation_of(tool, given, encounters.asked, result, defaults)
         return ToolCall(tool, given, chosen, result, tuple(encounters.asked), operation_id)
 
     async def sweep(self) -> SweepResult:
@@ -252,7 +265,16 @@ class Harness:
     # -- internals --------------------------------------------------------------------------------
 
     def _target(self) -> Server[Any] | MCPServer:
-        return self.server if self.server is not None else self.elicitation.mcp_server
+        if self._connected_to is not None:
+            return self._connected_to
+        try:
+            return self.elicitation.mcp_server
+        except RuntimeError:
+            raise RuntimeError(
+                "the Harness calls the MCPServer of Elicitation.server(...), and this Elicitation has none: build "
+                "it, or pass the server to call (Harness(app, server=...), or the elicit_server fixture), e.g. "
+                "the FastMCP of FastMCPFlows(app).server(...)"
+            ) from None
 
     def _controlled_clock(self) -> ControlledClock | None:
         clock = self.elicitation.clock
@@ -264,39 +286,66 @@ class Harness:
         return call.operation_id
 
     async def _operation_of(
-        self, tool: str, arguments: Mapping[str, Any], asked: Sequence[Question], result: CallToolResult
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        asked: Sequence[Question],
+        result: CallToolResult,
+        defaults: Mapping[str, Any],
     ) -> str | None:
         """The call's operation: named by a question it asked or by a replayed result, else found by its digest.
 
-        The digest is the runtime's: the tool's name and its arguments as the body receives them (an
-        `MCPServer` fills in the defaults of the input schema; a lowlevel `Server` passes them as sent), the
-        `elicit_answers` fallback argument left out.
+        The digest is the runtime's: the tool's name and its arguments as the body receives them (`defaults`,
+        the input schema's, filled in where the server fills them in), the `elicit_answers` argument left out.
         """
         if asked:
             return asked[-1].operation_id
         replayed = (result.meta or {}).get(REPLAYED_META_KEY)
         if isinstance(replayed, dict) and isinstance(replayed.get("operationId"), str):
             return str(replayed["operationId"])
-        received = {name: value for name, value in arguments.items() if name != ANSWERS_ARGUMENT}
-        target = self._target()
-        schemas = (
-            {listed.name: listed.input_schema for listed in await target.list_tools()}
-            if isinstance(target, MCPServer)
-            else {}
-        )
-        for name, schema in schemas.get(tool, {}).get("properties", {}).items():
-            if name not in received and name != ANSWERS_ARGUMENT and isinstance(schema, dict) and "default" in schema:
-                received[name] = schema["default"]
+        received = {**defaults, **arguments}
+        received.pop(ANSWERS_ARGUMENT, None)
         digest = request_digest("tools/call", {"name": tool, "arguments": received})
         store = self._store
         found = await store.find_operations(self._principal, method="tools/call", target=tool, request_digest=digest)
         return found[0].operation_id if found else None
 
 
+def _in_process(server: ServerUnderTest, elicitation: Elicitation) -> Server[Any] | MCPServer:
+    if isinstance(server, Server | MCPServer):
+        return server
+    fastmcp = sys.modules.get("fastmcp")  # loaded wherever a FastMCP exists; never imported here
+    if fastmcp is None or not isinstance(server, fastmcp.FastMCP):
+        raise TypeError(
+            "server is an MCPServer, a lowlevel Server or the FastMCP of FastMCPFlows(app).server(...), "
+            f"not {type(server).__name__}"
+        )
+    from mcp_elicit.fastmcp import in_process
+
+    return in_process(server, elicitation)
+
+
+def _defaults(listing: ListToolsResult, tool: str) -> dict[str, Any]:
+    """The default of each argument of `tool`'s input schema that has one."""
+    for listed in listing.tools:
+        if listed.name == tool:
+            properties = listed.input_schema.get("properties", {})
+            return {
+                name: schema["default"]
+                for name, schema in properties.items()
+                if isinstance(schema, dict) and "default" in schema
+            }
+    return {}
+
+
 def _checked_era(era: str) -> EraName:
     if era not in ERAS:
         raise ValueError(f"an era is one of {', '.join(ERAS)}: got {era!r}")
     return era
+
+
+def _replayed(result: CallToolResult) -> bool:
+    return result.meta is not None and REPLAYED_META_KEY in result.meta
 
 
 def _text(result: CallToolResult) -> str:

@@ -9,7 +9,8 @@ that where an era cannot do what the test needs (2025-06-18 has no URL mode).
   `elicit_store_url` and `elicit_clock` so that the test owns its records and its time.
 - `elicit`: a `Harness` calling `elicit_app` on the test's era.
 - `elicit_server`: what `elicit` calls; by default (None) the `MCPServer` of `elicit_app.server(...)`.
-  Override it to return a lowlevel `Server` whose tools run through `elicit_app.run_tool`.
+  Override it to return the FastMCP of `FastMCPFlows(elicit_app).server(...)`, or a lowlevel `Server` whose
+  tools run through `elicit_app.run_tool`.
 - `elicit_era`: that era.
 - `elicit_clock`: a `ControlledClock`, for `Elicitation(..., clock=elicit_clock)`.
 - `elicit_store_url`: a SQLite store file of the test's own, under `tmp_path`.
@@ -24,12 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp.server import Server
-from mcp.server.mcpserver import MCPServer
 
 from mcp_elicit.server import Elicitation
 from mcp_elicit.testing.clock import ControlledClock
-from mcp_elicit.testing.harness import ERAS, EraName, Harness
+from mcp_elicit.testing.harness import ERAS, EraName, Harness, ServerUnderTest
 
 MARKER = "elicit_eras"
 ERA_FIXTURE = "elicit_era"
@@ -112,13 +111,14 @@ def elicit_app() -> Elicitation:
 
 
 @pytest.fixture
-def elicit_server() -> Server[Any] | MCPServer | None:
-    """What `elicit` calls: None is the `MCPServer` of `elicit_app.server(...)`; override it for a lowlevel one."""
+def elicit_server() -> ServerUnderTest | None:
+    """What `elicit` calls: None is the `MCPServer` of `elicit_app.server(...)`; override it to return the FastMCP
+    of `FastMCPFlows(elicit_app).server(...)` or a lowlevel `Server`."""
     return None
 
 
 @pytest.fixture
-def elicit(elicit_app: Any, elicit_server: Server[Any] | MCPServer | None, elicit_era: EraName) -> Harness:
+def elicit(elicit_app: Any, elicit_server: ServerUnderTest | None, elicit_era: EraName) -> Harness:
     """A `Harness` calling `elicit_app`'s tools in process on this run's era."""
     if not isinstance(elicit_app, Elicitation):
         raise TypeError(f"the elicit_app fixture must return an Elicitation, not {type(elicit_app).__name__}")

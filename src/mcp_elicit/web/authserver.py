@@ -108,6 +108,7 @@ from starlette.routing import Route
 from mcp_elicit.model import JSONObject
 from mcp_elicit.store import AlreadyExists, Consumption, Store
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.throttle import HeldBack, SignInBackoff, SignInThrottle
 
 __all__ = [
@@ -426,10 +427,9 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             Route(SIGN_OUT_PATH, self._sign_out_endpoint, methods=["POST"], name="elicit-signout"),
         ]
 
-    def add_routes(self, server: MCPServer) -> None:
+    def add_routes(self, server: RouteHost) -> None:
         """Register `routes()` as custom routes of `server` (served without bearer authorization)."""
-        for route in self.routes():
-            server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
+        add_routes(server, self.routes())
 
     # -- the browser user (the interface of the URL-mode pages) ----------------------------------------
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -39,6 +38,7 @@ from mcp_elicit.store import (
     StoreReadOnly,
     StoreUnavailable,
 )
+from mcp_elicit.web.routes import RouteHost, add_routes
 
 __all__ = ["HEALTH_PATH", "READY_PATH", "Health"]
 
@@ -59,7 +59,8 @@ class _StoreState:
 
 
 class Health:
-    """The health routes of an app serving `elicitation`; `add_routes(server)` puts them on its `MCPServer`."""
+    """The health routes of an app serving `elicitation`; `add_routes(server)` puts them on its `MCPServer` or
+    FastMCP."""
 
     def __init__(self, elicitation: Elicitation, *, timeout: float = 2.0) -> None:
         if not timeout > 0:
@@ -77,10 +78,9 @@ class Health:
             Route(READY_PATH, self._readyz, methods=["GET"], name="elicit-readyz"),
         ]
 
-    def add_routes(self, server: MCPServer) -> None:
+    def add_routes(self, server: RouteHost) -> None:
         """Register `routes()` as custom routes of `server`, which serves them without authorization."""
-        for route in self.routes():
-            server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(route.endpoint)
+        add_routes(server, self.routes())
 
     async def readiness(self) -> dict[str, str]:
         """Each check by name: `ok`, or a fixed word saying how it fails."""

@@ -3,10 +3,11 @@
 A URL decision (`flow.ask_url`) and a question answered on the web (`Fallback.WEB`) send the person to
 `/elicit/{id}` on this server; those pages must know who sits at the browser, run the external flows and
 keep what they obtain in the vault. `mount_web(server, elicitation, WebPages(...))` adds all of it to an
-`MCPServer` as custom routes (served without bearer authorization, since a browser carries no MCP token):
-the decision pages and the OAuth callback, the sign-in routes of a `SignIn` that serves its own
-(`LocalAuthorizationServer`: `/signin`, `/signout`), and `/healthz` and `/readyz`. The
-`mcp-elicit serve --transport http` deployment is wired the same way.
+`MCPServer`, or to a FastMCP built with `FastMCPFlows`, as custom routes (served without bearer
+authorization, since a browser carries no MCP token): the decision pages and the OAuth callback, the
+decision inbox, the sign-in routes of a `SignIn` that serves its own (`LocalAuthorizationServer`:
+`/signin`, `/signout`), and `/healthz` and `/readyz`. The `mcp-elicit serve --transport http` deployment
+is wired the same way.
 
 Guarantees: everything is checked before a route is added (a public base URL to serve under, a vault for
 any external flow, a page key of 32+ bytes), so a misconfiguration fails at start-up, naming what is missing,
@@ -22,13 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from mcp.server.mcpserver import MCPServer
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from mcp_elicit.server.runtime import Elicitation
@@ -37,6 +35,7 @@ from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
 from mcp_elicit.web.pages import SignIn, UrlPages
+from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.vault import Vault
 
 __all__ = ["ServedSignIn", "WebPages", "mount_web"]
@@ -72,8 +71,9 @@ class WebPages:
     """The decision inbox at `/inbox` (its operators, its page size); None serves none."""
 
 
-def mount_web(server: MCPServer, elicitation: Elicitation, pages: WebPages) -> UrlPages:
-    """Serve the decision pages, `pages.sign_in`'s own routes and (unless `health=False`) the health routes."""
+def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> UrlPages:
+    """Serve the decision pages, the inbox, `pages.sign_in`'s own routes and (unless `health=False`) the health
+    routes on `server`: the `MCPServer` of `elicitation.server(...)`, or the FastMCP of `FastMCPFlows.server(...)`."""
     base_url = elicitation.public_base_url
     if base_url is None:
         raise ValueError(
@@ -104,18 +104,7 @@ def mount_web(server: MCPServer, elicitation: Elicitation, pages: WebPages) -> U
         routes = [*pages.sign_in.routes(), *routes]
     if isinstance(pages.sign_in, LocalAuthorizationServer) and pages.sign_in.sign_in_reason is None:
         pages.sign_in.sign_in_reason = url_pages.sign_in_reason
-    for route in routes:
-        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(_endpoint(route))
     if pages.health:
-        Health(elicitation).add_routes(server)
+        routes += Health(elicitation).routes()
+    add_routes(server, routes)
     return url_pages
-
-
-def _endpoint(route: Route) -> Callable[[Request], Awaitable[Response]]:
-    endpoint = route.endpoint
-
-    async def call(request: Request) -> Response:
-        response: Response = await endpoint(request)
-        return response
-
-    return call
