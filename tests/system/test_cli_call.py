@@ -114,18 +114,24 @@ def test_http_dev_loopback_with_json_arguments(era: str, dev_http: str, tmp_path
     assert decisions(store_file) == {"choose_offer": (DecisionStatus.ACCEPTED, {"offer": "MON-32-B"})}
     assert len(list((tmp_path / "workspace" / "orders").glob("*.json"))) == 1
 
+    nobody = run("call", dev_http, "procure", "--arg", "item=monitor", "--arg", "budget=800", "--era", era)
+    assert nobody.returncode == 1, nobody.stderr
+    assert "form elicitation" in nobody.stdout + nobody.stderr, "the server's own words (on 2026-07-28, HTTP 400)"
+    assert "HTTP 400" not in nobody.stderr
+
 
 def test_the_reference_deployment_needs_its_token(reference_http: DemoStack, script: Path, store_file: str) -> None:
     refused = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--script", str(script))
     assert refused.returncode == 2
     assert (
-        f"requires authorization (HTTP 401): sign in with mcp-elicit login {reference_http.mcp_url}, or pass --token"
-        in one_line(refused.stderr)
-    )
+        f"requires authorization (HTTP 401: Authentication required): sign in with mcp-elicit login "
+        f"{reference_http.mcp_url}, or pass --token" in one_line(refused.stderr)
+    ), "the status with the server's error_description"
 
     forged = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--token", "not-a-token")
     assert forged.returncode == 2
-    assert "refused the token (HTTP 401): it is invalid or has expired" in one_line(forged.stderr)
+    assert "refused the token (HTTP 401: " in one_line(forged.stderr)
+    assert "): it is invalid or has expired" in one_line(forged.stderr)
 
     token = anyio.run(sign_in, reference_http)
     done = run(

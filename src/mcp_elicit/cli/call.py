@@ -48,7 +48,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe, era_hint
+from mcp_elicit.cli._failures import (
+    CALL_FAILED,
+    USAGE,
+    CommandFailed,
+    HttpRefusal,
+    Situation,
+    describe,
+    era_hint,
+    http_refusal,
+)
 from mcp_elicit.cli._logs import one_line_warnings
 from mcp_elicit.cli._tool_result import print_result, replay_note, result_text
 from mcp_elicit.cli._waits import ScriptShown, waits_shown
@@ -103,20 +112,20 @@ class Server:
     kept: SavedLogin | None = None
     """The sign-in `mcp-elicit login` kept for this URL, used when no token is given."""
     log: Path | None = None
-    http_status: int | None = None
-    """The last HTTP error status seen, since the SDK turns a 401 into a bare JSON-RPC error."""
+    refusal: HttpRefusal | None = None
+    """The last HTTP error seen, since the SDK turns a 401 into a bare JSON-RPC error."""
     protocol: str | None = None
 
     async def _observe(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
-            self.http_status = response.status_code
+            self.refusal = await http_refusal(response)
 
     def situation(self, connected: bool) -> Situation:
         return Situation(
             self.label,
             connected,
             self.last_words(),
-            self.http_status,
+            self.refusal,
             self.token is not None,
             protocol=self.protocol,
         )
@@ -352,5 +361,5 @@ def _interactive(stream: TextIO) -> bool:
 
 
 def _fail(failed: CommandFailed) -> NoReturn:
-    err.print(f"[red]error:[/red] {escape(failed.message)}", soft_wrap=True)
+    err.print(Text.assemble(("error:", "red"), " ", printable(failed.message, multiline=True)), soft_wrap=True)
     raise typer.Exit(failed.code or USAGE)
