@@ -100,6 +100,41 @@ def test_stdio_server_asks_and_the_script_answers(era: str, stdio_server: str, s
 
 
 @pytest.mark.parametrize("era", ERAS)
+def test_a_question_the_script_misses_stops_the_call_naming_it(
+    era: str, stdio_server: str, tmp_path: Path, store_file: str
+) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"match": "Which offer", "reply": "accept", "content": {"offer": "A"}}]))
+    stopped = run(
+        "call", stdio_server, "create_ticket", "--arg", "title=Unscripted", "--script", str(other), "--era", era,
+        env={"MCP_ELICIT_STORE": store_file},
+    )  # fmt: skip
+    assert stopped.returncode == 1, stopped.stderr
+    assert (
+        "error: the script has no answer for the question \"Which priority for the ticket 'Unscripted'?\" "
+        "(form fields: priority): the call stopped and left it unanswered;" in one_line(stopped.stderr)
+    )
+    assert "--on-missing cancel" in stopped.stderr
+    assert "The script has no answer for this question: the call stops" in stopped.stdout
+    assert decisions(store_file) == {"priority": (DecisionStatus.REQUESTED, None)}, "nobody's answer was recorded"
+
+
+def test_on_missing_cancel_answers_the_missed_question_cancel(
+    stdio_server: str, tmp_path: Path, store_file: str
+) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"match": "Which offer", "reply": "accept", "content": {"offer": "A"}}]))
+    done = run(
+        "call", stdio_server, "create_ticket", "--arg", "title=Unscripted", "--script", str(other),
+        "--on-missing", "cancel", env={"MCP_ELICIT_STORE": store_file},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Answered by the script: cancel (nobody decided)" in done.stdout
+    assert "No ticket created (cancelled)." in done.stdout
+    assert decisions(store_file) == {"priority": (DecisionStatus.CANCELLED, None)}
+
+
+@pytest.mark.parametrize("era", ERAS)
 def test_http_dev_loopback_with_json_arguments(era: str, dev_http: str, tmp_path: Path, store_file: str) -> None:
     answers = tmp_path / "offer.json"
     answers.write_text(json.dumps([{"match": "Which one", "reply": "accept", "content": {"offer": "MON-32-B"}}]))
@@ -245,6 +280,7 @@ def test_a_server_that_dies_is_quoted(tmp_path: Path) -> None:
         (SERVE, ["--arg", "=x"], "--arg '=x' is not KEY=VALUE"),
         (SERVE, ["--arg", "a=1", "--arg", "a=2"], "--arg a is given twice"),
         (SERVE, ["--script", "/nonexistent/answers.json"], "cannot use the script"),
+        (SERVE, ["--on-missing", "cancel"], "--on-missing applies with --script only"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(target: str, extra: list[str], message: str) -> None:
