@@ -163,6 +163,13 @@ def test_the_reference_deployment_needs_its_token(reference_http: DemoStack, scr
         f"{reference_http.mcp_url}, or pass --token" in one_line(refused.stderr)
     ), "the status with the server's error_description"
 
+    elsewhere = reference_http.mcp_url.removesuffix("/mcp") + "/nothere"
+    missing = run("call", elsewhere, "create_ticket")
+    assert missing.returncode == 2
+    assert one_line(missing.stderr) == f"error: no MCP endpoint at {elsewhere} (HTTP 404)", (
+        "a bare Not Found adds nothing"
+    )
+
     forged = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--token", "not-a-token")
     assert forged.returncode == 2
     assert "refused the token (HTTP 401: " in one_line(forged.stderr)

@@ -58,14 +58,15 @@ class HttpRefusal:
 
     status: int
     said: str | None = None
-    """The server's words, made printable: a JSON-RPC error's message, else the bearer challenge's (or an OAuth
-    error body's) `error_description`, else the first line of a plain-text body."""
+    """The server's words, made printable: a JSON-RPC error's message, else the bearer challenge's
+    `error_description`, else the first line of a plain-text body."""
     jsonrpc: bool = False
     """The body was a JSON-RPC error, which the SDK raised as the call's `MCPError` with its code."""
 
 
 async def http_refusal(response: httpx2.Response) -> HttpRefusal:
-    """What an HTTP error answer says; read from the body only when it is JSON or plain text (small by nature)."""
+    """What an HTTP error answer says. Its body is read only when it is JSON or plain text (a bare Starlette
+    `Response("Invalid Content-Type header", 400)` names no type): an error's words, small by nature."""
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     body: object = None
     if kind == "application/json" or kind.endswith("+json"):
@@ -77,9 +78,7 @@ async def http_refusal(response: httpx2.Response) -> HttpRefusal:
     if isinstance(error, dict) and isinstance(message := error.get("message"), str):
         return HttpRefusal(response.status_code, _said(message), jsonrpc=True)
     described = extract_field_from_www_auth(response, "error_description")
-    if described is None and isinstance(body, dict) and isinstance(body.get("error_description"), str):
-        described = body["error_description"]
-    if described is None and kind == "text/plain":
+    if described is None and kind in ("", "text/plain"):
         try:
             described = (await response.aread()).decode(errors="replace").strip().split("\n")[0]
         except httpx2.HTTPError:

@@ -252,8 +252,8 @@ def call(
     on_missing: Annotated[
         OnMissing | None,
         typer.Option(
-            help="With --script, a question no entry answers: fail stops the call and leaves the question "
-            "unanswered (exit 1); cancel answers it cancel and the call goes on.  [default: fail]",
+            help="With --script, a question no entry answers: fail (the default) stops the call and leaves the "
+            "question unanswered (exit 1); cancel answers it cancel and the call goes on.",
             show_default=False,
         ),
     ] = None,
