@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_REQUEST,
     CallToolResult,
@@ -158,6 +160,10 @@ def elicitation(store_url: str, elicit_clock: ControlledClock) -> Iterator[Elici
             await flow.step("apply", lambda: 1)
             return f"applied {planned}: {answer.data.note}"
         return type(answer).__name__.lower()
+
+    @runtime.tool()
+    async def broken(flow: Flow) -> str:
+        raise LookupError("the zebra is gone")
 
     @runtime.tool()
     async def connect(flow: Flow) -> str:
@@ -443,3 +449,88 @@ async def test_a_record_logged_while_a_question_is_out_names_the_decision_and_th
     assert refused["operation_id"] == decision.operation_id
     assert (refused["method"], refused["target"]) == ("tools/call", "release")
     assert not any(secret in lines.getvalue() for secret in CONTENT)
+
+
+class Ended(logging.Handler):
+    """The records of served calls' ends, formatted as JSON where they are made; `arrived` is set by each."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(JsonFormatter())
+        self.lines: list[dict[str, Any]] = []
+        self.texts: list[str] = []
+        self.arrived = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(self.format(record)))
+        self.texts.append(record.getMessage())
+        self.arrived.set()
+        self.arrived = anyio.Event()
+
+
+@pytest.fixture
+def ended() -> Iterator[Ended]:
+    handler = Ended()
+    logger = logging.getLogger("mcp_elicit.telemetry.calls")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def how(line: dict[str, Any]) -> tuple[str, str, str, str]:
+    assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
+    assert line["level"] == "INFO"
+    return line["method"], line["target"], line["era"], line["outcome"]
+
+
+async def test_every_served_call_ends_with_one_log_line_saying_how(
+    elicitation: Elicitation, elicit_clock: ControlledClock, ended: Ended
+) -> None:
+    person = Person(elicit_clock, accept())
+    assert text(await call(elicitation, "2026-07-28", person)).startswith("applied")
+    assert [how(line) for line in ended.lines] == [
+        ("tools/call", "release", "mrtr", "input_required"),
+        ("tools/call", "release", "mrtr", "result"),
+    ], "a round ends the call's turn, and the retry that answers it is a call of its own"
+    [decision] = elicitation.store.list_decisions(Operator())
+    assert {line["operation_id"] for line in ended.lines} == {decision.operation_id}
+    assert ended.texts[1].startswith("tools/call release ended: result after ")
+    assert ended.texts[1].endswith(f" ms (era mrtr, operation {decision.operation_id})")
+
+    assert text(await call(elicitation, "legacy", person)).startswith("applied")
+    async with Client(elicitation.mcp_server, mode="2026-07-28") as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("release", {"scope": "elsewhere"})
+        failed = await client.call_tool("broken", {})
+    assert failed.is_error
+    assert [how(line) for line in ended.lines[2:]] == [
+        ("tools/call", "release", "legacy", "replayed"),
+        ("tools/call", "release", "mrtr", "signal"),
+        ("tools/call", "broken", "mrtr", "error"),
+    ]
+    assert ended.lines[3]["signal"] == "CannotAsk" and ended.lines[4]["error_type"] == "LookupError"
+    assert ended.texts[4].startswith("tools/call broken ended: error (LookupError) after ")
+    assert not any(secret in json.dumps(ended.lines) for secret in CONTENT)
+
+
+async def test_a_call_the_client_gives_up_logs_its_end_as_cancelled(
+    elicitation: Elicitation, elicit_clock: ControlledClock, ended: Ended
+) -> None:
+    giving_up = anyio.CancelScope()
+
+    async def walk_away(context: Any, params: ElicitRequestFormParams | ElicitRequestURLParams) -> ElicitResult:
+        giving_up.cancel()
+        await anyio.sleep_forever()
+        raise AssertionError("cancelled above")
+
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=walk_away) as client:
+        arrived = ended.arrived
+        with giving_up:
+            await client.call_tool("release", {"scope": SCOPE})
+        with anyio.fail_after(10):
+            await arrived.wait()
+    [line] = ended.lines
+    assert how(line) == ("tools/call", "release", "legacy", "cancelled")

@@ -80,13 +80,18 @@ def test_show_unknown_and_ambiguous_ids(populated: tuple[str, dict[str, Decision
     assert ambiguous.returncode != 0
 
 
-def test_audit_human_and_json(populated: tuple[str, dict[str, Decision]]) -> None:
+def test_audit_to_a_pipe_and_json(populated: tuple[str, dict[str, Decision]]) -> None:
     url, made = populated
     target = made["accepted"].elicitation_id
-    human = cli("decisions", "audit", target, store=url)
-    assert human.returncode == 0, human.stderr
-    assert "requested → accepted" in human.stdout and "principal:alice@client-a" in human.stdout
-    assert "hunter2" not in human.stdout
+    piped = cli("decisions", "audit", target, store=url)
+    assert piped.returncode == 0, piped.stderr
+    header, *lines = piped.stdout.splitlines()
+    assert header.split("\t") == ["seq", "at", "from_status", "to_status", "actor", "reason", "details"]
+    rows = [line.split("\t") for line in lines]
+    assert [(row[2], row[3]) for row in rows] == [("", "requested"), ("requested", "accepted")]
+    assert rows[1][4] == "principal:alice@client-a"
+    assert all(len(row) == 7 and datetime.fromisoformat(row[1]).tzinfo is not None for row in rows)
+    assert "hunter2" not in piped.stdout
     rows = json.loads(cli("decisions", "audit", target, "--json", store=url).stdout)
     assert [(r["from_status"], r["to_status"]) for r in rows] == [(None, "requested"), ("requested", "accepted")]
     operation_rows = json.loads(cli("decisions", "audit", made["accepted"].operation_id, "--json", store=url).stdout)

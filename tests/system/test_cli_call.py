@@ -100,6 +100,41 @@ def test_stdio_server_asks_and_the_script_answers(era: str, stdio_server: str, s
 
 
 @pytest.mark.parametrize("era", ERAS)
+def test_a_question_the_script_misses_stops_the_call_naming_it(
+    era: str, stdio_server: str, tmp_path: Path, store_file: str
+) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"match": "Which offer", "reply": "accept", "content": {"offer": "A"}}]))
+    stopped = run(
+        "call", stdio_server, "create_ticket", "--arg", "title=Unscripted", "--script", str(other), "--era", era,
+        env={"MCP_ELICIT_STORE": store_file},
+    )  # fmt: skip
+    assert stopped.returncode == 1, stopped.stderr
+    assert (
+        "error: the script has no answer for the question \"Which priority for the ticket 'Unscripted'?\" "
+        "(form fields: priority): the call stopped and left it unanswered;" in one_line(stopped.stderr)
+    )
+    assert "--on-missing cancel" in stopped.stderr
+    assert "The script has no answer for this question: the call stops" in stopped.stdout
+    assert decisions(store_file) == {"priority": (DecisionStatus.REQUESTED, None)}, "nobody's answer was recorded"
+
+
+def test_on_missing_cancel_answers_the_missed_question_cancel(
+    stdio_server: str, tmp_path: Path, store_file: str
+) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"match": "Which offer", "reply": "accept", "content": {"offer": "A"}}]))
+    done = run(
+        "call", stdio_server, "create_ticket", "--arg", "title=Unscripted", "--script", str(other),
+        "--on-missing", "cancel", env={"MCP_ELICIT_STORE": store_file},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Answered by the script: cancel (nobody decided)" in done.stdout
+    assert "No ticket created (cancelled)." in done.stdout
+    assert decisions(store_file) == {"priority": (DecisionStatus.CANCELLED, None)}
+
+
+@pytest.mark.parametrize("era", ERAS)
 def test_http_dev_loopback_with_json_arguments(era: str, dev_http: str, tmp_path: Path, store_file: str) -> None:
     answers = tmp_path / "offer.json"
     answers.write_text(json.dumps([{"match": "Which one", "reply": "accept", "content": {"offer": "MON-32-B"}}]))
@@ -114,18 +149,31 @@ def test_http_dev_loopback_with_json_arguments(era: str, dev_http: str, tmp_path
     assert decisions(store_file) == {"choose_offer": (DecisionStatus.ACCEPTED, {"offer": "MON-32-B"})}
     assert len(list((tmp_path / "workspace" / "orders").glob("*.json"))) == 1
 
+    nobody = run("call", dev_http, "procure", "--arg", "item=monitor", "--arg", "budget=800", "--era", era)
+    assert nobody.returncode == 1, nobody.stderr
+    assert "form elicitation" in nobody.stdout + nobody.stderr, "the server's own words (on 2026-07-28, HTTP 400)"
+    assert "HTTP 400" not in nobody.stderr
+
 
 def test_the_reference_deployment_needs_its_token(reference_http: DemoStack, script: Path, store_file: str) -> None:
     refused = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--script", str(script))
     assert refused.returncode == 2
     assert (
-        f"requires authorization (HTTP 401): sign in with mcp-elicit login {reference_http.mcp_url}, or pass --token"
-        in one_line(refused.stderr)
+        f"requires authorization (HTTP 401: Authentication required): sign in with mcp-elicit login "
+        f"{reference_http.mcp_url}, or pass --token" in one_line(refused.stderr)
+    ), "the status with the server's error_description"
+
+    elsewhere = reference_http.mcp_url.removesuffix("/mcp") + "/nothere"
+    missing = run("call", elsewhere, "create_ticket")
+    assert missing.returncode == 2
+    assert one_line(missing.stderr) == f"error: no MCP endpoint at {elsewhere} (HTTP 404)", (
+        "a bare Not Found adds nothing"
     )
 
     forged = run("call", reference_http.mcp_url, "create_ticket", "--arg", "title=x", "--token", "not-a-token")
     assert forged.returncode == 2
-    assert "refused the token (HTTP 401): it is invalid or has expired" in one_line(forged.stderr)
+    assert "refused the token (HTTP 401: " in one_line(forged.stderr)
+    assert "): it is invalid or has expired" in one_line(forged.stderr)
 
     token = anyio.run(sign_in, reference_http)
     done = run(
@@ -239,6 +287,7 @@ def test_a_server_that_dies_is_quoted(tmp_path: Path) -> None:
         (SERVE, ["--arg", "=x"], "--arg '=x' is not KEY=VALUE"),
         (SERVE, ["--arg", "a=1", "--arg", "a=2"], "--arg a is given twice"),
         (SERVE, ["--script", "/nonexistent/answers.json"], "cannot use the script"),
+        (SERVE, ["--on-missing", "cancel"], "--on-missing applies with --script only"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(target: str, extra: list[str], message: str) -> None:

@@ -156,12 +156,13 @@ def test_json_escapes_what_could_act_and_parses_back_to_the_stored_text(hostile:
 
 def test_at_a_terminal_stored_text_cannot_act_on_it(hostile: tuple[str, Decision]) -> None:
     url, decision = hostile
-    for command in (["ls"], ["show", decision.elicitation_id]):
+    for command in (["ls"], ["show", decision.elicitation_id], ["audit", decision.elicitation_id]):
         status, terminal = at_terminal("decisions", *command, "--store", url, columns=400)
         assert status == 0, terminal.text
         assert acting(terminal.raw) == [], command
         assert "<U+001B>[2J" in terminal.text and "<U+202E>exe.txt" in terminal.text
         assert "[bold]bold[/bold]" in terminal.text
+    assert "→ accepted" in terminal.text, "the audit trail at a terminal is the table"
 
 
 def test_error_messages_escape_what_they_quote(hostile: tuple[str, Decision]) -> None:

@@ -134,4 +134,11 @@ async def test_serve_logs_json_lines_carrying_the_operation_id(tmp_path: Path, h
     replayed = [r for r in records if r["message"].startswith("replaying the recorded result")]
     assert [r.get("operation_id") for r in replayed] == [operation_id]
     assert replayed[0]["method"] == "tools/call" and replayed[0]["target"] == "create_ticket"
+    ends = [r for r in records if r["logger"] == "mcp_elicit.telemetry.calls"]
+    assert [(r["message"].split(" ended: ")[0], r["outcome"], r["era"]) for r in ends] == [
+        ("tools/call create_ticket", "result", "mrtr"),
+        ("tools/call create_ticket", "replayed", "mrtr"),
+    ], "one line per finished call, with no SDK recording spans"
+    assert all(r["operation_id"] == operation_id and r["duration_ms"] >= 0 for r in ends)
+    assert all((r["method"], r["target"]) == ("tools/call", "create_ticket") for r in ends)
     assert not any("Rotate keys" in line for line in lines)

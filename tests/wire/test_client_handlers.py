@@ -649,8 +649,16 @@ async def test_a_script_answers_in_order_each_entry_once() -> None:
 
 async def test_a_consent_entry_never_answers_a_form() -> None:
     handler = ScriptedHandler([{"reply": "consent"}])
+    assert not handler.answers("Deploy?", "form") and handler.answers("Deploy?", "url")
     assert await handler.form(FormRequest(_asker(), "Deploy?", {})) == Cancel()
     assert handler.remaining == [ScriptEntry("consent")]
+
+
+async def test_a_script_says_whether_an_unused_entry_answers_a_question_before_it_is_asked() -> None:
+    handler = ScriptedHandler([{"match": "Deploy", "reply": "decline"}])
+    assert handler.answers("Deploy payments?", "form") and not handler.answers("Anything else?", "form")
+    assert await handler.form(FormRequest(_asker(), "Deploy payments?", {})) == Decline()
+    assert not handler.answers("Deploy payments?", "form"), "each entry answers once"
 
 
 def test_a_script_file_is_plain_json(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,10 +121,16 @@ def app(store_url: str, tmp_path: Path) -> Iterator[App]:
         yield running
 
 
-async def test_a_body_that_crashes_fails_its_task_with_an_internal_error_naming_no_detail(app: App) -> None:
+async def test_a_body_that_crashes_fails_its_task_with_an_internal_error_naming_no_detail(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mcp_elicit.telemetry.calls")
     with app.serving():
         async with app.wire() as wire:
             task_id = (await wire.call_as_task("crash", {}))["taskId"]
+            [accepted] = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.telemetry.calls"]
+            assert accepted.startswith("tools/call crash ended: signal (TaskAccepted) after "), "the call's own end"
+            assert accepted.endswith(f"operation {task_id})")
             failed = await until(wire, task_id, "failed", "completed")
     assert failed["status"] == "failed"
     assert failed["error"] == {"code": -32603, "message": "The tool 'crash' failed unexpectedly"}

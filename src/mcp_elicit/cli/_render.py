@@ -33,6 +33,8 @@ PLAIN_COLUMNS = (
     "message",
 )  # fmt: skip
 """The fields of `ls` when stdout is not a terminal: a header line of these names, then one line per decision."""
+AUDIT_COLUMNS = ("seq", "at", "from_status", "to_status", "actor", "reason", "details")
+"""The fields of `audit` when stdout is not a terminal; `details` is compact JSON."""
 
 STATUS_STYLE: dict[DecisionStatus, str] = {
     DecisionStatus.REQUESTED: "yellow",
@@ -195,12 +197,26 @@ def plain_lines(decisions: list[Decision], tasks: Mapping[str, str] | None = Non
     tasks = tasks or {}
     yield "\t".join(PLAIN_COLUMNS)
     for decision in decisions:
-        values = (
+        yield plain_line(
             decision.elicitation_id, decision.status.value, decision.mode.value, decision.key, decision.principal_id,
             decision.client_id, decision.created_at.isoformat(timespec="seconds"),
             decision.expires_at.isoformat(timespec="seconds"), tasks.get(decision.operation_id, ""), decision.message,
         )  # fmt: skip
-        yield "\t".join(printable(value) for value in values)
+
+
+def audit_plain_lines(entries: list[AuditEntry]) -> Iterator[str]:
+    """The audit trail for a pipe: `AUDIT_COLUMNS`, tab-separated, one transition a line, as `plain_lines`."""
+    yield "\t".join(AUDIT_COLUMNS)
+    for entry in entries:
+        yield plain_line(
+            str(entry.seq), entry.at.isoformat(timespec="seconds"), entry.from_status or "", entry.to_status,
+            entry.actor, entry.reason, json.dumps(entry.details, ensure_ascii=False, sort_keys=True),
+        )  # fmt: skip
+
+
+def plain_line(*values: str) -> str:
+    """One line of tab-separated fields: each printable and on one line, so a tab only ever separates fields."""
+    return "\t".join(printable(value) for value in values)
 
 
 def decision_table(decision: Decision, now: datetime) -> Table:

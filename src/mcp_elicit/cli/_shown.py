@@ -40,9 +40,7 @@ class ShownHandler:
         return self._inner.modes
 
     async def form(self, request: FormRequest) -> FormReply:
-        self._console.print(asker_view("Form request", request.asker, request.message))
-        if request.problem:
-            self._say(f"The previous answer was not accepted: {printable(request.problem)}", "bold red")
+        self._show_form(request)
         reply = await self._inner.form(request)
         if isinstance(reply, Accept):
             answer = json.dumps(dict(reply.content), ensure_ascii=False, sort_keys=True)
@@ -52,12 +50,20 @@ class ShownHandler:
         return reply
 
     async def url(self, request: UrlRequest) -> UrlReply:
-        self._console.print(asker_view("Request to open a web page", request.asker, request.message))
-        self._console.print(url_view(request.review))
+        self._show_url(request)
         reply = await self._inner.url(request)
         style = "bold green" if isinstance(reply, Consent) else "bold"
         self._say(f"Answered by the {self._source}: {_action(reply)}", style)
         return reply
+
+    def _show_form(self, request: FormRequest) -> None:
+        self._console.print(asker_view("Form request", request.asker, request.message))
+        if request.problem:
+            self._say(f"The previous answer was not accepted: {printable(request.problem)}", "bold red")
+
+    def _show_url(self, request: UrlRequest) -> None:
+        self._console.print(asker_view("Request to open a web page", request.asker, request.message))
+        self._console.print(url_view(request.review))
 
     def _say(self, text: str, style: str) -> None:
         self._console.print(Text(text, style=style))

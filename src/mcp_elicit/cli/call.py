@@ -1,7 +1,8 @@
 """`mcp-elicit call TARGET TOOL`: call one tool of any MCP server, with a person (or a script) to answer it.
 
 It is the client kit as a command: the server may ask mid-call, on whatever era was negotiated, and the
-question reaches the person at this terminal (or the answers of `--script FILE`); with no terminal and no
+question reaches the person at this terminal (or the answers of `--script FILE`, where a question no entry
+answers stops the call, naming it, unless `--on-missing cancel` answers it cancel); with no terminal and no
 script there is nobody to ask, and the kit declares no elicitation at all, so the server falls back or says
 what is missing instead of waiting for nobody. A stdio server is started like a command typed at the shell:
 it inherits this environment (the SDK would pass only a few safe variables, which would lose, for one,
@@ -17,7 +18,8 @@ declares MCP tasks, so a server may run the call as a task: it is followed to it
 here like any other, and while it works without asking anything the status line shows it with the time
 elapsed and its TTL as the deadline (`stop` cancels the task).
 
-Exit codes: 0 the tool succeeded, 1 the tool reported an error or the call was refused or stopped,
+Exit codes: 0 the tool succeeded, 1 the tool reported an error, the call was refused or stopped, or the
+script had no answer for a question,
 2 the command could not be run (bad arguments, unknown tool, no server to talk to), 130 interrupted.
 """
 
@@ -48,10 +50,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed, Situation, describe, era_hint
+from mcp_elicit.cli._failures import (
+    CALL_FAILED,
+    USAGE,
+    CommandFailed,
+    HttpRefusal,
+    Situation,
+    describe,
+    era_hint,
+    http_refusal,
+)
 from mcp_elicit.cli._logs import one_line_warnings
 from mcp_elicit.cli._tool_result import print_result, replay_note, result_text
-from mcp_elicit.cli._waits import ScriptShown, waits_shown
+from mcp_elicit.cli._waits import OnMissing, ScriptShown, waits_shown
 from mcp_elicit.client import (
     ElicitationHandler,
     ElicitingClient,
@@ -103,20 +114,20 @@ class Server:
     kept: SavedLogin | None = None
     """The sign-in `mcp-elicit login` kept for this URL, used when no token is given."""
     log: Path | None = None
-    http_status: int | None = None
-    """The last HTTP error status seen, since the SDK turns a 401 into a bare JSON-RPC error."""
+    refusal: HttpRefusal | None = None
+    """The last HTTP error seen, since the SDK turns a 401 into a bare JSON-RPC error."""
     protocol: str | None = None
 
     async def _observe(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
-            self.http_status = response.status_code
+            self.refusal = await http_refusal(response)
 
     def situation(self, connected: bool) -> Situation:
         return Situation(
             self.label,
             connected,
             self.last_words(),
-            self.http_status,
+            self.refusal,
             self.token is not None,
             protocol=self.protocol,
         )
@@ -208,10 +219,12 @@ def _kept_login(url: str) -> SavedLogin | None:
         raise CommandFailed(str(error)) from None
 
 
-def choose_handler(script: Path | None, console: Console) -> ElicitationHandler:
+def choose_handler(script: Path | None, console: Console, on_missing: OnMissing | None = None) -> ElicitationHandler:
+    if script is None and on_missing is not None:
+        raise CommandFailed("--on-missing applies with --script only: it says what a question the script misses gets")
     if script is not None:
         try:
-            return ScriptShown(ScriptedHandler(load_script(script)), console)
+            return ScriptShown(ScriptedHandler(load_script(script)), console, on_missing or OnMissing.FAIL)
         except (ScriptError, OSError) as error:
             raise CommandFailed(f"cannot use the script {script}: {error}") from None
     if _interactive(sys.stdin) and _interactive(sys.stdout):
@@ -230,7 +243,19 @@ def call(
     ] = None,
     era: EraOption = EraChoice.AUTO,
     script: Annotated[
-        Path | None, typer.Option(help="Answer the server's questions from this JSON script instead of asking.")
+        Path | None,
+        typer.Option(
+            help="Answer the server's questions from this JSON script instead of asking. A question no entry "
+            "answers stops the call (exit 1, naming the question) unless --on-missing cancel."
+        ),
+    ] = None,
+    on_missing: Annotated[
+        OnMissing | None,
+        typer.Option(
+            help="With --script, a question no entry answers: fail (the default) stops the call and leaves the "
+            "question unanswered (exit 1); cancel answers it cancel and the call goes on.",
+            show_default=False,
+        ),
     ] = None,
     token: Annotated[
         str | None,
@@ -256,7 +281,7 @@ def call(
         server = resolve_server(target, token)
         if server_log is not None and server.url is not None:
             raise CommandFailed("--server-log applies to a stdio server only; an http(s) server keeps its own logs")
-        handler = choose_handler(script, out)
+        handler = choose_handler(script, out, on_missing)
         code = _run_with_log(server, tool, arguments, handler, era, server_log)
     except CommandFailed as failed:
         _fail(failed)
@@ -352,5 +377,5 @@ def _interactive(stream: TextIO) -> bool:
 
 
 def _fail(failed: CommandFailed) -> NoReturn:
-    err.print(f"[red]error:[/red] {escape(failed.message)}", soft_wrap=True)
+    err.print(Text.assemble(("error:", "red"), " ", printable(failed.message, multiline=True)), soft_wrap=True)
     raise typer.Exit(failed.code or USAGE)

@@ -354,7 +354,9 @@ def audit(
 ) -> None:
     """Show every recorded transition of a decision or operation, oldest first.
 
-    An audit row that cannot be read is named on stderr and the others are shown; the exit code is then 2.
+    At a terminal: a table. Otherwise (a pipe, a file): a header line, then one tab-separated line per
+    transition (`details` as JSON), as `ls` writes. `--json`: a JSON array. An audit row that cannot be read
+    is named on stderr and the others are shown; the exit code is then 2.
     """
     with _store(store) as opened:
         caller = _operator(None)
@@ -366,8 +368,10 @@ def audit(
             entries = opened.audit_trail(found, caller, on_unreadable=unreadable.append)
         if as_json:
             _render.print_json(out, [_render.audit_json(entry) for entry in entries])
-        else:
+        elif _to_terminal():
             out.print(_render.audit_table(entries))
+        else:
+            sys.stdout.write("".join(line + "\n" for line in _render.audit_plain_lines(entries)))
         _unreadable_exit(opened, unreadable)
 
 

@@ -24,7 +24,8 @@ kit itself never adds anything to an answer. A script stands for a person who ke
 not mention.
 
 Each question takes the first unused entry whose `match` fits and whose `reply` fits the mode; an entry is
-used once. A question no entry fits is answered `cancel`, since nobody decided. What a `consent` opens is
+used once. A question no entry fits is answered `cancel`, since nobody decided; a host for which that would
+wrongly end a question asks `answers` first (`mcp-elicit call --script` stops the call). What a `consent` opens is
 the client's opener's business: without a browser, pass `ElicitingClient(opener=...)` a callable that
 completes the flow (the demo's opener does that).
 
@@ -142,6 +143,14 @@ class ScriptedHandler:
     @property
     def remaining(self) -> list[ScriptEntry]:
         return [entry for entry, used in zip(self._entries, self._used, strict=True) if not used]
+
+    def answers(self, message: str, mode: Mode) -> bool:
+        """Whether an unused entry fits a question of `mode` asking `message`, so that it is not answered
+        `cancel` for want of one: a host that must not cancel for nobody asks before handing it over."""
+        replies = FORM_REPLIES if mode == "form" else URL_REPLIES
+        return any(
+            not used and entry.fits(message, replies) for entry, used in zip(self._entries, self._used, strict=True)
+        )
 
     async def form(self, request: FormRequest) -> FormReply:
         self.asked.append(request)

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, cast, get_type_hints
+from typing import Any, NoReturn, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
 
 import anyio
@@ -470,7 +470,10 @@ class Elicitation:
             begin_task: BeginTask | None = None
             if method == TOOLS_CALL and (request := self.tasks.decide(entry.name, call)) is not None:
                 if entry.task_start is TaskStart.CALL:
-                    raise await self._accept_task(entry, call, request, kwargs)
+                    await telemetry.traced_call(
+                        entry.method, entry.name, call.era.value, self._become_task(entry, call, request, kwargs),
+                        replay=Replayed,
+                    )  # fmt: skip
                 begin_task = self._task_beginning(entry, call, request, kwargs)
             outcome = await self._serve(entry, call, kwargs, answers, begin_task=begin_task)
             if not isinstance(outcome, Replayed):
@@ -551,11 +554,17 @@ class Elicitation:
             log.warning("tool %s could not become a task: %s", entry.name, down.for_log())
             raise _unavailable(entry, down) from None
 
+    async def _become_task(
+        self, entry: _Entry, call: Call, request: TaskRequest, arguments: dict[str, Any]
+    ) -> NoReturn:
+        """End the call as the task it becomes (`TaskAccepted`, which the era's wire code answers)."""
+        raise await self._accept_task(entry, call, request, arguments)
+
     def _task_beginning(self, entry: _Entry, call: Call, request: TaskRequest, arguments: dict[str, Any]) -> BeginTask:
         """What `flow.begin_task()` does on this call: the call's operation becomes a task, answered as one."""
 
         async def begin() -> None:
-            raise await self._accept_task(entry, call, request, arguments)
+            await self._become_task(entry, call, request, arguments)
 
         return begin
 

@@ -1,12 +1,18 @@
-"""The spans of the runtime: a served call, a question put to the person, a journaled step.
+"""The spans of the runtime: a served call, a question put to the person, a journaled step; and the log
+line that says how each served call ended.
 
 A call's span sets the ids its log records carry (see `context`); the operation id joins them once the
-runtime found the call's operation, and a question's decision id while it is put to the person.
+runtime found the call's operation, and a question's decision id while it is put to the person. Every
+served call, whether an SDK records spans or not, ends with one INFO record of this module's logger
+(`ended`): method, target, era, operation, outcome and duration, as text in its message and, for the JSON
+log format, as fields (`era`, `outcome`, `duration_ms`, and `error_type` or `signal` with their outcome).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -19,6 +25,8 @@ from mcp_elicit.telemetry.context import CALL, DECISION, CallIds
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 
 class Run(Protocol):
@@ -39,30 +47,56 @@ Runner = TypeVar("Runner", bound=Run)
 
 
 async def traced_call(method: str, target: str, era: str, work: Awaitable[R], *, replay: type[Replay]) -> R:
-    """Await `work`, the runtime serving one call, in the call's span; `replay` is the type of a replayed result."""
+    """Await `work`, the runtime serving one call, in the call's span; `replay` is the type of a replayed result.
+
+    However it ends, the call's end is logged (`ended`) while its ids are still those of the records it logs.
+    """
     ids = CallIds(method, target, era)
     token = CALL.set(ids)
+    started = time.monotonic()
+    outcome: tuple[str, str | None] = ("cancelled", None)
+    attributes: dict[str, AttributeValue] = (
+        {otel.METHOD: method, otel.TARGET: target, otel.ERA: era} if otel.recording() else {}
+    )
     try:
-        if not otel.recording():
-            return await work
-        with otel.span("mcp_elicit.call", {otel.METHOD: method, otel.TARGET: target, otel.ERA: era}) as current:
+        with otel.span("mcp_elicit.call", attributes) as current:
             try:
                 result = await work
             except BaseException as error:
+                outcome = otel.ending(error)
                 otel.failed(current, error)
                 raise
             finally:
                 if ids.operation_id is not None:
                     current.set_attribute(otel.OPERATION_ID, ids.operation_id)
             if isinstance(result, InputRequiredResult):
-                current.set_attribute(otel.OUTCOME, "input_required")
+                outcome = ("input_required", None)
             elif isinstance(result, replay):
-                current.set_attributes({otel.OUTCOME: "replayed", otel.OPERATION_ID: result.operation.operation_id})
+                outcome = ("replayed", None)
+                ids.operation_id = result.operation.operation_id
+                current.set_attribute(otel.OPERATION_ID, ids.operation_id)
             else:
-                current.set_attribute(otel.OUTCOME, "result")
+                outcome = ("result", None)
+            current.set_attribute(otel.OUTCOME, outcome[0])
             return result
     finally:
+        ended(ids, *outcome, time.monotonic() - started)
         CALL.reset(token)
+
+
+def ended(ids: CallIds, outcome: str, kind: str | None, seconds: float) -> None:
+    """The one INFO record of a served call's end, logged in its context (so JSON lines carry its ids)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    fields: dict[str, object] = {"era": ids.era, "outcome": outcome, "duration_ms": round(seconds * 1000, 1)}
+    how = outcome
+    if kind is not None:
+        fields["error_type" if outcome == "error" else "signal"] = kind
+        how = f"{outcome} ({kind})"
+    log.info(
+        "%s %s ended: %s after %.1f ms (era %s, operation %s)",
+        ids.method, ids.target, how, seconds * 1000, ids.era, ids.operation_id or "none", extra=fields,
+    )  # fmt: skip
 
 
 def in_operation(operation: Operation) -> None:

@@ -78,16 +78,26 @@ def span(name: str, attributes: dict[str, AttributeValue]) -> AbstractContextMan
     )
 
 
-def failed(current: Span, error: BaseException) -> None:
-    """Say how the span's work ended early, by kind only.
+def ending(error: BaseException) -> tuple[str, str | None]:
+    """How work that raised `error` ended, by kind only: the outcome (`error`, `cancelled` or `signal`) and
+    the error's type or the signal's name.
 
     A control-flow signal of the runtime (a `BaseException` that is no `Exception`) is no error: the call's
     turn ended there on purpose. A cancellation neither.
     """
     if isinstance(error, Exception):
-        current.set_attributes({OUTCOME: "error", ERROR_TYPE: type(error).__qualname__})
+        return "error", type(error).__qualname__
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        return "cancelled", None
+    return "signal", type(error).__name__
+
+
+def failed(current: Span, error: BaseException) -> None:
+    """Say on the span how its work ended early (`ending`)."""
+    outcome, kind = ending(error)
+    current.set_attribute(OUTCOME, outcome)
+    if outcome == "error":
+        current.set_attribute(ERROR_TYPE, str(kind))
         current.set_status(StatusCode.ERROR)
-    elif isinstance(error, asyncio.CancelledError | GeneratorExit):
-        current.set_attribute(OUTCOME, "cancelled")
-    else:
-        current.set_attributes({OUTCOME: "signal", SIGNAL: type(error).__name__})
+    elif outcome == "signal":
+        current.set_attribute(SIGNAL, str(kind))

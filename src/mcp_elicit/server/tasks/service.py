@@ -29,6 +29,7 @@ from mcp_elicit.server.tasks.state import META_JOURNAL, TaskBook, TaskMeta, Task
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import IdempotencyKeyConflict
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.telemetry import calls as telemetry
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ class TaskService:
         # The task as created: read before its body starts, which may ask at once (`input_required`) and would
         # race the answer that creates it.
         view = await self.book.view(principal, operation.operation_id)
+        telemetry.in_operation(operation)
         if new:
             log.info("task %s accepted for %s %s", operation.operation_id, target.method, target.name)
             self.runner.spawn(operation.operation_id, principal)
