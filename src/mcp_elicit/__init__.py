@@ -11,9 +11,9 @@ hosts: it imports neither the MCP SDK, the client kit's terminal stack nor a dat
 that needs one is used. Only `__version__` is defined eagerly.
 """
 
-import importlib
-import sys
 from typing import TYPE_CHECKING
+
+from mcp_elicit._exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -161,22 +161,4 @@ __all__ = [
 # Hidden from type checkers: a module-level `__getattr__` would make them accept any name imported from
 # `mcp_elicit` (typed as its return type), so a misspelt import would no longer be an error.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
-        try:
-            value = getattr(importlib.import_module(home), name)
-        except AttributeError:
-            raise AttributeError(
-                f"module {__name__!r} has no attribute {name!r} ({home} does not define it)",
-                name=name,
-                obj=sys.modules[__name__],
-            ) from None
-        globals()[name] = value  # resolved once; later lookups skip this function
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)

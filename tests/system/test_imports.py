@@ -78,8 +78,24 @@ def test_the_store_imports_no_telemetry_and_no_server() -> None:
     )
     assert ran.returncode == 0, ran.stderr
     loaded: list[str] = json.loads(ran.stdout)
-    assert [m for m in loaded if m.startswith("mcp_elicit.store") or m.startswith("mcp_elicit.model")] == loaded
+    own = ("mcp_elicit.store", "mcp_elicit.model", "mcp_elicit._exports")
+    assert [m for m in loaded if m.startswith(own)] == loaded
     assert "mcp_elicit.store._sql" in loaded
+
+
+def test_the_terminal_handler_and_the_url_review_load_no_mcp_sdk() -> None:
+    """A host may take only the person's side (the terminal handler, the URL review) without paying for the SDK
+    the connection classes need: `mcp_elicit.client` resolves its names on first use."""
+    ran = _fresh(
+        "import json, sys\n"
+        "from mcp_elicit.client import TerminalHandler, review_url\n"
+        "from mcp_elicit.client.handler import FormRequest\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    assert ran.returncode == 0, ran.stderr
+    loaded = set(json.loads(ran.stdout))
+    assert {"prompt_toolkit", "rich"} <= loaded
+    assert loaded.isdisjoint({"mcp", "mcp_types", "httpx2", "starlette", "psycopg"}), sorted(loaded)
 
 
 def test_task_code_imports_no_era_adapter() -> None:

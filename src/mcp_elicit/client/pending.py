@@ -46,7 +46,6 @@ from enum import StrEnum
 from typing import Literal, Protocol
 
 import anyio
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcp_elicit.client.calls import CallInFlight
 from mcp_elicit.client.url_review import UrlReview
@@ -382,6 +381,8 @@ def _wait_of(entry: _Entry, browser_time: float | None) -> Wait | None:
             return None
         since = flow.opened_at if flow.opened_at is not None else waiting.started
         return Wait(flow.id, flow.server, flow.message, since, waiting.started, waiting.deadline, done)
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS  # here: the terminal handler runs without the SDK
+
     held = flow.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS and not entry.adopted and waiting is None
     if not held or flow.status is not FlowStatus.OPEN or flow.opened_at is None:
         return None
