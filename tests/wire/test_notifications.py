@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -370,7 +369,7 @@ async def test_events_carry_ids_status_target_deadline_and_no_content(store_url:
         made = Records(store, clock)
         decision = made.form(sensitive=("note",))
         store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True, "note": "fish"})
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             assert await deliverer.deliver_due(http) == 2
             assert await deliverer.deliver_due(http) == 0
         got = {r.event["type"]: r for r in receiver.received}
@@ -399,7 +398,7 @@ async def test_a_failed_delivery_is_retried_with_backoff_under_the_same_id(store
     ):
         await deliverer.subscribe()
         decision = Records(store, clock).form()
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             assert await deliverer.deliver_due(http) == 1
             [pending] = store.outbox_deliveries()
             assert (pending.state, pending.attempts, pending.last_error) == (DeliveryState.PENDING, 1, "HTTP 500")
@@ -431,7 +430,7 @@ async def test_delivery_gives_up_after_its_attempts_and_logs(
             await deliverer.subscribe()
             made = Records(store, clock)
             store.transition(made.form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 assert await deliverer.deliver_due(http) == 2
                 clock.advance(timedelta(seconds=2))
                 with caplog.at_level(logging.ERROR, "mcp_elicit.server.notifications.delivery"):
@@ -497,7 +496,7 @@ async def test_a_webhooks_path_query_and_credentials_reach_neither_the_log_nor_t
         with caplog.at_level(logging.DEBUG), deliverer_for(store_url, clock, *hooks, retry=retry) as (store, deliverer):
             await deliverer.subscribe()
             store.transition(Records(store, clock).form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as connections:
+            async with httpx2.AsyncClient() as connections:
                 assert await deliverer.deliver_due(connections) == 2  # HTTP 500 and refused: two warnings
                 clock.advance(timedelta(seconds=2))
                 assert await deliverer.deliver_due(connections) == 2  # delivered, and given up: an error
@@ -517,7 +516,7 @@ async def test_a_webhooks_path_query_and_credentials_reach_neither_the_log_nor_t
     assert logged.count("to webhook http://127.0.0.1:") == 3, logged  # the webhook is named, by its origin
     for secret in hidden:
         assert secret not in logged and not any(secret in name for name in names)
-    assert "HTTP Request" not in logged  # httpx's client line, which logs the URL whole
+    assert "HTTP Request" not in logged  # httpx2's client line, which logs the URL whole
 
 
 @pytest.mark.anyio
@@ -532,7 +531,7 @@ async def test_deliveries_go_through_the_proxy_the_environment_names(
         with deliverer_for(store_url, clock, *hooks) as (store, deliverer):
             await deliverer.subscribe()
             store.transition(Records(store, clock).form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as connections:
+            async with httpx2.AsyncClient() as connections:
                 assert await deliverer.deliver_due(connections) == 3
             states = {(d.subscription, d.event, d.state, d.last_error) for d in store.outbox_deliveries()}
     assert [(r.target, r.signed) for r in proxy.received] == [("http://hooks.invalid/in/tok", True)]
@@ -575,7 +574,7 @@ async def test_a_webhook_takes_over_what_the_store_holds_under_its_former_name(
             store.outbox_subscribe({receiver.url: frozenset({WAITING}), hook.subscription: frozenset()})
             straggler = made.form()
             store.outbox_subscribe({receiver.url: frozenset(), hook.subscription: frozenset({WAITING, ENDED})})
-            async with httpx.AsyncClient() as connections:
+            async with httpx2.AsyncClient() as connections:
                 while await deliverer.deliver_due(connections):
                     pass
             states = {d.state for d in store.outbox_deliveries()}

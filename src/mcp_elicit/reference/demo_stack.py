@@ -36,7 +36,7 @@ from typing import Final
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import anyio
-import httpx
+import httpx2
 
 from mcp_elicit.reference.page_forms import read_page
 
@@ -191,7 +191,7 @@ async def sign_in_as(
     """The MCP access token of `user` at the server `base` for `resource` (its MCP endpoint): the client
     registered as `client_name`, authorization code with PKCE, the sign-in form, the token request, over
     HTTP (TLS checked with `verify`). A step that fails raises `StackError` naming `log`."""
-    async with httpx.AsyncClient(timeout=30, follow_redirects=False, verify=verify) as browser:
+    async with httpx2.AsyncClient(timeout=30, follow_redirects=False, verify=verify) as browser:
         try:
             metadata = (await browser.get(f"{base}/.well-known/oauth-authorization-server")).json()
             registered = await browser.post(
@@ -253,7 +253,7 @@ async def sign_in_as(
             )
             _expect(token, 200, "token request", log)
             access_token: str = token.json()["access_token"]
-        except (httpx.HTTPError, KeyError, ValueError) as error:
+        except (httpx2.HTTPError, KeyError, ValueError) as error:
             raise StackError(
                 f"signing in {user.username} failed ({type(error).__name__}: {error}); {_see(log)}"
             ) from None
@@ -301,7 +301,7 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else "(nothing logged)"
 
 
-def _expect(response: httpx.Response, status: int, step: str, log: Path) -> None:
+def _expect(response: httpx2.Response, status: int, step: str, log: Path) -> None:
     if response.status_code != status:
         raise StackError(f"{step} answered {response.status_code} instead of {status}; {_see(log)}")
 
