@@ -33,11 +33,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.reference.deployment import ConfigurationError, http_settings
+from mcp_elicit.reference.deployment import http_settings
 from mcp_elicit.server import Elicitation, Notifications, RequestState, Retry, Webhook
 from mcp_elicit.server.notifications import Deliverer, SignatureInvalid, WebhookSecret, sign, verify
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.server.tasks.state import META_JOURNAL
+from mcp_elicit.settings import SettingsError
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import TASK_JOURNAL, Delivery, DeliveryState, NotificationEvent
@@ -213,13 +214,13 @@ def test_serve_reads_its_webhook_from_the_environment() -> None:
     [hook] = notifications.webhooks
     assert hook.events == {ENDED, TASK} and hook.name == f"https://hooks.example ({url_digest(hook.url)})"
     assert http_settings({**environ, "MCP_ELICIT_WEBHOOK_URL": ""}, "https://elicit.example").notifications is None
-    with pytest.raises(ConfigurationError) as refused:
+    with pytest.raises(SettingsError) as refused:
         http_settings(
             {**environ, "MCP_ELICIT_WEBHOOK_SECRET": "", "MCP_ELICIT_WEBHOOK_EVENTS": "decision.done"},
             "https://elicit.example",
         )
     assert [p.split()[0] for p in refused.value.problems] == ["MCP_ELICIT_WEBHOOK_SECRET"]
-    with pytest.raises(ConfigurationError, match=r"unknown event decision\.done"):
+    with pytest.raises(SettingsError, match=r"unknown event decision\.done"):
         http_settings({**environ, "MCP_ELICIT_WEBHOOK_EVENTS": "decision.done"}, "https://elicit.example")
 
 
