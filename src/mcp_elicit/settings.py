@@ -153,15 +153,15 @@ class Settings(BaseSettings):
         source = _Variables(cls, os.environ if environ is None else environ, names, collect=True)
         values = source()
         problems = dict(source.problems)
+        settings = None
         try:
             settings = cls.model_validate(values)
         except ValidationError as error:
             for found in error.errors(include_url=False, include_input=False):
                 name = str(found["loc"][0])
-                cause = found.get("ctx", {}).get("error")
-                problems.setdefault(name, f"{source.origins[name]}: {cause if cause is not None else found['msg']}")
-            raise SettingsError([problems[name] for name in cls.model_fields if name in problems]) from None
-        if problems:
+                cause = found.get("ctx", {}).get("error", found["msg"])  # what a validator raised, else pydantic's
+                problems.setdefault(name, f"{source.origins[name]}: {cause}")
+        if settings is None or problems:
             raise SettingsError([problems[name] for name in cls.model_fields if name in problems])
         settings._origins.update(source.origins)
         return settings
@@ -183,8 +183,8 @@ def variable(name: str) -> str:
 class _Variables(PydanticBaseSettingsSource):
     """Each field from its variable, or for a secret from the file its `_FILE` variable names.
 
-    `Settings()` reads this process's environment through it and raises on the first look at a problem;
-    `Settings.read` collects the problems instead, to say them all at once.
+    `Settings()` reads this process's environment through it, and a file that cannot be used raises
+    `SettingsError` there; `Settings.read` collects the problems instead, to say them all at once.
     """
 
     def __init__(
