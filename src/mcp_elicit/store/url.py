@@ -141,7 +141,7 @@ def _postgres_dialect() -> type[PostgresStore]:
         try:
             importlib.import_module(name)
         except ImportError as error:
-            reason = str(error).splitlines()[0].rstrip(".")
+            reason = str(error).splitlines()[0]
             raise StoreConfigError(
                 f"a PostgreSQL store needs the postgres extra: {POSTGRES_EXTRA} ({reason})"
             ) from None
