@@ -3,6 +3,7 @@ and the caller's choice whether to migrate."""
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -74,6 +75,22 @@ def test_a_libpq_url_is_handed_to_libpq_whatever_its_spelling(scheme: str) -> No
     """Nothing listens on port 1: the store says it cannot reach the server, so the URL went to PostgreSQL."""
     with pytest.raises(StoreUnavailable, match=r"^cannot reach PostgreSQL at postgresql://nobody@127\.0\.0\.1:1/x"):
         open_store(f"{scheme}://nobody@127.0.0.1:1/x")
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg_pool"])
+def test_a_libpq_url_without_the_postgres_extra_says_which_extra_in_one_line(
+    driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver made unimportable here (`None` in `sys.modules` is how Python marks a module absent);
+    tests/system/test_packaging.py shows the same line from a wheel installed without the extra."""
+    monkeypatch.setitem(sys.modules, driver, None)
+    with pytest.raises(StoreConfigError) as raised:
+        open_store("postgresql://nobody:hunter2@127.0.0.1:1/x")
+    assert str(raised.value) == (
+        'a PostgreSQL store needs the postgres extra: pip install "mcp-elicit[postgres]" '
+        f"(import of {driver} halted; None in sys.modules)"
+    )
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
 @pytest.mark.parametrize(

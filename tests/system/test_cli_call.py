@@ -176,9 +176,12 @@ def test_the_reference_deployment_needs_its_token(reference_http: DemoStack, scr
     assert "): it is invalid or has expired" in one_line(forged.stderr)
 
     token = anyio.run(sign_in, reference_http)
+    token_file = script.with_name("token")  # as a secret store mounts it: the token alone, for this user alone
+    token_file.write_text(f"{token}\n")
+    token_file.chmod(0o600)
     done = run(
         "call", reference_http.mcp_url, "create_ticket", "--arg", "title=Signed in", "--script", str(script),
-        env={"MCP_ELICIT_TOKEN": token},
+        env={"MCP_ELICIT_TOKEN_FILE": str(token_file)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "(high): Signed in" in done.stdout

@@ -13,7 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from mcp_elicit.model import Decision, DecisionStatus, Operator, Principal
@@ -174,12 +174,12 @@ def test_declines_and_cancels_on_postgresql_at_2025_11_25(tmp_path: Path, pg_sch
 
 def walk_as_a_person(url: str, user: tuple[str, str], provider_user: tuple[str, str]) -> str:
     """What a person does in the browser: sign in, Continue, sign in at the provider, Allow; the last page."""
-    with httpx.Client(timeout=30, follow_redirects=False) as browser:
+    with httpx2.Client(timeout=30, follow_redirects=False) as browser:
         page = browser.get(url)
         assert page.status_code == 303, page.text
-        sign_in_page = browser.get(httpx.URL(url).join(page.headers["location"]))
+        sign_in_page = browser.get(httpx2.URL(url).join(page.headers["location"]))
         signed = browser.post(
-            httpx.URL(url).join("/signin"),
+            httpx2.URL(url).join("/signin"),
             data={**hidden_fields(sign_in_page.text), "username": user[0], "password": user[1]},
         )
         assert signed.status_code == 303, signed.text
@@ -205,7 +205,7 @@ def walk_as_a_person(url: str, user: tuple[str, str], provider_user: tuple[str, 
 
 
 def urlpath(url: str) -> str:
-    return httpx.URL(url).path
+    return httpx2.URL(url).path
 
 
 def test_a_person_answers_at_the_terminal_and_connects_in_the_browser_at_2025_11_25(tmp_path: Path) -> None:

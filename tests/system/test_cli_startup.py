@@ -37,6 +37,8 @@ HEAVY = (
     "httpx",
     "uvicorn",
     "prompt_toolkit",
+    "pydantic_settings",
+    "mcp_elicit.settings",
     "mcp_elicit.server",
     "mcp_elicit.client",
     "mcp_elicit.web",

@@ -25,8 +25,9 @@ from mcp_elicit.model import (
     Operator,
 )
 from mcp_elicit.model.decision import new_elicitation_id
-from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
+from mcp_elicit.reference.deployment import build_http_deployment, http_settings
 from mcp_elicit.server import Elicitation, RequestState
+from mcp_elicit.settings import SettingsError
 from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers
 from mcp_elicit.web.html import HEADERS
@@ -472,7 +473,7 @@ def test_the_deployment_serves_the_inbox_to_the_operators_of_its_environment(sto
         "MCP_ELICIT_VAULT_KEYS": VAULT_KEY,
     }
     assert http_settings(environ, public).operators == frozenset()
-    with pytest.raises(ConfigurationError, match="MCP_ELICIT_OPERATORS names mallory, not among the users"):
+    with pytest.raises(SettingsError, match="MCP_ELICIT_OPERATORS names mallory, not among the users"):
         http_settings({**environ, "MCP_ELICIT_OPERATORS": "carol,mallory"}, public)
     settings = http_settings({**environ, "MCP_ELICIT_OPERATORS": " carol , "}, public)
     assert settings.operators == frozenset({"carol"})

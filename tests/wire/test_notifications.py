@@ -27,18 +27,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.reference.deployment import ConfigurationError, http_settings
+from mcp_elicit.reference.deployment import http_settings
 from mcp_elicit.server import Elicitation, Notifications, RequestState, Retry, Webhook
 from mcp_elicit.server.notifications import Deliverer, SignatureInvalid, WebhookSecret, sign, verify
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.server.tasks.state import META_JOURNAL
+from mcp_elicit.settings import SettingsError
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import TASK_JOURNAL, Delivery, DeliveryState, NotificationEvent
@@ -214,13 +214,13 @@ def test_serve_reads_its_webhook_from_the_environment() -> None:
     [hook] = notifications.webhooks
     assert hook.events == {ENDED, TASK} and hook.name == f"https://hooks.example ({url_digest(hook.url)})"
     assert http_settings({**environ, "MCP_ELICIT_WEBHOOK_URL": ""}, "https://elicit.example").notifications is None
-    with pytest.raises(ConfigurationError) as refused:
+    with pytest.raises(SettingsError) as refused:
         http_settings(
             {**environ, "MCP_ELICIT_WEBHOOK_SECRET": "", "MCP_ELICIT_WEBHOOK_EVENTS": "decision.done"},
             "https://elicit.example",
         )
     assert [p.split()[0] for p in refused.value.problems] == ["MCP_ELICIT_WEBHOOK_SECRET"]
-    with pytest.raises(ConfigurationError, match=r"unknown event decision\.done"):
+    with pytest.raises(SettingsError, match=r"unknown event decision\.done"):
         http_settings({**environ, "MCP_ELICIT_WEBHOOK_EVENTS": "decision.done"}, "https://elicit.example")
 
 
@@ -370,7 +370,7 @@ async def test_events_carry_ids_status_target_deadline_and_no_content(store_url:
         made = Records(store, clock)
         decision = made.form(sensitive=("note",))
         store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True, "note": "fish"})
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             assert await deliverer.deliver_due(http) == 2
             assert await deliverer.deliver_due(http) == 0
         got = {r.event["type"]: r for r in receiver.received}
@@ -399,7 +399,7 @@ async def test_a_failed_delivery_is_retried_with_backoff_under_the_same_id(store
     ):
         await deliverer.subscribe()
         decision = Records(store, clock).form()
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             assert await deliverer.deliver_due(http) == 1
             [pending] = store.outbox_deliveries()
             assert (pending.state, pending.attempts, pending.last_error) == (DeliveryState.PENDING, 1, "HTTP 500")
@@ -431,7 +431,7 @@ async def test_delivery_gives_up_after_its_attempts_and_logs(
             await deliverer.subscribe()
             made = Records(store, clock)
             store.transition(made.form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 assert await deliverer.deliver_due(http) == 2
                 clock.advance(timedelta(seconds=2))
                 with caplog.at_level(logging.ERROR, "mcp_elicit.server.notifications.delivery"):
@@ -497,7 +497,7 @@ async def test_a_webhooks_path_query_and_credentials_reach_neither_the_log_nor_t
         with caplog.at_level(logging.DEBUG), deliverer_for(store_url, clock, *hooks, retry=retry) as (store, deliverer):
             await deliverer.subscribe()
             store.transition(Records(store, clock).form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as connections:
+            async with httpx2.AsyncClient() as connections:
                 assert await deliverer.deliver_due(connections) == 2  # HTTP 500 and refused: two warnings
                 clock.advance(timedelta(seconds=2))
                 assert await deliverer.deliver_due(connections) == 2  # delivered, and given up: an error
@@ -517,7 +517,7 @@ async def test_a_webhooks_path_query_and_credentials_reach_neither_the_log_nor_t
     assert logged.count("to webhook http://127.0.0.1:") == 3, logged  # the webhook is named, by its origin
     for secret in hidden:
         assert secret not in logged and not any(secret in name for name in names)
-    assert "HTTP Request" not in logged  # httpx's client line, which logs the URL whole
+    assert "HTTP Request" not in logged  # httpx2's client line, which logs the URL whole
 
 
 @pytest.mark.anyio
@@ -532,7 +532,7 @@ async def test_deliveries_go_through_the_proxy_the_environment_names(
         with deliverer_for(store_url, clock, *hooks) as (store, deliverer):
             await deliverer.subscribe()
             store.transition(Records(store, clock).form(), DecisionStatus.DECLINED, caller=ALICE)
-            async with httpx.AsyncClient() as connections:
+            async with httpx2.AsyncClient() as connections:
                 assert await deliverer.deliver_due(connections) == 3
             states = {(d.subscription, d.event, d.state, d.last_error) for d in store.outbox_deliveries()}
     assert [(r.target, r.signed) for r in proxy.received] == [("http://hooks.invalid/in/tok", True)]
@@ -575,7 +575,7 @@ async def test_a_webhook_takes_over_what_the_store_holds_under_its_former_name(
             store.outbox_subscribe({receiver.url: frozenset({WAITING}), hook.subscription: frozenset()})
             straggler = made.form()
             store.outbox_subscribe({receiver.url: frozenset(), hook.subscription: frozenset({WAITING, ENDED})})
-            async with httpx.AsyncClient() as connections:
+            async with httpx2.AsyncClient() as connections:
                 while await deliverer.deliver_due(connections):
                     pass
             states = {d.state for d in store.outbox_deliveries()}

@@ -18,7 +18,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import httpx
 import httpx2
 from mcp.client.auth.utils import extract_field_from_www_auth
 from mcp.shared.exceptions import MCPError
@@ -152,13 +151,13 @@ def describe(error: BaseException, situation: Situation) -> CommandFailed:
 
 def _explain(error: BaseException, situation: Situation) -> CommandFailed | None:
     target = situation.target
-    if isinstance(error, httpx2.HTTPStatusError | httpx.HTTPStatusError):
+    if isinstance(error, httpx2.HTTPStatusError):
         return _http_status(error.response.status_code, situation)
-    if isinstance(error, httpx2.ConnectError | httpx.ConnectError):
+    if isinstance(error, httpx2.ConnectError):
         return CommandFailed(f"cannot reach {target}: nothing answers there ({error})")
-    if isinstance(error, httpx2.TimeoutException | httpx.TimeoutException):
+    if isinstance(error, httpx2.TimeoutException):
         return CommandFailed(f"{target} did not answer in time")
-    if isinstance(error, httpx2.HTTPError | httpx.HTTPError):
+    if isinstance(error, httpx2.HTTPError):
         return CommandFailed(f"talking to {target} failed: {type(error).__name__}: {error}")
     if isinstance(error, ServerSilent):
         return CommandFailed(f"{target}: {error}")

@@ -77,11 +77,12 @@ from mcp_elicit.client.pending import FlowWaits
 from mcp_elicit.client.session import Target, kit_http_client
 from mcp_elicit.client.terminal_views import printable
 from mcp_elicit.client.tokens import LoginError, LoginStore, SavedLogin, fresh_access_token
+from mcp_elicit.settings import Settings, SettingsError, variable
 
 INTERRUPTED = 130
 LOG_TAIL_LINES = 20
 """Lines of a stdio server's log shown when its tool reports an error."""
-TOKEN_ENV = "MCP_ELICIT_TOKEN"  # noqa: S105 (the variable's name)
+TOKEN_ENV = variable("token")
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 out = Console(highlight=False)
@@ -198,6 +199,7 @@ def resolve_server(target: str, token: str | None) -> Server:
     if _URL_SCHEME.match(text):
         if not text.lower().startswith(("http://", "https://")):
             raise CommandFailed(f"unsupported target {text!r}: give an http(s):// URL or a command")
+        token = token if token is not None else _token_from_env()
         return Server(label=text, url=text, token=token, kept=None if token is not None else _kept_login(text))
     if token is not None:
         raise CommandFailed("--token applies to an http(s) target only; a stdio server runs as you")
@@ -210,6 +212,15 @@ def resolve_server(target: str, token: str | None) -> Server:
     if shutil.which(command[0]) is None:
         raise CommandFailed(f"command not found: {command[0]}")
     return Server(label=shlex.join(command), command=command)
+
+
+def _token_from_env() -> str | None:
+    """`MCP_ELICIT_TOKEN`, or the token in the file `MCP_ELICIT_TOKEN_FILE` names (`mcp_elicit.settings`)."""
+    try:
+        token = Settings.read(only=["token"]).token
+    except SettingsError as error:
+        raise CommandFailed(str(error)) from None
+    return None if token is None else token.get_secret_value()
 
 
 def _kept_login(url: str) -> SavedLogin | None:
@@ -260,8 +271,8 @@ def call(
     token: Annotated[
         str | None,
         typer.Option(
-            envvar=TOKEN_ENV,
-            help="Bearer token for an http(s) target (default: the one `mcp-elicit login URL` kept).",
+            help=f"Bearer token for an http(s) target (default: ${TOKEN_ENV}, or the file ${TOKEN_ENV}_FILE names, "
+            "or the one `mcp-elicit login URL` kept).",
             show_default=False,
         ),
     ] = None,

@@ -21,7 +21,8 @@ from rich.text import Text
 
 from mcp_elicit.cli.serve import public_url_of
 from mcp_elicit.printable import printable
-from mcp_elicit.reference.deployment import ConfigurationError, HttpSettings, http_settings
+from mcp_elicit.reference.deployment import HttpSettings, http_settings
+from mcp_elicit.settings import SettingsError
 from mcp_elicit.store import (
     ENV_VAR,
     MigrationPending,
@@ -83,7 +84,7 @@ def check(environ: Mapping[str, str], *, store: str | None, public_url: str) -> 
     findings = Findings()
     try:
         settings = http_settings(environ, public_url)
-    except ConfigurationError as error:
+    except SettingsError as error:
         findings.problems.extend(error.problems)
     else:
         findings.fine.extend(_described(settings))

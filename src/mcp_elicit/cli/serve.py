@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import os
 from enum import StrEnum
@@ -18,12 +16,12 @@ from rich.markup import escape
 from mcp_elicit.logging import LOG_FORMAT_ENV, LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.reference import Workspace, build_reference_server
-from mcp_elicit.reference.deployment import ConfigurationError, build_http_deployment, http_settings
+from mcp_elicit.reference.deployment import HttpSettings, build_http_deployment, http_settings
 from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications, RequestState
+from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
 from mcp_elicit.web import Health
 
-KEYS_ENV = "MCP_ELICIT_STATE_KEYS"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 err = Console(stderr=True)
 log = logging.getLogger(__name__)
@@ -32,20 +30,6 @@ log = logging.getLogger(__name__)
 class Transport(StrEnum):
     STDIO = "stdio"
     HTTP = "http"
-
-
-def parse_keys(text: str) -> list[bytes]:
-    """A key ring: comma-separated base64 keys of at least 32 bytes, the sealing key first."""
-    keys = []
-    for index, part in enumerate(p.strip() for p in text.split(",")):
-        try:
-            key = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-        except (binascii.Error, ValueError):
-            raise typer.BadParameter(f"key {index + 1} of {KEYS_ENV} is not base64") from None
-        if len(key) < 32:
-            raise typer.BadParameter(f"key {index + 1} of {KEYS_ENV} has {len(key)} bytes; at least 32 are needed")
-        keys.append(key)
-    return keys
 
 
 def public_url_of(public_url: str | None, host: str, port: int) -> str:
@@ -90,13 +74,18 @@ def serve(
     root = workspace or default_store_path().parent / "workspace"
     public = public_url_of(public_url, host, port)
     deployment = None
+    settings: HttpSettings | None = None
     try:
         # Every setting is checked before anything is created, and every problem is said at once.
-        settings = http_settings(os.environ, public) if transport is Transport.HTTP and not dev_loopback else None
-    except ConfigurationError as error:
+        if transport is Transport.HTTP and not dev_loopback:
+            settings = http_settings(os.environ, public)
+        else:
+            keys, notifications = _local_settings()
+    except SettingsError as error:
         count = f"{len(error.problems)} setting{'s' if len(error.problems) > 1 else ''}"
         _fail(
-            f"mcp-elicit serve --transport http cannot start; fix {count} in its environment:",
+            f"mcp-elicit serve{' --transport http' if transport is Transport.HTTP else ''} cannot start; "
+            f"fix {count} in its environment:",
             *error.problems,
             log_format=log_format,
         )
@@ -108,17 +97,16 @@ def serve(
         else:
             if transport is Transport.HTTP and host not in LOOPBACK:
                 _fail(f"--dev-loopback only listens on loopback, not on {host}", log_format=log_format)
-            keys_text = os.environ.get(KEYS_ENV)
-            keys = parse_keys(keys_text) if keys_text else None
             if transport is Transport.HTTP and keys is None and not single_process:
                 _fail(
-                    f"set {KEYS_ENV} (the key ring all instances share) or pass --single-process", log_format=log_format
+                    f"set {variable('state_keys')} (the key ring all instances share) or pass --single-process",
+                    log_format=log_format,
                 )
             elicitation = Elicitation(
                 store,
                 request_state=RequestState(keys=keys, single_process=keys is None),
                 identity=IdentityPolicy(allow_unauthenticated_loopback=dev_loopback),
-                notifications=Notifications.from_env(os.environ),
+                notifications=notifications,
             )
             server = build_reference_server(elicitation, Workspace.open(root))
             if transport is Transport.HTTP:
@@ -135,6 +123,27 @@ def serve(
             uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
     finally:
         elicitation.close()
+
+
+def _local_settings() -> tuple[list[bytes] | None, Notifications | None]:
+    """What serve reads besides its options over stdio or --dev-loopback: the state key ring (unless one process
+    seals with a key of its own) and the webhook; all their problems at once."""
+    problems: list[str] = []
+    keys = notifications = None
+    try:
+        ring = Settings.read(only=["state_keys"]).state_keys
+        keys = None if ring is None else list(ring)
+    except SettingsError as error:
+        problems.extend(error.problems)
+    try:
+        notifications = Notifications.from_env()
+    except SettingsError as error:
+        problems.extend(error.problems)
+    except ValueError as error:
+        problems.append(str(error))
+    if problems:
+        raise SettingsError(problems)
+    return keys, notifications
 
 
 def _tell(message: str, log_format: LogFormat, *, style: str = "") -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-import httpx
+import httpx2
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, create_model
@@ -155,7 +155,7 @@ def _url_tools(elicitation: Elicitation, vault: Vault, provider_api: str | None)
             token = await anyio.to_thread.run_sync(vault.get, flow.principal, TOKEN_VAULT)
             if token is None:
                 raise ToolError("The Example account is connected but its token is missing; connect it again.")
-            async with httpx.AsyncClient(timeout=10) as http:
+            async with httpx2.AsyncClient(timeout=10) as http:
                 response = await http.get(f"{provider_api}/api/me", headers={"Authorization": f"Bearer {token}"})
             if response.status_code != 200:
                 raise ToolError(f"Example refused the stored token ({response.status_code}); connect it again.")

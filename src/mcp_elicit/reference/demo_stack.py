@@ -5,8 +5,8 @@ pages, the vault, a third party to connect), and a newcomer should not configure
 starts the very processes an operator runs, `mcp-elicit serve --transport http` and
 `python -m mcp_elicit.reference.provider`, on free loopback ports, with keys generated for this run and a
 throwaway user whose random password is printed for the person's browser. Keys already set in the
-environment (`MCP_ELICIT_AUTH_KEYS`, `_STATE_KEYS`, `_VAULT_KEYS`) are used instead, so that a persistent
-store's vault entries stay readable with the operator's own keys.
+environment (`MCP_ELICIT_AUTH_KEYS`, `_STATE_KEYS`, `_VAULT_KEYS`, or their `_FILE` variants) are used
+instead, so that a persistent store's vault entries stay readable with the operator's own keys.
 
 The demo signs in its own throwaway user: `sign_in` registers an OAuth client, runs authorization code
 with PKCE and posts the sign-in form over HTTP, exactly what an MCP client and a person at a browser do,
@@ -36,9 +36,10 @@ from typing import Final
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import anyio
-import httpx
+import httpx2
 
 from mcp_elicit.reference.page_forms import read_page
+from mcp_elicit.settings import Settings, SettingsError, variable
 
 SIGN_IN_TRIES: Final = 5
 """How often a scripted sign-in that is held back (HTTP 429) tries again."""
@@ -49,7 +50,7 @@ LOOPBACK: Final = "127.0.0.1"
 START_TIMEOUT: Final = 30.0
 STOP_TIMEOUT: Final = 5.0
 PROVIDER_CLIENT_ID: Final = "mcp-elicit-demo"
-KEY_VARIABLES: Final = ("MCP_ELICIT_AUTH_KEYS", "MCP_ELICIT_STATE_KEYS", "MCP_ELICIT_VAULT_KEYS")
+KEY_SETTINGS: Final = ("auth_keys", "state_keys", "vault_keys")
 DEMO_CLIENT_REDIRECT: Final = "http://127.0.0.1/mcp-elicit-demo/callback"
 """Registered for the demo's own OAuth client and never served: the code is read from the redirect itself."""
 
@@ -100,13 +101,20 @@ def free_port() -> int:
 
 
 def fresh_keys(environ: Mapping[str, str]) -> dict[str, str]:
-    """The three key rings: the environment's where set, otherwise 32 random bytes each, for this run only."""
+    """The key rings the environment does not set (itself or through a `_FILE`): 32 random bytes each, for this
+    run only. The ones it sets reach the server as they are."""
+    try:
+        configured = Settings.read(environ, only=KEY_SETTINGS)
+    except SettingsError as error:
+        raise StackError(
+            f"the demo serves with the key rings this environment sets, and they cannot be used: {error}"
+        ) from None
     generated = {
-        "MCP_ELICIT_AUTH_KEYS": _b64(secrets.token_bytes(32)),
-        "MCP_ELICIT_STATE_KEYS": _b64(secrets.token_bytes(32)),
-        "MCP_ELICIT_VAULT_KEYS": "demo:" + _b64(secrets.token_bytes(32)),
+        "auth_keys": _b64(secrets.token_bytes(32)),
+        "state_keys": _b64(secrets.token_bytes(32)),
+        "vault_keys": "demo:" + _b64(secrets.token_bytes(32)),
     }
-    return {name: environ.get(name, "").strip() or value for name, value in generated.items()}
+    return {variable(name): value for name, value in generated.items() if getattr(configured, name) is None}
 
 
 @contextmanager
@@ -122,8 +130,9 @@ def running_stack(
     user = Credentials(f"demo-{secrets.token_hex(3)}", secrets.token_urlsafe(12), "Demo User")
     provider_user = Credentials("ada", secrets.token_urlsafe(12), "Ada Lovelace")
     provider_secret = secrets.token_urlsafe(24)
+    clashing = {f"{variable(name)}_FILE" for name in ("users", "provider_client_secret")}  # set below instead
     env = {
-        **environ,
+        **{name: value for name, value in environ.items() if name not in clashing},
         **fresh_keys(environ),
         "MCP_ELICIT_STORE": store_url,
         "MCP_ELICIT_USERS": f"{user.username}:{user.password}:{user.display_name}",
@@ -191,7 +200,7 @@ async def sign_in_as(
     """The MCP access token of `user` at the server `base` for `resource` (its MCP endpoint): the client
     registered as `client_name`, authorization code with PKCE, the sign-in form, the token request, over
     HTTP (TLS checked with `verify`). A step that fails raises `StackError` naming `log`."""
-    async with httpx.AsyncClient(timeout=30, follow_redirects=False, verify=verify) as browser:
+    async with httpx2.AsyncClient(timeout=30, follow_redirects=False, verify=verify) as browser:
         try:
             metadata = (await browser.get(f"{base}/.well-known/oauth-authorization-server")).json()
             registered = await browser.post(
@@ -253,7 +262,7 @@ async def sign_in_as(
             )
             _expect(token, 200, "token request", log)
             access_token: str = token.json()["access_token"]
-        except (httpx.HTTPError, KeyError, ValueError) as error:
+        except (httpx2.HTTPError, KeyError, ValueError) as error:
             raise StackError(
                 f"signing in {user.username} failed ({type(error).__name__}: {error}); {_see(log)}"
             ) from None
@@ -301,7 +310,7 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else "(nothing logged)"
 
 
-def _expect(response: httpx.Response, status: int, step: str, log: Path) -> None:
+def _expect(response: httpx2.Response, status: int, step: str, log: Path) -> None:
     if response.status_code != status:
         raise StackError(f"{step} answered {response.status_code} instead of {status}; {_see(log)}")
 

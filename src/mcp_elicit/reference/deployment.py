@@ -1,9 +1,9 @@
 """The reference HTTP deployment: MCP endpoint, local authorization server, URL-mode pages and vault, one app.
 
-Configuration comes from the environment, each secret in its own variable so that it can be rotated on its
-own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens and browser sessions),
-`MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party credentials),
-and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
+Configuration comes from the environment (`mcp_elicit.settings`), each secret in its own variable so that it
+can be rotated on its own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens and
+browser sessions), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party
+credentials), and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
 `MCP_ELICIT_PROVIDER_CLIENT_SECRET`; `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox;
 `MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET` and `MCP_ELICIT_WEBHOOK_EVENTS` a webhook for notifications.
 Several instances given the same values and the same PostgreSQL store serve each other's calls, tokens and
@@ -12,11 +12,9 @@ callbacks. `/healthz` and `/readyz` serve the orchestrator (`Health`).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +30,7 @@ from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
 from mcp_elicit.reference.workspace import Workspace
 from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications, RequestState
+from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.web import (
     ApiKeyEntry,
     Health,
@@ -44,25 +43,10 @@ from mcp_elicit.web import (
 )
 from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
 
-PROVIDER_URL_ENV = "MCP_ELICIT_PROVIDER_URL"
-PROVIDER_CLIENT_ID_ENV = "MCP_ELICIT_PROVIDER_CLIENT_ID"
-PROVIDER_SECRET_ENV = "MCP_ELICIT_PROVIDER_CLIENT_SECRET"  # noqa: S105 (the variable's name)
-OPERATORS_ENV = "MCP_ELICIT_OPERATORS"
-_GENERATE_KEY = (
-    "generate one with: python -c "
-    '"import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())"'
-)
+_PROVIDER = ("provider_url", "provider_client_id", "provider_client_secret")
 _PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _T = TypeVar("_T")
-
-
-class ConfigurationError(ValueError):
-    """Settings the deployment cannot run with: every problem found, each naming its variable."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = tuple(problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,28 +85,14 @@ class Deployment:
         return self.auth.http_app(self.server, host=host)
 
 
-def keys_from(environ: Mapping[str, str], name: str) -> list[bytes]:
-    text = environ.get(name, "").strip()
-    if not text:
-        raise ConfigurationError(
-            [f"{name} is not set: give comma-separated base64 keys of at least 32 bytes, the newest first"]
+def key_ring(environ: Mapping[str, str] | None, name: str) -> list[bytes]:
+    """The key ring of the setting `name` (`auth_keys`, `state_keys`), which must be set."""
+    keys: tuple[bytes, ...] | None = getattr(Settings.read(environ, only=[name]), name)
+    if keys is None:
+        raise SettingsError(
+            [f"{variable(name)} is not set: give comma-separated base64 keys of at least 32 bytes, the newest first"]
         )
-    keys: list[bytes] = []
-    for index, part in enumerate(p.strip() for p in text.split(",")):
-        try:
-            key = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-        except (binascii.Error, ValueError):
-            raise ConfigurationError([f"{name}: key {index + 1} is not base64; {_GENERATE_KEY}"]) from None
-        if len(key) < 32:
-            raise ConfigurationError(
-                [f"{name}: key {index + 1} has {len(key)} bytes; at least 32 are needed; {_GENERATE_KEY}"]
-            )
-        if key in keys:
-            raise ConfigurationError(
-                [f"{name}: key {index + 1} repeats key {keys.index(key) + 1}; give each key of the ring once"]
-            )
-        keys.append(key)
-    return keys
+    return list(keys)
 
 
 def public_url_problems(url: str) -> list[str]:
@@ -158,52 +128,54 @@ def http_settings(environ: Mapping[str, str], public_url: str) -> HttpSettings:
     def read(parse: Callable[[], _T]) -> _T | None:
         try:
             return parse()
-        except ConfigurationError as error:
+        except SettingsError as error:
             problems.extend(error.problems)
         except ValueError as error:
             problems.append(str(error))
         return None
 
     users = read(lambda: LocalUsers.from_env(environ))
-    auth_keys = read(lambda: keys_from(environ, "MCP_ELICIT_AUTH_KEYS"))
-    state_keys = read(lambda: keys_from(environ, "MCP_ELICIT_STATE_KEYS"))
+    auth_keys = read(lambda: key_ring(environ, "auth_keys"))
+    state_keys = read(lambda: key_ring(environ, "state_keys"))
     vault_keys = read(lambda: VaultKeyRing.from_env(environ))
     provider = read(lambda: _provider_settings(environ))
     operators = read(lambda: _operators(environ, users)) if users is not None else None
     notifications = read(lambda: Notifications.from_env(environ))
     if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
-        raise ConfigurationError(problems)
+        raise SettingsError(problems)
     found = (users, auth_keys, state_keys, vault_keys, provider, operators or frozenset(), notifications)
     return HttpSettings(public_url.rstrip("/"), *found)
 
 
 def _operators(environ: Mapping[str, str], users: LocalUsers) -> frozenset[str]:
-    names = [name.strip() for name in environ.get(OPERATORS_ENV, "").split(",") if name.strip()]
+    names = Settings.read(environ, only=["operators"]).operators
     unknown = [name for name in names if name not in users]
     if unknown:
-        raise ConfigurationError(
-            [f"{OPERATORS_ENV} names {', '.join(unknown)}, not among the users of MCP_ELICIT_USERS; add them there"]
+        raise SettingsError(
+            [
+                f"{variable('operators')} names {', '.join(unknown)}, not among the users of {variable('users')}; "
+                "add them there"
+            ]
         )
     return frozenset(names)
 
 
 def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
-    url = environ.get(PROVIDER_URL_ENV, "").strip().rstrip("/")
-    if not url:
+    settings = Settings.read(environ, only=_PROVIDER)
+    if settings.provider_url is None:
         return None
-    missing = [name for name in (PROVIDER_CLIENT_ID_ENV, PROVIDER_SECRET_ENV) if not environ.get(name, "").strip()]
-    if missing:
-        raise ConfigurationError(
+    client_id, secret = settings.provider_client_id, settings.provider_client_secret
+    if client_id is None or secret is None:
+        url = variable("provider_url")
+        raise SettingsError(
             [
-                f"{name} is not set, and {PROVIDER_URL_ENV} needs it; set it, or unset {PROVIDER_URL_ENV} "
-                "to serve without connect_account"
-                for name in missing
+                f"{variable(name)} is not set, and {url} needs it; set it, or unset {url} to serve without "
+                "connect_account"
+                for name, value in zip(_PROVIDER[1:], (client_id, secret), strict=True)
+                if value is None
             ]
         )
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ConfigurationError([f"{PROVIDER_URL_ENV} must be the provider's http(s) base URL, not {url!r}"])
-    return ProviderSettings(url, environ[PROVIDER_CLIENT_ID_ENV].strip(), environ[PROVIDER_SECRET_ENV].strip())
+    return ProviderSettings(settings.provider_url, client_id, secret.get_secret_value())
 
 
 def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpSettings) -> Deployment:

@@ -36,7 +36,6 @@ import binascii
 import hashlib
 import hmac
 import ipaddress
-import os
 import secrets
 import sys
 import threading
@@ -54,12 +53,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from mcp_elicit.settings import Settings, SettingsError, variable
+
 __all__ = ["SCOPE", "ProviderClient", "ProviderConfig", "ProviderUser", "main", "provider_app"]
 
 SCOPE: Final = "profile"
 """The one scope there is: read the signed-in user's login and display name from ``/api/me``."""
 
-CLIENT_SECRET_ENV: Final = "MCP_ELICIT_PROVIDER_CLIENT_SECRET"  # noqa: S105 (the variable name, not a secret)
+CLIENT_SECRET_ENV: Final = variable("provider_client_secret")
 _CHALLENGE_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _VERIFIER_CHARS: Final = _CHALLENGE_CHARS | frozenset(".~")
 _NO_STORE: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -674,8 +675,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--client-id", required=True, help="the registered client's id")
     parser.add_argument(
         "--client-secret",
-        default=os.environ.get(CLIENT_SECRET_ENV),
-        help=f"the client's secret (default: ${CLIENT_SECRET_ENV})",
+        help=f"the client's secret (default: ${CLIENT_SECRET_ENV}, or the file ${CLIENT_SECRET_ENV}_FILE names)",
     )
     parser.add_argument("--client-name", help="name shown on the consent page (default: the client id)")
     parser.add_argument(
@@ -705,6 +705,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"the reference provider only listens on loopback, not on {args.host!r}")
     if not 1 <= args.port <= 65535:
         parser.error("--port must be between 1 and 65535")
+    if args.client_secret is None:
+        try:
+            configured = Settings.read(only=["provider_client_secret"]).provider_client_secret
+        except SettingsError as error:
+            parser.error(str(error))
+        args.client_secret = None if configured is None else configured.get_secret_value()
     if not args.client_secret:
         parser.error(f"--client-secret (or ${CLIENT_SECRET_ENV}) is required")
     host = f"[{args.host}]" if ":" in args.host else args.host

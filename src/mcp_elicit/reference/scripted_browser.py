@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urljoin, urlsplit
 
-import httpx
+import httpx2
 
 from mcp_elicit.reference.demo_stack import Credentials
 from mcp_elicit.reference.page_forms import Page, PageForm, read_page
@@ -48,13 +48,13 @@ class ScriptedBrowser:
     async def walk(self, url: str) -> Walked:
         try:
             return await self._walk(url)
-        except httpx.HTTPError as error:
+        except httpx2.HTTPError as error:
             raise WalkFailed(f"{type(error).__name__}: {error}") from None
 
     async def _walk(self, url: str) -> Walked:
         steps: list[str] = []
         posted: set[tuple[str, str]] = set()
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as browser:
+        async with httpx2.AsyncClient(timeout=self.timeout, follow_redirects=False) as browser:
             response = await browser.get(self._allowed(url))
             for _ in range(MAX_PAGES):
                 if response.is_redirect:

@@ -4,15 +4,18 @@
 `sqlite:relative/path.db` a path relative to the working directory. A SQLite URL takes one parameter,
 `?synchronous=normal` (the default) or `?synchronous=full`, and refuses any other, so a misspelt setting
 never passes for the default. `postgresql://` and `postgres://` URLs are handed to libpq as they are, so
-every libpq parameter works (`?sslmode=`, `?options=`...).
+every libpq parameter works (`?sslmode=`, `?options=`...); they need the `postgres` extra (psycopg), and
+without it opening one says so in one line, naming the extra.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from mcp_elicit.store._blocking import Store
@@ -20,6 +23,9 @@ from mcp_elicit.store._schema import LATEST_VERSION
 from mcp_elicit.store.errors import MigrationPending, StoreConfigError
 from mcp_elicit.store.protocol import Clock
 from mcp_elicit.store.sqlite import Synchronous
+
+if TYPE_CHECKING:
+    from mcp_elicit.store.postgres import PostgresStore
 
 ENV_VAR = "MCP_ELICIT_STORE"
 
@@ -118,10 +124,27 @@ def open_store(url: str | None = None, *, clock: Clock = utc_now, migrate: bool 
         target = sqlite_url(url)
         return SQLiteStore(target.path, clock=clock, migrate=migrate, synchronous=target.synchronous)
     if scheme in ("postgresql", "postgres"):
-        from mcp_elicit.store.postgres import PostgresStore
-
-        return PostgresStore(url, clock=clock, migrate=migrate)
+        return _postgres_dialect()(url, clock=clock, migrate=migrate)
     shown = scheme or url[:20]
     raise StoreConfigError(
         f"unknown store URL scheme {shown!r}: use sqlite:///path/to/file.db or postgresql://user@host/db"
     )
+
+
+POSTGRES_EXTRA = 'pip install "mcp-elicit[postgres]"'
+_DRIVER = ("psycopg", "psycopg_pool")
+
+
+def _postgres_dialect() -> type[PostgresStore]:
+    """The PostgreSQL store, imported only when a URL names it: its driver is the `postgres` extra."""
+    for name in _DRIVER:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            reason = str(error).splitlines()[0]
+            raise StoreConfigError(
+                f"a PostgreSQL store needs the postgres extra: {POSTGRES_EXTRA} ({reason})"
+            ) from None
+    from mcp_elicit.store.postgres import PostgresStore
+
+    return PostgresStore

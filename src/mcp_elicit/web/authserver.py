@@ -106,6 +106,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.model import JSONObject
+from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store import AlreadyExists, Consumption, Store
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.routes import RouteHost, add_routes
@@ -121,7 +122,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ENV_VAR = "MCP_ELICIT_USERS"
+ENV_VAR = variable("users")
 SCOPE = "mcp"
 SIGN_IN_PATH = "/signin"
 SIGN_OUT_PATH = "/signout"
@@ -225,14 +226,18 @@ class LocalUsers:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LocalUsers:
-        """The users in `MCP_ELICIT_USERS` (same format as `from_text`)."""
-        text = (os.environ if environ is None else environ).get(ENV_VAR, "")
-        if not text.strip():
+        """The users in `MCP_ELICIT_USERS` or in the file `MCP_ELICIT_USERS_FILE` names (same format as
+        `from_text`; in `environ`, when given; see `mcp_elicit.settings`)."""
+        try:
+            settings = Settings.read(environ, only=["users"])
+        except SettingsError as error:
+            raise LocalUsersError(str(error)) from None
+        if settings.users is None:
             raise LocalUsersError(f"{ENV_VAR} is not set: give username:password[:display name] entries")
         try:
-            return cls.from_text(text)
+            return cls.from_text(settings.users.get_secret_value())
         except LocalUsersError as error:
-            raise LocalUsersError(f"{ENV_VAR}: {error}") from None
+            raise LocalUsersError(f"{settings.origin('users')}: {error}") from None
 
     def verify(self, username: str, password: str) -> bool:
         """True if `username` is configured with `password`; the same work and timing either way."""

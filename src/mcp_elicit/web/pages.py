@@ -29,10 +29,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Protocol
+from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import httpx2
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
@@ -54,9 +53,6 @@ from mcp_elicit.web.html import page, text
 from mcp_elicit.web.vault import Vault
 
 log = logging.getLogger(__name__)
-_HTTP_ERRORS: Final = (httpx2.HTTPError, httpx.HTTPError)
-"""What the OAuth client raises when a provider cannot be reached: authlib's httpx client runs on httpx2 when it
-is installed (it is a dependency), on httpx in the authlib releases before; the two share no base class."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -557,7 +553,7 @@ class UrlPages:
                     f"the token exchange failed at {flow.provider_title}: {said}",
                     why=f"{flow.provider_title} refused the connection: {said}.",
                 )
-            except (*_HTTP_ERRORS, ValueError) as failure:
+            except (httpx2.HTTPError, ValueError) as failure:
                 log.warning("token exchange for %s failed: %s", decision.elicitation_id, type(failure).__name__)
                 return await self._fail(
                     decision,
@@ -749,7 +745,7 @@ async def _account(client: AsyncOAuth2Client, flow: OAuthConnect) -> str | None:
     try:
         response = await client.get(flow.profile_url)
         profile = response.json() if response.status_code == 200 else None
-    except (AuthlibBaseError, *_HTTP_ERRORS, ValueError) as failure:
+    except (AuthlibBaseError, httpx2.HTTPError, ValueError) as failure:  # Authlib's OAuth client runs on httpx2
         log.info("the %s profile could not be read: %s", flow.provider_title, type(failure).__name__)
         return None
     if not isinstance(profile, dict):

@@ -61,13 +61,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mcp_elicit.model import Principal, System
+from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store import Store, VaultRecord
 
 __all__ = ["ENV_VAR", "Vault", "VaultConfigError", "VaultError", "VaultKeyRing"]
 
 log = logging.getLogger(__name__)
 
-ENV_VAR = "MCP_ELICIT_VAULT_KEYS"
+ENV_VAR = variable("vault_keys")
 KEY_BYTES = 32
 MAX_NAME_LENGTH = 200
 MAX_SECRET_BYTES = 64 * 1024
@@ -166,16 +167,20 @@ class VaultKeyRing:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> VaultKeyRing:
-        """The ring configured in `MCP_ELICIT_VAULT_KEYS` (or in `environ`, when given)."""
-        text = (os.environ if environ is None else environ).get(ENV_VAR)
-        if text is None or not text.strip():
+        """The ring configured in `MCP_ELICIT_VAULT_KEYS` or the file `MCP_ELICIT_VAULT_KEYS_FILE` names (in
+        `environ`, when given; see `mcp_elicit.settings`)."""
+        try:
+            settings = Settings.read(environ, only=["vault_keys"])
+        except SettingsError as error:
+            raise VaultConfigError(str(error)) from None
+        if settings.vault_keys is None:
             raise VaultConfigError(
                 f"{ENV_VAR} is not set: give it 'id:base64key' (32 random bytes); generate one with: {_GENERATE}"
             )
         try:
-            return cls.from_text(text)
+            return cls.from_text(settings.vault_keys.get_secret_value())
         except VaultConfigError as error:
-            raise VaultConfigError(f"{ENV_VAR}: {error}") from None
+            raise VaultConfigError(f"{settings.origin('vault_keys')}: {error}") from None
 
     @property
     def sealing_key_id(self) -> str:

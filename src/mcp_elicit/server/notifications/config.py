@@ -10,11 +10,12 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from mcp_elicit.server.notifications.signing import WebhookSecret
+from mcp_elicit.settings import Settings, variable
 from mcp_elicit.store.protocol import NotificationEvent
 
-URL_ENV = "MCP_ELICIT_WEBHOOK_URL"
-SECRET_ENV = "MCP_ELICIT_WEBHOOK_SECRET"  # noqa: S105 (the variable's name)
-EVENTS_ENV = "MCP_ELICIT_WEBHOOK_EVENTS"
+URL_ENV = variable("webhook_url")
+SECRET_ENV = variable("webhook_secret")
+EVENTS_ENV = variable("webhook_events")
 ALL_EVENTS = frozenset(NotificationEvent)
 
 
@@ -136,24 +137,27 @@ class Notifications:
         return timedelta(seconds=3 * self.timeout + 5)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Notifications | None:
-        """One webhook from `MCP_ELICIT_WEBHOOK_URL`, `_SECRET` and `_EVENTS` (comma-separated, default all);
-        `None` when no URL is set. Every problem names its variable."""
-        url = environ.get(URL_ENV, "").strip()
-        if not url:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Notifications | None:
+        """One webhook from `MCP_ELICIT_WEBHOOK_URL`, `_SECRET` and `_EVENTS` (comma-separated, default all), the
+        URL and the secret each from a `_FILE` if need be (see `mcp_elicit.settings`); `None` when no URL is set.
+        Every problem names its variable."""
+        settings = Settings.read(environ, only=["webhook_url", "webhook_secret", "webhook_events"])
+        if settings.webhook_url is None:
             return None
-        secret = environ.get(SECRET_ENV, "").strip()
-        if not secret:
+        if settings.webhook_secret is None:
             raise ValueError(f"{SECRET_ENV} is not set, and {URL_ENV} needs it (whsec_<base64 of 24+ bytes>)")
         try:
-            webhook = Webhook(url, secret, _events(environ.get(EVENTS_ENV, "")))
+            webhook = Webhook(
+                settings.webhook_url.get_secret_value(),
+                settings.webhook_secret.get_secret_value(),
+                _events(settings.webhook_events),
+            )
         except ValueError as error:
             raise ValueError(f"{URL_ENV}/{SECRET_ENV}/{EVENTS_ENV}: {error}") from None
         return cls([webhook])
 
 
-def _events(text: str) -> frozenset[NotificationEvent]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
+def _events(names: Sequence[str]) -> frozenset[NotificationEvent]:
     unknown = [name for name in names if name not in {event.value for event in NotificationEvent}]
     if unknown:
         raise ValueError(f"unknown event {', '.join(unknown)}; the events are {_names()}")

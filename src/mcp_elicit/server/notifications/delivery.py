@@ -17,9 +17,9 @@ order between events.
 
 A webhook's path and query are often its secret (a token in the path, a signature in the query): the log
 names a webhook by its subscription name (its origin and a digest by default, see `Webhook`) and never by its
-URL. httpx's client logs every request whole at INFO (`HTTP Request: POST <url>`): that line is not written
-while a delivery is under way (a filter on the `httpx` logger, scoped to the delivering task by a context
-variable); every other use of httpx in the process logs as before.
+URL. httpx2's client logs every request whole at INFO (`HTTP Request: POST <url>`): that line is not written
+while a delivery is under way (a filter on the `httpx2` logger, scoped to the delivering task by a context
+variable); every other use of httpx2 in the process logs as before.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 
 import anyio
-import httpx
+import httpx2
 
 from mcp_elicit.model import JSONObject
 from mcp_elicit.server.notifications.config import Notifications, Webhook
@@ -72,7 +72,7 @@ _delivering: ContextVar[bool] = ContextVar("mcp_elicit_delivering", default=Fals
 
 
 class _QuietDeliveries(logging.Filter):
-    """Drops httpx's records made while a delivery is under way: they carry the webhook's URL whole."""
+    """Drops httpx2's records made while a delivery is under way: they carry the webhook's URL whole."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not _delivering.get()
@@ -93,13 +93,13 @@ class Deliverer:
         self._formerly: dict[str, str] = {}
         """The former names the store held at `subscribe`, and the names that took their rows over."""
         self._purged: float | None = None
-        logging.getLogger("httpx").addFilter(_QUIET)
+        logging.getLogger("httpx2").addFilter(_QUIET)
 
     async def run(self) -> None:
         """Subscribe (again until the store answers), then deliver what is due after every `poll`."""
         await self.subscribe()
-        timeout = httpx.Timeout(self._settings.timeout)
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+        timeout = httpx2.Timeout(self._settings.timeout)
+        async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False) as http:
             while True:
                 claimed = await self.deliver_due(http)
                 await self._purge()
@@ -129,7 +129,7 @@ class Deliverer:
     def _display(self) -> str:
         return self._store.sync.display_url
 
-    async def deliver_due(self, http: httpx.AsyncClient) -> int:
+    async def deliver_due(self, http: httpx2.AsyncClient) -> int:
         """Attempt every due delivery of a batch at once; how many were claimed.
 
         Rows still under a former name (written by a transition that began before `subscribe` renamed them) are
@@ -145,7 +145,7 @@ class Deliverer:
                 group.start_soon(self._deliver, http, delivery)
         return len(claimed)
 
-    async def _deliver(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
+    async def _deliver(self, http: httpx2.AsyncClient, delivery: Delivery) -> None:
         name = self._formerly.get(delivery.subscription, delivery.subscription)
         hook = self._hooks[name]
         body = payload(delivery)
@@ -158,7 +158,7 @@ class Deliverer:
             with anyio.fail_after(self._settings.timeout):
                 async with http.stream("POST", hook.url, content=body, headers=headers) as response:
                     failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
-        except httpx.HTTPError as error:
+        except httpx2.HTTPError as error:
             failure = type(error).__name__
         except TimeoutError:
             failure = "timed out"
