@@ -22,6 +22,7 @@ import binascii
 import os
 import stat
 from collections.abc import Collection, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Final, Self
 from urllib.parse import urlsplit
@@ -137,7 +138,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _Variables(settings_cls, os.environ))
+        return (init_settings, _READING.get() or _Variables(settings_cls, os.environ))
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, *, only: Collection[str] | None = None) -> Self:
@@ -151,16 +152,20 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"no such setting: {', '.join(unknown)}")
         source = _Variables(cls, os.environ if environ is None else environ, names, collect=True)
-        values = source()
-        problems = dict(source.problems)
         settings = None
+        # Validation runs the model's sources (pydantic calls a settings class's own `__init__`), so the
+        # environment given here is handed to them rather than validated beside this process's environment.
+        reading = _READING.set(source)
         try:
-            settings = cls.model_validate(values)
+            settings = cls()
         except ValidationError as error:
             for found in error.errors(include_url=False, include_input=False):
                 name = str(found["loc"][0])
                 cause = found.get("ctx", {}).get("error", found["msg"])  # what a validator raised, else pydantic's
-                problems.setdefault(name, f"{source.origins[name]}: {cause}")
+                source.problems.setdefault(name, f"{source.origins[name]}: {cause}")
+        finally:
+            _READING.reset(reading)
+        problems = source.problems
         if settings is None or problems:
             raise SettingsError([problems[name] for name in cls.model_fields if name in problems])
         settings._origins.update(source.origins)
@@ -224,6 +229,10 @@ class _Variables(PydanticBaseSettingsSource):
         if self.problems and not self._collect:
             raise SettingsError(list(self.problems.values()))
         return values
+
+
+_READING: ContextVar[_Variables | None] = ContextVar("mcp_elicit_settings_reading", default=None)
+"""The source `Settings.read` validates from, in place of this process's environment."""
 
 
 def _read_secret(path: Path) -> str:

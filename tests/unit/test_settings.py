@@ -106,6 +106,20 @@ def test_a_command_reads_only_the_settings_it_uses() -> None:
         Settings.read(environ, only=["tokens"])
 
 
+def test_settings_read_from_a_given_environment_ignore_this_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`serve` hands its environment to `read`; a variable of this process must neither fail nor fill it."""
+    monkeypatch.setenv("MCP_ELICIT_AUTH_KEYS", "not a key ring")
+    monkeypatch.setenv("MCP_ELICIT_TOKEN", "from-the-process")
+    settings = Settings.read({"MCP_ELICIT_USERS": "alice:wonderland"})
+    assert settings.users is not None and settings.auth_keys is None and settings.token is None
+    assert Settings.read({}, only=["users"]).users is None
+    monkeypatch.setenv("MCP_ELICIT_AUTH_KEYS", b64(KEY_A))
+    with pytest.raises(SettingsError, match=r"^MCP_ELICIT_AUTH_KEYS: key 1 is not base64"):
+        Settings.read({"MCP_ELICIT_AUTH_KEYS": "not a key ring"})
+
+
 def test_a_secret_comes_from_the_file_its_file_variable_names(tmp_path: Path) -> None:
     keys = secret_file(tmp_path, f"{b64(KEY_A)},{b64(KEY_B)}\n", name="auth")
     users = secret_file(tmp_path, "  alice:wonderland:Alice Liddell\n\n", mode=0o640, name="users")
