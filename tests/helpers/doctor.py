@@ -22,11 +22,24 @@ GOOD = {
 }
 
 
+def clean_environment(tmp_path: Path, environ: dict[str, str]) -> dict[str, str]:
+    """Only the path, a throwaway home and `environ`; and coverage's own variables, so that under COVERAGE=1 the
+    command is measured like every other process the tests start."""
+    measured = {name: value for name, value in os.environ.items() if name.startswith("COVERAGE_")}
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        **measured,
+        **environ,
+    }
+
+
 def run(tmp_path: Path, environ: dict[str, str], *options: str) -> tuple[int, list[str], list[str]]:
     """The exit code, the problems listed and the checks passed."""
     done = subprocess.run(
         [COMMAND, "doctor", *options],
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg"), **environ},
+        env=clean_environment(tmp_path, environ),
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
     )  # fmt: skip
     assert done.stderr == "" and "Traceback" not in done.stdout, done.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from mcp_elicit.store import SCHEMA_VERSION, open_store, schema_statements
 from tests.helpers.cli_terminal import COMMAND
-from tests.helpers.doctor import GOOD, b64, run
+from tests.helpers.doctor import GOOD, b64, clean_environment, run
 from tests.helpers.http_harness import free_port
 
 # On both engines: doctor checks each engine its own way.
@@ -137,7 +136,7 @@ def test_serve_refuses_the_same_problems_doctor_lists(tmp_path: Path) -> None:
     served = subprocess.run(
         [COMMAND, "serve", "--transport", "http", "--public-url", "http://elicit.example", "--port", str(free_port()),
          "--store", store, "--workspace", str(tmp_path / "workspace")],
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **environ},
+        env=clean_environment(tmp_path, environ),
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
     )  # fmt: skip
     assert served.returncode == 2
