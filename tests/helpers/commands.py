@@ -20,7 +20,7 @@ def cli(*args: str, store: str | None = None, env: dict[str, str] | None = None)
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """Any command (`call` a server, say), 200 columns wide, with no terminal to read from."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    for name in ("MCP_ELICIT_STORE", "MCP_ELICIT_TOKEN"):
+    for name in ("MCP_ELICIT_STORE", "MCP_ELICIT_TOKEN", "MCP_ELICIT_TOKEN_FILE"):
         if env is None or name not in env:
             full_env.pop(name, None)
     return subprocess.run(

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from mcp_elicit.model import DecisionStatus
-from mcp_elicit.store import SCHEMA_VERSION, MigrationPending, Store, StoreConfigError, StoreUnavailable, open_store
+from mcp_elicit.store import (
+    SCHEMA_VERSION,
+    MigrationPending,
+    Store,
+    StoreConfigError,
+    StoreDriverMissing,
+    StoreUnavailable,
+    open_store,
+)
 from tests.helpers.clock import FakeClock
 from tests.helpers.records import ALICE, Records
 
@@ -84,7 +92,7 @@ def test_a_libpq_url_without_the_postgres_extra_says_which_extra_in_one_line(
     """The driver made unimportable here (`None` in `sys.modules` is how Python marks a module absent);
     tests/system/test_packaging.py shows the same line from a wheel installed without the extra."""
     monkeypatch.setitem(sys.modules, driver, None)
-    with pytest.raises(StoreConfigError) as raised:
+    with pytest.raises(StoreDriverMissing) as raised:
         open_store("postgresql://nobody:hunter2@127.0.0.1:1/x")
     assert str(raised.value) == (
         'a PostgreSQL store needs the postgres extra: pip install "mcp-elicit[postgres]" '

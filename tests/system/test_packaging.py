@@ -111,6 +111,11 @@ def test_without_its_extra_a_postgresql_url_is_one_line_naming_it(plain: FreshEn
         'error: a PostgreSQL store needs the postgres extra: pip install "mcp-elicit[postgres]" '
         "(No module named 'psycopg')"
     ]
+    doctor = plain.attempt("doctor", "--store", "postgresql://nobody:pw@127.0.0.1:1/x", command="mcp-elicit")
+    assert (
+        'problem  store: a PostgreSQL store needs the postgres extra: pip install "mcp-elicit[postgres]" '
+        "(No module named 'psycopg')\n"
+    ) in doctor.stdout  # and nothing after it: the line says what to do
     fastmcp = plain.attempt("-c", "import mcp_elicit.fastmcp")
     assert fastmcp.stderr.splitlines()[-1] == (
         'ImportError: mcp_elicit.fastmcp needs the fastmcp extra: pip install "mcp-elicit[fastmcp]"'

@@ -28,6 +28,7 @@ from mcp_elicit.store import (
     MigrationPending,
     StoreConfigError,
     StoreCorrupt,
+    StoreDriverMissing,
     StoreError,
     StoreReadOnly,
     StoreUnavailable,
@@ -125,6 +126,8 @@ def _check_store(url: str | None, findings: Findings) -> None:
 
 def _what_to_do(error: StoreError, url: str | None) -> str:
     """What to do about a store that cannot be used, when its message does not say it already."""
+    if isinstance(error, StoreDriverMissing):
+        return ""
     if isinstance(error, StoreConfigError):
         return f"; fix --store or {ENV_VAR}"
     if isinstance(error, MigrationPending):

@@ -22,8 +22,6 @@ from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
 
 from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
 from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
@@ -42,6 +40,7 @@ from mcp_elicit.web import (
     VaultKeyRing,
 )
 from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
+from mcp_elicit.web.routes import add_routes
 
 _PROVIDER = ("provider_url", "provider_client_id", "provider_client_secret")
 _PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
@@ -228,15 +227,6 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
     )
     auth.sign_in_reason = pages.sign_in_reason
     inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))
-    for route in [*pages.routes(), *inbox.routes()]:
-        server.custom_route(route.path, methods=sorted(route.methods or ()), name=route.name)(_endpoint(route.endpoint))
+    add_routes(server, [*pages.routes(), *inbox.routes()])
     Health(elicitation).add_routes(server)
     return Deployment(server=server, elicitation=elicitation, public_url=public_url, auth=auth)
-
-
-def _endpoint(endpoint: object) -> object:
-    async def call(request: Request) -> Response:
-        response: Response = await endpoint(request)  # type: ignore[operator]
-        return response
-
-    return call

@@ -18,6 +18,10 @@ class StoreConfigError(StoreError):
     """The store URL cannot be used: unknown scheme, missing path, unsupported option."""
 
 
+class StoreDriverMissing(StoreConfigError):
+    """The URL is right, but its engine's driver is not installed: the message names the extra that brings it."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot do this now, and nothing of what failed was stored.
 

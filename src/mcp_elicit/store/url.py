@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._schema import LATEST_VERSION
-from mcp_elicit.store.errors import MigrationPending, StoreConfigError
+from mcp_elicit.store.errors import MigrationPending, StoreConfigError, StoreDriverMissing
 from mcp_elicit.store.protocol import Clock
 from mcp_elicit.store.sqlite import Synchronous
 
@@ -142,7 +142,7 @@ def _postgres_dialect() -> type[PostgresStore]:
             importlib.import_module(name)
         except ImportError as error:
             reason = str(error).splitlines()[0]
-            raise StoreConfigError(
+            raise StoreDriverMissing(
                 f"a PostgreSQL store needs the postgres extra: {POSTGRES_EXTRA} ({reason})"
             ) from None
     from mcp_elicit.store.postgres import PostgresStore
