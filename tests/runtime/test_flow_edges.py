@@ -67,10 +67,10 @@ def tools(elicitation: Elicitation) -> None:
         return f"{said(first)} / {said(second)}"
 
     @elicitation.tool()
-    async def misnamed(flow: Flow, key: str, first_unnamed: bool = False) -> str:
-        """Names its model request as told, twice (the first by default, if told so)."""
+    async def misnamed(flow: Flow, key: str) -> str:
+        """Names its model request as told, twice."""
         try:
-            await flow.sample("Once", max_tokens=5, key=None if first_unnamed else key)
+            await flow.sample("Once", max_tokens=5, key=key)
             await flow.sample("Twice", max_tokens=5, key=key)
         except ValueError as refused:
             return str(refused)
@@ -156,24 +156,18 @@ async def test_unnamed_model_requests_get_keys_of_their_own_and_each_its_own_ans
 
 
 @pytest.mark.parametrize(
-    ("key", "first_unnamed", "refusal"),
+    ("key", "refusal"),
     [
-        ("bad key!", False, "a question key is 1-64 letters, digits, '_', '.', '-': got 'bad key!'"),
-        ("line", False, "question key 'line' is used twice in one tool body; keys name questions"),
-        (
-            "sample",
-            True,
-            "question key 'sample' is used twice in one tool body; keys name questions (an earlier question took "
-            "it by default: give that one a key= too)",
-        ),
+        ("bad key!", "a question key is 1-64 letters, digits, '_', '.', '-': got 'bad key!'"),
+        ("line", "question key 'line' is used twice in one tool body; keys name questions"),
     ],
 )
 async def test_a_model_request_key_that_is_malformed_or_used_twice_is_refused(
-    elicitation: Elicitation, key: str, first_unnamed: bool, refusal: str
+    elicitation: Elicitation, key: str, refusal: str
 ) -> None:
     model = Model()
     async with Client(elicitation.mcp_server, mode="legacy", sampling_callback=model) as client:
-        result = await client.call_tool("misnamed", {"key": key, "first_unnamed": first_unnamed})
+        result = await client.call_tool("misnamed", {"key": key})
     assert text(result) == refusal
     assert len(model.asked) == (0 if " " in key else 1), "a refused key asks the model nothing"
 

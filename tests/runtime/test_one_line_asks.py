@@ -76,8 +76,7 @@ class Case:
     schema: dict[str, Any]
     answer: dict[str, Any]
     data: Any
-    key: str
-    """The question key: a one value's comes from the message's first words unless an Enum names it."""
+    key: str = "value"
     stored: dict[str, Any] | None = None
 
 
@@ -87,28 +86,25 @@ def _one(name: str, asked: Any, message: str, prop: dict[str, Any], answer: Any,
 
 
 CASES = [
-    _one("yes_no", bool, "Deploy to production now?", {"type": "boolean"}, True, True, key="deploy_production_now"),
-    _one("no", bool, "Keep the old release?", {"type": "boolean"}, False, False, key="keep_old_release"),
-    _one("text", str, "What should the release be called?", {"type": "string"}, "Ada", "Ada",
-         key="what_release_called"),
-    _one("count", int, "How many replicas?", {"type": "integer"}, 3.0, 3, stored={"value": 3}, key="how_many_replicas"),
-    _one("share", float, "Which share of traffic?", {"type": "number"}, 1, 1.0, key="which_share_traffic"),
+    _one("yes_no", bool, "Deploy to production now?", {"type": "boolean"}, True, True),
+    _one("no", bool, "Keep the old release?", {"type": "boolean"}, False, False),
+    _one("text", str, "What should the release be called?", {"type": "string"}, "Ada", "Ada"),
+    _one("count", int, "How many replicas?", {"type": "integer"}, 3.0, 3, stored={"value": 3}),
+    _one("share", float, "Which share of traffic?", {"type": "number"}, 1, 1.0),
     _one(
         "bounded", Annotated[int, Field(ge=1, le=9)], "How many seats?",
-        {"type": "integer", "minimum": 1, "maximum": 9}, 4, 4, key="how_many_seats",
+        {"type": "integer", "minimum": 1, "maximum": 9}, 4, 4,
     ),
     _one("day", datetime.date, "Which day?", {"type": "string", "format": "date"}, "2026-12-24",
-         datetime.date(2026, 12, 24), key="which_day"),
+         datetime.date(2026, 12, 24)),
     _one("mail", Email, "Where should the report go?", {"type": "string", "format": "email"}, "a@b.example",
-         "a@b.example", key="where_report_go"),
-    _one("size", Literal["s", "m", "l"], "Which size?", {"type": "string", "enum": ["s", "m", "l"]}, "m", "m",
-         key="which_size"),
+         "a@b.example"),
+    _one("size", Literal["s", "m", "l"], "Which size?", {"type": "string", "enum": ["s", "m", "l"]}, "m", "m"),
     _one("region", Region, "Which region?", {"type": "string", "enum": ["eu", "us"]}, "us", Region.US,
          key="region"),
     _one(
         "sizes", list[Literal["s", "m", "l"]], "Which sizes?",
         {"type": "array", "items": {"type": "string", "enum": ["s", "m", "l"]}}, ["s", "l"], ["s", "l"],
-        key="which_sizes",
     ),
     _one(
         "regions", list[Region], "Which regions?", {"type": "array", "items": {"type": "string", "enum": ["eu", "us"]}},
@@ -117,12 +113,12 @@ CASES = [
     _one(
         "titled", {"eu": "Europe", "us": "United States"}, "Where should it run?",
         {"type": "string", "oneOf": [{"const": "eu", "title": "Europe"}, {"const": "us", "title": "United States"}]},
-        "us", "us", key="where_run",
+        "us", "us",
     ),
     _one(
         "titled_enum", {Region.EU: "Europe", Region.US: "United States"}, "Where should it run?",
         {"type": "string", "oneOf": [{"const": "eu", "title": "Europe"}, {"const": "us", "title": "United States"}]},
-        "eu", Region.EU, key="where_run",
+        "eu", Region.EU,
     ),
     _one(
         "titled_regions", Annotated[list[Region], Titled({"eu": "Europe", "us": "United States"})], "Where?",
@@ -322,7 +318,7 @@ async def test_every_kind_is_asked_answered_and_replayed_typed(elicit: Harness, 
 async def test_decline_and_cancel_of_a_yes_no_stay_distinct_from_no(
     elicit: Harness, reply: Reply, expected: str, status: DecisionStatus
 ) -> None:
-    assert (await elicit.call("confirm", answers={"delete_matching_files": reply})).text == expected
+    assert (await elicit.call("confirm", answers={"value": reply})).text == expected
     [decision] = elicit.decisions()
     assert decision.status is status
     assert decision.content is None
@@ -339,21 +335,21 @@ async def test_an_answer_of_the_wrong_type_is_asked_again(elicitation: Elicitati
 
 @BOTH_PATHS
 async def test_a_body_re_run_between_rounds_gets_the_earlier_answer_typed(elicit: Harness, tools: Tools) -> None:
-    answers = {"region": scripted.accept(value="eu"), "deploy_there_now": scripted.accept(value=True)}
+    answers = {"region": scripted.accept(value="eu"), "value": scripted.accept(value=True)}
     assert (await elicit.call("ask_two", answers=answers)).text == repr((Accepted(Region.EU), Accepted(True)))
     assert [shape(answer.data) for answer in tools.seen["ask_two"] if isinstance(answer, Accepted)] == [
         (Region, Region.EU)
     ]
-    assert sorted(d.key for d in elicit.decisions()) == ["deploy_there_now", "region"]
+    assert sorted(d.key for d in elicit.decisions()) == ["region", "value"]
 
 
 @BOTH_PATHS
 async def test_the_arguments_fallback_takes_a_one_value_answer_by_key(elicit: Harness) -> None:
     first = (await elicit.call("ask_by_arguments", modes=())).error
-    assert "elicit_answers" in first and '"which_region"' in first
-    wrong = await elicit.call("ask_by_arguments", {"elicit_answers": {"which_region": {"value": "mars"}}}, modes=())
+    assert "elicit_answers" in first and '"value"' in first
+    wrong = await elicit.call("ask_by_arguments", {"elicit_answers": {"value": {"value": "mars"}}}, modes=())
     assert wrong.result.is_error
-    done = await elicit.call("ask_by_arguments", {"elicit_answers": {"which_region": {"value": "us"}}}, modes=())
+    done = await elicit.call("ask_by_arguments", {"elicit_answers": {"value": {"value": "us"}}}, modes=())
     assert done.text == repr(Accepted(Region.US))
 
 
@@ -395,7 +391,7 @@ async def test_an_answer_recorded_under_an_older_version_of_the_question_is_aske
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_an_answer_round_trips_through_its_wire_content(case: Case) -> None:
-    spec = form_spec(case.asked).asking(case.message)
+    spec = form_spec(case.asked)
     value = spec.validate(case.answer)
     assert shape(value) == shape(case.data)
     assert spec.content(value) == (case.stored or case.answer)
@@ -556,7 +552,7 @@ def logged_failure(caplog: pytest.LogCaptureFixture, kind: type[Exception]) -> E
 async def test_an_unsupported_type_fails_the_ask_before_anything_is_stored_or_shown(
     elicit: Harness, kind: str, fragment: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    called = await elicit.call("ask_refused", {"kind": kind}, answers={"anything": scripted.accept(value=1)})
+    called = await elicit.call("ask_refused", {"kind": kind}, answers={"value": scripted.accept(value=1)})
     assert called.error == "Error executing tool ask_refused"
     assert fragment in str(logged_failure(caplog, UnsupportedField))
     assert called.asked == ()
@@ -567,7 +563,7 @@ async def test_an_unsupported_type_fails_the_ask_before_anything_is_stored_or_sh
 async def test_a_one_value_ask_whose_question_asks_for_a_secret_is_refused_when_asked(
     elicit: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    called = await elicit.call("ask_token", answers={"paste_deploy_token": scripted.accept(value="hunter2")})
+    called = await elicit.call("ask_token", answers={"value": scripted.accept(value="hunter2")})
     assert called.error == "Error executing tool ask_token"
     message = str(logged_failure(caplog, SecretField))
     assert "str is asked with a question that looks like a secret ('Paste your deploy token')" in message
@@ -745,7 +741,7 @@ async def test_a_modern_client_without_elicitation_gets_32021_for_a_one_value_as
     with pytest.raises(MCPError) as raised:
         await elicit.call("confirm", modes=())
     assert raised.value.code == -32021
-    assert elicit.decision("delete_matching_files").requested_schema == {
+    assert elicit.decision("value").requested_schema == {
         "type": "object",
         "properties": {"value": {"type": "boolean", "title": "Delete the 3 matching files?"}},
         "required": ["value"],

@@ -23,7 +23,6 @@ from mcp_elicit.server.forms import (
     Titled,
     UnsupportedField,
     form_spec,
-    question_key,
 )
 from tests.helpers.restricted_schema import assert_restricted_schema, spec_variants_of
 
@@ -862,32 +861,3 @@ def test_legacy_enum_names_refused_on_lists() -> None:
             picks: Annotated[list[Literal["a", "b"]], Titled({"a": "A", "b": "B"}, legacy_enum_names=True)]
 
         form_spec(Many)
-
-
-@pytest.mark.parametrize(
-    ("message", "key"),
-    [
-        ("Confirm?", "confirm"),
-        ("Deploy payments to production?", "deploy_payments_production"),
-        ("Which priority for the ticket 'Printer on fire'?", "which_priority_ticket"),
-        ("Delete the 3 matching files in “/srv/data”?", "delete_matching_files"),
-        ("What's the plan for `prod-2`?", "whats_plan"),
-        ("Are you sure you want to delete everything in the bucket?", "sure_want_delete_everything"),
-        ("Région préférée ?", "region_preferee"),
-        ("Supercalifragilisticexpialidocious and more?", "supercalifragilisticexpialidocio"),
-        ("Keep the extraordinarily overlong configuration?", "keep_extraordinarily_overlong"),
-        ("确认吗", None),
-        ("'quoted' 42?", None),
-        ("", None),
-    ],
-)
-def test_a_key_is_derived_from_the_first_words_of_a_question(message: str, key: str | None) -> None:
-    assert question_key(message) == key
-
-
-def test_a_one_value_ask_is_keyed_by_its_question_unless_its_type_names_it() -> None:
-    assert form_spec(bool).key == "value"
-    assert form_spec(bool).asking("Deploy to production now?").key == "deploy_production_now"
-    assert form_spec({"eu": "Europe"}).asking("Where should it run?").key == "where_run"
-    assert form_spec(list[Region]).asking("Which regions?").key == "region", "an Enum names the question"
-    assert form_spec(bool).asking("确认吗").key == "value", "no word to take: the field's name"

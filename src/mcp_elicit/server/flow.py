@@ -61,12 +61,11 @@ _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 class Flow:
     """The handle a tool or prompt body receives: `step`, `ask`, `ask_url`, `sample`, `roots`, `gather`."""
 
-    __slots__ = ("_defaulted", "_keys_used", "_run")
+    __slots__ = ("_keys_used", "_run")
 
     def __init__(self, run: Execution) -> None:
         self._run = run
         self._keys_used: dict[str, int] = {}
-        self._defaulted: set[str] = set()
 
     @property
     def operation_id(self) -> str:
@@ -135,13 +134,7 @@ class Flow:
         flat form raises `UnsupportedField` or `SecretField` here, before anything is stored or shown
         (declare it in `Elicitation.tool(asks=...)` to have it checked when the tool is registered).
 
-        The key defaults to the snake-case name of the model, dataclass, `TypedDict` or `Enum`; for another
-        one value or a mapping of choices, to the first words of the message (`forms.question_key`:
-        `"Deploy payments to production?"` is `deploy_payments_production`; quoted text, numbers and filler
-        words left out), else `value`; a default key already taken in this body gets `_2`, then `_3`. The key
-        binds the answer to the question on every run of the call and names it in listings, the audit trail,
-        logs and telemetry: pass `key=` where a message's first words change between runs of one call
-        (an unquoted name or time in them).
+        The key defaults to the snake-case name of the model, dataclass, `TypedDict` or `Enum`, else `value`.
         An answer recorded out of band (the decision's web page checks the requested schema, not the
         type's own validators) or under an older version of the type may not fit it any more: the
         question is then asked again, under the key `{key}#2` and then `{key}#3`, with a note saying why.
@@ -258,12 +251,9 @@ class Flow:
         count = self._keys_used.get(base, 0) + 1
         self._keys_used[base] = count
         if count == 1:
-            if key is None:
-                self._defaulted.add(base)
             return base
         if key is not None:
-            earlier = " (an earlier question took it by default: give that one a key= too)" * (key in self._defaulted)
-            raise ValueError(f"question key {key!r} is used twice in one tool body; keys name questions{earlier}")
+            raise ValueError(f"question key {key!r} is used twice in one tool body; keys name questions")
         return f"{base}_{count}"
 
 

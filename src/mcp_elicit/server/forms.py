@@ -71,7 +71,6 @@ import math
 import re
 import types
 import typing
-import unicodedata
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -139,23 +138,7 @@ T = TypeVar("T")
 K = TypeVar("K", bound=str | enum.Enum)
 
 VALUE_FIELD = "value"
-"""The one field of a one-value ask on the wire (`{"value": ...}`), also its question key when nothing else
-names it (see `question_key`)."""
-KEY_WORDS = 4
-KEY_LENGTH = 32
-"""A key derived from a question keeps at most this many words and characters."""
-_QUOTED = re.compile(
-    r"(?<!\w)(?:'[^']*'|\"[^\"]*\"|`[^`]*`|\u2018[^\u2019]*\u2019|\u201c[^\u201d]*\u201d|\u00ab[^\u00bb]*\u00bb)(?!\w)"
-)
-"""Quoted text (straight, curly or angle quotes, backticks), which a message most often fills in per call."""
-_APOSTROPHE = re.compile(r"(?<=\w)['\u2019](?=\w)")
-_FILLER = frozenset(
-    (
-        "a", "an", "the", "to", "for", "of", "in", "on", "at", "by", "with", "from", "into", "and", "or", "is",
-        "are", "be", "do", "does", "you", "your", "we", "our", "i", "my", "me", "it", "its", "this", "that",
-        "these", "those", "should", "shall", "can", "could", "would", "will", "please",
-    )
-)  # fmt: skip
+"""The one field of a one-value ask on the wire (`{"value": ...}`), also its default question key."""
 
 _SUPPORTED = (
     "a form field must be str (optionally date, datetime, AnyUrl/HttpUrl or Email), int, float, bool, "
@@ -282,7 +265,6 @@ class FormSpec(Generic[T]):
 
     model: Any
     key: str
-    """For a one value or a mapping of choices, `VALUE_FIELD` until `asking` derives it from the question."""
     sensitive_fields: tuple[str, ...]
     _schema: dict[str, JSONValue] = field(repr=False)
     _form: Form = field(repr=False)
@@ -307,8 +289,7 @@ class FormSpec(Generic[T]):
         return json.dumps(self._schema)
 
     def asking(self, message: str) -> FormSpec[T]:
-        """The form as it is put with `message`: a one-value form's field takes the question as its title, and
-        its key, unless an `Enum` names it, comes from the question (`question_key`).
+        """The form as it is put with `message`: a one-value form's field takes the question as its title.
 
         Raises `SecretField` when a one-value free text or number answer is asked with a question that looks
         like a secret: the question is that field's label.
@@ -320,14 +301,11 @@ class FormSpec(Generic[T]):
             raise SecretField(
                 self.model, None, f"is asked with a question that looks like a secret ({_shown(message)})"
             )
-        asked = self
-        if self.key == VALUE_FIELD and (derived := question_key(message)) is not None:
-            asked = dataclasses.replace(asked, key=derived)
         if one.titled or not message:
-            return asked
+            return self
         schema = self.schema
         cast(dict[str, dict[str, JSONValue]], schema["properties"])[VALUE_FIELD]["title"] = message
-        return dataclasses.replace(asked, _schema=schema)
+        return dataclasses.replace(self, _schema=schema)
 
     def content(self, answer: T) -> dict[str, JSONValue]:
         """An answer in its wire shape: what `validate` accepts back (unanswered optional fields left out)."""
@@ -354,27 +332,6 @@ class FormSpec(Generic[T]):
             prefix: tuple[str, ...] = (VALUE_FIELD,) if self._one_value is not None else ()
             problems = [_pydantic_problem(prefix, e) for e in error.errors(include_url=False)]
             raise InvalidAnswer(self.model, problems) from None
-
-
-def question_key(message: str) -> str | None:
-    """A readable key from a question's first words: `"Deploy payments to production?"` gives
-    `deploy_payments_production`; None when no word is left.
-
-    The key binds an answer to its question across every run of the call, so it must come out the same on
-    each: what a message most often interpolates (quoted text, anything with a digit) is left out, and only
-    its first few words count. Lower-case ASCII letters and digits joined by `_`, filler words dropped, at most
-    `KEY_WORDS` words and `KEY_LENGTH` characters.
-    """
-    text = _APOSTROPHE.sub("", _QUOTED.sub(" ", message))
-    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
-    words = [w for w in re.findall(r"[a-z0-9]+", folded) if w not in _FILLER and not any(c.isdigit() for c in w)]
-    key = ""
-    for word in words[:KEY_WORDS]:
-        joined = f"{key}_{word}" if key else word[:KEY_LENGTH]
-        if len(joined) > KEY_LENGTH:
-            break
-        key = joined
-    return key or None
 
 
 _specs: weakref.WeakKeyDictionary[type, FormSpec[Any]] = weakref.WeakKeyDictionary()
