@@ -48,7 +48,15 @@ def terminal_env(**extra: str) -> dict[str, str]:
         "LINES": str(ROWS),
         **extra,
     }
-    for name in ("NO_COLOR", "DISPLAY", "WAYLAND_DISPLAY", "BROWSER", "MCP_ELICIT_STORE", "MCP_ELICIT_TOKEN", "MCP_ELICIT_TOKEN_FILE"):
+    for name in (
+        "NO_COLOR",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "BROWSER",
+        "MCP_ELICIT_STORE",
+        "MCP_ELICIT_TOKEN",
+        "MCP_ELICIT_TOKEN_FILE",
+    ):
         if name not in extra:
             env.pop(name, None)
     return env
