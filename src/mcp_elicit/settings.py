@@ -236,16 +236,21 @@ _READING: ContextVar[_Variables | None] = ContextVar("mcp_elicit_settings_readin
 
 
 def _read_secret(path: Path) -> str:
-    """A secret file's text: refused when other users may open it, when empty, and when too large for a setting."""
+    """A secret file's text: refused when other users may open it or its group may change it, when it is no
+    regular file (a pipe would hold the start up), when empty, and when too large for a setting."""
     try:
-        with path.open("rb") as opened:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(descriptor, "rb") as opened:
             mode = os.fstat(opened.fileno()).st_mode
-            data = opened.read(MAX_FILE_BYTES + 1)
+            data = opened.read(MAX_FILE_BYTES + 1) if stat.S_ISREG(mode) else b""
     except OSError as error:
         raise ValueError(f"cannot be read: {error.strerror or error}") from None
-    if os.name == "posix" and mode & (stat.S_IRWXO):
+    if not stat.S_ISREG(mode):
+        raise ValueError("is not a regular file")
+    if os.name == "posix" and mode & (stat.S_IRWXO | stat.S_IWGRP):
+        who = "other users may open it" if mode & stat.S_IRWXO else "its group may change it"
         raise ValueError(
-            f"other users may open it (mode {stat.S_IMODE(mode):04o}); "
+            f"{who} (mode {stat.S_IMODE(mode):04o}); "
             f"give it to the service's user alone: chmod 600 {path} (or 640 for its group)"
         )
     if len(data) > MAX_FILE_BYTES:

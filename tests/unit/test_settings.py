@@ -4,6 +4,7 @@ each problem named by its variable, all at once, never repeating a secret."""
 from __future__ import annotations
 
 import base64
+import os
 import re
 from pathlib import Path
 
@@ -145,6 +146,18 @@ def test_a_secret_file_other_users_may_open_is_refused_with_the_chmod_that_fixes
         f"MCP_ELICIT_TOKEN_FILE ({token}): other users may open it (mode {mode:04o}); "
         f"give it to the service's user alone: chmod 600 {token} (or 640 for its group)",
     )
+
+
+def test_a_secret_file_its_group_may_change_or_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
+    token = secret_file(tmp_path, "t0ken", mode=0o660)
+    with pytest.raises(SettingsError, match=r"its group may change it \(mode 0660\); .*chmod 600"):
+        Settings.read({"MCP_ELICIT_TOKEN_FILE": str(token)})
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe, 0o600)  # nobody writes it: reading it would wait for ever
+    with pytest.raises(SettingsError, match=r"\(.*pipe\): is not a regular file$"):
+        Settings.read({"MCP_ELICIT_TOKEN_FILE": str(pipe)})
+    with pytest.raises(SettingsError, match="cannot be read: Is a directory"):
+        Settings.read({"MCP_ELICIT_TOKEN_FILE": str(tmp_path)})
 
 
 def test_a_missing_empty_oversized_or_binary_secret_file_is_refused(tmp_path: Path) -> None:
