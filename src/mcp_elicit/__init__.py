@@ -2,9 +2,9 @@
 
 The top level is the short face users write against: the tool author's `Elicitation`, `Flow`, the outcome
 types and the policies; the host's `ElicitingClient`, the handler interface, its replies and the ready-made
-handlers; and what it takes to open a store. Everything else (records, transition tables, digests,
-redaction, store errors beyond the basic ones) stays in its subpackage: `mcp_elicit.model`,
-`mcp_elicit.store`, `mcp_elicit.server`, `mcp_elicit.client`.
+handlers; what it takes to open a store; and the settings read from the environment. Everything else
+(records, transition tables, digests, redaction, store errors beyond the basic ones) stays in its subpackage:
+`mcp_elicit.model`, `mcp_elicit.store`, `mcp_elicit.server`, `mcp_elicit.client`.
 
 The names resolve lazily, on first access (PEP 562), so `import mcp_elicit` stays cheap for the CLI and for
 hosts: it imports neither the MCP SDK, the client kit's terminal stack nor a database driver until a name
@@ -64,6 +64,9 @@ _HOMES: dict[str, str] = {
     "Store": "mcp_elicit.store",
     "StoreError": "mcp_elicit.store",
     "StoreUnavailable": "mcp_elicit.store",
+    # Configuration from the environment.
+    "Settings": "mcp_elicit.settings",
+    "SettingsError": "mcp_elicit.settings",
 }
 
 if TYPE_CHECKING:
@@ -110,6 +113,7 @@ if TYPE_CHECKING:
         Timing,
         UrlAnswer,
     )
+    from mcp_elicit.settings import Settings, SettingsError
     from mcp_elicit.store import Store, StoreError, StoreUnavailable, open_store
 
 __all__ = [
@@ -141,6 +145,8 @@ __all__ = [
     "ScriptError",
     "ScriptedHandler",
     "SdkOptions",
+    "Settings",
+    "SettingsError",
     "Stdio",
     "Store",
     "StoreError",

@@ -8,18 +8,26 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import mcp_elicit
+import mcp_elicit.client
 
-PUBLIC = sorted(set(mcp_elicit.__all__) - {"__version__"})
+LAZY = (mcp_elicit, mcp_elicit.client)
+"""The packages whose names resolve on first use (`mcp_elicit._exports`): the top level and the client kit."""
 
 
-def type_checked_homes() -> dict[str, str]:
-    """Each name the package's `if TYPE_CHECKING:` block imports, and the subpackage it imports it from: what
-    type checkers see of `mcp_elicit`, since its names resolve lazily at run time."""
-    source = Path(mcp_elicit.__file__).read_text(encoding="utf-8")
+def public(package: ModuleType) -> list[str]:
+    return sorted(set(package.__all__) - {"__version__"})
+
+
+def type_checked_homes(package: ModuleType = mcp_elicit) -> dict[str, str]:
+    """Each name the package's `if TYPE_CHECKING:` block imports, and the module it imports it from: what
+    type checkers see of the package, since its names resolve lazily at run time."""
+    assert package.__file__ is not None
+    source = Path(package.__file__).read_text(encoding="utf-8")
     homes: dict[str, str] = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
@@ -55,24 +63,28 @@ def modules_after(code: str) -> list[str]:
     return loaded
 
 
-@pytest.mark.parametrize("name", PUBLIC)
-def test_public_name_is_the_object_from_its_home_subpackage(name: str) -> None:
-    home = importlib.import_module(type_checked_homes()[name])
-    assert getattr(mcp_elicit, name) is getattr(home, name)
-    assert name in dir(mcp_elicit)
+@pytest.mark.parametrize(
+    ("package", "name"), [(package, name) for package in LAZY for name in public(package)], ids=lambda v: str(v)
+)
+def test_public_name_is_the_object_from_its_home(package: ModuleType, name: str) -> None:
+    home = importlib.import_module(type_checked_homes(package)[name])
+    assert getattr(package, name) is getattr(home, name)
+    assert name in dir(package)
 
 
-def test_type_checkers_see_exactly_the_public_names() -> None:
+@pytest.mark.parametrize("package", LAZY, ids=lambda package: package.__name__)
+def test_type_checkers_see_exactly_the_public_names(package: ModuleType) -> None:
     # Type checkers only see the `if TYPE_CHECKING:` imports, so each public name must be imported there (from
-    # the subpackage it resolves from at run time: the test above), and nothing else.
-    assert len(PUBLIC) > 20
-    assert set(type_checked_homes()) == set(PUBLIC)
+    # the module it resolves from at run time: the test above), and nothing else.
+    assert len(public(package)) > 20
+    assert set(type_checked_homes(package)) == set(public(package))
 
 
-def test_star_import_gives_exactly_the_public_names() -> None:
+@pytest.mark.parametrize("package", LAZY, ids=lambda package: package.__name__)
+def test_star_import_gives_exactly_the_public_names(package: ModuleType) -> None:
     namespace: dict[str, object] = {}
-    exec("from mcp_elicit import *", namespace)
-    assert set(namespace) - {"__builtins__"} == set(mcp_elicit.__all__)
+    exec(f"from {package.__name__} import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(package.__all__)
 
 
 def test_version_is_defined_eagerly() -> None:
