@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar, get_type_hints
 
+import fastmcp
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context, without_injected_parameters
@@ -194,7 +195,15 @@ def in_process(server: FastMCP[Any], elicitation: Elicitation) -> Server[Any]:
         raise ValueError(
             f"the FastMCP {server.name!r} was not built by FastMCPFlows(elicitation).server(...) for this Elicitation"
         )
-    return server._mcp_server  # what FastMCP's own in-memory transport runs; FastMCP names no public accessor
+    # What FastMCP's own in-memory transport runs; FastMCP names no public accessor, so a release that renames
+    # it is said here rather than as an AttributeError deep in a test.
+    inner = getattr(server, "_mcp_server", None)
+    if not isinstance(inner, Server):
+        raise RuntimeError(
+            f"this FastMCP ({fastmcp.__version__}) keeps its SDK server where mcp_elicit.fastmcp does not look; "
+            "in_process was built against fastmcp 4.2"
+        )
+    return inner
 
 
 class _FlowTool:
