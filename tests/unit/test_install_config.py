@@ -114,6 +114,11 @@ def test_store_urls_become_absolute_and_never_carry_a_password(tmp_path: Path) -
     assert store_url("sqlite:data/elicit.db", tmp_path) == f"sqlite://{tmp_path}/data/elicit.db"
     assert store_url("sqlite:///var/elicit.db?synchronous=full", tmp_path) == "sqlite:///var/elicit.db?synchronous=full"
     assert store_url("postgresql://app@db/elicit", tmp_path) == "postgresql://app@db/elicit"
+    assert store_url("sqlite:with space.db", tmp_path) == f"sqlite://{tmp_path}/with%20space.db"
+    with pytest.raises(InstallError, match="unknown SQLite URL parameter 'mode'"):
+        store_url("sqlite:///var/elicit.db?mode=ro", tmp_path)
+    with pytest.raises(InstallError, match="unknown store URL scheme 'mysql': use sqlite:///"):
+        store_url("mysql://root:hunter2@db/elicit", tmp_path)
     for url in ("postgresql://app:hunter2@db/elicit", "postgresql://app@db/elicit?password=hunter2"):
         with pytest.raises(InstallError, match="carries a password") as refused:
             store_url(url, tmp_path)

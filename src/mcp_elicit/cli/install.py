@@ -33,22 +33,23 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, Final, NoReturn
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from mcp_elicit.settings import PREFIX, SECRETS, variable
-from mcp_elicit.store import ENV_VAR, default_store_path, default_store_url
+from mcp_elicit.store import ENV_VAR, StoreConfigError, default_store_path, default_store_url
+from mcp_elicit.store.sqlite import Synchronous
+from mcp_elicit.store.url import sqlite_url
 
 DEFAULT_NAME: Final = "mcp-elicit"
 NOTHING_WRITTEN: Final = 2
 """The exit code when nothing was written (bad arguments, a file that cannot be merged, an unsafe secret file)."""
 STATE_KEYS_FILE: Final = "state-keys"
 _PYTHONS: Final = frozenset({"python", "python3", f"python3.{sys.version_info.minor}"})
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 class Host(StrEnum):
@@ -155,13 +156,18 @@ def store_url(given: str | None, cwd: Path) -> str:
     """The store the host's server opens: absolute (a host starts it in a directory of its choosing), with
     no password (it would sit in the host's JSON)."""
     url = given or default_store_url()
-    if url.startswith("sqlite:"):
-        path, _, query = url.removeprefix("sqlite:").partition("?")
-        path = path.removeprefix("//")
-        if not path:
-            raise InstallError(f"the store URL {url!r} names no file")
-        absolute = str(cwd / path)
-        return f"sqlite://{absolute}" + (f"?{query}" if query else "")
+    scheme = url.partition(":")[0].lower()
+    if scheme == "sqlite":
+        try:
+            parsed = sqlite_url(url)
+        except StoreConfigError as error:
+            raise InstallError(str(error)) from None
+        pressed = "" if parsed.synchronous is Synchronous.NORMAL else f"?synchronous={parsed.synchronous.value}"
+        return f"sqlite://{quote(str(cwd / parsed.path))}{pressed}"
+    if scheme not in ("postgresql", "postgres"):
+        raise InstallError(
+            f"unknown store URL scheme {scheme!r}: use sqlite:///path/to/file.db or postgresql://user@host/db"
+        )
     parts = urlsplit(url)
     if parts.password or "password" in parse_qs(parts.query):
         raise InstallError(
@@ -270,12 +276,10 @@ def secret_files(
 
 
 def write_secret(secret: SecretFile) -> None:
-    """Create the secret's file, mode 0600 in a 0700 directory, from its text; an existing file is kept."""
+    """Write the secret's file from its text, mode 0600 from its first byte, in a directory made 0700."""
     assert secret.text is not None
     secret.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor = os.open(secret.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as opened:
-        opened.write(secret.text)
+    replace(secret.path, secret.text, mode=0o600)
 
 
 def backup(path: Path, now: datetime) -> Path:
@@ -383,27 +387,27 @@ def install(
     except OSError as error:
         _fail(f"{error.filename or 'a file'} cannot be read: {error.strerror or error}")
     if print_only:
-        out.print(escape(json.dumps({FORMATS[host].servers_key: {name: configured}}, indent=2)))
-        err.print(escape(f"not written: --print; the entry goes to {target}"))
+        typer.echo(json.dumps({FORMATS[host].servers_key: {name: configured}}, indent=2, ensure_ascii=False))
+        typer.echo(f"not written: --print; the entry goes to {target}", err=True)
         for file in files:
             if file.text is not None:
-                err.print(escape(f"would create {file.path} (mode 600) for {variable(file.setting)}_FILE"))
+                typer.echo(f"would write {file.path} (mode 600) for {variable(file.setting)}_FILE", err=True)
         return
     try:
         for file in files:
             if file.text is not None:
                 write_secret(file)
-                err.print(escape(f"created {file.path} (mode 600) for {variable(file.setting)}_FILE"))
+                typer.echo(f"wrote {file.path} (mode 600) for {variable(file.setting)}_FILE", err=True)
         if existing is not None:
-            err.print(escape(f"backed up {target} to {backup(target, datetime.now(UTC))}"))
+            typer.echo(f"backed up {target} to {backup(target, datetime.now(UTC))}", err=True)
             mode = stat.S_IMODE(target.stat().st_mode)
         else:
             mode = 0o644 if scope is Scope.PROJECT and config is None else 0o600
         replace(target, text, mode=mode)
     except (InstallError, OSError) as error:
         _fail(str(error))
-    out.print(escape(f'{host}: server "{name}" written to {target}'))
-    err.print(escape(f"restart {host} (or reload its MCP servers) to start it"))
+    typer.echo(f'{host}: server "{name}" written to {target}')
+    typer.echo(f"restart {host} (or reload its MCP servers) to start it", err=True)
 
 
 def _fail(message: str) -> NoReturn:
