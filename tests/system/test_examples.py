@@ -59,9 +59,8 @@ def stdio(name: str, tmp_path: Path) -> StdioServerParameters:
 
 
 @contextmanager
-def http_example(name: str, tmp_path: Path, user: Credentials, **settings: str) -> Iterator[str]:
-    """The example served over HTTP on a free port, as its docstring runs it; its public URL."""
-    port = free_port()
+def http_example(name: str, tmp_path: Path, user: Credentials, port: int, **settings: str) -> Iterator[str]:
+    """The example served over HTTP on `port`, as its docstring runs it; its public URL."""
     public = f"http://127.0.0.1:{port}"
     env = environment(
         tmp_path,
@@ -121,13 +120,12 @@ async def test_connect_account_walks_the_pages_and_keeps_the_token_on_the_server
     public = f"http://127.0.0.1:{port}"
     with provider_process(free_port(), f"{public}/elicit/callback") as provider:
         settings = {
-            "PORT": str(port),
             "MCP_ELICIT_VAULT_KEYS": f"v1:{key()}",
             "MCP_ELICIT_PROVIDER_URL": provider,
             "MCP_ELICIT_PROVIDER_CLIENT_ID": PROVIDER_CLIENT,
             "MCP_ELICIT_PROVIDER_CLIENT_SECRET": PROVIDER_SECRET,
         }
-        with http_example("connect_account.py", tmp_path, bob, **settings) as server:
+        with http_example("connect_account.py", tmp_path, bob, port, **settings) as server:
             assert server == public
             token = await sign_in_as(bob, server, f"{server}/mcp", log=tmp_path / "connect_account.py.log")
             browser = ScriptedBrowser(server, provider, bob, PROVIDER_USER)
@@ -157,7 +155,7 @@ async def test_connect_account_walks_the_pages_and_keeps_the_token_on_the_server
 
 async def test_inbox_lists_the_question_a_client_without_forms_could_not_show(tmp_path: Path) -> None:
     alice = Credentials("alice", secrets.token_urlsafe(12), "Alice Liddell")
-    with http_example("inbox_fallback.py", tmp_path, alice) as server:
+    with http_example("inbox_fallback.py", tmp_path, alice, free_port()) as server:
         token = await sign_in_as(alice, server, f"{server}/mcp", log=tmp_path / "inbox_fallback.py.log")
 
         async def call() -> str | None:

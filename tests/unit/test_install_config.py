@@ -100,7 +100,7 @@ def test_an_entry_of_the_same_name_is_replaced_only_when_forced() -> None:
 @pytest.mark.parametrize(
     ("existing", "problem"),
     [
-        ('{"servers": {} // mine\n}', r"f is not plain JSON \(Expecting ',' delimiter at line 1, column 15\)"),
+        ('{"servers": {} // mine\n}', r"f is not plain JSON \(Expecting ',' delimiter at line 1, column 16\)"),
         ("[1, 2]", "f holds a JSON list, not an object"),
         ('{"servers": [1]}', 'f: "servers" is a JSON list, not an object'),
     ],
