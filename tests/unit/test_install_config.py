@@ -4,6 +4,8 @@ the file is merged, and which store URLs and settings may go into it."""
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 import pytest
@@ -16,6 +18,7 @@ from mcp_elicit.cli.install import (
     entry,
     merged,
     secret_name,
+    server_command,
     store_url,
 )
 
@@ -130,3 +133,21 @@ def test_secrets_are_named_by_setting_or_variable() -> None:
     assert secret_name("MCP_ELICIT_WEBHOOK_URL") == "webhook_url"
     with pytest.raises(InstallError, match="--secret store: not a secret setting; the secrets are auth_keys, "):
         secret_name("store")
+
+
+def test_a_given_server_command_gets_absolute_paths_a_host_can_start(tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text("")
+    assert server_command("python server.py --port 1", tmp_path) == [sys.executable, str(script), "--port", "1"]
+    assert server_command("python3 missing.py", tmp_path) == [sys.executable, "missing.py"]
+    assert server_command("sh -c 'exit 0'", tmp_path) == [shutil.which("sh"), "-c", "exit 0"]
+    assert server_command(None, tmp_path)[-1] == "serve"
+    assert Path(server_command("mcp-elicit serve", tmp_path)[0]).is_absolute()
+    for given, problem in (
+        ("no-such-program-here serve", "--server: 'no-such-program-here' is not a command here"),
+        ("./server.py", r"--server: './server.py' is not a command here; give the path of a program"),
+        ("", "--server is empty"),
+        ("python 'server.py", "cannot be split into words: No closing quotation"),
+    ):
+        with pytest.raises(InstallError, match=problem):
+            server_command(given, tmp_path)
