@@ -49,6 +49,7 @@ HEAVY = (
     "mcp_elicit.cli.login",
     "mcp_elicit.cli.demo",
     "mcp_elicit.cli.doctor",
+    "mcp_elicit.cli.install",
 )
 """Packages (with everything under them) neither command may load."""
 
