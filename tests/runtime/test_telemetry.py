@@ -459,9 +459,12 @@ class Ended(logging.Handler):
         self.setFormatter(JsonFormatter())
         self.lines: list[dict[str, Any]] = []
         self.texts: list[str] = []
+        self.span_ids: list[int] = []
+        """The span current where each record was made: a log bridge links the record to it."""
         self.arrived = anyio.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
+        self.span_ids.append(trace.get_current_span().get_span_context().span_id)
         self.lines.append(json.loads(self.format(record)))
         self.texts.append(record.getMessage())
         self.arrived.set()
@@ -514,6 +517,15 @@ async def test_every_served_call_ends_with_one_log_line_saying_how(
     assert ended.lines[3]["signal"] == "CannotAsk" and ended.lines[4]["error_type"] == "LookupError"
     assert ended.texts[4].startswith("tools/call broken ended: error (LookupError) after ")
     assert not any(secret in json.dumps(ended.lines) for secret in CONTENT)
+
+
+async def test_a_calls_end_is_logged_inside_its_span_so_traces_and_logs_link(
+    elicitation: Elicitation, exported: Exported, elicit_clock: ControlledClock, ended: Ended
+) -> None:
+    assert text(await call(elicitation, "2026-07-28", Person(elicit_clock, accept()))).startswith("applied")
+    calls = named(ours(exported), "mcp_elicit.call")
+    assert len(calls) == len(ended.span_ids) == 2
+    assert ended.span_ids == [span.context.span_id for span in calls if span.context is not None]
 
 
 async def test_a_call_the_client_gives_up_logs_its_end_as_cancelled(

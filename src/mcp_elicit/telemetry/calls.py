@@ -49,7 +49,7 @@ Runner = TypeVar("Runner", bound=Run)
 async def traced_call(method: str, target: str, era: str, work: Awaitable[R], *, replay: type[Replay]) -> R:
     """Await `work`, the runtime serving one call, in the call's span; `replay` is the type of a replayed result.
 
-    However it ends, the call's end is logged (`ended`) while its ids are still those of the records it logs.
+    However it ends, the call's end is logged (`ended`) while its ids and its span are still current.
     """
     ids = CallIds(method, target, era)
     token = CALL.set(ids)
@@ -61,26 +61,28 @@ async def traced_call(method: str, target: str, era: str, work: Awaitable[R], *,
     try:
         with otel.span("mcp_elicit.call", attributes) as current:
             try:
-                result = await work
-            except BaseException as error:
-                outcome = otel.ending(error)
-                otel.failed(current, error)
-                raise
-            finally:
-                if ids.operation_id is not None:
+                try:
+                    result = await work
+                except BaseException as error:
+                    outcome = otel.ending(error)
+                    otel.failed(current, error)
+                    raise
+                finally:
+                    if ids.operation_id is not None:
+                        current.set_attribute(otel.OPERATION_ID, ids.operation_id)
+                if isinstance(result, InputRequiredResult):
+                    outcome = ("input_required", None)
+                elif isinstance(result, replay):
+                    outcome = ("replayed", None)
+                    ids.operation_id = result.operation.operation_id
                     current.set_attribute(otel.OPERATION_ID, ids.operation_id)
-            if isinstance(result, InputRequiredResult):
-                outcome = ("input_required", None)
-            elif isinstance(result, replay):
-                outcome = ("replayed", None)
-                ids.operation_id = result.operation.operation_id
-                current.set_attribute(otel.OPERATION_ID, ids.operation_id)
-            else:
-                outcome = ("result", None)
-            current.set_attribute(otel.OUTCOME, outcome[0])
-            return result
+                else:
+                    outcome = ("result", None)
+                current.set_attribute(otel.OUTCOME, outcome[0])
+                return result
+            finally:
+                ended(ids, *outcome, time.monotonic() - started)  # in the span: a log bridge links it to the trace
     finally:
-        ended(ids, *outcome, time.monotonic() - started)
         CALL.reset(token)
 
 
