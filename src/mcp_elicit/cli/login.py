@@ -26,7 +26,6 @@ import time
 import webbrowser
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
 from pathlib import Path
 from typing import Annotated, NoReturn
 from urllib.parse import parse_qs, urlsplit
@@ -50,6 +49,7 @@ from mcp_elicit.cli._browser import graphical_session
 from mcp_elicit.cli._failures import CALL_FAILED, USAGE, CommandFailed
 from mcp_elicit.cli._logs import one_line_warnings
 from mcp_elicit.client.tokens import LoginStore, SavedLogin, canonical_server
+from mcp_elicit.web.html import page, text
 
 LOOPBACK = "127.0.0.1"
 CALLBACK_PATH = "/callback"
@@ -164,23 +164,31 @@ class _Callback:
         params = request.query_params
         if self.state is None or params.get("state") != self.state or self.answered.is_set():
             return _page(
-                "Not this sign-in", "This address answers one sign-in only; start again from the terminal.", 400
+                self.server,
+                "Not this sign-in",
+                "This address answers one sign-in only; start again from the terminal.",
+                400,
             )
         error = params.get("error")
         if error:
             described = params.get("error_description") or error
             self.refusal = f"{error}: {described}"[:300] if described != error else error[:300]
             self.answered.set()
-            return _page("Sign-in refused", f"The server refused the sign-in ({described[:300]}).", 400)
+            return _page(self.server, "Sign-in refused", f"The server refused the sign-in ({described[:300]}).", 400)
         code = params.get("code")
         if not code:
             return _page(
-                "Sign-in incomplete", "The server sent no authorization code; start again from the terminal.", 400
+                self.server,
+                "Sign-in incomplete",
+                "The server sent no authorization code; start again from the terminal.",
+                400,
             )
         self.result = AuthorizationCodeResult(code=code, state=params.get("state"), iss=params.get("iss"))
         self.answered.set()
         return _page(
-            "Signed in", f"You are signed in to {self.server}. You can close this tab and go back to the terminal."
+            self.server,
+            "Signed in",
+            f"You are signed in to {self.server}. You can close this tab and go back to the terminal.",
         )
 
     async def outcome(self, wait: float) -> AuthorizationCodeResult:
@@ -294,17 +302,10 @@ async def _show(url: str, no_browser: bool) -> None:
     typer.echo(url)
 
 
-def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
-    body = (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title></head>'
-        f"<body><main><h1>{escape(title)}</h1><p>{escape(text)}</p></main></body></html>"
-    )
-    headers = {
-        "Cache-Control": "no-store",
-        "Content-Security-Policy": "default-src 'none'",
-        "Referrer-Policy": "no-referrer",
-    }
-    return HTMLResponse(body, status_code=status, headers=headers)
+def _page(server: str, title: str, words: str, status: int = 200) -> HTMLResponse:
+    """The sign-in's answer in the browser, in the page shell of the server's own pages."""
+    tone = "ok" if status == 200 else "error"
+    return page(title, f'<h1>{text(title)}</h1><p class="{tone}">{text(words)}</p>', server=server, status=status)
 
 
 def _fail(failed: CommandFailed) -> NoReturn:
