@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -38,11 +38,19 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_elicit.client import ElicitingClient, ScriptedHandler, Stdio
 from mcp_elicit.model import Operator, Principal
-from mcp_elicit.reference.demo_stack import Credentials, DemoStack, sign_in
+from mcp_elicit.reference.demo_stack import (
+    Credentials,
+    DemoStack,
+    sign_in,
+    sign_in_as,
+    start_logged,
+    stop_all,
+    wait_listening,
+)
 from mcp_elicit.server.tasks.state import task_status
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
-from tests.helpers.balancer import HAPROXY, RECIPE, haproxy_config, make_tls
+from tests.helpers.balancer import HAPROXY, RECIPE, USER, Tls, haproxy_config, make_tls, shared_settings
 from tests.helpers.environment import IN_CI
 from tests.helpers.http_harness import free_port, wait_for_port
 from tests.helpers.person import Person, accept
@@ -59,6 +67,7 @@ VENV = Path(sys.executable).parent.parent
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 FRAGMENT = "<!-- fragment -->"
 TIMEOUT = 60
+NGINX = "/usr/sbin/nginx"
 _OPENING = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 _INCLUDED = re.compile(r'^--8<-- "(?P<path>[^"]+)"$')
 """A block whose body is this one line shows a file of the repository (pymdownx.snippets, from the root)."""
@@ -477,18 +486,29 @@ def checked(command: list[str], block: Block) -> None:
     )
 
 
-def check_nginx(block: Block, tmp_path: Path) -> None:
-    """`nginx -t` on the site, included in a minimal main configuration, its certificate paths made real."""
-    nginx = require(shutil.which("nginx") or "/usr/sbin/nginx", "nginx")
-    tls = make_tls(tmp_path / "tls")
+def with_certificate(block: Block, tls: Tls) -> str:
     site, replaced = re.subn(r"(ssl_certificate(?:_key)?\s+)\S+;", rf"\g<1>{tls.chain};", block.code)
     assert replaced == 2, f"{block.source}: expected ssl_certificate and ssl_certificate_key"
+    return site
+
+
+def nginx_main(tmp_path: Path, site: str, *, serving: bool = False) -> Path:
+    """A main configuration around the site: everything nginx writes stays in `tmp_path`."""
     (tmp_path / "site.conf").write_text(site)
     main = tmp_path / "nginx.conf"
+    foreground = "daemon off;\nmaster_process off;\n" if serving else ""
     main.write_text(
-        f"pid {tmp_path}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
-        f"http {{\n    access_log off;\n    include {tmp_path}/site.conf;\n}}\n"
+        f"{foreground}pid {tmp_path}/nginx.pid;\nerror_log stderr;\nevents {{}}\nhttp {{\n    access_log off;\n"
+        f"    client_body_temp_path {tmp_path}/body;\n    proxy_temp_path {tmp_path}/proxy;\n"
+        f"    include {tmp_path}/site.conf;\n}}\n"
     )
+    return main
+
+
+def check_nginx(block: Block, tmp_path: Path) -> None:
+    """`nginx -t` on the site, included in a minimal main configuration, its certificate paths made real."""
+    nginx = require(shutil.which("nginx") or NGINX, "nginx")
+    main = nginx_main(tmp_path, with_certificate(block, make_tls(tmp_path / "tls")))
     checked([nginx, "-t", "-q", "-p", str(tmp_path), "-e", "stderr", "-c", str(main)], block)
 
 
@@ -541,6 +561,49 @@ def readable_by_postgres() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder)
+
+
+def test_the_guides_nginx_site_serves_an_instance_over_tls(tmp_path: Path) -> None:
+    """nginx runs the guide's site in front of a real `mcp-elicit serve --transport http` (only the ports and the
+    certificate are this run's): a person signs in through it and an MCP client lists the tools, so the Host
+    header, the forwarded requests and the public URL line up as the guide says."""
+    nginx = require(shutil.which("nginx") or NGINX, "nginx")
+    [block] = [b for b in ALL if b.source == "docs/config/nginx.conf"]
+    front, port = free_port(), free_port()
+    public = f"https://127.0.0.1:{front}"
+    tls = make_tls(tmp_path / "tls")
+    site = with_certificate(block, tls)
+    for shown, here in (("listen 443 ssl;", f"listen 127.0.0.1:{front} ssl;"), (":8000;", f":{port};")):
+        assert shown in site, f"{block.source}: expected {shown!r}"
+        site = site.replace(shown, here)
+    main = nginx_main(tmp_path, site, serving=True)
+    env = {**environment(tmp_path), **shared_settings(None)}
+    serve = [COMMAND, "serve", "--transport", "http", "--port", str(port), "--public-url", public,
+             "--workspace", str(tmp_path / "workspace")]  # fmt: skip
+    with ExitStack() as cleanup:
+        started: list[subprocess.Popen[bytes]] = []
+        cleanup.callback(stop_all, started)
+        for command, listening, log in (
+            (serve, port, tmp_path / "serve.log"),
+            ([nginx, "-p", str(tmp_path), "-e", "stderr", "-c", str(main)], front, tmp_path / "nginx.log"),
+        ):
+            started.append(start_logged(cleanup, command, env, log))
+            wait_listening(listening, started[-1], log, timeout=TIMEOUT)
+        anyio.run(list_tools_through, public, tls, tmp_path / "serve.log")
+
+
+async def list_tools_through(public: str, tls: Tls, log: Path) -> None:
+    with anyio.fail_after(TIMEOUT):
+        token = await sign_in_as(
+            Credentials(*USER), public, f"{public}/mcp", log=log, verify=tls.context(), client_name="nginx"
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(verify=tls.context(), headers=headers, timeout=30) as http,
+            Client(streamable_http_client(f"{public}/mcp", http_client=http)) as client,
+        ):
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+    assert {"deploy", "create_ticket"} <= tools, tools
 
 
 CONFIGURATIONS = sorted((DOCS / "config").iterdir())
