@@ -115,7 +115,7 @@ mutation: $(STAMP)
 ## site/ (git-ignored). Strictly: a broken link or anchor, a page left out of the navigation, a missing included file
 ## or a docstring the reference cannot read fails the build. Nothing is fetched from the network.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 ## Write the blocking store (src/mcp_elicit/store/_blocking.py) again from its one source, store/aio.py.
 generate: $(STAMP)
