@@ -37,7 +37,7 @@ TIERS = (
     Tier("store", 120, "the store on SQLite, PostgreSQL and the async engine"),
     Tier("runtime", 60, "tool bodies in process through Harness (or the SDK client for wire shapes), SQLite"),
     Tier("wire", 120, "the client kit, HTTP, pages, peers, in the test's process"),
-    Tier("system", 300, "processes, crashes, HAProxy, Chromium, terminals, README blocks"),
+    Tier("system", 300, "processes, crashes, HAProxy, Chromium, terminals, the code blocks of the README and docs"),
 )
 BY_NAME = {tier.name: tier for tier in TIERS}
 

@@ -1,6 +1,6 @@
 """The `MCP_ELICIT_*` environment settings, read in one place: `Settings`.
 
-Every variable mcp-elicit reads is a field here, and the README's "Configuration" table documents each one.
+Every variable mcp-elicit reads is a field here, and the table of docs/guides/configuration.md documents each one.
 A secret may come from a file instead (systemd credentials, Docker or Kubernetes secrets): the file that
 `MCP_ELICIT_<NAME>_FILE` names holds the value, surrounding whitespace ignored. Such a file must not be open to
 other users (mode 600, or 640 for the service's group), and a variable and its `_FILE` are never both set.

@@ -1,6 +1,7 @@
 """The reference deployment scaled out, as real processes: `mcp-elicit serve --transport http` instances on one
 store and one set of keys, the stand-in provider, and HAProxy in front terminating TLS with a certificate
-made for the run. Shared by tests/system/test_balancer.py and bench/load.py.
+made for the run, configured by the deployment guide's own file (docs/config/haproxy.cfg). Shared by
+tests/system/test_balancer.py and bench/load.py.
 
 HAProxy balances round-robin, request by request, with no cookie or address affinity. One rule routes by
 content: a request carrying `Mcp-Session-Id` goes to the instance that issued that session. A 2025-era
@@ -154,50 +155,44 @@ def make_tls(directory: Path, host: str = LOOPBACK) -> Tls:
 # -- HAProxy ------------------------------------------------------------------------------------------------
 
 
+RECIPE: Final = Path(__file__).resolve().parents[2] / "docs" / "config" / "haproxy.cfg"
+"""The deployment guide's balancer, the one source of its rules: the tests run it, the guide shows it."""
+
+
 def haproxy_config(
     front_port: int, tls: Tls, instance_ports: Sequence[int], stats_socket: Path, *, sessions_home: bool = True
 ) -> str:
-    """The balancer of the README's recipe, on loopback: TLS in front, round-robin, `/readyz` checks; plus a
-    log line per request and a stats socket, for the tests to see where requests went. Without
-    `sessions_home`, legacy sessions are balanced like everything else (to show why the rule is there)."""
-    home = (
-        "    stick-table type string len 64 size 100k expire 2h\n"
-        "    stick match req.hdr(mcp-session-id)\n"
-        "    stick store-response res.hdr(mcp-session-id)\n"
-    )
-    servers = "\n".join(
+    """The deployment guide's balancer (`RECIPE`) on loopback: its TLS front bound to `front_port` with the run's
+    certificate, the instances as its servers (checked every second); plus a log line per request and a stats
+    socket, for the tests to see where requests went. Without `sessions_home`, legacy sessions are balanced like
+    everything else (to show why the rule is there)."""
+    lines = ["global", "    log stdout format raw local0", "    maxconn 4096",
+             f"    stats socket {stats_socket} mode 600 level user", ""]  # fmt: skip
+    section = ""
+    for line in RECIPE.read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        keyword = words[0] if words else ""
+        if keyword and not line[0].isspace():
+            section = keyword
+        if keyword == "server" or (keyword.startswith("stick") and not sessions_home):
+            continue
+        if keyword == "bind":
+            lines += [
+                f"    bind {LOOPBACK}:{front_port} ssl crt {tls.chain}",
+                "    http-request capture req.hdr(mcp-session-id) len 64",
+                f"    http-request capture req.hdr({CLIENT_HEADER.lower()}) len 64",
+            ]
+            continue
+        lines.append(line)
+        if words == ["mode", "http"]:
+            lines += ["    log global", f'    log-format "{LOG_FORMAT}"']
+    if section != "backend":
+        raise ClusterError(f"{RECIPE} must end with the backend section, where the instances are added")
+    lines += [
         f"    server i{number} {LOOPBACK}:{port} check inter 1s fall 2 rise 1"
         for number, port in enumerate(instance_ports, start=1)
-    )
-    return f"""global
-    log stdout format raw local0
-    maxconn 4096
-    stats socket {stats_socket} mode 600 level user
-
-defaults
-    mode http
-    log global
-    log-format "{LOG_FORMAT}"
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-    timeout http-request 30s
-
-frontend mcp_elicit
-    bind {LOOPBACK}:{front_port} ssl crt {tls.chain}
-    http-request capture req.hdr(mcp-session-id) len 64
-    http-request capture req.hdr({CLIENT_HEADER.lower()}) len 64
-    default_backend instances
-
-backend instances
-    balance roundrobin
-    option http-server-close
-    http-request set-header Host 127.0.0.1:%[dst_port]
-    option httpchk
-    http-check send meth GET uri /readyz
-    http-check expect status 200
-{home if sessions_home else ""}{servers}
-"""
+    ]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)

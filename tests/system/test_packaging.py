@@ -56,7 +56,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def dependencies(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheelhouse of every distribution the wheel's requirements reach, with all its extras but `dev`."""
+    """The wheelhouse of every distribution the wheel's requirements reach, with all its extras but the
+    contributors' two, `docs` and `dev`."""
     folder = tmp_path_factory.mktemp("wheelhouse")
     for distribution in reached(wheel_metadata(wheel)["Requires-Dist"], EXTRAS):
         pack(distribution, folder)
@@ -84,7 +85,7 @@ def with_extra(extra: str, plain: FreshEnvironment, dependencies: Path, tmp_path
 
 def test_the_wheel_declares_the_extras_and_the_core_needs_none(wheel: Path) -> None:
     fields = wheel_metadata(wheel)
-    assert set(fields["Provides-Extra"]) == {*EXTRAS, "dev"}
+    assert set(fields["Provides-Extra"]) == {*EXTRAS, "docs", "dev"}
     core = {line.split(";")[0] for line in fields["Requires-Dist"] if "extra ==" not in line}
     assert not {name for name in ONLY_WITH_AN_EXTRA if any(line.startswith(name) for line in core)}
     assert not any(line.startswith(("httpx>", "httpx ", "httpx=")) for line in fields["Requires-Dist"])

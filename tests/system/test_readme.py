@@ -1,9 +1,13 @@
-"""Every code block of README.md runs as written, or is marked `<!-- fragment -->` on the line before it.
+"""Every code block of README.md and of the pages of docs/ runs as written, or is marked `<!-- fragment -->` on
+the line before it.
 
-Complete Python blocks run for real in a subprocess: a server block is started over stdio and a real SDK
-client lists its tools and answers what they ask; a plain program runs against a store the test prepared.
-Complete shell blocks run line by line with a fresh shell whose PATH lacks the virtual environment, and JSON
-blocks are host configurations whose server is started and listed. Fragments are only syntax-checked.
+Complete Python blocks run for real in a subprocess: a server block is started and a real client (the SDK's, or
+the client kit) lists its tools and answers what they ask; a plain program runs against a store the test
+prepared. Complete shell blocks run line by line with a fresh shell whose PATH lacks the virtual environment,
+JSON blocks are host configurations whose server is started and listed, and the deployment guide's files
+(included from docs/config/) are checked by the programs that read them. Fragments are only syntax-checked,
+and continue a complete example of their page: a page whose first block is a fragment fails. The same program
+shown on two pages runs once.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -29,10 +36,22 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_elicit.model import Principal
-from mcp_elicit.reference.demo_stack import Credentials, DemoStack, sign_in
+from mcp_elicit.client import ElicitingClient, ScriptedHandler, Stdio
+from mcp_elicit.model import Operator, Principal
+from mcp_elicit.reference.demo_stack import (
+    Credentials,
+    DemoStack,
+    sign_in,
+    sign_in_as,
+    start_logged,
+    stop_all,
+    wait_listening,
+)
+from mcp_elicit.server.tasks.state import task_status
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
+from tests.helpers.balancer import HAPROXY, RECIPE, USER, Tls, haproxy_config, make_tls, shared_settings
+from tests.helpers.environment import IN_CI
 from tests.helpers.http_harness import free_port, wait_for_port
 from tests.helpers.person import Person, accept
 from tests.helpers.results import text
@@ -40,27 +59,37 @@ from tests.helpers.results import text
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+REFERENCE = DOCS / "reference"
+"""API reference pages: docstrings rendered by mkdocstrings, no examples of their own."""
 VENV = Path(sys.executable).parent.parent
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 FRAGMENT = "<!-- fragment -->"
 TIMEOUT = 60
+NGINX = "/usr/sbin/nginx"
 _OPENING = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
+_INCLUDED = re.compile(r'^--8<-- "(?P<path>[^"]+)"$')
+"""A block whose body is this one line shows a file of the repository (pymdownx.snippets, from the root)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
+    document: str
     line: int
     lang: str
     code: str
     fragment: bool
-    document: str = "README.md"
+    source: str | None = None
+    """The repository file the block shows, when it includes one."""
 
     def __str__(self) -> str:
         return f"{self.document}:{self.line} ({self.lang or 'no language'})"
 
 
-def blocks(document: Path = README) -> list[Block]:
+def blocks(document: Path) -> list[Block]:
     lines = document.read_text().splitlines()
+    name = document.relative_to(ROOT).as_posix()
     found: list[Block] = []
     index = 0
     while index < len(lines):
@@ -72,25 +101,61 @@ def blocks(document: Path = README) -> list[Block]:
         index += 1
         body: list[str] = []
         while lines[index].strip() != "```":
-            assert index + 1 < len(lines), f"{document.name}:{start + 1}: the code block is never closed"
+            assert index + 1 < len(lines), f"{name}:{start + 1}: the code block is never closed"
             body.append(lines[index].removeprefix(indent))
             index += 1
         fragment = start > 0 and lines[start - 1].strip() == FRAGMENT
-        found.append(Block(start + 1, opening["lang"], "\n".join(body) + "\n", fragment, document.name))
+        included = _INCLUDED.match(body[0].strip()) if len(body) == 1 else None
+        if included is None:
+            found.append(Block(name, start + 1, opening["lang"], "\n".join(body) + "\n", fragment))
+        else:
+            source = included["path"]
+            found.append(Block(name, start + 1, opening["lang"], (ROOT / source).read_text(), fragment, source))
         index += 1
     return found
 
 
+ALL = [block for page in PAGES for block in blocks(page)]
+
+
+def once(found: Iterable[Block]) -> list[Block]:
+    """Each program once, at its first place: the same example on two pages is one test."""
+    seen: dict[tuple[str, str], Block] = {}
+    for block in found:
+        seen.setdefault((block.lang, block.code), block)
+    return list(seen.values())
+
+
 def complete(lang: str) -> list[Block]:
-    return [block for block in blocks() if block.lang == lang and not block.fragment]
+    return once(block for block in ALL if block.lang == lang and not block.fragment and block.source is None)
 
 
-def test_the_readme_has_blocks_of_each_kind() -> None:
+def test_the_pages_have_blocks_of_each_kind() -> None:
     assert len(complete("python")) >= 2 and complete("sh") and len(complete("json")) >= 2
-    assert any(block.fragment for block in blocks())
+    assert any(block.fragment for block in ALL)
+    assert {Path(block.source).name for block in ALL if block.source} == {path.name for path in CONFIGURATIONS}
 
 
-@pytest.mark.parametrize("block", [b for b in blocks() if b.fragment], ids=str)
+def page_id(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("page", [page for page in PAGES if REFERENCE not in page.parents], ids=page_id)
+def test_a_page_opens_with_a_complete_example(page: Path) -> None:
+    """A fragment continues an example of its page, so none comes first (a page may show no code at all)."""
+    found = blocks(page)
+    assert not found or not found[0].fragment, f"{found[0]} is the page's first block: open with a complete one"
+
+
+def test_the_readme_starts_with_a_short_quick_start() -> None:
+    """A newcomer meets a complete, short program on the first screen, and a README they can read at once."""
+    first = next(block for block in blocks(README) if block.lang == "python")
+    assert not first.fragment and first.line <= 80, first
+    assert len(first.code.splitlines()) <= 16, f"{first}: {len(first.code.splitlines())} lines"
+    assert len(README.read_bytes()) < 10_000
+
+
+@pytest.mark.parametrize("block", [b for b in ALL if b.fragment], ids=str)
 def test_fragment_parses(block: Block) -> None:
     parses(block)
 
@@ -112,9 +177,10 @@ def parses(block: Block) -> None:
         json.loads(block.code)
 
 
-@pytest.mark.parametrize("block", [b for b in blocks() if not b.fragment], ids=str)
+@pytest.mark.parametrize("block", [b for b in ALL if not b.fragment], ids=str)
 def test_unmarked_blocks_are_of_a_kind_the_test_runs(block: Block) -> None:
-    assert block.lang in ("python", "sh", "json"), f"{block} is not run: mark it {FRAGMENT} or make it runnable"
+    runnable = block.lang in ("python", "sh", "json") if block.source is None else block.source in CHECKS
+    assert runnable, f"{block} is not run: mark it {FRAGMENT} or make it runnable"
 
 
 def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -258,12 +324,78 @@ def run_plugin_tests(path: Path, tmp_path: Path) -> None:
         assert f"[{era}] PASSED" in ran.stdout, f"nothing ran on {era}:\n{ran.stdout}"
 
 
+async def run_quickstart(path: Path, tmp_path: Path) -> None:
+    """The quick start: started over stdio as written, its tool called twice on both eras and asked once; the
+    decisions land in the embedded store's default file, which `mcp-elicit decisions` reads too."""
+    env = environment(tmp_path)
+    del env["MCP_ELICIT_STORE"]
+    for era in ("legacy", "2026-07-28"):
+        person = Person([accept(value=True)])
+        parameters = StdioServerParameters(command=sys.executable, args=[str(path)], env=env, cwd=str(tmp_path))
+        with anyio.fail_after(TIMEOUT):
+            async with Client(parameters, mode=era, elicitation_callback=person) as client:
+                tools = {tool.name for tool in (await client.list_tools()).tools}
+                assert tools == {"deploy"}, tools
+                first = await client.call_tool("deploy", {"service": f"payments-{era}"})
+                again = await client.call_tool("deploy", {"service": f"payments-{era}"})
+        assert text(first) == text(again) == f"payments-{era} deployed"
+        [question] = person.asked
+        assert question.message == f"Deploy payments-{era} to production?"
+    store = open_store(f"sqlite://{tmp_path / 'mcp-elicit' / 'elicit.db'}")
+    try:
+        assert [decision.status for decision in store.list_decisions(Operator())] == ["accepted", "accepted"]
+    finally:
+        store.close()
+
+
+def run_client_program(path: Path, tmp_path: Path) -> None:
+    """The client kit example: run as written, it starts the reference server over stdio and its own handler
+    answers the question the tool asks."""
+    ran = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env=environment(tmp_path, PATH=f"{VENV / 'bin'}:/usr/bin:/bin"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    asked, result = ran.stdout.splitlines()
+    assert asked.endswith(" asks, for create_ticket: Which priority for the ticket 'Printer on fire'?"), asked
+    assert re.fullmatch(r"Created ticket \S+ \(high\): Printer on fire", result), result
+
+
+async def run_task_server(path: Path, tmp_path: Path) -> None:
+    """The tasks example: served over stdio as written, its tool called by the client kit asking for a task, on
+    both eras that have tasks; each call runs as a task to its end, its question asked once."""
+    for era in ("2025-11-25", "2026-07-28"):
+        handler = ScriptedHandler([{"match": "Deploy", "reply": "accept", "content": {"approve": True}}])
+        with anyio.fail_after(TIMEOUT):
+            async with ElicitingClient(
+                Stdio(sys.executable, [str(path)], cwd=tmp_path), handler, era=era, tasks=True
+            ) as client:
+                await client.list_tools()  # on 2025-11-25 the kit asks for a task for a tool listed as taking one
+                result = await client.call_tool("deploy", {"service": f"payments-{era}"})
+        assert text(result) == f"payments-{era} deployed"
+        assert [request.message for request in handler.asked] == [f"Deploy payments-{era}?"]
+    store = open_store(f"sqlite://{tmp_path / 'tasks.db'}")
+    try:
+        decisions = store.list_decisions(Operator())
+        assert [task_status(store, decision.operation_id, Operator()) for decision in decisions] == ["completed"] * 2
+    finally:
+        store.close()
+
+
 RUNNERS: dict[str, Callable[[Path, Path], Any]] = {
-    "async def deploy(flow: Flow": run_stdio_server,
+    "Elicitation(request_state=RequestState(single_process=True))": run_quickstart,
+    'key="approve_production"': run_stdio_server,
     "Vault(store, ring).rotate()": run_reseal,
     "async def page_oncall(flow: Flow": run_http_server,
     "from mcp_elicit.testing import": run_plugin_tests,
     "FastMCPFlows(": run_fastmcp_server,
+    "async with ElicitingClient(": run_client_program,
+    "task=TaskPolicy.OPTIONAL": run_task_server,
 }
 
 
@@ -331,3 +463,163 @@ async def test_host_configuration_starts_the_server(block: Block, tmp_path: Path
             async with Client(parameters) as client:
                 tools = {tool.name for tool in (await client.list_tools()).tools}
         assert {"deploy", "procure", "delete_files", "create_ticket"} <= tools
+
+
+# -- the deployment guide's files, checked by the programs that read them -----------------------------------
+
+
+def require(program: str | None, package: str) -> str:
+    """The program's path; Debian's package is mandatory under CI=true (.ci/run installs it), else skip."""
+    if program is not None and Path(program).is_file():
+        return program
+    missing = f"{package} is not installed (Debian package {package})"
+    if IN_CI:
+        pytest.fail(f"{missing}; .ci/run installs it (mandatory under CI=true)")
+    pytest.skip(missing)
+
+
+def checked(command: list[str], block: Block) -> None:
+    """The program accepts the file, and says nothing about it (a warning is a finding too)."""
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert ran.returncode == 0 and not ran.stdout.strip() and not ran.stderr.strip(), (
+        f"{block.source}: {' '.join(command)} said:\n{ran.stdout}{ran.stderr}"
+    )
+
+
+def with_certificate(block: Block, tls: Tls) -> str:
+    site, replaced = re.subn(r"(ssl_certificate(?:_key)?\s+)\S+;", rf"\g<1>{tls.chain};", block.code)
+    assert replaced == 2, f"{block.source}: expected ssl_certificate and ssl_certificate_key"
+    return site
+
+
+def nginx_main(tmp_path: Path, site: str, *, serving: bool = False) -> Path:
+    """A main configuration around the site: everything nginx writes stays in `tmp_path`."""
+    (tmp_path / "site.conf").write_text(site)
+    main = tmp_path / "nginx.conf"
+    foreground = "daemon off;\nmaster_process off;\n" if serving else ""
+    main.write_text(
+        f"{foreground}pid {tmp_path}/nginx.pid;\nerror_log stderr;\nevents {{}}\nhttp {{\n    access_log off;\n"
+        f"    client_body_temp_path {tmp_path}/body;\n    proxy_temp_path {tmp_path}/proxy;\n"
+        f"    include {tmp_path}/site.conf;\n}}\n"
+    )
+    return main
+
+
+def check_nginx(block: Block, tmp_path: Path) -> None:
+    """`nginx -t` on the site, included in a minimal main configuration, its certificate paths made real."""
+    nginx = require(shutil.which("nginx") or NGINX, "nginx")
+    main = nginx_main(tmp_path, with_certificate(block, make_tls(tmp_path / "tls")))
+    checked([nginx, "-t", "-q", "-p", str(tmp_path), "-e", "stderr", "-c", str(main)], block)
+
+
+def check_haproxy(block: Block, tmp_path: Path) -> None:
+    """`haproxy -c` on the file as shown, its certificate made real, and on what the balancer tests run from it."""
+    haproxy = require(HAPROXY, "haproxy")
+    tls = make_tls(tmp_path / "tls")
+    shown, replaced = re.subn(r"(\bcrt\s+)\S+", rf"\g<1>{tls.chain}", block.code)
+    assert replaced == 1, f"{block.source}: expected one TLS bind line"
+    (tmp_path / "shown.cfg").write_text(shown)
+    checked([haproxy, "-c", "-q", "-f", str(tmp_path / "shown.cfg")], block)
+    tested = haproxy_config(free_port(), tls, [free_port(), free_port()], tmp_path / "stats.sock")
+    (tmp_path / "tested.cfg").write_text(tested)
+    checked([haproxy, "-c", "-q", "-f", str(tmp_path / "tested.cfg")], block)
+
+
+def check_systemd_unit(block: Block, tmp_path: Path) -> None:
+    """`systemd-analyze verify` on an instance of the template, its command this environment's `mcp-elicit`."""
+    analyze = require(shutil.which("systemd-analyze"), "systemd")
+    unit, replaced = re.subn(r"^ExecStart=\S+", f"ExecStart={COMMAND}", block.code, flags=re.MULTILINE)
+    assert replaced == 1, f"{block.source}: expected one ExecStart= running mcp-elicit"
+    name = Path(block.source or "").name
+    (tmp_path / name).write_text(unit)
+    checked([analyze, "verify", str(tmp_path / name.replace("@.", "@8001."))], block)
+
+
+def check_postgresql_settings(block: Block, tmp_path: Path) -> None:
+    """PostgreSQL's own parser reads the settings as a server starting would (`postgres -C`, which loads the
+    configuration and refuses an unknown name or a bad value), without starting one or touching the machine's."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    postgres = require(str(versions[-1]) if versions else None, "postgresql")
+    names = re.findall(r"^(\w+)\s*=", block.code, flags=re.MULTILINE)
+    assert names, f"{block.source} sets nothing"
+    with readable_by_postgres() as data:
+        (data / "postgresql.conf").write_text(block.code)
+        for name in names:
+            command = [postgres, "-D", str(data), "-C", name]
+            if os.geteuid() == 0:
+                command = ["runuser", "-u", "postgres", "--", *command]
+            ran = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+            assert ran.returncode == 0 and ran.stdout.strip(), f"{block.source}: {name}:\n{ran.stderr}"
+
+
+@contextmanager
+def readable_by_postgres() -> Iterator[Path]:
+    """A directory the `postgres` user can read (pytest's own are its owner's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="mcp-elicit-pgconf-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_the_guides_nginx_site_serves_an_instance_over_tls(tmp_path: Path) -> None:
+    """nginx runs the guide's site in front of a real `mcp-elicit serve --transport http` (only the ports and the
+    certificate are this run's): a person signs in through it and an MCP client lists the tools, so the Host
+    header, the forwarded requests and the public URL line up as the guide says."""
+    nginx = require(shutil.which("nginx") or NGINX, "nginx")
+    [block] = [b for b in ALL if b.source == "docs/config/nginx.conf"]
+    front, port = free_port(), free_port()
+    public = f"https://127.0.0.1:{front}"
+    tls = make_tls(tmp_path / "tls")
+    site = with_certificate(block, tls)
+    for shown, here in (("listen 443 ssl;", f"listen 127.0.0.1:{front} ssl;"), (":8000;", f":{port};")):
+        assert shown in site, f"{block.source}: expected {shown!r}"
+        site = site.replace(shown, here)
+    main = nginx_main(tmp_path, site, serving=True)
+    env = {**environment(tmp_path), **shared_settings(None)}
+    serve = [COMMAND, "serve", "--transport", "http", "--port", str(port), "--public-url", public,
+             "--workspace", str(tmp_path / "workspace")]  # fmt: skip
+    with ExitStack() as cleanup:
+        started: list[subprocess.Popen[bytes]] = []
+        cleanup.callback(stop_all, started)
+        for command, listening, log in (
+            (serve, port, tmp_path / "serve.log"),
+            ([nginx, "-p", str(tmp_path), "-e", "stderr", "-c", str(main)], front, tmp_path / "nginx.log"),
+        ):
+            started.append(start_logged(cleanup, command, env, log))
+            wait_listening(listening, started[-1], log, timeout=TIMEOUT)
+        anyio.run(list_tools_through, public, tls, tmp_path / "serve.log")
+
+
+async def list_tools_through(public: str, tls: Tls, log: Path) -> None:
+    with anyio.fail_after(TIMEOUT):
+        token = await sign_in_as(
+            Credentials(*USER), public, f"{public}/mcp", log=log, verify=tls.context(), client_name="nginx"
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(verify=tls.context(), headers=headers, timeout=30) as http,
+            Client(streamable_http_client(f"{public}/mcp", http_client=http)) as client,
+        ):
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+    assert {"deploy", "create_ticket"} <= tools, tools
+
+
+CONFIGURATIONS = sorted((DOCS / "config").iterdir())
+CHECKS: dict[str, Callable[[Block, Path], None]] = {
+    "docs/config/nginx.conf": check_nginx,
+    "docs/config/haproxy.cfg": check_haproxy,
+    "docs/config/mcp-elicit@.service": check_systemd_unit,
+    "docs/config/postgresql.conf": check_postgresql_settings,
+}
+
+
+def test_the_balancer_tests_run_the_guides_haproxy_file() -> None:
+    assert RECIPE == ROOT / "docs" / "config" / "haproxy.cfg" and RECIPE.relative_to(ROOT).as_posix() in CHECKS
+
+
+@pytest.mark.parametrize("block", [b for b in ALL if b.source is not None], ids=str)
+def test_deployment_file_is_accepted_by_its_program(block: Block, tmp_path: Path) -> None:
+    assert not block.fragment, f"{block}: a file the guide shows is complete; do not mark it {FRAGMENT}"
+    CHECKS[block.source or ""](block, tmp_path)

@@ -13,7 +13,10 @@ import pytest
 from mcp_elicit.reference.deployment import http_settings
 from mcp_elicit.settings import SECRETS, Settings, SettingsError, variable
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "docs" / "guides" / "configuration.md"
+"""The settings' one table, on the Configuration page."""
+DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 KEY_A, KEY_B = b"A" * 32, b"B" * 48
 
 
@@ -249,14 +252,18 @@ def test_the_deployment_reads_its_secrets_from_files_and_names_each_problem(tmp_
     )
 
 
-def test_the_readme_documents_every_setting_in_one_table() -> None:
-    """The Configuration table has a row per variable, in the settings' order, a secret's saying `_FILE`."""
-    section = README.read_text(encoding="utf-8").split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `MCP_ELICIT_")]
+def test_the_configuration_page_documents_every_setting_in_one_table() -> None:
+    """The table has a row per variable, in the settings' order, a secret's saying `_FILE`; no page names a
+    variable the table does not have."""
+    rows = [
+        line.split("|")[1:3]
+        for line in TABLE.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `MCP_ELICIT_")
+    ]
     documented = [(name.strip().strip("`"), file_too.strip()) for name, file_too in rows]
     expected = [(variable(name), "`_FILE`" if name in SECRETS else "") for name in Settings.model_fields]
     assert documented == [*expected, ("MCP_ELICIT_LOG_FORMAT", "")]
-    everywhere = set(re.findall(r"\bMCP_ELICIT_[A-Z_]*[A-Z]\b(?!_\*)", README.read_text(encoding="utf-8")))
-    assert everywhere - {name for name, _ in documented} - {f"{name}_FILE" for name, _ in documented} == {
-        "MCP_ELICIT_TEST_PG"
-    }
+    named = {name for name, _ in documented} | {f"{name}_FILE" for name, _ in documented}
+    for document in DOCUMENTS:
+        everywhere = set(re.findall(r"\bMCP_ELICIT_[A-Z_]*[A-Z]\b(?!_\*)", document.read_text(encoding="utf-8")))
+        assert everywhere - named <= {"MCP_ELICIT_TEST_PG"}, document
