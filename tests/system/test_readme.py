@@ -116,6 +116,8 @@ def blocks(document: Path) -> list[Block]:
 
 
 ALL = [block for page in PAGES for block in blocks(page)]
+EXAMPLES_RUN = (ROOT / "tests" / "system" / "test_examples.py").read_text()
+"""What runs the examples a page includes whole: an included example must be named there."""
 
 
 def once(found: Iterable[Block]) -> list[Block]:
@@ -133,7 +135,13 @@ def complete(lang: str) -> list[Block]:
 def test_the_pages_have_blocks_of_each_kind() -> None:
     assert len(complete("python")) >= 2 and complete("sh") and len(complete("json")) >= 2
     assert any(block.fragment for block in ALL)
-    assert {Path(block.source).name for block in ALL if block.source} == {path.name for path in CONFIGURATIONS}
+    # An included file is run where it is the subject: the deployment's files below, the examples by
+    # tests/system/test_examples.py.
+    included = {block.source for block in ALL if block.source}
+    assert {Path(source).name for source in included if not source.startswith("examples/")} == {
+        path.name for path in CONFIGURATIONS
+    }
+    assert all((ROOT / source).is_file() for source in included)
 
 
 def page_id(page: Path) -> str:
@@ -179,7 +187,10 @@ def parses(block: Block) -> None:
 
 @pytest.mark.parametrize("block", [b for b in ALL if not b.fragment], ids=str)
 def test_unmarked_blocks_are_of_a_kind_the_test_runs(block: Block) -> None:
-    runnable = block.lang in ("python", "sh", "json") if block.source is None else block.source in CHECKS
+    if block.source is None:
+        runnable = block.lang in ("python", "sh", "json")
+    else:
+        runnable = block.source in CHECKS or Path(block.source).name in EXAMPLES_RUN
     assert runnable, f"{block} is not run: mark it {FRAGMENT} or make it runnable"
 
 
@@ -619,7 +630,7 @@ def test_the_balancer_tests_run_the_guides_haproxy_file() -> None:
     assert RECIPE == ROOT / "docs" / "config" / "haproxy.cfg" and RECIPE.relative_to(ROOT).as_posix() in CHECKS
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if b.source is not None], ids=str)
+@pytest.mark.parametrize("block", [b for b in ALL if b.source is not None and b.source in CHECKS], ids=str)
 def test_deployment_file_is_accepted_by_its_program(block: Block, tmp_path: Path) -> None:
     assert not block.fragment, f"{block}: a file the guide shows is complete; do not mark it {FRAGMENT}"
     CHECKS[block.source or ""](block, tmp_path)
