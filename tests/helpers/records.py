@@ -57,6 +57,7 @@ class Records:
             origin_method=operation.method,
             origin_request_digest=operation.request_digest,
             sensitive_fields=sensitive,
+            about=f'{operation.target}(service="api", note="ünïcode ✓")',
         )
 
     def form(

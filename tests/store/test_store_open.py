@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import sqlite3
@@ -402,3 +403,29 @@ def raised_by(call: Callable[[], object]) -> BaseException | None:
     except BaseException as error:
         return error
     return None
+
+
+def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: str, clock: FakeClock) -> None:
+    """Schema 8 adds what a call is about to every question; those asked before it have none, and read as such."""
+    store = open_store(store_url, clock=clock)
+    try:
+        asked = Records(store, clock).form()
+    finally:
+        store.close()
+    taken_back = ["ALTER TABLE elicit_decisions DROP COLUMN about", "DELETE FROM elicit_schema WHERE version = 8"]
+    if store_url.startswith("sqlite"):
+        with closing(sqlite3.connect(sqlite_path(store_url))) as lite, lite:
+            for statement in taken_back:
+                lite.execute(statement)
+    else:
+        with psycopg.connect(store_url, autocommit=True) as pg, pg.transaction():
+            for statement in taken_back:
+                pg.execute(statement)
+    store = open_store(store_url, clock=clock)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 8
+        before = store.get_decision(asked.elicitation_id, ALICE)
+        assert asked.about and before.about == ""
+        assert before == dataclasses.replace(asked, about="")
+    finally:
+        store.close()

@@ -42,7 +42,7 @@ ACTS_ON_A_TERMINAL = ("\x1b[2J", "\x1b[31mAPPROVED", "\x1b]8;;", "\x07", "\u202e
 TWIN = "4d8972ab"
 PIPE_COLUMNS = [
     "elicitation_id", "status", "mode", "key", "principal_id", "client_id", "created_at", "expires_at", "task",
-    "message",
+    "message", "about",
 ]  # fmt: skip
 """The fields of `ls` to a pipe, in order: what a script reading it relies on (a change breaks such scripts)."""
 LITERAL = ("[bold]bold[/bold]", "[link=https://evil.example/y]link[/link]", ":smile:")
@@ -79,12 +79,19 @@ class Made:
         )  # fmt: skip
 
     def form(
-        self, principal: Principal, *, key: str, message: str, elicitation_id: str | None = None, description: str = ""
+        self,
+        principal: Principal,
+        *,
+        key: str,
+        message: str,
+        elicitation_id: str | None = None,
+        description: str = "",
+        about: str = 'deploy(service="payments-api")',
     ) -> Decision:
         operation = self.operation(principal)
         origin = DecisionOrigin(
             operation_id=operation.operation_id, key=key, principal=principal, origin_method="tools/call",
-            origin_request_digest=operation.request_digest,
+            origin_request_digest=operation.request_digest, about=about,
         )  # fmt: skip
         note: JSONObject = {"type": "string", "description": description} if description else {"type": "string"}
         schema: JSONObject = {"type": "object", "properties": {"note": note}}
@@ -111,12 +118,15 @@ class Made:
 
 @pytest.fixture
 def hostile(tmp_path: Path) -> tuple[str, Decision]:
-    """One answered decision whose every stored text (key, principal, message, schema, answer, reason) is hostile."""
+    """One answered decision whose every stored text (key, principal, message, schema, answer, reason, call summary)
+    is hostile: a summary is rendered printable, but a row another program wrote need not be."""
     url = f"sqlite://{tmp_path / 'hostile.db'}"
     store = open_store(url)
     try:
         principal = Principal(f"alice{HOSTILE}", f"client{HOSTILE}")
-        decision = Made(store).form(principal, key=f"key{HOSTILE}", message=f"Deploy? {HOSTILE}", description=HOSTILE)
+        decision = Made(store).form(
+            principal, key=f"key{HOSTILE}", message=f"Deploy? {HOSTILE}", description=HOSTILE, about=f"run({HOSTILE})"
+        )
         answered = store.transition(
             decision, DecisionStatus.ACCEPTED, caller=principal, content={"note": HOSTILE}, reason=f"because{HOSTILE}"
         )
@@ -151,6 +161,7 @@ def test_json_escapes_what_could_act_and_parses_back_to_the_stored_text(hostile:
     parsed = json.loads(shown.stdout)
     assert parsed["message"] == decision.message and parsed["key"] == decision.key
     assert parsed["principal_id"] == decision.principal_id and parsed["content"] == {"note": HOSTILE}
+    assert parsed["about"] == f"run({HOSTILE})"
     assert json.loads(trail.stdout)[-1]["reason"].startswith("because\x1b[2J")
 
 
@@ -242,7 +253,9 @@ def test_ls_to_a_pipe_is_a_header_then_one_tab_separated_line_per_decision(busy:
     by_id = {row[0]: dict(zip(PIPE_COLUMNS, row, strict=True)) for row in fields}
     deleting = by_id[decisions[1].elicitation_id]
     assert deleting["message"].startswith("Delete these 3 files?<U+000A>  - /srv/builds/")
-    assert deleting["principal_id"] == decisions[1].principal_id
+    assert (
+        deleting["principal_id"] == decisions[1].principal_id and deleting["about"] == 'deploy(service="payments-api")'
+    )
     assert deleting["created_at"] == decisions[1].created_at.isoformat(timespec="seconds")
     assert by_id[decisions[-1].elicitation_id]["status"] == "external_completed"
 

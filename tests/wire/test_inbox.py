@@ -12,6 +12,7 @@ import re
 import sqlite3
 from contextlib import closing
 from datetime import UTC, timedelta
+from html import unescape
 from pathlib import Path
 
 import anyio
@@ -66,7 +67,9 @@ def entries(html: str) -> dict[str, str]:
 
 
 def facts(section: str) -> dict[str, str]:
-    return dict(re.findall(r"<dt>([^<]*)</dt><dd>([^<]*)</dd>", section))
+    """The entry's facts as a person reads them: their text, markup left out."""
+    found = re.findall(r"<dt>([^<]*)</dt><dd>(.*?)</dd>", section)
+    return {term: unescape(re.sub(r"<[^>]*>", "", value)) for term, value in found}
 
 
 # -- the listing -----------------------------------------------------------------------------------------------
@@ -80,14 +83,18 @@ async def test_what_a_tool_or_client_put_in_a_decision_is_shown_as_text_never_as
         client="\"'><svg onload=alert(2)>",
         message="\"><script>alert(3)</script>' onmouseover='alert(4)",
     )
+    named = recorded(site, "alice", client="client-named")
+    site.store.oauth_client_put("client-named", {"client_name": "<b>Claude</b>\u202e Desktop", "redirect_uris": []})
     with browser() as alice:
         sign_in(alice, site, "alice")
-        html = alice.get(f"{site.base}/inbox").text
-    shown = entries(html)[hostile.elicitation_id]
-    for raw in ("<script", "<img", "<svg", "onmouseover='"):
-        assert raw not in html
+        page = alice.get(f"{site.base}/inbox").text
+    shown = entries(page)[hostile.elicitation_id]
+    for raw in ("<script", "<img", "<svg", "onmouseover='", "<b>", "\u202e"):
+        assert raw not in page
     assert "&lt;script&gt;alert(3)&lt;/script&gt;" in shown and "&lt;img src=x onerror=alert(1)&gt;" in shown
     assert "&quot;&#x27;&gt;&lt;svg onload=alert(2)&gt;" in shown
+    # A registered name is the client's own claim: shown as text, its hidden characters by code point, with the id.
+    assert facts(entries(page)[named.elicitation_id])["Client"] == "<b>Claude</b><U+202E> Desktop (client-named)"
 
 
 async def test_the_inbox_lists_the_persons_pending_decisions_across_tools_and_clients(site: Site) -> None:
@@ -117,11 +124,19 @@ async def test_the_inbox_lists_the_persons_pending_decisions_across_tools_and_cl
 
     other = shown[elsewhere.elicitation_id]
     assert "deploy asks you to answer a question" in other and "Deploy &lt;b&gt;v2&lt;/b&gt; &amp; more?" in other
-    until = elsewhere.expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    assert facts(other) == {"Tool": "deploy", "Client": "client-y", "Until": until}
+    asked, until = (moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") for moment in
+                    (elsewhere.created_at, elsewhere.expires_at))  # fmt: skip
+    assert facts(other) == {"Tool": "deploy", "Client": "client-y", "Asked": asked, "Until": until}
     form = shown[booked.elicitation_id]
     assert f'<a class="button" href="/elicit/{booked.elicitation_id}">Answer</a>' in form
     assert "How many seats to Oslo?" in form and facts(form)["Tool"] == "book"
+    assert facts(form)["Call"] == 'book(city="Oslo")' == booked.about
+    with browser() as alice:
+        sign_in(alice, site, "alice")
+        answering = facts(alice.get(f"{site.base}/elicit/{booked.elicitation_id}").text)
+    assert answering["Call"] == facts(form)["Call"] and answering["Asked"] == facts(form)["Asked"], (
+        "the decision page says what the inbox says"
+    )
     assert ">Decline</button>" in form and ">Cancel</button>" in form
     link = shown[keyed.elicitation_id]
     assert f'<a class="button" href="/elicit/{keyed.elicitation_id}">Continue</a>' in link

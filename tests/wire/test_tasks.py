@@ -73,6 +73,7 @@ async def test_a_task_asks_while_input_required_and_completes_once_answered(serv
     store = served.runtime.store
     [decision] = store.list_decisions(Operator())
     assert decision.status is DecisionStatus.ACCEPTED and decision.principal == ALICE
+    assert decision.about == 'deploy(service="payments")', "a task's question says what its call is about too"
     assert store.get_operation(task_id, Operator()).status is OperationStatus.COMPLETED
     assert [served.workspace.runs(step) for step in ("plan", "prepare", "apply")] == [1, 1, 1]
     assert [e.reason for e in store.audit_trail(decision.elicitation_id, Operator())][-1] == "answered"

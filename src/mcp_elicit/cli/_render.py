@@ -30,9 +30,10 @@ MESSAGE_PREVIEW = 120
 """Characters of a message a listing shows; `show` prints the whole message."""
 PLAIN_COLUMNS = (
     "elicitation_id", "status", "mode", "key", "principal_id", "client_id", "created_at", "expires_at", "task",
-    "message",
+    "message", "about",
 )  # fmt: skip
-"""The fields of `ls` when stdout is not a terminal: a header line of these names, then one line per decision."""
+"""The fields of `ls` when stdout is not a terminal: a header line of these names, then one line per decision.
+A field added later goes at the end, so a script that cuts fields by number keeps working."""
 AUDIT_COLUMNS = ("seq", "at", "from_status", "to_status", "actor", "reason", "details")
 """The fields of `audit` when stdout is not a terminal; `details` is compact JSON."""
 
@@ -64,6 +65,7 @@ def decision_json(decision: Decision, task: str | None = None) -> dict[str, JSON
         "status": decision.status.value,
         "resume_policy": decision.resume_policy.value,
         "message": decision.message,
+        "about": decision.about,
         "requested_schema": decision.requested_schema,
         "url": None if decision.url is None else redact_url(decision.url),
         "content": None if decision.content is None else redact_content(decision.content, decision.sensitive_fields),
@@ -201,6 +203,7 @@ def plain_lines(decisions: list[Decision], tasks: Mapping[str, str] | None = Non
             decision.elicitation_id, decision.status.value, decision.mode.value, decision.key, decision.principal_id,
             decision.client_id, decision.created_at.isoformat(timespec="seconds"),
             decision.expires_at.isoformat(timespec="seconds"), tasks.get(decision.operation_id, ""), decision.message,
+            decision.about,
         )  # fmt: skip
 
 

@@ -12,8 +12,16 @@ from mcp_elicit.model.digest import UnencodableValue, canonical_json, check_enco
 from mcp_elicit.model.identity import Actor, BrowserUser, Caller, Operator, Principal, System
 from mcp_elicit.model.json import JSONObject, JSONValue
 from mcp_elicit.model.operation import Operation, new_operation
-from mcp_elicit.model.redaction import REDACTED, looks_secret, redact_content, redact_text, redact_url
+from mcp_elicit.model.redaction import (
+    REDACTED,
+    looks_like_credential,
+    looks_secret,
+    redact_content,
+    redact_text,
+    redact_url,
+)
 from mcp_elicit.model.status import DecisionStatus, Mode, OperationStatus, ResumePolicy
+from mcp_elicit.model.summary import summarize_call
 from mcp_elicit.model.transitions import (
     DECISION_TRANSITIONS,
     FORM_TRANSITIONS,
@@ -59,6 +67,7 @@ __all__ = [
     "check_encodable",
     "check_operation_transition",
     "is_legal",
+    "looks_like_credential",
     "looks_secret",
     "new_elicitation_id",
     "new_form_decision",
@@ -68,4 +77,5 @@ __all__ = [
     "redact_text",
     "redact_url",
     "request_digest",
+    "summarize_call",
 ]

@@ -15,8 +15,9 @@ class Decision:
     """A durable decision point.
 
     It names the operation it belongs to and that operation's method and request digest, never the
-    request's content. `completion_version` grows by one with every transition, so a snapshot's
-    `(status, completion_version)` pair is exactly what a compare-and-set expects to find.
+    request's content (`about` is its redacted summary, as the person is shown it). `completion_version`
+    grows by one with every transition, so a snapshot's `(status, completion_version)` pair is exactly what
+    a compare-and-set expects to find.
     """
 
     elicitation_id: str
@@ -38,6 +39,9 @@ class Decision:
     created_at: datetime
     updated_at: datetime
     expires_at: datetime
+    about: str = ""
+    """What the call is about as the person is shown it (`summarize_call`), rendered when the question was asked;
+    empty when the question was asked before decisions kept it."""
 
     @property
     def principal(self) -> Principal:
@@ -62,6 +66,8 @@ class DecisionOrigin:
     origin_request_digest: str
     resume_policy: ResumePolicy = ResumePolicy.AUTO
     sensitive_fields: tuple[str, ...] = field(default=())
+    about: str = ""
+    """The call's summary the person is shown (`summarize_call`); never its arguments themselves."""
 
 
 def new_form_decision(
@@ -135,4 +141,5 @@ def _new(
         created_at=now,
         updated_at=now,
         expires_at=now + ttl,
+        about=origin.about,
     )

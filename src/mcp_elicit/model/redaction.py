@@ -2,12 +2,15 @@
 
 Guarantees: content of a form field that is declared sensitive, or whose name looks like a secret, is
 replaced by `REDACTED`; URLs lose their user-info, every query value and the fragment (OAuth codes,
-states, signed links live there); free text has every URL inside it treated the same way. "Looks like a
+states, signed links live there); free text has every URL inside it treated the same way, and every word that
+looks like a credential by its shape (`looks_like_credential`: a bearer or basic header, a JWT, a PEM block's
+header, a key with a well-known vendor prefix, a long run of mixed-case letters and digits) is replaced. "Looks like a
 secret" is one rule over one vocabulary (`SECRET_WORDS`, `SECRET_NAMES`, `looks_secret`): the forms refuse
 what it names and redaction hides it, so an answer a form may ask for is one the audit trail may show.
 
-Does not guarantee: that free text without a URL is free of secrets. Callers must not put secrets in
-reasons; the vocabulary here only catches what looks like one.
+Does not guarantee: that free text is free of secrets. A password is any word, a hex or lower-case key has
+no shape to tell it from an id or a commit hash; callers must not put secrets in reasons, the rules here only
+catch what looks like one.
 """
 
 import functools
@@ -53,6 +56,16 @@ _WORD_SPLIT = re.compile(
     r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z]{2})|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])"
 )
 _URL = re.compile(r"\bhttps?://[^\s\"'<>]+", re.IGNORECASE)
+_CREDENTIAL = re.compile(
+    r"\b(?i:bearer|basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9=])[A-Za-z0-9._~+/=-]{8,}"  # an Authorization header's value
+    r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"  # a JWT (a JSON header, base64url)
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{8,}|\bsk-[A-Za-z0-9_-]{16,}|\bgh[pousr]_[A-Za-z0-9]{20,}"
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_-]{30,}|\bglpat-[A-Za-z0-9_-]{16,}"
+    r"|(?<![A-Za-z0-9_+=])(?=[A-Za-z0-9_+=]*[a-z])(?=[A-Za-z0-9_+=]*[A-Z])(?=[A-Za-z0-9_+=]*[0-9])"
+    r"[A-Za-z0-9_+=]{32,}"  # a long random key: upper case, lower case and digits, no separators
+)
 
 
 def _words(text: str) -> list[str]:
@@ -135,4 +148,9 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    return _URL.sub(lambda match: redact_url(match.group(0)), text)
+    return _CREDENTIAL.sub(REDACTED, _URL.sub(lambda match: redact_url(match.group(0)), text))
+
+
+def looks_like_credential(text: str) -> bool:
+    """Whether `text` holds a word shaped like a credential (see the module's guarantees), whatever its name."""
+    return _CREDENTIAL.search(text) is not None

@@ -209,6 +209,7 @@ class Execution:
         writes: HeldWrites,
         leases: Leases,
         argument_answers: dict[str, Any] | None = None,
+        about: str = "",
         fresh: bool = False,
         holder: str | None = None,
     ) -> None:
@@ -228,6 +229,7 @@ class Execution:
         self._fresh = fresh
         self._decisions = decisions
         self._argument_answers = argument_answers or {}
+        self._about = about
         self._pending: Signal | None = None
         self._leases = leases
         self._kept: list[Kept] = []
@@ -756,6 +758,7 @@ class Execution:
             origin_request_digest=self.operation.request_digest,
             resume_policy=resume,
             sensitive_fields=sensitive,
+            about=self._about,
         )
 
     def _create(self, decision: Decision) -> Decision:

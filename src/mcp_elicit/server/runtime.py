@@ -63,6 +63,7 @@ from mcp_elicit.model import (
     check_encodable,
     new_operation,
     request_digest,
+    summarize_call,
 )
 from mcp_elicit.model.digest import json_path
 from mcp_elicit.server.background import Shared, beside
@@ -178,6 +179,8 @@ class _ServedCall:
     """What the body is called with besides its Flow."""
     answers: Any
     """Answers given as an argument (the ARGUMENTS fallback), if any."""
+    about: str
+    """What the call is about, as its questions show it (`summarize_call`)."""
     leases: Leases
     begin_task: BeginTask | None = None
     holder: str = field(default_factory=new_holder)
@@ -596,6 +599,7 @@ class Elicitation:
                     key=None,
                     arguments=arguments,
                     answers=None,
+                    about=summarize_call(entry.name, meta.arguments),
                     leases=leases,
                 )
                 await self._run_as(served)
@@ -723,14 +727,16 @@ class Elicitation:
         pass_arguments: bool = True,
         begin_task: BeginTask | None = None,
     ) -> Any:
+        jsonable = _jsonable(arguments)
         served = _ServedCall(
             entry=entry,
             era=era,
             principal=self.identity.principal_for(call.request.request),
-            target=_target(entry, _jsonable(arguments)),
+            target=_target(entry, jsonable),
             key=_idempotency_key(call.request.meta),
             arguments=arguments if pass_arguments else {},
             answers=answers,
+            about=summarize_call(entry.name, jsonable),
             leases=leases,
             begin_task=begin_task,
         )
@@ -809,6 +815,7 @@ class Elicitation:
             writes=writes,
             leases=served.leases,
             argument_answers=answers if isinstance(answers, dict) else None,
+            about=served.about,
             fresh=fresh,
             holder=served.holder,
         )

@@ -47,7 +47,7 @@ CLOCK = System("clock")
 DECISION_COLUMNS = (
     "elicitation_id, operation_id, key, principal_id, client_id, origin_method, origin_request_digest, mode, "
     "status, resume_policy, message, requested_schema, url, sensitive_fields, content, completion_version, "
-    "created_at, updated_at, expires_at"
+    "created_at, updated_at, expires_at, about"
 )
 OPERATION_COLUMNS = (
     "operation_id, principal_id, client_id, method, target, request_digest, idempotency_key, status, result, "
@@ -328,6 +328,7 @@ class Core(ABC):
             d.origin_request_digest, d.mode.value, d.status.value, d.resume_policy.value, d.message,
             self._optional_json(d.requested_schema), d.url, self._to_json(list(d.sensitive_fields)),
             self._optional_json(d.content), d.completion_version, t(d.created_at), t(d.updated_at), t(d.expires_at),
+            d.about,
         )  # fmt: skip
 
     def _decision(self, row: Sequence[Any]) -> Decision:
@@ -339,7 +340,7 @@ class Core(ABC):
             requested_schema=c.read(11, self._optional_object), url=c.optional_text(12),
             sensitive_fields=c.read(13, self._names), content=c.read(14, self._optional_object),
             completion_version=c.integer(15), created_at=c.read(16, t), updated_at=c.read(17, t),
-            expires_at=c.read(18, t),
+            expires_at=c.read(18, t), about=c.text(19),
         )  # fmt: skip
 
     def _operation_row(self, o: Operation) -> tuple[object, ...]:

@@ -82,7 +82,7 @@ class DecisionsCore(Core):
         try:
             async with self._write() as tx:
                 await tx.execute(
-                    f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(19)})",
+                    f"INSERT INTO elicit_decisions ({DECISION_COLUMNS}) VALUES ({_marks(len(DECISION_NAMES))})",
                     self._decision_row(decision),
                 )
                 self._audit(

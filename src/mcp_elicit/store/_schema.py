@@ -271,7 +271,14 @@ CREATE UNIQUE INDEX elicit_operations_open_caller_key
 DROP INDEX elicit_operations_open_key
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# What a call is about, as the person asked is shown it: the tool and its arguments' redacted summary, rendered
+# when the question is asked (`mcp_elicit.model.summarize_call`). Never the arguments themselves; questions asked
+# before this version have none.
+_V8 = """
+ALTER TABLE elicit_decisions ADD COLUMN about TEXT NOT NULL DEFAULT ''
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -1,11 +1,13 @@
 """The decision inbox at `/inbox`: a signed-in person's pending decisions, across tools, clients and sessions.
 
-Each entry says which tool asks, through which client, what for and until when. A form decision is answered
-on its own page (the `Fallback.WEB` form of `mcp_elicit.web.pages`, linked from the entry), a URL decision is
-continued on its URL page; either is declined (while nothing has started) or cancelled from the inbox itself.
-People named in `InboxSettings.operators` see everyone's pending decisions and may cancel another person's,
-giving a reason. Every move is the store's compare-and-set transition, so the calling client's retry or the
-call waiting on the decision picks it up as from any other path, and the audit names who did it and why.
+Each entry says which tool asks and what its call is about (the summary stored with the decision when it was
+asked), through which client (by the name it registered here, and its id), for whom, when it was asked and until
+when. A form decision is answered on its own page (the `Fallback.WEB` form of `mcp_elicit.web.pages`, linked from
+the entry), a URL decision is continued on its URL page; either is declined (while nothing has started) or
+cancelled from the inbox itself. People named in `InboxSettings.operators` see everyone's pending decisions and
+may cancel another person's, giving a reason. Every move is the store's compare-and-set transition, so the
+calling client's retry or the call waiting on the decision picks it up as from any other path, and the audit
+names who did it and why.
 
 Guarantees: it runs on the URL pages' sign-in, page shell and CSRF tokens (`UrlPages`), so it needs the same
 signed-in principal and carries the same headers and no JavaScript. A person lists and moves only their own
@@ -83,6 +85,8 @@ class InboxSettings:
 class _Entry:
     decision: Decision
     tool: str
+    client: str
+    """The client as `UrlPages.client_label` shows it (HTML)."""
     own: bool
 
 
@@ -128,14 +132,17 @@ class DecisionInbox:
         unreadable = list(listed.unreadable)
         now = datetime.now(UTC)
         tools: dict[str, str] = {}
+        clients: dict[str, str] = {}
         entries = []
         for decision in listed.decisions:
             if decision.is_overdue(now):
                 continue
             if decision.operation_id not in tools:
                 tools[decision.operation_id] = await self._tool_of(decision, caller, unreadable.append)
+            if decision.client_id not in clients:
+                clients[decision.client_id] = await self._pages.client_label(decision.client_id)
             own = decision.principal_id == principal
-            entries.append(_Entry(decision, tools[decision.operation_id], own))
+            entries.append(_Entry(decision, tools[decision.operation_id], clients[decision.client_id], own))
         for row in unreadable:
             log.warning("the inbox left out a row it cannot read: %s", row)
         return self._listing(
@@ -195,12 +202,8 @@ class DecisionInbox:
         ident = text(decision.elicitation_id)
         token = text(self._pages.form_token(decision.elicitation_id, principal))
         csrf = f'<input type="hidden" name="csrf" value="{token}">'
-        until = decision.expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        facts = [("Tool", entry.tool), ("Client", decision.client_id)]
-        if not entry.own:
-            facts.append(("For", self._pages.who(decision.principal_id)))
-        facts.append(("Until", until))
-        listed = "\n".join(f"<dt>{text(term)}</dt><dd>{text(value)}</dd>" for term, value in facts)
+        for_whom = None if entry.own else self._pages.who(decision.principal_id)
+        facts = self._pages.facts(decision, entry.tool, entry.client, for_whom=for_whom, server=False)
         asks = f"{entry.tool} asks {'you' if entry.own else 'them'} to {self._pages.doing(decision)}"
         if entry.own:
             actions = self._own_actions(decision, csrf)
@@ -215,9 +218,7 @@ class DecisionInbox:
         return f"""<section class="entry" aria-labelledby="entry-{ident}">
 <h2 id="entry-{ident}">{text(asks)}</h2>
 <div class="message">{text(decision.message)}</div>
-<dl>
-{listed}
-</dl>
+{facts}
 {actions}
 </section>"""
 
@@ -302,8 +303,9 @@ class DecisionInbox:
             problem = f"The reason may be at most {MAX_REASON} characters; it has {len(reason)}. Nothing changed."
         if problem is not None:
             tool = await self._tool_of(decision, Operator(principal), _logged)
+            client = await self._pages.client_label(decision.client_id)
             body = "<h1>Cancel this decision</h1>\n" + self._entry(
-                _Entry(decision, tool, own=False), principal, reason=given, problem=problem
+                _Entry(decision, tool, client, own=False), principal, reason=given, problem=problem
             )
             return page(f"{self._title}: cancel a decision", body, server=self._title, status=400)
         moved = await self._transition(

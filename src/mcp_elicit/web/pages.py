@@ -44,8 +44,17 @@ from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
+from mcp_elicit.printable import printable
 from mcp_elicit.server.runtime import Elicitation
-from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound, Store, StoreUnavailable
+from mcp_elicit.store import (
+    Consumption,
+    DecisionConflict,
+    DecisionExpired,
+    NotFound,
+    Store,
+    StoreUnavailable,
+    UnreadableRow,
+)
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import posted_values, read_answer, render
@@ -60,6 +69,7 @@ CALLBACK_PATH = "/elicit/callback"
 STATE_TTL = 600
 MAX_SAID = 300
 """At most this many characters of a provider's own words (an error, a login) reach a page or the audit."""
+_MAX_CLIENT_NAME = 80
 _PAGES_OPERATOR = Operator("url-pages")
 _DECISION_PATH = re.compile(r"/elicit/([0-9A-Za-z-]{1,64})(?:/[a-z]+)?")
 
@@ -195,7 +205,7 @@ class UrlPages:
         body = f"""
 <h1>{text(self._title)} asks you to {text(self._doing(decision))}</h1>
 <div class="message">{text(decision.message)}</div>
-{self._summary(decision, operation.target, principal)}
+{await self._summary(decision, operation.target, principal)}
 <p class="next">{self._leads_to(self._flows.get(decision.key))}</p>
 <p class="muted">Your credentials stay with this server: they are never shown to the assistant or its app.</p>
 <div class="actions">
@@ -332,7 +342,7 @@ class UrlPages:
         body = f"""
 <h1>{text(self._title)} needs your answer</h1>
 <div class="message">{text(decision.message)}</div>
-{self._summary(decision, operation.target, principal)}
+{await self._summary(decision, operation.target, principal)}
 {notice}
 <form method="post" action="/elicit/{text(decision.elicitation_id)}/answer">
 <input type="hidden" name="csrf" value="{text(token)}">
@@ -688,13 +698,38 @@ class UrlPages:
         body = f'<h1>{text(title)}</h1><p class="{"ok" if ok else "muted"}">{text(detail)}</p>'
         return page(title, body, server=self._title, status=status)
 
-    def _summary(self, decision: Decision, tool: str, principal: str) -> str:
-        """Who asks, for which tool, for whom and until when: the same on every page about a decision."""
-        until = decision.expires_at.strftime("%Y-%m-%d %H:%M UTC")
-        return (
-            f"<dl>\n<dt>Server</dt><dd>{text(self._title)}</dd>\n<dt>Tool</dt><dd>{text(tool)}</dd>\n"
-            f"<dt>For</dt><dd>{text(self._who(principal))}</dd>\n<dt>Until</dt><dd>{text(until)}</dd>\n</dl>"
-        )
+    def facts(self, decision: Decision, tool: str, client: str, *, for_whom: str | None, server: bool = True) -> str:
+        """What every page about a decision says of it: the server and tool that ask, what the call is about, the
+        client it came through (`client_label`, as HTML), for whom, and when it was asked and until when."""
+        shown = [("Server", text(self._title))] if server else []
+        shown.append(("Tool", text(tool)))
+        if decision.about:
+            shown.append(("Call", f"<code>{text(decision.about)}</code>"))
+        shown.append(("Client", client))
+        if for_whom is not None:
+            shown.append(("For", text(for_whom)))
+        shown += [("Asked", text(_when(decision.created_at))), ("Until", text(_when(decision.expires_at)))]
+        return "<dl>\n" + "\n".join(f"<dt>{term}</dt><dd>{value}</dd>" for term, value in shown) + "\n</dl>"
+
+    async def client_label(self, client_id: str) -> str:
+        """The client as HTML: the name it registered with this server's authorization server, and its id, for the
+        name is the client's own claim; the id alone for a client registered elsewhere."""
+        try:
+            metadata = await self._reach.oauth_client_get(client_id)
+        except UnreadableRow as row:
+            log.warning("the registration of client %s cannot be read: %s", client_id, row)
+            metadata = None
+        name = (metadata or {}).get("client_name")
+        if not isinstance(name, str) or not name.strip():
+            return text(client_id)
+        shown = printable(" ".join(name.split()))
+        if len(shown) > _MAX_CLIENT_NAME:
+            shown = shown[: _MAX_CLIENT_NAME - 1] + "…"
+        return f'{text(shown)} <span class="muted">({text(client_id)})</span>'
+
+    async def _summary(self, decision: Decision, tool: str, principal: str) -> str:
+        client = await self.client_label(decision.client_id)
+        return self.facts(decision, tool, client, for_whom=self._who(principal))
 
     def _who(self, principal: str) -> str:
         """The signed-in user as people know them: the display name, and the username it belongs to."""
@@ -726,6 +761,10 @@ class UrlPages:
             return _OAuthState(str(plain["d"]), str(plain["p"]), str(plain["v"]), str(plain["n"]), float(plain["e"]))
         except (ValueError, InvalidTag, KeyError, TypeError):
             return None
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _shown(words: str) -> str:
