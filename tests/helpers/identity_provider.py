@@ -24,6 +24,7 @@ from starlette.routing import Route
 REALM = "/realms/staff"
 WEB_CLIENT, WEB_SECRET = "elicit-web", "web-secret"
 PROVIDER_USERS = {"alice": "wonderland", "bob": "builder"}
+_SESSION_COOKIE = "idp-session"
 
 
 @dataclass
@@ -97,6 +98,9 @@ class OidcProvider:
     A test makes it misbehave: `discovery_answer` replaces the discovery document, `token_answer` the token
     endpoint's answer, `refuse_sign_in` sends the browser back with `error=access_denied`, `id_claims` are
     put into (None: taken out of) every ID token, and `discoveries` counts the discovery document's reads.
+    With `remembers`, it keeps a session of its own, as real providers do: a browser signed in there is
+    signed in again without the form unless the request says `prompt=login`; `prompts` lists each
+    request's `prompt` ("" for none).
     """
 
     keys: Provider
@@ -109,6 +113,8 @@ class OidcProvider:
     id_claims: dict[str, Any] = field(default_factory=dict)
     discoveries: int = 0
     token_forms: list[dict[str, str]] = field(default_factory=list)
+    remembers: bool = False
+    prompts: list[str] = field(default_factory=list)
 
     @property
     def issuer(self) -> str:
@@ -142,6 +148,11 @@ class OidcProvider:
 
     async def authorize(self, request: Request) -> Response:
         if request.method == "GET":
+            prompt = request.query_params.get("prompt", "")
+            self.prompts.append(prompt)
+            known = request.cookies.get(_SESSION_COOKIE) if self.remembers else None
+            if known in PROVIDER_USERS and "login" not in prompt.split():
+                return self._code_for({**request.query_params, "username": str(known)})
             kept = "".join(
                 f'<input type="hidden" name="{name}" value="{value}">'
                 for name, value in request.query_params.items()
@@ -157,10 +168,19 @@ class OidcProvider:
             return Response(status_code=302, headers={"location": back})
         if form["client_id"] != WEB_CLIENT or PROVIDER_USERS.get(form["username"]) != form["password"]:
             return Response("no", status_code=403)
+        signed_in = self._code_for(form)
+        if self.remembers:
+            signed_in.set_cookie(_SESSION_COOKIE, form["username"], path="/", httponly=True, samesite="lax")
+        return signed_in
+
+    def _code_for(self, asked: dict[str, str]) -> Response:
+        """Back to the client with a code for `asked` (the authorization request and the user signed in)."""
+        if asked.get("client_id") != WEB_CLIENT:
+            return Response("no", status_code=403)
         code = secrets.token_urlsafe(16)
-        self.codes[code] = form
+        self.codes[code] = asked
         return Response(
-            status_code=302, headers={"location": f"{form['redirect_uri']}?code={code}&state={form['state']}"}
+            status_code=302, headers={"location": f"{asked['redirect_uri']}?code={code}&state={asked['state']}"}
         )
 
     async def token(self, request: Request) -> Response:

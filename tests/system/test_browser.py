@@ -156,7 +156,7 @@ async def test_api_key_in_chromium_reaches_the_vault_not_the_tool_result(
     assert all(CANARY not in log.read_text(errors="replace") for log in deployment.logs)
 
 
-async def test_another_user_gets_the_refusal_page_and_the_decision_is_untouched(
+async def test_another_user_gets_the_refusal_page_and_switches_to_the_account_asked(
     deployment: Deployment, chromium: Path, tmp_path: Path, shots: Screenshots
 ) -> None:
     async with client_on_a(deployment) as client:
@@ -169,9 +169,22 @@ async def test_another_user_gets_the_refusal_page_and_the_decision_is_untouched(
             refused = await open_decision(page, deployment, url, shots, "bob")
             assert refused.status == 403 and page.url == url
             assert await heading(page) == "This step belongs to another account"
-            assert await page.get_by_role("button").count() == 0
+            assert [await b.inner_text() for b in await page.get_by_role("button").all()] == [
+                "Sign out and switch account"
+            ]
+            assert "alice" not in (await page.content()).lower()
             await shots(page, "refused")
-        after = store.get_decision(elicitation_id, Operator())
+            after = store.get_decision(elicitation_id, Operator())
+            signing_in = await press(page, "Sign out and switch account")
+            assert signing_in.status == 200
+            reason = await page.locator(".reason").inner_text()
+            assert "The tool connect_account is waiting for you to connect your Example account." in reason
+            assert "Signed in as" not in await page.content()  # signed out: no session on the sign-in page
+            await shots(page, "switch")
+            decision = await sign_in_here(page, deployment, shots, "alice", PASSWORDS["alice"])
+            assert decision.status == 200 and page.url == url
+            assert await heading(page) == "mcp-elicit-reference asks you to connect your Example account"
+            assert await page.get_by_role("button", name="Continue").count() == 1
         notes = [e for e in store.audit_trail(elicitation_id, Operator()) if e.actor.startswith("browser:")]
     finally:
         store.close()

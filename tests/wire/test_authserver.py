@@ -72,6 +72,18 @@ OTHER_KEY = b"o" * 32
 STATE_KEY = b"s" * 32
 USERS = LocalUsers.from_text("alice:wonderland:Alice Liddell,bob:builder:Bob <the builder>")
 WRONG = "Wrong username or password."
+ELSEWHERE = [
+    "//evil.example/path",
+    "https://evil.example/",
+    "/\\evil.example",
+    "\\\\evil.example",
+    "/\t/evil.example",
+    "javascript:alert(1)",
+    "evil.example",
+    "",
+    "/%0a/x\r\nLocation: https://evil.example",
+]
+"""Values of `next` that would lead off this origin, or break a header: each becomes "/"."""
 
 
 class Clock:
@@ -396,20 +408,7 @@ async def test_sign_in_sets_a_session_cookie_and_returns_to_next(
     assert (await browser.get("/whoami")).text == f"{deployed.issuer}#alice"
 
 
-@pytest.mark.parametrize(
-    "next_path",
-    [
-        "//evil.example/path",
-        "https://evil.example/",
-        "/\\evil.example",
-        "\\\\evil.example",
-        "/\t/evil.example",
-        "javascript:alert(1)",
-        "evil.example",
-        "",
-        "/%0a/x\r\nLocation: https://evil.example",
-    ],
-)
+@pytest.mark.parametrize("next_path", ELSEWHERE)
 async def test_open_redirects_in_next_fall_back_to_the_root(browser: httpx2.AsyncClient, next_path: str) -> None:
     page = await browser.get("/signin", params={"next": next_path})
     assert hidden_fields(page.text)["next"] == "/"
@@ -603,6 +602,46 @@ async def test_principal_of_and_sign_in_redirect(deployed: Deployment, browser: 
     assert out.status_code == 303
     assert (await browser.get("/whoami")).status_code == 303
     assert (await browser.post("/signout", data={})).status_code == 403
+
+
+async def test_a_sign_out_without_this_sessions_token_signs_nobody_out(deployed: Deployment) -> None:
+    async with (
+        httpx2.AsyncClient(base_url=deployed.issuer, timeout=30) as alice,
+        httpx2.AsyncClient(base_url=deployed.issuer, timeout=30) as bob,
+    ):
+        await sign_in(alice, "/whoami", "alice", "wonderland")
+        await sign_in(bob, "/whoami", "bob", "builder")
+        alices = hidden_fields((await alice.get("/signin")).text, "/signout")
+        bobs = hidden_fields((await bob.get("/signin")).text, "/signout")
+        assert alices["csrf"] != bobs["csrf"]
+        # The sign-in form's own token (double-submit cookie) is not a sign-out token.
+        sign_in_token = hidden_fields((await alice.get("/signin")).text)["csrf"]
+        for refused in ({}, {"next": "/"}, {"csrf": "forged"}, {"csrf": bobs["csrf"]}, {"csrf": sign_in_token}):
+            answer = await alice.post("/signout", data=refused)
+            assert answer.status_code == 403 and "Nobody was signed out" in answer.text, refused
+            assert "set-cookie" not in answer.headers
+        assert (await bob.post("/signout", data=alices)).status_code == 403
+        assert (await alice.get("/whoami")).text == f"{deployed.issuer}#alice"
+        assert (await bob.get("/whoami")).text == f"{deployed.issuer}#bob"
+        # A token is its session's: once alice signs in anew, the one of her former session is refused.
+        await sign_in(alice, "/whoami", "alice", "wonderland")
+        assert (await alice.post("/signout", data=alices)).status_code == 403
+        assert (await alice.get("/whoami")).text == f"{deployed.issuer}#alice"
+
+
+@pytest.mark.parametrize("elsewhere", ELSEWHERE)
+async def test_a_sign_out_and_the_switch_of_account_lead_to_same_origin_paths_only(
+    deployed: Deployment, browser: httpx2.AsyncClient, elsewhere: str
+) -> None:
+    await sign_in(browser, "/whoami", "bob", "builder")
+    session = browser.cookies.get("mcp-elicit-session")
+    assert session is not None
+    form = deployed.auth.switch_account_form(request_with_cookie("mcp-elicit-session", session), elsewhere)
+    assert form is not None and form.action == "/signout" and form.fields["next"] == "/signin?next=%2F"
+    out = await browser.post("/signout", data={"csrf": form.fields["csrf"], "next": elsewhere})
+    assert out.status_code == 303 and out.headers["location"] == "/"
+    assert (await browser.get("/whoami")).status_code == 303
+    assert deployed.auth.switch_account_form(request_with_cookie("other", "x"), "/whoami") is None  # nobody signed in
 
 
 def request_with_cookie(name: str, value: str) -> Request:

@@ -235,12 +235,24 @@ class OidcSite:
 
 
 def whoami_app(sign_in: OidcSignIn) -> Starlette:
-    """The sign-in's routes and a page saying whom they take the browser for."""
+    """The sign-in's routes, a page saying whom they take the browser for, and the switch-account form a page
+    of this browser's session would show (its action and fields, or null), leading back to `?back=`."""
 
     async def whoami(request: Request) -> Response:
         return PlainTextResponse(sign_in.principal_of(request) or "nobody")
 
-    return Starlette(routes=[*sign_in.routes(), Route("/whoami", whoami)])
+    async def switch_form(request: Request) -> Response:
+        form = sign_in.switch_account_form(request, request.query_params.get("back", "/whoami"))
+        return JSONResponse(None if form is None else {"action": form.action, **form.fields})
+
+    return Starlette(routes=[*sign_in.routes(), Route("/whoami", whoami), Route("/switch-form", switch_form)])
+
+
+async def switch_form(browser: httpx2.AsyncClient, site: OidcSite, back: str = "/whoami") -> dict[str, str]:
+    """The switch-account form of the browser's session: its action and hidden fields."""
+    form = (await browser.get(f"{site.base}/switch-form", params={"back": back})).json()
+    assert form is not None and form["action"] == "/signout", form
+    return dict(form)
 
 
 @contextmanager
@@ -379,9 +391,12 @@ async def test_a_signed_in_browser_returns_to_a_same_origin_page_only_and_signs_
         assert str(landed.url) == f"{site.base}/"
         assert cookie_names(browser) == {"mcp-elicit-oidc-session"}  # the flow cookie is gone
         assert await site.who(browser) == f"{site.idp}#alice"
-        out = await browser.post(f"{site.base}/signout")
+        form = await switch_form(browser, site, back="https://evil.example/")
+        assert form["next"] == "/signin?next=%2F&switch=1"
+        out = await browser.post(f"{site.base}/signout", data={"csrf": form["csrf"], "next": "//evil.example/"})
         assert out.status_code == 303 and out.headers["location"] == "/"
         assert await site.who(browser) == "nobody"
+        assert (await browser.get(f"{site.base}/switch-form")).json() is None  # nobody to sign out
     [form] = site.provider.token_forms
     assert "client_secret" not in form  # client_secret_basic: the secret travels in the Authorization header
 
@@ -496,3 +511,52 @@ async def test_sessions_last_session_ttl_and_are_known_to_every_instance_with_th
             site.clock.now += 10  # eight hours by default
             assert await site.who(browser) == "nobody"
             assert await site.who(browser, rotated_base) == "nobody"
+
+
+async def test_a_sign_out_without_this_sessions_token_signs_nobody_out(site: OidcSite) -> None:
+    async with httpx2.AsyncClient(timeout=30) as alice, httpx2.AsyncClient(timeout=30) as bob:
+        await sign_in_at_provider(alice, f"{site.base}/signin?next=/whoami", "alice")
+        await sign_in_at_provider(bob, f"{site.base}/signin?next=/whoami", "bob")
+        alices, bobs = await switch_form(alice, site), await switch_form(bob, site)
+        assert alices["csrf"] != bobs["csrf"]
+        for refused in ({}, {"next": "/whoami"}, {"csrf": "forged", "next": "/whoami"}, {"csrf": bobs["csrf"]}):
+            answer = await alice.post(f"{site.base}/signout", data=refused)
+            assert answer.status_code == 403 and "Nobody was signed out" in answer.text, refused
+            assert "set-cookie" not in answer.headers
+        assert (await bob.post(f"{site.base}/signout", data=alices)).status_code == 403  # a token of another session
+        assert await site.who(alice) == f"{site.idp}#alice" and await site.who(bob) == f"{site.idp}#bob"
+
+
+async def test_switching_account_signs_out_and_asks_the_provider_to_sign_someone_in_again(site: OidcSite) -> None:
+    site.provider.remembers = True
+    async with httpx2.AsyncClient(timeout=30) as browser:
+        await sign_in_at_provider(browser, f"{site.base}/signin?next=/whoami", "bob")
+        # A plain sign-in again: the provider remembers bob and signs him straight back in, no form shown.
+        again = await browser.get(f"{site.base}/signin", params={"next": "/whoami"}, follow_redirects=True)
+        assert again.text == f"{site.idp}#bob" and site.provider.prompts == ["", ""]
+
+        form = await switch_form(browser, site, back="/whoami?x=1")
+        out = await browser.post(f"{site.base}/signout", data={"csrf": form["csrf"], "next": form["next"]})
+        assert out.status_code == 303 and out.headers["location"] == "/signin?next=%2Fwhoami%3Fx%3D1&switch=1"
+        assert await site.who(browser) == "nobody"
+        started = await browser.get(f"{site.base}{out.headers['location']}")
+        assert started.status_code == 302 and parse_qs(urlsplit(started.headers["location"]).query)["prompt"] == [
+            "login"
+        ]
+        landed = await sign_in_at_provider(browser, started.headers["location"], "alice")  # the form, not bob
+        assert str(landed.url) == f"{site.base}/whoami?x=1" and landed.text == f"{site.idp}#alice"
+    assert site.provider.prompts == ["", "", "login"]
+
+
+def test_the_prompt_of_a_switch_is_one_the_provider_knows() -> None:
+    good: dict[str, Any] = {
+        "issuer": "https://idp.example/realms/staff",
+        "client_id": WEB_CLIENT,
+        "client_secret": WEB_SECRET,
+        "redirect_uri": "https://elicit.example/signin/callback",
+    }
+    for prompt in ("login", "select_account", "login consent", ""):
+        assert OidcClient(**good, switch_prompt=prompt).switch_prompt == prompt
+    for prompt in ("none", "login\nx", " login", "login  consent", "relogin"):
+        with pytest.raises(JwksError, match="switch_prompt"):
+            OidcClient(**good, switch_prompt=prompt)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import httpx2
 import jwt
@@ -369,6 +370,55 @@ async def test_the_pages_sign_in_through_the_provider_and_only_its_principal_ans
     [answered] = site.store.list_decisions(Operator())
     trail = site.store.audit_trail(answered.elicitation_id, Operator())
     assert trail[-1].actor == f"browser:{provider.issuer}#alice"
+
+
+async def test_a_person_signed_in_as_another_account_switches_at_the_provider_and_comes_back_to_answer(
+    external_site: ExternalSite,
+) -> None:
+    site, provider = external_site, external_site.provider
+    provider.remembers = True  # the provider's own session would sign bob straight back in without prompt=login
+    nobody = ScriptedHandler([], modes=())
+    async with ElicitingClient(Http(f"{site.base}/mcp", bearer_token=provider.keys.token()), nobody) as client:
+        first = await client.call_tool("book", {"city": "Quito"})
+    found = re.search(r"answer at (\S+) \(open until", error_text(first))
+    assert found, error_text(first)
+    url, path = found.group(1), urlsplit(found.group(1)).path
+    [before] = site.store.list_decisions(Operator())
+
+    async with httpx2.AsyncClient(timeout=30) as browser:
+        refused = await sign_in_at_provider(browser, url, "bob")
+        assert str(refused.url) == url and refused.status_code == 403
+        assert "Sign out and switch account" in refused.text and "bob" in refused.text
+        assert "alice" not in refused.text and "Quito" not in refused.text
+        action = re.search(r'<form method="post" action="([^"]*)">', refused.text)
+        assert action and action.group(1) == "/signout"
+        forged = await browser.post(
+            f"{site.base}/signout", data={"csrf": "forged", "next": hidden(refused.text, "next")}
+        )
+        assert forged.status_code == 403 and (await browser.get(url)).status_code == 403  # still bob
+
+        out = await browser.post(
+            f"{site.base}/signout", data={"csrf": hidden(refused.text, "csrf"), "next": hidden(refused.text, "next")}
+        )
+        assert out.status_code == 303 and out.headers["location"] == f"/signin?{urlencode({'next': path})}&switch=1"
+        assert (await browser.get(url)).status_code == 303  # signed out: the page sends the browser to sign in
+        page = await sign_in_at_provider(browser, f"{site.base}{out.headers['location']}", "alice")
+        assert str(page.url) == url and page.status_code == 200 and "How many seats to Quito?" in page.text
+        done = await browser.post(
+            f"{url}/answer", data={"csrf": hidden(page.text, "csrf"), "action": "accept", "f.value": "3"}
+        )
+        assert done.status_code == 200 and "Done" in done.text
+    assert provider.prompts[-1] == "login"
+    async with ElicitingClient(Http(f"{site.base}/mcp", bearer_token=provider.keys.token()), nobody) as client:
+        retried = await client.call_tool("book", {"city": "Quito"})
+    assert text(retried) == f"{provider.issuer}#alice booked 3 seats to Quito"
+    [answered] = site.store.list_decisions(Operator())
+    trail = site.store.audit_trail(answered.elicitation_id, Operator())
+    assert [(e.actor, e.from_status, e.to_status) for e in trail if e.actor.startswith("browser:")] == [
+        *[(f"browser:{provider.issuer}#bob", "requested", "requested")] * 2,  # each refusal noted, nothing moved
+        (f"browser:{provider.issuer}#alice", "requested", "accepted"),
+    ]
+    assert before.status is DecisionStatus.REQUESTED
 
 
 async def test_a_callback_not_started_in_this_browser_or_with_a_wrong_nonce_signs_nobody_in(

@@ -166,6 +166,67 @@ def test_another_user_is_refused_and_audited_and_nothing_changes(site: Site) -> 
     assert notes[0].actor == f"browser:{site.base}#bob"
 
 
+def test_another_account_signs_out_and_in_as_the_one_asked_and_comes_back_to_the_decision(site: Site) -> None:
+    decision = ask(site, "alice", "connect_account")
+    path = f"/elicit/{decision.elicitation_id}"
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "bob", "bob-pw", path)
+        bobs_session = browser.cookies.get("mcp-elicit-session")
+        refused = open_page(browser, decision)
+        assert refused.status_code == 403 and "Sign out and switch account" in refused.text
+        assert "You are signed in as Bob (bob)" in refused.text
+        assert "alice" not in refused.text.lower() and decision.message not in refused.text  # whose, and what: untold
+        assert '<form method="post" action="/signout">' in refused.text and "<script" not in refused.text
+        switch = {"csrf": hidden(refused.text, "csrf"), "next": hidden(refused.text, "next")}
+        assert switch["next"] == f"/signin?next=%2Felicit%2F{decision.elicitation_id}"
+
+        out = browser.post(f"{site.base}/signout", data=switch)
+        assert out.status_code == 303 and out.headers["location"] == switch["next"]
+        assert browser.cookies.get("mcp-elicit-session") is None
+        assert open_page(browser, decision).headers["location"] == f"/signin?next=%2Felicit%2F{decision.elicitation_id}"
+        form = browser.get(f"{site.base}{out.headers['location']}")
+        assert form.status_code == 200 and hidden(form.text, "next") == path
+        signed = browser.post(
+            f"{site.base}/signin",
+            data={"username": "alice", "password": "alice-pw", "next": path, "csrf": hidden(form.text, "csrf")},
+        )
+        assert signed.status_code == 303 and signed.headers["location"] == path
+        page = open_page(browser, decision)
+        assert page.status_code == 200 and decision.message in page.text
+        callback = consent_at_provider(browser, start(browser, site, decision).headers["location"], allow=True)
+        assert "Done" in browser.get(callback).text
+    assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.EXTERNAL_COMPLETED
+    trail = site.store.audit_trail(decision.elicitation_id, Operator())
+    assert [(e.actor.rsplit("#")[-1], e.from_status, e.to_status) for e in trail if e.actor.startswith("browser:")] == [
+        ("bob", "requested", "requested"),
+        ("alice", "requested", "accepted_url"),
+        ("alice", "accepted_url", "external_pending"),
+        ("alice", "external_pending", "external_completed"),
+    ]
+    with httpx2.Client() as elsewhere:  # a copy of bob's cookie taken before still names bob (no server-side logout)
+        assert bobs_session is not None
+        elsewhere.cookies.set("mcp-elicit-session", bobs_session)
+        assert open_page(elsewhere, decision).status_code == 403
+
+
+def test_a_foreign_callback_offers_the_switch_back_to_the_decision_page_and_changes_nothing(site: Site) -> None:
+    decision = ask(site, "alice", "connect_account")
+    with httpx2.Client() as browser:
+        sign_in(browser, site, "alice", "alice-pw", f"/elicit/{decision.elicitation_id}")
+        state = parse_qs(urlsplit(start(browser, site, decision).headers["location"]).query)["state"][0]
+    pending = site.store.get_decision(decision.elicitation_id, Operator())
+    with httpx2.Client() as other:
+        sign_in(other, site, "bob", "bob-pw", "/")
+        refused = other.get(f"{site.base}/elicit/callback", params={"code": "x", "state": state})
+        assert refused.status_code == 403 and "Sign out and switch account" in refused.text
+        assert hidden(refused.text, "next") == f"/signin?next=%2Felicit%2F{decision.elicitation_id}"
+        assert "alice" not in refused.text.lower()
+        assert other.post(f"{site.base}/signout", data={"next": "/"}).status_code == 403
+    assert site.store.get_decision(decision.elicitation_id, Operator()) == pending
+    [note] = [e for e in site.store.audit_trail(decision.elicitation_id, Operator()) if e.actor.endswith("#bob")]
+    assert note.reason == "callback presented by another user" and note.from_status == note.to_status
+
+
 def test_provider_denial_fails_the_decision_with_a_way_forward(site: Site) -> None:
     decision = ask(site, "alice", "connect_account")
     with httpx2.Client() as browser:

@@ -37,6 +37,10 @@ Guarantees:
   served with a strict CSP, no caching, no framing and no referrer. A sign-in replaces the CSRF cookie,
   so a value planted or seen before it is worth nothing after. After sign-in it redirects only to a
   redirect URI registered for the client, or to a same-origin path: anything else in `next` becomes `/`.
+- Sign-out is a POST whose token is bound by HMAC to the browser's session (its `jti`, which only the
+  HttpOnly cookie carries), so a page of another site cannot sign anyone out; a sign-out without that token
+  changes nothing. It leads to a same-origin path only, as sign-in does: the switch of account a decision
+  page offers (`switch_account_form`) leads to the sign-in page, and from there back to the decision.
 - The session cookie is HttpOnly, SameSite=Lax, Path=/, and Secure (with the `__Host-` prefix) when the
   issuer is https.
 
@@ -118,6 +122,7 @@ __all__ = [
     "LocalAuthorizationServer",
     "LocalUsers",
     "LocalUsersError",
+    "SignOutForm",
 ]
 
 log = logging.getLogger(__name__)
@@ -303,6 +308,14 @@ def _canonical_issuer(issuer: str) -> str:
     return f"{url.scheme}://{urlsplit(str(url)).netloc}"
 
 
+@dataclass(frozen=True, slots=True)
+class SignOutForm:
+    """A sign-out form for a page to render as it renders its own: where it posts and its hidden fields."""
+
+    action: str
+    fields: Mapping[str, str]
+
+
 def safe_next(value: object) -> str:
     """`value` if it is a same-origin path (one leading "/", printable ASCII, no backslash), else "/"."""
     if not isinstance(value, str) or not value.startswith("/") or len(value) > MAX_NEXT_LENGTH:
@@ -459,6 +472,15 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             status_code=303,
             headers={"Cache-Control": "no-store"},
         )
+
+    def switch_account_form(self, request: Request, back_to: str) -> SignOutForm | None:
+        """The form that signs the browser's user out and opens the sign-in page, whose sign-in leads to `back_to`
+        (a same-origin path, else "/"); None when nobody is signed in."""
+        token = self._sign_out_token(request)
+        if token is None:
+            return None
+        then = f"{SIGN_IN_PATH}?{urlencode({'next': safe_next(back_to)})}"
+        return SignOutForm(SIGN_OUT_PATH, {"csrf": token, "next": then})
 
     def _session_user(self, request: Request) -> str | None:
         claims = self._session(request)
@@ -688,6 +710,20 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             return False
         return any(hmac.compare_digest(self._csrf_token(request, nonce, binding, key), submitted) for key in self._ring)
 
+    def _sign_out_token(self, request: Request, key: _Key | None = None) -> str | None:
+        """The sign-out form's token for the browser's session, None without one: bound to the session alone, so
+        any page of it may offer sign-out and no page of another site can."""
+        session = self._session_id(request)
+        if not session:
+            return None
+        return hmac.new(
+            (key or self._ring[0]).derived[_CSRF], f"signout\x00{session}".encode(), hashlib.sha256
+        ).hexdigest()
+
+    def _sign_out_ok(self, request: Request, submitted: str) -> bool:
+        tokens = (self._sign_out_token(request, key) for key in self._ring)
+        return bool(submitted) and any(t is not None and hmac.compare_digest(t, submitted) for t in tokens)
+
     # -- the sign-in pages --------------------------------------------------------------------------------
 
     async def _sign_in_endpoint(self, request: Request) -> Response:
@@ -775,10 +811,14 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
 
     async def _sign_out_endpoint(self, request: Request) -> Response:
         form = await _read_form(request)
-        next_path = safe_next(form.get("next")) if form is not None else "/"
-        if form is None or not self._csrf_ok(request, form.get("csrf", ""), "signout"):
-            return _page("Sign-out refused", "<p>This form has expired or was not sent from this site.</p>", status=403)
-        response = RedirectResponse(next_path, status_code=303, headers={"Cache-Control": "no-store"})
+        if form is None or not self._sign_out_ok(request, form.get("csrf", "")):
+            log.info("a sign-out without this session's token was refused")
+            return _page(
+                "Sign-out refused",
+                "<p>This form has expired or was not sent from this site. Nobody was signed out.</p>",
+                status=403,
+            )
+        response = RedirectResponse(safe_next(form.get("next")), status_code=303, headers={"Cache-Control": "no-store"})
         response.delete_cookie(self.session_cookie, path="/", secure=self.secure_cookies, httponly=True, samesite="lax")
         return response
 
@@ -884,11 +924,12 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
             )
         alert = f'<p class="error" role="alert">{_h(error)}</p>' if error else ""
         current = self._session_user(request)
+        sign_out_token = self._sign_out_token(request)
         signed_in = ""
-        if current is not None:
+        if current is not None and sign_out_token is not None:
             signed_in = (
                 f'<form method="post" action="{SIGN_OUT_PATH}" class="signed-in">'
-                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(request, nonce, "signout"))}">'
+                f'<input type="hidden" name="csrf" value="{_h(sign_out_token)}">'
                 f'<input type="hidden" name="next" value="{_h(SIGN_IN_PATH)}">'
                 f"<span>Signed in as {_h(self.users.display_name(current) or current)} ({_h(current)}).</span> "
                 '<button type="submit" class="link">Sign out</button></form>'

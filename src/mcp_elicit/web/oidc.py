@@ -20,11 +20,17 @@ Guarantees:
 - Sessions are HS256 JWTs in an HttpOnly, SameSite=Lax cookie (Secure, `__Host-` prefixed, on https),
   signed with a key derived from the first of `session_keys` and verified with any of them, so every
   instance with the same keys knows every session; they last `session_ttl` (8 hours by default).
+- Sign-out is a POST whose token is bound by HMAC to the browser's session cookie, so a page of another
+  site cannot sign anyone out, and it leads to a same-origin path only. The switch of account a decision
+  page offers (`switch_account_form`) signs out and starts a sign-in that asks the provider for
+  `OidcClient.switch_prompt` (`prompt=login`: its sign-in form even when it has a session of its own), then
+  returns to the decision.
 - The provider's configuration comes from its discovery document, whose `issuer` must be the configured
   one; its keys are `PublishedKeys`, fetched and rotated as for access tokens.
 
 Does not guarantee: single sign-out (signing out here clears this server's cookie only, a copy taken before
-stays valid until it expires), a display name (pages name the person by the principal), or that two
+stays valid until it expires; the provider's session stays, and a provider that ignores `prompt` signs the
+same person in again), a display name (pages name the person by the principal), or that two
 sign-ins started at once in one browser both finish (the second replaces the first's cookie; the first
 says to start again).
 """
@@ -49,7 +55,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from mcp_elicit.web.authserver import safe_next
+from mcp_elicit.web.authserver import SignOutForm, safe_next
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.jwks import ASYMMETRIC, JwksError, PublishedKeys
 
@@ -62,7 +68,8 @@ SIGN_OUT_PATH: Final = "/signout"
 FLOW_TTL: Final = 600
 MIN_KEY_BYTES: Final = 32
 _LABEL: Final = b"mcp-elicit/web/oidc/v1/"
-_FLOW, _SESSION = "flow", "session"
+_FLOW, _SESSION, _SIGN_OUT = "flow", "session", "signout"
+_SWITCH_PROMPTS: Final = frozenset({"login", "select_account", "consent"})
 _LOOPBACK: Final = ("127.0.0.1", "::1", "localhost")
 
 
@@ -80,6 +87,9 @@ class OidcClient:
     algorithms: tuple[str, ...] = ("RS256", "PS256", "ES256", "EdDSA")
     leeway: float = 30.0
     timeout: float = 10.0
+    switch_prompt: str = "login"
+    """The OpenID Connect `prompt` of a sign-in that switches account: "login" (the provider's sign-in form),
+    "select_account" (its account picker, for providers without "login"), or "" to send none."""
 
     def __post_init__(self) -> None:
         for name in ("issuer", "redirect_uri"):
@@ -97,6 +107,11 @@ class OidcClient:
             raise JwksError(f"algorithms {unsafe or '()'} are not asymmetric signature algorithms")
         if not self.client_id or not self.client_secret:
             raise JwksError("client_id and client_secret are the ones the provider registered for this server")
+        words = self.switch_prompt.split()
+        if not set(words) <= _SWITCH_PROMPTS or " ".join(words) != self.switch_prompt:
+            raise JwksError(
+                f"switch_prompt {self.switch_prompt!r} is not made of {', '.join(sorted(_SWITCH_PROMPTS))}, or empty"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +144,7 @@ class OidcSignIn:
         self._keys = [
             {
                 purpose: hmac.new(key, _LABEL + purpose.encode(), hashlib.sha256).digest()
-                for purpose in (_FLOW, _SESSION)
+                for purpose in (_FLOW, _SESSION, _SIGN_OUT)
             }
             for key in session_keys
         ]
@@ -172,6 +187,15 @@ class OidcSignIn:
     def display_name_of(self, principal: str) -> str | None:
         return None
 
+    def switch_account_form(self, request: Request, back_to: str) -> SignOutForm | None:
+        """The form that signs the browser's user out and signs someone in again at the provider (with
+        `switch_prompt`), then leads to `back_to` (a same-origin path, else "/"); None when nobody is signed in."""
+        session = request.cookies.get(self.session_cookie)
+        if self.principal_of(request) is None or session is None:
+            return None
+        then = f"{SIGN_IN_PATH}?{urlencode({'next': safe_next(back_to), 'switch': '1'})}"
+        return SignOutForm(SIGN_OUT_PATH, {"csrf": self._sign_out_token(self._keys[0], session), "next": then})
+
     def principal_id(self, subject: str) -> str:
         return f"{self.client.issuer}#{subject}"
 
@@ -195,6 +219,8 @@ class OidcSignIn:
             "code_challenge": challenge,
             "code_challenge_method": "S256",
         }
+        if request.query_params.get("switch") == "1" and self.client.switch_prompt:
+            query["prompt"] = self.client.switch_prompt
         flow = {
             "state": state,
             "nonce": nonce,
@@ -241,7 +267,18 @@ class OidcSignIn:
         return response
 
     async def _sign_out(self, request: Request) -> Response:
-        response = RedirectResponse("/", status_code=303, headers={"Cache-Control": "no-store"})
+        form = await request.form()
+        session, submitted = request.cookies.get(self.session_cookie), str(form.get("csrf", ""))
+        if (
+            not session
+            or not submitted
+            or not any(hmac.compare_digest(self._sign_out_token(keys, session), submitted) for keys in self._keys)
+        ):
+            log.info("a sign-out without this session's token was refused")
+            return self._refusal(
+                "Sign-out refused", "This form has expired or was not sent from this site. Nobody was signed out.", 403
+            )
+        response = RedirectResponse(safe_next(form.get("next")), status_code=303, headers={"Cache-Control": "no-store"})
         response.delete_cookie(self.session_cookie, path="/", secure=self.secure_cookies, httponly=True, samesite="lax")
         return response
 
@@ -321,6 +358,10 @@ class OidcSignIn:
         return _Provider(authorization, token, keys)
 
     # -- cookies ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _sign_out_token(keys: dict[str, bytes], session: str) -> str:
+        return hmac.new(keys[_SIGN_OUT], session.encode(), hashlib.sha256).hexdigest()
 
     def _encode(self, purpose: str, claims: dict[str, Any], ttl: int) -> str:
         now = int(self._clock())

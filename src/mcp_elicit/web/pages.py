@@ -7,7 +7,9 @@ recorded as `accepted` with its content, an invalid one is shown back with its p
 
 Guarantees: nothing happens before the browser user is signed in with the authorization server that issues
 the MCP tokens and is the decision's principal; a different user gets a refusal page, the attempt is
-audited, and the decision is untouched. Every state change is the store's compare-and-set, so duplicate,
+audited, and the decision is untouched. The refusal names nobody but the person signed in, and offers to
+sign out and sign in as another account (the sign-in's own POST, with a token bound to the session), which
+leads back to the decision's page. Every state change is the store's compare-and-set, so duplicate,
 replayed and reordered callbacks have one effect. The OAuth `state` is sealed (AES-GCM) and names the
 decision, the principal and the PKCE verifier; it is accepted once, from that principal only. Credentials
 go to the vault and nowhere else. Pages carry no JavaScript and every value is escaped.
@@ -30,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx2
 from authlib.common.errors import AuthlibBaseError
@@ -56,6 +58,7 @@ from mcp_elicit.store import (
     UnreadableRow,
 )
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.web.authserver import SignOutForm
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import posted_values, read_answer, render
 from mcp_elicit.web.html import page, text
@@ -80,6 +83,11 @@ class SignIn(Protocol):
     def sign_in_redirect(self, request: Request) -> Response: ...
 
     def display_name_of(self, principal: str) -> str | None: ...
+
+    def switch_account_form(self, request: Request, back_to: str) -> SignOutForm | None:
+        """The POST form that signs the browser's user out and has someone sign in again, then leads to `back_to`,
+        a same-origin path; None when nobody is signed in. Its token keeps other sites from signing anyone out."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,7 +515,7 @@ class UrlPages:
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 400)
         if state.principal_id != principal:
             await self._audit_stranger(state.elicitation_id, principal, "callback presented by another user")
-            return self._message("This step belongs to another account", "Sign in as the account that asked.", 403)
+            return self._not_yours(request, principal, state.elicitation_id)
         try:
             decision = await self._reach.get_decision(state.elicitation_id, BrowserUser(principal))
         except NotFound:
@@ -640,11 +648,7 @@ class UrlPages:
                 elicitation_id, BrowserUser(principal), reason="opened after the TTL"
             )
         if await self._audit_stranger(elicitation_id, principal, "opened by another user"):
-            return self._message(
-                "This step belongs to another account",
-                "You are signed in as someone else than the person it was asked of. Nothing was changed.",
-                403,
-            )
+            return self._not_yours(request, principal, elicitation_id)
         return self._message("This link is not valid", "Ask your assistant to start again.", 404)
 
     async def _audit_stranger(self, elicitation_id: str, principal: str, reason: str) -> bool:
@@ -655,6 +659,29 @@ class UrlPages:
         await self._reach.note(decision, actor=BrowserUser(principal), reason=reason)
         log.warning("decision %s: %s", elicitation_id, reason)
         return True
+
+    def _not_yours(self, request: Request, principal: str, elicitation_id: str) -> Response:
+        """The refusal of a decision asked of someone else: it names the person signed in, never the one asked,
+        and offers the switch of account that leads back to the decision's page (the callback's too: its flow
+        starts again from there, for the right person)."""
+        title = "This step belongs to another account"
+        body = (
+            f'<h1>{text(title)}</h1>\n<p class="muted">You are signed in as {text(self._who(principal))}, not as '
+            "the person it was asked of. Nothing was changed.</p>"
+        )
+        form = self._sign_in.switch_account_form(request, f"/elicit/{quote(elicitation_id, safe='')}")
+        if form is not None:
+            fields = "".join(
+                f'<input type="hidden" name="{text(name)}" value="{text(value)}">'
+                for name, value in form.fields.items()
+            )
+            body += (
+                "\n<p>If it was asked of you under another account, sign out and sign in as that one: "
+                "you come back to this page.</p>\n"
+                f'<div class="actions"><form method="post" action="{text(form.action)}">{fields}'
+                '<button class="primary" type="submit">Sign out and switch account</button></form></div>'
+            )
+        return page(title, body, server=self._title, status=403)
 
     async def _checked_post(self, request: Request) -> tuple[str, Decision, FormData] | Response:
         principal = self._sign_in.principal_of(request)
