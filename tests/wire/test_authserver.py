@@ -45,6 +45,7 @@ from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import AlreadyExists, Consumption, Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, LocalUsersError
+from mcp_elicit.web.html import HEADERS, STYLE
 from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.oauth_client import (
@@ -436,6 +437,14 @@ async def test_the_sign_in_form_refuses_posts_without_its_csrf_token(
         assert "mcp-elicit-session" not in refused.headers.get("set-cookie", "")
     assert not_a_form.status_code == 400
     assert (await browser.get("/whoami")).status_code == 303
+    for shown in (page, missing, not_a_form):
+        assert_one_shell(shown)
+
+
+def assert_one_shell(response: httpx2.Response) -> None:
+    """The sign-in pages are the decision pages' shell: its headers, its style, its brand line."""
+    assert {name: response.headers[name] for name in HEADERS} == HEADERS
+    assert f"<style>{STYLE}</style>" in response.text and '<p class="brand">' in response.text
 
 
 @asynccontextmanager

@@ -80,7 +80,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -113,6 +112,7 @@ from mcp_elicit.model import JSONObject
 from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store import AlreadyExists, Consumption, Store
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.web.html import page, text
 from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.throttle import HeldBack, SignInBackoff, SignInThrottle
 
@@ -749,11 +749,11 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
     async def _sign_in_post(self, request: Request) -> Response:
         form = await _read_form(request)
         if form is None:
-            return _page("Sign-in refused", "<p>The form could not be read.</p>", status=400)
+            return self._page("Sign-in refused", "<p>The form could not be read.</p>", status=400)
         raw_request = form.get("request")
         binding = f"request:{raw_request}" if raw_request is not None else f"next:{safe_next(form.get('next'))}"
         if not self._csrf_ok(request, form.get("csrf", ""), binding):
-            return _page(
+            return self._page(
                 "Sign-in refused",
                 "<p>This form has expired or was not sent from this site. "
                 f'<a href="{SIGN_IN_PATH}">Open the sign-in page again</a>.</p>',
@@ -813,7 +813,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         form = await _read_form(request)
         if form is None or not self._sign_out_ok(request, form.get("csrf", "")):
             log.info("a sign-out without this session's token was refused")
-            return _page(
+            return self._page(
                 "Sign-out refused",
                 "<p>This form has expired or was not sent from this site. Nobody was signed out.</p>",
                 status=403,
@@ -826,7 +826,7 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         claims = self._decode(_REQUEST, raw_request, ("client_id", "redirect_uri", "code_challenge"))
         client = await self.get_client(claims["client_id"]) if claims is not None else None
         if claims is None or client is None:
-            return _page(
+            return self._page(
                 "Sign-in link expired",
                 "<p>This sign-in link is invalid or has expired. Go back to your application and connect again.</p>",
                 status=400,
@@ -843,7 +843,9 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         if not registered:
             # The SDK checked it in /authorize; a registration can only grow, so this is a forged request.
             log.warning("sign-in request for client %s names an unregistered redirect URI", client.client_id)
-            return _page("Sign-in refused", "<p>This application's return address is not registered.</p>", status=400)
+            return self._page(
+                "Sign-in refused", "<p>This application's return address is not registered.</p>", status=400
+            )
         code = self._encode(
             _CODE,
             {
@@ -894,8 +896,8 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         error: str | None = None,
         username: str = "",
     ) -> HTMLResponse:
-        where = f"<strong>{_h(urlsplit(self.issuer).netloc)}</strong>"
-        here = f"<strong>{_h(self.server_name)}</strong> at {where}" if self.server_name else where
+        where = f"<strong>{text(urlsplit(self.issuer).netloc)}</strong>"
+        here = f"<strong>{text(self.server_name)}</strong> at {where}" if self.server_name else where
         if authorization is not None:
             client = authorization.client
             binding = f"request:{authorization.raw}"
@@ -904,34 +906,35 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
                 authorization.claims["redirect_uri"]
             )
             context = (
-                f'<p class="context"><strong>{_h(name[:100])}</strong> asks to use {here} as you.</p>'
-                f'<p class="note">After you sign in you return to <strong>{_h(redirect_host)}</strong>.</p>'
+                f'<p class="context"><strong>{text(name[:100])}</strong> asks to use {here} as you.</p>'
+                f'<p class="note">After you sign in you return to <strong>{text(redirect_host)}</strong>.</p>'
             )
             hidden = (
-                f'<input type="hidden" name="request" value="{_h(authorization.raw)}">'
-                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(request, nonce, binding))}">'
+                f'<input type="hidden" name="request" value="{text(authorization.raw)}">'
+                f'<input type="hidden" name="csrf" value="{text(self._csrf_token(request, nonce, binding))}">'
             )
         else:
             context = f'<p class="context">Sign in to {here}.</p>'
             if reason:
                 context += (
-                    f'<p class="note reason">{_h(reason)} Once you are signed in, its page shows what it asks '
+                    f'<p class="note reason">{text(reason)} Once you are signed in, its page shows what it asks '
                     "and for whom.</p>"
                 )
+            csrf = self._csrf_token(request, nonce, f"next:{next_path}")
             hidden = (
-                f'<input type="hidden" name="next" value="{_h(next_path)}">'
-                f'<input type="hidden" name="csrf" value="{_h(self._csrf_token(request, nonce, f"next:{next_path}"))}">'
+                f'<input type="hidden" name="next" value="{text(next_path)}">'
+                f'<input type="hidden" name="csrf" value="{text(csrf)}">'
             )
-        alert = f'<p class="error" role="alert">{_h(error)}</p>' if error else ""
+        alert = f'<p class="error" role="alert">{text(error)}</p>' if error else ""
         current = self._session_user(request)
         sign_out_token = self._sign_out_token(request)
         signed_in = ""
         if current is not None and sign_out_token is not None:
             signed_in = (
                 f'<form method="post" action="{SIGN_OUT_PATH}" class="signed-in">'
-                f'<input type="hidden" name="csrf" value="{_h(sign_out_token)}">'
-                f'<input type="hidden" name="next" value="{_h(SIGN_IN_PATH)}">'
-                f"<span>Signed in as {_h(self.users.display_name(current) or current)} ({_h(current)}).</span> "
+                f'<input type="hidden" name="csrf" value="{text(sign_out_token)}">'
+                f'<input type="hidden" name="next" value="{text(SIGN_IN_PATH)}">'
+                f"<span>Signed in as {text(self.users.display_name(current) or current)} ({text(current)}).</span> "
                 '<button type="submit" class="link">Sign out</button></form>'
             )
         body = f"""<h1>Sign in</h1>
@@ -940,14 +943,17 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
 <form method="post" action="{SIGN_IN_PATH}">
 {hidden}
 <label for="username">Username</label>
-<input id="username" name="username" type="text" value="{_h(username)}" autocomplete="username"
+<input id="username" name="username" type="text" value="{text(username)}" autocomplete="username"
  autocapitalize="none" spellcheck="false" maxlength="64" required autofocus>
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password" required>
-<button type="submit">Sign in</button>
+<div class="actions"><button class="primary" type="submit">Sign in</button></div>
 </form>
 {signed_in}"""
-        return _page("Sign in", body)
+        return self._page("Sign in", body)
+
+    def _page(self, title: str, body: str, *, status: int = 200) -> HTMLResponse:
+        return page(title, body, server=self.server_name or urlsplit(self.issuer).netloc, status=status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1012,52 +1018,3 @@ async def _read_form(request: Request) -> dict[str, str] | None:
     for name, value in pairs:
         form.setdefault(name, value)
     return form
-
-
-def _h(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-_HEADERS: Final = {
-    "Cache-Control": "no-store",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-_STYLE: Final = """
-*{box-sizing:border-box}
-body{margin:0;background:#f6f8fa;color:#1f2328;font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
-main{max-width:26rem;margin:3rem auto;padding:2rem 2.2rem;background:#fff;border:1px solid #d0d7de;border-radius:10px}
-h1{font-size:1.4rem;margin:0 0 .8rem}
-.context{margin:.4rem 0}.note{color:#59636e;font-size:.92rem;margin:.4rem 0 0}
-label{display:block;font-weight:600;margin:1.1rem 0 .3rem}
-input[type=text],input[type=password]{width:100%;padding:.55rem .65rem;font:inherit;border:1px solid #b8c0ca;
-border-radius:6px}
-input:focus{outline:3px solid #a8ccf7;border-color:#0969da}
-button{margin-top:1.4rem;width:100%;padding:.65rem 1rem;font:inherit;font-weight:600;color:#fff;background:#1f883d;
-border:1px solid #1a7f37;border-radius:6px;cursor:pointer}
-.error{padding:.7rem .9rem;background:#ffebe9;border:1px solid #ff8182;border-radius:6px;color:#82071e}
-.signed-in{margin-top:1.6rem;padding-top:1rem;border-top:1px solid #d8dee4;color:#59636e;font-size:.92rem}
-button.link{display:inline;width:auto;margin:0;padding:0;background:none;border:0;color:#0969da;font-weight:400;
-text-decoration:underline}
-"""
-
-
-def _page(title: str, body: str, *, status: int = 200) -> HTMLResponse:
-    document = f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<title>{_h(title)}</title>
-<style>{_STYLE}</style>
-</head>
-<body><main>
-{body}
-</main></body>
-</html>
-"""
-    return HTMLResponse(document, status_code=status, headers=dict(_HEADERS))

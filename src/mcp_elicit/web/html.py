@@ -1,4 +1,5 @@
-"""The page shell of the server-hosted URL-mode pages: plain HTML, no JavaScript, strict headers.
+"""The one page shell of every page this server shows (sign-in, decision pages, inbox, `login`'s result): plain
+HTML, no JavaScript, strict headers.
 
 Every value a caller puts in a page goes through `text()`; the only markup is the shell and the small set
 of elements the pages build from escaped parts.
@@ -62,6 +63,9 @@ a.button:focus-visible{outline:2px solid #0969da;outline-offset:1px}
 .entry .actions label{margin:0}
 .actions input[type=text]{flex:1 1 12rem;width:auto}
 .pager{display:flex;gap:1rem;margin-top:1.6rem}
+.context{margin:.4rem 0}.note{color:#59636e;font-size:.92rem;margin:.4rem 0 0}
+.signed-in{margin-top:1.6rem;padding-top:1rem;border-top:1px solid #d8dee4;color:#59636e;font-size:.92rem}
+button.link{display:inline;padding:0;background:none;border:0;color:#0969da;font-weight:400;text-decoration:underline}
 """
 
 
