@@ -2,7 +2,8 @@
 
 `JsonFormatter` adds to each record the ids of the call it was logged in (`operation_id`, `decision_id`,
 `method`, `target`; see `mcp_elicit.telemetry.current_ids`), or those a record names itself through
-`extra=`, and the fields of the line that ends each served call (`era`, `outcome`, `duration_ms`). It adds no
+`extra=`, and the fields of the line that ends each served call (`era`, `outcome`, `duration_ms`, and what
+says more of the outcome: `error_type`, `error_code`, `task_id`, `needs`, `signal`). It adds no
 content: what a record says is its message, which the library writes without
 answers, arguments or secrets, and the exception's traceback where a record has one, as the text format
 prints it. The ids come from the logging context, so a handler must format records where they are made
@@ -22,7 +23,7 @@ from mcp_elicit.telemetry.context import current_ids
 
 LOG_FORMAT_ENV = "MCP_ELICIT_LOG_FORMAT"
 IDS = ("operation_id", "decision_id", "method", "target")
-FIELDS = (*IDS, "era", "outcome", "duration_ms", "error_type", "signal")
+FIELDS = (*IDS, "era", "outcome", "duration_ms", "error_type", "error_code", "task_id", "needs", "signal")
 """What a record may name through `extra=` and the JSON format writes as fields of its own: the ids, and how a
 served call ended (`mcp_elicit.telemetry.calls.ended`)."""
 TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"

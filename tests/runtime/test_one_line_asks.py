@@ -22,14 +22,18 @@ import pydantic.dataclasses
 import pytest
 import typing_extensions
 from mcp import Client
+from mcp.client import ClientRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp_types import ListRootsResult
 from pydantic import BaseModel, Field
 
 import mcp_elicit.testing as scripted
+from mcp_elicit.client import SdkOptions
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import (
     Accepted,
     Answer,
+    Completed,
     Elicitation,
     Email,
     Fallback,
@@ -44,6 +48,7 @@ from mcp_elicit.server import (
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import EraName, Harness, Reply
 from tests.helpers.ask_types import Region, Trip
+from tests.helpers.model import Model
 from tests.helpers.person import Person, accept
 from tests.helpers.restricted_schema import assert_restricted_schema
 from tests.helpers.results import text
@@ -66,6 +71,25 @@ class Approval(BaseModel):
     note: str | None = None
 
 
+class Sample(enum.StrEnum):
+    """Named as `flow.sample`'s default key is."""
+
+    QUICK = "quick"
+    FULL = "full"
+
+
+class Connect(BaseModel):
+    """Named as `flow.ask_url`'s default key is."""
+
+    account: str
+
+
+class Roots(TypedDict):
+    """Named as `flow.roots`'s default key is."""
+
+    path: str
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One kind of question: what is asked, the schema the client sees, an answer, and the typed value."""
@@ -76,7 +100,8 @@ class Case:
     schema: dict[str, Any]
     answer: dict[str, Any]
     data: Any
-    key: str = "value"
+    key: str
+    """The question key when the tool gives none: what is asked names it, never the message."""
     stored: dict[str, Any] | None = None
 
 
@@ -86,25 +111,27 @@ def _one(name: str, asked: Any, message: str, prop: dict[str, Any], answer: Any,
 
 
 CASES = [
-    _one("yes_no", bool, "Deploy to production now?", {"type": "boolean"}, True, True),
-    _one("no", bool, "Keep the old release?", {"type": "boolean"}, False, False),
-    _one("text", str, "What should the release be called?", {"type": "string"}, "Ada", "Ada"),
-    _one("count", int, "How many replicas?", {"type": "integer"}, 3.0, 3, stored={"value": 3}),
-    _one("share", float, "Which share of traffic?", {"type": "number"}, 1, 1.0),
+    _one("yes_no", bool, "Deploy to production now?", {"type": "boolean"}, True, True, key="yes_no"),
+    _one("no", bool, "Keep the old release?", {"type": "boolean"}, False, False, key="yes_no"),
+    _one("text", str, "What should the release be called?", {"type": "string"}, "Ada", "Ada", key="text"),
+    _one("count", int, "How many replicas?", {"type": "integer"}, 3.0, 3, stored={"value": 3}, key="number"),
+    _one("share", float, "Which share of traffic?", {"type": "number"}, 1, 1.0, key="number"),
     _one(
         "bounded", Annotated[int, Field(ge=1, le=9)], "How many seats?",
-        {"type": "integer", "minimum": 1, "maximum": 9}, 4, 4,
+        {"type": "integer", "minimum": 1, "maximum": 9}, 4, 4, key="number",
     ),
     _one("day", datetime.date, "Which day?", {"type": "string", "format": "date"}, "2026-12-24",
-         datetime.date(2026, 12, 24)),
+         datetime.date(2026, 12, 24), key="date"),
     _one("mail", Email, "Where should the report go?", {"type": "string", "format": "email"}, "a@b.example",
-         "a@b.example"),
-    _one("size", Literal["s", "m", "l"], "Which size?", {"type": "string", "enum": ["s", "m", "l"]}, "m", "m"),
+         "a@b.example", key="email"),
+    _one("size", Literal["s", "m", "l"], "Which size?", {"type": "string", "enum": ["s", "m", "l"]}, "m", "m",
+         key="choice"),
     _one("region", Region, "Which region?", {"type": "string", "enum": ["eu", "us"]}, "us", Region.US,
          key="region"),
     _one(
         "sizes", list[Literal["s", "m", "l"]], "Which sizes?",
         {"type": "array", "items": {"type": "string", "enum": ["s", "m", "l"]}}, ["s", "l"], ["s", "l"],
+        key="choices",
     ),
     _one(
         "regions", list[Region], "Which regions?", {"type": "array", "items": {"type": "string", "enum": ["eu", "us"]}},
@@ -113,12 +140,12 @@ CASES = [
     _one(
         "titled", {"eu": "Europe", "us": "United States"}, "Where should it run?",
         {"type": "string", "oneOf": [{"const": "eu", "title": "Europe"}, {"const": "us", "title": "United States"}]},
-        "us", "us",
+        "us", "us", key="choice",
     ),
     _one(
         "titled_enum", {Region.EU: "Europe", Region.US: "United States"}, "Where should it run?",
         {"type": "string", "oneOf": [{"const": "eu", "title": "Europe"}, {"const": "us", "title": "United States"}]},
-        "eu", Region.EU,
+        "eu", Region.EU, key="region",
     ),
     _one(
         "titled_regions", Annotated[list[Region], Titled({"eu": "Europe", "us": "United States"})], "Where?",
@@ -238,6 +265,35 @@ def build(elicitation: Elicitation, tools: Tools) -> None:
     async def ask_by_arguments(flow: Flow) -> str:
         return repr(await flow.ask("Which region?", {Region.EU: "Europe", Region.US: "United States"}))
 
+    @elicitation.tool()
+    async def ask_by_default_keys(flow: Flow, who: str) -> str:
+        """Default keys only, but one in the way of a numbered default; types named like the other defaults,
+        then those asks themselves. The messages carry the argument, which no key may."""
+        answers = [
+            await flow.ask(f"Release name for {who}?", str),
+            await flow.ask(f"Codename for {who}?", str),
+            await flow.ask("Anything else?", str, key="text_3"),
+            await flow.ask(f"A note for {who}?", str),
+            await flow.ask("Which sample?", Sample),
+            await flow.ask("Which account?", Connect),
+            await flow.ask("Which checkout?", Roots),
+        ]
+        sampled = await flow.sample(f"Summarize for {who}", max_tokens=5)
+        connected = await flow.ask_url(f"Connect {who}'s account")
+        rooted = await flow.roots()
+        tools.seen.setdefault("ask_by_default_keys", []).extend(answers)
+        await flow.step("apply", tools.flaky.run, "ask_by_default_keys")
+        return repr([*answers, type(sampled.content).__name__, connected, len(rooted)])
+
+    @elicitation.tool()
+    async def ask_a_default_key_again(flow: Flow) -> str:
+        await flow.ask("Release name?", str)
+        try:
+            await flow.ask("Codename?", str, key="text")
+        except ValueError as refused:
+            return str(refused)
+        return "asked both"
+
 
 def register_case(elicitation: Elicitation, tools: Tools, case: Case) -> None:
     name = f"ask_{case.name}"
@@ -258,7 +314,9 @@ def tools() -> Tools:
 
 @pytest.fixture
 def elicitation(store_url: str, tools: Tools) -> Iterator[Elicitation]:
-    runtime = Elicitation(open_store(store_url), request_state=RequestState(single_process=True))
+    runtime = Elicitation(
+        open_store(store_url), request_state=RequestState(single_process=True), public_base_url="http://127.0.0.1:8765"
+    )
     runtime.server("one-line-asks")
     build(runtime, tools)
     yield runtime
@@ -318,7 +376,7 @@ async def test_every_kind_is_asked_answered_and_replayed_typed(elicit: Harness, 
 async def test_decline_and_cancel_of_a_yes_no_stay_distinct_from_no(
     elicit: Harness, reply: Reply, expected: str, status: DecisionStatus
 ) -> None:
-    assert (await elicit.call("confirm", answers={"value": reply})).text == expected
+    assert (await elicit.call("confirm", answers={"yes_no": reply})).text == expected
     [decision] = elicit.decisions()
     assert decision.status is status
     assert decision.content is None
@@ -335,21 +393,68 @@ async def test_an_answer_of_the_wrong_type_is_asked_again(elicitation: Elicitati
 
 @BOTH_PATHS
 async def test_a_body_re_run_between_rounds_gets_the_earlier_answer_typed(elicit: Harness, tools: Tools) -> None:
-    answers = {"region": scripted.accept(value="eu"), "value": scripted.accept(value=True)}
+    answers = {"region": scripted.accept(value="eu"), "yes_no": scripted.accept(value=True)}
     assert (await elicit.call("ask_two", answers=answers)).text == repr((Accepted(Region.EU), Accepted(True)))
     assert [shape(answer.data) for answer in tools.seen["ask_two"] if isinstance(answer, Accepted)] == [
         (Region, Region.EU)
     ]
-    assert sorted(d.key for d in elicit.decisions()) == ["region", "value"]
+    assert sorted(d.key for d in elicit.decisions()) == ["region", "yes_no"]
+
+
+async def roots(context: ClientRequestContext) -> ListRootsResult:
+    return ListRootsResult(roots=[])
+
+
+@BOTH_PATHS
+async def test_default_keys_name_the_type_never_the_message_and_stay_clear_of_the_other_asks(
+    elicit: Harness, tools: Tools
+) -> None:
+    answers: dict[str, Reply] = {
+        "text": scripted.accept(value="r1"),
+        "text_2": scripted.accept(value="kraken"),
+        "text_3": scripted.accept(value="none"),
+        "text_4": scripted.accept(value="ship"),
+        "sample_form": scripted.accept(value="full"),
+        "connect_form": scripted.accept(account="acme"),
+        "roots_form": scripted.accept(path="/srv"),
+        "connect": scripted.consent("completed"),
+    }
+    model = Model()
+    host = SdkOptions(sampling_callback=model, list_roots_callback=roots)
+    failed = await elicit.call("ask_by_default_keys", {"who": "Ada"}, answers=answers, sdk=host)
+    assert failed.error == "Error executing tool ask_by_default_keys", "the step fails once, after every answer"
+    keys = ["text", "text_2", "text_3", "text_4", "sample_form", "connect_form", "roots_form", "connect"]
+    assert [question.key for question in failed.asked] == keys
+    assert sorted(d.key for d in elicit.decisions()) == sorted(keys)
+    assert not any("Ada" in d.key for d in elicit.decisions())
+
+    again = await elicit.call("ask_by_default_keys", {"who": "Ada"}, sdk=host)
+    assert again.asked == (), "the re-executed body finds every answer under the same keys"
+    texts = [Accepted("r1"), Accepted("kraken"), Accepted("none"), Accepted("ship")]
+    typed = [Accepted(Sample.FULL), Accepted(Connect(account="acme")), Accepted(Roots(path="/srv"))]
+    assert again.text == repr([*texts, *typed, "TextContent", Completed(), 0])
+    for key in keys:
+        elicit.assert_asked_once(key)
+    assert len(model.asked) == 1, "the model request was journaled as sample, not taken by Sample's question"
+    assert len(tools.seen["ask_by_default_keys"]) == 2 * len(keys[:-1])
+
+
+@BOTH_PATHS
+async def test_an_explicit_key_a_default_took_earlier_is_refused_saying_so(elicit: Harness) -> None:
+    called = await elicit.call("ask_a_default_key_again", answers={"text": scripted.accept(value="r1")})
+    assert called.text == (
+        "question key 'text' is used twice in one tool body; keys name questions (an earlier question took it by "
+        "default: give that one a key= too)"
+    )
 
 
 @BOTH_PATHS
 async def test_the_arguments_fallback_takes_a_one_value_answer_by_key(elicit: Harness) -> None:
     first = (await elicit.call("ask_by_arguments", modes=())).error
-    assert "elicit_answers" in first and '"value"' in first
-    wrong = await elicit.call("ask_by_arguments", {"elicit_answers": {"value": {"value": "mars"}}}, modes=())
+    assert "elicit_answers" in first and '"region"' in first
+    wrong = await elicit.call("ask_by_arguments", {"elicit_answers": {"region": {"value": "mars"}}}, modes=())
     assert wrong.result.is_error
-    done = await elicit.call("ask_by_arguments", {"elicit_answers": {"value": {"value": "us"}}}, modes=())
+    done = await elicit.call("ask_by_arguments", {"elicit_answers": {"region": {"value": "us"}}}, modes=())
     assert done.text == repr(Accepted(Region.US))
 
 
@@ -552,7 +657,7 @@ def logged_failure(caplog: pytest.LogCaptureFixture, kind: type[Exception]) -> E
 async def test_an_unsupported_type_fails_the_ask_before_anything_is_stored_or_shown(
     elicit: Harness, kind: str, fragment: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    called = await elicit.call("ask_refused", {"kind": kind}, answers={"value": scripted.accept(value=1)})
+    called = await elicit.call("ask_refused", {"kind": kind}, answers={"choice": scripted.accept(value=1)})
     assert called.error == "Error executing tool ask_refused"
     assert fragment in str(logged_failure(caplog, UnsupportedField))
     assert called.asked == ()
@@ -563,7 +668,7 @@ async def test_an_unsupported_type_fails_the_ask_before_anything_is_stored_or_sh
 async def test_a_one_value_ask_whose_question_asks_for_a_secret_is_refused_when_asked(
     elicit: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    called = await elicit.call("ask_token", answers={"value": scripted.accept(value="hunter2")})
+    called = await elicit.call("ask_token", answers={"text": scripted.accept(value="hunter2")})
     assert called.error == "Error executing tool ask_token"
     message = str(logged_failure(caplog, SecretField))
     assert "str is asked with a question that looks like a secret ('Paste your deploy token')" in message
@@ -741,7 +846,7 @@ async def test_a_modern_client_without_elicitation_gets_32021_for_a_one_value_as
     with pytest.raises(MCPError) as raised:
         await elicit.call("confirm", modes=())
     assert raised.value.code == -32021
-    assert elicit.decision("value").requested_schema == {
+    assert elicit.decision("yes_no").requested_schema == {
         "type": "object",
         "properties": {"value": {"type": "boolean", "title": "Delete the 3 matching files?"}},
         "required": ["value"],

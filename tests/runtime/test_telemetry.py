@@ -12,10 +12,12 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+import re
+from collections.abc import Awaitable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -28,6 +30,7 @@ from mcp_types import (
     ElicitRequestURLParams,
     ElicitResult,
     ErrorData,
+    RequestParamsMeta,
     TextContent,
 )
 from opentelemetry import metrics, trace
@@ -38,9 +41,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from mcp_elicit.logging import JsonFormatter
-from mcp_elicit.model import Decision, DecisionStatus, Operator
-from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
+from mcp_elicit.client import ElicitingClient, ScriptedHandler
+from mcp_elicit.logging import TEXT_FORMAT, JsonFormatter
+from mcp_elicit.model import Decision, DecisionStatus, Operator, ResumePolicy
+from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, TaskPolicy, Timing
+from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import DecisionConflict, open_store
 from mcp_elicit.testing import ControlledClock
 
@@ -169,6 +174,23 @@ def elicitation(store_url: str, elicit_clock: ControlledClock) -> Iterator[Elici
     async def connect(flow: Flow) -> str:
         outcome = await flow.ask_url(MESSAGE, key="connect_account")
         return type(outcome).__name__.lower()
+
+    @runtime.tool()
+    async def connect_later(flow: Flow) -> str:
+        outcome = await flow.ask_url(MESSAGE, key="connect_account", resume=ResumePolicy.MANUAL)
+        return type(outcome).__name__.lower()
+
+    @runtime.tool()
+    async def echo(flow: Flow, word: str) -> str:
+        return word
+
+    @runtime.tool(task=TaskPolicy.OPTIONAL)
+    async def chore(flow: Flow) -> str:
+        return "done"
+
+    @runtime.tool(task=TaskPolicy.REQUIRED)
+    async def long_chore(flow: Flow) -> str:
+        return "done"
 
     @runtime.prompt()
     async def briefing(flow: Flow, topic: str) -> str:
@@ -459,6 +481,7 @@ class Ended(logging.Handler):
         self.setFormatter(JsonFormatter())
         self.lines: list[dict[str, Any]] = []
         self.texts: list[str] = []
+        self.records: list[logging.LogRecord] = []
         self.span_ids: list[int] = []
         """The span current where each record was made: a log bridge links the record to it."""
         self.arrived = anyio.Event()
@@ -467,6 +490,7 @@ class Ended(logging.Handler):
         self.span_ids.append(trace.get_current_span().get_span_context().span_id)
         self.lines.append(json.loads(self.format(record)))
         self.texts.append(record.getMessage())
+        self.records.append(record)
         self.arrived.set()
         self.arrived = anyio.Event()
 
@@ -503,19 +527,63 @@ async def test_every_served_call_ends_with_one_log_line_saying_how(
     assert ended.texts[1].startswith("tools/call release ended: result after ")
     assert ended.texts[1].endswith(f" ms (era mrtr, operation {decision.operation_id})")
 
-    assert text(await call(elicitation, "legacy", person)).startswith("applied")
+    async def once(made: Awaitable[object]) -> tuple[tuple[str, str, str, str], dict[str, Any], str]:
+        """How the one call `made` ended: its line's ids and outcome, the rest of its JSON, and its text."""
+        before = len(ended.lines)
+        with suppress(MCPError):
+            await made
+        assert len(ended.lines) == before + 1, "exactly one line per call, however it ends"
+        line = ended.lines[-1]
+        said = logging.Formatter(TEXT_FORMAT).format(ended.records[-1])
+        assert said.startswith("INFO mcp_elicit.telemetry.calls: ") and said.endswith(ended.texts[-1])
+        rest = {k: v for k, v in line.items() if k not in ("time", "level", "logger", "message", "duration_ms")}
+        return how(line), rest, ended.texts[-1]
+
+    def said(target: str, how: str, era: str, operation: str | None) -> str:
+        ending = rf"tools/call {target} ended: {re.escape(how)} after \d+\.\d ms"
+        return ending + rf" \(era {era}, operation {operation or 'none'}\)"
+
+    async with Client(elicitation.mcp_server, mode="legacy", elicitation_callback=person) as client:
+        ways, rest, line = await once(client.call_tool("release", {"scope": SCOPE}))
+        assert ways == ("tools/call", "release", "legacy", "replayed")
+        assert re.fullmatch(said("release", "replayed", "legacy", decision.operation_id), line)
+        ways, rest, line = await once(client.call_tool("connect_later", {}))
+        assert ways == ("tools/call", "connect_later", "legacy", "input_required") and rest["error_code"] == -32042
+        later = next(d for d in elicitation.store.list_decisions(Operator()) if d.key == "connect_account")
+        assert re.fullmatch(said("connect_later", "input_required (-32042)", "legacy", later.operation_id), line)
+
     async with Client(elicitation.mcp_server, mode="2026-07-28") as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("release", {"scope": "elsewhere"})
-        failed = await client.call_tool("broken", {})
-    assert failed.is_error
-    assert [how(line) for line in ended.lines[2:]] == [
-        ("tools/call", "release", "legacy", "replayed"),
-        ("tools/call", "release", "mrtr", "signal"),
-        ("tools/call", "broken", "mrtr", "error"),
-    ]
-    assert ended.lines[3]["signal"] == "CannotAsk" and ended.lines[4]["error_type"] == "LookupError"
-    assert ended.texts[4].startswith("tools/call broken ended: error (LookupError) after ")
+        ways, rest, line = await once(client.call_tool("release", {"scope": "elsewhere"}))
+        assert ways == ("tools/call", "release", "mrtr", "cannot_ask") and rest["needs"] == "elicitation.form"
+        assert "signal" not in rest and "error_type" not in rest
+        assert re.fullmatch(said("release", "cannot_ask (elicitation.form)", "mrtr", rest["operation_id"]), line)
+
+        ways, rest, line = await once(client.call_tool("broken", {}))
+        assert ways == ("tools/call", "broken", "mrtr", "error") and rest["error_type"] == "LookupError"
+        assert re.fullmatch(said("broken", "error (LookupError)", "mrtr", rest["operation_id"]), line)
+
+        keyed = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: "turn-1"})
+        ways, rest, line = await once(client.call_tool("echo", {"word": "one"}, meta=keyed))
+        assert ways == ("tools/call", "echo", "mrtr", "result")
+        ways, rest, line = await once(client.call_tool("echo", {"word": "two"}, meta=keyed))
+        assert ways == ("tools/call", "echo", "mrtr", "refused"), "the key names another request"
+        assert rest["error_code"] == -32602 and "operation_id" not in rest
+        assert re.fullmatch(said("echo", "refused (-32602)", "mrtr", None), line)
+
+        ways, rest, line = await once(client.call_tool("long_chore", {}))
+        assert ways == ("tools/call", "long_chore", "mrtr", "refused"), "a task the client did not declare"
+        assert rest["error_code"] == -32021 and re.fullmatch(said("long_chore", "refused (-32021)", "mrtr", None), line)
+
+    async with ElicitingClient(elicitation.mcp_server, ScriptedHandler([]), era="2025-06-18") as kit:
+        ways, rest, line = await once(kit.call_tool("long_chore", {}))
+    assert ways == ("tools/call", "long_chore", "legacy", "refused"), "refused before anything ran"
+    assert rest["error_code"] == -32602 and re.fullmatch(said("long_chore", "refused (-32602)", "legacy", None), line)
+
+    async with ElicitingClient(elicitation.mcp_server, ScriptedHandler([]), era="2026-07-28", tasks=True) as kit:
+        ways, rest, line = await once(kit.call_tool("chore", {}))
+    assert ways == ("tools/call", "chore", "mrtr", "task")
+    task = rest["task_id"]
+    assert rest["operation_id"] and re.fullmatch(said("chore", f"task ({task})", "mrtr", rest["operation_id"]), line)
     assert not any(secret in json.dumps(ended.lines) for secret in CONTENT)
 
 

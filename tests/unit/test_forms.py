@@ -299,6 +299,42 @@ def test_titles_follow_the_choice_order_not_the_mapping_order() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("asked", "key"),
+    [
+        (bool, "yes_no"),
+        (bool | None, "yes_no"),
+        (str, "text"),
+        (Annotated[str, Field(max_length=5, title="Name")], "text"),
+        (Email, "email"),
+        (Email | None, "email"),
+        (datetime.date, "date"),
+        (datetime.datetime, "date_time"),
+        (AnyUrl, "url"),
+        (HttpUrl, "url"),
+        (int, "number"),
+        (Annotated[int, Field(ge=1, le=9)], "number"),
+        (float | None, "number"),
+        (Literal["s", "m"], "choice"),
+        (Annotated[Literal["s", "m"], Titled({"s": "Small", "m": "Medium"}, legacy_enum_names=True)], "choice"),
+        ({"eu": "Europe", "us": "United States"}, "choice"),
+        (list[Literal["s", "m"]], "choices"),
+        (Annotated[list[Literal["s", "m"]], Field(min_length=1)] | None, "choices"),
+        (Region, "region"),
+        (Region | None, "region"),
+        (list[Region], "region"),
+        ({Region.EU: "Europe", Region.US: "United States"}, "region"),
+        (Deploy, "deploy"),
+        (MultiChoices, "multi_choices"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_the_default_key_names_what_is_asked(asked: Any, key: str) -> None:
+    spec = form_spec(asked)
+    assert spec.key == key
+    assert spec.asking("Send the report on 2026-12-24 to ada@example.org?").key == key, "never the message"
+
+
 def test_the_spec_is_cached_and_its_schema_cannot_be_changed_through_a_copy() -> None:
     assert form_spec(Deploy) is form_spec(Deploy)
     schema = form_spec(Deploy).schema

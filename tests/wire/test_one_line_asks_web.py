@@ -152,4 +152,4 @@ async def test_an_answer_the_type_refuses_on_resume_is_asked_again_with_a_new_pa
         assert "Done" in (await submit(browser, second_url, page.text, "accept", value="")).text
     assert text(await call(site, "2026-07-28", "nickname")) == repr(Accepted(None))
     keys = sorted((d.key, d.status.value, d.content) for d in site.store.list_decisions(Operator()))
-    assert keys == [("value", "accepted", {"value": "admin"}), ("value#2", "accepted", {})]
+    assert keys == [("text", "accepted", {"value": "admin"}), ("text#2", "accepted", {})]

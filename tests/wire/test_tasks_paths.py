@@ -129,7 +129,7 @@ async def test_a_body_that_crashes_fails_its_task_with_an_internal_error_naming_
         async with app.wire() as wire:
             task_id = (await wire.call_as_task("crash", {}))["taskId"]
             [accepted] = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.telemetry.calls"]
-            assert accepted.startswith("tools/call crash ended: signal (TaskAccepted) after "), "the call's own end"
+            assert accepted.startswith(f"tools/call crash ended: task ({task_id}) after "), "the call's own end"
             assert accepted.endswith(f"operation {task_id})")
             failed = await until(wire, task_id, "failed", "completed")
     assert failed["status"] == "failed"

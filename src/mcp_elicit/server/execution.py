@@ -68,6 +68,7 @@ from mcp_elicit.server.writes import HeldWrites
 from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, StoreError
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
+from mcp_elicit.telemetry.instruments import Ending
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,10 @@ class CannotAsk(Signal):
     @property
     def needs(self) -> frozenset[Need]:
         return frozenset(u.need for u in self.unaskable)
+
+    @property
+    def ends_as(self) -> Ending:
+        return Ending("cannot_ask", ",".join(sorted(self.needs)))
 
     @classmethod
     def merged(cls, errors: Sequence[CannotAsk]) -> CannotAsk:

@@ -55,17 +55,22 @@ T5 = TypeVar("T5")
 
 DEFAULT_FORM_TTL = timedelta(minutes=15)
 DEFAULT_URL_TTL = timedelta(minutes=30)
+URL_KEY = "connect"
+SAMPLE_KEY = "sample"
+ROOTS_KEY = "roots"
+"""The default keys of `ask_url`, `sample` and `roots`, which a form question's default key never takes."""
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 class Flow:
     """The handle a tool or prompt body receives: `step`, `ask`, `ask_url`, `sample`, `roots`, `gather`."""
 
-    __slots__ = ("_keys_used", "_run")
+    __slots__ = ("_defaulted", "_keys_used", "_run")
 
     def __init__(self, run: Execution) -> None:
         self._run = run
         self._keys_used: dict[str, int] = {}
+        self._defaulted: set[str] = set()
 
     @property
     def operation_id(self) -> str:
@@ -134,7 +139,16 @@ class Flow:
         flat form raises `UnsupportedField` or `SecretField` here, before anything is stored or shown
         (declare it in `Elicitation.tool(asks=...)` to have it checked when the tool is registered).
 
-        The key defaults to the snake-case name of the model, dataclass, `TypedDict` or `Enum`, else `value`.
+        The key names the question in listings, the audit trail, logs and telemetry, and finds its answer on
+        every run of the body. It defaults to what is asked, never to the message (which may carry names,
+        addresses or arguments): the snake-case name of the model, dataclass, `TypedDict` or `Enum` (a list or
+        mapping of an Enum's members too), else the kind of value: `yes_no` (bool), `text`, `email`, `date`,
+        `date_time`, `url` (a text of that format), `number` (int, float), `choice` (a `Literal` or a mapping
+        of strings), `choices` (a multi-select). A default key already taken in this body gets `_2`, then
+        `_3` (`text`, `text_2`); one that is the default of `ask_url`, `sample` or `roots` (a model named
+        `Sample`) gets `_form` (`sample_form`). An explicit `key=` names one question: equal to a key an
+        earlier question of the body took, by default or not, it raises `ValueError`.
+
         An answer recorded out of band (the decision's web page checks the requested schema, not the
         type's own validators) or under an older version of the type may not fit it any more: the
         question is then asked again, under the key `{key}#2` and then `{key}#3`, with a note saying why.
@@ -142,20 +156,21 @@ class Flow:
         """
         self._run.check()
         form = form_spec(model).asking(message)
-        name = self._claim_key(key, form.key)
+        default = f"{form.key}_form" if form.key in (URL_KEY, SAMPLE_KEY, ROOTS_KEY) else form.key
+        name = self._claim_key(key, default)
         return await self._run.ask_form(message, form, name, ttl)
 
     async def ask_url(
         self,
         message: str,
         *,
-        key: str = "connect",
+        key: str = URL_KEY,
         ttl: timedelta = DEFAULT_URL_TTL,
         resume: ResumePolicy = ResumePolicy.AUTO,
     ) -> UrlAnswer:
         """Send the person to this server's own page for the decision (credentials, OAuth, payments)."""
         self._run.check()
-        name = self._claim_key(key, "connect")
+        name = self._claim_key(key, URL_KEY)
         return await self._run.ask_url(message, name, ttl, resume)
 
     # -- the client itself: its model, its roots ------------------------------------------------
@@ -181,7 +196,7 @@ class Flow:
         body may catch it to go on without the model (uncaught, the call fails and a retry asks again).
         """
         self._run.check()
-        name = self._claim_key(key, "sample")
+        name = self._claim_key(key, SAMPLE_KEY)
         if isinstance(messages, str):
             messages = [SamplingMessage(role="user", content=TextContent(type="text", text=messages))]
         query = CreateMessageRequest(
@@ -210,7 +225,7 @@ class Flow:
     async def roots(self, *, key: str | None = None) -> list[Root]:
         """The client's roots (`roots/list`), journaled under `key` (default `roots`) like `sample`."""
         self._run.check()
-        name = self._claim_key(key, "roots")
+        name = self._claim_key(key, ROOTS_KEY)
         return (await self._run.query(name, Need.ROOTS, ListRootsRequest(), ListRootsResult)).roots
 
     # -- several at once ------------------------------------------------------------------------
@@ -251,10 +266,20 @@ class Flow:
         count = self._keys_used.get(base, 0) + 1
         self._keys_used[base] = count
         if count == 1:
+            if key is None:
+                self._defaulted.add(base)
             return base
         if key is not None:
-            raise ValueError(f"question key {key!r} is used twice in one tool body; keys name questions")
-        return f"{base}_{count}"
+            earlier = " (an earlier question took it by default: give that one a key= too)" * (key in self._defaulted)
+            raise ValueError(f"question key {key!r} is used twice in one tool body; keys name questions{earlier}")
+        numbered = f"{base}_{count}"
+        while numbered in self._keys_used:  # an explicit key took it
+            count += 1
+            numbered = f"{base}_{count}"
+        self._keys_used[base] = count
+        self._keys_used[numbered] = 1
+        self._defaulted.add(numbered)
+        return numbered
 
 
 def _return_type(function: Callable[..., Any]) -> Any:

@@ -4,7 +4,9 @@ What can be asked (`form_spec`): a pydantic model, a dataclass or a `TypedDict` 
 value (`bool`, `str`, `int`, `float`, `date`, `datetime`, `AnyUrl`, `Email`, a `Literal` or `Enum` of strings,
 a list of those choices for a multi-select, each optionally `Annotated` with constraints or made optional with
 `| None`), sent as a form of one field `value` titled by the question and answered by the bare value; or a
-mapping from choices to their titles, answered by the chosen key. The answer is always of the asked type.
+mapping from choices to their titles, answered by the chosen key. The answer is always of the asked type. What
+is asked also names the question when the tool gives no key (`FormSpec.key`): the model's, dataclass's,
+`TypedDict`'s or `Enum`'s name, else the kind of value (`yes_no`, `text`, `number`, `choice`, ...).
 
 Guarantees:
 
@@ -114,6 +116,7 @@ from mcp_elicit.model.form_schema import (
     Field,
     FieldKind,
     Form,
+    Format,
     UnsupportedSchema,
     format_problem,
     parse_field,
@@ -138,7 +141,16 @@ T = TypeVar("T")
 K = TypeVar("K", bound=str | enum.Enum)
 
 VALUE_FIELD = "value"
-"""The one field of a one-value ask on the wire (`{"value": ...}`), also its default question key."""
+"""The one field of a one-value ask on the wire (`{"value": ...}`); never its question key (see `_default_key`)."""
+_KIND_KEYS: dict[FieldKind, str] = {
+    "boolean": "yes_no",
+    "integer": "number",
+    "number": "number",
+    "text": "text",
+    "choice": "choice",
+    "choices": "choices",
+}
+_FORMAT_KEYS: dict[Format, str] = {"email": "email", "date": "date", "date-time": "date_time", "uri": "url"}
 
 _SUPPORTED = (
     "a form field must be str (optionally date, datetime, AnyUrl/HttpUrl or Email), int, float, bool, "
@@ -260,7 +272,8 @@ class FormSpec(Generic[T]):
     """What a tool asks for, checked once for form use: its requestedSchema, sensitive fields and answer check.
 
     `model` is what was asked for: a model, dataclass or TypedDict class, a type such as `bool` or
-    `list[Region]`, or a mapping of choices. `key` is the question key an ask uses when given none.
+    `list[Region]`, or a mapping of choices. `key` is the question key an ask uses when given none
+    (`_default_key`).
     """
 
     model: Any
@@ -530,11 +543,28 @@ def _build_one_value(asked: Any) -> FormSpec[Any]:
 
     value_kind = _value_kind(base)
     one = _OneValue(value_kind, free_entry=spec.kind not in ("choice", "choices"), titled=info.title is not None)
-    key = _snake(item.__name__) if isinstance(item := _choice_item(base), type) else VALUE_FIELD
+    key = _default_key(spec, _choice_item(base))
     return FormSpec(asked, key, (VALUE_FIELD,) if sensitive else (), schema, Form((spec,)), read, write, one)
 
 
-def _choice_item(base: Any) -> Any:
+def _default_key(asked: Field, enum_class: type[enum.Enum] | None = None) -> str:
+    """The question key of a one value or a mapping of choices asked without `key=`: named by the type asked.
+
+    `yes_no` (bool), `number` (int, float), `text`, or the format of a text (`email`, `date`, `date_time`,
+    `url`), `choice` (a Literal or a mapping of strings), `choices` (a multi-select); an `Enum` of choices, or a
+    list or mapping of its members, is named by its class (`region`). The key goes into listings, the audit
+    trail, logs and span attributes, which carry names the author chose and never content: a type is both,
+    and unlike the message (which may interpolate names, addresses, arguments) it is the same on every run
+    of the body, which finds its answer by that key.
+    """
+    if enum_class is not None:
+        return _snake(enum_class.__name__)
+    if asked.kind == "text" and asked.format is not None:
+        return _FORMAT_KEYS[asked.format]
+    return _KIND_KEYS[asked.kind]
+
+
+def _choice_item(base: Any) -> type[enum.Enum] | None:
     if get_origin(base) is list:
         (base,) = get_args(base) or (None,)
     base, _, _ = _unwrap(base)
@@ -576,7 +606,9 @@ def _build_choices(titles: Mapping[Any, Any], items: tuple[tuple[Any, Any], ...]
 
     spec = _parsed(titles, None, VALUE_FIELD, prop, required=True)
     one = _OneValue("text", free_entry=False, titled=False)
-    return FormSpec(titles, VALUE_FIELD, (), schema, Form((spec,)), read, write, one)
+    (kind,) = kinds
+    key = _default_key(spec, kind if issubclass(kind, enum.Enum) else None)
+    return FormSpec(titles, key, (), schema, Form((spec,)), read, write, one)
 
 
 def _field(

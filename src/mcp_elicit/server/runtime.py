@@ -470,15 +470,7 @@ class Elicitation:
             context: Context = kwargs.pop("mcp_ctx")
             answers = kwargs.pop(ANSWERS_ARGUMENT, None)
             call = Call(context.request_context, context.input_responses, context.request_state)
-            begin_task: BeginTask | None = None
-            if method == TOOLS_CALL and (request := self.tasks.decide(entry.name, call)) is not None:
-                if entry.task_start is TaskStart.CALL:
-                    await telemetry.traced_call(
-                        entry.method, entry.name, call.era.value, self._become_task(entry, call, request, kwargs),
-                        replay=Replayed,
-                    )  # fmt: skip
-                begin_task = self._task_beginning(entry, call, request, kwargs)
-            outcome = await self._serve(entry, call, kwargs, answers, begin_task=begin_task)
+            outcome = await self._serve(entry, call, kwargs, answers, may_be_task=method == TOOLS_CALL)
             if not isinstance(outcome, Replayed):
                 return outcome
             if method != TOOLS_CALL:
@@ -640,7 +632,6 @@ class Elicitation:
         fallback: Fallback = Fallback.ERROR,
     ) -> CallToolResult | InputRequiredResult:
         """Run one `tools/call` of a lowlevel `Server` or FastMCP through a `Flow`; the body returns its result."""
-        self.check_fallback(fallback)
         arguments = dict(params.arguments or {})
         answers = arguments.pop(ANSWERS_ARGUMENT, None) if fallback is Fallback.ARGUMENTS else None
         entry = _Entry(TOOLS_CALL, params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
@@ -661,16 +652,13 @@ class Elicitation:
         answers: Any,
         *,
         pass_arguments: bool = True,
-        begin_task: BeginTask | None = None,
+        may_be_task: bool = False,
     ) -> Any:
         """Run the entry and say what went wrong the way its method and era expect."""
         era = self._era(call)
         try:
-            async with self._kept_leases() as leases:
-                served = self._run(
-                    entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments, begin_task=begin_task
-                )
-                return await telemetry.traced_call(entry.method, entry.name, call.era.value, served, replay=Replayed)
+            served = self._started(entry, call, era, arguments, answers, pass_arguments, may_be_task)
+            return await telemetry.traced_call(entry.method, entry.name, call.era.value, served, replay=Replayed)
         except CannotAsk as cannot:
             raise self._cannot_ask_error(cannot, era, entry) from None
         except KeyRefused as refused:
@@ -691,6 +679,29 @@ class Elicitation:
         except _AfterAnEffect as effect:
             log.warning("%s %s failed after a step ran: %s", entry.kind, entry.name, effect.down.for_log())
             raise _unavailable(entry, effect.down, step_unrecorded=True) from None
+
+    async def _started(
+        self,
+        entry: _Entry,
+        call: Call,
+        era: EraAdapter,
+        arguments: dict[str, Any],
+        answers: Any,
+        pass_arguments: bool,
+        may_be_task: bool,
+    ) -> Any:
+        """All the runtime does for one call, from its first check on: whatever ends it, in the call's span and
+        before its one log line (`telemetry.traced_call`), a refusal before the body runs included."""
+        self.check_fallback(entry.fallback)
+        begin_task: BeginTask | None = None
+        if may_be_task and (request := self.tasks.decide(entry.name, call)) is not None:
+            if entry.task_start is TaskStart.CALL:
+                await self._become_task(entry, call, request, arguments)
+            begin_task = self._task_beginning(entry, call, request, arguments)
+        async with self._kept_leases() as leases:
+            return await self._run(
+                entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments, begin_task=begin_task
+            )
 
     @asynccontextmanager
     async def _kept_leases(self) -> AsyncIterator[Leases]:

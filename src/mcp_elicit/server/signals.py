@@ -11,9 +11,16 @@ call raises it again, and a body that returns or fails after swallowing it ends 
 
 from __future__ import annotations
 
+from mcp_elicit.telemetry.instruments import Ending
+
 
 class Signal(BaseException):
     """Ends the call's turn here; the runtime, never the body, decides what the caller sees."""
+
+    @property
+    def ends_as(self) -> Ending:
+        """What telemetry says of the call or question this signal ends (`telemetry.instruments.Telling`)."""
+        return Ending("signal", type(self).__name__)
 
 
 class Suspended(Signal):

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from mcp_types import INVALID_PARAMS
+
 from mcp_elicit.model import Operation
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.store import (
@@ -35,6 +37,7 @@ from mcp_elicit.store import (
     StoreError,
 )
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.telemetry.instruments import Ending
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)
@@ -46,6 +49,10 @@ class KeyRefused(Signal):
     def __init__(self, conflict: IdempotencyKeyConflict) -> None:
         self.conflict = conflict
         super().__init__(str(conflict))
+
+    @property
+    def ends_as(self) -> Ending:
+        return Ending("refused", code=INVALID_PARAMS)  # the runtime answers it -32602
 
 
 class OperationEnded(Signal):

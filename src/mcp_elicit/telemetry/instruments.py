@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, StatusCode
@@ -31,6 +33,7 @@ TO_STATUS = "mcp_elicit.status.to"
 EXPIRED_DECISIONS = "mcp_elicit.expired.decisions"
 EXPIRED_OPERATIONS = "mcp_elicit.expired.operations"
 ERROR_TYPE = "error.type"
+RPC_ERROR_CODE = "rpc.jsonrpc.error_code"
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
 """Seconds: a person answers in seconds to hours, and a URL flow may wait a day."""
@@ -78,26 +81,55 @@ def span(name: str, attributes: dict[str, AttributeValue]) -> AbstractContextMan
     )
 
 
-def ending(error: BaseException) -> tuple[str, str | None]:
-    """How work that raised `error` ended, by kind only: the outcome (`error`, `cancelled` or `signal`) and
-    the error's type or the signal's name.
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How work ended, by kind only: its `outcome`, and what says more of it where something does (`detail`:
+    an error's type, a signal's name, the task a call became, what a client cannot be asked; `code`: the
+    JSON-RPC code of an error answered to the caller)."""
+
+    outcome: str
+    detail: str | None = None
+    code: int | None = None
+
+
+@runtime_checkable
+class Telling(Protocol):
+    """A control-flow signal that says how the work it ends ended (the runtime's `Signal`s): the runtime, not
+    telemetry, knows what each of its signals means."""
+
+    @property
+    def ends_as(self) -> Ending: ...
+
+
+def ending(error: BaseException) -> Ending:
+    """How work that raised `error` ended: `error` with the error's type, `cancelled`, or what the runtime's
+    signal says (`Telling`), else `signal` with its name.
 
     A control-flow signal of the runtime (a `BaseException` that is no `Exception`) is no error: the call's
     turn ended there on purpose. A cancellation neither.
     """
     if isinstance(error, Exception):
-        return "error", type(error).__qualname__
+        return Ending("error", type(error).__qualname__)
     if isinstance(error, asyncio.CancelledError | GeneratorExit):
-        return "cancelled", None
-    return "signal", type(error).__name__
+        return Ending("cancelled")
+    if isinstance(error, Telling):
+        return error.ends_as
+    return Ending("signal", type(error).__name__)
 
 
-def failed(current: Span, error: BaseException) -> None:
-    """Say on the span how its work ended early (`ending`)."""
-    outcome, kind = ending(error)
-    current.set_attribute(OUTCOME, outcome)
-    if outcome == "error":
-        current.set_attribute(ERROR_TYPE, str(kind))
+def failed(current: Span, error: BaseException, ended: Ending | None = None) -> None:
+    """Say on the span how its work ended early (`ended`, by default `ending(error)`).
+
+    Only an `error` marks the span failed (a refused request is the caller's to fix); both name the error's
+    type, and a signal is named whatever it says.
+    """
+    ended = ending(error) if ended is None else ended
+    current.set_attribute(OUTCOME, ended.outcome)
+    if ended.code is not None:
+        current.set_attribute(RPC_ERROR_CODE, ended.code)
+    if ended.outcome in ("error", "refused"):
+        current.set_attribute(ERROR_TYPE, type(error).__qualname__)
+    if ended.outcome == "error":
         current.set_status(StatusCode.ERROR)
-    elif outcome == "signal":
-        current.set_attribute(SIGNAL, str(kind))
+    if not isinstance(error, Exception) and ended.outcome != "cancelled":
+        current.set_attribute(SIGNAL, type(error).__name__)

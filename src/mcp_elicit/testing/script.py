@@ -1,10 +1,10 @@
 """What the scripted person answers, question by question key, and how a script that does not fit fails.
 
-A tool names its questions by key (`flow.ask(..., key="approve_production")`, or the default key of the
-model asked). A test scripts the answers by those keys, so it states what matters (this question gets this
-answer) and not how the message happens to be worded. A question the script does not cover fails the test
-with `UnscriptedQuestion`, naming the question: an unexpected question is a behaviour change, and
-answering it with anything would hide that.
+A tool names its questions by key (`flow.ask(..., key="approve_production")`, or the default key of what is
+asked: the model's name, or the kind of one value, `yes_no` for a bool). A test scripts the answers by those
+keys, so it states what matters (this question gets this answer) and not how the message happens to be
+worded. A question the script does not cover fails the test with `UnscriptedQuestion`, naming the question:
+an unexpected question is a behaviour change, and answering it with anything would hide that.
 
 Replies reuse the client kit's script entries (`mcp_elicit.client.ScriptEntry`), so an answer here is
 checked and submitted exactly as `mcp-elicit call --script` submits it: content values are strings, finite

@@ -30,6 +30,7 @@ from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.store import IdempotencyKeyConflict
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
+from mcp_elicit.telemetry.instruments import Ending
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class TaskAccepted(Signal):
     def __init__(self, view: TaskView) -> None:
         self.view = view
         super().__init__(f"task {view.task_id} accepted")
+
+    @property
+    def ends_as(self) -> Ending:
+        return Ending("task", self.view.task_id)
 
 
 class TaskService:
