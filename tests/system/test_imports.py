@@ -78,7 +78,7 @@ def test_the_store_imports_no_telemetry_and_no_server() -> None:
     )
     assert ran.returncode == 0, ran.stderr
     loaded: list[str] = json.loads(ran.stdout)
-    own = ("mcp_elicit.store", "mcp_elicit.model", "mcp_elicit._exports")
+    own = ("mcp_elicit.store", "mcp_elicit.model", "mcp_elicit._exports", "mcp_elicit.printable")  # pure leaves
     assert [m for m in loaded if m.startswith(own)] == loaded
     assert "mcp_elicit.store._sql" in loaded
 

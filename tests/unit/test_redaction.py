@@ -6,7 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_elicit.model import REDACTED, JSONObject, looks_secret, redact_content, redact_url
+from mcp_elicit.model import (
+    REDACTED,
+    JSONObject,
+    looks_like_credential,
+    looks_secret,
+    redact_content,
+    redact_text,
+    redact_url,
+)
 from mcp_elicit.model.redaction import forget_verdicts
 
 
@@ -57,3 +65,65 @@ def test_content_is_judged_by_what_each_value_holds() -> None:
 def test_a_url_keeps_its_shape_and_loses_every_value() -> None:
     assert redact_url("https://h.example/p?flag=&x=1#f") == f"https://h.example/p?flag={REDACTED}&x={REDACTED}"
     assert redact_url("https:///p?x=1") == f"https:///p?x={REDACTED}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bearer abc.def-ghi123",
+        "Bearer abcdefghijklmnop",
+        "bearer 9f8e7d6c5b4a",
+        "Basic dXNlcjpwYXNz",  # user:pass
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+        "sk_live_51HfakeKEY0123456789",
+        "sk-proj-abcdefghijklmnop1234",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "github_pat_11ABCDEFG0123456789_abcdefghij",
+        "xoxb-1234567890-abcdefghij",
+        "AKIAIOSFODNN7EXAMPLE",
+        "AIzaSyA1234567890abcdefghijklmnopqrstu",
+        "glpat-abcdefghij0123456789",
+        "sk9Fq2LmZ0xY7vBn3KpR5tWc8HdJ1gAe",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ],
+)
+def test_a_credential_is_redacted_by_its_shape_wherever_it_stands(text: str) -> None:
+    assert looks_like_credential(text)
+    assert redact_text(f"said {text} then") == f"said {REDACTED} then"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Use basic authentication please",
+        "bearer authentication",
+        "the basic 2024-01-01 plan",
+        "basic v1.2.3-beta",
+        "123e4567-e89b-12d3-a456-426614174000",  # a UUID
+        "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",  # a commit
+        "test_Questions_asked_before_schema_8_x",
+        "ApprovalNeededForRegionEU2025Deployment",
+        "aGVsbG8gd29ybGQgdGhpcyBpcyBiYXNlNjQgdGV4dA",  # base64 of plain English reads as words
+    ],
+)
+def test_ids_names_and_prose_are_no_credentials(text: str) -> None:
+    assert not looks_like_credential(text)
+    assert redact_text(text) == text
+
+
+def test_a_private_key_goes_whole_and_a_url_of_any_scheme_loses_its_password() -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIE+abc/def\nXyZ+01/23==\n-----END RSA PRIVATE KEY-----"
+    assert redact_text(f"key: {pem} (rotated)") == f"key: {REDACTED} (rotated)"
+    assert redact_text("-----BEGIN PRIVATE KEY-----\nMIIE+abc/def cut off") == REDACTED
+    assert redact_text("db postgres://admin:hunter2@db.internal:5432/prod?sslmode=require") == (
+        f"db postgres://db.internal:5432/prod?sslmode={REDACTED}"
+    )
+    assert redact_text("redis://:pw@cache:6379/0 amqp://u:p@mq/vhost") == "redis://cache:6379/0 amqp://mq/vhost"
+
+
+def test_a_credential_used_as_a_key_is_redacted_too() -> None:
+    token = "ghp_" + "A1" * 18
+    assert redact_content({"headers": {token: True, "x": 1}, token: "b"}) == {
+        "headers": {REDACTED: True, "x": 1},
+        REDACTED: "b",
+    }

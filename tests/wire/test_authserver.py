@@ -161,7 +161,7 @@ async def browser(deployed: Deployment) -> AsyncIterator[httpx2.AsyncClient]:
 def oauth_client(deployment: Deployment, person: SigningInPerson, storage: SignInStorage) -> OAuthClientProvider:
     return OAuthClientProvider(
         server_url=deployment.mcp_url,
-        client_metadata=OAuthClientMetadata(client_name="Test <Client>", redirect_uris=[AnyUrl(CALLBACK)]),
+        client_metadata=OAuthClientMetadata(client_name="Test <Client>\u202e", redirect_uris=[AnyUrl(CALLBACK)]),
         storage=storage,
         redirect_handler=person.redirect,
         callback_handler=person.callback,
@@ -184,12 +184,13 @@ async def test_the_sdk_client_signs_in_and_the_decision_belongs_to_the_signed_in
     assert decision.principal_id == f"{deployed.issuer}#alice"
     assert decision.client_id == client_id
     assert decision.status is DecisionStatus.ACCEPTED
-    # The sign-in page named the client (escaped), the redirect carried state and the RFC 9207 issuer.
-    assert "Test &lt;Client&gt;" in person.pages[0] and "Test <Client>" not in person.pages[0]
+    # The sign-in page named the client (escaped, the right-to-left override shown by its code point), the redirect
+    # carried state and the RFC 9207 issuer.
+    assert "Test &lt;Client&gt;&lt;U+202E&gt;" in person.pages[0] and "\u202e" not in person.pages[0]
     assert query_of(person.redirects[0])["iss"] == deployed.issuer
     # The registration is in the store, the token is a bearer token for the mcp scope, with no refresh token.
     stored = deployed.store.oauth_client_get(client_id)
-    assert stored is not None and stored["client_name"] == "Test <Client>"
+    assert stored is not None and stored["client_name"] == "Test <Client>\u202e"
     assert storage.tokens.refresh_token is None and storage.tokens.scope == "mcp"
     verified = await deployed.auth.load_access_token(storage.tokens.access_token)
     assert verified is not None

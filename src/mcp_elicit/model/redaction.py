@@ -1,20 +1,25 @@
 """The one place that decides what is redacted.
 
 Guarantees: content of a form field that is declared sensitive, or whose name looks like a secret, is
-replaced by `REDACTED`; URLs lose their user-info, every query value and the fragment (OAuth codes,
-states, signed links live there); free text has every URL inside it treated the same way, and every word that
-looks like a credential by its shape (`looks_like_credential`: a bearer or basic header, a JWT, a PEM block's
-header, a key with a well-known vendor prefix, a long run of mixed-case letters and digits) is replaced. "Looks like a
-secret" is one rule over one vocabulary (`SECRET_WORDS`, `SECRET_NAMES`, `looks_secret`): the forms refuse
-what it names and redaction hides it, so an answer a form may ask for is one the audit trail may show.
+replaced by `REDACTED`; URLs of any scheme lose their user-info, every query value and the fragment (OAuth
+codes, states, signed links and database passwords live there); free text has every URL inside it treated
+the same way, and every word that looks like a credential by its shape (`looks_like_credential`: a bearer
+token or a basic header's `user:password`, a JWT, a PEM private key to its end, a key with a well-known
+vendor prefix, a run of 32 or more letters and digits that reads as random) is replaced, in values and in a
+map's keys. "Looks like a secret" by name is one rule over one vocabulary (`SECRET_WORDS`, `SECRET_NAMES`,
+`looks_secret`): the forms refuse what it names and redaction hides it.
 
 Does not guarantee: that free text is free of secrets. A password is any word, a hex or lower-case key has
 no shape to tell it from an id or a commit hash; callers must not put secrets in reasons, the rules here only
-catch what looks like one.
+catch what looks like one. The shape rules can also hide what was no secret (a long random-looking id), in
+an answer the audit trail keeps as much as anywhere.
 """
 
+import base64
+import collections
 import functools
 import itertools
+import math
 import re
 from collections.abc import Collection, Mapping
 from typing import Final, Literal, TypeAlias
@@ -55,17 +60,20 @@ it (`auth_method`, `auth_type`, `authorization_url`), and inside a word (`author
 _WORD_SPLIT = re.compile(
     r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z]{2})|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])"
 )
-_URL = re.compile(r"\bhttps?://[^\s\"'<>]+", re.IGNORECASE)
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+"""Any URL with an authority, whatever its scheme: a database or broker URL carries its password in user-info."""
 _CREDENTIAL = re.compile(
-    r"\b(?i:bearer|basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9=])[A-Za-z0-9._~+/=-]{8,}"  # an Authorization header's value
+    r"\b(?P<scheme>[Bb]earer|[Bb]asic)\s+(?P<value>[A-Za-z0-9._~+/=-]{8,})"  # an Authorization header's value
     r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"  # a JWT (a JSON header, base64url)
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|(?s:-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z))"  # a PEM key, to its end
     r"|\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{8,}|\bsk-[A-Za-z0-9_-]{16,}|\bgh[pousr]_[A-Za-z0-9]{20,}"
     r"|\bgithub_pat_[A-Za-z0-9_]{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
     r"|\bAIza[0-9A-Za-z_-]{30,}|\bglpat-[A-Za-z0-9_-]{16,}"
-    r"|(?<![A-Za-z0-9_+=])(?=[A-Za-z0-9_+=]*[a-z])(?=[A-Za-z0-9_+=]*[A-Z])(?=[A-Za-z0-9_+=]*[0-9])"
-    r"[A-Za-z0-9_+=]{32,}"  # a long random key: upper case, lower case and digits, no separators
+    r"|(?<![A-Za-z0-9+/=])(?P<run>[A-Za-z0-9+/=]{32,})(?![A-Za-z0-9+/=])"  # a long run: a random key if it reads as one
 )
+_RANDOM_BITS: Final = 4.5
+"""Bits per character from which a long run of letters and digits reads as random rather than as words: a
+generated key of 32 base62 characters has about 5, a long CamelCase name or base64 of English text about 4.3."""
 
 
 def _words(text: str) -> list[str]:
@@ -116,11 +124,22 @@ def _named_by(word: str, vocabulary: Collection[str]) -> bool:
 
 
 def redact_content(content: JSONObject, sensitive_fields: tuple[str, ...] = ()) -> JSONObject:
+    """The content with secrets replaced: values of sensitive or secret-looking names, credential-shaped keys
+    (a token used as a map's key), and every value's URLs and credential-shaped words."""
     sensitive = set(sensitive_fields)
-    return {
-        key: REDACTED if key in sensitive or looks_secret(key, kind=kind_of(value)) else _redact_value(value)
-        for key, value in content.items()
-    }
+    redacted: JSONObject = {}
+    for key, value in content.items():
+        shown = key if not looks_like_credential(key) else _unused(REDACTED, redacted)
+        secret = key in sensitive or looks_secret(key, kind=kind_of(value))
+        redacted[shown] = REDACTED if secret else _redact_value(value)
+    return redacted
+
+
+def _unused(key: str, taken: Mapping[str, object]) -> str:
+    n = 1
+    while (candidate := key if n == 1 else f"{key}#{n}") in taken:
+        n += 1
+    return candidate
 
 
 def _redact_value(value: JSONValue) -> JSONValue:
@@ -148,9 +167,38 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    return _CREDENTIAL.sub(REDACTED, _URL.sub(lambda match: redact_url(match.group(0)), text))
+    return _CREDENTIAL.sub(_redacted_credential, _URL.sub(lambda match: redact_url(match.group(0)), text))
 
 
 def looks_like_credential(text: str) -> bool:
     """Whether `text` holds a word shaped like a credential (see the module's guarantees), whatever its name."""
-    return _CREDENTIAL.search(text) is not None
+    return any(_is_credential(match) for match in _CREDENTIAL.finditer(text))
+
+
+def _redacted_credential(match: re.Match[str]) -> str:
+    return REDACTED if _is_credential(match) else match.group(0)
+
+
+def _is_credential(match: re.Match[str]) -> bool:
+    """Whether a candidate the pattern found is one: a header value that reads as a token, a run that reads as
+    random; every other alternative of the pattern is a credential by its shape alone."""
+    scheme, value, run = match.group("scheme"), match.group("value"), match.group("run")
+    if run is not None:
+        return _reads_random(run)
+    if scheme is None:
+        return True
+    if scheme.lower() == "basic":
+        try:
+            return b":" in base64.b64decode(value, validate=True)
+        except ValueError:
+            return False
+    # "Bearer <token>" is a header; "bearer authentication" is prose: a lower-case word of letters is not a token.
+    return scheme == "Bearer" or not value.isalpha()
+
+
+def _reads_random(run: str) -> bool:
+    if not (any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run)):
+        return False
+    counts = collections.Counter(run)
+    bits = -sum(n / len(run) * math.log2(n / len(run)) for n in counts.values())
+    return bits >= _RANDOM_BITS

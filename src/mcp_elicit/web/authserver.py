@@ -112,7 +112,7 @@ from mcp_elicit.model import JSONObject
 from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store import AlreadyExists, Consumption, Store
 from mcp_elicit.store.aio import AsyncStore
-from mcp_elicit.web.html import page, text
+from mcp_elicit.web.html import client_name, page, text
 from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.throttle import HeldBack, SignInBackoff, SignInThrottle
 
@@ -901,12 +901,12 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         if authorization is not None:
             client = authorization.client
             binding = f"request:{authorization.raw}"
-            name = client.client_name or "An application"
+            name = client_name(client.client_name) or "An application"
             redirect_host = urlsplit(str(authorization.claims["redirect_uri"])).netloc or str(
                 authorization.claims["redirect_uri"]
             )
             context = (
-                f'<p class="context"><strong>{text(name[:100])}</strong> asks to use {here} as you.</p>'
+                f'<p class="context"><strong>{text(name)}</strong> asks to use {here} as you.</p>'
                 f'<p class="note">After you sign in you return to <strong>{text(redirect_host)}</strong>.</p>'
             )
             hidden = (

@@ -12,6 +12,8 @@ from typing import Final
 
 from starlette.responses import HTMLResponse
 
+from mcp_elicit.printable import printable
+
 HEADERS: Final = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
@@ -71,6 +73,19 @@ button.link{display:inline;padding:0;background:none;border:0;color:#0969da;font
 
 def text(value: object) -> str:
     return escape(str(value), quote=True)
+
+
+CLIENT_NAME_LIMIT: Final = 80
+
+
+def client_name(name: object) -> str | None:
+    """The name a client registered, as every page shows it: on one line, a character that could hide or reorder
+    text shown by its code point, at most `CLIENT_NAME_LIMIT` characters; None when it gave none. It is the
+    client's own claim: pages show it beside the client's id, or as what asks to sign in, never as proof."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    shown = printable(" ".join(name.split()))
+    return shown if len(shown) <= CLIENT_NAME_LIMIT else shown[: CLIENT_NAME_LIMIT - 1] + "…"
 
 
 def page(title: str, body: str, *, server: str, status: int = 200) -> HTMLResponse:

@@ -46,7 +46,6 @@ from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
-from mcp_elicit.printable import printable
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import (
     Consumption,
@@ -61,7 +60,7 @@ from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.authserver import SignOutForm
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import posted_values, read_answer, render
-from mcp_elicit.web.html import page, text
+from mcp_elicit.web.html import client_name, page, text
 from mcp_elicit.web.vault import Vault
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,6 @@ CALLBACK_PATH = "/elicit/callback"
 STATE_TTL = 600
 MAX_SAID = 300
 """At most this many characters of a provider's own words (an error, a login) reach a page or the audit."""
-_MAX_CLIENT_NAME = 80
 _PAGES_OPERATOR = Operator("url-pages")
 _DECISION_PATH = re.compile(r"/elicit/([0-9A-Za-z-]{1,64})(?:/[a-z]+)?")
 
@@ -746,13 +744,10 @@ class UrlPages:
         except UnreadableRow as row:
             log.warning("the registration of client %s cannot be read: %s", client_id, row)
             metadata = None
-        name = (metadata or {}).get("client_name")
-        if not isinstance(name, str) or not name.strip():
+        name = client_name((metadata or {}).get("client_name"))
+        if name is None:
             return text(client_id)
-        shown = printable(" ".join(name.split()))
-        if len(shown) > _MAX_CLIENT_NAME:
-            shown = shown[: _MAX_CLIENT_NAME - 1] + "…"
-        return f'{text(shown)} <span class="muted">({text(client_id)})</span>'
+        return f'{text(name)} <span class="muted">({text(client_id)})</span>'
 
     async def _summary(self, decision: Decision, tool: str, principal: str) -> str:
         client = await self.client_label(decision.client_id)
