@@ -1,10 +1,11 @@
 """mcp-elicit: MCP elicitation as a durable, bound and audited protocol capability.
 
 The top level is the short face users write against: the tool author's `Elicitation`, `Flow`, the outcome
-types and the policies; the host's `ElicitingClient`, the handler interface, its replies and the ready-made
-handlers; what it takes to open a store; and the settings read from the environment. Everything else
-(records, transition tables, digests, redaction, store errors beyond the basic ones) stays in its subpackage:
-`mcp_elicit.model`, `mcp_elicit.store`, `mcp_elicit.server`, `mcp_elicit.client`.
+types and the policies, the approval `Gate`; the host's `ElicitingClient`, the handler interface, its replies
+and the ready-made handlers; what it takes to open a store; and the settings read from the environment.
+Everything else (records, transition tables, digests, redaction, store errors beyond the basic ones) stays in
+its subpackage: `mcp_elicit.model`, `mcp_elicit.store`, `mcp_elicit.server`, `mcp_elicit.client`,
+`mcp_elicit.approvals`.
 
 The names resolve lazily, on first access (PEP 562), so `import mcp_elicit` stays cheap for the CLI and for
 hosts: it imports neither the MCP SDK, the client kit's terminal stack nor a database driver until a name
@@ -39,6 +40,9 @@ _HOMES: dict[str, str] = {
     "Timing": "mcp_elicit.server",
     "TaskPolicy": "mcp_elicit.server",
     "ResumePolicy": "mcp_elicit.model",
+    # Gating a tool on a person's approval.
+    "Gate": "mcp_elicit.approvals",
+    "GateRefused": "mcp_elicit.approvals",
     # Hosting a client.
     "ElicitingClient": "mcp_elicit.client",
     "Http": "mcp_elicit.client",
@@ -71,6 +75,7 @@ _HOMES: dict[str, str] = {
 
 if TYPE_CHECKING:
     # What type checkers see; at run time `__getattr__` below imports these on first use.
+    from mcp_elicit.approvals import Gate, GateRefused
     from mcp_elicit.client import (
         Accept,
         Cancel,
@@ -136,6 +141,8 @@ __all__ = [
     "Flow",
     "FormReply",
     "FormRequest",
+    "Gate",
+    "GateRefused",
     "Http",
     "IdempotencyKeyConflict",
     "IdentityPolicy",

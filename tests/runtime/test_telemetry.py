@@ -579,11 +579,23 @@ async def test_every_served_call_ends_with_one_log_line_saying_how(
     assert ways == ("tools/call", "long_chore", "legacy", "refused"), "refused before anything ran"
     assert rest["error_code"] == -32602 and re.fullmatch(said("long_chore", "refused (-32602)", "legacy", None), line)
 
+    before = len(ended.lines)
     async with ElicitingClient(elicitation.mcp_server, ScriptedHandler([]), era="2026-07-28", tasks=True) as kit:
-        ways, rest, line = await once(kit.call_tool("chore", {}))
-    assert ways == ("tools/call", "chore", "mrtr", "task")
+        await kit.call_tool("chore", {})
+    with anyio.fail_after(10):
+        while len(ended.lines) < before + 2:
+            await ended.arrived.wait()
+    # The call that became a task logs `task`; the task's body, run in the background, logs its own end.
+    [accepted] = [i for i in range(before, len(ended.lines)) if ended.lines[i]["era"] == "mrtr"]
+    [background] = [i for i in range(before, len(ended.lines)) if ended.lines[i]["era"] == "task"]
+    assert len(ended.lines) == before + 2
+    rest = ended.lines[accepted]
+    assert how(rest) == ("tools/call", "chore", "mrtr", "task")
     task = rest["task_id"]
+    line = ended.texts[accepted]
     assert rest["operation_id"] and re.fullmatch(said("chore", f"task ({task})", "mrtr", rest["operation_id"]), line)
+    assert how(ended.lines[background]) == ("tools/call", "chore", "task", "result")
+    assert re.fullmatch(said("chore", "result", "task", task), ended.texts[background])
     assert not any(secret in json.dumps(ended.lines) for secret in CONTENT)
 
 

@@ -32,7 +32,7 @@ from tests.helpers.commands import cli
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.pages_site import PROVIDER_CLIENT, PROVIDER_SECRET, hidden, provider_process
 from tests.helpers.person import Person, accept
-from tests.helpers.results import text
+from tests.helpers.results import error_text, text
 from tests.helpers.web_answers import page_url, submit
 
 pytestmark = pytest.mark.anyio
@@ -86,7 +86,10 @@ def http_example(name: str, tmp_path: Path, user: Credentials, port: int, **sett
 
 def test_every_example_says_how_to_run_it() -> None:
     found = sorted(path.name for path in EXAMPLES.glob("*.py"))
-    assert found == ["connect_account.py", "fastmcp_tool.py", "form_tool.py", "inbox_fallback.py", "long_pause_task.py"]
+    assert found == [
+        "approval_gate.py", "connect_account.py", "fastmcp_approval.py", "fastmcp_tool.py", "form_tool.py",
+        "inbox_fallback.py", "long_pause_task.py",
+    ]  # fmt: skip
     for name in found:
         docstring = ast.get_docstring(ast.parse((EXAMPLES / name).read_text())) or ""
         assert f"examples/{name}" in docstring, f"{name}'s docstring does not say how to run it"
@@ -112,6 +115,36 @@ async def test_fastmcp_tool_asks_on_2026_07_28(tmp_path: Path) -> None:
     assert text(result) == "refunded 49.50 EUR for A-1042"
     [question] = person.asked
     assert question.message == "Refund 49.50 EUR for order A-1042?"
+
+
+async def test_approval_gate_runs_what_was_approved_and_small_payments_without_asking(tmp_path: Path) -> None:
+    person = Person([accept(amount=900)])
+    with anyio.fail_after(TIMEOUT):
+        async with Client(stdio("approval_gate.py", tmp_path), mode="legacy", elicitation_callback=person) as client:
+            edited = await client.call_tool("pay_invoice", {"invoice": "INV-7", "amount": 1200})
+            small = await client.call_tool("pay_invoice", {"invoice": "INV-8", "amount": 40})
+    assert [block.text for block in edited.content] == [  # type: ignore[union-attr]
+        "The user changed the arguments before approving (amount: 1200 → 900); the tool ran with the changes.",
+        "paid 900 on INV-7",
+    ]
+    assert text(small) == "paid 40 on INV-8"
+    [question] = person.asked
+    assert question.message.startswith('Approve this call?\n\nTool: pay_invoice\ninvoice: "INV-7"\namount: 1200')
+
+
+async def test_fastmcp_approval_rejects_with_the_persons_reason(tmp_path: Path) -> None:
+    person = Person([accept(approval_reject=True, approval_note="freeze until Monday"), accept(region="us")])
+    with anyio.fail_after(TIMEOUT):
+        parameters = stdio("fastmcp_approval.py", tmp_path)
+        async with Client(parameters, mode="2026-07-28", elicitation_callback=person) as client:
+            rejected = await client.call_tool("deploy", {"service": "web", "region": "eu"})
+            moved = await client.call_tool("deploy", {"service": "web", "region": "eu"})
+    assert error_text(rejected) == "The user rejected this call; nothing ran. Note from the user: freeze until Monday"
+    assert [block.text for block in moved.content] == [  # type: ignore[union-attr]
+        'The user changed the arguments before approving (region: "eu" → "us"); the tool ran with the changes.',
+        "web deployed to us",
+    ]
+    assert all(question.message.startswith("Deploy to production?\n\nTool: deploy") for question in person.asked)
 
 
 async def test_connect_account_walks_the_pages_and_keeps_the_token_on_the_server(tmp_path: Path) -> None:

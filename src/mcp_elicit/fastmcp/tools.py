@@ -39,9 +39,11 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import FunctionTool, Tool, ToolResult
 from mcp.server import Server
 from mcp.server.mcpserver.exceptions import ToolError as FailedOperation
+from mcp.server.mcpserver.tools import Tool as SdkTool
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
 
+from mcp_elicit.approvals.gate import Gate, GatedTool
 from mcp_elicit.server.eras import Era, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
@@ -136,13 +138,14 @@ class FastMCPFlows(Middleware):
         *,
         fallback: Fallback = Fallback.ERROR,
         asks: Sequence[object] = (),
+        gate: Gate | None = None,
         **options: Any,
     ) -> Callable[[F], F]:
         """Register a body that takes a `Flow` as a tool of `server` (the one `server()` built, if only one).
 
-        `options` are `@mcp.tool`'s (`name`, `description`, `tags`, `annotations`, `timeout`...); `fallback`
-        and `asks` mean what they mean for `Elicitation.tool`, and are checked here. The body is returned as
-        it is, so it stays callable with a `Flow` of one's own.
+        `options` are `@mcp.tool`'s (`name`, `description`, `tags`, `annotations`, `timeout`...); `fallback`,
+        `asks` and `gate` mean what they mean for `Elicitation.tool`, and are checked here. The body is returned
+        as it is, so it stays callable with a `Flow` of one's own.
         """
         target = self._target(server)
         self.elicitation.check_fallback(fallback)
@@ -152,7 +155,10 @@ class FastMCPFlows(Middleware):
         def register(body: F) -> F:
             check_asks(asks, f"tool {options.get('name') or body.__name__!r}")
             flow_tool = _FlowTool(self.elicitation, body, fallback)
-            flow_tool.tool = target.add_tool(FunctionTool.from_function(flow_tool.function(), **options))
+            function = flow_tool.function()
+            if gate is not None:
+                flow_tool.gate(gate, options.get("name") or body.__name__)
+            flow_tool.tool = target.add_tool(FunctionTool.from_function(function, **options))
             return body
 
         return register
@@ -236,6 +242,8 @@ class _FlowTool:
             self._annotations["return"] = hints["return"]
         self._signature = signature.replace(parameters=kept)
         self._injected: frozenset[str] = frozenset()
+        self._arguments_only: Callable[..., Any] | None = None
+        self._gated: GatedTool | None = None
 
     def function(self) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(self.body)
@@ -245,9 +253,22 @@ class _FlowTool:
         run.__signature__ = self._signature  # type: ignore[attr-defined]
         run.__annotations__ = self._annotations
         del run.__wrapped__  # FastMCP reads the signature above, not the body's
-        arguments_only = inspect.signature(without_injected_parameters(run)).parameters
+        self._arguments_only = without_injected_parameters(run)
+        arguments_only = inspect.signature(self._arguments_only).parameters
         self._injected = frozenset(self._signature.parameters) - frozenset(arguments_only)
         return run
+
+    def gate(self, gate: Gate, name: str) -> None:
+        """Bind `gate` to this tool's arguments (FastMCP's dependencies are none of them), as validated for it."""
+        assert self._arguments_only is not None, "function() first"
+        described = SdkTool.from_function(self._arguments_only, name=name)
+        metadata = described.fn_metadata
+
+        def validate(arguments: dict[str, Any]) -> dict[str, Any]:
+            checked = metadata.validate_arguments(arguments)
+            return {key: value for key, value in checked.items() if key != ANSWERS_ARGUMENT}
+
+        self._gated = gate.bind(name, described.parameters, validate)
 
     async def run(self, given: dict[str, Any]) -> Any:
         """One call: the body through the runtime, with FastMCP's dependencies kept out of the request digest."""
@@ -270,7 +291,7 @@ class _FlowTool:
         ran: list[tuple[ToolResult, CallToolResult]] = []
 
         async def body(flow: Flow) -> CallToolResult:
-            passed = {name: value for name, value in arguments.items() if name != ANSWERS_ARGUMENT}
+            passed = {name: value for name, value in flow.arguments.items() if name != ANSWERS_ARGUMENT}
             try:
                 value = await self.body(**{self.flow_parameter: flow}, **passed, **injected)
             except ToolError as error:
@@ -280,7 +301,7 @@ class _FlowTool:
             return ran[-1][1]
 
         try:
-            outcome = await self.elicitation.run_tool(request, params, body, fallback=self.fallback)
+            outcome = await self.elicitation.run_tool(request, params, body, fallback=self.fallback, gate=self._gated)
         except MCPError as error:
             raise _OnTheWire(error) from None
         if isinstance(outcome, InputRequiredResult):

@@ -21,7 +21,7 @@ from mcp_elicit.model.redaction import (
     redact_url,
 )
 from mcp_elicit.model.status import DecisionStatus, Mode, OperationStatus, ResumePolicy
-from mcp_elicit.model.summary import summarize_call
+from mcp_elicit.model.summary import render_arguments, summarize_call
 from mcp_elicit.model.transitions import (
     DECISION_TRANSITIONS,
     FORM_TRANSITIONS,
@@ -76,6 +76,7 @@ __all__ = [
     "redact_content",
     "redact_text",
     "redact_url",
+    "render_arguments",
     "request_digest",
     "summarize_call",
 ]

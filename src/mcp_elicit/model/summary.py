@@ -1,11 +1,12 @@
 """What a call is about, in one line a person reads before answering: the tool and a short summary of its arguments.
 
 It is rendered when a question is asked and stored with the decision as part of what the person is shown, so the
-inbox, the decision page and the operator's listing say what the call is about while the store never holds the
-arguments themselves (the operation keeps only their digest).
+inbox, the decision page and the operator's listing say what the call is about while neither the decision nor
+the operation holds the arguments themselves (the operation keeps their digest; only a call run as a task keeps
+them, in its task's record, to run its body again).
 
-Guarantees: an argument whose name looks like a secret, and a value shaped like a credential, are redacted by the
-one redaction rule (`redact_content`), as are a URL's credentials, query values and fragment; characters that
+Guarantees: an argument whose name looks like a secret, and a value or key shaped like a credential, are redacted
+by the one redaction rule (`redact_content`), as are a URL's credentials, query values and fragment; characters that
 could hide or reorder text are shown by code point (`printable`); the line holds at most `MAX_SUMMARY` characters,
 one value at most `MAX_VALUE`, and says when it leaves arguments out.
 
@@ -14,6 +15,7 @@ should not take secrets as arguments at all: they pass through the model; URL mo
 """
 
 import json
+from collections.abc import Mapping
 from typing import Final
 
 from mcp_elicit.model.json import JSONValue
@@ -22,6 +24,8 @@ from mcp_elicit.printable import printable
 
 MAX_SUMMARY: Final = 200
 MAX_VALUE: Final = 60
+MAX_RENDERED: Final = 2000
+"""At most this many characters of one argument's value in `render_arguments`; the rest is counted, not shown."""
 _MAX_NAME: Final = 40
 _MORE: Final = "…"
 
@@ -36,6 +40,19 @@ def summarize_call(name: str, arguments: JSONValue) -> str:
         parts.pop()
         line = f"{head}({', '.join([*parts, _MORE])})"
     return line
+
+
+def render_arguments(arguments: Mapping[str, JSONValue]) -> list[str]:
+    """Every argument on a line of its own, `name: value` with the value as JSON, redacted as `summarize_call`
+    redacts; a value longer than `MAX_RENDERED` says how much of it is not shown. For a question that must show
+    the call it is about in full (an approval), where a summary's shortening would hide what runs."""
+    lines = []
+    for key, value in redact_content(dict(arguments)).items():
+        text = REDACTED if value == REDACTED else printable(json.dumps(value, ensure_ascii=False))
+        if len(text) > MAX_RENDERED:
+            text = f"{text[:MAX_RENDERED]}… ({len(text) - MAX_RENDERED} more characters)"
+        lines.append(f"{printable(key)}: {text}")
+    return lines
 
 
 def _value(value: JSONValue) -> str:

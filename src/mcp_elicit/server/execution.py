@@ -40,6 +40,7 @@ import anyio.to_thread
 from mcp_types import CreateMessageRequest, CreateMessageResult, ElicitResult, ListRootsRequest, ListRootsResult
 from pydantic import TypeAdapter
 
+from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, Rejected
 from mcp_elicit.model import (
     Decision,
     DecisionOrigin,
@@ -60,7 +61,7 @@ from mcp_elicit.model import (
 from mcp_elicit.server.answers import Accepted, Answer, Cancelled, Completed, Declined, Expired, Failed, UrlAnswer
 from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
-from mcp_elicit.server.forms import FormSpec, InvalidAnswer
+from mcp_elicit.server.forms import FormSpec, InvalidAnswer, built_form
 from mcp_elicit.server.leases import Kept, Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.server.waiting import Backoff, Wakeups
@@ -214,7 +215,7 @@ class Execution:
         writes: HeldWrites,
         leases: Leases,
         argument_answers: dict[str, Any] | None = None,
-        about: str = "",
+        about: Callable[[], str] | None = None,
         fresh: bool = False,
         holder: str | None = None,
     ) -> None:
@@ -234,7 +235,10 @@ class Execution:
         self._fresh = fresh
         self._decisions = decisions
         self._argument_answers = argument_answers or {}
-        self._about = about
+        self._describe = about
+        self._about: str | None = None
+        self.arguments: dict[str, Any] = {}
+        """What the body runs with: the call's arguments, or as the person approved them (`Flow.arguments`)."""
         self._pending: Signal | None = None
         self._leases = leases
         self._kept: list[Kept] = []
@@ -705,6 +709,20 @@ class Execution:
                 note = f"\n\n(The previous answer could not be used: {unusable} Please answer again.)"
         return Cancelled()
 
+    async def approve(
+        self, gated: GatedTool, arguments: dict[str, JSONValue]
+    ) -> Approved | Rejected | Declined | Cancelled | Expired:
+        """Put the call to the person for approval, as the gate shows it; what they decided, or how it closed."""
+        form = built_form(
+            f"the approval of {gated.tool}",
+            APPROVAL_KEY,
+            gated.schema(arguments),
+            lambda content: gated.read(content, arguments),
+            gated.content,
+        )
+        answer = await self.ask_form(gated.message(arguments), form, APPROVAL_KEY, gated.gate.ttl)
+        return answer.data if isinstance(answer, Accepted) else answer
+
     async def ask_url(self, message: str, name: str, ttl: timedelta, resume: ResumePolicy) -> UrlAnswer:
         if self._settings.decision_url is None:
             raise RuntimeError("ask_url needs the server's public base URL: Elicitation(public_base_url=...)")
@@ -763,8 +781,14 @@ class Execution:
             origin_request_digest=self.operation.request_digest,
             resume_policy=resume,
             sensitive_fields=sensitive,
-            about=self._about,
+            about=self._what_about(),
         )
+
+    def _what_about(self) -> str:
+        """What the call is about, rendered once and only when a question is asked: most calls ask nothing."""
+        if self._about is None:
+            self._about = "" if self._describe is None else self._describe()
+        return self._about
 
     def _create(self, decision: Decision) -> Decision:
         store = self._store

@@ -82,6 +82,12 @@ class Flow:
         """Who the call runs for: the authenticated subject and the OAuth client."""
         return self._run.principal
 
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The arguments this call runs with: the call's own, or as the person approved them when a gate asked
+        (an edit changes them). A body registered with `Elicitation.tool` receives them as its parameters too."""
+        return dict(self._run.arguments)
+
     # -- steps --------------------------------------------------------------------------------
 
     def idempotency_key(self, name: str) -> str:

@@ -120,6 +120,7 @@ from mcp_elicit.model.form_schema import (
     UnsupportedSchema,
     format_problem,
     parse_field,
+    parse_form,
     problem_lines,
     type_of,
 )
@@ -373,6 +374,31 @@ def form_spec(model: Any) -> FormSpec[Any]:
         typed = tuple((type(choice), choice, title) for choice, title in items)  # a StrEnum member equals its value
         return _cached(_choices_spec, typed, lambda: _build_choices(model, items))
     return _cached(_one_value_spec, model, lambda: _build_one_value(model))
+
+
+class _Asked:
+    """What a built form asks for, as errors name it ("the approval of deploy")."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+def built_form(
+    name: str,
+    key: str,
+    schema: dict[str, JSONValue],
+    read: Callable[[dict[str, Any]], T],
+    write: Callable[[T], dict[str, Any]],
+) -> FormSpec[T]:
+    """A form whose schema its asker built (an approval's, from the call it is about) rather than from a type:
+    checked by the one form reader, its answers read and written back by the asker's own functions (`read`
+    may raise pydantic's `ValidationError`, whose problems are then the answer's)."""
+    return FormSpec(_Asked(name), key, (), schema, parse_form(schema), read, write)
 
 
 def check_asks(asks: Iterable[object], where: str) -> None:

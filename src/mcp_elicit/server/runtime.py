@@ -22,13 +22,14 @@ finishes the operation the same way on every era.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, NoReturn, TypeVar, cast, get_type_hints
 from urllib.parse import urlsplit
@@ -47,12 +48,14 @@ from mcp_types import (
     INVALID_REQUEST,
     CallToolRequestParams,
     CallToolResult,
+    ContentBlock,
     InputRequiredResult,
     TextContent,
 )
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from mcp_elicit.approvals.gate import DISMISSED, EXPIRED, Approved, Gate, GatedTool, Rejected, told_the_model
 from mcp_elicit.model import (
     Decision,
     JSONValue,
@@ -66,6 +69,7 @@ from mcp_elicit.model import (
     summarize_call,
 )
 from mcp_elicit.model.digest import json_path
+from mcp_elicit.server.answers import Declined, Expired
 from mcp_elicit.server.background import Shared, beside
 from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
@@ -157,6 +161,10 @@ class _Entry:
     fallback: Fallback
     task: TaskPolicy = TaskPolicy.NEVER
     task_start: TaskStart = TaskStart.CALL
+    gate: GatedTool | None = None
+    convert: Callable[[Any], CallToolResult | InputRequiredResult] | None = None
+    """A gated tool's conversion of what its body returns to the tool result it records (what the model is told
+    of an approval is part of that result, so a replay or a task's result carries it too)."""
 
     @property
     def kind(self) -> str:
@@ -176,13 +184,18 @@ class _ServedCall:
     target: Target
     key: str | None
     arguments: dict[str, Any]
-    """What the body is called with besides its Flow."""
+    """The call's arguments, as its body takes them."""
     answers: Any
     """Answers given as an argument (the ARGUMENTS fallback), if any."""
-    about: str
-    """What the call is about, as its questions show it (`summarize_call`)."""
+    about: Callable[[], str]
+    """What the call is about, as its questions show it (`summarize_call`), rendered when a question is asked."""
     leases: Leases
     begin_task: BeginTask | None = None
+    pass_arguments: bool = True
+    """Whether the body takes the arguments as parameters; a `run_tool` body reads `flow.arguments` instead."""
+    gated: bool = False
+    """Whether the tool's gate applies to these arguments: the call runs only once approved, and an ended call
+    is not replayed to an identical one without an idempotency key (that one is asked again)."""
     holder: str = field(default_factory=new_holder)
     """One holder for every run of the call: a run after a stale one still holds the claims that one took."""
 
@@ -322,6 +335,7 @@ class Elicitation:
         asks: Sequence[object] = (),
         task: TaskPolicy = TaskPolicy.NEVER,
         task_start: TaskStart = TaskStart.CALL,
+        gate: Gate | None = None,
     ) -> Callable[[F], F]:
         """Register a tool whose body takes a `Flow`; the body is written once for every protocol era.
 
@@ -332,13 +346,15 @@ class Elicitation:
         background, its questions go out through `tasks/*`, and any instance sharing the store resumes it.
         `task_start=TaskStart.FLOW` runs the call on the request until the body calls `flow.begin_task()`:
         what it asks before is asked on the call (the spec's advice for what a task cannot start without).
+        `gate` lets a call run only once a person approved it, as `mcp_elicit.approvals` says; a gate that cannot
+        be declared on this tool (an editable argument that is not a plain value, say) raises `GateRefused` here.
         """
         server = self._attached()
         self.check_fallback(fallback)
 
         def register(body: F) -> F:
             check_asks(asks, f"tool {name or body.__name__!r}")
-            entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output, task, task_start)
+            entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output, task, task_start, gate)
             if task is not TaskPolicy.NEVER:
                 self.tasks.policies[entry.name] = task
             server.add_tool(
@@ -437,6 +453,7 @@ class Elicitation:
         structured: bool | None = None,
         task: TaskPolicy = TaskPolicy.NEVER,
         task_start: TaskStart = TaskStart.CALL,
+        gate: Gate | None = None,
     ) -> tuple[_Entry, Callable[..., Any]]:
         """The entry for `body`, and the function `MCPServer` registers: the body's parameters minus the
         Flow, plus the SDK's `Context` (and `elicit_answers` for an ARGUMENTS fallback)."""
@@ -470,7 +487,10 @@ class Elicitation:
             context: Context = kwargs.pop("mcp_ctx")
             answers = kwargs.pop(ANSWERS_ARGUMENT, None)
             call = Call(context.request_context, context.input_responses, context.request_state)
-            outcome = await self._serve(entry, call, kwargs, answers, may_be_task=method == TOOLS_CALL)
+            try:
+                outcome = await self._serve(entry, call, kwargs, answers, may_be_task=method == TOOLS_CALL)
+            except _NotApproved as refused:  # the model reads what the person decided, in the gate's own words
+                return CallToolResult(content=[TextContent(type="text", text=str(refused))], is_error=True)
             if not isinstance(outcome, Replayed):
                 return outcome
             if method != TOOLS_CALL:
@@ -487,9 +507,27 @@ class Elicitation:
         run.__annotations__ = annotations
         run.__name__ = body.__name__
         run.__doc__ = body.__doc__
+        if gate is not None:
+            # `run` reads `entry` when called: the gated entry replaces it before anyone can call it.
+            entry = self._gated_entry(
+                entry, gate, Tool.from_function(run, name=entry_name, structured_output=structured)
+            )
         if method == TOOLS_CALL:
             self._tools[entry_name] = (entry, run, structured)
         return entry, run
+
+    @staticmethod
+    def _gated_entry(entry: _Entry, gate: Gate, tool: Tool) -> _Entry:
+        """The entry with its gate bound to the tool's arguments; it records tool results, what the model is told
+        of the approval included."""
+        metadata = tool.fn_metadata
+
+        def validate(arguments: dict[str, Any]) -> dict[str, Any]:
+            checked = metadata.validate_arguments(arguments)
+            return {name: value for name, value in checked.items() if name != ANSWERS_ARGUMENT}
+
+        gated = gate.bind(entry.name, tool.parameters, validate)
+        return replace(entry, gate=gated, result=_CALL_TOOL_RESULT, convert=metadata.convert_result)
 
     def _hear_changes(self) -> None:
         """Wake waiting calls on every change made in this process that they wait on."""
@@ -591,10 +629,11 @@ class Elicitation:
                     key=None,
                     arguments=arguments,
                     answers=None,
-                    about=summarize_call(entry.name, meta.arguments),
+                    about=functools.partial(summarize_call, entry.name, meta.arguments),
                     leases=leases,
+                    gated=_gated(entry, arguments),
                 )
-                await self._run_as(served)
+                await telemetry.traced_call(entry.method, entry.name, "task", self._run_as(served), replay=Replayed)
             return
         except OperationEnded:
             return
@@ -630,11 +669,19 @@ class Elicitation:
         body: Callable[[Flow], Awaitable[CallToolResult]],
         *,
         fallback: Fallback = Fallback.ERROR,
+        gate: GatedTool | None = None,
     ) -> CallToolResult | InputRequiredResult:
-        """Run one `tools/call` of a lowlevel `Server` or FastMCP through a `Flow`; the body returns its result."""
+        """Run one `tools/call` of a lowlevel `Server` or FastMCP through a `Flow`; the body returns its result.
+
+        `gate` (a `Gate` bound to the tool with `Gate.bind`) lets the call run only once approved; the body then
+        reads the arguments it runs with from `flow.arguments`, which an edit changes.
+        """
         arguments = dict(params.arguments or {})
         answers = arguments.pop(ANSWERS_ARGUMENT, None) if fallback is Fallback.ARGUMENTS else None
-        entry = _Entry(TOOLS_CALL, params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback)
+        entry = _Entry(
+            TOOLS_CALL, params.name, lambda flow: body(flow), "flow", _CALL_TOOL_RESULT, fallback, gate=gate,
+            convert=None if gate is None else _as_recorded,
+        )  # fmt: skip
         call = Call(context, params.input_responses, params.request_state)
         try:
             result = await self._serve(entry, call, arguments, answers, pass_arguments=False)
@@ -745,11 +792,13 @@ class Elicitation:
             principal=self.identity.principal_for(call.request.request),
             target=_target(entry, jsonable),
             key=_idempotency_key(call.request.meta),
-            arguments=arguments if pass_arguments else {},
+            arguments=arguments,
             answers=answers,
-            about=summarize_call(entry.name, jsonable),
+            about=functools.partial(summarize_call, entry.name, jsonable),
             leases=leases,
             begin_task=begin_task,
+            pass_arguments=pass_arguments,
+            gated=_gated(entry, arguments),
         )
         return await self._run_as(served)
 
@@ -857,7 +906,13 @@ class Elicitation:
             return winner
 
         try:
-            result = await entry.body(**{entry.flow_parameter: Flow(run)}, **served.arguments)
+            run.arguments, told = await self._approved(served, run)
+            result = await entry.body(
+                **{entry.flow_parameter: Flow(run)}, **(run.arguments if served.pass_arguments else {})
+            )
+            if entry.convert is not None:
+                converted = entry.convert(result)
+                result = _told(converted, told) if isinstance(converted, CallToolResult) else converted
         except Suspended as suspended:
             run.release_lease()  # with the round's commit: the retry, or an identical call, takes it at once
             try:
@@ -907,6 +962,20 @@ class Elicitation:
             return entry.result.validate_python(winner.result)
         return result
 
+    async def _approved(self, served: _ServedCall, run: Execution) -> tuple[dict[str, Any], Sequence[str]]:
+        """The arguments the body runs with, and what the model is told of their approval besides the result: the
+        call's own when no gate applies; as the person approved them when one does, and a `ToolError` saying what
+        became of the call when they did not approve it (it then ends unrun)."""
+        gated = served.entry.gate
+        if gated is None or not served.gated:
+            return served.arguments, ()
+        answer = await run.approve(gated, _jsonable(served.arguments))
+        if isinstance(answer, Approved):
+            return answer.arguments, told_the_model(answer)
+        if isinstance(answer, Rejected | Declined):
+            raise _NotApproved(" ".join(told_the_model(answer if isinstance(answer, Rejected) else Rejected())))
+        raise _NotApproved(EXPIRED if isinstance(answer, Expired) else DISMISSED)
+
     async def _attach(self, served: _ServedCall, writes: HeldWrites) -> _Found | Replayed:
         """The call's open operation, its recorded result within the replay window, or a new operation.
 
@@ -926,13 +995,18 @@ class Elicitation:
         )
         if key is None:
             found = [operation for operation in found if operation.idempotency_key is None]
-        replay_since = now - self.timing.replay_window
+        # A gated call without a key is a new request for approval once its operation ended: never replayed.
+        replay_since = None if served.gated and key is None else now - self.timing.replay_window
         for operation in found[:1]:
             if key is not None and operation.request_digest != target.request_digest:
                 raise KeyRefused(IdempotencyKeyConflict(key, f"the same {_KINDS[target.method]} with other arguments"))
             if operation.status is OperationStatus.OPEN and now < operation.expires_at:
                 return _Found(operation, fresh=False)
-            if operation.status is OperationStatus.COMPLETED and operation.updated_at >= replay_since:
+            if (
+                operation.status is OperationStatus.COMPLETED
+                and replay_since is not None
+                and operation.updated_at >= replay_since
+            ):
                 telemetry.in_operation(operation)
                 log.info("replaying the recorded result of operation %s", operation.operation_id)
                 return Replayed(served.entry.result.validate_python(operation.result), operation)
@@ -1124,6 +1198,26 @@ def _idempotency_key(meta: Any) -> str | None:
     except UnencodableValue as bad:
         raise MCPError(code=INVALID_PARAMS, message=f"the idempotency key cannot be encoded: {bad.reason}") from None
     return key
+
+
+class _NotApproved(ToolError):
+    """The gated call ends unrun: the person rejected it, dismissed the approval, or nobody answered in time."""
+
+
+def _as_recorded(result: CallToolResult) -> CallToolResult:
+    return result
+
+
+def _gated(entry: _Entry, arguments: dict[str, Any]) -> bool:
+    return entry.gate is not None and entry.gate.gate.applies(arguments, entry.name)
+
+
+def _told(result: CallToolResult, told: Sequence[str]) -> CallToolResult:
+    """The tool's result with what the model is told of the call's approval (an edit, the person's note) first."""
+    if not told:
+        return result
+    said: list[ContentBlock] = [TextContent(type="text", text=line) for line in told]
+    return result.model_copy(update={"content": [*said, *result.content]})
 
 
 def _jsonable(arguments: dict[str, Any]) -> Any:

@@ -104,9 +104,9 @@ class MrtrEra:
         self, store: AsyncStore, principal: Principal, target: Target, writes: HeldWrites
     ) -> OperationRecords | None:
         """The operation a round's state names, if still open, with its decisions; the round's nonce is spent
-        with the next commit. A completed one is for the caller to replay; one that ended otherwise (an
-        overlapping call's step failed, an operator cancelled it) ends this call too, as it would have ended
-        a call waiting on the live request."""
+        with the next commit. One that ended (completed by an overlapping call, or failed, or cancelled by an
+        operator) ends this call too with `OperationEnded`, as it would have ended a call waiting on the live
+        request: a completed one hands this call its result."""
         if self._call.request_state is None:
             return None
         state = self._state = RoundState.decode(self._call.request_state)
@@ -141,11 +141,13 @@ class MrtrEra:
         for decision in late:
             note = self._note_superseded(store, decision, principal)
             writes.hold(note, keep=True, done=partial(self._settled_here.add, decision.elicitation_id))
-        if operation.status in (OperationStatus.FAILED, OperationStatus.CANCELLED, OperationStatus.EXPIRED):
-            if late:
-                await writes.commit()
-            raise OperationEnded(operation)  # the round's operation ended while its call waited: say so
-        return records if operation.status is OperationStatus.OPEN else None
+        if operation.status is OperationStatus.OPEN:
+            return records
+        if late or operation.status is OperationStatus.COMPLETED:
+            await writes.commit()
+        # The round's operation ended while its call waited: a completed one's result is this call's (an identical
+        # call made afresh may not be handed it: a gated one is asked again), any other end is said as such.
+        raise OperationEnded(operation)
 
     def _mark_spent(self) -> None:
         self._spent = True

@@ -1,0 +1,30 @@
+"""Approvals: gates that let a tool's call run only once a person approved that exact call.
+
+Built on decisions (an approval is a decision of the call's operation); used by the server's runtime.
+"""
+
+from mcp_elicit.approvals.gate import (
+    APPROVAL_KEY,
+    DEFAULT_APPROVAL_TTL,
+    NOTE_FIELD,
+    REJECT_FIELD,
+    Approved,
+    Edit,
+    Gate,
+    GatedTool,
+    GateRefused,
+    Rejected,
+)
+
+__all__ = [
+    "APPROVAL_KEY",
+    "DEFAULT_APPROVAL_TTL",
+    "NOTE_FIELD",
+    "REJECT_FIELD",
+    "Approved",
+    "Edit",
+    "Gate",
+    "GateRefused",
+    "GatedTool",
+    "Rejected",
+]
