@@ -9,16 +9,12 @@ signed with its auth key ring.
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio
@@ -44,6 +40,7 @@ from mcp_elicit.web.formpage import FIELD_PREFIX
 from tests.helpers.balancer import shared_settings
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import hidden
+from tests.helpers.receiver import Receiver
 from tests.helpers.records import FORM_SCHEMA
 
 pytestmark = pytest.mark.engines("sqlite", "postgres")
@@ -54,60 +51,27 @@ PAGE_KEY = b"k" * 32
 MESSAGE = "Deploy api to production?"
 
 
-class SlackReceiver:
-    """A Slack-style incoming webhook on loopback: keeps each message's JSON."""
+def link_for(receiver: Receiver, decision: Decision, seconds: float = 30) -> str:
+    """The button's link in the Slack message about `decision`, once it has come."""
 
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        receiver = self
+    async def wait() -> str:
+        with anyio.fail_after(seconds):
+            while True:
+                for posted in receiver.posted():
+                    if posted.headers["webhook-id"].endswith(decision.elicitation_id):
+                        [actions] = [block for block in posted.json["blocks"] if block["type"] == "actions"]
+                        url: str = actions["elements"][0]["url"]
+                        return url
+                await anyio.sleep(0.05)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                with receiver.lock:
-                    receiver.messages.append(json.loads(body))
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/services/T0/B0/tok"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> SlackReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def link_for(self, decision: Decision, seconds: float = 30) -> str:
-        """The button's link in the message about `decision`, once it has come."""
-
-        async def wait() -> str:
-            with anyio.fail_after(seconds):
-                while True:
-                    with self.lock:
-                        for message in self.messages:
-                            if decision.elicitation_id in json.dumps(message):
-                                [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
-                                url: str = actions["elements"][0]["url"]
-                                return url
-                    await anyio.sleep(0.05)
-
-        return anyio.run(wait)
+    return anyio.run(wait)
 
 
 @dataclass
 class Site:
     base: str
     store: Store
-    receiver: SlackReceiver
+    receiver: Receiver
 
     def ask(self, user: str, *, ttl: timedelta = timedelta(minutes=10)) -> Decision:
         """A form decision of `user`'s, asked by the tool deploy, as the runtime records one."""
@@ -138,7 +102,7 @@ def site(store_url: str) -> Iterator[Site]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
-    with SlackReceiver() as receiver:
+    with Receiver() as receiver:
         notifications = Notifications(
             [Webhook(receiver.url, events={NotificationEvent.DECISION_WAITING}, format="slack")],
             poll=timedelta(seconds=0.05),
@@ -193,7 +157,7 @@ def path_of(link: str) -> str:
 
 def test_the_link_alone_changes_nothing_and_leads_the_right_person_to_the_page_after_sign_in(site: Site) -> None:
     decision = site.ask("alice")
-    link = site.receiver.link_for(decision)
+    link = link_for(site.receiver, decision)
     assert link.startswith(f"{site.base}/elicit/{decision.elicitation_id}?until=")
     before = site.seen(decision)
     with browser() as unfurler:  # a chat unfurler or a mail scanner: no session
@@ -221,7 +185,7 @@ def test_the_link_alone_changes_nothing_and_leads_the_right_person_to_the_page_a
 
 def test_a_link_opened_by_another_account_is_refused_as_the_page_refuses_it(site: Site) -> None:
     decision = site.ask("alice")
-    link = site.receiver.link_for(decision)
+    link = link_for(site.receiver, decision)
     with browser() as bob:
         back = sign_in_through(bob, site.base, bob.get(link), "bob")
         refused = bob.get(site.base + back)
@@ -235,7 +199,7 @@ def test_a_link_opened_by_another_account_is_refused_as_the_page_refuses_it(site
 def test_a_tampered_link_is_refused_with_a_clear_page_and_changes_nothing(site: Site) -> None:
     decision = site.ask("alice")
     other = site.ask("alice")
-    link = site.receiver.link_for(decision)
+    link = link_for(site.receiver, decision)
     query = {name: values[0] for name, values in parse_qs(urlsplit(link).query).items()}
     later = str(int(query["until"]) + 3600)
     tampered = [
@@ -259,7 +223,7 @@ def test_a_tampered_link_is_refused_with_a_clear_page_and_changes_nothing(site: 
 
 def test_a_lapsed_link_says_so_changes_nothing_and_the_inbox_still_works(site: Site) -> None:
     decision = site.ask("alice", ttl=timedelta(seconds=1))
-    link = site.receiver.link_for(decision)
+    link = link_for(site.receiver, decision)
     anyio.run(anyio.sleep, max(0.0, (decision.expires_at - datetime.now(UTC)).total_seconds()) + 0.1)
     before = site.seen(decision)
     assert before[0] is DecisionStatus.REQUESTED  # overdue, and nothing has expired it
@@ -282,7 +246,7 @@ def test_the_reference_deployment_signs_links_with_its_auth_keys(store_url: str,
     MCP_ELICIT_AUTH_KEYS, which the deployment's own pages accept after sign-in."""
     port = free_port()
     public = f"http://127.0.0.1:{port}"
-    with SlackReceiver() as receiver:
+    with Receiver() as receiver:
         environ = {
             **shared_settings(None),
             "MCP_ELICIT_WEBHOOK_URL": receiver.url,
@@ -297,7 +261,7 @@ def test_the_reference_deployment_signs_links_with_its_auth_keys(store_url: str,
             with serving(deployment.http_app("127.0.0.1"), port):
                 site = Site(public, deployment.elicitation.store, receiver)
                 decision = site.ask("alice")
-                link = receiver.link_for(decision, seconds=60)
+                link = link_for(receiver, decision, seconds=60)
                 with browser() as alice:
                     opened = alice.get(link)
                     assert opened.headers["location"] == "/signin?" + urlencode({"next": path_of(link)})

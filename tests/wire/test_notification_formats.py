@@ -1,7 +1,7 @@
 """The ready-made notification formats: Standard Webhooks JSON with the decision page's signed link, a Slack-style
 incoming webhook's message, and e-mail through SMTP.
 
-Real parts: an HTTP receiver on loopback (http.server in a thread) that records each request whole, aiosmtpd as
+Real parts: an HTTP receiver on loopback that records each request whole, aiosmtpd as
 the SMTP server on loopback (plain, STARTTLS and implicit TLS with the test's own CA, a login, refusals), and
 the store on both engines, whose outbox the deliverer claims.
 """
@@ -9,16 +9,12 @@ the store on both engines, whose outbox the deliverer claims.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import re
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -37,6 +33,7 @@ from tests.helpers.balancer import make_tls
 from tests.helpers.clock import FakeClock
 from tests.helpers.http_harness import free_port
 from tests.helpers.mailbox import HOST, mailbox
+from tests.helpers.receiver import Receiver
 from tests.helpers.records import ALICE, FORM_SCHEMA, Records
 
 pytestmark = pytest.mark.engines("sqlite", "postgres")
@@ -54,57 +51,6 @@ CONTENT = (b"Deploy to production", b"fish", b"approve", b"requested_schema")
 """The question's message, an answer's values and field names: never in a notification."""
 SENDER, TO = "elicit@example.com", ("alice@example.com", "ops@example.com")
 SMTP_PASSWORD = "s3cret-smtp-password"
-
-
-@dataclass(frozen=True)
-class Request:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads(self.body)
-        return loaded
-
-
-class Receiver:
-    """An HTTP endpoint on loopback that records every POST whole and answers 200."""
-
-    def __init__(self) -> None:
-        self.requests: list[Request] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                with receiver.lock:
-                    headers = {name.lower(): value for name, value in self.headers.items()}
-                    receiver.requests.append(Request(self.path, headers, body))
-                self.send_response(200)
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/services/T0/B0/tok"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def by_event(self) -> dict[str, Request]:
-        with self.lock:
-            return {request.headers["webhook-id"].split(":")[0]: request for request in self.requests}
 
 
 @contextmanager
