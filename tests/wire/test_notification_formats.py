@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,10 +56,10 @@ SMTP_PASSWORD = "s3cret-smtp-password"
 
 @contextmanager
 def delivering(
-    store_url: str, clock: FakeClock, *targets: Webhook | Mail, retry: Retry | None = None, links: bool = True
+    store_url: str, clock: FakeClock, *targets: Webhook | Mail, retry: Retry | None = None, timeout: float = 5
 ) -> Iterator[tuple[Store, Deliverer]]:
     store = open_store(store_url, clock=clock)
-    settings = Notifications(list(targets), retry=retry or Retry(), timeout=5, links=LINKS if links else None)
+    settings = Notifications(list(targets), retry=retry or Retry(), timeout=timeout, links=LINKS)
     try:
         yield store, Deliverer(AsyncStore(store), settings, clock)
     finally:
@@ -320,6 +321,46 @@ async def test_mail_gives_up_after_its_attempts_and_logs_no_secret(
     assert f"gave up delivering decision.waiting:{dead.elicitation_id} to mail {target.subscription}" in logged
     assert SMTP_PASSWORD not in logged and SMTP_PASSWORD not in repr(target)
     assert not any(address in logged for address in TO)  # the log names the target, not whom it mails
+
+
+@pytest.mark.anyio
+async def test_mail_taken_for_some_recipients_is_delivered_and_for_none_is_tried_again(
+    store_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sending again a message the server took for some would repeat it to them; the log says how many were
+    refused, never whom."""
+    with (
+        mailbox(refuse_recipients=frozenset({"ops@example.com"})) as some,
+        mailbox(refuse_recipients=frozenset(TO)) as none,
+    ):
+        targets = (mail(some.port), mail(none.port, name="refuses all"))
+        with caplog.at_level(logging.INFO), delivering(store_url, clock, *targets) as (store, deliverer):
+            await deliverer.subscribe()
+            asked(store, clock)
+            assert await deliver_all(deliverer) == 2
+            outcomes = {d.subscription: (d.state, d.last_error) for d in store.outbox_deliveries()}
+    assert outcomes == {
+        targets[0].subscription: (DeliveryState.DELIVERED, None),
+        "refuses all": (DeliveryState.PENDING, "SMTPRecipientsRefused 550"),
+    }
+    [taken] = some.messages()
+    assert taken.recipients == ["alice@example.com"] and none.messages() == []
+    logged = "\n".join(record.getMessage() for record in caplog.records if record.name.startswith("mcp_elicit"))
+    assert f"mail {targets[0].subscription} for decision.waiting:" in logged
+    assert "went to 1 of 2 recipients: the server refused the others" in logged
+    assert not any(address in logged for address in TO)
+
+
+@pytest.mark.anyio
+async def test_a_mail_server_that_never_answers_costs_one_timeout(store_url: str, clock: FakeClock) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # takes the connection, never greets
+        target = mail(silent.getsockname()[1])
+        with delivering(store_url, clock, target, timeout=0.5) as (store, deliverer):
+            await deliverer.subscribe()
+            asked(store, clock)
+            assert await deliver_all(deliverer) == 1
+            [pending] = store.outbox_deliveries()
+    assert (pending.state, pending.attempts, pending.last_error) == (DeliveryState.PENDING, 1, "timed out")
 
 
 @pytest.mark.anyio
