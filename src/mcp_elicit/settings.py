@@ -7,7 +7,7 @@ other users (mode 600, or 640 for the service's group), and a variable and its `
 
 A blank variable counts as not set. Each field checks its own format (a key ring's keys, a URL); what a
 command needs, and the objects built from the text (`LocalUsers.from_text`, `VaultKeyRing.from_text`,
-`Webhook`), are the business of the code that uses them. Every problem names its variable, never a
+`Webhook`, `Mail`), are the business of the code that uses them. Every problem names its variable, never a
 secret's value.
 
 The command line's `--store` option and `serve --log-format` take `MCP_ELICIT_STORE` and

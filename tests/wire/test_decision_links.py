@@ -39,7 +39,7 @@ from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, WebPages, mount
 from mcp_elicit.web.formpage import FIELD_PREFIX
 from tests.helpers.balancer import shared_settings
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.pages_site import hidden
+from tests.helpers.pages_site import ask, hidden, served_site
 from tests.helpers.receiver import Receiver
 from tests.helpers.records import FORM_SCHEMA
 
@@ -270,3 +270,17 @@ def test_the_reference_deployment_signs_links_with_its_auth_keys(store_url: str,
                 assert page.status_code == 200 and MESSAGE in page.text
         finally:
             deployment.elicitation.close()
+
+
+def test_pages_built_by_hand_check_links_signed_with_their_own_page_key(store_url: str) -> None:
+    """`UrlPages` without `links=` checks links signed with its `page_key`; without an inbox beside it, a refusal
+    sends the person back to the assistant."""
+    with served_site(store_url, "http://127.0.0.1:9", free_port()) as site:  # the provider is never reached
+        decision = ask(site, "alice", "set_api_key", tool="set_api_key")
+        ours = DecisionLinks(site.base, b"p" * 32).link(decision.elicitation_id, decision.expires_at)
+        forged = DecisionLinks(site.base, b"q" * 32).link(decision.elicitation_id, decision.expires_at)
+        with browser() as anyone:
+            assert anyone.get(ours).status_code == 303
+            refused = anyone.get(forged)
+        assert refused.status_code == 400 and "Open the decision from your assistant." in refused.text
+        assert "inbox" not in refused.text

@@ -248,17 +248,17 @@ class UrlPages:
         opened = self._links.check(request.path_params["elicitation_id"], request.query_params, now)
         if opened is LinkCheck.INVALID:
             title, status = "This link is not valid", 400
+            where = "your inbox, or from your assistant" if self._inbox is not None else "your assistant"
             detail = (
                 f"It was not made by {self._title}, or it was changed on the way. Nothing was changed. "
-                "Open the decision from your inbox, or from your assistant."
+                f"Open the decision from {where}."
             )
         elif opened is LinkCheck.LAPSED:
             title, status = "This link has lapsed", 410
             until = datetime.fromtimestamp(int(request.query_params["until"]), UTC)
-            detail = (
-                f"It was valid until {_when(until)}, the decision's deadline. Nothing was changed. "
-                "Your inbox lists what still waits for you."
-            )
+            detail = f"It was valid until {_when(until)}, the decision's deadline. Nothing was changed."
+            if self._inbox is not None:
+                detail += " Your inbox lists what still waits for you."
         else:
             return None
         body = f'<h1>{text(title)}</h1><p class="muted">{text(detail)}</p>'
