@@ -7,7 +7,7 @@ other users (mode 600, or 640 for the service's group), and a variable and its `
 
 A blank variable counts as not set. Each field checks its own format (a key ring's keys, a URL); what a
 command needs, and the objects built from the text (`LocalUsers.from_text`, `VaultKeyRing.from_text`,
-`Webhook`), are the business of the code that uses them. Every problem names its variable, never a
+`Webhook`, `Mail`), are the business of the code that uses them. Every problem names its variable, never a
 secret's value.
 
 The command line's `--store` option and `serve --log-format` take `MCP_ELICIT_STORE` and
@@ -24,7 +24,7 @@ import stat
 from collections.abc import Collection, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Final, Self
+from typing import Annotated, Any, Final, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError
@@ -124,6 +124,22 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_WEBHOOK_SECRET`: signs them, `whsec_` and the base64 of 24 bytes or more."""
     webhook_events: Names = ()
     """`MCP_ELICIT_WEBHOOK_EVENTS`: the events sent (default all)."""
+    webhook_format: Literal["standard", "slack"] | None = None
+    """`MCP_ELICIT_WEBHOOK_FORMAT`: `standard` (signed Standard Webhooks JSON, the default) or `slack`."""
+    smtp_host: str | None = None
+    """`MCP_ELICIT_SMTP_HOST`: the SMTP server "decision waiting" mail goes through; when set, mail is sent."""
+    smtp_port: int | None = Field(default=None, ge=1, le=65535)
+    """`MCP_ELICIT_SMTP_PORT`: its port (default 587 for STARTTLS, 465 for TLS, 25 for plain)."""
+    smtp_security: Literal["starttls", "tls", "plain"] | None = None
+    """`MCP_ELICIT_SMTP_SECURITY`: `starttls` (the default), `tls`, or `plain` to a loopback relay only."""
+    smtp_username: str | None = None
+    """`MCP_ELICIT_SMTP_USERNAME`: the login at the SMTP server, if it wants one."""
+    smtp_password: Secret = None
+    """`MCP_ELICIT_SMTP_PASSWORD`: its password."""
+    mail_from: str | None = None
+    """`MCP_ELICIT_MAIL_FROM`: the sender's address."""
+    mail_to: Names = ()
+    """`MCP_ELICIT_MAIL_TO`: the recipients' addresses, comma-separated."""
     token: Secret = None
     """`MCP_ELICIT_TOKEN`: the bearer token `mcp-elicit call` sends to an http(s) server."""
 

@@ -29,3 +29,15 @@ def test_a_claim_needs_a_limit_a_lease_and_subscriptions(store: Store, records: 
     assert [(d.subscription, d.attempts) for d in pending] == [("hook", 0)]  # nothing above took it
     [claimed] = store.outbox_claim(["hook"], limit=10, lease=LEASE)
     assert (claimed.event_id, claimed.attempts) == (pending[0].event_id, 1)
+
+
+def test_claims_and_listings_carry_what_the_call_is_about(store: Store, records: Records) -> None:
+    """Read with the row from the decision, not copied into it: the only call content a notification may carry."""
+    store.outbox_subscribe({"hook": frozenset(NotificationEvent)})
+    decision = records.form()
+    assert decision.about == 'deploy(service="api", note="ünïcode ✓")'
+    [listed] = store.outbox_deliveries()
+    [claimed] = store.outbox_claim(["hook"], limit=10, lease=LEASE)
+    assert listed.about == claimed.about == decision.about
+    [listed_again] = store.outbox_deliveries(elicitation_id=decision.elicitation_id, state=DeliveryState.PENDING)
+    assert (listed_again.about, listed_again.attempts) == (decision.about, 1)

@@ -23,12 +23,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import httpx2
@@ -47,15 +49,21 @@ from mcp_elicit.reference.demo_stack import (
     stop_all,
     wait_listening,
 )
+from mcp_elicit.server.notifications import DecisionLinks, LinkCheck, WebhookSecret, verify
 from mcp_elicit.server.tasks.state import task_status
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
 from tests.helpers.balancer import HAPROXY, RECIPE, USER, Tls, haproxy_config, make_tls, shared_settings
 from tests.helpers.environment import IN_CI
 from tests.helpers.http_harness import free_port, wait_for_port
+from tests.helpers.mailbox import HOST as MAIL_HOST
+from tests.helpers.mailbox import mailbox
 from tests.helpers.person import Person, accept
+from tests.helpers.receiver import Receiver
 from tests.helpers.results import text
 
+NOTIFY_PUBLIC = "https://elicit.example"
+"""The public URL the notification examples are given: their links point there, and are checked, not opened."""
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
@@ -398,6 +406,89 @@ async def run_task_server(path: Path, tmp_path: Path) -> None:
         store.close()
 
 
+async def notify_and_answer(
+    path: Path, tmp_path: Path, page_key: bytes, arrived: Callable[[], Awaitable[object]], **env: str
+) -> None:
+    """A notification example started over stdio as written, its question answered yes, held open until what it
+    sends has `arrived` (its deliverer runs in the server's lifespan)."""
+    environ = environment(tmp_path, PUBLIC_URL=NOTIFY_PUBLIC, PAGE_KEY=page_key.hex(), **env)
+    parameters = StdioServerParameters(command=sys.executable, args=[str(path)], env=environ, cwd=str(tmp_path))
+    with anyio.fail_after(TIMEOUT):
+        async with Client(parameters, mode="legacy", elicitation_callback=Person([accept(value=True)])) as client:
+            assert text(await client.call_tool("deploy", {"service": "payments"})) == "deployed"
+            await arrived()
+
+
+def valid_link(link: str, page_key: bytes) -> str:
+    """The decision id of a link the pages given `page_key` accept."""
+    parts = urlsplit(link)
+    decision_id = parts.path.removeprefix("/elicit/")
+    assert f"{parts.scheme}://{parts.netloc}/elicit/{decision_id}" == f"{NOTIFY_PUBLIC}/elicit/{decision_id}", link
+    checked = DecisionLinks(NOTIFY_PUBLIC, page_key).check(decision_id, dict(parse_qsl(parts.query)), datetime.now(UTC))
+    assert checked is LinkCheck.VALID, link
+    return decision_id
+
+
+async def run_standard_notifier(path: Path, tmp_path: Path) -> None:
+    """The Standard Webhooks example: both events arrive signed with the example's secret, the waiting one with
+    the summary and a link the pages accept."""
+    page_key, secret = secrets.token_bytes(32), "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    with Receiver() as receiver:
+        await notify_and_answer(
+            path, tmp_path, page_key, lambda: receiver.until(2), WEBHOOK_URL=receiver.url, WEBHOOK_SECRET=secret
+        )
+    events = receiver.by_event()
+    assert set(events) == {"decision.waiting", "decision.ended"}
+    for posted in events.values():
+        verify(WebhookSecret(secret), posted.headers, posted.body)
+    data = events["decision.waiting"].json["data"]
+    assert (data["target"], data["about"]) == ("deploy", 'deploy(service="payments")')
+    assert valid_link(data["link"], page_key) == data["elicitation_id"]
+    assert events["decision.ended"].json["data"]["status"] == "accepted"
+
+
+async def run_slack_notifier(path: Path, tmp_path: Path) -> None:
+    """The Slack example: one message, for the waiting decision only, with the summary and a button the pages
+    accept."""
+    page_key = secrets.token_bytes(32)
+    with Receiver() as receiver:
+        await notify_and_answer(path, tmp_path, page_key, lambda: receiver.until(1), SLACK_WEBHOOK_URL=receiver.url)
+        await anyio.sleep(1.5)  # a poll and more: an ended event would have come by now
+    [posted] = receiver.posted()
+    message = posted.json
+    assert message["text"].startswith("deploy is waiting for a decision (until ")
+    fields = [field["text"] for field in message["blocks"][1]["fields"]]
+    assert fields[:2] == ["*Tool*\ndeploy", '*Call*\n`deploy(service="payments")`']
+    [actions] = [block for block in message["blocks"] if block["type"] == "actions"]
+    [button] = actions["elements"]
+    valid_link(button["url"], page_key)
+
+
+async def run_mail_notifier(path: Path, tmp_path: Path) -> None:
+    """The mail example: STARTTLS to aiosmtpd with a certificate of the test's own CA (trusted through
+    SSL_CERT_FILE, as the page says), a login, one message to on-call with a link the pages accept."""
+    page_key, password = secrets.token_bytes(32), secrets.token_urlsafe(12)
+    tls = make_tls(tmp_path / "tls")
+    with mailbox(starttls=tls, login=("elicit", password)) as box:
+
+        async def arrived() -> None:
+            while not box.messages():
+                await anyio.sleep(0.05)
+
+        await notify_and_answer(
+            path, tmp_path, page_key, arrived, SMTP_HOST=MAIL_HOST, SMTP_PORT=str(box.port), SMTP_PASSWORD=password,
+            SSL_CERT_FILE=str(tls.ca),
+        )  # fmt: skip
+    [taken] = box.messages()
+    assert (taken.sender, taken.recipients, taken.login) == ("elicit@example.com", ["oncall@example.com"], "elicit")
+    message = taken.message
+    assert message["Subject"].startswith("deploy is waiting for a decision (until ")
+    body = message.get_body(("plain",))
+    assert body is not None
+    [link] = [line.split()[1] for line in body.get_content().splitlines() if line.startswith("Open:")]
+    valid_link(link, page_key)
+
+
 RUNNERS: dict[str, Callable[[Path, Path], Any]] = {
     "Elicitation(request_state=RequestState(single_process=True))": run_quickstart,
     'key="approve_production"': run_stdio_server,
@@ -407,6 +498,9 @@ RUNNERS: dict[str, Callable[[Path, Path], Any]] = {
     "FastMCPFlows(": run_fastmcp_server,
     "async with ElicitingClient(": run_client_program,
     "task=TaskPolicy.OPTIONAL": run_task_server,
+    'secret=os.environ["WEBHOOK_SECRET"]': run_standard_notifier,
+    'format="slack"': run_slack_notifier,
+    "Mail(": run_mail_notifier,
 }
 
 

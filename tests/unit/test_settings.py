@@ -193,6 +193,7 @@ def test_only_a_secret_comes_from_a_file(tmp_path: Path) -> None:
         "provider_client_secret",
         "webhook_url",
         "webhook_secret",
+        "smtp_password",
         "token",
     } == SECRETS
     names = secret_file(tmp_path, "carol")

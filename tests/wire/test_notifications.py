@@ -63,7 +63,7 @@ WAITING, ENDED, TASK = (
     NotificationEvent.DECISION_ENDED,
     NotificationEvent.TASK_INPUT_REQUIRED,
 )
-DATA_FIELDS = {"elicitation_id", "operation_id", "principal_id", "status", "method", "target", "deadline"}
+DATA_FIELDS = {"elicitation_id", "operation_id", "principal_id", "status", "method", "target", "deadline", "about"}
 
 
 @dataclass(frozen=True)
@@ -212,6 +212,7 @@ def test_serve_reads_its_webhook_from_the_environment() -> None:
     notifications = http_settings(environ, "https://elicit.example").notifications
     assert notifications is not None
     [hook] = notifications.webhooks
+    assert isinstance(hook, Webhook)
     assert hook.events == {ENDED, TASK} and hook.name == f"https://hooks.example ({url_digest(hook.url)})"
     assert http_settings({**environ, "MCP_ELICIT_WEBHOOK_URL": ""}, "https://elicit.example").notifications is None
     with pytest.raises(SettingsError) as refused:
@@ -383,8 +384,9 @@ async def test_events_carry_ids_status_target_deadline_and_no_content(store_url:
             assert data == {
                 "elicitation_id": decision.elicitation_id, "operation_id": decision.operation_id,
                 "principal_id": "alice", "status": status, "method": "tools/call", "target": "deploy",
-                "deadline": decision.expires_at.isoformat().replace("+00:00", "Z"),
+                "deadline": decision.expires_at.isoformat().replace("+00:00", "Z"), "about": decision.about,
             }  # fmt: skip
+            assert "link" not in data  # no Notifications.links: no link
             for content in (b"Deploy to production", b"fish", b"approve", b"requested_schema"):
                 assert content not in received.body
         assert {d.state for d in store.outbox_deliveries()} == {DeliveryState.DELIVERED}

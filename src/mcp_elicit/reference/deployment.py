@@ -5,7 +5,9 @@ can be rotated on its own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUT
 browser sessions), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party
 credentials), and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
 `MCP_ELICIT_PROVIDER_CLIENT_SECRET`; `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox;
-`MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET` and `MCP_ELICIT_WEBHOOK_EVENTS` a webhook for notifications.
+`MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET`, `MCP_ELICIT_WEBHOOK_EVENTS` and `MCP_ELICIT_WEBHOOK_FORMAT` a
+webhook for notifications, and `MCP_ELICIT_SMTP_HOST` with the rest of `MCP_ELICIT_SMTP_*` and `MCP_ELICIT_MAIL_*` a
+mail target; their "decision waiting" messages carry a link to the decision's page signed with the auth keys.
 Several instances given the same values and the same PostgreSQL store serve each other's calls, tokens and
 callbacks. `/healthz` and `/readyz` serve the orchestrator (`Health`).
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -27,7 +29,7 @@ from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
 from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
 from mcp_elicit.reference.workspace import Workspace
-from mcp_elicit.server import Elicitation, IdentityPolicy, Notifications, RequestState
+from mcp_elicit.server import DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
 from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.web import (
     ApiKeyEntry,
@@ -39,7 +41,7 @@ from mcp_elicit.web import (
     Vault,
     VaultKeyRing,
 )
-from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
+from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.routes import add_routes
 
 _PROVIDER = ("provider_url", "provider_client_id", "provider_client_secret")
@@ -68,7 +70,7 @@ class HttpSettings:
     operators: frozenset[str] = frozenset()
     """Usernames of the configured users who see and may cancel everyone's decisions in the inbox."""
     notifications: Notifications | None = None
-    """The webhook of `MCP_ELICIT_WEBHOOK_URL` (and `_SECRET`, `_EVENTS`), when one is set."""
+    """The webhook of `MCP_ELICIT_WEBHOOK_URL` and the mail target of `MCP_ELICIT_SMTP_HOST`, when either is set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,12 +182,16 @@ def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
 def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpSettings) -> Deployment:
     """Everything `mcp-elicit serve --transport http` runs, checked before anything listens."""
     public_url = settings.public_url
+    # The auth key ring signs the notifications' links to decision pages too (each key under a label of its own):
+    # the first signs, every key checks, so a rotation keeps the links already sent working.
+    links = DecisionLinks(public_url, settings.auth_keys)
+    notifications = settings.notifications
     elicitation = Elicitation(
         store,
         request_state=RequestState(keys=settings.state_keys),
         public_base_url=public_url,
         identity=IdentityPolicy(),
-        notifications=settings.notifications,
+        notifications=None if notifications is None else replace(notifications, links=links),
     )
     auth = LocalAuthorizationServer(
         public_url, settings.users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
@@ -224,6 +230,8 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         page_key=page_key,
         server_title=server.name,
         public_base_url=public_url,
+        links=links,
+        inbox=INBOX_PATH,
     )
     auth.sign_in_reason = pages.sign_in_reason
     inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))

@@ -17,7 +17,7 @@ from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.forms import Email, FormSpec, InvalidAnswer, SecretField, Titled, UnsupportedField, form_spec
 from mcp_elicit.server.identity import IdentityPolicy
-from mcp_elicit.server.notifications import Notifications, Retry, Webhook
+from mcp_elicit.server.notifications import DecisionLinks, Mail, Notifications, Retry, Webhook
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY, Elicitation
 from mcp_elicit.server.signals import SwallowedSignal
 from mcp_elicit.server.tasks import TaskPolicy, TaskSettings
@@ -35,6 +35,7 @@ __all__ = [
     "Cancelled",
     "ClientRefused",
     "Completed",
+    "DecisionLinks",
     "Declined",
     "Elicitation",
     "Email",
@@ -46,6 +47,7 @@ __all__ = [
     "IdempotencyKeyConflict",
     "IdentityPolicy",
     "InvalidAnswer",
+    "Mail",
     "Notifications",
     "RequestState",
     "ResumePolicy",

@@ -26,7 +26,12 @@ OUTBOX_COLUMNS = (
     "event_id, subscription, event_type, elicitation_id, operation_id, principal_id, status, method, target, "
     "deadline, occurred_at, state, attempts, next_attempt_at, last_error"
 )
-OUTBOX_NAMES = tuple(OUTBOX_COLUMNS.split(", "))
+OUTBOX_ABOUT = (
+    "COALESCE((SELECT d.about FROM elicit_decisions d WHERE d.elicitation_id = elicit_outbox.elicitation_id), '')"
+)
+"""What the decision's call is about (`Decision.about`), read with the row rather than copied into it: it never
+changes once asked, and a scalar subquery is locked by no `FOR UPDATE` of the claim."""
+OUTBOX_NAMES = (*OUTBOX_COLUMNS.split(", "), "about")
 OUTBOX_KEY = "event_id = %s AND subscription = %s AND state = 'pending'"
 _OUTBOX_ERROR_LENGTH = 300
 
@@ -85,7 +90,7 @@ class OutboxCore(Core):
             operation_id=c.text(4), principal_id=c.text(5), status=c.choice(6, DecisionStatus), method=c.text(7),
             target=c.text(8), deadline=c.read(9, t), occurred_at=c.read(10, t), state=c.choice(11, DeliveryState),
             attempts=c.integer(12), next_attempt_at=c.read(13, t), last_error=c.optional_text(14),
-            claimed_at=claimed_at,
+            about=c.text(15), claimed_at=claimed_at,
         )  # fmt: skip
 
     async def outbox_subscribe(
@@ -139,7 +144,8 @@ class OutboxCore(Core):
         until = now + lease
         async with self._write() as tx:
             rows = await tx.all(
-                f"SELECT {OUTBOX_COLUMNS} FROM elicit_outbox WHERE state = 'pending' AND next_attempt_at <= %s"
+                f"SELECT {OUTBOX_COLUMNS}, {OUTBOX_ABOUT} FROM elicit_outbox"
+                " WHERE state = 'pending' AND next_attempt_at <= %s"
                 f" AND subscription IN ({_marks(len(subscriptions))}) ORDER BY next_attempt_at, event_id, subscription"
                 f" LIMIT %s{self._for_update}",
                 (self._to_time(now), *subscriptions, limit),
@@ -188,7 +194,7 @@ class OutboxCore(Core):
             values.append(DeliveryState(state).value)
         async with self._read() as tx:
             rows = await tx.all(
-                f"SELECT {OUTBOX_COLUMNS} FROM elicit_outbox WHERE 1 = 1{clauses}"
+                f"SELECT {OUTBOX_COLUMNS}, {OUTBOX_ABOUT} FROM elicit_outbox WHERE 1 = 1{clauses}"
                 " ORDER BY occurred_at, event_id, subscription LIMIT %s",
                 (*values, limit),
             )

@@ -157,7 +157,8 @@ class DeliveryState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One event for one subscription, as the outbox holds it: ids, status, target, deadline; never content."""
+    """One event for one subscription, as the outbox holds it: ids, status, target, deadline and what the call is
+    about; never the question's message or an answer."""
 
     event_id: str
     """The same on every attempt and for every subscription: what a receiver deduplicates by."""
@@ -176,6 +177,9 @@ class Delivery:
     """Attempts made, this one included once it is claimed."""
     next_attempt_at: datetime
     last_error: str | None
+    about: str = ""
+    """What the decision's call is about (`Decision.about`): the tool and its arguments' redacted one-line summary,
+    the only call content a notification carries; "" for a question asked before calls had one."""
     claimed_at: datetime | None = None
     """The store's time when `outbox_claim` took it; `None` in a listing."""
 

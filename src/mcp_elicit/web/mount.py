@@ -29,11 +29,12 @@ from typing import Protocol, runtime_checkable
 
 from starlette.routing import Route
 
+from mcp_elicit.server.notifications.links import DecisionLinks
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.web.authserver import LocalAuthorizationServer
 from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
-from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
+from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.pages import SignIn, UrlPages
 from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.vault import Vault
@@ -56,9 +57,11 @@ class WebPages:
     """What the pages need besides the server: who the browser user is, the flows and where their results go.
 
     `page_key` (at least 32 random bytes, the same on every instance) is the key the pages derive theirs
-    from: it seals the OAuth `state` of the flows and signs the pages' forms. `flows` maps a question key
-    (`flow.ask_url(..., key=...)`) to its external flow; `vault` keeps what those flows obtain and is needed
-    as soon as there is one. `title` is how the pages name the server (its MCP name by default).
+    from: it seals the OAuth `state` of the flows, signs the pages' forms, and checks the signed links that
+    notifications carry (give `Notifications(links=DecisionLinks(public_base_url, page_key))` the same key).
+    `flows` maps a question key (`flow.ask_url(..., key=...)`) to its external flow; `vault` keeps what those
+    flows obtain and is needed as soon as there is one. `title` is how the pages name the server (its MCP
+    name by default).
     """
 
     sign_in: SignIn
@@ -96,6 +99,8 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
         page_key=hmac.new(pages.page_key, _PAGE_KEY_LABEL, hashlib.sha256).digest(),
         server_title=pages.title or server.name,
         public_base_url=base_url,
+        links=DecisionLinks(base_url, pages.page_key),
+        inbox=INBOX_PATH if pages.inbox is not None else None,
     )
     routes = url_pages.routes()
     if pages.inbox is not None:

@@ -5,6 +5,11 @@ A URL decision's page runs its external flow (third-party OAuth, API key). A for
 requested schema (see `mcp_elicit.web.formpage`), with Submit, Decline and Cancel; a valid answer is
 recorded as `accepted` with its content, an invalid one is shown back with its problems and recorded never.
 
+A page opened from a notification's signed link (`mcp_elicit.server.notifications.links`) is checked for the
+link first: one this server did not issue, or that was altered, gets a page saying so (400), and one past its
+deadline a page saying it lapsed (410), both pointing to the inbox; neither reads or writes the store. A valid
+link leads to the page as any other visit does: sign-in first, then the principal's check.
+
 Guarantees: nothing happens before the browser user is signed in with the authorization server that issues
 the MCP tokens and is the decision's principal; a different user gets a refusal page, the attempt is
 audited, and the decision is untouched. The refusal names nobody but the person signed in, and offers to
@@ -46,6 +51,7 @@ from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
 from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
+from mcp_elicit.server.notifications.links import DecisionLinks, LinkCheck
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import (
     Consumption,
@@ -115,7 +121,11 @@ class UrlPages:
         server_title: str,
         public_base_url: str,
         clock: Callable[[], float] = time.time,
+        links: DecisionLinks | None = None,
+        inbox: str | None = None,
     ) -> None:
+        """`links` checks the signed links notifications carry (by default, links signed with `page_key` itself);
+        `inbox` is the path of the decision inbox served beside the pages, which their refusals point to."""
         if len(page_key) != 32:
             raise ValueError("the page key must be 32 bytes (it seals OAuth state and signs forms)")
         self._elicitation = elicitation
@@ -131,6 +141,8 @@ class UrlPages:
         self._title = server_title
         self._base = public_base_url.rstrip("/")
         self._clock = clock
+        self._links = links if links is not None else DecisionLinks(self._base, page_key)
+        self._inbox = inbox
 
     def _flow_vault(self) -> Vault:
         if self._vault is None:
@@ -194,6 +206,9 @@ class UrlPages:
     # -- the decision page -----------------------------------------------------------------------------
 
     async def show(self, request: Request) -> Response:
+        refused = self._link_refused(request)
+        if refused is not None:
+            return refused
         principal = self._sign_in.principal_of(request)
         if principal is None:
             return self._sign_in.sign_in_redirect(request)
@@ -221,6 +236,33 @@ class UrlPages:
 <input type="hidden" name="csrf" value="{text(token)}"><button type="submit">Cancel</button></form>
 </div>"""
         return page(f"{self._title}: a step needs you", body, server=self._title)
+
+    def _link_refused(self, request: Request) -> Response | None:
+        """The page for a link this server did not issue, or that lapsed; None for a valid link, or none at all.
+
+        Neither the store nor the sign-in is asked: the page says the same to whoever opens it (a scanner, the
+        person, someone the link was forwarded to), and nothing changes."""
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        opened = self._links.check(request.path_params["elicitation_id"], request.query_params, now)
+        if opened is LinkCheck.INVALID:
+            title, status = "This link is not valid", 400
+            where = "your inbox, or from your assistant" if self._inbox is not None else "your assistant"
+            detail = (
+                f"It was not made by {self._title}, or it was changed on the way. Nothing was changed. "
+                f"Open the decision from {where}."
+            )
+        elif opened is LinkCheck.LAPSED:
+            title, status = "This link has lapsed", 410
+            until = datetime.fromtimestamp(int(request.query_params["until"]), UTC)
+            detail = f"It was valid until {_when(until)}, the decision's deadline. Nothing was changed."
+            if self._inbox is not None:
+                detail += " Your inbox lists what still waits for you."
+        else:
+            return None
+        body = f'<h1>{text(title)}</h1><p class="muted">{text(detail)}</p>'
+        if self._inbox is not None:
+            body += f'\n<div class="actions"><a class="button" href="{text(self._inbox)}">Open your inbox</a></div>'
+        return page(title, body, server=self._title, status=status)
 
     def _doing(self, decision: Decision) -> str:
         if decision.mode is Mode.FORM:

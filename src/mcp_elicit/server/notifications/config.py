@@ -1,4 +1,5 @@
-"""What a served app notifies, whom, and how hard it tries: webhook subscriptions and their retry policy."""
+"""What a served app notifies, whom, and how hard it tries: webhook and mail subscriptions, their retry policy, and
+the signed links to decision pages their messages carry."""
 
 from __future__ import annotations
 
@@ -7,16 +8,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Literal
 from urllib.parse import urlsplit
 
+from mcp_elicit.server.notifications.links import DecisionLinks
+from mcp_elicit.server.notifications.mail import Mail
 from mcp_elicit.server.notifications.signing import WebhookSecret
-from mcp_elicit.settings import Settings, variable
+from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store.protocol import NotificationEvent
 
 URL_ENV = variable("webhook_url")
 SECRET_ENV = variable("webhook_secret")
 EVENTS_ENV = variable("webhook_events")
+FORMAT_ENV = variable("webhook_format")
 ALL_EVENTS = frozenset(NotificationEvent)
+FORMATS = ("standard", "slack")
+WebhookFormat = Literal["standard", "slack"]
+_MAIL_SETTINGS = ("smtp_host", "smtp_port", "smtp_security", "smtp_username", "smtp_password", "mail_from", "mail_to")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +59,11 @@ class Retry:
 
 @dataclass(frozen=True, slots=True)
 class Webhook:
-    """One subscription: events POSTed as JSON to `url`, signed with `secret` (Standard Webhooks).
+    """One subscription: events POSTed as JSON to `url`, in the webhook's `format`.
+
+    `format="standard"` (the default) is Standard Webhooks' JSON (`payload`), signed with `secret`, which it
+    needs. `format="slack"` is a message for a Slack-style incoming webhook (`slack_payload`): Slack checks no
+    signature (the URL is the secret), so such a webhook takes no `secret`.
 
     `name` keys its rows in the outbox and names the webhook in the log. By default it is the URL's origin
     and a digest of the whole URL (`https://hooks.example (3f9a0c2b1d4e)`): a webhook's path and query are
@@ -60,15 +72,28 @@ class Webhook:
     """
 
     url: str = field(repr=False)
-    secret: WebhookSecret | str | bytes = field(repr=False)
+    secret: WebhookSecret | str | bytes | None = field(default=None, repr=False)
     events: AbstractSet[NotificationEvent] = ALL_EVENTS
     name: str | None = None
+    format: WebhookFormat = "standard"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"a webhook URL is an http(s) URL with a host (this one's scheme: {parts.scheme!r})")
-        if not isinstance(self.secret, WebhookSecret):
+        if self.format not in FORMATS:
+            raise ValueError(f"a webhook's format is {' or '.join(FORMATS)}, not {self.format!r}")
+        if self.format == "slack" and self.secret is not None:
+            raise ValueError(
+                f"webhook {self.origin} is in the slack format, which is not signed (Slack checks no signature; the "
+                "URL is the secret): give it no secret"
+            )
+        if self.format == "standard" and self.secret is None:
+            raise ValueError(
+                f"webhook {self.origin} needs a secret: Standard Webhooks signs every delivery with it "
+                "(whsec_<base64 of 24+ bytes>)"
+            )
+        if self.secret is not None and not isinstance(self.secret, WebhookSecret):
             object.__setattr__(self, "secret", WebhookSecret(self.secret))
         events = frozenset(NotificationEvent(event) for event in self.events)
         if not events:
@@ -78,8 +103,9 @@ class Webhook:
             object.__setattr__(self, "name", self._default_name)
 
     @property
-    def key(self) -> WebhookSecret:
-        assert isinstance(self.secret, WebhookSecret)
+    def key(self) -> WebhookSecret | None:
+        """The signing key; None for a webhook in the slack format, which is not signed."""
+        assert self.secret is None or isinstance(self.secret, WebhookSecret)
         return self.secret
 
     @property
@@ -110,24 +136,28 @@ class Webhook:
 
 @dataclass(frozen=True, slots=True)
 class Notifications:
-    """The webhooks a served app delivers the outbox to, and how.
+    """The targets a served app delivers the outbox to, and how.
 
-    `timeout` bounds each attempt (seconds); `poll` is how often the outbox is looked at for due deliveries;
-    `batch` how many are attempted at once; settled deliveries are deleted `keep` after they settled.
+    `webhooks` lists the targets: `Webhook`s and `Mail` targets, each with its own name. `links` signs the link
+    to the decision's page that "decision waiting" and "task needs input" carry (`data.link`, the Slack button,
+    the mail's link); give it the app's public base URL and the key the pages have (`WebPages.page_key`), or no
+    link is sent. `timeout` bounds each attempt (seconds); `poll` is how often the outbox is looked at for due
+    deliveries; `batch` how many are attempted at once; settled deliveries are deleted `keep` after they settled.
     """
 
-    webhooks: Sequence[Webhook]
+    webhooks: Sequence[Webhook | Mail]
     retry: Retry = Retry()
     timeout: float = 10.0
     poll: timedelta = timedelta(seconds=1)
     batch: int = 20
     keep: timedelta = timedelta(days=7)
+    links: DecisionLinks | None = None
 
     def __post_init__(self) -> None:
         names = [hook.subscription for hook in self.webhooks]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
-            raise ValueError(f"webhooks share the name {', '.join(repeated)}: give each its own name=")
+            raise ValueError(f"notification targets share the name {', '.join(repeated)}: give each its own name=")
         if self.timeout <= 0 or self.poll <= timedelta(0) or self.batch < 1:
             raise ValueError("notifications need a positive timeout and poll, and a batch of at least 1")
 
@@ -138,23 +168,74 @@ class Notifications:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Notifications | None:
-        """One webhook from `MCP_ELICIT_WEBHOOK_URL`, `_SECRET` and `_EVENTS` (comma-separated, default all), the
-        URL and the secret each from a `_FILE` if need be (see `mcp_elicit.settings`); `None` when no URL is set.
-        Every problem names its variable."""
-        settings = Settings.read(environ, only=["webhook_url", "webhook_secret", "webhook_events"])
-        if settings.webhook_url is None:
-            return None
-        if settings.webhook_secret is None:
-            raise ValueError(f"{SECRET_ENV} is not set, and {URL_ENV} needs it (whsec_<base64 of 24+ bytes>)")
-        try:
-            webhook = Webhook(
-                settings.webhook_url.get_secret_value(),
-                settings.webhook_secret.get_secret_value(),
-                _events(settings.webhook_events),
-            )
-        except ValueError as error:
-            raise ValueError(f"{URL_ENV}/{SECRET_ENV}/{EVENTS_ENV}: {error}") from None
-        return cls([webhook])
+        """The webhook of `MCP_ELICIT_WEBHOOK_URL` (with `_SECRET`, `_EVENTS`, comma-separated, default all, and
+        `_FORMAT`) and the mail target of `MCP_ELICIT_SMTP_HOST` (with `_PORT`, `_SECURITY`, `_USERNAME`,
+        `_PASSWORD`, and `MCP_ELICIT_MAIL_FROM` and `_TO`: "decision waiting" by mail); the secrets each from a
+        `_FILE` if need be (see `mcp_elicit.settings`). `None` when neither is set. Every problem names its
+        variable; `links` is the caller's to add (it knows the public URL and the pages' key)."""
+        names = ["webhook_url", "webhook_secret", "webhook_events", "webhook_format", *_MAIL_SETTINGS]
+        settings = Settings.read(environ, only=names)
+        targets: list[Webhook | Mail] = []
+        problems: list[str] = []
+        if settings.webhook_url is not None:
+            try:
+                targets.append(_webhook(settings))
+            except ValueError as error:
+                problems.append(str(error))
+        if settings.smtp_host is not None:
+            try:
+                targets.append(_mail(settings))
+            except ValueError as error:
+                problems.append(str(error))
+        if problems:
+            raise SettingsError(problems)
+        return cls(targets) if targets else None
+
+
+def _webhook(settings: Settings) -> Webhook:
+    assert settings.webhook_url is not None
+    form = settings.webhook_format or "standard"
+    if settings.webhook_secret is None and form == "standard":
+        raise ValueError(f"{SECRET_ENV} is not set, and {URL_ENV} needs it (whsec_<base64 of 24+ bytes>)")
+    if settings.webhook_secret is not None and form == "slack":
+        raise ValueError(
+            f"{SECRET_ENV} is set, and {FORMAT_ENV}=slack is not signed (Slack checks no signature; the URL is "
+            "the secret): unset it"
+        )
+    try:
+        return Webhook(
+            settings.webhook_url.get_secret_value(),
+            None if settings.webhook_secret is None else settings.webhook_secret.get_secret_value(),
+            _events(settings.webhook_events),
+            format=form,
+        )
+    except ValueError as error:
+        raise ValueError(f"{URL_ENV}/{SECRET_ENV}/{EVENTS_ENV}: {error}") from None
+
+
+def _mail(settings: Settings) -> Mail:
+    assert settings.smtp_host is not None
+    host, sender, to = variable("smtp_host"), variable("mail_from"), variable("mail_to")
+    missing = [name for name, value in ((sender, settings.mail_from), (to, settings.mail_to)) if not value]
+    if missing:
+        raise ValueError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set, and {host} needs it")
+    password = settings.smtp_password
+    if (settings.smtp_username is None) != (password is None):
+        given, lacking = ("smtp_username", "smtp_password") if password is None else ("smtp_password", "smtp_username")
+        raise ValueError(f"{variable(given)} is set, and needs {variable(lacking)}: set both, or neither")
+    assert settings.mail_from is not None
+    try:
+        return Mail(
+            settings.smtp_host,
+            settings.mail_from,
+            settings.mail_to,
+            port=settings.smtp_port,
+            security=settings.smtp_security or "starttls",
+            username=settings.smtp_username,
+            password=None if password is None else password.get_secret_value(),
+        )
+    except ValueError as error:
+        raise ValueError(f"{host}/{sender}/{to}: {error}") from None
 
 
 def _events(names: Sequence[str]) -> frozenset[NotificationEvent]:

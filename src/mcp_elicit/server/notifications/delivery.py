@@ -1,16 +1,19 @@
-"""Delivering the notification outbox to webhooks: at least once, each event under one id, across restarts.
+"""Delivering the notification outbox to webhooks and mail: at least once, each event under one id, across restarts.
 
 The store writes an outbox row per subscription in the transaction of the transition that causes it, so
 no committed transition goes unannounced and no rolled-back one is announced. The served app's lifespan
-runs one `Deliverer`: it claims due rows (one more attempt each, its next one put a lease ahead), POSTs
-each, and settles it: a 2xx answer delivers it; anything else (another status, a redirect, a timeout, a
-refused connection) schedules the next attempt after the retry policy's backoff, or marks it dead, logged,
-once the policy gives up.
+runs one `Deliverer`: it claims due rows (one more attempt each, its next one put a lease ahead), sends
+each (a POST to a webhook, in its format; a message through a mail target's SMTP server, in a worker
+thread), and settles it: a 2xx answer, or a message the SMTP server took, delivers it; anything else
+(another status, a redirect, a timeout, a refused connection, an SMTP error) schedules the next attempt
+after the retry policy's backoff, or marks it dead, logged, once the policy gives up.
 
 Guarantees: a delivery that a crash or a hang interrupts is claimed again once its lease passes, by any
-instance, with the same `webhook-id`; on PostgreSQL instances claim with `FOR UPDATE SKIP LOCKED`, so each
-attempt is made by one of them (SQLite serves one host, its write lock does the same). The body holds ids,
-statuses, the method and target, and times; never the question's message or an answer.
+instance, with the same `webhook-id` (a mail's `Message-ID`); on PostgreSQL instances claim with `FOR UPDATE
+SKIP LOCKED`, so each attempt is made by one of them (SQLite serves one host, its write lock does the same).
+The body holds ids, statuses, the method and target, times, what the call is about (the redacted summary the
+pages show) and, for an event that asks someone to act, the signed link to the decision's page (when
+`Notifications.links` is set); never the question's message or an answer.
 
 Does not guarantee: exactly once (an attempt the receiver took whose answer was lost is made again), nor
 order between events.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import smtplib
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 
@@ -34,8 +38,11 @@ import anyio
 import httpx2
 
 from mcp_elicit.model import JSONObject
+from mcp_elicit.server.notifications import wording
 from mcp_elicit.server.notifications.config import Notifications, Webhook
-from mcp_elicit.server.notifications.signing import sign
+from mcp_elicit.server.notifications.mail import Mail, described
+from mcp_elicit.server.notifications.signing import ID_HEADER, sign
+from mcp_elicit.server.notifications.slack import slack_payload
 from mcp_elicit.store import Clock, StoreError, utc_now
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import Delivery, NotificationEvent
@@ -47,8 +54,11 @@ PURGE_EVERY = timedelta(minutes=10)
 _SUBSCRIBE_PAUSE = (1.0, 60.0)
 
 
-def payload(delivery: Delivery) -> bytes:
-    """The JSON body of a delivery, Standard Webhooks' shape: `type`, `timestamp` (when it happened), `data`."""
+def payload(delivery: Delivery, *, link: str | None = None) -> bytes:
+    """The JSON body of a delivery, Standard Webhooks' shape: `type`, `timestamp` (when it happened), `data`.
+
+    `data.about` is what the call is about (when the decision has it); `data.link` the decision page's signed
+    link, given for an event that asks someone to act."""
     data: JSONObject = {
         "elicitation_id": delivery.elicitation_id,
         "operation_id": delivery.operation_id,
@@ -58,10 +68,18 @@ def payload(delivery: Delivery) -> bytes:
         "target": delivery.target,
         "deadline": _iso(delivery.deadline),
     }
+    if delivery.about:
+        data["about"] = delivery.about
     if delivery.event is NotificationEvent.TASK_INPUT_REQUIRED:
         data["task_id"] = delivery.operation_id
+    if link is not None and wording.waiting(delivery):
+        data["link"] = link
     body = {"type": delivery.event.value, "timestamp": _iso(delivery.occurred_at), "data": data}
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _kind(target: Webhook | Mail) -> str:
+    return "mail" if isinstance(target, Mail) else "webhook"
 
 
 def _iso(moment: datetime) -> str:
@@ -82,14 +100,18 @@ _QUIET = _QuietDeliveries()
 
 
 class Deliverer:
-    """Delivers one store's outbox to the configured webhooks for as long as `run` runs."""
+    """Delivers one store's outbox to the configured webhooks and mail targets for as long as `run` runs."""
 
     def __init__(self, store: AsyncStore, notifications: Notifications, clock: Clock = utc_now) -> None:
         self._store = store
         self._clock = clock
         self._settings = notifications
-        self._hooks: dict[str, Webhook] = {hook.subscription: hook for hook in notifications.webhooks}
-        self._renames = {hook.former_name: hook.subscription for hook in notifications.webhooks if hook.former_name}
+        self._hooks: dict[str, Webhook | Mail] = {hook.subscription: hook for hook in notifications.webhooks}
+        self._renames = {
+            hook.former_name: hook.subscription
+            for hook in notifications.webhooks
+            if isinstance(hook, Webhook) and hook.former_name
+        }
         self._formerly: dict[str, str] = {}
         """The former names the store held at `subscribe`, and the names that took their rows over."""
         self._purged: float | None = None
@@ -145,32 +167,72 @@ class Deliverer:
                 group.start_soon(self._deliver, http, delivery)
         return len(claimed)
 
+    def link(self, delivery: Delivery) -> str | None:
+        """The decision page's signed link for `delivery`, lapsing at its deadline; None for an event that asks
+        nobody to act, or without `Notifications.links`."""
+        links = self._settings.links
+        if links is None or not wording.waiting(delivery):
+            return None
+        return links.link(delivery.elicitation_id, delivery.deadline)
+
     async def _deliver(self, http: httpx2.AsyncClient, delivery: Delivery) -> None:
         name = self._formerly.get(delivery.subscription, delivery.subscription)
         hook = self._hooks[name]
-        body = payload(delivery)
-        headers = {"content-type": "application/json", **sign(hook.key, delivery.event_id, body)}
-        failure: str | None
+        if isinstance(hook, Mail):
+            problem = await self._mail(hook, delivery)
+        else:
+            problem = await self._post(http, hook, delivery)
+        try:
+            await self._settle(hook, delivery, problem)
+        except StoreError as error:
+            # The claim lapses after its lease and the delivery is made again: at least once holds.
+            log.warning("cannot record delivery of %s to %s %s: %s", delivery.event_id, _kind(hook), name, error)
+
+    async def _post(self, http: httpx2.AsyncClient, hook: Webhook, delivery: Delivery) -> str | None:
+        link = self.link(delivery)
+        headers = {"content-type": "application/json"}
+        if hook.format == "slack":
+            body = slack_payload(delivery, link=link)
+            headers[ID_HEADER] = delivery.event_id
+        else:
+            body = payload(delivery, link=link)
+            assert hook.key is not None  # a standard webhook has its secret (Webhook refuses one without)
+            headers.update(sign(hook.key, delivery.event_id, body))
         quiet = _delivering.set(True)
         try:
             # The whole attempt is bounded, not each read: a receiver that trickles its answer would otherwise
             # outlast the claim's lease, and another instance would deliver the event again meanwhile.
             with anyio.fail_after(self._settings.timeout):
                 async with http.stream("POST", hook.url, content=body, headers=headers) as response:
-                    failure = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+                    return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
         except httpx2.HTTPError as error:
-            failure = type(error).__name__
+            return type(error).__name__
         except TimeoutError:
-            failure = "timed out"
+            return "timed out"
         finally:
             _delivering.reset(quiet)
-        try:
-            await self._settle(hook, delivery, failure)
-        except StoreError as error:
-            # The claim lapses after its lease and the delivery is made again: at least once holds.
-            log.warning("cannot record delivery of %s to webhook %s: %s", delivery.event_id, name, error)
 
-    async def _settle(self, hook: Webhook, delivery: Delivery, failure: str | None) -> None:
+    async def _mail(self, target: Mail, delivery: Delivery) -> str | None:
+        try:
+            message = target.message(delivery, self.link(delivery))
+            # Abandoned, not awaited, when the attempt runs out of time: the thread ends at its socket's timeout.
+            with anyio.fail_after(self._settings.timeout):
+                refused = await anyio.to_thread.run_sync(
+                    target.send, message, self._settings.timeout, abandon_on_cancel=True
+                )
+        except TimeoutError:
+            return "timed out"
+        except (smtplib.SMTPException, OSError, ValueError) as error:
+            return described(error)
+        if refused:
+            # Sending again would repeat the message to those who have it; the rest is for the mail's admin.
+            log.warning(
+                "mail %s for %s went to %d of %d recipients: the server refused the others",
+                target.subscription, delivery.event_id, len(target.to) - refused, len(target.to),
+            )  # fmt: skip
+        return None
+
+    async def _settle(self, hook: Webhook | Mail, delivery: Delivery, failure: str | None) -> None:
         if failure is None:
             await self._store.outbox_delivered(delivery)
             return
@@ -179,15 +241,15 @@ class Deliverer:
         if retry.gives_up(delivery.attempts, age):
             if await self._store.outbox_failed(delivery, retry_after=None, error=failure):
                 log.error(
-                    "gave up delivering %s to webhook %s after %d attempts over %s: %s",
-                    delivery.event_id, hook.subscription, delivery.attempts, age, failure,
+                    "gave up delivering %s to %s %s after %d attempts over %s: %s",
+                    delivery.event_id, _kind(hook), hook.subscription, delivery.attempts, age, failure,
                 )  # fmt: skip
             return
         pause = retry.pause(delivery.attempts) * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 (spreading)
         await self._store.outbox_failed(delivery, retry_after=pause, error=failure)
         log.warning(
-            "delivering %s to webhook %s failed (attempt %d: %s); next in %.0f s",
-            delivery.event_id, hook.subscription, delivery.attempts, failure, pause.total_seconds(),
+            "delivering %s to %s %s failed (attempt %d: %s); next in %.0f s",
+            delivery.event_id, _kind(hook), hook.subscription, delivery.attempts, failure, pause.total_seconds(),
         )  # fmt: skip
 
     async def _purge(self) -> None:
