@@ -39,9 +39,8 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
-                with receiver._lock:
-                    headers = {name.lower(): value for name, value in self.headers.items()}
-                    receiver._posted.append(Posted(self.path, headers, body))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                receiver.record(Posted(self.path, headers, body))
                 self.send_response(200)
                 self.send_header("content-length", "2")
                 self.end_headers()
@@ -53,6 +52,10 @@ class Receiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/services/T0/B0/tok"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def record(self, posted: Posted) -> None:
+        with self._lock:
+            self._posted.append(posted)
 
     def __enter__(self) -> Receiver:
         self._thread.start()

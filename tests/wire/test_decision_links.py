@@ -126,7 +126,7 @@ def site(store_url: str) -> Iterator[Site]:
 def subscribed(store: Store, notifications: Notifications) -> None:
     """The subscriptions the served app's deliverer records when it starts, recorded before anything is asked: a
     question asked before the store knows of them is announced to nobody (the store looks once a second)."""
-    store.outbox_subscribe({target.subscription: frozenset(target.events) for target in notifications.webhooks})
+    store.outbox_subscribe({target.subscription: frozenset(target.events) for target in notifications.targets})
 
 
 @contextmanager

@@ -494,14 +494,14 @@ def test_the_environment_configures_a_slack_webhook_and_a_mail_target(tmp_path: 
     }
     notifications = Notifications.from_env(environ)
     assert notifications is not None
-    hook, target = notifications.webhooks
+    hook, target = notifications.targets
     assert isinstance(hook, Webhook) and isinstance(target, Mail)
     assert (hook.format, hook.key, hook.events) == ("slack", None, {WAITING})
     assert (target.host, target.port, target.security) == ("smtp.example.com", 587, "starttls")
     assert (target.username, target.password) == ("elicit", SMTP_PASSWORD)
     assert (target.sender, target.to, target.events) == (SENDER, TO, {WAITING})
     mail_only = {k: v for k, v in environ.items() if not k.startswith("MCP_ELICIT_WEBHOOK")}
-    [only] = Notifications.from_env({**mail_only, "MCP_ELICIT_SMTP_SECURITY": "tls"}).webhooks  # type: ignore[union-attr]
+    [only] = Notifications.from_env({**mail_only, "MCP_ELICIT_SMTP_SECURITY": "tls"}).targets  # type: ignore[union-attr]
     assert isinstance(only, Mail) and (only.security, only.port) == ("tls", 465)
     assert Notifications.from_env({}) is None
 

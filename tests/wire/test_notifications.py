@@ -211,7 +211,7 @@ def test_serve_reads_its_webhook_from_the_environment() -> None:
     }
     notifications = http_settings(environ, "https://elicit.example").notifications
     assert notifications is not None
-    [hook] = notifications.webhooks
+    [hook] = notifications.targets
     assert isinstance(hook, Webhook)
     assert hook.events == {ENDED, TASK} and hook.name == f"https://hooks.example ({url_digest(hook.url)})"
     assert http_settings({**environ, "MCP_ELICIT_WEBHOOK_URL": ""}, "https://elicit.example").notifications is None

@@ -248,7 +248,7 @@ class Elicitation:
         self._background = [Shared(self._notices.run), self._keeping, Shared(self._listen)]
         if self._sweeper is not None:
             self._background.append(Shared(self._sweeper.run))
-        if notifications is not None and notifications.webhooks:
+        if notifications is not None and notifications.targets:
             self._background.append(Shared(Deliverer(self._async_store, notifications, clock).run))
         self._hearing = False
         self._tools: dict[str, tuple[_Entry, Callable[..., Any], bool | None]] = {}

@@ -138,14 +138,14 @@ class Webhook:
 class Notifications:
     """The targets a served app delivers the outbox to, and how.
 
-    `webhooks` lists the targets: `Webhook`s and `Mail` targets, each with its own name. `links` signs the link
+    `targets` lists where events go: `Webhook`s and `Mail` targets, each with its own name. `links` signs the link
     to the decision's page that "decision waiting" and "task needs input" carry (`data.link`, the Slack button,
     the mail's link); give it the app's public base URL and the key the pages have (`WebPages.page_key`), or no
     link is sent. `timeout` bounds each attempt (seconds); `poll` is how often the outbox is looked at for due
     deliveries; `batch` how many are attempted at once; settled deliveries are deleted `keep` after they settled.
     """
 
-    webhooks: Sequence[Webhook | Mail]
+    targets: Sequence[Webhook | Mail]
     retry: Retry = Retry()
     timeout: float = 10.0
     poll: timedelta = timedelta(seconds=1)
@@ -154,7 +154,7 @@ class Notifications:
     links: DecisionLinks | None = None
 
     def __post_init__(self) -> None:
-        names = [hook.subscription for hook in self.webhooks]
+        names = [hook.subscription for hook in self.targets]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ValueError(f"notification targets share the name {', '.join(repeated)}: give each its own name=")

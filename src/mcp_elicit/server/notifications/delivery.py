@@ -106,10 +106,10 @@ class Deliverer:
         self._store = store
         self._clock = clock
         self._settings = notifications
-        self._hooks: dict[str, Webhook | Mail] = {hook.subscription: hook for hook in notifications.webhooks}
+        self._hooks: dict[str, Webhook | Mail] = {hook.subscription: hook for hook in notifications.targets}
         self._renames = {
             hook.former_name: hook.subscription
-            for hook in notifications.webhooks
+            for hook in notifications.targets
             if isinstance(hook, Webhook) and hook.former_name
         }
         self._formerly: dict[str, str] = {}
