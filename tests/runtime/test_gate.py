@@ -8,6 +8,7 @@ the test, not of the result's text.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,12 +17,13 @@ from typing import Annotated, Any, cast
 
 import pytest
 from mcp import Client
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, InputResponse, RequestParamsMeta
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 import mcp_elicit.testing as scripted
-from mcp_elicit import Elicitation, Flow, Gate, GateRefused, RequestState
+from mcp_elicit import Elicitation, Fallback, Flow, Gate, GateRefused, RequestState
 from mcp_elicit.approvals import APPROVAL_KEY, NOTE_FIELD, REJECT_FIELD
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY, Timing
@@ -307,3 +309,87 @@ async def test_the_same_idempotency_key_replays_what_ran_and_what_the_model_was_
     ]
     assert replayed.content == first.content and replayed.meta is not None and REPLAYED_META_KEY in replayed.meta
     assert len(person.asked) == 1 and len(ledger.ran) == 1
+
+
+# -- review fixes: who may approve, what runs, what is stored ----------------------------------------------------
+
+
+def test_a_gate_refuses_the_arguments_fallback_and_an_async_when(elicit_store_url: str) -> None:
+    runtime = Elicitation(open_store(elicit_store_url), request_state=RequestState(single_process=True))
+    runtime.server("refusals")
+    try:
+        with pytest.raises(GateRefused, match="the model would approve its own call"):
+            runtime.tool(gate=Gate(), fallback=Fallback.ARGUMENTS)
+
+        async def later(arguments: Any) -> bool:
+            return True
+
+        with pytest.raises(TypeError, match="not an async one"):
+            Gate(when=later)
+    finally:
+        runtime.close()
+
+
+@pytest.fixture
+def careful(elicit_store_url: str, ledger: Ledger) -> Iterator[tuple[Elicitation, dict[str, bool]]]:
+    runtime = Elicitation(
+        open_store(elicit_store_url),
+        request_state=RequestState(keys=[b"k" * 32]),
+        timing=Timing(long_poll=timedelta(milliseconds=200)),
+    )
+    runtime.server("careful")
+    switch = {"gated": True}
+
+    @runtime.tool(gate=Gate(editable=["callback", "amount"], when=lambda args: switch["gated"]))
+    async def pay(flow: Flow, amount: int, callback: str, token: SecretStr) -> str:
+        ledger.ran.append({"amount": amount, "token": token.get_secret_value(), "callback": callback})
+        if amount > 1000:
+            raise ToolError("the bank refused the amount")
+        return f"paid {amount}"
+
+    yield runtime, switch
+    runtime.close()
+
+
+CALLBACK = "https://pay.example/done?code=one-time-4711"
+
+
+async def test_a_twin_waits_on_the_approval_even_when_when_now_says_no(
+    careful: tuple[Elicitation, dict[str, bool]], ledger: Ledger
+) -> None:
+    runtime, switch = careful
+    arguments = {"amount": 500, "callback": CALLBACK, "token": "s3cret"}
+    async with Client(runtime.mcp_server, mode=MODERN, elicitation_callback=Person()) as client:
+        first = await client.session.call_tool("pay", arguments, allow_input_required=True)
+        switch["gated"] = False
+        twin = await client.session.call_tool("pay", arguments, allow_input_required=True)
+        stateless: dict[str, InputResponse] = {APPROVAL_KEY: ElicitResult(action="accept", content={})}
+        unproven = await client.session.call_tool(
+            "pay", arguments, input_responses=stateless, allow_input_required=True
+        )
+    assert isinstance(first, InputRequiredResult) and isinstance(twin, InputRequiredResult)
+    assert isinstance(unproven, InputRequiredResult), "an approval sent without a round was never shown to anyone"
+    assert ledger.ran == [], "nothing ran unapproved"
+    [approval] = runtime.store.list_decisions(Operator())
+    assert approval.status is DecisionStatus.REQUESTED
+
+
+async def test_what_runs_keeps_the_calls_own_values_and_the_store_keeps_no_raw_one(
+    careful: tuple[Elicitation, dict[str, bool]], ledger: Ledger
+) -> None:
+    runtime, _ = careful
+    person = Person([accept(amount=700), accept(amount=5000)])
+    async with Client(runtime.mcp_server, mode="legacy", elicitation_callback=person) as client:
+        paid = await client.call_tool("pay", {"amount": 500, "callback": CALLBACK, "token": "s3cret"})
+        failed = await client.call_tool("pay", {"amount": 900, "callback": CALLBACK, "token": "s3cret"})
+    assert [run["token"] for run in ledger.ran] == ["s3cret", "s3cret"], "not the SecretStr's JSON '**********'"
+    assert [block.text for block in paid.content][-1] == "paid 700"  # type: ignore[union-attr]
+    assert failed.is_error and failed.content[0].text.endswith(  # type: ignore[union-attr]
+        "(amount: 900 → 5000); the tool ran with the changes. the bank refused the amount"
+    ), "the model learns that the person's change is what failed"
+    schema = person.asked[0].requested_schema  # type: ignore[union-attr]
+    assert "default" not in schema["properties"]["callback"], "a value the redaction rule hides is not prefilled"
+    assert schema["properties"]["amount"]["default"] == 500
+    for decision in runtime.store.list_decisions(Operator()):
+        stored = json.dumps([decision.message, decision.requested_schema, decision.content, decision.about])
+        assert "one-time-4711" not in stored and "s3cret" not in stored

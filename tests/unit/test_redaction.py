@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 from collections.abc import Iterator
 
 import pytest
@@ -103,7 +105,9 @@ def test_a_credential_is_redacted_by_its_shape_wherever_it_stands(text: str) -> 
         "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",  # a commit
         "test_Questions_asked_before_schema_8_x",
         "ApprovalNeededForRegionEU2025Deployment",
-        "aGVsbG8gd29ybGQgdGhpcyBpcyBiYXNlNjQgdGV4dA",  # base64 of plain English reads as words
+        "Release-Notes-2024-Q3-Final-Version",
+        "X509CertificateVerificationFailedError2",
+        "SELECT_count_FROM_users_WHERE_id_42",
     ],
 )
 def test_ids_names_and_prose_are_no_credentials(text: str) -> None:
@@ -127,3 +131,31 @@ def test_a_credential_used_as_a_key_is_redacted_too() -> None:
         "headers": {REDACTED: True, "x": 1},
         REDACTED: "b",
     }
+
+
+@pytest.mark.parametrize(
+    ("alphabet", "length"),
+    [(string.ascii_letters + string.digits, 32), (string.ascii_letters + string.digits, 64),
+     (string.ascii_letters + string.digits + "-_", 43), (string.ascii_letters + string.digits + "+/", 32)],
+    ids=["base62-32", "base62-64", "base64url-43", "base64-32"],
+)  # fmt: skip
+def test_generated_keys_read_as_keys_nearly_always(alphabet: str, length: int) -> None:
+    """The shape rule is a heuristic: measured over many keys (a fixed seed, so the figure is the same every run)."""
+    chosen = random.Random(f"{alphabet}{length}")
+    keys = ["".join(chosen.choice(alphabet) for _ in range(length)) for _ in range(1000)]
+    found = sum(looks_like_credential(key) for key in keys)
+    assert found >= 970, f"{1000 - found} of 1000 generated keys read as words"
+
+
+def test_a_person_who_must_see_what_a_url_does_sees_every_query_value_that_cannot_be_a_secret() -> None:
+    url = "https://user:pw@bank.example/pay?amount=1000000&memo=rent&code=4711&sig=abc&access_token=t#frag"
+    assert redact_url(url, query="secret") == (
+        f"https://bank.example/pay?amount=1000000&memo=rent&code={REDACTED}&sig={REDACTED}&access_token={REDACTED}"
+    )
+    assert redact_url(url) == (
+        f"https://bank.example/pay?amount={REDACTED}&memo={REDACTED}&code={REDACTED}&sig={REDACTED}"
+        f"&access_token={REDACTED}"
+    ), "what an audit row keeps: no query value at all"
+    assert redact_url("https://x.example/?next=sk_live_51HfakeKEY0123456789", query="secret") == (
+        f"https://x.example/?next={REDACTED}"
+    )

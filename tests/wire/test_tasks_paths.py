@@ -128,10 +128,14 @@ async def test_a_body_that_crashes_fails_its_task_with_an_internal_error_naming_
     with app.serving():
         async with app.wire() as wire:
             task_id = (await wire.call_as_task("crash", {}))["taskId"]
-            [accepted] = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.telemetry.calls"]
-            assert accepted.startswith(f"tools/call crash ended: task ({task_id}) after "), "the call's own end"
-            assert accepted.endswith(f"operation {task_id})")
             failed = await until(wire, task_id, "failed", "completed")
+    ended = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.telemetry.calls"]
+    [accepted] = [line for line in ended if "(era task," not in line]
+    assert accepted.startswith(f"tools/call crash ended: task ({task_id}) after "), "the call's own end"
+    assert accepted.endswith(f"operation {task_id})")
+    [background] = [line for line in ended if "(era task," in line]
+    assert background.startswith("tools/call crash ended: error (RuntimeError) after "), "the task body's own end"
+    assert background.endswith(f"(era task, operation {task_id})")
     assert failed["status"] == "failed"
     assert failed["error"] == {"code": -32603, "message": "The tool 'crash' failed unexpectedly"}
     assert "fire" not in str(failed)

@@ -26,6 +26,7 @@ Does not guarantee: that the person read what they approved.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
-from mcp_elicit.model import JSONObject, JSONValue, looks_secret, render_arguments
+from mcp_elicit.model import JSONObject, JSONValue, looks_secret, redact_content, render_arguments
 from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
 from mcp_elicit.printable import printable
 
@@ -72,6 +73,12 @@ ArgumentsCheck = Callable[[Mapping[str, Any]], object]
 Validate = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def is_approval(key: str) -> bool:
+    """Whether a question key is a call's approval (`@approval`, or `@approval#2` asked again): a question that
+    counts only when a person was shown it, so never answered by the model's own arguments or without a round."""
+    return key == APPROVAL_KEY or key.startswith(f"{APPROVAL_KEY}#")
+
+
 class GateRefused(ValueError):
     """A gate that cannot be declared on this tool: said when the tool is registered, naming what and why."""
 
@@ -94,6 +101,8 @@ class Gate:
     def __post_init__(self) -> None:
         if self.when is not None and not callable(self.when):
             raise TypeError("Gate(when=...) takes a function of the call's arguments")
+        if inspect.iscoroutinefunction(self.when):
+            raise TypeError("Gate(when=...) decides at once from the arguments: a plain function, not an async one")
         if isinstance(self.editable, str):
             raise TypeError("Gate(editable=...) takes a list of argument names, not one string")
         editable = tuple(self.editable)
@@ -184,7 +193,8 @@ class GatedTool:
         for name, prop in self.fields.items():
             shown = dict(prop)
             value = arguments.get(name)
-            if value is not None:
+            # The schema is stored with the decision: a value the redaction rule would hide is not prefilled.
+            if value is not None and redact_content({name: value}, query="secret") == {name: value}:
                 shown["default"] = value
             properties[name] = shown
         properties[NOTE_FIELD] = {

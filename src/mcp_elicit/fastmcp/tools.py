@@ -48,7 +48,7 @@ from mcp_elicit.server.eras import Era, era_of
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
-from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.server.runtime import Elicitation, argument_validator, check_gate
 
 __all__ = ["FastMCPFlows", "in_process"]
 
@@ -149,6 +149,7 @@ class FastMCPFlows(Middleware):
         """
         target = self._target(server)
         self.elicitation.check_fallback(fallback)
+        check_gate(gate, fallback)
         if options.get("task"):
             raise ValueError("a flow tool asks through its Flow on the call; it cannot run as a background task")
 
@@ -262,13 +263,7 @@ class _FlowTool:
         """Bind `gate` to this tool's arguments (FastMCP's dependencies are none of them), as validated for it."""
         assert self._arguments_only is not None, "function() first"
         described = SdkTool.from_function(self._arguments_only, name=name)
-        metadata = described.fn_metadata
-
-        def validate(arguments: dict[str, Any]) -> dict[str, Any]:
-            checked = metadata.validate_arguments(arguments)
-            return {key: value for key, value in checked.items() if key != ANSWERS_ARGUMENT}
-
-        self._gated = gate.bind(name, described.parameters, validate)
+        self._gated = gate.bind(name, described.parameters, argument_validator(described))
 
     async def run(self, given: dict[str, Any]) -> Any:
         """One call: the body through the runtime, with FastMCP's dependencies kept out of the request digest."""

@@ -16,10 +16,8 @@ an answer the audit trail keeps as much as anywhere.
 """
 
 import base64
-import collections
 import functools
 import itertools
-import math
 import re
 from collections.abc import Collection, Mapping
 from typing import Final, Literal, TypeAlias
@@ -60,6 +58,13 @@ it (`auth_method`, `auth_type`, `authorization_url`), and inside a word (`author
 _WORD_SPLIT = re.compile(
     r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z]{2})|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])"
 )
+Query: TypeAlias = Literal["every", "secret"]
+"""Which query values of a URL redaction replaces: every one, or only those a secret may be (see `redact_url`)."""
+_SECRET_PARAMETERS: Final = frozenset(
+    {"code", "state", "sig", "key", "nonce", "ticket", "jwt", "assertion", "samlresponse", "samlrequest", "hash"}
+)
+"""Query parameters that carry secrets by protocol (OAuth codes and states, signed-URL signatures, SAML) though
+their names are no secret words."""
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
 """Any URL with an authority, whatever its scheme: a database or broker URL carries its password in user-info."""
 _CREDENTIAL = re.compile(
@@ -69,11 +74,15 @@ _CREDENTIAL = re.compile(
     r"|\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{8,}|\bsk-[A-Za-z0-9_-]{16,}|\bgh[pousr]_[A-Za-z0-9]{20,}"
     r"|\bgithub_pat_[A-Za-z0-9_]{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
     r"|\bAIza[0-9A-Za-z_-]{30,}|\bglpat-[A-Za-z0-9_-]{16,}"
-    r"|(?<![A-Za-z0-9+/=])(?P<run>[A-Za-z0-9+/=]{32,})(?![A-Za-z0-9+/=])"  # a long run: a random key if it reads as one
+    r"|(?<![A-Za-z0-9+/=_-])(?P<run>[A-Za-z0-9+/=_-]{32,})(?![A-Za-z0-9+/=_-])"  # a long run: a key if it reads as one
 )
-_RANDOM_BITS: Final = 4.5
-"""Bits per character from which a long run of letters and digits reads as random rather than as words: a
-generated key of 32 base62 characters has about 5, a long CamelCase name or base64 of English text about 4.3."""
+_WORD: Final = re.compile(r"[a-z]{6,}|[A-Z]{6,}")
+_VOWELS: Final = frozenset("aeiouAEIOU")
+_WORDY_VOWELS: Final = 0.3
+"""A long run reads as words (an identifier, a slug) when it holds a stretch of six letters of one case and at
+least this share of its letters are vowels; a generated key rarely does both (about 1 in 80 of random 32-64
+character base62 or base64url keys, measured), an identifier almost always does (about 40 % of English letters
+are vowels, a fifth of random ones)."""
 
 
 def _words(text: str) -> list[str]:
@@ -123,15 +132,18 @@ def _named_by(word: str, vocabulary: Collection[str]) -> bool:
     return word in vocabulary or (word.endswith("s") and word[:-1] in vocabulary)
 
 
-def redact_content(content: JSONObject, sensitive_fields: tuple[str, ...] = ()) -> JSONObject:
+def redact_content(
+    content: JSONObject, sensitive_fields: tuple[str, ...] = (), *, query: Query = "every"
+) -> JSONObject:
     """The content with secrets replaced: values of sensitive or secret-looking names, credential-shaped keys
-    (a token used as a map's key), and every value's URLs and credential-shaped words."""
+    (a token used as a map's key), and every value's URLs (their query values as `redact_url` says) and
+    credential-shaped words."""
     sensitive = set(sensitive_fields)
     redacted: JSONObject = {}
     for key, value in content.items():
         shown = key if not looks_like_credential(key) else _unused(REDACTED, redacted)
         secret = key in sensitive or looks_secret(key, kind=kind_of(value))
-        redacted[shown] = REDACTED if secret else _redact_value(value)
+        redacted[shown] = REDACTED if secret else _redact_value(value, query)
     return redacted
 
 
@@ -142,32 +154,42 @@ def _unused(key: str, taken: Mapping[str, object]) -> str:
     return candidate
 
 
-def _redact_value(value: JSONValue) -> JSONValue:
+def _redact_value(value: JSONValue, query: Query) -> JSONValue:
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(value, query=query)
     if isinstance(value, dict):
-        return redact_content(value)
+        return redact_content(value, query=query)
     if isinstance(value, list):
-        return [_redact_value(item) for item in value]
+        return [_redact_value(item, query) for item in value]
     return value
 
 
-def redact_url(url: str) -> str:
+def redact_url(url: str, *, query: Query = "every") -> str:
+    """The URL without its user-info and fragment, and with its query values replaced: every one (what an audit
+    row or a log keeps), or with `query="secret"` only those a secret may be (a secret-looking or OAuth-style
+    parameter name, a credential-shaped value), for a person who must see what a call does (an approval)."""
     try:
         parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
         host = parts.hostname or ""
         port = f":{parts.port}" if parts.port else ""
     except ValueError:
         return REDACTED
     if ":" in host:
         host = f"[{host}]"
-    redacted_query = urlencode([(key, REDACTED) for key, _ in query], safe="[]")
-    return urlunsplit((parts.scheme, host + port, parts.path, redacted_query, ""))
+    kept = [
+        (key, value if query == "secret" and not _secret_parameter(key, value) else REDACTED) for key, value in pairs
+    ]
+    return urlunsplit((parts.scheme, host + port, parts.path, urlencode(kept, safe="[]"), ""))
 
 
-def redact_text(text: str) -> str:
-    return _CREDENTIAL.sub(_redacted_credential, _URL.sub(lambda match: redact_url(match.group(0)), text))
+def _secret_parameter(name: str, value: str) -> bool:
+    return looks_secret(name) or name.lower() in _SECRET_PARAMETERS or looks_like_credential(value)
+
+
+def redact_text(text: str, *, query: Query = "every") -> str:
+    redacted = _URL.sub(lambda match: redact_url(match.group(0), query=query), text)
+    return _CREDENTIAL.sub(_redacted_credential, redacted)
 
 
 def looks_like_credential(text: str) -> bool:
@@ -197,8 +219,9 @@ def _is_credential(match: re.Match[str]) -> bool:
 
 
 def _reads_random(run: str) -> bool:
+    """A key rather than words: upper case, lower case and digits mixed, and not read as words (see `_WORD`)."""
     if not (any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run)):
         return False
-    counts = collections.Counter(run)
-    bits = -sum(n / len(run) * math.log2(n / len(run)) for n in counts.values())
-    return bits >= _RANDOM_BITS
+    letters = [c for c in run if c.isalpha()]
+    wordy = _WORD.search(run) is not None and sum(c in _VOWELS for c in letters) >= _WORDY_VOWELS * len(letters)
+    return not wordy

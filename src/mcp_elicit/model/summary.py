@@ -44,10 +44,11 @@ def summarize_call(name: str, arguments: JSONValue) -> str:
 
 def render_arguments(arguments: Mapping[str, JSONValue]) -> list[str]:
     """Every argument on a line of its own, `name: value` with the value as JSON, redacted as `summarize_call`
-    redacts; a value longer than `MAX_RENDERED` says how much of it is not shown. For a question that must show
-    the call it is about in full (an approval), where a summary's shortening would hide what runs."""
+    redacts except for a URL's query values that cannot be secrets (an amount in a payment link stays in view);
+    a value longer than `MAX_RENDERED` says how much of it is not shown. For a question that must show the call
+    it is about in full (an approval), where a summary's shortening would hide what runs."""
     lines = []
-    for key, value in redact_content(dict(arguments)).items():
+    for key, value in redact_content(dict(arguments), query="secret").items():
         text = REDACTED if value == REDACTED else printable(json.dumps(value, ensure_ascii=False))
         if len(text) > MAX_RENDERED:
             text = f"{text[:MAX_RENDERED]}… ({len(text) - MAX_RENDERED} more characters)"

@@ -40,7 +40,7 @@ import anyio.to_thread
 from mcp_types import CreateMessageRequest, CreateMessageResult, ElicitResult, ListRootsRequest, ListRootsResult
 from pydantic import TypeAdapter
 
-from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, Rejected
+from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, Rejected, is_approval
 from mcp_elicit.model import (
     Decision,
     DecisionOrigin,
@@ -784,6 +784,10 @@ class Execution:
             about=self._what_about(),
         )
 
+    def asked(self, key: str) -> bool:
+        """Whether this operation put the question `key` to the person already (in this run or an earlier one)."""
+        return key in self._decisions
+
     def _what_about(self) -> str:
         """What the call is about, rendered once and only when a question is asked: most calls ask nothing."""
         if self._about is None:
@@ -802,7 +806,12 @@ class Execution:
         need = NEED_OF_MODE[decision.mode]
         if self.asker.can(need):
             return await self.asker.ask(self, decision, form)
-        if self.fallback is Fallback.ARGUMENTS and decision.mode is Mode.FORM and form is not None:
+        if (
+            self.fallback is Fallback.ARGUMENTS
+            and decision.mode is Mode.FORM
+            and form is not None
+            and not is_approval(decision.key)  # the model may not approve its own call
+        ):
             supplied = self._argument_answers.get(decision.key)
             if supplied is not None:
                 try:

@@ -55,7 +55,17 @@ from mcp_types import (
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from mcp_elicit.approvals.gate import DISMISSED, EXPIRED, Approved, Gate, GatedTool, Rejected, told_the_model
+from mcp_elicit.approvals.gate import (
+    APPROVAL_KEY,
+    DISMISSED,
+    EXPIRED,
+    Approved,
+    Gate,
+    GatedTool,
+    GateRefused,
+    Rejected,
+    told_the_model,
+)
 from mcp_elicit.model import (
     Decision,
     JSONValue,
@@ -351,6 +361,7 @@ class Elicitation:
         """
         server = self._attached()
         self.check_fallback(fallback)
+        check_gate(gate, fallback)
 
         def register(body: F) -> F:
             check_asks(asks, f"tool {name or body.__name__!r}")
@@ -520,14 +531,8 @@ class Elicitation:
     def _gated_entry(entry: _Entry, gate: Gate, tool: Tool) -> _Entry:
         """The entry with its gate bound to the tool's arguments; it records tool results, what the model is told
         of the approval included."""
-        metadata = tool.fn_metadata
-
-        def validate(arguments: dict[str, Any]) -> dict[str, Any]:
-            checked = metadata.validate_arguments(arguments)
-            return {name: value for name, value in checked.items() if name != ANSWERS_ARGUMENT}
-
-        gated = gate.bind(entry.name, tool.parameters, validate)
-        return replace(entry, gate=gated, result=_CALL_TOOL_RESULT, convert=metadata.convert_result)
+        gated = gate.bind(entry.name, tool.parameters, argument_validator(tool))
+        return replace(entry, gate=gated, result=_CALL_TOOL_RESULT, convert=tool.fn_metadata.convert_result)
 
     def _hear_changes(self) -> None:
         """Wake waiting calls on every change made in this process that they wait on."""
@@ -905,6 +910,7 @@ class Elicitation:
             run.ended()
             return winner
 
+        told: Sequence[str] = ()
         try:
             run.arguments, told = await self._approved(served, run)
             result = await entry.body(
@@ -924,6 +930,8 @@ class Elicitation:
         except ToolError as error:
             await _swallowed(run, writes)
             await end_as(OperationStatus.FAILED, None, str(error))
+            if told and not isinstance(error, _NotApproved):  # what the person changed is why it failed, perhaps
+                raise ToolError(" ".join([*told, str(error)])) from error
             raise
         except (StaleSnapshot, KeyRefused):
             raise
@@ -967,11 +975,17 @@ class Elicitation:
         call's own when no gate applies; as the person approved them when one does, and a `ToolError` saying what
         became of the call when they did not approve it (it then ends unrun)."""
         gated = served.entry.gate
-        if gated is None or not served.gated:
+        # Gated per operation, not per call: once its approval was asked, every call of it waits on the answer,
+        # whatever `when` says now (a `when` that reads the clock or a database must not let a twin run unasked).
+        if gated is None or not (served.gated or run.asked(APPROVAL_KEY)):
             return served.arguments, ()
         answer = await run.approve(gated, _jsonable(served.arguments))
         if isinstance(answer, Approved):
-            return answer.arguments, told_the_model(answer)
+            edited = {edit.name for edit in answer.edits}
+            # An argument the person left alone runs with the call's own value, not one rebuilt from its JSON
+            # (a SecretStr, a datetime with its zone, a model's private state survive that way).
+            kept = {name: value for name, value in served.arguments.items() if name not in edited}
+            return {**answer.arguments, **kept}, told_the_model(answer)
         if isinstance(answer, Rejected | Declined):
             raise _NotApproved(" ".join(told_the_model(answer if isinstance(answer, Rejected) else Rejected())))
         raise _NotApproved(EXPIRED if isinstance(answer, Expired) else DISMISSED)
@@ -1202,6 +1216,27 @@ def _idempotency_key(meta: Any) -> str | None:
 
 class _NotApproved(ToolError):
     """The gated call ends unrun: the person rejected it, dismissed the approval, or nobody answered in time."""
+
+
+def check_gate(gate: Gate | None, fallback: Fallback) -> None:
+    """A gate is answered by a person: never by `elicit_answers`, which the model itself fills in."""
+    if gate is not None and fallback is Fallback.ARGUMENTS:
+        raise GateRefused(
+            "a gated tool cannot take Fallback.ARGUMENTS: the model would approve its own call through "
+            "elicit_answers; use Fallback.WEB (the person approves on the decision page) or Fallback.ERROR"
+        )
+
+
+def argument_validator(tool: Tool) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How a gate checks the arguments a person edited: as the SDK validates the tool's input, `elicit_answers`
+    (never an argument of the body) left out."""
+    metadata = tool.fn_metadata
+
+    def validate(arguments: dict[str, Any]) -> dict[str, Any]:
+        checked = metadata.validate_arguments(arguments)
+        return {name: value for name, value in checked.items() if name != ANSWERS_ARGUMENT}
+
+    return validate
 
 
 def _as_recorded(result: CallToolResult) -> CallToolResult:

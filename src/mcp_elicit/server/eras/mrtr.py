@@ -42,6 +42,7 @@ from mcp_types import (
     InputRequiredResult,
 )
 
+from mcp_elicit.approvals.gate import is_approval
 from mcp_elicit.model import Decision, DecisionStatus, Mode, OperationStatus, Principal
 from mcp_elicit.server.eras import Call, Declared, Need, Target
 from mcp_elicit.server.eras.capabilities import missing_capability
@@ -312,14 +313,14 @@ class MrtrAsker:
         compare-and-set), validated like any answer. The round's state adds no proof that a person saw
         the question (a client could always answer without asking anyone); it stops one round's answers
         from being applied twice, which the compare-and-set does here. A URL consent counts only from a
-        round: it means someone was shown that URL.
+        round: it means someone was shown that URL; so does a call's approval, which must have been shown.
         """
         response = self._responses.get(decision.key)
         if not isinstance(response, ElicitResult):
             return None, ""
         if self._asked.get(decision.key) == decision.elicitation_id:
             return response, "answered"
-        if self._answers_without_state and decision.mode is Mode.FORM:
+        if self._answers_without_state and decision.mode is Mode.FORM and not is_approval(decision.key):
             return response, "answered with the request, without a round's state"
         return None, ""
 

@@ -215,7 +215,9 @@ class Deliverer:
     async def _mail(self, target: Mail, delivery: Delivery) -> str | None:
         try:
             message = target.message(delivery, self.link(delivery))
-            # Abandoned, not awaited, when the attempt runs out of time: the thread ends at its socket's timeout.
+            # Abandoned, not awaited, when the attempt runs out of time. smtplib's timeout bounds each socket
+            # operation, not the session: a server that trickles bytes keeps the abandoned thread (and may take
+            # the message late, beside the retry: the same Message-ID says so) until it closes the connection.
             with anyio.fail_after(self._settings.timeout):
                 refused = await anyio.to_thread.run_sync(
                     target.send, message, self._settings.timeout, abandon_on_cancel=True

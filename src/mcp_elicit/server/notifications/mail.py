@@ -2,7 +2,8 @@
 
 A mail target is delivered by the outbox like a webhook (`mcp_elicit.server.notifications.delivery`): at least once,
 retried with the same backoff, marked dead once the retry policy gives up. Each attempt is one SMTP session in a
-worker thread (the standard library's `smtplib`), bounded by `Notifications.timeout`: STARTTLS (the default) or
+worker thread (the standard library's `smtplib`); the attempt gives up after `Notifications.timeout` (each socket
+operation is bounded by it too, though not the session as a whole: see `delivery`): STARTTLS (the default) or
 implicit TLS, each checking the server's certificate against the system's trust store (`SSL_CERT_FILE` names
 another), or plain SMTP to a loopback relay only; then the login, when a username is given, and the message.
 
