@@ -21,6 +21,8 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.store import GRANT_JOURNAL, GrantEnded, GrantFilter, NotFound, Store
 from tests.helpers.clock import FakeClock
+from tests.helpers.commands import cli
+from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.records import ALICE, ALICE_OTHER_CLIENT, BOB, Records
 
 HOUR = timedelta(hours=1)
@@ -203,3 +205,28 @@ def test_listings_are_keyset_pages_of_what_the_caller_may_see(store: Store, reco
     assert store.grant_page(Operator(), GrantFilter(id_prefix="no such id")).grants == []
     with pytest.raises(ValueError, match="not a cursor of a grant listing"):
         store.grant_page(Operator(), after="yesterday")
+
+
+def test_an_unreadable_grant_is_named_and_hides_no_other(
+    store: Store, store_url: str, records: Records, clock: FakeClock
+) -> None:
+    older = granted(records, tool="backup")
+    clock.advance(timedelta(seconds=1))
+    damaged = granted(records, tool="restart")
+    clock.advance(timedelta(seconds=1))
+    newer = granted(records, tool="deploy")
+    if store_url.startswith("sqlite:"):
+        corrupt(store_url, f"UPDATE elicit_grants SET expires_at = 'never' WHERE grant_id = '{damaged.grant_id}'")
+        column = "expires_at"
+    else:
+        corrupt(store_url, "ALTER TABLE elicit_grants DROP CONSTRAINT elicit_grants_kind_check")
+        corrupt(store_url, f"UPDATE elicit_grants SET kind = 'forever' WHERE grant_id = '{damaged.grant_id}'")
+        column = "kind"
+    page = store.grant_page(Operator())
+    assert [g.grant_id for g in page.grants] == [newer.grant_id, older.grant_id]
+    [row] = page.unreadable
+    assert (row.record, row.row_id, row.column) == ("grant", damaged.grant_id, column)
+    listed = cli("grants", "ls", "--all", "--store", store_url)
+    assert listed.returncode == 2, listed.stderr
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()[1:]] == [newer.grant_id, older.grant_id]
+    assert f"grant {damaged.grant_id}: column {column} holds" in listed.stderr
