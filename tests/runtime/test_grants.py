@@ -8,7 +8,7 @@ records (grants, audit rows) are read through its public API.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +36,8 @@ ALWAYS = timedelta(days=30)
 class Ran:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.meanwhile: list[Callable[[], object]] = []
+        """What happens elsewhere while the next `rotate` runs, before its step: done once."""
 
 
 @pytest.fixture
@@ -58,6 +60,17 @@ def build(runtime: Elicitation, ran: Ran) -> None:
     async def drain(flow: Flow, service: str) -> str:
         ran.calls.append(("drain", {"service": service}))
         return f"drained {service}"
+
+    @runtime.tool(gate=Gate(grants=Grants(session=SESSION)))
+    async def rotate(flow: Flow, key: str) -> str:
+        while ran.meanwhile:
+            ran.meanwhile.pop()()
+
+        def effect() -> str:
+            ran.calls.append(("rotate", {"key": key}))
+            return f"rotated {key}"
+
+        return await flow.step("rotate", effect)
 
     @runtime.tool(gate=Gate(grants=Grants(scope=lambda a: a["missing"])))
     async def scale(flow: Flow, service: str) -> str:
@@ -257,3 +270,16 @@ def test_grants_are_checked_when_declared() -> None:
         Grants(scope="env")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes Grants"):
         Gate(grants=SESSION)  # type: ignore[arg-type]
+
+
+@pytest.mark.elicit_eras("2026-07-28")
+async def test_a_grant_revoked_as_a_call_it_let_through_begins_lets_no_step_run_and_the_call_is_asked(
+    elicit: Harness, elicit_app: Elicitation, ran: Ran
+) -> None:
+    await elicit.call("rotate", {"key": "k1"}, answers=approve(**{GRANT_FIELD: "session"}))
+    [grant] = grants(elicit_app)
+    ran.meanwhile.append(lambda: elicit_app.store.revoke_grant(grant.grant_id, caller=Operator("ops")))
+    called = await elicit.call("rotate", {"key": "k2"}, answers=approve())
+    assert called.text == "rotated k2" and [q.key for q in called.asked] == [APPROVAL_KEY]
+    assert ran.calls == [("rotate", {"key": "k1"}), ("rotate", {"key": "k2"})], "the step ran once, once approved"
+    assert used_by(elicit_app, grant) == [], "the use lost with the commit that found the grant revoked"
