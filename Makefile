@@ -60,6 +60,7 @@ endif
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.commits
+	$(BIN)/python -m bench.grants
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.listing
 	$(BIN)/python -m bench.sweep

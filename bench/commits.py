@@ -11,11 +11,13 @@ Counted below our own code, so the figures are what reaches the database:
 - SQLite: `sqlite3.Connection.set_trace_callback` on every connection the store holds, which SQLite calls for
   each statement it starts. The store's connections are in autocommit mode and commit by executing `COMMIT`,
   a traced statement like any other (on this Python even `Connection.commit()` is, but the store never calls
-  it). A statement is any traced one; a commit is one that starts with COMMIT or END. A connection opened
+  it). A statement is any traced one; a commit is one that starts with COMMIT or END; a read one that starts
+  with SELECT. A connection opened
   while counting would go untraced, so the run stops if the store opens one.
 - PostgreSQL: libpq's protocol trace (`PGconn.trace`) of every connection of the store's two pools (the async
   one its served calls use, the blocking one worker threads use), read back from what the server answered:
-  a statement is a CommandComplete or ErrorResponse, a commit a CommandComplete tagged COMMIT. Pipelined
+  a statement is a CommandComplete or ErrorResponse, a commit a CommandComplete tagged COMMIT, a read one
+  tagged SELECT. Pipelined
   statements (a write's BEGIN sent with its first statement, audit rows and notices with the COMMIT) count
   one each, as the server executes them. A pool that grows while counting stops the run, as above. Not
   traced: the connection listening for other instances' notices, which sends one LISTEN when it connects and
@@ -61,6 +63,8 @@ DESCRIPTION = "Commits and statements per in-process tool call, counted at the d
 class Count:
     statements: int = 0
     commits: int = 0
+    reads: int = 0
+    """SELECT statements: reads on their own and those inside a write (a write's own checks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class Row:
 
 
 _SQLITE_COMMIT = re.compile(r"\s*(COMMIT|END)\b", re.IGNORECASE)
+_SQLITE_SELECT = re.compile(r"\s*SELECT\b", re.IGNORECASE)
 
 
 @contextmanager
@@ -99,6 +104,8 @@ def sqlite_counted(store: SQLiteStore) -> Iterator[Count]:
         count.statements += 1
         if _SQLITE_COMMIT.match(statement):
             count.commits += 1
+        elif _SQLITE_SELECT.match(statement):
+            count.reads += 1
 
     engine = store._engine
     connections = list(engine._connections)
@@ -130,6 +137,7 @@ def pg_traced(connection: psycopg.BaseConnection[Any], count: Count) -> Iterator
             for kind, tag in _PG_ANSWER.findall(file.read().decode("utf-8", "replace")):
                 count.statements += 1
                 count.commits += kind == "CommandComplete" and tag == "COMMIT"
+                count.reads += kind == "CommandComplete" and tag.startswith("SELECT")
 
 
 @asynccontextmanager

@@ -43,6 +43,7 @@ _HOMES: dict[str, str] = {
     # Gating a tool on a person's approval.
     "Gate": "mcp_elicit.approvals",
     "GateRefused": "mcp_elicit.approvals",
+    "Grants": "mcp_elicit.approvals",
     # Hosting a client.
     "ElicitingClient": "mcp_elicit.client",
     "Http": "mcp_elicit.client",
@@ -75,7 +76,7 @@ _HOMES: dict[str, str] = {
 
 if TYPE_CHECKING:
     # What type checkers see; at run time `__getattr__` below imports these on first use.
-    from mcp_elicit.approvals import Gate, GateRefused
+    from mcp_elicit.approvals import Gate, GateRefused, Grants
     from mcp_elicit.client import (
         Accept,
         Cancel,
@@ -143,6 +144,7 @@ __all__ = [
     "FormRequest",
     "Gate",
     "GateRefused",
+    "Grants",
     "Http",
     "IdempotencyKeyConflict",
     "IdentityPolicy",

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mcp_elicit.model import DecisionStatus
+from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import (
     SCHEMA_VERSION,
     Consumption,
@@ -412,7 +412,12 @@ def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: st
         asked = Records(store, clock).form()
     finally:
         store.close()
-    taken_back = ["ALTER TABLE elicit_decisions DROP COLUMN about", "DELETE FROM elicit_schema WHERE version = 8"]
+    taken_back = [
+        "DROP TABLE elicit_grants",
+        "DELETE FROM elicit_schema WHERE version = 9",
+        "ALTER TABLE elicit_decisions DROP COLUMN about",
+        "DELETE FROM elicit_schema WHERE version = 8",
+    ]
     if store_url.startswith("sqlite"):
         with closing(sqlite3.connect(sqlite_path(store_url))) as lite, lite:
             for statement in taken_back:
@@ -423,9 +428,10 @@ def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: st
                 pg.execute(statement)
     store = open_store(store_url, clock=clock)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 8
+        assert store.schema_version() == SCHEMA_VERSION == 9
         before = store.get_decision(asked.elicitation_id, ALICE)
         assert asked.about and before.about == ""
         assert before == dataclasses.replace(asked, about="")
+        assert store.grant_page(Operator()).grants == [], "schema 9 brought the grants' table back, empty"
     finally:
         store.close()

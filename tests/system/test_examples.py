@@ -132,6 +132,27 @@ async def test_approval_gate_runs_what_was_approved_and_small_payments_without_a
     assert question.message.startswith('Approve this call?\n\nTool: pay_invoice\ninvoice: "INV-7"\namount: 1200')
 
 
+async def test_approval_gate_lets_later_orders_from_the_vendor_through_until_revoked(tmp_path: Path) -> None:
+    person = Person([accept(approval_grant="always"), accept()])
+    parameters = stdio("approval_gate.py", tmp_path)
+    store = parameters.env["MCP_ELICIT_STORE"] if parameters.env else ""
+    with anyio.fail_after(TIMEOUT):
+        async with Client(parameters, mode="legacy", elicitation_callback=person) as client:
+            first = await client.call_tool("reorder", {"vendor": "acme", "item": "paper", "boxes": 5})
+            later = await client.call_tool("reorder", {"vendor": "acme", "item": "toner", "boxes": 2})
+            [grant] = json.loads(cli("grants", "ls", "--json", store=store).stdout)
+            revoked = cli("grants", "revoke", grant["grant_id"], "--reason", "budget review", store=store)
+            asked = await client.call_tool("reorder", {"vendor": "acme", "item": "pens", "boxes": 1})
+    told, ordered = (block.text for block in first.content)  # type: ignore[union-attr]
+    assert told.startswith("The user always allows reorder calls with vendor=acme from this app, until ")
+    assert ordered == "ordered 5 boxes of paper from acme"
+    assert text(later) == "ordered 2 boxes of toner from acme"
+    assert (grant["tool"], grant["scope"], grant["kind"]) == ("reorder", "vendor=acme", "always")
+    assert revoked.returncode == 0, revoked.stderr
+    assert text(asked) == "ordered 1 boxes of pens from acme"
+    assert len(person.asked) == 2, "asked for the first order and, once revoked, for the third; not the second"
+
+
 async def test_fastmcp_approval_rejects_with_the_persons_reason(tmp_path: Path) -> None:
     person = Person([accept(approval_reject=True, approval_note="freeze until Monday"), accept(region="us")])
     with anyio.fail_after(TIMEOUT):

@@ -1,4 +1,5 @@
-"""Approvals: gates that let a tool's call run only once a person approved that exact call.
+"""Approvals: gates that let a tool's call run only once a person approved that exact call, or a standing grant
+of theirs covers it.
 
 Built on decisions (an approval is a decision of the call's operation); used by the server's runtime.
 """
@@ -6,6 +7,8 @@ Built on decisions (an approval is a decision of the call's operation); used by 
 from mcp_elicit.approvals.gate import (
     APPROVAL_KEY,
     DEFAULT_APPROVAL_TTL,
+    DEFAULT_SESSION_TTL,
+    GRANT_FIELD,
     NOTE_FIELD,
     REJECT_FIELD,
     Approved,
@@ -13,12 +16,16 @@ from mcp_elicit.approvals.gate import (
     Gate,
     GatedTool,
     GateRefused,
+    GrantOffer,
+    Grants,
     Rejected,
 )
 
 __all__ = [
     "APPROVAL_KEY",
     "DEFAULT_APPROVAL_TTL",
+    "DEFAULT_SESSION_TTL",
+    "GRANT_FIELD",
     "NOTE_FIELD",
     "REJECT_FIELD",
     "Approved",
@@ -26,5 +33,7 @@ __all__ = [
     "Gate",
     "GateRefused",
     "GatedTool",
+    "GrantOffer",
+    "Grants",
     "Rejected",
 ]

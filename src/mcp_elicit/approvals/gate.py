@@ -16,12 +16,17 @@ How MCP's three answers map (the same on every era):
 - the note (`NOTE_FIELD`), with an approval or a rejection: **respond**; the model reads it beside the result.
 - cancel: no decision. Nothing runs, the call ends in an error saying so, and calling the tool again asks again.
 
+With `Gate(grants=Grants(...))` the form also asks how long the approval stands (`GRANT_FIELD`): just this call
+(the default), for this session, or always (see `Grants`). A standing grant lets later calls of the tool from
+the same principal and client (and of the same scope value, when the gate scopes grants) run without asking.
+
 Guarantees: the approval belongs to the call's operation, which is bound to the caller and the digest of the
 call's arguments, so it cannot approve another call; the fields the person can change are the editable ones,
 every other argument is the call's own; an answer that does not fit the form, or edits that the tool's own
 validation refuses, approve nothing. A `when` predicate that raises applies the gate (fails closed).
 
-Does not guarantee: that the person read what they approved.
+Does not guarantee: that the person read what they approved. Nor, for a call a grant let through, that the
+person knows of that call: a grant is their standing approval, until it expires or is revoked.
 """
 
 from __future__ import annotations
@@ -34,13 +39,24 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
-from mcp_elicit.model import JSONObject, JSONValue, looks_secret, redact_content, render_arguments
+from mcp_elicit.model import (
+    Grant,
+    GrantKind,
+    JSONObject,
+    JSONValue,
+    looks_like_credential,
+    looks_secret,
+    redact_content,
+    render_arguments,
+)
 from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
 from mcp_elicit.printable import printable
 
 __all__ = [
     "APPROVAL_KEY",
     "DEFAULT_APPROVAL_TTL",
+    "DEFAULT_SESSION_TTL",
+    "GRANT_FIELD",
     "NOTE_FIELD",
     "REJECT_FIELD",
     "Approved",
@@ -48,6 +64,8 @@ __all__ = [
     "Gate",
     "GateRefused",
     "GatedTool",
+    "GrantOffer",
+    "Grants",
     "Rejected",
 ]
 
@@ -59,7 +77,12 @@ REJECT_FIELD: Final = "approval_reject"
 NOTE_FIELD: Final = "approval_note"
 MAX_NOTE: Final = 1000
 DEFAULT_APPROVAL_TTL: Final = timedelta(hours=1)
-_CONTROLS: Final = frozenset({REJECT_FIELD, NOTE_FIELD})
+GRANT_FIELD: Final = "approval_grant"
+ONCE: Final = "once"
+"""The choice of `GRANT_FIELD` that grants nothing beyond the call: the default."""
+DEFAULT_SESSION_TTL: Final = timedelta(hours=8)
+MAX_SCOPE: Final = 200
+_CONTROLS: Final = frozenset({REJECT_FIELD, NOTE_FIELD, GRANT_FIELD})
 _FORMATS: Final = frozenset({"email", "uri", "date", "date-time"})
 _KEPT: Final = {
     "string": ("minLength", "maxLength"),
@@ -70,6 +93,7 @@ _KEPT: Final = {
 _SHOWN_CHANGE: Final = 120
 
 ArgumentsCheck = Callable[[Mapping[str, Any]], object]
+ScopeOf = Callable[[Mapping[str, Any]], str]
 Validate = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -84,6 +108,88 @@ class GateRefused(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Grants:
+    """What the person may answer besides "just this call": that this app may call the tool without asking again.
+
+    `session`: for this session, this principal and client (the app), for that long (8 hours by default; `None`
+    offers no session grant). `always`: until that long from now, the longest standing approval the author allows
+    (`None`, the default, offers none). A grant covers calls of this tool only, from the same principal and
+    client, and is revocable at once (`mcp-elicit grants revoke`, the inbox).
+
+    `scope` narrows a grant to calls like the approved one: a function of the call's arguments (as the body
+    receives them) to a short text, e.g. `lambda a: f"env={a['env']}"`; a grant then covers only calls whose
+    scope equals the approved call's, and the choices say so. The text is stored and shown: never a secret. A
+    scope that raises, or gives anything but a short printable text, offers no grant for that call and lets
+    none through (it fails closed, asking).
+    """
+
+    session: timedelta | None = DEFAULT_SESSION_TTL
+    always: timedelta | None = None
+    scope: ScopeOf | None = None
+
+    def __post_init__(self) -> None:
+        for name, ttl in (("session", self.session), ("always", self.always)):
+            if ttl is not None and not isinstance(ttl, timedelta):
+                raise TypeError(f"Grants({name}=...) is a timedelta, or None to not offer it")
+            if ttl is not None and ttl <= timedelta(0):
+                raise ValueError(f"Grants({name}=...) needs a positive TTL, got {ttl}")
+        if self.session is None and self.always is None:
+            raise ValueError("Grants() offers nothing with session=None and always=None; leave grants out instead")
+        if self.session is not None and self.always is not None and self.always < self.session:
+            raise ValueError(f"Grants(always={self.always}) is shorter than the session grant ({self.session})")
+        if self.scope is not None and not callable(self.scope):
+            raise TypeError("Grants(scope=...) takes a function of the call's arguments")
+
+    @property
+    def kinds(self) -> tuple[GrantKind, ...]:
+        return tuple(kind for kind, ttl in ((GrantKind.SESSION, self.session), (GrantKind.ALWAYS, self.always)) if ttl)
+
+    def ttl(self, kind: GrantKind) -> timedelta:
+        ttl = self.session if kind is GrantKind.SESSION else self.always
+        if ttl is None:
+            raise ValueError(f"this gate offers no {kind.value} grant")
+        return ttl
+
+    def offer(self, arguments: Mapping[str, Any], tool: str) -> GrantOffer | None:
+        """The grants one call's approval offers, with the call's scope; `None` when its scope cannot be told."""
+        if self.scope is None:
+            return GrantOffer(self, None)
+        try:
+            scope = self.scope(arguments)
+        except Exception as error:  # fails closed: no grant is offered, none lets the call through
+            log.warning("tool %s: the grants' scope= raised %s; no standing grant applies", tool, type(error).__name__)
+            return None
+        if not isinstance(scope, str) or not 0 < len(scope) <= MAX_SCOPE or not scope.isprintable():
+            log.warning("tool %s: the grants' scope= gave no short printable text; no standing grant applies", tool)
+            return None
+        if looks_like_credential(scope):
+            log.warning("tool %s: the grants' scope= gave a credential-shaped text; no standing grant applies", tool)
+            return None
+        return GrantOffer(self, scope)
+
+
+@dataclass(frozen=True, slots=True)
+class GrantOffer:
+    """The standing grants one call's approval offers: its gate's `Grants`, and the scope a grant would have."""
+
+    grants: Grants
+    scope: str | None
+
+    def choices(self, tool: str) -> list[JSONValue]:
+        """The titled choices of `GRANT_FIELD`, "just this call" first; each says what it lets through, for how long."""
+        scoped = f" with {self.scope}" if self.scope is not None else ""
+        choices: list[JSONValue] = [{"const": ONCE, "title": "Just this call"}]
+        for kind in self.grants.kinds:
+            ttl = _duration(self.grants.ttl(kind))
+            if kind is GrantKind.SESSION:
+                title = f"Also {tool} calls{scoped} from this app for this session ({ttl})"
+            else:
+                title = f"Always allow {tool} calls{scoped} from this app (for {ttl})"
+            choices.append({"const": kind.value, "title": title})
+        return choices
+
+
+@dataclass(frozen=True, slots=True)
 class Gate:
     """The tool runs only after a person approved its call (see the module's docstring for what they can do).
 
@@ -91,12 +197,14 @@ class Gate:
     default it always does. `editable` names arguments the person may change before approving: plain strings,
     numbers, integers, booleans or string enums, checked when the tool is registered. `message` heads the
     question (default "Approve this call?"); `ttl` is how long the approval waits before the call ends unrun.
+    `grants` lets the person approve later calls too, for this session or always (see `Grants`).
     """
 
     when: ArgumentsCheck | None = None
     editable: Sequence[str] = ()
     message: str | None = None
     ttl: timedelta = DEFAULT_APPROVAL_TTL
+    grants: Grants | None = None
 
     def __post_init__(self) -> None:
         if self.when is not None and not callable(self.when):
@@ -115,6 +223,8 @@ class Gate:
             raise ValueError("Gate(message=...) is the question's heading; leave it out rather than empty")
         if self.ttl <= timedelta(0):
             raise ValueError(f"an approval needs a positive TTL, got {self.ttl}")
+        if self.grants is not None and not isinstance(self.grants, Grants):
+            raise TypeError("Gate(grants=...) takes Grants(session=..., always=..., scope=...)")
 
     def applies(self, arguments: Mapping[str, Any], tool: str) -> bool:
         if self.when is None:
@@ -161,6 +271,8 @@ class Approved:
     arguments: dict[str, Any]
     edits: tuple[Edit, ...] = ()
     note: str | None = None
+    grant: GrantKind | None = None
+    """The standing grant the person chose besides this call, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +299,9 @@ class GatedTool:
             lines += ["", f"You may change {', '.join(self.fields)} before approving."]
         return "\n".join(lines)
 
-    def schema(self, arguments: Mapping[str, JSONValue]) -> JSONObject:
-        """The approval form: the editable arguments prefilled with the call's values, a note, a box to reject."""
+    def schema(self, arguments: Mapping[str, JSONValue], offer: GrantOffer | None = None) -> JSONObject:
+        """The approval form: the editable arguments prefilled with the call's values, a note, a box to reject, and
+        with `offer`, how long the approval stands."""
         properties: dict[str, JSONValue] = {}
         for name, prop in self.fields.items():
             shown = dict(prop)
@@ -209,6 +322,14 @@ class GatedTool:
             "description": "Nothing runs; your note says why.",
             "default": False,
         }
+        if offer is not None:
+            properties[GRANT_FIELD] = {
+                "type": "string",
+                "title": "Approve",
+                "description": "Later calls you allow here run without asking until then; you can revoke it any time.",
+                "oneOf": offer.choices(self.tool),
+                "default": ONCE,
+            }
         schema: JSONObject = {"type": "object", "properties": properties}
         parse_form(schema)  # the one reader of forms must take what is asked; a bug here fails before asking
         return schema
@@ -228,7 +349,9 @@ class GatedTool:
             if name in content and content[name] != arguments.get(name):
                 merged[name] = content[name]
                 edits.append(Edit(name, arguments.get(name), content[name]))
-        return Approved(self.validate(merged), tuple(edits), note)
+        chosen = content.get(GRANT_FIELD)
+        grant = GrantKind(chosen) if chosen in tuple(GrantKind) else None
+        return Approved(self.validate(merged), tuple(edits), note, grant)
 
     def content(self, answer: Approved | Rejected) -> dict[str, JSONValue]:
         """The answer in its form's shape, as the decision records it (what `read` takes back)."""
@@ -237,6 +360,8 @@ class GatedTool:
             recorded[REJECT_FIELD] = True
         else:
             recorded.update({edit.name: edit.after for edit in answer.edits})
+            if answer.grant is not None:
+                recorded[GRANT_FIELD] = answer.grant.value
         if answer.note:
             recorded[NOTE_FIELD] = answer.note
         return recorded
@@ -255,10 +380,39 @@ def told_the_model(answer: Approved | Rejected) -> list[str]:
     return said
 
 
+def told_of_grant(grant: Grant) -> str:
+    """What the model reads of a standing grant the person gave with their approval."""
+    scoped = f" with {grant.scope}" if grant.scope is not None else ""
+    until = grant.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+    if grant.kind is GrantKind.SESSION:
+        return (
+            f"The user also approved {grant.tool} calls{scoped} from this app for this session, until {until}: "
+            "they run without asking."
+        )
+    return f"The user always allows {grant.tool} calls{scoped} from this app, until {until}: they run without asking."
+
+
+def grant_not_kept(kind: GrantKind, before: str | None, after: str | None) -> str:
+    """What the model reads when the person's edit changed the scope the grant they chose was shown for."""
+    return (
+        f"The user's {kind.value} approval was not kept: their change of the arguments changed the scope it was "
+        f"offered for ({before} → {after}), so later calls are asked again."
+    )
+
+
 DISMISSED: Final = (
     "The approval of this call was dismissed without a decision; nothing ran. Calling the tool again asks again."
 )
 EXPIRED: Final = "Nobody approved this call in time; nothing ran. Calling the tool again asks again."
+
+
+def _duration(ttl: timedelta) -> str:
+    seconds = int(ttl.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds} second{'' if seconds == 1 else 's'}"
 
 
 def _note(value: object) -> str | None:

@@ -21,7 +21,16 @@ from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
-from mcp_elicit.model import AuditEntry, Decision, DecisionStatus, JSONValue, redact_content, redact_url
+from mcp_elicit.model import (
+    AuditEntry,
+    Decision,
+    DecisionStatus,
+    Grant,
+    GrantStatus,
+    JSONValue,
+    redact_content,
+    redact_url,
+)
 from mcp_elicit.printable import hidden, printable
 
 SHORT_ID = 8
@@ -34,9 +43,19 @@ PLAIN_COLUMNS = (
 )  # fmt: skip
 """The fields of `ls` when stdout is not a terminal: a header line of these names, then one line per decision.
 A field added later goes at the end, so a script that cuts fields by number keeps working."""
+GRANT_COLUMNS = (
+    "grant_id", "status", "kind", "tool", "scope", "principal_id", "client_id", "created_at", "expires_at",
+    "revoked_at", "revoked_by", "decision_id",
+)  # fmt: skip
+"""The fields of `grants ls` when stdout is not a terminal, as `PLAIN_COLUMNS` are of decisions."""
 AUDIT_COLUMNS = ("seq", "at", "from_status", "to_status", "actor", "reason", "details")
 """The fields of `audit` when stdout is not a terminal; `details` is compact JSON."""
 
+GRANT_STYLE: dict[GrantStatus, str] = {
+    GrantStatus.ACTIVE: "green",
+    GrantStatus.EXPIRED: "dim",
+    GrantStatus.REVOKED: "magenta",
+}
 STATUS_STYLE: dict[DecisionStatus, str] = {
     DecisionStatus.REQUESTED: "yellow",
     DecisionStatus.ACCEPTED_URL: "yellow",
@@ -263,3 +282,61 @@ def _details(details: dict[str, JSONValue]) -> str:
         printable(f"{name}: {json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value}")
         for name, value in sorted(details.items())
     )
+
+
+def grant_json(grant: Grant, now: datetime) -> dict[str, JSONValue]:
+    """The grant as JSON, with its status at `now` (active, expired, revoked)."""
+    return {
+        "grant_id": grant.grant_id,
+        "status": grant.status(now).value,
+        "kind": grant.kind.value,
+        "tool": grant.tool,
+        "scope": grant.scope,
+        "principal_id": grant.principal_id,
+        "client_id": grant.client_id,
+        "created_at": grant.created_at.isoformat(),
+        "expires_at": grant.expires_at.isoformat(),
+        "revoked_at": None if grant.revoked_at is None else grant.revoked_at.isoformat(),
+        "revoked_by": grant.revoked_by,
+        "decision_id": grant.decision_id,
+    }
+
+
+def grants_table(grants: list[Grant], now: datetime) -> Table:
+    """The grant listing for a person: short ids, what each lets through (tool, scope), for whom, until when."""
+    ids = short_ids([grant.grant_id for grant in grants])
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, expand=True, padding=(0, 1, 0, 0))
+    table.add_column("id", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("until", no_wrap=True)
+    table.add_column("principal", overflow="fold", max_width=16)
+    table.add_column("client", overflow="fold", max_width=16)
+    table.add_column("lets through", overflow="fold", ratio=1)
+    for grant in grants:
+        status = grant.status(now)
+        until = relative(grant.expires_at, now) if status is GrantStatus.ACTIVE else "—"
+        scope = f" with {grant.scope}" if grant.scope is not None else ""
+        table.add_row(
+            Text(ids[grant.grant_id]),
+            Text(status.value, style=GRANT_STYLE[status]),
+            grant.kind.value,
+            until,
+            Text(printable(grant.principal_id)),
+            Text(printable(grant.client_id)),
+            Text.assemble((printable(grant.tool), "bold"), printable(scope)),
+        )
+    return table
+
+
+def grant_plain_lines(grants: list[Grant], now: datetime) -> Iterator[str]:
+    """The grant listing for a pipe: `GRANT_COLUMNS`, tab-separated, one grant a line, as `plain_lines`."""
+    yield "\t".join(GRANT_COLUMNS)
+    for grant in grants:
+        yield plain_line(
+            grant.grant_id, grant.status(now).value, grant.kind.value, grant.tool, grant.scope or "",
+            grant.principal_id, grant.client_id, grant.created_at.isoformat(timespec="seconds"),
+            grant.expires_at.isoformat(timespec="seconds"),
+            "" if grant.revoked_at is None else grant.revoked_at.isoformat(timespec="seconds"), grant.revoked_by or "",
+            grant.decision_id,
+        )  # fmt: skip

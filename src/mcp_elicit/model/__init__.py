@@ -9,6 +9,7 @@ from mcp_elicit.model.decision import (
     new_url_decision,
 )
 from mcp_elicit.model.digest import UnencodableValue, canonical_json, check_encodable, request_digest
+from mcp_elicit.model.grant import Grant, GrantKind, GrantStatus, new_grant
 from mcp_elicit.model.identity import Actor, BrowserUser, Caller, Operator, Principal, System
 from mcp_elicit.model.json import JSONObject, JSONValue
 from mcp_elicit.model.operation import Operation, new_operation
@@ -50,6 +51,9 @@ __all__ = [
     "Decision",
     "DecisionOrigin",
     "DecisionStatus",
+    "Grant",
+    "GrantKind",
+    "GrantStatus",
     "IllegalTransition",
     "JSONObject",
     "JSONValue",
@@ -71,6 +75,7 @@ __all__ = [
     "looks_secret",
     "new_elicitation_id",
     "new_form_decision",
+    "new_grant",
     "new_operation",
     "new_url_decision",
     "redact_content",

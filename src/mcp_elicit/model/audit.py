@@ -11,6 +11,7 @@ class SubjectKind(StrEnum):
     DECISION = "decision"
     OPERATION = "operation"
     VAULT = "vault"
+    GRANT = "grant"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,11 +40,13 @@ import anyio.to_thread
 from mcp_types import CreateMessageRequest, CreateMessageResult, ElicitResult, ListRootsRequest, ListRootsResult
 from pydantic import TypeAdapter
 
-from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, Rejected, is_approval
+from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, GrantOffer, Rejected, is_approval
 from mcp_elicit.model import (
     Decision,
     DecisionOrigin,
     DecisionStatus,
+    Grant,
+    GrantKind,
     JSONObject,
     JSONValue,
     Mode,
@@ -56,6 +58,7 @@ from mcp_elicit.model import (
     check_encodable,
     new_elicitation_id,
     new_form_decision,
+    new_grant,
     new_url_decision,
 )
 from mcp_elicit.server.answers import Accepted, Answer, Cancelled, Completed, Declined, Expired, Failed, UrlAnswer
@@ -66,7 +69,15 @@ from mcp_elicit.server.leases import Kept, Leases
 from mcp_elicit.server.signals import Signal, StaleSnapshot
 from mcp_elicit.server.waiting import Backoff, Wakeups
 from mcp_elicit.server.writes import HeldWrites
-from mcp_elicit.store import Claim, DecisionConflict, DecisionExpired, JournalEntry, StoreError
+from mcp_elicit.store import (
+    GRANT_JOURNAL,
+    Claim,
+    DecisionConflict,
+    DecisionExpired,
+    GrantEnded,
+    JournalEntry,
+    StoreError,
+)
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.telemetry import calls as telemetry
 from mcp_elicit.telemetry.instruments import Ending
@@ -710,18 +721,66 @@ class Execution:
         return Cancelled()
 
     async def approve(
-        self, gated: GatedTool, arguments: dict[str, JSONValue]
+        self, gated: GatedTool, arguments: dict[str, JSONValue], offer: GrantOffer | None = None
     ) -> Approved | Rejected | Declined | Cancelled | Expired:
-        """Put the call to the person for approval, as the gate shows it; what they decided, or how it closed."""
+        """Put the call to the person for approval, as the gate shows it (with `offer`, the standing grants they may
+        give besides); what they decided, or how it closed."""
         form = built_form(
             f"the approval of {gated.tool}",
             APPROVAL_KEY,
-            gated.schema(arguments),
+            gated.schema(arguments, offer),
             lambda content: gated.read(content, arguments),
             gated.content,
         )
         answer = await self.ask_form(gated.message(arguments), form, APPROVAL_KEY, gated.gate.ttl)
         return answer.data if isinstance(answer, Accepted) else answer
+
+    @property
+    def approval(self) -> Decision | None:
+        """The call's approval as this run knows it: the question last asked (an answer that did not fit asks again
+        under the next key), or None when the operation was never asked for one."""
+        asked = [
+            (1 if key == APPROVAL_KEY else int(key.rpartition("#")[2]), decision)
+            for key, decision in self._decisions.items()
+            if key == APPROVAL_KEY or (key.startswith(f"{APPROVAL_KEY}#") and key.rpartition("#")[2].isdigit())
+        ]
+        return max(asked, key=lambda found: found[0])[1] if asked else None
+
+    async def let_through(self, tool: str, scope: str | None) -> bool:
+        """Whether a standing grant lets the call run without asking: the one that let this operation through on an
+        earlier run (its journal says so), or one that covers the call now (one read), whose use is recorded with
+        the call's next commit. That commit fails if the grant was revoked or expired meanwhile, and the run
+        again finds none: the call is asked, and nothing of it ran with a step or was recorded under the grant."""
+        if await self._recorded(GRANT_JOURNAL) is not None:
+            return True
+        grant = await self._store.covering_grant(self.principal, tool, scope)
+        if grant is None:
+            return False
+        store, operation_id, principal, _ = self._ids()
+
+        async def use() -> None:
+            try:
+                await store.grant_used(grant, operation_id, caller=principal)
+            except GrantEnded as ended:
+                raise StaleSnapshot(f"{ended} while a call it let through began") from None
+
+        self._writes.hold(use)
+        return True
+
+    def keep_grant(self, tool: str, kind: GrantKind, ttl: timedelta, scope: str | None) -> Grant:
+        """The standing grant the person gave with the approval this run read, created with the call's next commit;
+        once, however often the call runs (a grant is created once per approving decision). It runs `ttl` from
+        when they approved."""
+        decision = self.approval
+        if decision is None or decision.status is not DecisionStatus.ACCEPTED:
+            raise RuntimeError("a grant is kept only beside the accepted approval it comes from")
+        grant = new_grant(
+            self.principal, tool=tool, scope=scope, kind=kind, decision_id=decision.elicitation_id,
+            approved_at=decision.updated_at, ttl=ttl,
+        )  # fmt: skip
+        store = self._store
+        self._writes.hold(lambda: store.create_grant(grant))
+        return grant
 
     async def ask_url(self, message: str, name: str, ttl: timedelta, resume: ResumePolicy) -> UrlAnswer:
         if self._settings.decision_url is None:

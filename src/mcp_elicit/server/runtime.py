@@ -63,7 +63,10 @@ from mcp_elicit.approvals.gate import (
     Gate,
     GatedTool,
     GateRefused,
+    GrantOffer,
     Rejected,
+    grant_not_kept,
+    told_of_grant,
     told_the_model,
 )
 from mcp_elicit.model import (
@@ -972,20 +975,25 @@ class Elicitation:
 
     async def _approved(self, served: _ServedCall, run: Execution) -> tuple[dict[str, Any], Sequence[str]]:
         """The arguments the body runs with, and what the model is told of their approval besides the result: the
-        call's own when no gate applies; as the person approved them when one does, and a `ToolError` saying what
+        call's own when no gate applies, or when a standing grant of the person's covers the call (its use audited
+        with the call's first commit); as the person approved them when one does, and a `ToolError` saying what
         became of the call when they did not approve it (it then ends unrun)."""
         gated = served.entry.gate
         # Gated per operation, not per call: once its approval was asked, every call of it waits on the answer,
         # whatever `when` says now (a `when` that reads the clock or a database must not let a twin run unasked).
         if gated is None or not (served.gated or run.asked(APPROVAL_KEY)):
             return served.arguments, ()
-        answer = await run.approve(gated, _jsonable(served.arguments))
+        grants = gated.gate.grants
+        offer = None if grants is None else grants.offer(served.arguments, gated.tool)
+        if offer is not None and run.approval is None and await run.let_through(gated.tool, offer.scope):
+            return served.arguments, ()
+        answer = await run.approve(gated, _jsonable(served.arguments), offer)
         if isinstance(answer, Approved):
             edited = {edit.name for edit in answer.edits}
             # An argument the person left alone runs with the call's own value, not one rebuilt from its JSON
             # (a SecretStr, a datetime with its zone, a model's private state survive that way).
             kept = {name: value for name, value in served.arguments.items() if name not in edited}
-            return {**answer.arguments, **kept}, told_the_model(answer)
+            return {**answer.arguments, **kept}, [*told_the_model(answer), *_standing(run, gated, offer, answer)]
         if isinstance(answer, Rejected | Declined):
             raise _NotApproved(" ".join(told_the_model(answer if isinstance(answer, Rejected) else Rejected())))
         raise _NotApproved(EXPIRED if isinstance(answer, Expired) else DISMISSED)
@@ -1241,6 +1249,19 @@ def argument_validator(tool: Tool) -> Callable[[dict[str, Any]], dict[str, Any]]
 
 def _as_recorded(result: CallToolResult) -> CallToolResult:
     return result
+
+
+def _standing(run: Execution, gated: GatedTool, offer: GrantOffer | None, answer: Approved) -> list[str]:
+    """Keep the standing grant the person gave with their approval, if the gate still offers it; what the model is
+    told of it. An edit that changed the call's scope keeps none: the person chose it for the scope they were shown."""
+    if answer.grant is None or offer is None or answer.grant not in offer.grants.kinds:
+        return []
+    if offer.grants.scope is not None:
+        approved = offer.grants.offer(answer.arguments, gated.tool)
+        if approved is None or approved.scope != offer.scope:
+            return [grant_not_kept(answer.grant, offer.scope, None if approved is None else approved.scope)]
+    grant = run.keep_grant(gated.tool, answer.grant, offer.grants.ttl(answer.grant), offer.scope)
+    return [told_of_grant(grant)]
 
 
 def _gated(entry: _Entry, arguments: dict[str, Any]) -> bool:

@@ -1,4 +1,5 @@
-"""Durable storage of operations, decisions, their journal, audit trail, single-use tokens and sealed vault blobs."""
+"""Durable storage of operations, decisions, their journal, standing grants, audit trail, single-use tokens and
+sealed vault blobs."""
 
 from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._sweep import SWEEP_BATCH
@@ -6,6 +7,7 @@ from mcp_elicit.store.errors import (
     AlreadyExists,
     DecisionConflict,
     DecisionExpired,
+    GrantEnded,
     IdempotencyKeyConflict,
     LeaseLost,
     MigrationPending,
@@ -26,12 +28,15 @@ from mcp_elicit.store.errors import (
 )
 from mcp_elicit.store.migrations import SCHEMA_VERSION, schema_statements
 from mcp_elicit.store.protocol import (
+    GRANT_JOURNAL,
     OPERATION_DECISIONS_READ,
     Claim,
     Clock,
     Consumption,
     DecisionFilter,
     DecisionPage,
+    GrantFilter,
+    GrantPage,
     JournalEntry,
     OperationRecords,
     OperationStart,
@@ -42,6 +47,7 @@ from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url,
 
 __all__ = [
     "ENV_VAR",
+    "GRANT_JOURNAL",
     "OPERATION_DECISIONS_READ",
     "SCHEMA_VERSION",
     "SWEEP_BATCH",
@@ -53,6 +59,9 @@ __all__ = [
     "DecisionExpired",
     "DecisionFilter",
     "DecisionPage",
+    "GrantEnded",
+    "GrantFilter",
+    "GrantPage",
     "IdempotencyKeyConflict",
     "JournalEntry",
     "LeaseLost",

@@ -16,6 +16,7 @@ from mcp_elicit.model import (
     Caller,
     Decision,
     DecisionStatus,
+    Grant,
     JSONObject,
     JSONValue,
     Operation,
@@ -31,6 +32,8 @@ from mcp_elicit.store.protocol import (
     DecisionPage,
     Delivery,
     DeliveryState,
+    GrantFilter,
+    GrantPage,
     JournalEntry,
     NotificationEvent,
     OperationRecords,
@@ -195,7 +198,7 @@ class Store(StoreBase):
     def audit_trail(
         self, subject_id: str, caller: Caller, *, on_unreadable: Callable[[UnreadableRow], None] | None = None
     ) -> list[AuditEntry]:
-        """Every audit row of a decision or an operation the caller may see, oldest first.
+        """Every audit row of a decision, an operation or a grant the caller may see, oldest first.
 
         An unreadable row raises `UnreadableRow`, or with `on_unreadable` is handed there and left out, as
         in `list_decisions`.
@@ -256,6 +259,40 @@ class Store(StoreBase):
     def release_claim(self, operation_id: str, name: str, *, caller: Principal, holder: str | None = None) -> None:
         """Drop the claim (only `holder`'s, when given) and tell waiters on the operation."""
         self._run(lambda core: core.release_claim(operation_id, name, caller=caller, holder=holder))
+
+    def create_grant(self, grant: Grant) -> Grant:
+        """Store the grant an accepted approval created, audited as `active`; the grant stored already when that
+        approval created one before (a call run again creates nothing twice). `NotFound` unless the grant's
+        decision is an accepted one of the grant's principal and client."""
+        return self._run(lambda core: core.create_grant(grant))
+
+    def covering_grant(self, caller: Principal, tool: str, scope: str | None) -> Grant | None:
+        """The grant that lets the caller's call of `tool` run without asking now (by the store's clock), if any:
+        the caller's own (principal and client), of that tool and scope value (`None`: an unscoped grant), neither
+        revoked nor expired. One read."""
+        return self._run(lambda core: core.covering_grant(caller, tool, scope))
+
+    def grant_used(self, grant: Grant, operation_id: str, *, caller: Principal) -> bool:
+        """Record that `grant` let the caller's operation run: its journal entry `GRANT_JOURNAL` and an audit row
+        under the grant naming the operation, both once per operation (False when recorded before). Only while
+        the grant still covers calls: else `GrantEnded`, and nothing is written."""
+        return self._run(lambda core: core.grant_used(grant, operation_id, caller=caller))
+
+    def get_grant(self, grant_id: str, caller: Caller) -> Grant:
+        return self._run(lambda core: core.get_grant(grant_id, caller))
+
+    def grant_page(
+        self, caller: Caller, where: GrantFilter | None = None, *, after: str | None = None, limit: int = 100
+    ) -> GrantPage:
+        """Up to `limit` grants visible to the caller, newest first (ties by id), past the cursor `after`: keyset
+        pages, as `decision_page`. An `Operator` sees everyone's, a `BrowserUser` their own of every client."""
+        return self._run(lambda core: core.grant_page(caller, where, after=after, limit=limit))
+
+    def revoke_grant(self, grant_id: str, *, caller: Caller, reason: str = "") -> Grant:
+        """Revoke a grant the caller may see, by compare-and-set: it covers no call from this commit on. Audited
+        with the caller as actor and `reason`. `GrantEnded` when it was revoked before or has expired (nothing
+        changes); `NotFound` for another person's grant, exactly as for a missing one."""
+        return self._run(lambda core: core.revoke_grant(grant_id, caller=caller, reason=reason))
 
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""

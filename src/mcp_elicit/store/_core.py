@@ -441,11 +441,12 @@ class Core(ABC):
         async with self._read() as tx:
             visible = await tx.one(
                 f"SELECT 1 FROM elicit_decisions WHERE elicitation_id = %s{where}"
-                f" UNION ALL SELECT 1 FROM elicit_operations WHERE operation_id = %s{where}",
-                (subject_id, *params, subject_id, *params),
+                f" UNION ALL SELECT 1 FROM elicit_operations WHERE operation_id = %s{where}"
+                f" UNION ALL SELECT 1 FROM elicit_grants WHERE grant_id = %s{where}",
+                (subject_id, *params, subject_id, *params, subject_id, *params),
             )
             if visible is None:
-                raise NotFound(f"no decision or operation {subject_id}")
+                raise NotFound(f"no decision, operation or grant {subject_id}")
             unit = _unit_of(tx)
             if unit is not None:
                 _write_audits(unit)  # held back by the engine, they go out ahead of the read

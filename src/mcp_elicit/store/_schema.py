@@ -278,7 +278,30 @@ _V8 = """
 ALTER TABLE elicit_decisions ADD COLUMN about TEXT NOT NULL DEFAULT ''
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# Standing grants: a person's approval of one tool's later calls from one app (principal and client), for a while,
+# optionally narrowed to one scope value of the gate's. One grant per approving decision at most. A revoked grant
+# keeps its row (when, by whom), so the audit rows of the calls it let through still name it. A call looks up
+# the grant covering it among the unrevoked rows of its principal, client and tool: the partial index's range.
+_V9 = """
+CREATE TABLE elicit_grants (
+    grant_id TEXT NOT NULL PRIMARY KEY,
+    principal_id TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    scope TEXT,
+    kind TEXT NOT NULL CHECK (kind IN ('session', 'always')),
+    decision_id TEXT NOT NULL UNIQUE,
+    created_at {time} NOT NULL,
+    expires_at {time} NOT NULL,
+    revoked_at {time},
+    revoked_by TEXT
+);
+CREATE INDEX elicit_grants_covering ON elicit_grants (principal_id, client_id, tool, expires_at)
+    WHERE revoked_at IS NULL;
+CREATE INDEX elicit_grants_newest ON elicit_grants (created_at DESC, grant_id)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 LATEST_VERSION = len(MIGRATIONS)
 
 

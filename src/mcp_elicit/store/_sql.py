@@ -6,13 +6,14 @@ matches no row, a second read in the same transaction says why (missing, someone
 overdue), and an overdue record is expired right there so a late signal can never wake it.
 
 `SQLCore` composes one class per aggregate, each in its own module so that one can be read alone:
-`_operations`, `_decisions`, `_journal` (and claims), `_tokens` (and OAuth clients), `_vault`, `_outbox`
+`_operations`, `_decisions`, `_journal` (and claims), `_grants`, `_tokens` (and OAuth clients), `_vault`, `_outbox`
 and `_sweep`, over the pieces they share in `_core` and the engine interface in `_engine`.
 """
 
 from __future__ import annotations
 
 from mcp_elicit.store._decisions import DecisionsCore
+from mcp_elicit.store._grants import GrantsCore
 from mcp_elicit.store._journal import JournalCore
 from mcp_elicit.store._operations import OperationsCore
 from mcp_elicit.store._outbox import OutboxCore
@@ -21,7 +22,7 @@ from mcp_elicit.store._tokens import TokensCore
 from mcp_elicit.store._vault import VaultCore
 
 
-class SQLCore(OperationsCore, DecisionsCore, JournalCore, TokensCore, VaultCore, OutboxCore, SweepCore):
+class SQLCore(OperationsCore, DecisionsCore, JournalCore, GrantsCore, TokensCore, VaultCore, OutboxCore, SweepCore):
     """The store's logic, once, as coroutines; an engine supplies transactions and value codecs.
 
     The `Store` a caller holds runs these on an engine that never waits; an engine with an async driver

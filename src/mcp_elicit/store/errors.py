@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from mcp_elicit.model import Decision, Operation
+    from mcp_elicit.model import Decision, Grant, Operation
 
 
 class StoreError(Exception):
@@ -203,3 +203,18 @@ class OperationExpired(RecordExpired):
     def __init__(self, current: Operation, attempted: str) -> None:
         self.current = current
         super().__init__(current.operation_id, current.expires_at, attempted)
+
+
+class GrantEnded(StoreError):
+    """The grant was revoked or has expired: it covers no call, and revoking it again changes nothing.
+
+    `current` is the grant as stored; `how` says when it ended, and by whom for a revocation.
+    """
+
+    def __init__(self, current: Grant) -> None:
+        self.current = current
+        if current.revoked_at is not None:
+            self.how = f"was revoked at {current.revoked_at.isoformat(timespec='seconds')} by {current.revoked_by}"
+        else:
+            self.how = f"expired at {current.expires_at.isoformat(timespec='seconds')}"
+        super().__init__(f"grant {current.grant_id} {self.how}")

@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operation
+from mcp_elicit.model import Decision, DecisionStatus, Grant, JSONValue, Operation
 from mcp_elicit.store.errors import UnreadableRow
 
 Clock = Callable[[], datetime]
@@ -130,6 +130,37 @@ class DecisionPage:
     @property
     def rows(self) -> int:
         return len(self.decisions) + len(self.unreadable)
+
+
+@dataclass(frozen=True, slots=True)
+class GrantFilter:
+    """Which grants a listing covers; a field left `None` (or `False`) does not narrow it.
+
+    `active` keeps only the grants that cover calls now, by the store's clock (neither revoked nor expired);
+    `id_prefix` only the ids that start with it (a text that cannot start an id matches none).
+    """
+
+    principal_id: str | None = None
+    active: bool = False
+    id_prefix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GrantPage:
+    """One page of a grant listing, newest first, as `DecisionPage` is of decisions."""
+
+    grants: list[Grant]
+    unreadable: list[UnreadableRow]
+    after: str | None
+
+    @property
+    def rows(self) -> int:
+        return len(self.grants) + len(self.unreadable)
+
+
+GRANT_JOURNAL = "mcp-elicit/grant"
+"""The journal entry of an operation a standing grant let through (its value, the grant's id): written with the
+audit row of that use, once per operation, so a run of the same operation after it needs neither."""
 
 
 class NotificationEvent(StrEnum):

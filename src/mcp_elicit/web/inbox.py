@@ -18,6 +18,11 @@ audited as `operator:<principal>` with the reason given. Listings are keyset pag
 stored row that cannot be read hides nothing else: an unreadable decision is left out, an unreadable
 operation shows its decisions as asked by "a tool", the page says so and the log names the rows.
 
+The inbox also lists the person's standing grants that still let calls through (an operator's: everyone's), each
+with a Revoke button: a POST with the pages' CSRF token for that grant, audited as `browser:<principal>` (their
+own) or `operator:<principal>` (another person's), effective for the next call the grant would have covered. A
+revocation posted without the person's token for that grant, or for a grant they may not revoke, changes nothing.
+
 Does not guarantee: that an operator is who the configuration says (operators are principals of the same
 sign-in), nor that a decision shown is still waiting when the person acts: a move that lost the race says
 where the decision went instead.
@@ -37,18 +42,29 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator
+from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Grant, GrantKind, Mode, Operator
 from mcp_elicit.model.form_schema import UnsupportedSchema, parse_form
-from mcp_elicit.store import DecisionConflict, DecisionExpired, DecisionFilter, DecisionPage, NotFound, UnreadableRow
+from mcp_elicit.store import (
+    DecisionConflict,
+    DecisionExpired,
+    DecisionFilter,
+    DecisionPage,
+    GrantEnded,
+    GrantFilter,
+    GrantPage,
+    NotFound,
+    UnreadableRow,
+)
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.pages import UrlPages
 
-__all__ = ["INBOX_PATH", "MAX_REASON", "DecisionInbox", "InboxSettings"]
+__all__ = ["GRANTS_PATH", "INBOX_PATH", "MAX_REASON", "DecisionInbox", "InboxSettings"]
 
 log = logging.getLogger(__name__)
 
 INBOX_PATH: Final = "/inbox"
+GRANTS_PATH: Final = f"{INBOX_PATH}/grants"
 MAX_REASON: Final = 300
 """At most this many characters of an operator's reason for cancelling reach the audit."""
 MAX_PAGE_SIZE: Final = 100
@@ -59,7 +75,9 @@ _DONE: Final = {
     "declined": "Declined. The tool learns that you said no.",
     "cancelled": "Cancelled. The tool learns that the question was dismissed without an answer.",
     "cancelled-for": "Cancelled. The tool learns it was dismissed; your reason is in the audit.",
+    "revoked": "Revoked. The calls it let through are asked again from now on.",
 }
+_KIND: Final = {GrantKind.SESSION: "For a session", GrantKind.ALWAYS: "Always"}
 
 Action = Literal["decline", "cancel"]
 
@@ -106,6 +124,8 @@ class DecisionInbox:
             Route(INBOX_PATH, guard(self.show), methods=["GET"], name="elicit-inbox"),
             Route(f"{item}/decline", guard(self.decline), methods=["POST"], name="elicit-decline"),
             Route(f"{item}/cancel", guard(self.cancel), methods=["POST"], name="elicit-cancel"),
+            Route(GRANTS_PATH, guard(self.show_grants), methods=["GET"], name="elicit-grants"),
+            Route(f"{GRANTS_PATH}/{{grant_id}}/revoke", guard(self.revoke), methods=["POST"], name="elicit-revoke"),
         ]
 
     def is_operator(self, principal: str) -> bool:
@@ -145,9 +165,34 @@ class DecisionInbox:
             entries.append(_Entry(decision, tools[decision.operation_id], clients[decision.client_id], own))
         for row in unreadable:
             log.warning("the inbox left out a row it cannot read: %s", row)
-        return self._listing(
+        body = self._listing(
             principal, entries, listed, unreadable, first=after is None, done=request.query_params.get("done")
         )
+        if after is None:
+            granted = await self._store.grant_page(caller, GrantFilter(active=True), limit=self._settings.page_size)
+            for row in granted.unreadable:
+                log.warning("the inbox left out a grant it cannot read: %s", row)
+            body += "\n" + await self._grants_section(granted, principal, more=True)
+        return page(f"{self._title}: {self._heading(principal).lower()}", body, server=self._title)
+
+    async def show_grants(self, request: Request) -> Response:
+        """`GET /inbox/grants`: every page of the person's standing grants (an operator's: everyone's)."""
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        caller = Operator(principal) if self.is_operator(principal) else BrowserUser(principal)
+        after = request.query_params.get("after") or None
+        try:
+            granted = await self._store.grant_page(
+                caller, GrantFilter(active=True), after=after, limit=self._settings.page_size
+            )
+        except ValueError:
+            return self._pages.message("This inbox link is not valid", "Open your inbox from its first page.", 400)
+        for row in granted.unreadable:
+            log.warning("the inbox left out a grant it cannot read: %s", row)
+        back = f'<p><a href="{INBOX_PATH}">Back to the inbox</a></p>'
+        section = await self._grants_section(granted, principal, more=False, first=after is None)
+        return page(f"{self._title}: standing approvals", back + section, server=self._title)
 
     async def _tool_of(
         self, decision: Decision, caller: BrowserUser | Operator, on_unreadable: Callable[[UnreadableRow], None]
@@ -171,9 +216,9 @@ class DecisionInbox:
         *,
         first: bool,
         done: str | None,
-    ) -> Response:
+    ) -> str:
         operator = self.is_operator(principal)
-        heading = "Decisions waiting for anyone" if operator else "Decisions waiting for you"
+        heading = self._heading(principal)
         role = " You are an operator: you see everyone's and may cancel them." if operator else ""
         parts = [
             f"<h1>{text(heading)}</h1>",
@@ -195,7 +240,56 @@ class DecisionInbox:
             pager.append(f'<a href="{INBOX_PATH}?{text(more)}" rel="next">More</a>')
         if pager:
             parts.append(f'<nav class="pager" aria-label="Pages">{"".join(pager)}</nav>')
-        return page(f"{self._title}: {heading.lower()}", "\n".join(parts), server=self._title)
+        return "\n".join(parts)
+
+    def _heading(self, principal: str) -> str:
+        return "Decisions waiting for anyone" if self.is_operator(principal) else "Decisions waiting for you"
+
+    async def _grants_section(self, granted: GrantPage, principal: str, *, more: bool, first: bool = True) -> str:
+        """The standing grants of one page: what each lets through, from which app, until when, and a Revoke button.
+        `more`: the inbox's own short list, which links to the grants' pages when more follow."""
+        operator = self.is_operator(principal)
+        heading = "Everyone's standing approvals" if operator else "Your standing approvals"
+        parts = [
+            f'<h2 id="grants">{text(heading)}</h2>',
+            '<p class="muted">Calls these let through run without asking you. Revoke one to be asked again.</p>',
+        ]
+        if granted.unreadable:
+            count = len(granted.unreadable)
+            parts.append(f'<p class="error">{count} could not be read and {"is" if count == 1 else "are"} left out. '
+                         "The server's log says which.</p>")  # fmt: skip
+        clients: dict[str, str] = {}
+        for grant in granted.grants:
+            if grant.client_id not in clients:
+                clients[grant.client_id] = await self._pages.client_label(grant.client_id)
+            parts.append(self._grant_entry(grant, principal, clients[grant.client_id]))
+        if not granted.grants and not granted.unreadable:
+            parts.append(f'<p class="muted">{"None." if first else "No more."}</p>')
+        pager = []
+        if not more and not first:
+            pager.append(f'<a href="{GRANTS_PATH}">First page</a>')
+        if granted.after is not None:
+            link = f"{GRANTS_PATH}?{urlencode({'after': granted.after})}"
+            pager.append(f'<a href="{text(link)}" rel="next">{"All standing approvals" if more else "More"}</a>')
+        if pager:
+            parts.append(f'<nav class="pager" aria-label="Pages of standing approvals">{"".join(pager)}</nav>')
+        return "\n".join(parts)
+
+    def _grant_entry(self, grant: Grant, principal: str, client: str) -> str:
+        ident = text(grant.grant_id)
+        token = text(self._pages.form_token(_grant_subject(grant.grant_id), principal))
+        scope = f" with {grant.scope}" if grant.scope is not None else ""
+        shown = [("Tool", text(grant.tool)), ("Kind", text(_KIND[grant.kind])), ("Client", client)]
+        if grant.principal_id != principal:
+            shown.append(("For", text(self._pages.who(grant.principal_id))))
+        shown += [("Approved", text(_when(grant.created_at))), ("Until", text(_when(grant.expires_at)))]
+        facts = "<dl>\n" + "\n".join(f"<dt>{term}</dt><dd>{value}</dd>" for term, value in shown) + "\n</dl>"
+        return f"""<section class="entry grant" aria-labelledby="grant-{ident}">
+<h3 id="grant-{ident}">{text(grant.tool)} calls{text(scope)} run without asking</h3>
+{facts}
+<form class="actions" method="post" action="{GRANTS_PATH}/{ident}/revoke">
+<input type="hidden" name="csrf" value="{token}"><button type="submit">Revoke</button></form>
+</section>"""
 
     def _entry(self, entry: _Entry, principal: str, *, reason: str = "", problem: str | None = None) -> str:
         decision = entry.decision
@@ -348,6 +442,43 @@ class DecisionInbox:
             return decision
         return await self._store.expire_if_overdue(decision.elicitation_id, caller, reason="acted on after the TTL")
 
+    async def revoke(self, request: Request) -> Response:
+        """`POST /inbox/grants/{id}/revoke`: the person revokes their grant, or an operator another person's."""
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        grant_id = str(request.path_params["grant_id"])
+        form = await request.form()
+        # The token first: a forged or replayed-elsewhere form writes nothing.
+        expected = self._pages.form_token(_grant_subject(grant_id), principal)
+        if not hmac.compare_digest(str(form.get("csrf", "")), expected):
+            return self._pages.message("This form has expired", "Reload your inbox and try again.", 403)
+        gone = self._pages.message(
+            "Not in your inbox", "No standing approval of yours has this id. Nothing changed.", 404
+        )
+        if not 0 < len(grant_id) <= _MAX_ID:
+            return gone
+        caller: BrowserUser | Operator = BrowserUser(principal)
+        try:
+            await self._store.get_grant(grant_id, caller)
+        except NotFound:
+            if not self.is_operator(principal):
+                log.warning("grant %s: an inbox revocation by someone it is not theirs to revoke was refused", grant_id)
+                return gone
+            caller = Operator(principal)
+        reason = "revoked in the inbox" if isinstance(caller, BrowserUser) else "revoked by an operator in the inbox"
+        try:
+            await self._store.revoke_grant(grant_id, caller=caller, reason=reason)
+        except NotFound:
+            return gone
+        except GrantEnded as ended:
+            return self._pages.message("This standing approval already ended", f"It {ended.how}. Nothing changed.", 409)
+        except UnreadableRow as row:
+            log.error("an inbox revocation of grant %s stopped at a row it cannot read: %s", grant_id, row)
+            damaged = "Its stored record is damaged; the server's log says how. Nothing changed."
+            return self._pages.message("This standing approval could not be read", damaged, 500)
+        return RedirectResponse(f"{INBOX_PATH}?done=revoked", 303)
+
     def _ended(self, decision: Decision) -> Response:
         if decision.status is DecisionStatus.EXPIRED:
             return self._pages.message(
@@ -361,6 +492,15 @@ class DecisionInbox:
             DecisionStatus.EXTERNAL_FAILED: "Its step failed.",
         }.get(decision.status, "It moved on meanwhile.")
         return self._pages.message("This decision is no longer waiting", f"{said} Nothing changed.", 409)
+
+
+def _grant_subject(grant_id: str) -> str:
+    """What a grant's CSRF token is bound to: never a decision's id, so no decision form's token revokes a grant."""
+    return f"grant:{grant_id}"
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _logged(row: UnreadableRow) -> None:
