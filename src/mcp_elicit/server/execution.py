@@ -843,10 +843,6 @@ class Execution:
             about=self._what_about(),
         )
 
-    def asked(self, key: str) -> bool:
-        """Whether this operation put the question `key` to the person already (in this run or an earlier one)."""
-        return key in self._decisions
-
     def _what_about(self) -> str:
         """What the call is about, rendered once and only when a question is asked: most calls ask nothing."""
         if self._about is None:

@@ -56,7 +56,6 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from mcp_elicit.approvals.gate import (
-    APPROVAL_KEY,
     DISMISSED,
     EXPIRED,
     Approved,
@@ -981,7 +980,7 @@ class Elicitation:
         gated = served.entry.gate
         # Gated per operation, not per call: once its approval was asked, every call of it waits on the answer,
         # whatever `when` says now (a `when` that reads the clock or a database must not let a twin run unasked).
-        if gated is None or not (served.gated or run.asked(APPROVAL_KEY)):
+        if gated is None or not (served.gated or run.approval is not None):
             return served.arguments, ()
         grants = gated.gate.grants
         offer = None if grants is None else grants.offer(served.arguments, gated.tool)

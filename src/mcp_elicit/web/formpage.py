@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_elicit.model import JSONValue
@@ -231,6 +231,13 @@ def _input_name(field: Field) -> str:
 def posted_values(form: Form, getlist: Any) -> dict[str, list[str]]:
     """The posted strings of each field, from a form's `getlist` (uploads and unknown names ignored)."""
     return {f.name: [v for v in getlist(_input_name(f)) if isinstance(v, str)] for f in form.fields}
+
+
+def unknown_fields(form: Form, names: Iterable[str]) -> list[str]:
+    """The posted field names the page never showed: a post that carries one was not made from the page (a
+    forged or replayed answer adding, say, an argument an approval does not let anyone change)."""
+    shown = {_input_name(field) for field in form.fields}
+    return sorted({name for name in names if name.startswith(FIELD_PREFIX) and name not in shown})
 
 
 def read_answer(form: Form, posted: Mapping[str, Sequence[str]]) -> tuple[dict[str, JSONValue], dict[str, list[str]]]:

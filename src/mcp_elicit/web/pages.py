@@ -65,7 +65,7 @@ from mcp_elicit.store import (
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.authserver import SignOutForm
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
-from mcp_elicit.web.formpage import posted_values, read_answer, render
+from mcp_elicit.web.formpage import FIELD_PREFIX, posted_values, read_answer, render, unknown_fields
 from mcp_elicit.web.html import client_name, page, text
 from mcp_elicit.web.vault import Vault
 
@@ -436,6 +436,15 @@ class UrlPages:
                     asked = parse_form(decision.requested_schema)
                 except UnsupportedSchema:
                     return await self._form_page(decision, principal)
+                unknown = unknown_fields(asked, form.keys())
+                if unknown:
+                    log.warning("decision %s: a post carried fields the page has not: %s", decision.elicitation_id,
+                                ", ".join(name.removeprefix(FIELD_PREFIX)[:40] for name in unknown[:5]))  # fmt: skip
+                    return self._message(
+                        "This form was not sent as the page showed it",
+                        "It carries fields the question does not have. Nothing was recorded; reload the page.",
+                        400,
+                    )
                 values = posted_values(asked, form.getlist)
                 content, problems = read_answer(asked, values)
                 if problems:
