@@ -283,3 +283,25 @@ async def test_a_grant_revoked_as_a_call_it_let_through_begins_lets_no_step_run_
     assert called.text == "rotated k2" and [q.key for q in called.asked] == [APPROVAL_KEY]
     assert ran.calls == [("rotate", {"key": "k1"}), ("rotate", {"key": "k2"})], "the step ran once, once approved"
     assert used_by(elicit_app, grant) == [], "the use lost with the commit that found the grant revoked"
+
+
+@pytest.mark.elicit_eras("2026-07-28")
+async def test_grants_count_only_as_the_gate_offers_them_now(
+    elicit: Harness, elicit_app: Elicitation, elicit_clock: ControlledClock
+) -> None:
+    """An author who takes a kind back, or shortens it, takes back the grants given under it: they ask again."""
+    two_hours_ago = elicit_clock() - timedelta(hours=2)
+    long_ago = recorded_grant(
+        elicit_app.store, elicit.principal, tool="restart", ttl=timedelta(days=30), now=two_hours_ago
+    )
+    always = recorded_grant(elicit_app.store, elicit.principal, tool="drain", kind=GrantKind.ALWAYS)
+    restarted = await elicit.call("restart", {"service": "api"}, answers=approve())
+    drained = await elicit.call("drain", {"service": "api"}, answers=approve())
+    assert [q.key for q in restarted.asked] == [APPROVAL_KEY], "older than the session TTL the gate offers now"
+    assert [q.key for q in drained.asked] == [APPROVAL_KEY], "the gate offers no `always` grant any more"
+    assert used_by(elicit_app, long_ago) == used_by(elicit_app, always) == []
+
+
+def test_a_grant_ttl_is_bounded() -> None:
+    with pytest.raises(ValueError, match="at most 3650 days"):
+        Grants(always=timedelta.max)

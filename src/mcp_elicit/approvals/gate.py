@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from mcp_elicit.model import (
@@ -81,6 +81,8 @@ GRANT_FIELD: Final = "approval_grant"
 ONCE: Final = "once"
 """The choice of `GRANT_FIELD` that grants nothing beyond the call: the default."""
 DEFAULT_SESSION_TTL: Final = timedelta(hours=8)
+MAX_GRANT_TTL: Final = timedelta(days=3650)
+"""The longest a standing grant may run: ten years is already never in practice, and any date stays printable."""
 MAX_SCOPE: Final = 200
 _CONTROLS: Final = frozenset({REJECT_FIELD, NOTE_FIELD, GRANT_FIELD})
 _FORMATS: Final = frozenset({"email", "uri", "date", "date-time"})
@@ -133,6 +135,9 @@ class Grants:
                 raise TypeError(f"Grants({name}=...) is a timedelta, or None to not offer it")
             if ttl is not None and ttl <= timedelta(0):
                 raise ValueError(f"Grants({name}=...) needs a positive TTL, got {ttl}")
+        for name, ttl in (("session", self.session), ("always", self.always)):
+            if ttl is not None and ttl > MAX_GRANT_TTL:
+                raise ValueError(f"Grants({name}=...) may be at most {MAX_GRANT_TTL.days} days, got {ttl}")
         if self.session is None and self.always is None:
             raise ValueError("Grants() offers nothing with session=None and always=None; leave grants out instead")
         if self.session is not None and self.always is not None and self.always < self.session:
@@ -143,6 +148,14 @@ class Grants:
     @property
     def kinds(self) -> tuple[GrantKind, ...]:
         return tuple(kind for kind, ttl in ((GrantKind.SESSION, self.session), (GrantKind.ALWAYS, self.always)) if ttl)
+
+    def allows(self, grant: Grant, now: datetime) -> bool:
+        """Whether a grant given earlier still counts under the gate as it is now: of a kind it still offers, and
+        no older than that kind's TTL now is (an author who takes `always` back, or shortens it, takes back the
+        grants given under it)."""
+        if grant.kind not in self.kinds:
+            return False
+        return now < grant.created_at + self.ttl(grant.kind)
 
     def ttl(self, kind: GrantKind) -> timedelta:
         ttl = self.session if kind is GrantKind.SESSION else self.always

@@ -746,15 +746,15 @@ class Execution:
         ]
         return max(asked, key=lambda found: found[0])[1] if asked else None
 
-    async def let_through(self, tool: str, scope: str | None) -> bool:
+    async def let_through(self, tool: str, offer: GrantOffer) -> bool:
         """Whether a standing grant lets the call run without asking: the one that let this operation through on an
         earlier run (its journal says so), or one that covers the call now (one read), whose use is recorded with
         the call's next commit. That commit fails if the grant was revoked or expired meanwhile, and the run
         again finds none: the call is asked, and nothing of it ran with a step or was recorded under the grant."""
         if await self._recorded(GRANT_JOURNAL) is not None:
             return True
-        grant = await self._store.covering_grant(self.principal, tool, scope)
-        if grant is None:
+        grant = await self._store.covering_grant(self.principal, tool, offer.scope)
+        if grant is None or not offer.grants.allows(grant, self.now()):
             return False
         store, operation_id, principal, _ = self._ids()
 

@@ -24,6 +24,8 @@ from mcp_elicit.model import Principal
 log = logging.getLogger(__name__)
 
 LOCAL_CLIENT = "stdio"
+UNKNOWN_CLIENT = "unknown-client"
+"""The client of a verified token that names none: every such app shares it, so nothing is granted to it."""
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
@@ -44,7 +46,7 @@ class IdentityPolicy:
             if not subject:
                 raise _refused("the access token has no subject; cannot bind elicitation state to a user")
             principal_id = f"{issuer}#{subject}" if issuer else subject
-            return Principal(principal_id, token.client_id or "unknown-client")
+            return Principal(principal_id, token.client_id or UNKNOWN_CLIENT)
         if request is None:
             return Principal(self.local_principal, LOCAL_CLIENT)
         client = getattr(request, "client", None)

@@ -102,7 +102,7 @@ from mcp_elicit.server.execution import (
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import Flow
 from mcp_elicit.server.forms import check_asks
-from mcp_elicit.server.identity import IdentityPolicy
+from mcp_elicit.server.identity import UNKNOWN_CLIENT, IdentityPolicy
 from mcp_elicit.server.leases import Leases
 from mcp_elicit.server.notifications import Deliverer, Notifications
 from mcp_elicit.server.resources import RESOURCES_READ, checked_template, recorded_type
@@ -983,8 +983,10 @@ class Elicitation:
         if gated is None or not (served.gated or run.approval is not None):
             return served.arguments, ()
         grants = gated.gate.grants
-        offer = None if grants is None else grants.offer(served.arguments, gated.tool)
-        if offer is not None and run.approval is None and await run.let_through(gated.tool, offer.scope):
+        # A client no verified token names is every such app at once: nothing is granted to it, or let through.
+        known = served.principal.client_id != UNKNOWN_CLIENT
+        offer = grants.offer(served.arguments, gated.tool) if grants is not None and known else None
+        if offer is not None and run.approval is None and await run.let_through(gated.tool, offer):
             return served.arguments, ()
         answer = await run.approve(gated, _jsonable(served.arguments), offer)
         if isinstance(answer, Approved):
