@@ -78,7 +78,11 @@ class Answering:
 
     modes: frozenset[Mode] = frozenset({"form"})
 
+    def __init__(self) -> None:
+        self.asked = 0
+
     async def form(self, request: FormRequest) -> Accept:
+        self.asked += 1
         fields = request.requested_schema.get("properties", {})
         if "go" in fields:
             return Accept({"go": True})
@@ -125,11 +129,12 @@ class Calls:
 
 
 @asynccontextmanager
-async def connected(store_url: str, era: Era) -> AsyncIterator[tuple[ElicitingClient, Elicitation]]:
+async def connected(store_url: str, era: Era) -> AsyncIterator[tuple[ElicitingClient, Elicitation, Answering]]:
     elicitation = build(store_url)
+    person = Answering()
     try:
-        async with ElicitingClient(elicitation.mcp_server, Answering(), era=era) as client:
-            yield client, elicitation
+        async with ElicitingClient(elicitation.mcp_server, person, era=era) as client:
+            yield client, elicitation, person
     finally:
         elicitation.close()
 
@@ -138,11 +143,14 @@ async def measure(backend: str, store_url: str, calls: int, warmup: int, tally: 
     rows: list[Row] = []
     for era in ERAS:
         print(f"running {backend} {era} ...", flush=True)
-        async with connected(store_url, era) as (client, elicitation):
+        async with connected(store_url, era) as (client, elicitation, person):
             for tool in TOOLS:
                 await tally.run(client, tool, warmup)  # the first `granted` call is asked, and grants the rest
+                asked = person.asked
                 async with counting(elicitation.store) as count:
                     await tally.run(client, tool, calls)
+                if tool == "granted" and person.asked != asked:  # a grant that let nothing through costs nothing
+                    raise RuntimeError(f"{backend} {era}: {person.asked - asked} granted calls were asked")
                 rows.append(Row(backend, era, tool, calls, count))
     return rows
 
