@@ -10,50 +10,33 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
-from typing import Annotated, Any
 
 import pytest
-from mcp import Client
-from mcp_types import CallToolResult
-from pydantic import Field
 
-from mcp_elicit import Fallback, Flow, Gate
 from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.model import DecisionStatus, Operator
-from mcp_elicit.server import Elicitation
+from tests.helpers.gate_site import Refunds, call, gate_site
 from tests.helpers.pages_site import McpSite as Site
 from tests.helpers.pages_site import hidden
 from tests.helpers.results import error_text
-from tests.helpers.web_answers import browser_of, page_url, sign_in, submit, web_site
+from tests.helpers.web_answers import browser_of, page_url, sign_in, submit
 
 pytestmark = pytest.mark.anyio
 
-RAN: list[dict[str, Any]] = []
-
-
-def build_tools(elicitation: Elicitation) -> None:
-    @elicitation.tool(fallback=Fallback.WEB, gate=Gate(editable=["amount"]))
-    async def refund(flow: Flow, order: str, amount: Annotated[int, Field(ge=1, le=500)]) -> str:
-        RAN.append({"order": order, "amount": amount})
-        return f"refunded {amount} on {order}"
-
 
 @pytest.fixture
-def site(store_url: str) -> Iterator[Site]:
-    RAN.clear()
-    with web_site(store_url, "gate-web", build_tools) as served:
-        yield served
-
-
-async def call(site: Site, era: str, **arguments: object) -> CallToolResult:
-    async with Client(site.server, mode=era) as client:
-        return await client.call_tool("refund", dict(arguments))
+def served(store_url: str) -> Iterator[tuple[Site, Refunds]]:
+    with gate_site(store_url) as running:
+        yield running
 
 
 @pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
-async def test_approved_on_the_page_with_an_edit_the_call_made_again_runs_it_once(site: Site, era: str) -> None:
+async def test_approved_on_the_page_with_an_edit_the_call_made_again_runs_it_once(
+    served: tuple[Site, Refunds], era: str
+) -> None:
+    site, refunds = served
     url = page_url(await call(site, era, order="A-17", amount=400))
-    assert RAN == [], "nothing runs before the approval"
+    assert refunds.ran == [], "nothing runs before the approval"
     async with browser_of() as browser:
         await sign_in(browser, site, "alice", "wonderland")
         page = (await browser.get(url)).text
@@ -67,12 +50,15 @@ async def test_approved_on_the_page_with_an_edit_the_call_made_again_runs_it_onc
         "The user changed the arguments before approving (amount: 400 → 250); the tool ran with the changes.",
         "refunded 250 on A-17",
     ]
-    assert RAN == [{"order": "A-17", "amount": 250}]
+    assert refunds.ran == [{"order": "A-17", "amount": 250}]
     [approval] = site.store.list_decisions(Operator())
     assert (approval.key, approval.status, approval.content) == (APPROVAL_KEY, DecisionStatus.ACCEPTED, {"amount": 250})
 
 
-async def test_a_post_that_changes_what_may_not_be_changed_is_refused_and_changes_nothing(site: Site) -> None:
+async def test_a_post_that_changes_what_may_not_be_changed_is_refused_and_changes_nothing(
+    served: tuple[Site, Refunds],
+) -> None:
+    site, refunds = served
     url = page_url(await call(site, "legacy", order="A-18", amount=100))
     [before] = site.store.list_decisions(Operator())
     async with browser_of() as browser:
@@ -87,6 +73,6 @@ async def test_a_post_that_changes_what_may_not_be_changed_is_refused_and_change
         )
         assert bare.status_code == 400
     assert site.store.list_decisions(Operator()) == [before], "still waiting, nothing recorded"
-    assert RAN == []
+    assert refunds.ran == []
     rejected = await call(site, "legacy", order="A-18", amount=100)
     assert "answer at" in error_text(rejected), "the same call is still waiting on the person"
