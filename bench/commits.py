@@ -67,11 +67,10 @@ class Count:
     """SELECT statements: reads on their own and those inside a write (a write's own checks)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    backend: str
-    era: str
-    body: Body
+class PerCall:
+    """A row's counts per call, for a row counted over `calls` calls."""
+
+    __slots__ = ()
     calls: int
     count: Count
 
@@ -80,8 +79,21 @@ class Row:
         return self.count.commits / self.calls
 
     @property
+    def reads(self) -> float:
+        return self.count.reads / self.calls
+
+    @property
     def statements(self) -> float:
         return self.count.statements / self.calls
+
+
+@dataclass(frozen=True, slots=True)
+class Row(PerCall):
+    backend: str
+    era: str
+    body: Body
+    calls: int
+    count: Count
 
     @property
     def targeted(self) -> bool:

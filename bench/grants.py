@@ -31,7 +31,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from bench._common import add_backend_arguments, pg_schema, select_backends, verdict
-from bench.commits import ERAS, Count, counting
+from bench.commits import ERAS, Count, PerCall, counting
 from bench.overhead import text_of
 from mcp_elicit import Gate, Grants
 from mcp_elicit.approvals import GRANT_FIELD
@@ -93,24 +93,12 @@ class Answering:
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class Row(PerCall):
     backend: str
     era: str
     tool: str
     calls: int
     count: Count
-
-    @property
-    def commits(self) -> float:
-        return self.count.commits / self.calls
-
-    @property
-    def reads(self) -> float:
-        return self.count.reads / self.calls
-
-    @property
-    def statements(self) -> float:
-        return self.count.statements / self.calls
 
 
 class Calls:

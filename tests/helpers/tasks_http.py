@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,7 +32,13 @@ class Served:
 
 
 @contextmanager
-def serve(store_url: str, root: Path, settings: TaskSettings | None = None) -> Iterator[Served]:
+def serve(
+    store_url: str,
+    root: Path,
+    settings: TaskSettings | None = None,
+    tools: Callable[[Elicitation], None] | None = None,
+) -> Iterator[Served]:
+    """The runtime served over HTTP with `tools` registered on it (by default the task tools, on a workspace)."""
     port = free_port()
     runtime = Elicitation(
         open_store(store_url),
@@ -43,7 +49,10 @@ def serve(store_url: str, root: Path, settings: TaskSettings | None = None) -> I
     )
     server = runtime.server("tasks-http", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
     workspace = Workspace(root / "workspace")
-    task_tools(runtime, workspace)
+    if tools is None:
+        task_tools(runtime, workspace)
+    else:
+        tools(runtime)
     with serving(server.streamable_http_app(), port) as base:
         yield Served(runtime, f"{base}/mcp", workspace)
     runtime.close()
