@@ -40,6 +40,9 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from mcp_elicit.model import (
+    GRANT_FIELD,
+    NOTE_FIELD,
+    REJECT_FIELD,
     Grant,
     GrantKind,
     JSONObject,
@@ -73,11 +76,8 @@ log = logging.getLogger(__name__)
 
 APPROVAL_KEY: Final = "@approval"
 """The question key of a call's approval: `@` is outside what `Flow` accepts as a key, so no body's question has it."""
-REJECT_FIELD: Final = "approval_reject"
-NOTE_FIELD: Final = "approval_note"
 MAX_NOTE: Final = 1000
 DEFAULT_APPROVAL_TTL: Final = timedelta(hours=1)
-GRANT_FIELD: Final = "approval_grant"
 ONCE: Final = "once"
 """The choice of `GRANT_FIELD` that grants nothing beyond the call: the default."""
 DEFAULT_SESSION_TTL: Final = timedelta(hours=8)

@@ -4,6 +4,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from mcp_elicit.model.approvers import ApproverRule
 from mcp_elicit.model.identity import Principal
 from mcp_elicit.model.json import JSONObject
 from mcp_elicit.model.status import DecisionStatus, Mode, ResumePolicy
@@ -42,6 +43,8 @@ class Decision:
     about: str = ""
     """What the call is about as the person is shown it (`summarize_call`), rendered when the question was asked;
     empty when the question was asked before decisions kept it."""
+    approvers: ApproverRule | None = None
+    """Who answers, when not the requester: signed-in approvers, who vote (`model.approvers`)."""
 
     @property
     def principal(self) -> Principal:
@@ -68,6 +71,7 @@ class DecisionOrigin:
     sensitive_fields: tuple[str, ...] = field(default=())
     about: str = ""
     """The call's summary the person is shown (`summarize_call`); never its arguments themselves."""
+    approvers: ApproverRule | None = None
 
 
 def new_form_decision(
@@ -142,4 +146,5 @@ def _new(
         updated_at=now,
         expires_at=now + ttl,
         about=origin.about,
+        approvers=origin.approvers,
     )
