@@ -41,6 +41,7 @@ _HOMES: dict[str, str] = {
     "TaskPolicy": "mcp_elicit.server",
     "ResumePolicy": "mcp_elicit.model",
     # Gating a tool on a person's approval.
+    "ApproverRule": "mcp_elicit.approvals",
     "Gate": "mcp_elicit.approvals",
     "GateRefused": "mcp_elicit.approvals",
     "Grants": "mcp_elicit.approvals",
@@ -76,7 +77,7 @@ _HOMES: dict[str, str] = {
 
 if TYPE_CHECKING:
     # What type checkers see; at run time `__getattr__` below imports these on first use.
-    from mcp_elicit.approvals import Gate, GateRefused, Grants
+    from mcp_elicit.approvals import ApproverRule, Gate, GateRefused, Grants
     from mcp_elicit.client import (
         Accept,
         Cancel,
@@ -126,6 +127,7 @@ __all__ = [
     "Accept",
     "Accepted",
     "Answer",
+    "ApproverRule",
     "Cancel",
     "Cancelled",
     "ClientRefused",

@@ -153,7 +153,8 @@ def test_one_rejection_ends_the_decision(
     vetoed = store.cast_vote(decision.elicitation_id, DAVE, Verdict.REJECT, content)
     stored = store.get_decision(decision.elicitation_id, ALICE)
     assert vetoed.decision == stored and stored.status is ends
-    assert stored.content == (content if ends is DecisionStatus.ACCEPTED else None)
+    signed = {**content, NOTE_FIELD: f"dave: {content[NOTE_FIELD]}"} if NOTE_FIELD in content else content
+    assert stored.content == (signed if ends is DecisionStatus.ACCEPTED else None)
     assert vetoed.tally.rejected_by == "dave"
     *_, vote, ended = store.audit_trail(decision.elicitation_id, EVERYONE)
     assert (vote.to_status, vote.reason, vote.details["verdict"]) == ("requested", "rejected", "reject")

@@ -7,13 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from mcp_elicit import Flow, Gate
+from mcp_elicit import ApproverRule, Flow, Gate
 from mcp_elicit.approvals import APPROVAL_KEY
-from mcp_elicit.model import Operator
+from mcp_elicit.model import Approver, Operator, Verdict
 from mcp_elicit.server import Elicitation, TaskPolicy
-from tests.helpers.tasks_http import Served, answer, answer_task, serve, until
+from mcp_elicit.store.aio import AsyncStore
+from tests.helpers.tasks_http import Served, answer, answer_task, serve, status_of, until
 from tests.helpers.tasks_wire import LEGACY, MODERN
 
 pytestmark = pytest.mark.anyio
@@ -74,3 +76,53 @@ async def test_a_rejected_task_fails_with_the_persons_reason(app: tuple[Served, 
     assert scaling.ran == []
     said = str(ended)
     assert "The user rejected this call; nothing ran." in said and "Note from the user: budget" in said
+
+
+class Release:
+    """A task tool whose approval two release managers give, and what its body ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def build(self, runtime: Elicitation) -> None:
+        ran = self.ran
+
+        @runtime.tool(task=TaskPolicy.OPTIONAL, gate=Gate(approvers=ApproverRule(["release-managers"], quorum=2)))
+        async def release(flow: Flow, version: str) -> str:
+            ran.append(version)
+            return f"released {version}"
+
+
+@pytest.fixture
+def release(store_url: str, tmp_path: Path) -> Iterator[tuple[Served, Release]]:
+    built = Release()
+    with serve(store_url, tmp_path, tools=built.build) as running:
+        yield running, built
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_a_task_waits_for_its_approvers_says_on_whom_and_takes_no_answer_of_its_client(
+    release: tuple[Served, Release], era: str
+) -> None:
+    served, built = release
+    store = AsyncStore(served.runtime.store)
+    managers = frozenset({"release-managers"})
+    async with served.wire(era) as wire:
+        task_id = (await wire.call_as_task("release", {"version": "2.0"}))["taskId"]
+        waiting = await until(wire, task_id, "working")
+        assert "inputRequests" not in waiting, "the requester's client is never asked for others' approval"
+        [approval] = served.runtime.store.list_decisions(Operator())
+        await store.cast_vote(approval.elicitation_id, Approver("alice", managers), Verdict.APPROVE, {})
+        with anyio.fail_after(10):
+            while (await status_of(wire, task_id)).get("statusMessage") != (
+                "Waiting for approval by release-managers (1 of 2)"
+            ):
+                await anyio.sleep(0.05)
+        if era == MODERN:  # an answer the client sends for the approval is ignored: it is not outstanding
+            await answer_task(wire, task_id, APPROVAL_KEY, answer())
+        assert built.ran == []
+        await store.cast_vote(approval.elicitation_id, Approver("bob", managers), Verdict.APPROVE, {})
+        done = await until(wire, task_id, "completed")
+        result = done["result"] if era == MODERN else await wire.request("tasks/result", {"taskId": task_id})
+    assert [block["text"] for block in result["content"]] == ["released 2.0"]
+    assert built.ran == ["2.0"]

@@ -20,6 +20,7 @@ from mcp_elicit.approvals.gate import (
     Grants,
     Rejected,
 )
+from mcp_elicit.model import ApproverRule
 
 __all__ = [
     "APPROVAL_KEY",
@@ -29,6 +30,7 @@ __all__ = [
     "NOTE_FIELD",
     "REJECT_FIELD",
     "Approved",
+    "ApproverRule",
     "Edit",
     "Gate",
     "GateRefused",

@@ -43,6 +43,7 @@ from mcp_elicit.model import (
     GRANT_FIELD,
     NOTE_FIELD,
     REJECT_FIELD,
+    ApproverRule,
     Grant,
     GrantKind,
     JSONObject,
@@ -211,6 +212,11 @@ class Gate:
     numbers, integers, booleans or string enums, checked when the tool is registered. `message` heads the
     question (default "Approve this call?"); `ttl` is how long the approval waits before the call ends unrun.
     `grants` lets the person approve later calls too, for this session or always (see `Grants`).
+
+    `approvers` names who decides instead of the requester: signed-in members of its roles, `quorum` of them on
+    the same arguments, never the requester themself (see `ApproverRule`). The call then waits for them, however
+    it came (a task, still-waiting rounds, the live call until `Elicitation(approver_wait=...)`), and is never
+    asked through the requester's own client. Such a gate offers no standing grants: each call is decided.
     """
 
     when: ArgumentsCheck | None = None
@@ -218,6 +224,7 @@ class Gate:
     message: str | None = None
     ttl: timedelta = DEFAULT_APPROVAL_TTL
     grants: Grants | None = None
+    approvers: ApproverRule | None = None
 
     def __post_init__(self) -> None:
         if self.when is not None and not callable(self.when):
@@ -238,6 +245,13 @@ class Gate:
             raise ValueError(f"an approval needs a positive TTL, got {self.ttl}")
         if self.grants is not None and not isinstance(self.grants, Grants):
             raise TypeError("Gate(grants=...) takes Grants(session=..., always=..., scope=...)")
+        if self.approvers is not None and not isinstance(self.approvers, ApproverRule):
+            raise TypeError("Gate(approvers=...) takes ApproverRule(roles=[...], quorum=..., ...)")
+        if self.approvers is not None and self.grants is not None:
+            raise ValueError(
+                "Gate(approvers=..., grants=...): a standing grant is the requester's own approval of later calls, "
+                "and a gate with approvers is never answered by the requester; leave grants out"
+            )
 
     def applies(self, arguments: Mapping[str, Any], tool: str) -> bool:
         if self.when is None:
@@ -310,6 +324,10 @@ class GatedTool:
         lines = [heading, "", f"Tool: {self.tool}", *render_arguments(arguments)]
         if self.fields:
             lines += ["", f"You may change {', '.join(self.fields)} before approving."]
+        rule = self.gate.approvers
+        if rule is not None:
+            needed = "an approver" if rule.quorum == 1 else f"{rule.quorum} approvers"
+            lines += ["", f"Needs {needed} of {rule.waiting_on(_NEVER, _NEVER)}; the requester cannot approve it."]
         return "\n".join(lines)
 
     def schema(self, arguments: Mapping[str, JSONValue], offer: GrantOffer | None = None) -> JSONObject:
@@ -378,16 +396,18 @@ class GatedTool:
         return recorded
 
 
-def told_the_model(answer: Approved | Rejected) -> list[str]:
-    """What the model reads of the person's decision, besides the tool's result (nothing for a plain approval)."""
+def told_the_model(answer: Approved | Rejected, *, approvers: bool = False) -> list[str]:
+    """What the model reads of the decision, besides the tool's result (nothing for a plain approval): the user's,
+    or with `approvers`, the approvers' (whose notes each name their approver)."""
     said: list[str] = []
+    who, one = ("The approvers", "An approver") if approvers else ("The user", "The user")
     if isinstance(answer, Rejected):
-        said.append("The user rejected this call; nothing ran.")
+        said.append(f"{one} rejected this call; nothing ran.")
     elif answer.edits:
         changes = "; ".join(f"{edit.name}: {_shown(edit.before)} → {_shown(edit.after)}" for edit in answer.edits)
-        said.append(f"The user changed the arguments before approving ({changes}); the tool ran with the changes.")
+        said.append(f"{who} changed the arguments before approving ({changes}); the tool ran with the changes.")
     if answer.note:
-        said.append(f"Note from the user: {answer.note}")
+        said.append(f"Note from {who.lower()}: {answer.note}")
     return said
 
 
@@ -410,6 +430,9 @@ def grant_not_kept(kind: GrantKind, before: str | None, after: str | None) -> st
         f"offered for ({before} → {after}), so later calls are asked again."
     )
 
+
+_NEVER: Final = datetime.min
+"""A moment before any escalation: the roles a rule names from the start."""
 
 DISMISSED: Final = (
     "The approval of this call was dismissed without a decision; nothing ran. Calling the tool again asks again."

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from mcp_elicit.server.eras.mrtr import DEFAULT_LONG_POLL, DEFAULT_REASK_AFTER
-from mcp_elicit.server.execution import DEFAULT_LEASE
+from mcp_elicit.server.execution import DEFAULT_APPROVER_WAIT, DEFAULT_LEASE
 from mcp_elicit.server.sweeper import DEFAULT_SWEEP_INTERVAL
 
 DEFAULT_STATE_TTL = timedelta(minutes=10)
@@ -67,6 +67,10 @@ class Timing:
     call stuck. The first answer recorded wins; a person slower than this may see the question twice. On
     the legacy eras a call carrying a question pings its client this often.
 
+    `approver_wait`: how long a call whose question is with approvers waits on its live request (2025-06-18,
+    2025-11-25) before it ends, naming the pending approval (the identical call made later attaches to it); a
+    task waits as long as the decision is open, and a 2026-07-28 call gets still-waiting rounds.
+
     `sweep_interval` (jittered by a fifth): how often a served app expires overdue decisions and operations
     itself; None leaves that to late signals and `mcp-elicit decisions sweep`. A call waiting on a decision
     does not wait for the sweep: it gets `Expired` at the deadline.
@@ -78,6 +82,7 @@ class Timing:
     long_poll: timedelta = DEFAULT_LONG_POLL
     reask_after: timedelta = DEFAULT_REASK_AFTER
     sweep_interval: timedelta | None = DEFAULT_SWEEP_INTERVAL
+    approver_wait: timedelta = DEFAULT_APPROVER_WAIT
 
     def __post_init__(self) -> None:
         if self.replay_window < timedelta(0):
@@ -87,6 +92,7 @@ class Timing:
             "lease": self.lease,
             "long_poll": self.long_poll,
             "reask_after": self.reask_after,
+            "approver_wait": self.approver_wait,
             "sweep_interval": self.sweep_interval,
         }
         for name, duration in positive.items():

@@ -42,6 +42,7 @@ from pydantic import TypeAdapter
 
 from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, GrantOffer, Rejected, is_approval
 from mcp_elicit.model import (
+    ApproverRule,
     Decision,
     DecisionOrigin,
     DecisionStatus,
@@ -53,6 +54,7 @@ from mcp_elicit.model import (
     Operation,
     Principal,
     ResumePolicy,
+    Tally,
     UnencodableValue,
     check_decision_transition,
     check_encodable,
@@ -87,6 +89,8 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 S = TypeVar("S", bound=Signal)
 DEFAULT_LEASE = timedelta(seconds=30)
+DEFAULT_APPROVER_WAIT = timedelta(seconds=45)
+"""How long a live call waits for approvers: under the 60 s many clients allow a request before giving up on it."""
 MAX_UNUSABLE_ANSWERS = 3
 """How often one question is asked again because its recorded answer no longer fits the model."""
 RESERVED_JOURNAL_PREFIX = "mcp-elicit/"
@@ -148,6 +152,32 @@ class CannotAsk(Signal):
         return cls([u for error in errors for u in error.unaskable], errors[0].fallback)
 
 
+class AwaitingApprovers(Signal):
+    """The call stops waiting while its question is with approvers: the caller is told who it waits on, and that
+    the identical call made later attaches to it. The decision stays open and keeps its votes."""
+
+    def __init__(self, decision: Decision, waiting: str) -> None:
+        self.decision = decision
+        self.waiting = waiting
+        super().__init__(waiting)
+
+    @property
+    def ends_as(self) -> Ending:
+        return Ending("awaiting_approvers")
+
+    def said(self, kind: str) -> str:
+        until = self.decision.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+        return (
+            f"Not run yet. {self.waiting}: approval request {self.decision.elicitation_id}, open until {until}. "
+            f"The requester cannot approve it. Call this {kind} again with the same arguments later: the call "
+            "attaches to the same request and gets its result once the approvers decided."
+        )
+
+
+Tell = Callable[[str], Awaitable[None]]
+"""Tells the caller, while its call waits, what it waits on (a progress notification, say)."""
+
+
 class UnusableAnswer(Exception):
     """An asker closed a question whose answer does not fit its form (recorded as cancelled, the content not
     kept): `ask_form` asks again under the question's next key."""
@@ -174,6 +204,11 @@ class Asker(Protocol):
 
     async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
         """Await every item, asking what they ask in as few exchanges as the era allows."""
+        ...
+
+    async def await_approvers(self, run: Execution, decision: Decision) -> Decision:
+        """Wait for the approvers of `decision` as long as the era lets a call wait (`run.wait_for_approvers`), then
+        end the turn the era's way; the decision once decided."""
         ...
 
 
@@ -208,6 +243,7 @@ class CallSettings:
     fallback: Fallback
     wakeups: Wakeups
     lease: timedelta = DEFAULT_LEASE
+    approver_wait: timedelta = DEFAULT_APPROVER_WAIT
     begin_task: BeginTask | None = None
     """What `flow.begin_task()` does: make this call a task (on a call that asked for one), else nothing."""
 
@@ -420,6 +456,40 @@ class Execution:
             await self.pause([decision.elicitation_id], until=until, backoff=backoff)
             decision = await self.refresh(decision)
         return decision
+
+    async def wait_for_approvers(
+        self, decision: Decision, *, patience: timedelta | None, tell: Tell | None = None
+    ) -> Decision:
+        """Wait while the approvers decide, at most `patience` (None: until the decision's TTL), telling the caller
+        who it waits on whenever that changes (a vote, an escalation); the decision once decided, else
+        `AwaitingApprovers` ends the turn. Nothing is put to the requester's client and nothing it sends is read:
+        only approvers answer such a decision, and the decision stays open when this call stops waiting."""
+        rule = decision.approvers
+        assert rule is not None
+        until = decision.expires_at if patience is None else min(decision.expires_at, self.now() + patience)
+        self.release_lease()  # nobody waits on the run lease while approvers think
+        await self.commit()
+        told: str | None = None
+        backoff = Backoff()
+        while True:
+            if not decision.is_terminal and decision.is_overdue(self.now()):
+                decision = await self.refresh(decision)
+            if decision.is_terminal:
+                return decision
+            tally = Tally.of(rule, await self._store.votes(decision.elicitation_id))
+            waiting = tally.waiting(rule, decision.created_at, self.now())
+            if waiting != told and tell is not None:
+                await tell(waiting)
+            told = waiting
+            if self.now() >= until:
+                raise self.signal(AwaitingApprovers(decision, waiting))
+            await self.pause([decision.elicitation_id], until=until, backoff=backoff)
+            decision = await self.refresh(decision)
+
+    @property
+    def approver_wait(self) -> timedelta:
+        """How long a call waits for approvers on its live request before it ends naming the pending decision."""
+        return self._settings.approver_wait
 
     # -- claims -------------------------------------------------------------------------------------
 
@@ -684,7 +754,9 @@ class Execution:
 
     # -- questions ----------------------------------------------------------------------------------
 
-    async def ask_form(self, message: str, form: FormSpec[Any], name: str, ttl: timedelta) -> Answer[Any]:
+    async def ask_form(
+        self, message: str, form: FormSpec[Any], name: str, ttl: timedelta, approvers: ApproverRule | None = None
+    ) -> Answer[Any]:
         note = ""
         for attempt in range(1, MAX_UNUSABLE_ANSWERS + 1):
             question = name if attempt == 1 else f"{name}#{attempt}"
@@ -692,7 +764,7 @@ class Execution:
             if decision is None:
                 decision = self._create(
                     new_form_decision(
-                        self._origin(question, form.sensitive_fields, ResumePolicy.AUTO),
+                        self._origin(question, form.sensitive_fields, ResumePolicy.AUTO, approvers),
                         message=message + note,
                         requested_schema=form.schema,
                         now=self.now(),
@@ -732,7 +804,8 @@ class Execution:
             lambda content: gated.read(content, arguments),
             gated.content,
         )
-        answer = await self.ask_form(gated.message(arguments), form, APPROVAL_KEY, gated.gate.ttl)
+        gate = gated.gate
+        answer = await self.ask_form(gated.message(arguments), form, APPROVAL_KEY, gate.ttl, gate.approvers)
         return answer.data if isinstance(answer, Accepted) else answer
 
     @property
@@ -831,7 +904,9 @@ class Execution:
         """No question outlives its operation (a task's TTL, say): at the latest it expires with it."""
         return max(min(ttl, self.operation.expires_at - self.now()), timedelta(milliseconds=1))
 
-    def _origin(self, key: str, sensitive: tuple[str, ...], resume: ResumePolicy) -> DecisionOrigin:
+    def _origin(
+        self, key: str, sensitive: tuple[str, ...], resume: ResumePolicy, approvers: ApproverRule | None = None
+    ) -> DecisionOrigin:
         return DecisionOrigin(
             operation_id=self.operation.operation_id,
             key=key,
@@ -841,6 +916,7 @@ class Execution:
             resume_policy=resume,
             sensitive_fields=sensitive,
             about=self._what_about(),
+            approvers=approvers,
         )
 
     def _what_about(self) -> str:
@@ -858,6 +934,8 @@ class Execution:
 
     @telemetry.traced_ask
     async def _put_to_person(self, decision: Decision, form: FormSpec[Any] | None) -> Decision:
+        if decision.approvers is not None:  # never put to the requester's client, whatever it can show
+            return await self.asker.await_approvers(self, decision)
         need = NEED_OF_MODE[decision.mode]
         if self.asker.can(need):
             return await self.asker.ask(self, decision, form)

@@ -38,7 +38,7 @@ from mcp_types import (
 from pydantic import TypeAdapter
 from typing_extensions import TypeForm
 
-from mcp_elicit.model import Principal, ResumePolicy
+from mcp_elicit.model import ApproverRule, Principal, ResumePolicy
 from mcp_elicit.server.answers import Answer, UrlAnswer
 from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX, Execution
@@ -117,15 +117,33 @@ class Flow:
 
     @overload
     async def ask(
-        self, message: str, model: Mapping[K, str], *, key: str | None = None, ttl: timedelta = DEFAULT_FORM_TTL
+        self,
+        message: str,
+        model: Mapping[K, str],
+        *,
+        key: str | None = None,
+        ttl: timedelta = DEFAULT_FORM_TTL,
+        approvers: ApproverRule | None = None,
     ) -> Answer[K]: ...
     @overload
     async def ask(
-        self, message: str, model: type[T], *, key: str | None = None, ttl: timedelta = DEFAULT_FORM_TTL
+        self,
+        message: str,
+        model: type[T],
+        *,
+        key: str | None = None,
+        ttl: timedelta = DEFAULT_FORM_TTL,
+        approvers: ApproverRule | None = None,
     ) -> Answer[T]: ...
     @overload
     async def ask(
-        self, message: str, model: TypeForm[T], *, key: str | None = None, ttl: timedelta = DEFAULT_FORM_TTL
+        self,
+        message: str,
+        model: TypeForm[T],
+        *,
+        key: str | None = None,
+        ttl: timedelta = DEFAULT_FORM_TTL,
+        approvers: ApproverRule | None = None,
     ) -> Answer[T]: ...
 
     async def ask(
@@ -135,6 +153,7 @@ class Flow:
         *,
         key: str | None = None,
         ttl: timedelta = DEFAULT_FORM_TTL,
+        approvers: ApproverRule | None = None,
     ) -> Answer[Any]:
         """Ask the person for a form answer (non-sensitive data only) of the type `model`; `Accepted.data` is one.
 
@@ -159,12 +178,18 @@ class Flow:
         type's own validators) or under an older version of the type may not fit it any more: the
         question is then asked again, under the key `{key}#2` and then `{key}#3`, with a note saying why.
         A third unusable answer ends the question as `Cancelled()`.
+
+        `approvers` has others decide instead of the person calling: signed-in members of its roles answer on the
+        decision's page or in the inbox, `quorum` of them with the same answer (any rejection is `Declined()`),
+        never the caller themself; the call waits for them (see `Gate(approvers=...)`).
         """
         self._run.check()
+        if approvers is not None and not isinstance(approvers, ApproverRule):
+            raise TypeError("approvers= takes ApproverRule(roles=[...], quorum=..., ...)")
         form = form_spec(model).asking(message)
         default = f"{form.key}_form" if form.key in (URL_KEY, SAMPLE_KEY, ROOTS_KEY) else form.key
         name = self._claim_key(key, default)
-        return await self._run.ask_form(message, form, name, ttl)
+        return await self._run.ask_form(message, form, name, ttl, approvers)
 
     async def ask_url(
         self,

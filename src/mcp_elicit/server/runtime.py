@@ -92,6 +92,7 @@ from mcp_elicit.server.eras.tasks_ext import ExtMethods, ExtWire, TasksExtension
 from mcp_elicit.server.eras.tasks_legacy import LegacyMethods, LegacyTasksMiddleware, LegacyWire
 from mcp_elicit.server.eras.unaskable import UnaskableEra
 from mcp_elicit.server.execution import (
+    AwaitingApprovers,
     BeginTask,
     CallSettings,
     CannotAsk,
@@ -715,6 +716,11 @@ class Elicitation:
             return await telemetry.traced_call(entry.method, entry.name, call.era.value, served, replay=Replayed)
         except CannotAsk as cannot:
             raise self._cannot_ask_error(cannot, era, entry) from None
+        except AwaitingApprovers as waiting:
+            log.info("%s %s: %s; the call ends, the approval stays open", entry.kind, entry.name, waiting.waiting)
+            if entry.method == TOOLS_CALL:
+                raise _NotApproved(waiting.said(entry.kind)) from None
+            raise MCPError(code=INVALID_REQUEST, message=waiting.said(entry.kind)) from None
         except KeyRefused as refused:
             log.info("%s %s refused: %s", entry.kind, entry.name, refused.conflict)
             raise MCPError(code=INVALID_PARAMS, message=str(refused.conflict)) from None
@@ -877,6 +883,7 @@ class Elicitation:
                 fallback=entry.fallback,
                 wakeups=self._wakeups,
                 lease=self.timing.lease,
+                approver_wait=self.timing.approver_wait,
                 begin_task=served.begin_task,
             ),
             writes=writes,
@@ -989,14 +996,17 @@ class Elicitation:
         if offer is not None and run.approval is None and await run.let_through(gated.tool, offer):
             return served.arguments, ()
         answer = await run.approve(gated, _jsonable(served.arguments), offer)
+        by_approvers = gated.gate.approvers is not None
         if isinstance(answer, Approved):
             edited = {edit.name for edit in answer.edits}
             # An argument the person left alone runs with the call's own value, not one rebuilt from its JSON
             # (a SecretStr, a datetime with its zone, a model's private state survive that way).
             kept = {name: value for name, value in served.arguments.items() if name not in edited}
-            return {**answer.arguments, **kept}, [*told_the_model(answer), *_standing(run, gated, offer, answer)]
+            told = told_the_model(answer, approvers=by_approvers)
+            return {**answer.arguments, **kept}, [*told, *_standing(run, gated, offer, answer)]
         if isinstance(answer, Rejected | Declined):
-            raise _NotApproved(" ".join(told_the_model(answer if isinstance(answer, Rejected) else Rejected())))
+            rejected = answer if isinstance(answer, Rejected) else Rejected()
+            raise _NotApproved(" ".join(told_the_model(rejected, approvers=by_approvers)))
         raise _NotApproved(EXPIRED if isinstance(answer, Expired) else DISMISSED)
 
     async def _attach(self, served: _ServedCall, writes: HeldWrites) -> _Found | Replayed:
@@ -1224,7 +1234,8 @@ def _idempotency_key(meta: Any) -> str | None:
 
 
 class _NotApproved(ToolError):
-    """The gated call ends unrun: the person rejected it, dismissed the approval, or nobody answered in time."""
+    """The call ends unrun: the person rejected it, dismissed the approval, nobody answered in time, or the
+    approvers have not decided yet."""
 
 
 def check_gate(gate: Gate | None, fallback: Fallback) -> None:

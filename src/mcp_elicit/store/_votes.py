@@ -137,14 +137,11 @@ class VotesCore(DecisionsCore):
             check_decision_transition(decision.mode, status, to)
             moved = await self._move(
                 tx, decision, to, actor=approver.actor, reason="rejected by an approver", details=carried,
-                content=vote.content if gate else None, now=now,
+                content=_signed(vote.content, [vote]) if gate else None, now=now,
             )  # fmt: skip
         elif len(approving) >= rule.quorum:
             check_decision_transition(decision.mode, status, DecisionStatus.ACCEPTED)
-            answer = {name: value for name, value in vote.content.items() if name != NOTE_FIELD}
-            notes = joined_notes(approving)
-            if notes is not None:
-                answer[NOTE_FIELD] = notes
+            answer = _signed(vote.content, approving)
             carried["approvers"] = [v.approver_id for v in approving]
             moved = await self._move(
                 tx, decision, DecisionStatus.ACCEPTED, actor=approver.actor, reason="approved by quorum",
@@ -199,6 +196,15 @@ class VotesCore(DecisionsCore):
                 last = rows[-1]
                 after = (last[_CREATED], last[_CREATED], last[0])
         return waiting[:limit]
+
+
+def _signed(content: JSONObject, votes: Sequence[Vote]) -> JSONObject:
+    """The answer a decision keeps from the votes that carried it: each note after the name of who wrote it."""
+    answer = {name: value for name, value in content.items() if name != NOTE_FIELD}
+    notes = joined_notes(votes)
+    if notes is not None:
+        answer[NOTE_FIELD] = notes
+    return answer
 
 
 def _ineligible(decision: Decision, rule: ApproverRule, approver: Approver, now: datetime) -> VoteRefused | None:

@@ -8,12 +8,13 @@ missing client capability is reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.session import ServerSession
-from mcp_types import InputResponses, RequestId
+from mcp_types import InputResponses, ProgressNotification, ProgressNotificationParams, RequestId
 
 from mcp_elicit.server.eras.capabilities import Declared, Era, Need, era_of
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from mcp_elicit.server.writes import HeldWrites
     from mcp_elicit.store import OperationRecords
     from mcp_elicit.store.aio import AsyncStore
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Call", "Declared", "Era", "EraAdapter", "Need", "RequestContext", "Target", "era_of"]
 
@@ -62,6 +65,26 @@ class Call:
     @property
     def declared(self) -> Declared:
         return Declared.of(self.request.session.client_capabilities, self.request.protocol_version)
+
+
+def progress_of(call: Call) -> Callable[[str], Awaitable[None]] | None:
+    """What tells the caller of a waiting call how it stands: progress notifications on the request's progress
+    token, or nothing when the request gave none. A notification that cannot be sent is let go: it only informs."""
+    meta = call.request.meta or {}
+    token = meta.get("progressToken")
+    if not isinstance(token, str | int) or isinstance(token, bool):
+        return None
+    session, request_id, sent = call.request.session, call.request.request_id, [0]
+
+    async def tell(message: str) -> None:
+        sent[0] += 1
+        try:
+            progress = ProgressNotificationParams(progress_token=token, progress=sent[0], message=message)
+            await session.send_notification(ProgressNotification(params=progress), request_id)
+        except Exception as error:  # the client went away: its call ends on its own
+            log.debug("progress notification not sent: %s", type(error).__name__)
+
+    return tell
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,13 +46,14 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from mcp_elicit.model import Decision, DecisionStatus, Mode, Operator, Principal, ResumePolicy
-from mcp_elicit.server.eras import Call, Declared, Need, Target
+from mcp_elicit.server.eras import Call, Declared, Need, Target, progress_of
 from mcp_elicit.server.eras.capabilities import legacy_missing_capability
 from mcp_elicit.server.execution import (
     A,
     ClientQuery,
     ClientRefused,
     Execution,
+    Tell,
     answer_again,
     in_turn,
     question_claim,
@@ -155,7 +156,9 @@ class LegacyEra:
 
     def asker(self) -> LegacyAsker:
         request = self._call.request
-        return LegacyAsker(request.session, request.request_id, self._call.declared, self._probe_every)
+        return LegacyAsker(
+            request.session, request.request_id, self._call.declared, self._probe_every, tell=progress_of(self._call)
+        )
 
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
         await run.commit()
@@ -176,7 +179,10 @@ class LegacyAsker:
         declared: Declared,
         probe_every: timedelta,
         query_timeout: timedelta = QUERY_TIMEOUT,
+        *,
+        tell: Tell | None = None,
     ) -> None:
+        self._tell = tell
         self._session = session
         self._request_id = request_id
         self._declared = declared
@@ -206,6 +212,10 @@ class LegacyAsker:
 
     async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
         return await in_turn(items)
+
+    async def await_approvers(self, run: Execution, decision: Decision) -> Decision:
+        """On the live call until `run.approver_wait`, with progress notifications saying who it waits on."""
+        return await run.wait_for_approvers(decision, patience=run.approver_wait, tell=self._tell)
 
     async def ask(self, run: Execution, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         if decision.mode is Mode.FORM and form is not None:

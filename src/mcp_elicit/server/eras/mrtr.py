@@ -44,10 +44,20 @@ from mcp_types import (
 
 from mcp_elicit.approvals.gate import is_approval
 from mcp_elicit.model import Decision, DecisionStatus, Mode, OperationStatus, Principal
-from mcp_elicit.server.eras import Call, Declared, Need, Target
+from mcp_elicit.server.eras import Call, Declared, Need, Target, progress_of
 from mcp_elicit.server.eras.capabilities import missing_capability
 from mcp_elicit.server.eras.mrtr_state import RoundState, refused
-from mcp_elicit.server.execution import A, CannotAsk, ClientQuery, Execution, answer_again, discard, question_claim
+from mcp_elicit.server.execution import (
+    A,
+    AwaitingApprovers,
+    CannotAsk,
+    ClientQuery,
+    Execution,
+    Tell,
+    answer_again,
+    discard,
+    question_claim,
+)
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer
 from mcp_elicit.server.signals import Suspended
 from mcp_elicit.server.writes import HeldWrites, OperationEnded
@@ -61,6 +71,8 @@ DEFAULT_REASK_AFTER = timedelta(seconds=15)
 """How long a question stays with the round that last put it out before a waiting identical call asks again."""
 CLOCK_SKEW = timedelta(seconds=60)
 """How long past a round's TTL its spent nonce stays in the ledger: another instance's clock checks that TTL."""
+WAITING_META_KEY = "io.github.mcp-elicit/waiting"
+"""In a still-waiting round's `_meta`: what the call waits on, for a client to show ("Waiting for approval by …")."""
 ROUND_LAPSE_MARGIN = timedelta(seconds=5)
 """How long past its state's TTL a round keeps its questions' claims, when `reask_after` is longer still."""
 
@@ -184,6 +196,7 @@ class MrtrEra:
             answers_without_state=settings.answers_without_state and call.request_state is None,
             holders=(round_holder(self._next.nonce), answering),
             answered=self._settled_here,
+            tell=progress_of(call),
         )
 
     async def suspended(self, signal: Suspended, run: Execution) -> Any:
@@ -212,14 +225,20 @@ class MrtrEra:
 class Suspend(Suspended):
     """Ends a 2026-07-28 round: these must be asked (or something is still waiting) before the body goes on."""
 
-    def __init__(self, asking: Sequence[Asking] = (), waiting: bool = False) -> None:
+    def __init__(self, asking: Sequence[Asking] = (), waiting: bool = False, told: Sequence[str] = ()) -> None:
         super().__init__("input required" if asking else "still waiting")
         self.asking = list(asking)
         self.waiting = waiting
+        self.told = tuple(told)
+        """What the caller is told it still waits on (approvers), beside what the round asks."""
 
     @classmethod
     def merged(cls, suspends: Sequence[Suspend]) -> Suspend:
-        return cls([a for s in suspends for a in s.asking], waiting=any(s.waiting for s in suspends))
+        return cls(
+            [a for s in suspends for a in s.asking],
+            waiting=any(s.waiting for s in suspends),
+            told=[said for s in suspends for said in s.told],
+        )
 
 
 class MrtrAsker:
@@ -233,7 +252,9 @@ class MrtrAsker:
         answers_without_state: bool = False,
         holders: tuple[str, str | None] = ("", None),
         answered: set[str] | None = None,
+        tell: Tell | None = None,
     ) -> None:
+        self._tell = tell
         self._declared = declared
         self._responses = dict(responses or {})
         self._asked = dict(asked)
@@ -273,6 +294,16 @@ class MrtrAsker:
             # The claim's compare-and-set at the commit lets one waiting call do it; the others run again and wait.
             raise run.signal(Suspend([_elicitation(decision, note)]))
         raise run.signal(Suspend([], waiting=True))
+
+    async def await_approvers(self, run: Execution, decision: Decision) -> Decision:
+        """A bounded long poll, then a still-waiting round that says who the call waits on: the retry waits again.
+        What the request brings for the decision's key is never read: only approvers answer it."""
+        patience = min(self._long_poll, run.approver_wait)
+        try:
+            return await run.wait_for_approvers(decision, patience=patience, tell=self._tell)
+        except AwaitingApprovers as waiting:
+            run.absorb(waiting)
+            raise run.signal(Suspend([], waiting=True, told=[waiting.waiting])) from None
 
     async def query(self, run: Execution, key: str, query: ClientQuery, answer: type[A]) -> A:
         """The response the round that asked `key` this very question got back, or a new round asking it."""
@@ -357,4 +388,5 @@ def input_required(suspend: Suspend, operation_id: str, *, nonce: str) -> tuple[
         requests[asking.key] = asking.request
         asked[asking.key] = asking.marker
     state = RoundState(operation_id=operation_id, nonce=nonce, asked=asked)
-    return InputRequiredResult(input_requests=requests or None, request_state=state.encode()), state
+    meta = {WAITING_META_KEY: " ".join(suspend.told)} if suspend.told else None
+    return InputRequiredResult(input_requests=requests or None, request_state=state.encode(), _meta=meta), state

@@ -32,7 +32,7 @@ class UnaskableEra:
 
 
 class CannotAskAnything:
-    """`can` is always False, so the run answers with the fallback before any other method is reached."""
+    """`can` is always False, so the run answers with the fallback before `ask` or `query` is reached."""
 
     def can(self, need: Need) -> bool:
         return False
@@ -45,3 +45,7 @@ class CannotAskAnything:
 
     async def gather(self, run: Execution, items: Sequence[Awaitable[Any]]) -> list[Any]:
         return await in_turn(items)
+
+    async def await_approvers(self, run: Execution, decision: Decision) -> Decision:
+        """A peer that cannot be asked can still wait on its live call for others to decide."""
+        return await run.wait_for_approvers(decision, patience=run.approver_wait)

@@ -90,6 +90,10 @@ class TaskAsker:
             raise failed.exceptions[0] from None
         return results
 
+    async def await_approvers(self, run: Execution, decision: Decision) -> Decision:
+        """A task waits as long as the decision is open; its status says who it waits on (see `state`)."""
+        return await run.wait_for_approvers(decision, patience=None)
+
     async def ask(self, run: Execution, decision: Decision, form: FormSpec[Any] | None) -> Decision:
         backoff = Backoff()
         while not decision.is_terminal:

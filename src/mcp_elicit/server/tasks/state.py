@@ -34,6 +34,7 @@ from mcp_elicit.model import (
     OperationStatus,
     Operator,
     Principal,
+    Tally,
     UnencodableValue,
     check_encodable,
 )
@@ -181,8 +182,12 @@ class TaskBook:
         status = operation.status
         if status is OperationStatus.OPEN:
             asking = []
+            approvals = []
             for decision in reversed(decisions):
                 if decision.status is not DecisionStatus.REQUESTED:
+                    continue
+                if decision.approvers is not None:  # others answer it: never an input request of the task's client
+                    approvals.append(decision)
                     continue
                 name = mailbox(decision.key)
                 posted = await self._store.journal_get(operation.operation_id, name, caller=principal)
@@ -194,6 +199,8 @@ class TaskBook:
                 )
             flows = [d for d in decisions if d.status in (DecisionStatus.ACCEPTED_URL, DecisionStatus.EXTERNAL_PENDING)]
             message = "Waiting for the browser flow to finish" if flows else "Working"
+            if approvals:
+                message = "; ".join([await self._waiting(decision) for decision in approvals])
             return TaskView(status=WORKING, message=message, **base.fields())
         if status is OperationStatus.COMPLETED or (status is OperationStatus.FAILED and operation.result is not None):
             return TaskView(status=COMPLETED, message="Completed", result=operation.result, **base.fields())
@@ -209,6 +216,12 @@ class TaskBook:
         trail = await self._store.audit_trail(operation.operation_id, principal)
         reason = next((e.reason for e in reversed(trail) if e.to_status == OperationStatus.FAILED), "") or "failed"
         return TaskView(status=COMPLETED, message="The tool reported an error", tool_error=reason, **base.fields())
+
+    async def _waiting(self, decision: Decision) -> str:
+        """Who a question with approvers waits on, and how far their votes went: the task's status message."""
+        assert decision.approvers is not None
+        tally = Tally.of(decision.approvers, await self._store.votes(decision.elicitation_id))
+        return tally.waiting(decision.approvers, decision.created_at, self._clock())
 
     async def post(self, principal: Principal, task_id: str, responses: Mapping[str, JSONObject]) -> list[str]:
         """Post the answers to questions still outstanding; every other key is ignored (the spec's SHOULD).

@@ -1,0 +1,279 @@
+"""A gate with approvers: the call waits for others to decide, on every era, and runs exactly what they approved.
+
+The votes are cast through the store as the decision's page casts them (`cast_vote`, the approver's roles
+resolved by the page); the requester's call runs in the real server on each era, with a client that could
+answer any question and is never asked. What ran is recorded by the tool itself (`Ledger`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, InputResponse
+
+from mcp_elicit import ApproverRule, Declined, Elicitation, Flow, Gate, RequestState
+from mcp_elicit.approvals import APPROVAL_KEY, NOTE_FIELD, REJECT_FIELD
+from mcp_elicit.model import Approver, Decision, DecisionStatus, Operator, Verdict
+from mcp_elicit.server import Timing
+from mcp_elicit.store import VoteRefused, open_store
+from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.testing import Harness
+from mcp_elicit.testing.harness import ToolCall
+from tests.helpers.person import Person
+
+pytestmark = pytest.mark.anyio
+MODERN = "2026-07-28"
+MANAGERS = frozenset({"release-managers"})
+ALICE = Approver("alice", MANAGERS)
+BOB = Approver("bob", MANAGERS)
+CAROL = Approver("carol", MANAGERS)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.ran: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+@pytest.fixture
+def elicit_app(elicit_store_url: str, ledger: Ledger) -> Iterator[Elicitation]:
+    runtime = Elicitation(
+        open_store(elicit_store_url),
+        request_state=RequestState(single_process=True),
+        timing=Timing(long_poll=timedelta(milliseconds=300), approver_wait=timedelta(seconds=20)),
+    )
+    runtime.server("approved")
+
+    @runtime.tool(gate=Gate(editable=["replicas"], approvers=ApproverRule(["release-managers"], quorum=2)))
+    async def deploy(flow: Flow, service: str, replicas: int) -> str:
+        # A step: overlapping calls of one operation each run the body, and its effect once.
+        await flow.step("deploy", ledger.ran.append, {"service": service, "replicas": replicas})
+        return f"deployed {service} x{replicas}"
+
+    @runtime.tool()
+    async def rename(flow: Flow, name: str) -> str:
+        answer = await flow.ask(f"Rename to {name}?", bool, key="rename", approvers=ApproverRule(["owners"]))
+        if isinstance(answer, Declined):
+            return "kept the old name"
+        ledger.ran.append({"name": name})
+        return f"renamed to {name}"
+
+    yield runtime
+    runtime.close()
+
+
+async def waiting_decision(runtime: Elicitation, key: str = APPROVAL_KEY) -> Decision:
+    """The question once the call asked it (the call runs beside the test)."""
+    with anyio.fail_after(10):
+        while True:
+            found = [d for d in runtime.store.list_decisions(Operator()) if d.key == key]
+            if found:
+                return found[0]
+            await anyio.sleep(0.02)
+
+
+async def beside(call: Callable[[], Awaitable[ToolCall]], votes: Callable[[], Awaitable[None]]) -> ToolCall:
+    """Make the call, and cast the votes while it waits."""
+    done: list[ToolCall] = []
+
+    async def calling() -> None:
+        done.append(await call())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(calling)
+        await votes()
+    return done[0]
+
+
+async def test_the_call_waits_for_a_quorum_of_approvers_and_runs_once(
+    elicit: Harness, elicit_app: Elicitation, ledger: Ledger
+) -> None:
+    store = AsyncStore(elicit_app.store)
+
+    async def votes() -> None:
+        decision = await waiting_decision(elicit_app)
+        first = await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {NOTE_FIELD: "go"})
+        assert first.decision.status is DecisionStatus.REQUESTED and first.tally.leading == 1
+        with pytest.raises(VoteRefused):
+            await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+        await store.cast_vote(decision.elicitation_id, BOB, Verdict.APPROVE, {})
+
+    called = await beside(lambda: elicit.call("deploy", {"service": "api", "replicas": 3}), votes)
+    assert called.result.content[-1].text == "deployed api x3"  # type: ignore[union-attr]
+    assert called.asked == (), "the requester's client is never asked for an approval others give"
+    assert ledger.ran == [{"service": "api", "replicas": 3}]
+    [decision] = elicit.decisions(APPROVAL_KEY)
+    assert decision.status is DecisionStatus.ACCEPTED and decision.approvers is not None
+    assert decision.content == {NOTE_FIELD: "alice: go"}
+
+
+async def test_an_edit_restarts_the_count_and_what_runs_is_what_the_quorum_approved(
+    elicit: Harness, elicit_app: Elicitation, ledger: Ledger
+) -> None:
+    store = AsyncStore(elicit_app.store)
+
+    async def votes() -> None:
+        decision = await waiting_decision(elicit_app)
+        edited = await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {"replicas": 2})
+        as_called = await store.cast_vote(decision.elicitation_id, BOB, Verdict.APPROVE, {})
+        assert as_called.decision.status is DecisionStatus.REQUESTED, "approvals of other arguments do not add up"
+        assert edited.vote.proposal != as_called.vote.proposal
+        await store.cast_vote(decision.elicitation_id, CAROL, Verdict.APPROVE, {"replicas": 2})
+
+    called = await beside(lambda: elicit.call("deploy", {"service": "api", "replicas": 3}), votes)
+    assert [block.text for block in called.result.content] == [  # type: ignore[union-attr]
+        "The approvers changed the arguments before approving (replicas: 3 → 2); the tool ran with the changes.",
+        "deployed api x2",
+    ]
+    assert ledger.ran == [{"service": "api", "replicas": 2}]
+
+
+async def test_one_rejection_vetoes_and_the_model_reads_why(
+    elicit: Harness, elicit_app: Elicitation, ledger: Ledger
+) -> None:
+    store = AsyncStore(elicit_app.store)
+
+    async def votes() -> None:
+        decision = await waiting_decision(elicit_app)
+        await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+        await store.cast_vote(
+            decision.elicitation_id, BOB, Verdict.REJECT, {REJECT_FIELD: True, NOTE_FIELD: "freeze until Monday"}
+        )
+
+    called = await beside(lambda: elicit.call("deploy", {"service": "api", "replicas": 3}), votes)
+    assert (
+        called.error == "An approver rejected this call; nothing ran. Note from the approvers: bob: freeze until Monday"
+    )
+    assert ledger.ran == []
+
+
+async def test_the_requester_never_approves_their_own_call(elicit: Harness, elicit_app: Elicitation) -> None:
+    store = AsyncStore(elicit_app.store)
+    requester = Approver(elicit.principal.principal_id, MANAGERS)
+
+    async def votes() -> None:
+        decision = await waiting_decision(elicit_app)
+        with pytest.raises(VoteRefused, match="own"):
+            await store.cast_vote(decision.elicitation_id, requester, Verdict.APPROVE, {})
+        await store.cast_vote(decision.elicitation_id, ALICE, Verdict.REJECT, {REJECT_FIELD: True})
+
+    called = await beside(lambda: elicit.call("deploy", {"service": "api", "replicas": 1}), votes)
+    assert "rejected" in called.error
+
+
+async def test_a_plain_question_may_name_its_approvers_and_a_rejection_is_a_decline(
+    elicit: Harness, elicit_app: Elicitation, ledger: Ledger
+) -> None:
+    store = AsyncStore(elicit_app.store)
+    owner = Approver("olga", frozenset({"owners"}))
+
+    async def reject() -> None:
+        decision = await waiting_decision(elicit_app, "rename")
+        with pytest.raises(VoteRefused, match="owners"):
+            await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {"value": True})
+        await store.cast_vote(decision.elicitation_id, owner, Verdict.REJECT, {})
+
+    called = await beside(lambda: elicit.call("rename", {"name": "prod"}), reject)
+    assert called.text == "kept the old name" and ledger.ran == []
+
+
+# -- the live call stops waiting, and the identical call made later attaches --------------------------------------
+
+
+@pytest.fixture
+def impatient(elicit_store_url: str, ledger: Ledger) -> Iterator[Elicitation]:
+    runtime = Elicitation(
+        open_store(elicit_store_url),
+        request_state=RequestState(keys=[b"k" * 32]),
+        timing=Timing(long_poll=timedelta(milliseconds=200), approver_wait=timedelta(milliseconds=400)),
+    )
+    runtime.server("impatient")
+
+    @runtime.tool(gate=Gate(approvers=ApproverRule(["release-managers"])))
+    async def deploy(flow: Flow, service: str) -> str:
+        ledger.ran.append({"service": service})
+        return f"deployed {service}"
+
+    yield runtime
+    runtime.close()
+
+
+@pytest.mark.parametrize("era", ["2025-06-18", "2025-11-25"])
+async def test_a_live_call_ends_naming_the_pending_approval_and_the_same_call_later_gets_its_result(
+    impatient: Elicitation, ledger: Ledger, era: str
+) -> None:
+    harness = Harness(impatient, era=era)  # type: ignore[arg-type]
+    first = await harness.call("deploy", {"service": "api"})
+    [decision] = harness.decisions(APPROVAL_KEY)
+    assert first.error.startswith("Not run yet. Waiting for approval by release-managers (0 of 1): approval request ")
+    assert decision.elicitation_id in first.error and "Call this tool again with the same arguments" in first.error
+    assert decision.status is DecisionStatus.REQUESTED and ledger.ran == []
+    await AsyncStore(impatient.store).cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+    again = await harness.call("deploy", {"service": "api"})
+    assert again.text == "deployed api" and again.operation_id == first.operation_id
+    assert ledger.ran == [{"service": "api"}] and harness.decisions(APPROVAL_KEY) == [harness.decision(APPROVAL_KEY)]
+
+
+async def test_rounds_say_who_the_call_waits_on_and_answers_from_the_client_never_count(
+    impatient: Elicitation, ledger: Ledger
+) -> None:
+    arguments = {"service": "api"}
+    sneaked: dict[str, InputResponse] = {APPROVAL_KEY: ElicitResult(action="accept", content={})}
+    async with Client(impatient.mcp_server, mode=MODERN, elicitation_callback=Person()) as client:
+        first = await client.session.call_tool("deploy", arguments, allow_input_required=True)
+        assert isinstance(first, InputRequiredResult) and first.input_requests is None
+        assert first.meta is not None
+        assert first.meta["io.github.mcp-elicit/waiting"] == "Waiting for approval by release-managers (0 of 1)"
+        # Neither without a round nor with the still-waiting round's state does the client's own answer count.
+        bare = await client.session.call_tool("deploy", arguments, input_responses=sneaked, allow_input_required=True)
+        retried = await client.session.call_tool(
+            "deploy", arguments, input_responses=sneaked, request_state=first.request_state,
+            allow_input_required=True,
+        )  # fmt: skip
+        assert isinstance(bare, InputRequiredResult) and isinstance(retried, InputRequiredResult)
+        [decision] = [d for d in impatient.store.list_decisions(Operator()) if d.key == APPROVAL_KEY]
+        assert decision.status is DecisionStatus.REQUESTED and ledger.ran == []
+        await AsyncStore(impatient.store).cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+        done = await client.session.call_tool(
+            "deploy", arguments, request_state=retried.request_state, allow_input_required=True
+        )
+    assert isinstance(done, CallToolResult) and done.content[-1].text == "deployed api"  # type: ignore[union-attr]
+    assert ledger.ran == [{"service": "api"}]
+
+
+async def test_overlapping_identical_calls_share_one_approval(elicit_app: Elicitation, ledger: Ledger) -> None:
+    harness = Harness(elicit_app, era="2025-11-25")
+    calls: list[ToolCall] = []
+
+    async def call() -> None:
+        calls.append(await harness.call("deploy", {"service": "api", "replicas": 1}))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        group.start_soon(call)
+        decision = await waiting_decision(elicit_app)
+        await anyio.sleep(0.2)
+        store = AsyncStore(elicit_app.store)
+        await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+        await store.cast_vote(decision.elicitation_id, BOB, Verdict.APPROVE, {})
+    assert [c.text for c in calls] == ["deployed api x1"] * 2 and calls[0].operation_id == calls[1].operation_id
+    assert ledger.ran == [{"service": "api", "replicas": 1}]
+    assert len(harness.decisions(APPROVAL_KEY)) == 1
+
+
+def test_a_gate_with_approvers_offers_no_standing_grants() -> None:
+    from mcp_elicit import Grants
+
+    with pytest.raises(ValueError, match="leave grants out"):
+        Gate(approvers=ApproverRule(["ops"]), grants=Grants())
+    with pytest.raises(TypeError, match="ApproverRule"):
+        Gate(approvers=["ops"])  # type: ignore[arg-type]
