@@ -16,6 +16,7 @@ from mcp_elicit.model import (
     REJECT_FIELD,
     Approver,
     ApproverRule,
+    BrowserUser,
     Decision,
     DecisionStatus,
     JSONObject,
@@ -373,3 +374,24 @@ def test_schema_10_keeps_the_decisions_of_schema_9(store_url: str, clock: FakeCl
         assert store.votes(decision.elicitation_id) == [cast.vote]
     finally:
         store.close()
+
+
+def test_only_votes_decide_a_decision_with_approvers_and_its_requester_may_withdraw_it(
+    store: Store, records: Records
+) -> None:
+    """The requester's own page, inbox or client cannot answer it (four-eyes holds below the web layer too); an
+    operator cannot either. Cancelling (withdrawing the request, deciding nothing) stays open to both."""
+    decision = asked(records)
+    for caller, to, content in (
+        (ALICE, DecisionStatus.ACCEPTED, APPROVE),
+        (BrowserUser(ALICE.principal_id), DecisionStatus.DECLINED, None),
+        (EVERYONE, DecisionStatus.ACCEPTED, APPROVE),
+    ):
+        with pytest.raises(VoteRefused, match="decided only by the votes of its approvers") as caught:
+            store.transition(decision, to, caller=caller, content=content)
+        assert caught.value.reason is VoteRefusal.VOTES_ONLY
+    assert store.get_decision(decision.elicitation_id, EVERYONE) == decision
+    withdrawn = store.transition(decision, DecisionStatus.CANCELLED, caller=ALICE, reason="withdrawn")
+    assert withdrawn.status is DecisionStatus.CANCELLED
+    plain = asked(records, None)
+    assert store.transition(plain, DecisionStatus.DECLINED, caller=ALICE).status is DecisionStatus.DECLINED

@@ -51,6 +51,8 @@ from mcp_elicit.store.errors import (
     NotFound,
     StoreError,
     UnreadableRow,
+    VoteRefusal,
+    VoteRefused,
 )
 from mcp_elicit.store.protocol import DecisionFilter, DecisionPage, NotificationEvent
 
@@ -248,10 +250,13 @@ class DecisionsCore(Core):
         details: JSONObject = {}
         if expires_at is not None:
             details["expires_at"] = expires_at.isoformat()
+        where, params = _binding(caller)
+        if to is not DecisionStatus.CANCELLED:  # only votes decide a decision with approvers (`cast_vote`)
+            where += " AND approvers IS NULL"
         async with self._write() as tx:
             moved = await self._move(
                 tx, snapshot, to, actor=caller.actor, reason=reason, details=details, content=content,
-                expires_at=expires_at, now=now, binding=_binding(caller),
+                expires_at=expires_at, now=now, binding=(where, params),
             )  # fmt: skip
             if moved is None:
                 failure = await self._why_not(tx, snapshot, to, caller, now)
@@ -308,6 +313,13 @@ class DecisionsCore(Core):
         current = await self._select_decision(tx, snapshot.elicitation_id, caller)
         if current is None:
             raise NotFound(f"no decision {snapshot.elicitation_id}")
+        waiting = not current.is_terminal and not current.is_overdue(now)
+        if current.approvers is not None and to is not DecisionStatus.CANCELLED and waiting:
+            return VoteRefused(
+                current.elicitation_id, VoteRefusal.VOTES_ONLY,
+                f"decision {current.elicitation_id} is decided only by the votes of its approvers "
+                f"({', '.join(current.approvers.roles)}); it can be cancelled, not answered",
+            )  # fmt: skip
         return await self._refusal(tx, current, to, now, late=f"late {to} after the TTL")
 
     async def _refusal(

@@ -232,6 +232,8 @@ class VoteRefusal(StrEnum):
     """None of the approver's roles may vote on the decision now."""
     ALREADY_VOTED = "already_voted"
     """The approver cast this very vote (verdict and proposal) before: it counts once."""
+    VOTES_ONLY = "votes_only"
+    """Not a vote: an answer given for a decision that only its approvers' votes decide (cancelling it is not one)."""
 
 
 class VoteRefused(StoreError):
