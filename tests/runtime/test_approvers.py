@@ -7,6 +7,7 @@ answer any question and is never asked. What ran is recorded by the tool itself 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -75,7 +76,9 @@ async def waiting_decision(runtime: Elicitation, key: str = APPROVAL_KEY) -> Dec
     """The question once the call asked it (the call runs beside the test)."""
     with anyio.fail_after(10):
         while True:
-            found = [d for d in runtime.store.list_decisions(Operator()) if d.key == key]
+            found = [
+                d for d in runtime.store.list_decisions(Operator(), status=DecisionStatus.REQUESTED) if d.key == key
+            ]
             if found:
                 return found[0]
             await anyio.sleep(0.02)
@@ -277,3 +280,39 @@ def test_a_gate_with_approvers_offers_no_standing_grants() -> None:
         Gate(approvers=ApproverRule(["ops"]), grants=Grants())
     with pytest.raises(TypeError, match="ApproverRule"):
         Gate(approvers=["ops"])  # type: ignore[arg-type]
+
+
+async def test_a_fastmcp_tool_waits_for_its_approvers_on_every_era(elicit_store_url: str, ledger: Ledger) -> None:
+    from mcp_elicit.fastmcp import FastMCPFlows
+
+    runtime = Elicitation(
+        open_store(elicit_store_url),
+        request_state=RequestState(single_process=True),
+        timing=Timing(long_poll=timedelta(milliseconds=300)),
+    )
+    flows = FastMCPFlows(runtime)
+    server = flows.server("fast-approved")
+
+    @flows.tool(gate=Gate(editable=["region"], approvers=ApproverRule(["release-managers"])))
+    async def deploy(flow: Flow, service: str, region: str) -> str:
+        await flow.step("deploy", ledger.ran.append, {"service": service, "region": region})
+        return f"{service} deployed to {region}"
+
+    store = AsyncStore(runtime.store)
+    try:
+        for era in ("2025-06-18", "2025-11-25", MODERN):
+            harness = Harness(runtime, era=era, server=server)  # type: ignore[arg-type]
+
+            async def votes() -> None:
+                decision = await waiting_decision(runtime)
+                await store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {"region": "us"})
+
+            call = functools.partial(harness.call, "deploy", {"service": f"web-{era}", "region": "eu"})
+            called = await beside(call, votes)
+            assert called.result.content[-1].text == f"web-{era} deployed to us"  # type: ignore[union-attr]
+            assert called.asked == ()
+            for decision in runtime.store.list_decisions(Operator()):
+                assert decision.status is DecisionStatus.ACCEPTED  # the next era's call asks anew
+        assert ledger.ran == [{"service": f"web-{era}", "region": "us"} for era in ("2025-06-18", "2025-11-25", MODERN)]
+    finally:
+        runtime.close()

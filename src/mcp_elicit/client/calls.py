@@ -42,6 +42,8 @@ class Waiting:
     """When the kit stops waiting (`Pacing.max_wait` after `started`); None: no limit."""
     flows: tuple[str, ...]
     """The flows of the call the server is waiting on, as far as the kit can tell."""
+    said: str = ""
+    """What the server says the call waits on, from its last still-waiting round (approvers, say); "" if nothing."""
 
 
 @dataclass(eq=False)

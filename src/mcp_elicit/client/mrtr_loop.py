@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from mcp.shared.exceptions import MCPError
@@ -43,6 +43,8 @@ from mcp_types import ErrorData, InputRequest, InputRequiredResult, InputRespons
 from mcp_elicit.client.calls import CallInFlight, Sleep, Waiting
 from mcp_elicit.client.errors import StillWaiting, TooManyRounds
 from mcp_elicit.client.pending import Wait
+from mcp_elicit.model import WAITING_META_KEY
+from mcp_elicit.printable import printable
 
 R = TypeVar("R")
 
@@ -81,9 +83,23 @@ STILL_WAITING = "is still waiting"
 """The fixed end of a round wait's message: a script entry matching it answers any such wait."""
 
 
+MAX_SAID = 200
+
+
 def round_wait_message(call: CallInFlight) -> str:
-    """What a still-waiting wait says it is: the call, since the server's round carries no message."""
-    return f"the {call.kind} {call.name} {STILL_WAITING}"
+    """What a still-waiting wait says it is: the call, and what the server said it waits on, if it did (the
+    protocol gives the round no message of its own)."""
+    said = call.waiting.said if call.waiting is not None else ""
+    return f"the {call.kind} {call.name} {STILL_WAITING}" + (f": {said}" if said else "")
+
+
+def _said(result: InputRequiredResult) -> str:
+    """The server's word on what a still-waiting round waits on: printable, bounded, or "" when it gave none."""
+    said = (result.meta or {}).get(WAITING_META_KEY)
+    if not isinstance(said, str):
+        return ""
+    shown = printable(" ".join(said.split()))
+    return shown if len(shown) <= MAX_SAID else shown[: MAX_SAID - 1] + "…"
 
 
 class RoundWaits:
@@ -170,9 +186,11 @@ async def drive(
                 if waiting_since is None:
                     waiting_since = now
                     deadline = None if pacing.max_wait is None else now + pacing.max_wait
-                    call.waiting = Waiting(now, deadline, tuple(call.flows))
+                    call.waiting = Waiting(now, deadline, tuple(call.flows), _said(current))
                     if rounds is not None:
                         rounds.add(call)
+                elif call.waiting is not None:
+                    call.waiting = replace(call.waiting, said=_said(current))
                 if pacing.max_wait is not None and now - waiting_since >= pacing.max_wait:
                     raise StillWaiting(now - waiting_since)
                 await call.pause(delay, sleep)

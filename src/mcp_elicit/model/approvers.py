@@ -26,6 +26,9 @@ NOTE_FIELD: Final = "approval_note"
 GRANT_FIELD: Final = "approval_grant"
 REMARKS: Final = frozenset({NOTE_FIELD, GRANT_FIELD})
 """Fields of an answer that say something besides it: approvals that differ only there approve the same thing."""
+WAITING_META_KEY: Final = "io.github.mcp-elicit/waiting"
+"""In a still-waiting 2026-07-28 round's `_meta`: what the call waits on ("Waiting for approval by …"), for the
+client to show, since the protocol gives such a round no message of its own."""
 MAX_QUORUM: Final = 20
 ROLE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,63}$")
 
@@ -40,10 +43,10 @@ class ApproverRule:
     """Who may answer: members of `roles` (any of them), `quorum` of them on one proposal; after `escalate_after`,
     members of `escalate_to` as well."""
 
-    roles: tuple[str, ...]
+    roles: Sequence[str]
     quorum: int = 1
     escalate_after: timedelta | None = None
-    escalate_to: tuple[str, ...] = ()
+    escalate_to: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         for name in ("roles", "escalate_to"):
@@ -78,8 +81,8 @@ class ApproverRule:
         """The roles whose members may vote now, on a decision asked at `asked_at`."""
         escalation = self.escalates_at(asked_at)
         if escalation is not None and now >= escalation:
-            return self.roles + self.escalate_to
-        return self.roles
+            return (*self.roles, *self.escalate_to)
+        return tuple(self.roles)
 
     def waiting_on(self, asked_at: datetime, now: datetime) -> str:
         """The roles as the requester is told of them: "release-managers", or "release-managers or finance"."""

@@ -43,7 +43,7 @@ from mcp_types import (
 )
 
 from mcp_elicit.approvals.gate import is_approval
-from mcp_elicit.model import Decision, DecisionStatus, Mode, OperationStatus, Principal
+from mcp_elicit.model import WAITING_META_KEY, Decision, DecisionStatus, Mode, OperationStatus, Principal
 from mcp_elicit.server.eras import Call, Declared, Need, Target, progress_of
 from mcp_elicit.server.eras.capabilities import missing_capability
 from mcp_elicit.server.eras.mrtr_state import RoundState, refused
@@ -71,8 +71,6 @@ DEFAULT_REASK_AFTER = timedelta(seconds=15)
 """How long a question stays with the round that last put it out before a waiting identical call asks again."""
 CLOCK_SKEW = timedelta(seconds=60)
 """How long past a round's TTL its spent nonce stays in the ledger: another instance's clock checks that TTL."""
-WAITING_META_KEY = "io.github.mcp-elicit/waiting"
-"""In a still-waiting round's `_meta`: what the call waits on, for a client to show ("Waiting for approval by …")."""
 ROUND_LAPSE_MARGIN = timedelta(seconds=5)
 """How long past its state's TTL a round keeps its questions' claims, when `reask_after` is longer still."""
 
