@@ -316,3 +316,30 @@ async def test_a_fastmcp_tool_waits_for_its_approvers_on_every_era(elicit_store_
         assert ledger.ran == [{"service": f"web-{era}", "region": "us"} for era in ("2025-06-18", "2025-11-25", MODERN)]
     finally:
         runtime.close()
+
+
+async def test_the_kit_shows_on_whom_a_call_waits(impatient: Elicitation, ledger: Ledger) -> None:
+    """A host built on the client kit lists the call's still-waiting stretch with the server's own words."""
+    from mcp_elicit.client import ElicitingClient, Pacing, ScriptedHandler
+
+    async with ElicitingClient(
+        impatient.mcp_server, ScriptedHandler({}), era=MODERN, pacing=Pacing(first=0.05, cap=0.1)
+    ) as kit:
+        results: list[CallToolResult] = []
+
+        async def call() -> None:
+            results.append(await kit.call_tool("deploy", {"service": "api"}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            with anyio.fail_after(10):
+                while not kit.rounds.waits():
+                    await anyio.sleep(0.02)
+            [wait] = kit.rounds.waits()
+            assert wait.message == (
+                "the tool deploy is still waiting: Waiting for approval by release-managers (0 of 1)"
+            )
+            decision = await waiting_decision(impatient)
+            await AsyncStore(impatient.store).cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+    [result] = results
+    assert result.content[-1].text == "deployed api" and ledger.ran == [{"service": "api"}]  # type: ignore[union-attr]
