@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import pytest
@@ -28,7 +28,7 @@ from mcp_elicit.testing.harness import ToolCall
 from tests.helpers.person import Person
 
 pytestmark = pytest.mark.anyio
-MODERN = "2026-07-28"
+MODERN: Final = "2026-07-28"
 MANAGERS = frozenset({"release-managers"})
 ALICE = Approver("alice", MANAGERS)
 BOB = Approver("bob", MANAGERS)
