@@ -301,7 +301,7 @@ async def test_a_fastmcp_tool_waits_for_its_approvers_on_every_era(elicit_store_
     store = AsyncStore(runtime.store)
     try:
         for era in ("2025-06-18", "2025-11-25", MODERN):
-            harness = Harness(runtime, era=era, server=server)  # type: ignore[arg-type]
+            harness = Harness(runtime, era=era, server=server)
 
             async def votes() -> None:
                 decision = await waiting_decision(runtime)
