@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from mcp_elicit.model import (
+    ApproverRule,
     Decision,
     DecisionOrigin,
     DecisionStatus,
@@ -49,7 +50,9 @@ class Records:
             )
         )
 
-    def _origin(self, operation: Operation, key: str, sensitive: tuple[str, ...]) -> DecisionOrigin:
+    def _origin(
+        self, operation: Operation, key: str, sensitive: tuple[str, ...], approvers: ApproverRule | None = None
+    ) -> DecisionOrigin:
         return DecisionOrigin(
             operation_id=operation.operation_id,
             key=key,
@@ -58,6 +61,7 @@ class Records:
             origin_request_digest=operation.request_digest,
             sensitive_fields=sensitive,
             about=f'{operation.target}(service="api", note="ünïcode ✓")',
+            approvers=approvers,
         )
 
     def form(
@@ -67,10 +71,11 @@ class Records:
         ttl: timedelta = timedelta(minutes=10),
         key: str = "approve",
         sensitive: tuple[str, ...] = (),
+        approvers: ApproverRule | None = None,
     ) -> Decision:
         operation = operation or self.operation()
         decision = new_form_decision(
-            self._origin(operation, key, sensitive),
+            self._origin(operation, key, sensitive, approvers),
             message="Deploy to production?",
             requested_schema=FORM_SCHEMA,
             now=self.clock(),

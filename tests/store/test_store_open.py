@@ -413,6 +413,10 @@ def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: st
     finally:
         store.close()
     taken_back = [
+        "DROP TABLE elicit_votes",
+        "DROP INDEX elicit_decisions_approvals",
+        "ALTER TABLE elicit_decisions DROP COLUMN approvers",
+        "DELETE FROM elicit_schema WHERE version = 10",
         "DROP TABLE elicit_grants",
         "DELETE FROM elicit_schema WHERE version = 9",
         "ALTER TABLE elicit_decisions DROP COLUMN about",
@@ -428,7 +432,7 @@ def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: st
                 pg.execute(statement)
     store = open_store(store_url, clock=clock)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 9
+        assert store.schema_version() == SCHEMA_VERSION == 10
         before = store.get_decision(asked.elicitation_id, ALICE)
         assert asked.about and before.about == ""
         assert before == dataclasses.replace(asked, about="")

@@ -1,5 +1,5 @@
-"""Durable storage of operations, decisions, their journal, standing grants, audit trail, single-use tokens and
-sealed vault blobs."""
+"""Durable storage of operations, decisions, approvers' votes, their journal, standing grants, audit trail,
+single-use tokens and sealed vault blobs."""
 
 from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._sweep import SWEEP_BATCH
@@ -25,6 +25,8 @@ from mcp_elicit.store.errors import (
     StoreUnavailable,
     TransitionConflict,
     UnreadableRow,
+    VoteRefusal,
+    VoteRefused,
 )
 from mcp_elicit.store.migrations import SCHEMA_VERSION, schema_statements
 from mcp_elicit.store.protocol import (
@@ -42,6 +44,7 @@ from mcp_elicit.store.protocol import (
     OperationStart,
     SweepResult,
     VaultRecord,
+    VoteCast,
 )
 from mcp_elicit.store.url import ENV_VAR, default_store_path, default_store_url, open_store, utc_now
 
@@ -85,6 +88,9 @@ __all__ = [
     "TransitionConflict",
     "UnreadableRow",
     "VaultRecord",
+    "VoteCast",
+    "VoteRefusal",
+    "VoteRefused",
     "default_store_path",
     "default_store_url",
     "open_store",

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from mcp_elicit.model import (
+    ApproverRule,
     AuditEntry,
     BrowserUser,
     Caller,
@@ -47,7 +48,7 @@ CLOCK = System("clock")
 DECISION_COLUMNS = (
     "elicitation_id, operation_id, key, principal_id, client_id, origin_method, origin_request_digest, mode, "
     "status, resume_policy, message, requested_schema, url, sensitive_fields, content, completion_version, "
-    "created_at, updated_at, expires_at, about"
+    "created_at, updated_at, expires_at, about, approvers"
 )
 OPERATION_COLUMNS = (
     "operation_id, principal_id, client_id, method, target, request_digest, idempotency_key, status, result, "
@@ -328,7 +329,7 @@ class Core(ABC):
             d.origin_request_digest, d.mode.value, d.status.value, d.resume_policy.value, d.message,
             self._optional_json(d.requested_schema), d.url, self._to_json(list(d.sensitive_fields)),
             self._optional_json(d.content), d.completion_version, t(d.created_at), t(d.updated_at), t(d.expires_at),
-            d.about,
+            d.about, None if d.approvers is None else self._to_json(d.approvers.dumped()),
         )  # fmt: skip
 
     def _decision(self, row: Sequence[Any]) -> Decision:
@@ -340,7 +341,7 @@ class Core(ABC):
             requested_schema=c.read(11, self._optional_object), url=c.optional_text(12),
             sensitive_fields=c.read(13, self._names), content=c.read(14, self._optional_object),
             completion_version=c.integer(15), created_at=c.read(16, t), updated_at=c.read(17, t),
-            expires_at=c.read(18, t), about=c.text(19),
+            expires_at=c.read(18, t), about=c.text(19), approvers=c.read(20, self._approver_rule),
         )  # fmt: skip
 
     def _operation_row(self, o: Operation) -> tuple[object, ...]:
@@ -376,6 +377,14 @@ class Core(ABC):
 
     def _optional_object(self, value: Any) -> JSONObject | None:
         return None if value is None else self._stored_object(value)
+
+    def _approver_rule(self, value: Any) -> ApproverRule | None:
+        if value is None:
+            return None
+        try:
+            return ApproverRule.loaded(self._from_json(value))
+        except (ValueError, TypeError) as error:
+            raise BadValue(f"a JSON value that is not an approver rule ({error})") from None
 
     def _optional_value(self, value: Any) -> JSONValue:
         return None if value is None else self._from_json(value)

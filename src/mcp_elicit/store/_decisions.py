@@ -79,6 +79,8 @@ class DecisionsCore(Core):
         }
         if decision.url is not None:
             details["url"] = redact_url(decision.url)
+        if decision.approvers is not None:
+            details["approvers"] = decision.approvers.dumped()
         try:
             async with self._write() as tx:
                 await tx.execute(
@@ -243,69 +245,89 @@ class DecisionsCore(Core):
         if expires_at is not None and to in TERMINAL_DECISION_STATUSES:
             raise ValueError(f"a TTL is for a waiting state, and {to} is terminal")
         now = self._clock()
-        version = snapshot.completion_version + 1
-        new_expiry = snapshot.expires_at if expires_at is None else expires_at
-        new_content = snapshot.content if content is None else content
-        details: JSONObject = {"version": version}
-        if content is not None:
-            details["content"] = redact_content(content, snapshot.sensitive_fields)
+        details: JSONObject = {}
         if expires_at is not None:
             details["expires_at"] = expires_at.isoformat()
-        where, params = _binding(caller)
-        stamp = self._to_time(now)
-        failure: StoreError
-        sql = (
-            "UPDATE elicit_decisions SET status = %s, completion_version = %s, content = %s, updated_at = %s,"
-            " expires_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s"
-            f" AND expires_at > %s{where}"
-        )
-        values = (
-            to.value, version, self._optional_json(new_content), stamp, self._to_time(new_expiry),
-            snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params,
-        )  # fmt: skip
         async with self._write() as tx:
-            changed = await tx.execute(sql, values)
-            if changed == 1:
-                self._audit(
-                    tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, caller.actor, reason,
-                    details, now,
-                )  # fmt: skip
-                if to in TERMINAL_DECISION_STATUSES:
-                    self._outbox(tx, _ENDED, [snapshot.elicitation_id], now)
-                self._moved(snapshot.elicitation_id)
-                moved = replace(
-                    snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
-                    expires_at=new_expiry,
-                )  # fmt: skip
-            else:
-                moved = None
+            moved = await self._move(
+                tx, snapshot, to, actor=caller.actor, reason=reason, details=details, content=content,
+                expires_at=expires_at, now=now, binding=_binding(caller),
+            )  # fmt: skip
+            if moved is None:
                 failure = await self._why_not(tx, snapshot, to, caller, now)
         if moved is None:
             raise failure
         return moved
 
+    async def _move(
+        self,
+        tx: Tx,
+        snapshot: Decision,
+        to: DecisionStatus,
+        *,
+        actor: str,
+        reason: str,
+        details: JSONObject,
+        content: JSONObject | None,
+        now: datetime,
+        expires_at: datetime | None = None,
+        binding: tuple[str, tuple[str, ...]] = ("", ()),
+    ) -> Decision | None:
+        """Move `snapshot` to `to` by compare-and-set in `tx`, with its audit row (`details` and the version and
+        redacted content), its outbox row when it ends and its announcement; `None` when the set matched no row."""
+        version = snapshot.completion_version + 1
+        new_expiry = snapshot.expires_at if expires_at is None else expires_at
+        new_content = snapshot.content if content is None else content
+        details = {"version": version, **details}
+        if content is not None:
+            details["content"] = redact_content(content, snapshot.sensitive_fields)
+        where, params = binding
+        stamp = self._to_time(now)
+        changed = await tx.execute(
+            "UPDATE elicit_decisions SET status = %s, completion_version = %s, content = %s, updated_at = %s,"
+            " expires_at = %s WHERE elicitation_id = %s AND status = %s AND completion_version = %s"
+            f" AND expires_at > %s{where}",
+            (to.value, version, self._optional_json(new_content), stamp, self._to_time(new_expiry),
+             snapshot.elicitation_id, snapshot.status.value, snapshot.completion_version, stamp, *params),
+        )  # fmt: skip
+        if changed != 1:
+            return None
+        self._audit(tx, SubjectKind.DECISION, snapshot.elicitation_id, snapshot.status, to, actor, reason, details, now)
+        if to in TERMINAL_DECISION_STATUSES:
+            self._outbox(tx, _ENDED, [snapshot.elicitation_id], now)
+        self._moved(snapshot.elicitation_id)
+        return replace(
+            snapshot, status=to, completion_version=version, content=new_content, updated_at=now,
+            expires_at=new_expiry,
+        )  # fmt: skip
+
     async def _why_not(
         self, tx: Tx, snapshot: Decision, to: DecisionStatus, caller: Caller, now: datetime
     ) -> StoreError:
         """The error for a lost compare-and-set, expiring an overdue record on the way."""
-        failure: StoreError
         current = await self._select_decision(tx, snapshot.elicitation_id, caller)
         if current is None:
             raise NotFound(f"no decision {snapshot.elicitation_id}")
+        return await self._refusal(tx, current, to, now, late=f"late {to} after the TTL")
+
+    async def _refusal(
+        self, tx: Tx, current: Decision, to: DecisionStatus, now: datetime, *, late: str
+    ) -> DecisionExpired | DecisionConflict:
+        """Why `current` cannot move to `to`: it is overdue (expired right here, audited with `late`), expired,
+        or elsewhere than the move expected."""
         if current.is_overdue(now):
-            await self._expire_decisions(tx, [(current.elicitation_id, current.status, current.completion_version)],
-                                   now, f"late {to} after the TTL")  # fmt: skip
+            await self._expire_decisions(
+                tx, [(current.elicitation_id, current.status, current.completion_version)], now, late
+            )
             expired = replace(
                 current, status=DecisionStatus.EXPIRED, completion_version=current.completion_version + 1,
                 updated_at=now,
             )  # fmt: skip
-            failure = DecisionExpired(expired, to)
-        elif current.status is DecisionStatus.EXPIRED:
-            failure = DecisionExpired(current, to)
-        else:
-            failure = DecisionConflict(current, to)
-            _lost(SubjectKind.DECISION)
-        return failure
+            return DecisionExpired(expired, to)
+        if current.status is DecisionStatus.EXPIRED:
+            return DecisionExpired(current, to)
+        _lost(SubjectKind.DECISION)
+        return DecisionConflict(current, to)
 
     async def expire_if_overdue(self, elicitation_id: str, caller: Caller, *, reason: str) -> Decision:
         now = self._clock()

@@ -301,7 +301,27 @@ CREATE INDEX elicit_grants_covering ON elicit_grants (principal_id, client_id, t
 CREATE INDEX elicit_grants_newest ON elicit_grants (created_at DESC, grant_id)
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Approvers: a decision that names who answers it keeps its rule (`ApproverRule.dumped()`; NULL for the others),
+# and each approver's vote on one proposal (the digest of what they approved or rejected) is one row, so a vote
+# cast twice is refused by the primary key and a quorum counts distinct approvers. Votes go with their decision.
+# An approver's queue reads the waiting decisions with approvers, newest first: the partial index's range.
+_V10 = """
+ALTER TABLE elicit_decisions ADD COLUMN approvers {json};
+CREATE INDEX elicit_decisions_approvals ON elicit_decisions (created_at DESC, elicitation_id)
+    WHERE approvers IS NOT NULL AND status = 'requested';
+CREATE TABLE elicit_votes (
+    elicitation_id TEXT NOT NULL REFERENCES elicit_decisions (elicitation_id) ON DELETE CASCADE,
+    approver_id TEXT NOT NULL,
+    verdict TEXT NOT NULL CHECK (verdict IN ('approve', 'reject')),
+    proposal TEXT NOT NULL,
+    content {json} NOT NULL,
+    roles {json} NOT NULL,
+    cast_at {time} NOT NULL,
+    PRIMARY KEY (elicitation_id, approver_id, verdict, proposal)
+)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -6,8 +6,9 @@ matches no row, a second read in the same transaction says why (missing, someone
 overdue), and an overdue record is expired right there so a late signal can never wake it.
 
 `SQLCore` composes one class per aggregate, each in its own module so that one can be read alone:
-`_operations`, `_decisions`, `_journal` (and claims), `_grants`, `_tokens` (and OAuth clients), `_vault`, `_outbox`
-and `_sweep`, over the pieces they share in `_core` and the engine interface in `_engine`.
+`_operations`, `_decisions`, `_votes` (approvers' votes on decisions), `_journal` (and claims), `_grants`,
+`_tokens` (and OAuth clients), `_vault`, `_outbox` and `_sweep`, over the pieces they share in `_core` and the
+engine interface in `_engine`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from mcp_elicit.store._outbox import OutboxCore
 from mcp_elicit.store._sweep import SweepCore
 from mcp_elicit.store._tokens import TokensCore
 from mcp_elicit.store._vault import VaultCore
+from mcp_elicit.store._votes import VotesCore
 
 
-class SQLCore(OperationsCore, DecisionsCore, JournalCore, GrantsCore, TokensCore, VaultCore, OutboxCore, SweepCore):
+class SQLCore(
+    OperationsCore, VotesCore, DecisionsCore, JournalCore, GrantsCore, TokensCore, VaultCore, OutboxCore, SweepCore
+):
     """The store's logic, once, as coroutines; an engine supplies transactions and value codecs.
 
     The `Store` a caller holds runs these on an engine that never waits; an engine with an async driver

@@ -10,11 +10,12 @@ fails while the two differ. What the calls promise (binding, compare-and-set, la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from mcp_elicit.model import (
     Actor,
+    Approver,
     AuditEntry,
     Caller,
     Decision,
@@ -25,6 +26,8 @@ from mcp_elicit.model import (
     Operation,
     OperationStatus,
     Principal,
+    Verdict,
+    Vote,
 )
 from mcp_elicit.store._facade import AsyncStoreBase
 from mcp_elicit.store.errors import UnreadableRow
@@ -43,6 +46,7 @@ from mcp_elicit.store.protocol import (
     OperationStart,
     SweepResult,
     VaultRecord,
+    VoteCast,
 )
 
 
@@ -297,6 +301,30 @@ class AsyncStore(AsyncStoreBase):
         with the caller as actor and `reason`. `GrantEnded` when it was revoked before or has expired (nothing
         changes); `NotFound` for another person's grant, exactly as for a missing one."""
         return await self._call(lambda core: core.revoke_grant(grant_id, caller=caller, reason=reason))
+
+    async def cast_vote(
+        self, elicitation_id: str, approver: Approver, verdict: Verdict, content: JSONObject
+    ) -> VoteCast:
+        """Record `approver`'s vote on a decision that names approvers, and carry the decision when it does: the
+        approval that brings one proposal (`proposal_digest` of `content`) to the rule's quorum accepts it with
+        that content and the approvals' notes joined; a rejection ends it (accepted with `content` when that
+        holds `REJECT_FIELD` true, the gate's rejection, else declined). One transaction, in which concurrent
+        votes on the decision queue. Audited on the decision; announced whether or not it moved.
+
+        Refused, changing nothing: `NotFound`; `DecisionExpired` once its TTL passed (expired there);
+        `DecisionConflict` once decided; `VoteRefused` naming why (`VoteRefusal`): no approvers, the
+        requester's own call (four-eyes), no eligible role now, or this very vote cast before."""
+        return await self._call(lambda core: core.cast_vote(elicitation_id, approver, verdict, content))
+
+    async def votes(self, elicitation_id: str) -> list[Vote]:
+        """The votes cast on a decision, oldest first, in one read; `NotFound` for no such decision."""
+        return await self._call(lambda core: core.votes(elicitation_id))
+
+    async def approvals_waiting(self, roles: Collection[str], *, principal_id: str, limit: int = 100) -> list[Decision]:
+        """An approver's queue: up to `limit` decisions waiting for approvers, newest first, that members of any
+        of `roles` may vote on now (escalation included, by the store's clock) and that were not asked for
+        `principal_id` (four-eyes)."""
+        return await self._call(lambda core: core.approvals_waiting(roles, principal_id=principal_id, limit=limit))
 
     async def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""

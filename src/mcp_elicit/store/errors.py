@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -218,3 +219,25 @@ class GrantEnded(StoreError):
         else:
             self.how = f"expired at {current.expires_at.isoformat(timespec='seconds')}"
         super().__init__(f"grant {current.grant_id} {self.how}")
+
+
+class VoteRefusal(StrEnum):
+    """Why a vote was refused (`VoteRefused.reason`)."""
+
+    NOT_APPROVERS = "not_approvers"
+    """The decision names no approvers: its requester answers it, nobody votes on it."""
+    OWN_CALL = "own_call"
+    """Four-eyes: the approver is the principal the decision was asked for."""
+    NOT_ELIGIBLE = "not_eligible"
+    """None of the approver's roles may vote on the decision now."""
+    ALREADY_VOTED = "already_voted"
+    """The approver cast this very vote (verdict and proposal) before: it counts once."""
+
+
+class VoteRefused(StoreError):
+    """A vote the store did not record, and why (`reason`); the decision and its votes are as they were."""
+
+    def __init__(self, elicitation_id: str, reason: VoteRefusal, message: str) -> None:
+        self.elicitation_id = elicitation_id
+        self.reason = reason
+        super().__init__(message)

@@ -10,6 +10,10 @@ to `expired` instead, in the same transaction, and raises `RecordExpired` (`Deci
 `OperationExpired`) whether or not a sweep has run; a move on a record that already expired raises it
 too, so a late signal always reads as late. Each change and its audit row commit together.
 
+A decision that names approvers (`Decision.approvers`) is answered by their votes (`cast_vote`), not by a
+transition of its requester's: each vote is checked, recorded and counted in one transaction that locks the
+decision first, so concurrent votes queue and the one that carries the decision moves it exactly once.
+
 The OAuth client rows hold the registrations of the local authorization server, metadata as given
 (including a confidential client's secret, which the SDK's client authentication compares in clear).
 
@@ -23,7 +27,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from mcp_elicit.model import Decision, DecisionStatus, Grant, JSONValue, Operation
+from mcp_elicit.model import Decision, DecisionStatus, Grant, JSONValue, Operation, Tally, Vote
 from mcp_elicit.store.errors import UnreadableRow
 
 Clock = Callable[[], datetime]
@@ -156,6 +160,16 @@ class GrantPage:
     @property
     def rows(self) -> int:
         return len(self.grants) + len(self.unreadable)
+
+
+@dataclass(frozen=True, slots=True)
+class VoteCast:
+    """What a vote did: the decision as the vote left it (accepted or declined when it carried the decision,
+    still requested otherwise), the vote as stored, and where the decision's votes stand now."""
+
+    decision: Decision
+    vote: Vote
+    tally: Tally
 
 
 GRANT_JOURNAL = "mcp-elicit/grant"
