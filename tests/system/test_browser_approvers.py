@@ -50,7 +50,7 @@ async def test_two_approvers_from_a_link_and_the_inbox_in_chromium(
         await amount.fill("250")
         done = await press(page, "Approve")
         assert done.status == 200 and await heading(page) == "Your approval was recorded"
-        assert "1 of 2" in await page.locator("p").first.inner_text()
+        assert "Your approval was recorded: 1 of 2" in await page.locator("p.ok").inner_text()
         await shots(page, "first-approval")
     assert site.store.get_decision(decision.elicitation_id, Operator()).status is DecisionStatus.REQUESTED
 

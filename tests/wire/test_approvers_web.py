@@ -1,8 +1,9 @@
 """Approvers answer from the decision page, the inbox and a signed link: four-eyes, roles, quorum, escalation.
 
-Real HTTP on loopback (local sign-in, the decision pages and the inbox in one app), httpx2 as each person's browser,
-the store on both engines; decisions with approvers are recorded as the runtime records an approval's. alice asks,
-bob, carol and dave are release-managers, erin is in finance, mallory holds no role.
+Real HTTP on loopback (local sign-in, the decision pages and the inbox in one app), httpx2 as each person's
+browser; decisions with approvers are recorded as the runtime records an approval's. alice asks, bob, carol and
+dave are release-managers, erin is in finance, mallory holds no role; for roles from a claim, the stand-in OpenID
+Connect provider signs people in and `mount_web` serves the pages.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def test_an_eligible_approver_sees_the_call_and_a_form_without_the_grant_and_vot
     assert current(site.store, decision).status is DecisionStatus.REQUESTED
 
 
+@pytest.mark.engines("sqlite", "postgres")
 def test_two_of_three_where_the_same_approver_twice_counts_once(site: ApproversSite) -> None:
     decision = site.ask(TWO_OF_THREE)
     with signed_in(site, "bob") as bob:
@@ -290,9 +292,9 @@ def test_the_inbox_queues_what_waits_for_the_approvers_roles_and_shows_the_reque
         assert "Waiting for your approval" in text and "refund waits for your approval" in text
         assert f'href="/elicit/{decision.elicitation_id}"' in inbox.text
         assert f'href="/elicit/{other.elicitation_id}"' not in inbox.text, "finance's queue is not bob's"
-        assert "approvals: release-managers, 0 of 2" in text and "For Alice (alice)" in text
+        assert "Waiting for release-managers, 0 of 2." in text and "For Alice (alice)" in text
         vote(bob, site, decision, "approve", amount="400")
-        assert "You voted; approvals: release-managers, 1 of 2" in said(bob.get(f"{site.base}/inbox").text)
+        assert "You voted. Waiting for release-managers, 1 of 2." in said(bob.get(f"{site.base}/inbox").text)
     with signed_in(site, "alice") as alice:
         mine = alice.get(f"{site.base}/inbox")
         text = said(mine.text)
@@ -407,7 +409,9 @@ async def test_without_the_claim_a_person_is_refused_and_a_mapped_one_votes(oidc
 def test_approver_roles_the_sign_in_cannot_resolve_are_refused_at_mount(store_url: str) -> None:
     store = open_store(store_url)
     try:
-        elicitation = Elicitation(store, public_base_url="http://127.0.0.1:1")
+        elicitation = Elicitation(
+            store, request_state=RequestState(keys=[b"o" * 32]), public_base_url="http://127.0.0.1:1"
+        )
         auth = LocalAuthorizationServer("http://127.0.0.1:1", LocalUsers.from_text("bob:pw"), store,
                                         signing_keys=[b"a" * 32])  # fmt: skip
         server = elicitation.server("refused")

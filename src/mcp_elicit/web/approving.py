@@ -296,11 +296,15 @@ Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
             return self._ended(moved.current, (await self.tally(moved.current))[1])
         if cast_vote.decision.is_terminal:
             return self._ended(cast_vote.decision, cast_vote.tally, just_now=True)
-        count = len(cast_vote.tally.approvals.get(cast_vote.vote.proposal, ()))
+        count, quorum = len(cast_vote.tally.approvals.get(cast_vote.vote.proposal, ())), cast_vote.tally.quorum
+        needed = _rule(decision).waiting_on(decision.created_at, self._now())
+        left = quorum - count
+        more = (
+            f"{left} more approver in {needed} approves" if left == 1 else f"{left} more approvers in {needed} approve"
+        )
         return self._pages.message(
             "Your approval was recorded",
-            f"Your approval was recorded: {count} of {cast_vote.tally.quorum}. "
-            f"The call waits for {self.waiting(cast_vote.decision, cast_vote.tally)}.",
+            f"Your approval was recorded: {count} of {quorum}. It goes on once {more} the same values.",
             200,
             ok=True,
         )

@@ -175,12 +175,12 @@ class DecisionInbox:
             if entry.own and entry.decision.approvers is not None:
                 _, tally = await self._pages.approvers.tally(entry.decision)
                 waiting[entry.decision.elicitation_id] = self._pages.approvers.waiting(entry.decision, tally)
+        queue = await self._approvals_section(request, principal) if after is None else ""
         body = self._listing(
             principal, entries, listed, unreadable, first=after is None, done=request.query_params.get("done"),
-            waiting=waiting,
+            waiting=waiting, queue=queue,
         )  # fmt: skip
         if after is None:
-            body = await self._approvals_section(request, principal) + body
             granted = await self._store.grant_page(caller, GrantFilter(active=True), limit=self._settings.page_size)
             for row in granted.unreadable:
                 log.warning("the inbox left out a grant it cannot read: %s", row)
@@ -229,6 +229,7 @@ class DecisionInbox:
         first: bool,
         done: str | None,
         waiting: Mapping[str, str],
+        queue: str = "",
     ) -> str:
         operator = self.is_operator(principal)
         heading = self._heading(principal)
@@ -239,6 +240,8 @@ class DecisionInbox:
         ]
         if done in _DONE:
             parts.append(f'<p class="ok" role="status">{text(_DONE[done])}</p>')
+        if queue:
+            parts += [queue, f"<h2>{text(self._own_heading(principal))}</h2>"]
         if unreadable:
             parts.append(f'<p class="error">{text(_unreadable_note(unreadable))}</p>')
         if entries:
@@ -256,6 +259,9 @@ class DecisionInbox:
         if pager:
             parts.append(f'<nav class="pager" aria-label="Pages">{"".join(pager)}</nav>')
         return "\n".join(parts)
+
+    def _own_heading(self, principal: str) -> str:
+        return "Waiting for anyone" if self.is_operator(principal) else "Waiting for your answer"
 
     def _heading(self, principal: str) -> str:
         return "Decisions waiting for anyone" if self.is_operator(principal) else "Decisions waiting for you"
@@ -317,14 +323,14 @@ class DecisionInbox:
         now = datetime.now(UTC)
         parts = [
             '<h2 id="approvals">Waiting for your approval</h2>',
-            f'<p class="muted">Calls that need an approver in {text(", ".join(sorted(roles)))}. Oldest first.</p>',
+            f'<p class="muted">Calls that need an approver in {text(", ".join(sorted(roles)))}. Newest first.</p>',
         ]
         shown = 0
         for decision in queue:
             if decision.is_overdue(now):
                 continue
             _, tally = await approvers.tally(decision)
-            state = "You voted; " if tally.voted(principal) else ""
+            state = "You voted. " if tally.voted(principal) else ""
             tool = await approvers.tool(decision)
             client = await self._pages.client_label(decision.client_id)
             facts = self._pages.facts(decision, tool, client, for_whom=self._pages.who(decision.principal_id),
@@ -334,13 +340,13 @@ class DecisionInbox:
 <h3 id="approval-{ident}">{text(tool)} waits for your approval</h3>
 <div class="message">{text(decision.message)}</div>
 {facts}
-<p class="tally">{text(state)}approvals: {text(approvers.waiting(decision, tally))}</p>
+<p class="tally">{text(state)}Waiting for {text(approvers.waiting(decision, tally))}.</p>
 <div class="actions"><a class="button" href="/elicit/{ident}">Open to approve</a></div>
 </section>""")
             shown += 1
         if not shown:
             parts.append('<p class="muted">Nothing waits for your approval.</p>')
-        return "\n".join(parts) + "\n"
+        return "\n".join(parts)
 
     def _entry(
         self,

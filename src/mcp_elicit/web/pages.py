@@ -10,6 +10,10 @@ link first: one this server did not issue, or that was altered, gets a page sayi
 deadline a page saying it lapsed (410), both pointing to the inbox; neither reads or writes the store. A valid
 link leads to the page as any other visit does: sign-in first, then the principal's check.
 
+A decision that approvers answer (`Decision.approvers`) has the page of `mcp_elicit.web.approving` instead: its
+requester is told whom it waits on, a person in none of its roles is refused, an approver votes; nobody cancels
+it or continues it from here.
+
 Guarantees: nothing happens before the browser user is signed in with the authorization server that issues
 the MCP tokens and is the decision's principal; a different user gets a refusal page, the attempt is
 audited, and the decision is untouched. The refusal names nobody but the person signed in, and offers to
