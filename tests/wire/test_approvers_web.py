@@ -105,10 +105,15 @@ def test_a_person_in_no_eligible_role_is_refused_the_roles_named_and_the_attempt
             data={"csrf": hidden(page.text, "csrf"), "action": "approve", "f.amount": "400"},
         )
         assert forged.status_code == 403, "the switch form's token is no vote's token"
+        own_token = site.pages.form_token(decision.elicitation_id, site.principal("mallory"))
+        pressed = mallory.post(
+            f"{site.page(decision)}/answer", data={"csrf": own_token, "action": "approve", "f.amount": "400"}
+        )
+        assert pressed.status_code == 403 and "It needs an approver in release-managers" in said(pressed.text)
     assert current(site.store, decision).status is DecisionStatus.REQUESTED
     assert site.store.votes(decision.elicitation_id) == []
     noted = [entry for entry in trail(site.store, decision) if entry[0] == f"browser:{site.principal('mallory')}"]
-    assert noted == [(f"browser:{site.principal('mallory')}", "requested", "requested")]
+    assert noted == [(f"browser:{site.principal('mallory')}", "requested", "requested")] * 2, "the page and the vote"
 
 
 def test_an_eligible_approver_sees_the_call_and_a_form_without_the_grant_and_votes(site: ApproversSite) -> None:
