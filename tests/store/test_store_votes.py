@@ -34,6 +34,7 @@ from mcp_elicit.store import (
     VoteCast,
     VoteRefusal,
     VoteRefused,
+    hooks,
     open_store,
 )
 from mcp_elicit.store.url import sqlite_path
@@ -222,6 +223,31 @@ def test_a_vote_audits_its_content_redacted(store: Store, records: Records) -> N
     assert vote.content == {"approve": True, "pin": "4321"}, "the vote keeps what was approved"
     audited = store.audit_trail(decision.elicitation_id, EVERYONE)[-1]
     assert audited.details["content"] == {"approve": True, "pin": "[redacted]"}
+
+
+class Told(hooks.StoreHooks):
+    def __init__(self) -> None:
+        self.told: list[hooks.Committed] = []
+
+    def committed(self, change: hooks.Committed) -> None:
+        self.told.append(change)
+
+
+def test_every_vote_wakes_listeners_and_hooks_hear_the_end_once(store: Store, records: Records) -> None:
+    decision = asked(records)
+    heard: list[str] = []
+    store.add_change_listener(heard.append)
+    observer, before = Told(), hooks.installed()
+    hooks.install(observer)
+    try:
+        store.cast_vote(decision.elicitation_id, CAROL, Verdict.APPROVE, APPROVE)
+        assert heard == [decision.elicitation_id], "a waiting call may tell its requester the new count"
+        assert observer.told == []
+        carried = store.cast_vote(decision.elicitation_id, DAVE, Verdict.APPROVE, APPROVE)
+    finally:
+        hooks.install(before)
+    assert heard == [decision.elicitation_id] * 2
+    assert observer.told == [hooks.DecisionEnded(carried.decision)]
 
 
 @contextmanager
