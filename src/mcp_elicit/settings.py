@@ -31,6 +31,8 @@ from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationE
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from mcp_elicit.model.approvers import ROLE
+
 __all__ = ["PREFIX", "SECRETS", "Settings", "SettingsError", "variable"]
 
 PREFIX: Final = "MCP_ELICIT_"
@@ -78,6 +80,30 @@ def _names(text: object) -> object:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+def _role_members(text: object) -> object:
+    """`role=member,member;role=member`: each approver role and the people in it (usernames or principal ids)."""
+    if not isinstance(text, str):
+        return text
+    members: dict[str, tuple[str, ...]] = {}
+    for position, part in enumerate((p.strip() for p in text.split(";")), start=1):
+        if not part:
+            continue
+        role, equals, names = (word.strip() for word in part.partition("="))
+        people = tuple(name.strip() for name in names.split(",") if name.strip())
+        if not equals or not role or not people:
+            example = "release-managers=alice,bob;finance=carol"
+            raise ValueError(f"part {position} ({part!r}) is not role=member,member: write e.g. {example}")
+        if not ROLE.fullmatch(role):
+            raise ValueError(
+                f"part {position} names the role {role!r}: a role is 1-64 letters, digits and _.:@/-, "
+                "starting with a letter or digit"
+            )
+        if role in members:
+            raise ValueError(f"the role {role} is named twice; list all its members in one part")
+        members[role] = people
+    return members
+
+
 def _base_url(text: object) -> object:
     """An http(s) URL with a host and neither query nor fragment; its trailing slashes dropped."""
     if not isinstance(text, str):
@@ -91,6 +117,7 @@ def _base_url(text: object) -> object:
 
 KeyRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_key_ring), Field(repr=False)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+RoleMembers = Annotated[dict[str, tuple[str, ...]], BeforeValidator(_role_members)]
 BaseURL = Annotated[str | None, BeforeValidator(_base_url)]
 Secret = Annotated[SecretStr | None, Field(repr=False)]
 
@@ -112,6 +139,8 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_VAULT_KEYS`: the vault's AES-256 keys, `id:base64key,...`; the first seals."""
     operators: Names = ()
     """`MCP_ELICIT_OPERATORS`: usernames (among the users) who see and may cancel everyone's decisions."""
+    approver_roles: RoleMembers = Field(default_factory=dict)
+    """`MCP_ELICIT_APPROVER_ROLES`: who holds each approver role, `role=username,username;role=username`."""
     provider_url: BaseURL = None
     """`MCP_ELICIT_PROVIDER_URL`: the third-party OAuth provider's base URL (serves `connect_account`)."""
     provider_client_id: str | None = None

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 REALM = "/realms/staff"
 WEB_CLIENT, WEB_SECRET = "elicit-web", "web-secret"
-PROVIDER_USERS = {"alice": "wonderland", "bob": "builder"}
+PROVIDER_USERS = {"alice": "wonderland", "bob": "builder", "carol": "cheshire"}
 _SESSION_COOKIE = "idp-session"
 
 

@@ -1,15 +1,16 @@
 """The reference HTTP deployment: MCP endpoint, local authorization server, URL-mode pages and vault, one app.
 
-Configuration comes from the environment (`mcp_elicit.settings`), each secret in its own variable so that it
-can be rotated on its own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens and
-browser sessions), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party
-credentials), and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
-`MCP_ELICIT_PROVIDER_CLIENT_SECRET`; `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox;
-`MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET`, `MCP_ELICIT_WEBHOOK_EVENTS` and `MCP_ELICIT_WEBHOOK_FORMAT` a
-webhook for notifications, and `MCP_ELICIT_SMTP_HOST` with the rest of `MCP_ELICIT_SMTP_*` and `MCP_ELICIT_MAIL_*` a
-mail target; their "decision waiting" messages carry a link to the decision's page signed with the auth keys.
-Several instances given the same values and the same PostgreSQL store serve each other's calls, tokens and
-callbacks. `/healthz` and `/readyz` serve the orchestrator (`Health`).
+Configuration comes from the environment (`mcp_elicit.settings`), each secret in its own variable so that it can be
+rotated on its own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens and browser
+sessions), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party credentials),
+and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
+`MCP_ELICIT_PROVIDER_CLIENT_SECRET`; `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox, and
+`MCP_ELICIT_APPROVER_ROLES` who holds each approver role; `MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET`,
+`MCP_ELICIT_WEBHOOK_EVENTS` and `MCP_ELICIT_WEBHOOK_FORMAT` a webhook for notifications, and `MCP_ELICIT_SMTP_HOST`
+with the rest of `MCP_ELICIT_SMTP_*` and `MCP_ELICIT_MAIL_*` a mail target; their "decision waiting" messages carry
+a link to the decision's page signed with the auth keys. Several instances given the same values and the same
+PostgreSQL store serve each other's calls, tokens and callbacks. `/healthz` and `/readyz` serve the orchestrator
+(`Health`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mcp_elicit.server import DecisionLinks, Elicitation, IdentityPolicy, Notifi
 from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.web import (
     ApiKeyEntry,
+    ApproverRoles,
     Health,
     LocalAuthorizationServer,
     LocalUsers,
@@ -71,6 +73,8 @@ class HttpSettings:
     """Usernames of the configured users who see and may cancel everyone's decisions in the inbox."""
     notifications: Notifications | None = None
     """The webhook of `MCP_ELICIT_WEBHOOK_URL` and the mail target of `MCP_ELICIT_SMTP_HOST`, when either is set."""
+    approver_roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Who holds each approver role: usernames of the configured users (`MCP_ELICIT_APPROVER_ROLES`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +146,24 @@ def http_settings(environ: Mapping[str, str], public_url: str) -> HttpSettings:
     provider = read(lambda: _provider_settings(environ))
     operators = read(lambda: _operators(environ, users)) if users is not None else None
     notifications = read(lambda: Notifications.from_env(environ))
+    approvers = read(lambda: _approver_roles(environ, users)) if users is not None else None
     if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
         raise SettingsError(problems)
     found = (users, auth_keys, state_keys, vault_keys, provider, operators or frozenset(), notifications)
-    return HttpSettings(public_url.rstrip("/"), *found)
+    return HttpSettings(public_url.rstrip("/"), *found, approver_roles=approvers or {})
+
+
+def _approver_roles(environ: Mapping[str, str], users: LocalUsers) -> dict[str, tuple[str, ...]]:
+    members = Settings.read(environ, only=["approver_roles"]).approver_roles
+    unknown = sorted({name for people in members.values() for name in people if name not in users})
+    if unknown:
+        raise SettingsError(
+            [
+                f"{variable('approver_roles')} names {', '.join(unknown)}, not among the users of "
+                f"{variable('users')}; add them there"
+            ]
+        )
+    return members
 
 
 def _operators(environ: Mapping[str, str], users: LocalUsers) -> frozenset[str]:
@@ -232,6 +250,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         public_base_url=public_url,
         links=links,
         inbox=INBOX_PATH,
+        approver_roles=ApproverRoles(settings.approver_roles),
     )
     auth.sign_in_reason = pages.sign_in_reason
     inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))

@@ -17,6 +17,7 @@ _HOMES: dict[str, str] = {
     "LocalUsers": "mcp_elicit.web.authserver",
     "LocalUsersError": "mcp_elicit.web.authserver",
     "ApiKeyEntry": "mcp_elicit.web.flows",
+    "ApproverRoles": "mcp_elicit.web.roles",
     "ExternalFlow": "mcp_elicit.web.flows",
     "OAuthConnect": "mcp_elicit.web.flows",
     "Health": "mcp_elicit.web.health",
@@ -47,12 +48,14 @@ if TYPE_CHECKING:
     from mcp_elicit.web.mount import ServedSignIn, WebPages, mount_web
     from mcp_elicit.web.oidc import OidcClient, OidcSignIn
     from mcp_elicit.web.pages import UrlPages
+    from mcp_elicit.web.roles import ApproverRoles
     from mcp_elicit.web.routes import RouteHost
     from mcp_elicit.web.throttle import SignInBackoff
     from mcp_elicit.web.vault import Vault, VaultError, VaultKeyRing
 
 __all__ = [
     "ApiKeyEntry",
+    "ApproverRoles",
     "DecisionInbox",
     "ExternalFlow",
     "ExternalIdentityProvider",

@@ -18,6 +18,11 @@ audited as `operator:<principal>` with the reason given. Listings are keyset pag
 stored row that cannot be read hides nothing else: an unreadable decision is left out, an unreadable
 operation shows its decisions as asked by "a tool", the page says so and the log names the rows.
 
+A person who holds approver roles (`ApproverRoles`, resolved at every page) sees first the calls waiting for their
+approval: each with its tool, call summary, requester, votes so far and deadline, linked to its decision page,
+where they vote (`mcp_elicit.web.approving`). A requester's own call that approvers decide is listed as waiting
+for them, with no answer of their own: it ends by its votes, an operator's cancellation, or its TTL.
+
 The inbox also lists the person's standing grants that still let calls through (an operator's: everyone's), each
 with a Revoke button: a POST with the pages' CSRF token for that grant, audited as `browser:<principal>` (their
 own) or `operator:<principal>` (another person's), effective for the next call the grant would have covered. A
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -165,9 +170,16 @@ class DecisionInbox:
             entries.append(_Entry(decision, tools[decision.operation_id], clients[decision.client_id], own))
         for row in unreadable:
             log.warning("the inbox left out a row it cannot read: %s", row)
+        waiting = {}
+        for entry in entries:
+            if entry.own and entry.decision.approvers is not None:
+                _, tally = await self._pages.approvers.tally(entry.decision)
+                waiting[entry.decision.elicitation_id] = self._pages.approvers.waiting(entry.decision, tally)
+        queue = await self._approvals_section(request, principal) if after is None else ""
         body = self._listing(
-            principal, entries, listed, unreadable, first=after is None, done=request.query_params.get("done")
-        )
+            principal, entries, listed, unreadable, first=after is None, done=request.query_params.get("done"),
+            waiting=waiting, queue=queue,
+        )  # fmt: skip
         if after is None:
             granted = await self._store.grant_page(caller, GrantFilter(active=True), limit=self._settings.page_size)
             for row in granted.unreadable:
@@ -216,6 +228,8 @@ class DecisionInbox:
         *,
         first: bool,
         done: str | None,
+        waiting: Mapping[str, str],
+        queue: str = "",
     ) -> str:
         operator = self.is_operator(principal)
         heading = self._heading(principal)
@@ -226,10 +240,14 @@ class DecisionInbox:
         ]
         if done in _DONE:
             parts.append(f'<p class="ok" role="status">{text(_DONE[done])}</p>')
+        if queue:
+            parts += [queue, f"<h2>{text(self._own_heading(principal))}</h2>"]
         if unreadable:
             parts.append(f'<p class="error">{text(_unreadable_note(unreadable))}</p>')
         if entries:
-            parts.extend(self._entry(entry, principal) for entry in entries)
+            parts.extend(
+                self._entry(entry, principal, waiting=waiting.get(entry.decision.elicitation_id)) for entry in entries
+            )
         else:
             parts.append(f'<p class="muted">{"Nothing more is waiting." if not first else "Nothing is waiting."}</p>')
         pager = []
@@ -241,6 +259,9 @@ class DecisionInbox:
         if pager:
             parts.append(f'<nav class="pager" aria-label="Pages">{"".join(pager)}</nav>')
         return "\n".join(parts)
+
+    def _own_heading(self, principal: str) -> str:
+        return "Waiting for anyone" if self.is_operator(principal) else "Waiting for your answer"
 
     def _heading(self, principal: str) -> str:
         return "Decisions waiting for anyone" if self.is_operator(principal) else "Decisions waiting for you"
@@ -291,7 +312,51 @@ class DecisionInbox:
 <input type="hidden" name="csrf" value="{token}"><button type="submit">Revoke</button></form>
 </section>"""
 
-    def _entry(self, entry: _Entry, principal: str, *, reason: str = "", problem: str | None = None) -> str:
+    async def _approvals_section(self, request: Request, principal: str) -> str:
+        """The queue of the approver's roles: the calls waiting for their approval, each linked to its page; ""
+        for a person who holds no approver role."""
+        approvers = self._pages.approvers
+        roles = approvers.roles_of(principal, request)
+        if not roles:
+            return ""
+        queue = await self._store.approvals_waiting(roles, principal_id=principal, limit=self._settings.page_size)
+        now = datetime.now(UTC)
+        parts = [
+            '<h2 id="approvals">Waiting for your approval</h2>',
+            f'<p class="muted">Calls that need an approver in {text(", ".join(sorted(roles)))}. Newest first.</p>',
+        ]
+        shown = 0
+        for decision in queue:
+            if decision.is_overdue(now):
+                continue
+            _, tally = await approvers.tally(decision)
+            state = "You voted. " if tally.voted(principal) else ""
+            tool = await approvers.tool(decision)
+            client = await self._pages.client_label(decision.client_id)
+            facts = self._pages.facts(decision, tool, client, for_whom=self._pages.who(decision.principal_id),
+                                      server=False)  # fmt: skip
+            ident = text(decision.elicitation_id)
+            parts.append(f"""<section class="entry approval" aria-labelledby="approval-{ident}">
+<h3 id="approval-{ident}">{text(tool)} waits for your approval</h3>
+<div class="message">{text(decision.message)}</div>
+{facts}
+<p class="tally">{text(state)}Waiting for {text(approvers.waiting(decision, tally))}.</p>
+<div class="actions"><a class="button" href="/elicit/{ident}">Open to approve</a></div>
+</section>""")
+            shown += 1
+        if not shown:
+            parts.append('<p class="muted">Nothing waits for your approval.</p>')
+        return "\n".join(parts)
+
+    def _entry(
+        self,
+        entry: _Entry,
+        principal: str,
+        *,
+        reason: str = "",
+        problem: str | None = None,
+        waiting: str | None = None,
+    ) -> str:
         decision = entry.decision
         ident = text(decision.elicitation_id)
         token = text(self._pages.form_token(decision.elicitation_id, principal))
@@ -299,7 +364,14 @@ class DecisionInbox:
         for_whom = None if entry.own else self._pages.who(decision.principal_id)
         facts = self._pages.facts(decision, entry.tool, entry.client, for_whom=for_whom, server=False)
         asks = f"{entry.tool} asks {'you' if entry.own else 'them'} to {self._pages.doing(decision)}"
-        if entry.own:
+        if entry.own and waiting is not None:
+            asks = f"{entry.tool} waits for approval by others"
+            actions = (
+                f'<p class="tally">Waiting for {text(waiting)}.</p>\n<p class="muted">Another person must approve '
+                "your call; you cannot answer it. It ends by their votes, or is cancelled only by an operator or "
+                "when it lapses.</p>"
+            )
+        elif entry.own:
             actions = self._own_actions(decision, csrf)
         else:
             shown = f' value="{text(reason)}"' if reason else ""
@@ -369,6 +441,13 @@ class DecisionInbox:
         decision, own = found
         if decision.is_terminal:
             return self._ended(decision)
+        if own and decision.approvers is not None:
+            return self._pages.message(
+                "Approvers decide this",
+                "You asked for this call; another person must approve it. It is cancelled only by an operator or "
+                "when it lapses. Nothing changed.",
+                403,
+            )
         if not own:
             if action != "cancel":
                 return self._pages.message("Not in your inbox", "No decision of yours has this id.", 404)

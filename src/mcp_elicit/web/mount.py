@@ -10,8 +10,9 @@ decision inbox, the sign-in routes of a `SignIn` that serves its own (`LocalAuth
 is wired the same way.
 
 Guarantees: everything is checked before a route is added (a public base URL to serve under, a vault for
-any external flow, a page key of 32+ bytes), so a misconfiguration fails at start-up, naming what is missing,
-instead of on a person's first click. The pages' own guarantees are those of `mcp_elicit.web.pages`.
+any external flow, a page key of 32+ bytes, approver roles the sign-in can resolve), so a misconfiguration
+fails at start-up, naming what is missing, instead of on a person's first click. The pages' own guarantees
+are those of `mcp_elicit.web.pages`.
 
 Does not guarantee: that `sign_in` knows the same people as the MCP tokens. The principal a page checks
 is `sign_in.principal_of(request)`, and it must equal the MCP principal (`f"{iss}#{sub}"`): the local
@@ -36,6 +37,7 @@ from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.pages import SignIn, UrlPages
+from mcp_elicit.web.roles import ApproverRoles, ClaimsRoles
 from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.vault import Vault
 
@@ -72,6 +74,9 @@ class WebPages:
     health: bool = True
     inbox: InboxSettings | None = field(default_factory=InboxSettings)
     """The decision inbox at `/inbox` (its operators, its page size); None serves none."""
+    approvers: ApproverRoles | None = None
+    """Who holds the roles of decisions that approvers answer (`ApproverRule`): configured members, and with
+    `claim`, the roles an `OidcSignIn` keeps from that claim of the ID token. None: nobody holds any role."""
 
 
 def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> UrlPages:
@@ -91,6 +96,18 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
     if pages.flows and pages.vault is None:
         names = ", ".join(sorted(pages.flows))
         raise ValueError(f"the flows {names} keep what they obtain in the vault: pass vault=Vault(store, key_ring)")
+    roles = pages.approvers
+    if roles is not None:
+        problems = roles.problems_with(pages.sign_in)
+        if problems:
+            raise ValueError("; ".join(problems))
+        if roles.claim is not None and isinstance(pages.sign_in, ClaimsRoles):
+            if pages.sign_in.roles_claim not in (None, roles.claim):
+                raise ValueError(
+                    f"the sign-in keeps the roles claim {pages.sign_in.roles_claim!r} and the approver roles read "
+                    f"{roles.claim!r}; name one claim"
+                )
+            pages.sign_in.roles_claim = roles.claim
     url_pages = UrlPages(
         elicitation=elicitation,
         sign_in=pages.sign_in,
@@ -101,6 +118,7 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
         public_base_url=base_url,
         links=DecisionLinks(base_url, pages.page_key),
         inbox=INBOX_PATH if pages.inbox is not None else None,
+        approver_roles=roles,
     )
     routes = url_pages.routes()
     if pages.inbox is not None:

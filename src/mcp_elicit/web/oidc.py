@@ -25,6 +25,10 @@ Guarantees:
   page offers (`switch_account_form`) signs out and starts a sign-in that asks the provider for
   `OidcClient.switch_prompt` (`prompt=login`: its sign-in form even when it has a session of its own), then
   returns to the decision.
+- With `roles_claim` (set by `mount_web` from `ApproverRoles(claim=...)`), the role names that claim of the ID
+  token lists (a list of strings, or one string of blank-separated names; at most `MAX_CLAIMED_ROLES`) are kept
+  in the signed session at sign-in and read back by `claimed_roles` at each approver page and vote: a change of
+  roles at the provider counts from the person's next sign-in.
 - The provider's configuration comes from its discovery document, whose `issuer` must be the configured
   one; its keys are `PublishedKeys`, fetched and rotated as for access tokens.
 
@@ -58,6 +62,7 @@ from starlette.routing import Route
 from mcp_elicit.web.authserver import SignOutForm, safe_next
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.jwks import ASYMMETRIC, JwksError, PublishedKeys
+from mcp_elicit.web.roles import claimed_roles
 
 __all__ = ["OidcClient", "OidcSignIn"]
 
@@ -132,7 +137,10 @@ class OidcSignIn:
         session_ttl: int = 8 * 3600,
         http: Callable[[], httpx2.AsyncClient] | None = None,
         clock: Callable[[], float] = time.time,
+        roles_claim: str | None = None,
     ) -> None:
+        """`roles_claim` names the ID token claim (`groups`, say) whose roles are kept in the session at sign-in, for
+        the approver pages to read back (`ApproverRoles(claim=...)` sets it when the pages are mounted)."""
         if isinstance(session_keys, bytes | str) or not session_keys:
             raise ValueError("session_keys is a non-empty sequence of keys (bytes), the signing key first")
         for position, key in enumerate(session_keys, start=1):
@@ -149,6 +157,7 @@ class OidcSignIn:
             for key in session_keys
         ]
         self.session_ttl = session_ttl
+        self.roles_claim = roles_claim
         self._http = http or (lambda: httpx2.AsyncClient(timeout=client.timeout, follow_redirects=False))
         self._clock = clock
         self._provider: _Provider | None = None
@@ -198,6 +207,12 @@ class OidcSignIn:
 
     def principal_id(self, subject: str) -> str:
         return f"{self.client.issuer}#{subject}"
+
+    def claimed_roles(self, request: Request) -> frozenset[str]:
+        """The roles the `roles_claim` of the person's ID token named when they signed in; none without one."""
+        claims = self._decode(_SESSION, request.cookies.get(self.session_cookie))
+        roles = claims.get("roles") if claims is not None and self.roles_claim is not None else None
+        return frozenset(role for role in roles if isinstance(role, str)) if isinstance(roles, list) else frozenset()
 
     # -- the routes ------------------------------------------------------------------------------------------
 
@@ -251,17 +266,20 @@ class OidcSignIn:
         provider = await self._discovered()
         if not code or provider is None:
             return self._refusal("Sign-in failed", "The sign-in did not complete. Start again.", 400, clear_flow=True)
-        subject = await self._redeem(provider, code, flow)
-        if subject is None:
+        identity = await self._redeem(provider, code, flow)
+        if identity is None:
             return self._refusal(
                 "Sign-in failed", "The sign-in could not be verified. Start again.", 400, clear_flow=True
             )
-        principal = self.principal_id(subject)
+        principal = self.principal_id(identity["sub"])
         response = RedirectResponse(
             str(flow.get("next") or "/"), status_code=303, headers={"Cache-Control": "no-store"}
         )
         response.delete_cookie(self.flow_cookie, path="/", secure=self.secure_cookies, httponly=True, samesite="lax")
-        session = self._encode(_SESSION, {"principal": principal}, self.session_ttl)
+        kept: dict[str, Any] = {"principal": principal}
+        if self.roles_claim is not None:
+            kept["roles"] = claimed_roles(identity.get(self.roles_claim))
+        session = self._encode(_SESSION, kept, self.session_ttl)
         self._set_cookie(response, self.session_cookie, session, self.session_ttl)
         log.info("%s signed in through %s", principal, self.client.issuer)
         return response
@@ -282,7 +300,8 @@ class OidcSignIn:
         response.delete_cookie(self.session_cookie, path="/", secure=self.secure_cookies, httponly=True, samesite="lax")
         return response
 
-    async def _redeem(self, provider: _Provider, code: str, flow: dict[str, Any]) -> str | None:
+    async def _redeem(self, provider: _Provider, code: str, flow: dict[str, Any]) -> dict[str, Any] | None:
+        """The claims of the ID token the code is redeemed for, when it is one for this sign-in."""
         client = self.client
         data = {
             "grant_type": "authorization_code",
@@ -317,8 +336,7 @@ class OidcSignIn:
         if not hmac.compare_digest(str(claims.get("nonce", "")), str(flow.get("nonce", ""))):
             log.info("ID token refused: its nonce is not this sign-in's")
             return None
-        subject: str = claims["sub"]
-        return subject
+        return claims
 
     async def _discovered(self) -> _Provider | None:
         if self._provider is not None:

@@ -10,6 +10,10 @@ link first: one this server did not issue, or that was altered, gets a page sayi
 deadline a page saying it lapsed (410), both pointing to the inbox; neither reads or writes the store. A valid
 link leads to the page as any other visit does: sign-in first, then the principal's check.
 
+A decision that approvers answer (`Decision.approvers`) has the page of `mcp_elicit.web.approving` instead: its
+requester is told whom it waits on, a person in none of its roles is refused, an approver votes; nobody cancels
+it or continues it from here.
+
 Guarantees: nothing happens before the browser user is signed in with the authorization server that issues
 the MCP tokens and is the decision's principal; a different user gets a refusal page, the attempt is
 audited, and the decision is untouched. The refusal names nobody but the person signed in, and offers to
@@ -63,10 +67,12 @@ from mcp_elicit.store import (
     UnreadableRow,
 )
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.web.approving import ApproverPages
 from mcp_elicit.web.authserver import SignOutForm
 from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import FIELD_PREFIX, posted_values, read_answer, render, unknown_fields
 from mcp_elicit.web.html import client_name, page, text
+from mcp_elicit.web.roles import ApproverRoles
 from mcp_elicit.web.vault import Vault
 
 log = logging.getLogger(__name__)
@@ -123,9 +129,11 @@ class UrlPages:
         clock: Callable[[], float] = time.time,
         links: DecisionLinks | None = None,
         inbox: str | None = None,
+        approver_roles: ApproverRoles | None = None,
     ) -> None:
         """`links` checks the signed links notifications carry (by default, links signed with `page_key` itself);
-        `inbox` is the path of the decision inbox served beside the pages, which their refusals point to."""
+        `inbox` is the path of the decision inbox served beside the pages, which their refusals point to;
+        `approver_roles` says who holds the roles of decisions that approvers answer (`mcp_elicit.web.approving`)."""
         if len(page_key) != 32:
             raise ValueError("the page key must be 32 bytes (it seals OAuth state and signs forms)")
         self._elicitation = elicitation
@@ -143,6 +151,7 @@ class UrlPages:
         self._clock = clock
         self._links = links if links is not None else DecisionLinks(self._base, page_key)
         self._inbox = inbox
+        self._approvers = ApproverPages(self, approver_roles, clock)
 
     def _flow_vault(self) -> Vault:
         if self._vault is None:
@@ -189,6 +198,10 @@ class UrlPages:
     def server_title(self) -> str:
         return self._title
 
+    @property
+    def approvers(self) -> ApproverPages:
+        return self._approvers
+
     def form_token(self, elicitation_id: str, principal: str) -> str:
         """The CSRF token of a form about the decision, for the signed-in `principal`: the decision page's own."""
         return self._csrf(elicitation_id, principal)
@@ -212,6 +225,9 @@ class UrlPages:
         principal = self._sign_in.principal_of(request)
         if principal is None:
             return self._sign_in.sign_in_redirect(request)
+        approved = await self._approvers.decision(request.path_params["elicitation_id"])
+        if approved is not None:
+            return await self._approvers.show(request, principal, approved)
         decision = await self._own_decision(request, principal)
         if isinstance(decision, Response):
             return decision
@@ -265,6 +281,8 @@ class UrlPages:
         return page(title, body, server=self._title, status=status)
 
     def _doing(self, decision: Decision) -> str:
+        if decision.approvers is not None:
+            return "approve a call"
         if decision.mode is Mode.FORM:
             return "answer a question"
         flow = self._flows.get(decision.key)
@@ -406,6 +424,14 @@ class UrlPages:
         return page(f"{self._title}: a question for you", body, server=self._title, status=400 if problems else 200)
 
     async def answer(self, request: Request) -> Response:
+        principal = self._sign_in.principal_of(request)
+        approved = None if principal is None else await self._approvers.decision(request.path_params["elicitation_id"])
+        if principal is not None and approved is not None:
+            form = await request.form()
+            if not hmac.compare_digest(str(form.get("csrf", "")), self._csrf(approved.elicitation_id, principal)):
+                return self._message("This form has expired", "Reload the page and try again. Nothing was recorded.",
+                                     403)  # fmt: skip
+            return await self._approvers.vote(request, principal, approved, form)
         checked = await self._checked_post(request)
         if isinstance(checked, Response):
             return checked
@@ -713,11 +739,29 @@ class UrlPages:
         """The refusal of a decision asked of someone else: it names the person signed in, never the one asked,
         and offers the switch of account that leads back to the decision's page (the callback's too: its flow
         starts again from there, for the right person)."""
-        title = "This step belongs to another account"
-        body = (
-            f'<h1>{text(title)}</h1>\n<p class="muted">You are signed in as {text(self._who(principal))}, not as '
-            "the person it was asked of. Nothing was changed.</p>"
+        detail = f"You are signed in as {self._who(principal)}, not as the person it was asked of. Nothing was changed."
+        return self.refusal(
+            request,
+            "This step belongs to another account",
+            detail,
+            elicitation_id,
+            switch="If it was asked of you under another account, sign out and sign in as that one: "
+            "you come back to this page.",
         )
+
+    def refusal(
+        self,
+        request: Request,
+        title: str,
+        detail: str,
+        elicitation_id: str,
+        *,
+        switch: str = "If you approve under another account, sign out and sign in as that one: "
+        "you come back to this page.",
+    ) -> Response:
+        """A 403 page about the decision `elicitation_id` saying `detail`, with the switch of account that signs the
+        browser's user out and leads back to the decision's page, `switch` saying why one would."""
+        body = f'<h1>{text(title)}</h1>\n<p class="muted">{text(detail)}</p>'
         form = self._sign_in.switch_account_form(request, f"/elicit/{quote(elicitation_id, safe='')}")
         if form is not None:
             fields = "".join(
@@ -725,8 +769,7 @@ class UrlPages:
                 for name, value in form.fields.items()
             )
             body += (
-                "\n<p>If it was asked of you under another account, sign out and sign in as that one: "
-                "you come back to this page.</p>\n"
+                f"\n<p>{text(switch)}</p>\n"
                 f'<div class="actions"><form method="post" action="{text(form.action)}">{fields}'
                 '<button class="primary" type="submit">Sign out and switch account</button></form></div>'
             )
@@ -739,6 +782,13 @@ class UrlPages:
         decision = await self._own_decision(request, principal)
         if isinstance(decision, Response):
             return decision
+        if decision.approvers is not None:
+            return self._message(
+                "Approvers decide this",
+                "You asked for this call; another person must approve it. It ends by their votes, an operator, "
+                "or its deadline. Nothing was changed.",
+                403,
+            )
         form = await request.form()
         if not hmac.compare_digest(str(form.get("csrf", "")), self._csrf(decision.elicitation_id, principal)):
             return self._message("This form has expired", "Reload the page and try again.", 403)

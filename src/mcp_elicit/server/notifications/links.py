@@ -11,8 +11,8 @@ key ring the first key signs and every key checks, so rotating the ring does not
 
 Does not guarantee: anything about who holds the link. It authorizes nothing and opening it changes nothing: chat
 unfurlers and mail scanners open links, so the page does what it does for any browser (sign-in first, then the
-check that the person is the decision's principal), and a link forwarded to someone else shows them the refusal
-any other account gets.
+check that the person is the decision's principal, or for a decision approvers answer, one of its approvers now),
+and a link forwarded to someone else shows them the refusal any other account gets.
 """
 
 from __future__ import annotations
