@@ -67,7 +67,7 @@ def current(store: Store, decision: Decision) -> Decision:
     return store.get_decision(decision.elicitation_id, Operator())
 
 
-def trail(store: Store, decision: Decision) -> list[tuple[str, str, str]]:
+def trail(store: Store, decision: Decision) -> list[tuple[str, str | None, str]]:
     return [(e.actor, e.from_status, e.to_status) for e in store.audit_trail(decision.elicitation_id, Operator())]
 
 
@@ -155,9 +155,9 @@ def test_two_of_three_where_the_same_approver_twice_counts_once(site: ApproversS
     assert current(site.store, decision).status is DecisionStatus.REQUESTED
     assert len(site.store.votes(decision.elicitation_id)) == 1
     with signed_in(site, "carol") as carol:
-        page = carol.get(site.page(decision))
-        assert "Approved 1 of 2: Bob (bob)" in said(page.text)
-        done = vote(carol, site, decision, "approve", page.text, amount="400")
+        shown = carol.get(site.page(decision))
+        assert "Approved 1 of 2: Bob (bob)" in said(shown.text)
+        done = vote(carol, site, decision, "approve", shown.text, amount="400")
     assert done.status_code == 200 and "Approved: the call runs now" in said(done.text)
     ended = current(site.store, decision)
     assert ended.status is DecisionStatus.ACCEPTED and ended.content is not None and ended.content["amount"] == 400
