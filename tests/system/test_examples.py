@@ -59,14 +59,16 @@ def stdio(name: str, tmp_path: Path) -> StdioServerParameters:
 
 
 @contextmanager
-def http_example(name: str, tmp_path: Path, user: Credentials, port: int, **settings: str) -> Iterator[str]:
-    """The example served over HTTP on `port`, as its docstring runs it; its public URL."""
+def http_example(
+    name: str, tmp_path: Path, user: Credentials, port: int, *others: Credentials, **settings: str
+) -> Iterator[str]:
+    """The example served over HTTP on `port`, as its docstring runs it, for `user` and `others`; its public URL."""
     public = f"http://127.0.0.1:{port}"
     env = environment(
         tmp_path,
         PORT=str(port),
         PUBLIC_URL=public,
-        MCP_ELICIT_USERS=f"{user.username}:{user.password}:{user.display_name}",
+        MCP_ELICIT_USERS=",".join(f"{u.username}:{u.password}:{u.display_name}" for u in (user, *others)),
         MCP_ELICIT_AUTH_KEYS=key(),
         MCP_ELICIT_STATE_KEYS=key(),
         **settings,
@@ -88,7 +90,7 @@ def test_every_example_says_how_to_run_it() -> None:
     found = sorted(path.name for path in EXAMPLES.glob("*.py"))
     assert found == [
         "approval_gate.py", "connect_account.py", "fastmcp_approval.py", "fastmcp_tool.py", "form_tool.py",
-        "inbox_fallback.py", "long_pause_task.py",
+        "inbox_fallback.py", "long_pause_task.py", "release_approvers.py",
     ]  # fmt: skip
     for name in found:
         docstring = ast.get_docstring(ast.parse((EXAMPLES / name).read_text())) or ""
@@ -262,3 +264,60 @@ async def test_long_pause_runs_as_a_task(tmp_path: Path) -> None:
     [decision] = json.loads(listed.stdout)
     assert (decision["status"], decision["task"]) == ("accepted", "completed"), decision
     assert decision["key"] == "approval", decision
+
+
+async def test_release_approvers_runs_what_two_release_managers_approved_never_the_requesters_own(
+    tmp_path: Path,
+) -> None:
+    alice, bob, carol = (Credentials(who, secrets.token_urlsafe(12), who.title()) for who in ("alice", "bob", "carol"))
+    roles = {"MCP_ELICIT_APPROVER_ROLES": "release-managers=bob,carol"}
+    with http_example("release_approvers.py", tmp_path, alice, free_port(), bob, carol, **roles) as server:
+        log = tmp_path / "release_approvers.py.log"
+        token = await sign_in_as(alice, server, f"{server}/mcp", log=log)
+        results: list[str] = []
+
+        async def release() -> None:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+                Client(streamable_http_client(f"{server}/mcp", http_client=http), mode="legacy") as client,
+            ):
+                result = await client.call_tool("release", {"service": "api", "version": "2.4.0"})
+            results.extend(block.text for block in result.content)  # type: ignore[union-attr]
+
+        async def sign_in(browser: httpx2.AsyncClient, user: Credentials) -> None:
+            form = await browser.get(f"{server}/signin", params={"next": "/inbox"})
+            fields = {"username": user.username, "password": user.password, "next": "/inbox"}
+            done = await browser.post(f"{server}/signin", data={**fields, "csrf": hidden(form.text, "csrf")})
+            assert done.status_code == 303, done.text
+
+        async def approve(browser: httpx2.AsyncClient, canary: str) -> tuple[str, str]:
+            while "/elicit/" not in (inbox := (await browser.get(f"{server}/inbox")).text):
+                await anyio.sleep(0.1)
+            url = server + "/elicit/" + inbox.split("/elicit/", 1)[1].split('"', 1)[0]
+            page = await browser.get(url)
+            assert "Release to production?" in page.text
+            done = await submit(browser, url, page.text, "approve", canary_percent=canary)
+            assert done.status_code == 200, done.text
+            return url, done.text
+
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as group:
+                group.start_soon(release)
+                async with (
+                    httpx2.AsyncClient(timeout=30) as requester,
+                    httpx2.AsyncClient(timeout=30) as first,
+                    httpx2.AsyncClient(timeout=30) as second,
+                ):
+                    for browser, user in ((requester, alice), (first, bob), (second, carol)):
+                        await sign_in(browser, user)
+                    while "Waiting for release-managers, 0 of 2" not in (await requester.get(f"{server}/inbox")).text:
+                        await anyio.sleep(0.1)
+                    url, recorded = await approve(first, "5")
+                    assert "1 of 2" in recorded
+                    refused = await requester.get(url)
+                    assert refused.status_code == 403 and "another person must approve it" in refused.text
+                    assert "the call runs now" in (await approve(second, "5"))[1]
+    assert results == [
+        "The approvers changed the arguments before approving (canary_percent: 10 → 5); the tool ran with the changes.",
+        "api 2.4.0 released to 5% of traffic",
+    ]
