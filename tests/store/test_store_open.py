@@ -35,6 +35,7 @@ from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import FakeClock
 from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.environment import with_search_path
+from tests.helpers.migrations import SINCE_SCHEMA_9, take_back
 from tests.helpers.records import ALICE, Records
 
 
@@ -412,24 +413,16 @@ def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: st
         asked = Records(store, clock).form()
     finally:
         store.close()
-    taken_back = [
-        "DROP TABLE elicit_votes",
-        "DROP INDEX elicit_decisions_approvals",
-        "ALTER TABLE elicit_decisions DROP COLUMN approvers",
-        "DELETE FROM elicit_schema WHERE version = 10",
-        "DROP TABLE elicit_grants",
-        "DELETE FROM elicit_schema WHERE version = 9",
-        "ALTER TABLE elicit_decisions DROP COLUMN about",
-        "DELETE FROM elicit_schema WHERE version = 8",
-    ]
-    if store_url.startswith("sqlite"):
-        with closing(sqlite3.connect(sqlite_path(store_url))) as lite, lite:
-            for statement in taken_back:
-                lite.execute(statement)
-    else:
-        with psycopg.connect(store_url, autocommit=True) as pg, pg.transaction():
-            for statement in taken_back:
-                pg.execute(statement)
+    take_back(
+        store_url,
+        [
+            *SINCE_SCHEMA_9,
+            "DROP TABLE elicit_grants",
+            "DELETE FROM elicit_schema WHERE version = 9",
+            "ALTER TABLE elicit_decisions DROP COLUMN about",
+            "DELETE FROM elicit_schema WHERE version = 8",
+        ],
+    )
     store = open_store(store_url, clock=clock)
     try:
         assert store.schema_version() == SCHEMA_VERSION == 10

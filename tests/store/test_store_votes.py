@@ -3,12 +3,10 @@ on one proposal, a veto, every vote audited, one acceptance however the votes ra
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from datetime import timedelta
 
-import psycopg
 import pytest
 
 from mcp_elicit.model import (
@@ -38,9 +36,9 @@ from mcp_elicit.store import (
     hooks,
     open_store,
 )
-from mcp_elicit.store.url import sqlite_path
 from tests.helpers.clock import FakeClock
 from tests.helpers.corrupt_rows import corrupt
+from tests.helpers.migrations import SINCE_SCHEMA_9, take_back
 from tests.helpers.race import race
 from tests.helpers.records import ALICE, BOB, Records
 
@@ -348,20 +346,7 @@ def test_schema_10_keeps_the_decisions_of_schema_9(store_url: str, clock: FakeCl
         answered = store.transition(records.form(), DecisionStatus.ACCEPTED, caller=ALICE, content=APPROVE)
     finally:
         store.close()
-    taken_back = [
-        "DROP TABLE elicit_votes",
-        "DROP INDEX elicit_decisions_approvals",
-        "ALTER TABLE elicit_decisions DROP COLUMN approvers",
-        "DELETE FROM elicit_schema WHERE version = 10",
-    ]
-    if store_url.startswith("sqlite"):
-        with closing(sqlite3.connect(sqlite_path(store_url))) as lite, lite:
-            for statement in taken_back:
-                lite.execute(statement)
-    else:
-        with psycopg.connect(store_url, autocommit=True) as pg, pg.transaction():
-            for statement in taken_back:
-                pg.execute(statement)
+    take_back(store_url, SINCE_SCHEMA_9)
     store = open_store(store_url, clock=clock)
     try:
         assert store.schema_version() == SCHEMA_VERSION == 10
