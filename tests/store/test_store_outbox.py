@@ -3,13 +3,14 @@ what it reads with each row, and the escalations written with their decisions fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 
 from mcp_elicit.model import ApproverRule, DecisionStatus
 from mcp_elicit.store import Store, UnreadableRow
-from mcp_elicit.store.protocol import DeliveryState, NotificationEvent
+from mcp_elicit.store.protocol import Delivery, DeliveryState, NotificationEvent
 from tests.helpers.clock import FakeClock
 from tests.helpers.corrupt_rows import corrupt
 from tests.helpers.records import Records
@@ -128,10 +129,11 @@ def test_a_corrupt_approver_rule_makes_its_delivery_an_unreadable_row(
         'UPDATE elicit_decisions SET approvers = \'{"roles": "ops", "quorum": 1}\''
         f" WHERE elicitation_id = '{decision.elicitation_id}'",
     )
-    for read in (
+    reads: list[Callable[[], list[Delivery]]] = [
         lambda: store.outbox_deliveries(),
         lambda: store.outbox_claim(["hook"], limit=10, lease=LEASE),
-    ):
+    ]
+    for read in reads:
         with pytest.raises(UnreadableRow) as caught:
             read()
         assert (caught.value.record, caught.value.row_id, caught.value.column) == (
