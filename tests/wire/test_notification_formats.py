@@ -23,7 +23,17 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx2
 import pytest
 
-from mcp_elicit.model import Decision, DecisionOrigin, DecisionStatus, new_form_decision, new_operation
+from mcp_elicit.model import (
+    Approver,
+    ApproverRule,
+    Decision,
+    DecisionOrigin,
+    DecisionStatus,
+    Operator,
+    Verdict,
+    new_form_decision,
+    new_operation,
+)
 from mcp_elicit.server import DecisionLinks, Mail, Notifications, Retry, Webhook
 from mcp_elicit.server.notifications import Deliverer, LinkCheck, WebhookSecret, verify
 from mcp_elicit.settings import SettingsError
@@ -43,11 +53,15 @@ SECRET = "whsec_" + base64.b64encode(bytes(range(1, 33))).decode()
 PAGE_KEY = b"p" * 32
 BASE = "https://elicit.example"
 LINKS = DecisionLinks(BASE, PAGE_KEY)
-WAITING, ENDED, TASK = (
+WAITING, ENDED, TASK, ESCALATED = (
     NotificationEvent.DECISION_WAITING,
     NotificationEvent.DECISION_ENDED,
     NotificationEvent.TASK_INPUT_REQUIRED,
+    NotificationEvent.DECISION_ESCALATED,
 )
+ESCALATES = timedelta(minutes=5)
+ESCALATING = ApproverRule(("release-managers",), quorum=2, escalate_after=ESCALATES, escalate_to=("finance", "sre"))
+CAROL = Approver("carol", frozenset({"release-managers"}))
 CONTENT = (b"Deploy to production", b"fish", b"approve", b"requested_schema")
 """The question's message, an answer's values and field names: never in a notification."""
 SENDER, TO = "elicit@example.com", ("alice@example.com", "ops@example.com")
@@ -71,8 +85,16 @@ async def deliver_all(deliverer: Deliverer) -> int:
         return await deliverer.deliver_due(http)
 
 
-def asked(store: Store, clock: FakeClock, *, tool: str = "deploy", about: str | None = None) -> Decision:
-    """A form decision of alice's, asked by `tool`, its call summarized as `about` (by default as the runtime does)."""
+def asked(
+    store: Store,
+    clock: FakeClock,
+    *,
+    tool: str = "deploy",
+    about: str | None = None,
+    approvers: ApproverRule | None = None,
+) -> Decision:
+    """A form decision of alice's, asked by `tool`, its call summarized as `about` (by default as the runtime does),
+    decided by `approvers` when given."""
     operation = store.create_operation(
         new_operation(ALICE, method="tools/call", target=tool, request_digest="sha256:" + uuid.uuid4().hex,
                       now=clock(), ttl=timedelta(hours=1))
@@ -80,7 +102,7 @@ def asked(store: Store, clock: FakeClock, *, tool: str = "deploy", about: str | 
     origin = DecisionOrigin(
         operation_id=operation.operation_id, key="approve", principal=ALICE, origin_method="tools/call",
         origin_request_digest=operation.request_digest, sensitive_fields=("note",),
-        about=f'{tool}(service="api", api_key=[redacted])' if about is None else about,
+        about=f'{tool}(service="api", api_key=[redacted])' if about is None else about, approvers=approvers,
     )  # fmt: skip
     return store.create_decision(
         new_form_decision(
@@ -414,6 +436,150 @@ async def test_a_tool_name_or_summary_cannot_inject_a_mail_header(store_url: str
     assert not re.search(rb"^(Bcc|To): .*evil", taken.data, flags=re.MULTILINE)
 
 
+# -- approvers and escalation ------------------------------------------------------------------------------
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+async def until_escalated(deliverer: Deliverer, clock: FakeClock) -> int:
+    """Nothing is due a second before the escalation; what was due at its moment."""
+    clock.advance(ESCALATES - timedelta(seconds=1))
+    assert await deliver_all(deliverer) == 0
+    clock.advance(timedelta(seconds=1))
+    return await deliver_all(deliverer)
+
+
+@pytest.mark.anyio
+async def test_a_decision_with_approvers_says_whose_approval_it_waits_for_and_escalates_when_due(
+    store_url: str, clock: FakeClock
+) -> None:
+    with (
+        Receiver() as receiver,
+        delivering(store_url, clock, Webhook(receiver.url, SECRET)) as (store, deliverer),
+    ):
+        await deliverer.subscribe()
+        decision = asked(store, clock, approvers=ESCALATING)
+        plain = asked(store, clock)
+        assert await deliver_all(deliverer) == 2
+        assert await until_escalated(deliverer, clock) == 1
+        states = {(d.event_id, d.state) for d in store.outbox_deliveries()}
+    posted = {request.headers["webhook-id"]: request for request in receiver.posted()}
+    assert set(posted) == {
+        f"decision.waiting:{decision.elicitation_id}",
+        f"decision.waiting:{plain.elicitation_id}",
+        f"decision.escalated:{decision.elicitation_id}",
+    }
+    assert {state for _, state in states} == {DeliveryState.DELIVERED}
+    link = LINKS.link(decision.elicitation_id, decision.expires_at)
+    waiting = posted[f"decision.waiting:{decision.elicitation_id}"].json
+    assert waiting["data"]["approvers"] == {"roles": ["release-managers"], "quorum": 2}
+    assert waiting["data"]["link"] == link
+    assert "approvers" not in posted[f"decision.waiting:{plain.elicitation_id}"].json["data"]
+    escalated = posted[f"decision.escalated:{decision.elicitation_id}"]
+    assert verify(WebhookSecret(SECRET), escalated.headers, escalated.body) == escalated.headers["webhook-id"]
+    assert (escalated.json["type"], escalated.json["timestamp"]) == (
+        "decision.escalated", iso(decision.created_at + ESCALATES),
+    )  # fmt: skip
+    data = escalated.json["data"]
+    assert data["approvers"] == {"roles": ["release-managers", "finance", "sre"], "quorum": 2}
+    assert (data["status"], data["link"], data["about"]) == ("requested", link, decision.about)
+    for content in CONTENT:
+        assert content not in escalated.body.replace(b'"approvers":', b"")  # the key, not the form's field
+
+
+@pytest.mark.anyio
+async def test_an_escalation_of_a_decision_no_longer_waiting_is_settled_without_being_sent(
+    store_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Written when the decision was asked: by its moment the decision may have been approved or cancelled."""
+    with (
+        Receiver() as receiver,
+        delivering(store_url, clock, Webhook(receiver.url, SECRET, {ESCALATED})) as (store, deliverer),
+    ):
+        await deliverer.subscribe()
+        rule = ApproverRule(("release-managers",), escalate_after=ESCALATES, escalate_to=("finance",))
+        approved, cancelled, waiting = (asked(store, clock, approvers=rule) for _ in range(3))
+        assert store.cast_vote(approved.elicitation_id, CAROL, Verdict.APPROVE, {"approve": True}).decision.status is (
+            DecisionStatus.ACCEPTED
+        )
+        store.transition(cancelled, DecisionStatus.CANCELLED, caller=Operator("ops"))
+        with caplog.at_level(logging.DEBUG, "mcp_elicit.server.notifications.delivery"):
+            assert await until_escalated(deliverer, clock) == 3
+        settled = {d.elicitation_id: (d.state, d.attempts, d.last_error) for d in store.outbox_deliveries()}
+    assert [request.headers["webhook-id"] for request in receiver.posted()] == [
+        f"decision.escalated:{waiting.elicitation_id}"
+    ]
+    assert settled == {
+        decision.elicitation_id: (DeliveryState.DELIVERED, 1, None) for decision in (approved, cancelled, waiting)
+    }
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for decision, status in ((approved, "accepted"), (cancelled, "cancelled")):
+        said = f"decision.escalated:{decision.elicitation_id} settled without sending: its decision no longer waits"
+        assert f"{said} ({status})" in logged
+    assert f"decision.escalated:{waiting.elicitation_id} settled" not in logged
+
+
+@pytest.mark.anyio
+async def test_a_slack_message_names_the_approvers_and_the_roles_an_escalation_adds(
+    store_url: str, clock: FakeClock
+) -> None:
+    with (
+        Receiver() as receiver,
+        delivering(store_url, clock, Webhook(receiver.url, events={WAITING, ESCALATED}, format="slack")) as (
+            store,
+            deliverer,
+        ),
+    ):
+        await deliverer.subscribe()
+        decision = asked(store, clock, approvers=ESCALATING)
+        assert await deliver_all(deliverer) == 1
+        assert await until_escalated(deliverer, clock) == 1
+    events = receiver.by_event()
+    link = LINKS.link(decision.elicitation_id, decision.expires_at)
+    until = until_text(decision)
+    for event, headline in (
+        ("decision.waiting", "deploy is waiting for approval by release-managers"),
+        ("decision.escalated", "deploy is still waiting for approval: it now also goes to finance and sre"),
+    ):
+        message = events[event].json
+        assert message["text"] == f"{headline} (until {until}): <{link}|Open the decision>"
+        assert [block["type"] for block in message["blocks"]] == ["section", "section", "actions", "context"]
+        assert message["blocks"][0]["text"] == {"type": "mrkdwn", "text": f"*{headline}*"}
+        assert [field["text"].split("\n")[0] for field in message["blocks"][1]["fields"]] == [
+            "*Tool*", "*Call*", "*Until*",
+        ]  # fmt: skip
+        assert message["blocks"][2]["elements"][0]["url"] == link
+        assert message["blocks"][3]["elements"][0]["text"] == f"Decision `{decision.elicitation_id}` · {event}"
+
+
+@pytest.mark.anyio
+async def test_mail_names_the_approvers_and_is_sent_again_when_the_decision_escalates(
+    store_url: str, clock: FakeClock
+) -> None:
+    with mailbox() as box, delivering(store_url, clock, mail(box.port)) as (store, deliverer):
+        assert mail(box.port).events == {WAITING, ESCALATED}  # by default, the events that ask someone to act
+        await deliverer.subscribe()
+        decision = asked(store, clock, approvers=ESCALATING)
+        assert await deliver_all(deliverer) == 1
+        assert await until_escalated(deliverer, clock) == 1
+    first, second = (taken.message for taken in box.messages())
+    until = until_text(decision)
+    link = LINKS.link(decision.elicitation_id, decision.expires_at)
+    for message, event, headline in (
+        (first, "decision.waiting", "deploy is waiting for approval by release-managers"),
+        (second, "decision.escalated", "deploy is still waiting for approval: it now also goes to finance and sre"),
+    ):
+        assert message["Subject"] == f"{headline} (until {until})"
+        assert message["Message-ID"].strip() == f"<{event}.{decision.elicitation_id}@example.com>"
+        plain = message.get_body(("plain",))
+        assert plain is not None
+        lines = plain.get_content().splitlines()
+        assert lines[:3] == [f"{headline}.", "", "Tool:   deploy"]
+        assert f"Open:   {link}" in lines
+
+
 # -- what is refused, before anything is sent ------------------------------------------------------------
 
 
@@ -499,7 +665,7 @@ def test_the_environment_configures_a_slack_webhook_and_a_mail_target(tmp_path: 
     assert (hook.format, hook.key, hook.events) == ("slack", None, {WAITING})
     assert (target.host, target.port, target.security) == ("smtp.example.com", 587, "starttls")
     assert (target.username, target.password) == ("elicit", SMTP_PASSWORD)
-    assert (target.sender, target.to, target.events) == (SENDER, TO, {WAITING})
+    assert (target.sender, target.to, target.events) == (SENDER, TO, {WAITING, ESCALATED})
     mail_only = {k: v for k, v in environ.items() if not k.startswith("MCP_ELICIT_WEBHOOK")}
     [only] = Notifications.from_env({**mail_only, "MCP_ELICIT_SMTP_SECURITY": "tls"}).targets  # type: ignore[union-attr]
     assert isinstance(only, Mail) and (only.security, only.port) == ("tls", 465)

@@ -59,6 +59,7 @@ from mcp_elicit.store.protocol import DecisionFilter, DecisionPage, Notification
 _ID_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 _ASKED = (NotificationEvent.DECISION_WAITING, NotificationEvent.TASK_INPUT_REQUIRED)
 _ENDED = (NotificationEvent.DECISION_ENDED,)
+_ESCALATED = (NotificationEvent.DECISION_ESCALATED,)
 
 
 class DecisionsCore(Core):
@@ -94,6 +95,12 @@ class DecisionsCore(Core):
                     decision.principal.actor, "requested", details, decision.created_at,
                 )  # fmt: skip
                 self._outbox(tx, _ASKED, [decision.elicitation_id], decision.created_at)
+                escalation = (
+                    None if decision.approvers is None else decision.approvers.escalates_at(decision.created_at)
+                )
+                if escalation is not None and escalation < decision.expires_at:
+                    # Written now, due then: a deliverer claims it no sooner, and sends it if the decision still waits.
+                    self._outbox(tx, _ESCALATED, [decision.elicitation_id], escalation)
         except UniqueViolation as clash:
             if "operation_key" in str(clash) or "elicit_decisions.key" in str(clash):
                 raise AlreadyExists(

@@ -2,7 +2,8 @@
 
 A transition queues its events (`Core._outbox`); just before its commit one statement writes a row per
 subscription taking them, off the rows as the whole unit leaves them. Deliverers claim due rows under a
-lease, and settle them delivered or dead, or retry later.
+lease, and settle them delivered or dead, or retry later. An event announced for later (a decision's escalation) is
+written the same way, its occurrence and first attempt at that moment: no deliverer claims it before.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ OUTBOX_COLUMNS = (
     "event_id, subscription, event_type, elicitation_id, operation_id, principal_id, status, method, target, "
     "deadline, occurred_at, state, attempts, next_attempt_at, last_error"
 )
+_OF_DECISION = "(SELECT d.{} FROM elicit_decisions d WHERE d.elicitation_id = elicit_outbox.elicitation_id)"
 OUTBOX_ABOUT = (
-    "COALESCE((SELECT d.about FROM elicit_decisions d WHERE d.elicitation_id = elicit_outbox.elicitation_id), '')"
+    f"COALESCE({_OF_DECISION.format('about')}, ''), {_OF_DECISION.format('approvers')},"
+    f" {_OF_DECISION.format('created_at')}"
 )
-"""What the decision's call is about (`Decision.about`), read with the row rather than copied into it: it never
-changes once asked, and a scalar subquery is locked by no `FOR UPDATE` of the claim."""
-OUTBOX_NAMES = (*OUTBOX_COLUMNS.split(", "), "about")
+"""What the decision's call is about (`Decision.about`), who decides it (`Decision.approvers`) and when it was
+asked, read with the row rather than copied into it: none changes once asked, and a scalar subquery is locked by
+no `FOR UPDATE` of the claim."""
+OUTBOX_NAMES = (*OUTBOX_COLUMNS.split(", "), "about", "approvers", "created_at")
 OUTBOX_KEY = "event_id = %s AND subscription = %s AND state = 'pending'"
 _OUTBOX_ERROR_LENGTH = 300
 
@@ -90,7 +94,8 @@ class OutboxCore(Core):
             operation_id=c.text(4), principal_id=c.text(5), status=c.choice(6, DecisionStatus), method=c.text(7),
             target=c.text(8), deadline=c.read(9, t), occurred_at=c.read(10, t), state=c.choice(11, DeliveryState),
             attempts=c.integer(12), next_attempt_at=c.read(13, t), last_error=c.optional_text(14),
-            about=c.text(15), claimed_at=claimed_at,
+            about=c.text(15), approvers=c.read(16, self._approver_rule),
+            asked_at=None if row[17] is None else c.read(17, t), claimed_at=claimed_at,
         )  # fmt: skip
 
     async def outbox_subscribe(

@@ -27,7 +27,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from mcp_elicit.model import Decision, DecisionStatus, Grant, JSONValue, Operation, Tally, Vote
+from mcp_elicit.model import ApproverRule, Decision, DecisionStatus, Grant, JSONValue, Operation, Tally, Vote
 from mcp_elicit.store.errors import UnreadableRow
 
 Clock = Callable[[], datetime]
@@ -186,6 +186,10 @@ class NotificationEvent(StrEnum):
     """A decision reached a terminal status: answered, declined, cancelled, expired, or its URL flow ended."""
     TASK_INPUT_REQUIRED = "task.input_required"
     """A decision was created in an operation that runs as an MCP task: the task now waits for input."""
+    DECISION_ESCALATED = "decision.escalated"
+    """A decision whose approvers escalate (`ApproverRule.escalate_after`) reached that moment still waiting: the
+    roles of `escalate_to` may now vote too. Written when the decision is created, due at that moment; a deliverer
+    sends it only if the decision still waits then."""
 
 
 TASK_JOURNAL = "mcp-elicit/task"
@@ -225,6 +229,12 @@ class Delivery:
     about: str = ""
     """What the decision's call is about (`Decision.about`): the tool and its arguments' redacted one-line summary,
     the only call content a notification carries; "" for a question asked before calls had one."""
+    approvers: ApproverRule | None = None
+    """Who decides the decision (`Decision.approvers`), read with the row like `about`; None for one its requester
+    answers (or one no longer stored)."""
+    asked_at: datetime | None = None
+    """When the decision was asked (`Decision.created_at`), which its approvers' escalation counts from; None for
+    one no longer stored."""
     claimed_at: datetime | None = None
     """The store's time when `outbox_claim` took it; `None` in a listing."""
 

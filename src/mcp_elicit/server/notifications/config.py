@@ -138,11 +138,12 @@ class Webhook:
 class Notifications:
     """The targets a served app delivers the outbox to, and how.
 
-    `targets` lists where events go: `Webhook`s and `Mail` targets, each with its own name. `links` signs the link
-    to the decision's page that "decision waiting" and "task needs input" carry (`data.link`, the Slack button,
-    the mail's link); give it the app's public base URL and the key the pages have (`WebPages.page_key`), or no
-    link is sent. `timeout` bounds each attempt (seconds); `poll` is how often the outbox is looked at for due
-    deliveries; `batch` how many are attempted at once; settled deliveries are deleted `keep` after they settled.
+    `targets` lists where events go: `Webhook`s and `Mail` targets, each with its own name. `links` signs the link to
+    the decision's page that "decision waiting", "decision escalated" and "task needs input" carry (`data.link`, the
+    Slack button, the mail's link); give it the app's public base URL and the key the pages have
+    (`WebPages.page_key`), or no link is sent. `timeout` bounds each attempt (seconds); `poll` is how often the outbox
+    is looked at for due deliveries; `batch` how many are attempted at once; settled deliveries are deleted `keep`
+    after they settled.
     """
 
     targets: Sequence[Webhook | Mail]
@@ -170,9 +171,9 @@ class Notifications:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Notifications | None:
         """The webhook of `MCP_ELICIT_WEBHOOK_URL` (with `_SECRET`, `_EVENTS`, comma-separated, default all, and
         `_FORMAT`) and the mail target of `MCP_ELICIT_SMTP_HOST` (with `_PORT`, `_SECURITY`, `_USERNAME`,
-        `_PASSWORD`, and `MCP_ELICIT_MAIL_FROM` and `_TO`: "decision waiting" by mail); the secrets each from a
-        `_FILE` if need be (see `mcp_elicit.settings`). `None` when neither is set. Every problem names its
-        variable; `links` is the caller's to add (it knows the public URL and the pages' key)."""
+        `_PASSWORD`, and `MCP_ELICIT_MAIL_FROM` and `_TO`: "decision waiting" and "decision escalated" by mail); the
+        secrets each from a `_FILE` if need be (see `mcp_elicit.settings`). `None` when neither is set. Every problem
+        names its variable; `links` is the caller's to add (it knows the public URL and the pages' key)."""
         names = ["webhook_url", "webhook_secret", "webhook_events", "webhook_format", *_MAIL_SETTINGS]
         settings = Settings.read(environ, only=names)
         targets: list[Webhook | Mail] = []

@@ -8,6 +8,10 @@ thread), and settles it: a 2xx answer, or a message the SMTP server took, delive
 (another status, a redirect, a timeout, a refused connection, an SMTP error) schedules the next attempt
 after the retry policy's backoff, or marks it dead, logged, once the policy gives up.
 
+A decision whose approvers escalate has its `decision.escalated` row written when it is asked, due when it
+escalates: no deliverer claims it before. Then the deliverer reads the decision once, and settles the row as
+delivered without sending it when the decision no longer waits (answered, cancelled or expired meanwhile).
+
 Guarantees: a delivery that a crash or a hang interrupts is claimed again once its lease passes, by any
 instance, with the same `webhook-id` (a mail's `Message-ID`); on PostgreSQL instances claim with `FOR UPDATE
 SKIP LOCKED`, so each attempt is made by one of them (SQLite serves one host, its write lock does the same).
@@ -37,13 +41,13 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import httpx2
 
-from mcp_elicit.model import JSONObject
+from mcp_elicit.model import WAITING_DECISION_STATUSES, Decision, JSONObject, Operator
 from mcp_elicit.server.notifications import wording
 from mcp_elicit.server.notifications.config import Notifications, Webhook
 from mcp_elicit.server.notifications.mail import Mail, described
 from mcp_elicit.server.notifications.signing import ID_HEADER, sign
 from mcp_elicit.server.notifications.slack import slack_payload
-from mcp_elicit.store import Clock, StoreError, utc_now
+from mcp_elicit.store import Clock, NotFound, StoreError, utc_now
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.store.protocol import Delivery, NotificationEvent
 
@@ -52,13 +56,15 @@ log = logging.getLogger(__name__)
 JITTER = 0.2
 PURGE_EVERY = timedelta(minutes=10)
 _SUBSCRIBE_PAUSE = (1.0, 60.0)
+_DELIVERER = Operator("notifications")
 
 
 def payload(delivery: Delivery, *, link: str | None = None) -> bytes:
     """The JSON body of a delivery, Standard Webhooks' shape: `type`, `timestamp` (when it happened), `data`.
 
-    `data.about` is what the call is about (when the decision has it); `data.link` the decision page's signed
-    link, given for an event that asks someone to act."""
+    `data.about` is what the call is about (when the decision has it); `data.approvers`, for a decision with
+    approvers, the roles whose members may approve at the event's moment (an escalation's included) and how many
+    must; `data.link` the decision page's signed link, given for an event that asks someone to act."""
     data: JSONObject = {
         "elicitation_id": delivery.elicitation_id,
         "operation_id": delivery.operation_id,
@@ -70,6 +76,8 @@ def payload(delivery: Delivery, *, link: str | None = None) -> bytes:
     }
     if delivery.about:
         data["about"] = delivery.about
+    if delivery.approvers is not None:
+        data["approvers"] = {"roles": list(wording.roles(delivery)), "quorum": delivery.approvers.quorum}
     if delivery.event is NotificationEvent.TASK_INPUT_REQUIRED:
         data["task_id"] = delivery.operation_id
     if link is not None and wording.waiting(delivery):
@@ -178,15 +186,40 @@ class Deliverer:
     async def _deliver(self, http: httpx2.AsyncClient, delivery: Delivery) -> None:
         name = self._formerly.get(delivery.subscription, delivery.subscription)
         hook = self._hooks[name]
-        if isinstance(hook, Mail):
-            problem = await self._mail(hook, delivery)
-        else:
-            problem = await self._post(http, hook, delivery)
+        problem: str | None = None
+        send = True
+        if delivery.event is NotificationEvent.DECISION_ESCALATED:
+            try:
+                send = await self._still_waiting(delivery)  # if not, settled unsent: nobody is to act any more
+            except StoreError as error:
+                send, problem = False, f"cannot read its decision: {type(error).__name__}"
+        if send:
+            if isinstance(hook, Mail):
+                problem = await self._mail(hook, delivery)
+            else:
+                problem = await self._post(http, hook, delivery)
         try:
             await self._settle(hook, delivery, problem)
         except StoreError as error:
             # The claim lapses after its lease and the delivery is made again: at least once holds.
             log.warning("cannot record delivery of %s to %s %s: %s", delivery.event_id, _kind(hook), name, error)
+
+    async def _still_waiting(self, delivery: Delivery) -> bool:
+        """Whether the decision an escalation is about still waits (one read): the escalation was written when the
+        decision was asked, due only now, and a decision answered, cancelled or expired meanwhile asks nobody to
+        act. A read that fails raises `StoreError`: the attempt fails and is made again, like a refused POST."""
+        try:
+            decision: Decision | None = await self._store.get_decision(delivery.elicitation_id, _DELIVERER)
+        except NotFound:
+            decision = None
+        at = delivery.claimed_at or self._clock()
+        if decision is not None and decision.status in WAITING_DECISION_STATUSES and at < decision.expires_at:
+            return True
+        log.debug(
+            "%s settled without sending: its decision %s",
+            delivery.event_id, "is gone" if decision is None else f"no longer waits ({decision.status.value})",
+        )  # fmt: skip
+        return False
 
     async def _post(self, http: httpx2.AsyncClient, hook: Webhook, delivery: Delivery) -> str | None:
         link = self.link(delivery)

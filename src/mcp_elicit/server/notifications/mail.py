@@ -1,4 +1,5 @@
-"""E-mail notifications: a `Mail` target sends "decision waiting" (by default) through an SMTP server.
+"""E-mail notifications: a `Mail` target sends "decision waiting" and "decision escalated" (by default) through an
+SMTP server.
 
 A mail target is delivered by the outbox like a webhook (`mcp_elicit.server.notifications.delivery`): at least once,
 retried with the same backoff, marked dead once the retry policy gives up. Each attempt is one SMTP session in a
@@ -49,8 +50,8 @@ _LOOPBACK_NAMES = frozenset({"localhost"})
 
 @dataclass(frozen=True, slots=True)
 class Mail:
-    """One mail subscription: the events (by default `decision.waiting`) sent from `sender` to `to` through the SMTP
-    server at `host`.
+    """One mail subscription: the events (by default `decision.waiting` and `decision.escalated`, those that ask
+    someone to act) sent from `sender` to `to` through the SMTP server at `host`.
 
     `security`: `"starttls"` (port 587 by default), `"tls"` (implicit TLS, port 465) or `"plain"` (port 25), which
     is allowed to a loopback address only (a relay on the same host). `username` and `password` log in, when given.
@@ -66,7 +67,9 @@ class Mail:
     security: Security = "starttls"
     username: str | None = None
     password: str | None = field(default=None, repr=False)
-    events: AbstractSet[NotificationEvent] = frozenset({NotificationEvent.DECISION_WAITING})
+    events: AbstractSet[NotificationEvent] = frozenset(
+        {NotificationEvent.DECISION_WAITING, NotificationEvent.DECISION_ESCALATED}
+    )
     name: str | None = None
     tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
 
