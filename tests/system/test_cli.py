@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_elicit.model import Decision, DecisionStatus
+from mcp_elicit.model import Approver, ApproverRule, Decision, DecisionStatus, Verdict
 from mcp_elicit.store import open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.commands import cli
@@ -70,6 +70,22 @@ def test_show_redacts_secret_answers(populated: tuple[str, dict[str, Decision]])
     shown = json.loads(cli("decisions", "show", target, "--json", store=url).stdout)
     assert shown["content"] == {"approve": True, "password": "[redacted]"}
     assert shown["status"] == "accepted" and shown["principal_id"] == "alice"
+
+
+def test_show_names_the_approvers_and_their_votes(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'votes.db'}"
+    clock = FakeClock(datetime.now(UTC))
+    store = open_store(url, clock=clock)
+    decision = Records(store, clock).form(approvers=ApproverRule(["release-managers"], quorum=2))
+    managers = frozenset({"release-managers"})
+    store.cast_vote(decision.elicitation_id, Approver("carol", managers), Verdict.APPROVE, {"approve": True})
+    store.close()
+    shown = json.loads(cli("decisions", "show", decision.elicitation_id, "--json", store=url).stdout)
+    assert shown["approvers"] == {"roles": ["release-managers"], "quorum": 2}
+    [vote] = shown["votes"]
+    assert (vote["approver"], vote["verdict"], vote["roles"]) == ("carol", "approve", ["release-managers"])
+    human = cli("decisions", "show", decision.elicitation_id[:8], store=url)
+    assert human.returncode == 0 and "carol" in human.stdout and "release-managers" in human.stdout
 
 
 def test_show_unknown_and_ambiguous_ids(populated: tuple[str, dict[str, Decision]]) -> None:

@@ -28,6 +28,7 @@ from mcp_elicit.model import (
     Grant,
     GrantStatus,
     JSONValue,
+    Vote,
     redact_content,
     redact_url,
 )
@@ -70,8 +71,11 @@ STATUS_STYLE: dict[DecisionStatus, str] = {
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 
 
-def decision_json(decision: Decision, task: str | None = None) -> dict[str, JSONValue]:
-    """The decision as JSON; `task`, when its operation is a task, is that task's status."""
+def decision_json(
+    decision: Decision, task: str | None = None, votes: Sequence[Vote] | None = None
+) -> dict[str, JSONValue]:
+    """The decision as JSON; `task`, when its operation is a task, is that task's status; `votes`, when it has
+    approvers and they were read, who voted how (redacted as answers are)."""
     shown: dict[str, JSONValue] = {
         "elicitation_id": decision.elicitation_id,
         "operation_id": decision.operation_id,
@@ -93,6 +97,20 @@ def decision_json(decision: Decision, task: str | None = None) -> dict[str, JSON
         "updated_at": decision.updated_at.isoformat(),
         "expires_at": decision.expires_at.isoformat(),
     }
+    if decision.approvers is not None:
+        shown["approvers"] = decision.approvers.dumped()
+    if votes is not None:
+        shown["votes"] = [
+            {
+                "approver": vote.approver_id,
+                "verdict": vote.verdict.value,
+                "proposal": vote.proposal,
+                "roles": list(vote.roles),
+                "content": redact_content(vote.content, decision.sensitive_fields),
+                "cast_at": vote.cast_at.isoformat(),
+            }
+            for vote in votes
+        ]
     if task is not None:
         shown["task"] = task
     return shown
@@ -241,11 +259,11 @@ def plain_line(*values: str) -> str:
     return "\t".join(printable(value) for value in values)
 
 
-def decision_table(decision: Decision, now: datetime) -> Table:
+def decision_table(decision: Decision, now: datetime, votes: Sequence[Vote] | None = None) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
-    shown = decision_json(decision)
+    shown = decision_json(decision, votes=votes)
     for name, value in shown.items():
         if name == "status":
             table.add_row(name, status_text(decision.status))

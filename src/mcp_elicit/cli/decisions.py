@@ -337,13 +337,14 @@ def show(
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show one decision, with sensitive answers redacted."""
+    """Show one decision, with sensitive answers redacted; one that approvers decide, with their votes."""
     with _store(store) as opened:
         decision = _find(opened, elicitation_id, _operator(None))
+        votes = opened.votes(decision.elicitation_id) if decision.approvers is not None else None
         if as_json:
-            _render.print_json(out, _render.decision_json(decision))
+            _render.print_json(out, _render.decision_json(decision, votes=votes))
         else:
-            out.print(_render.decision_table(decision, utc_now()))
+            out.print(_render.decision_table(decision, utc_now(), votes))
 
 
 @app.command("audit")
