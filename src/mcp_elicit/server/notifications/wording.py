@@ -9,6 +9,7 @@ each format escapes it for its own syntax.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from mcp_elicit.printable import printable
@@ -78,7 +79,7 @@ def _asked(delivery: Delivery) -> datetime:
     return delivery.occurred_at if delivery.asked_at is None else delivery.asked_at
 
 
-def _listed(names: tuple[str, ...]) -> str:
+def _listed(names: Sequence[str]) -> str:
     return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
 
 
