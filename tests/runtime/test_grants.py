@@ -142,12 +142,14 @@ async def test_a_session_grant_covers_the_tools_next_calls_until_revoked(
     assert len(grants(elicit_app)) == 1, "a plain approval grants nothing"
 
 
-@pytest.mark.elicit_eras("2026-07-28")
 async def test_a_grant_stops_covering_when_it_expires(elicit: Harness, elicit_app: Elicitation) -> None:
+    """On every era: a session grant covers the next call until its TTL has passed, then the call is asked."""
     await elicit.call("restart", {"service": "api"}, answers=approve(**{GRANT_FIELD: "session"}))
     [grant] = grants(elicit_app)
+    assert grant.expires_at - grant.created_at == SESSION
     elicit.clock.advance_to(grant.expires_at - timedelta(seconds=30))
-    assert (await elicit.call("restart", {"service": "api"})).asked == ()
+    covered = await elicit.call("restart", {"service": "api"})
+    assert covered.asked == () and covered.result.content[-1].text == "restarted api"  # type: ignore[union-attr]
     elicit.clock.advance_to(grant.expires_at)
     again = await elicit.call("restart", {"service": "api"}, answers=approve())
     assert [q.key for q in again.asked] == [APPROVAL_KEY]
