@@ -97,7 +97,10 @@ async def test_a_session_grant_given_to_a_task_lets_the_next_task_run_without_an
         ended = await until(wire, second, "completed", "input_required", "failed")
         assert ended["status"] == "completed", "the grant let the task through: nothing was asked"
         result = ended["result"] if era == MODERN else await wire.request("tasks/result", {"taskId": second})
-    assert result["content"][-1]["text"] == "restarted web"
+    [told, ran] = [block["text"] for block in result["content"]]
+    assert (
+        told.startswith("Ran without asking: the user's session approval of restart calls") and ran == "restarted web"
+    )
     assert scaling.ran == [{"restart": "api"}, {"restart": "web"}]
     [grant] = served.runtime.store.grant_page(Operator()).grants
     assert grant.tool == "restart"
