@@ -382,11 +382,14 @@ def _audited(store: Store, reference: str, caller: Operator) -> str:
     """The id of the decision or the grant a unique id prefix names: a prefix that starts one of each names neither."""
     from mcp_elicit.cli.grants import _find as _find_grant  # `grants` builds on this module
 
+    def decision() -> str:
+        return _find(store, reference, caller).elicitation_id
+
+    def grant() -> str:
+        return _find_grant(store, reference, caller).grant_id
+
     named: list[tuple[str, str]] = []
-    for kind, find in (
-        ("a decision", lambda: _find(store, reference, caller).elicitation_id),
-        ("a grant", lambda: _find_grant(store, reference, caller).grant_id),
-    ):
+    for kind, find in (("a decision", decision), ("a grant", grant)):
         try:
             named.append((kind, find()))
         except NotFound:
