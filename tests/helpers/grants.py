@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from mcp_elicit.approvals import APPROVAL_KEY, GRANT_FIELD
@@ -34,8 +35,10 @@ def recorded_grant(
     scope: str | None = None,
     ttl: timedelta = timedelta(hours=1),
     now: datetime | None = None,
+    grant_id: str | None = None,
 ) -> Grant:
-    """`principal`'s grant for `tool`, given with an approval they accepted `now` (the wall clock's by default)."""
+    """`principal`'s grant for `tool`, given with an approval they accepted `now` (the wall clock's by default);
+    with `grant_id`, under that id."""
     moment = now or datetime.now(UTC)
     lasting = timedelta(days=1) + abs(datetime.now(UTC) - moment)  # open on the store's clock, whatever `now` says
     digest = "sha256:" + uuid.uuid4().hex
@@ -50,4 +53,4 @@ def recorded_grant(
     grant = new_grant(
         principal, tool=tool, scope=scope, kind=kind, decision_id=decision.elicitation_id, approved_at=moment, ttl=ttl
     )
-    return store.create_grant(grant)
+    return store.create_grant(grant if grant_id is None else replace(grant, grant_id=grant_id))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from mcp import Client
+from mcp_types import RequestParamsMeta
 
 import mcp_elicit.testing as scripted
 from mcp_elicit import Elicitation, Flow, Gate, Grants, IdentityPolicy, RequestState
@@ -24,9 +26,11 @@ from mcp_elicit.model import (
     Principal,
     SubjectKind,
 )
+from mcp_elicit.server import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY, Accepted
 from mcp_elicit.store import GrantFilter, open_store
 from mcp_elicit.testing import ControlledClock, Harness
 from tests.helpers.grants import recorded_grant
+from tests.helpers.person import Person, accept
 
 pytestmark = pytest.mark.anyio
 SESSION = timedelta(hours=1)
@@ -71,6 +75,13 @@ def build(runtime: Elicitation, ran: Ran) -> None:
             return f"rotated {key}"
 
         return await flow.step("rotate", effect)
+
+    @runtime.tool(gate=Gate(grants=Grants(session=SESSION)))
+    async def label(flow: Flow, service: str) -> str:
+        answer = await flow.ask(f"Label for {service}?", str, key="label")
+        said = answer.data if isinstance(answer, Accepted) else "none"
+        ran.calls.append(("label", {"service": service, "label": said}))
+        return f"labelled {service} {said}"
 
     @runtime.tool(gate=Gate(grants=Grants(scope=lambda a: a["missing"])))
     async def scale(flow: Flow, service: str) -> str:
@@ -129,7 +140,10 @@ async def test_a_session_grant_covers_the_tools_next_calls_until_revoked(
 
     second = await elicit.call("restart", {"service": "web"})
     third = await elicit.call("restart", {"service": "web"})
-    assert (second.text, second.asked, third.text, third.asked) == ("restarted web", (), "restarted web", ())
+    ran_unasked = f"Ran without asking: the user's session approval of restart calls from this app, until {until}."
+    for covered in (second, third):
+        assert covered.asked == ()
+        assert [block.text for block in covered.result.content] == [ran_unasked, "restarted web"]  # type: ignore[union-attr]
     assert not third.replayed and third.operation_id != second.operation_id, "each call is its own, and ran"
     assert used_by(elicit_app, grant) == [second.operation_id, third.operation_id]
     assert elicit.decisions(call=second) == [], "nothing was asked for it"
@@ -142,12 +156,14 @@ async def test_a_session_grant_covers_the_tools_next_calls_until_revoked(
     assert len(grants(elicit_app)) == 1, "a plain approval grants nothing"
 
 
-@pytest.mark.elicit_eras("2026-07-28")
 async def test_a_grant_stops_covering_when_it_expires(elicit: Harness, elicit_app: Elicitation) -> None:
+    """On every era: a session grant covers the next call until its TTL has passed, then the call is asked."""
     await elicit.call("restart", {"service": "api"}, answers=approve(**{GRANT_FIELD: "session"}))
     [grant] = grants(elicit_app)
+    assert grant.expires_at - grant.created_at == SESSION
     elicit.clock.advance_to(grant.expires_at - timedelta(seconds=30))
-    assert (await elicit.call("restart", {"service": "api"})).asked == ()
+    covered = await elicit.call("restart", {"service": "api"})
+    assert covered.asked == () and covered.result.content[-1].text == "restarted api"  # type: ignore[union-attr]
     elicit.clock.advance_to(grant.expires_at)
     again = await elicit.call("restart", {"service": "api"}, answers=approve())
     assert [q.key for q in again.asked] == [APPROVAL_KEY]
@@ -181,7 +197,11 @@ async def test_an_always_grant_covers_only_its_scope(elicit: Harness, elicit_app
     assert first.result.content[0].text.startswith("The user always allows deploy calls with env=staging")  # type: ignore[union-attr]
 
     elsewhere = await elicit.call("deploy", {"service": "web", "env": "staging"})
-    assert elsewhere.asked == () and elsewhere.text == "deployed web to staging"
+    assert elsewhere.asked == () and [block.text for block in elsewhere.result.content] == [  # type: ignore[union-attr]
+        "Ran without asking: the user's standing approval of deploy calls with env=staging from this app, until "
+        f"{grant.expires_at.strftime('%Y-%m-%d %H:%M UTC')}.",
+        "deployed web to staging",
+    ]
     production = await elicit.call("deploy", {"service": "web", "env": "production"}, answers=approve())
     assert [q.key for q in production.asked] == [APPROVAL_KEY]
     assert used_by(elicit_app, grant) == [elsewhere.operation_id]
@@ -305,3 +325,36 @@ async def test_grants_count_only_as_the_gate_offers_them_now(
 def test_a_grant_ttl_is_bounded() -> None:
     with pytest.raises(ValueError, match="at most 3650 days"):
         Grants(always=timedelta.max)
+
+
+async def test_a_call_a_grant_let_through_says_so_on_the_run_that_resumes_it(
+    elicit: Harness, elicit_app: Elicitation, ran: Ran
+) -> None:
+    """A call that asks in its body runs again once answered (a round on 2026-07-28): that run finds its grant from
+    the operation's journal, and the model is told of it all the same."""
+    await elicit.call(
+        "label",
+        {"service": "api"},
+        answers={**approve(**{GRANT_FIELD: "session"}), "label": scripted.accept(value="blue")},
+    )
+    [grant] = grants(elicit_app)
+    until = grant.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+    said = f"Ran without asking: the user's session approval of label calls from this app, until {until}."
+    covered = await elicit.call("label", {"service": "web"}, answers={"label": scripted.accept(value="green")})
+    assert [q.key for q in covered.asked] == ["label"], "the approval was not asked: the grant covered it"
+    assert [block.text for block in covered.result.content] == [said, "labelled web green"]  # type: ignore[union-attr]
+    assert used_by(elicit_app, grant) == [covered.operation_id]
+    assert ran.calls[-1] == ("label", {"service": "web", "label": "green"})
+
+
+@pytest.mark.elicit_eras("2026-07-28")
+async def test_the_replay_of_a_call_a_grant_let_through_says_the_same(elicit_app: Elicitation, ran: Ran) -> None:
+    meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: "restart-web"})
+    person = Person([accept(**{GRANT_FIELD: "session"})])
+    async with Client(elicit_app.mcp_server, mode="legacy", elicitation_callback=person) as client:
+        await client.call_tool("restart", {"service": "api"})
+        covered = await client.call_tool("restart", {"service": "web"}, meta=meta)
+        replayed = await client.call_tool("restart", {"service": "web"}, meta=meta)
+    assert covered.content[0].text.startswith("Ran without asking: the user's session approval of restart")  # type: ignore[union-attr]
+    assert replayed.content == covered.content and replayed.meta is not None and REPLAYED_META_KEY in replayed.meta
+    assert len(person.asked) == 1 and [call for call, _ in ran.calls] == ["restart", "restart"]

@@ -4,6 +4,8 @@ an audit row per operation, revoked once by compare-and-set, listed in keyset pa
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -19,10 +21,11 @@ from mcp_elicit.model import (
     SubjectKind,
     new_grant,
 )
-from mcp_elicit.store import GRANT_JOURNAL, GrantEnded, GrantFilter, NotFound, Store
+from mcp_elicit.store import GRANT_JOURNAL, GrantEnded, GrantFilter, NotFound, Store, open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.commands import cli
 from tests.helpers.corrupt_rows import corrupt
+from tests.helpers.race import race
 from tests.helpers.records import ALICE, ALICE_OTHER_CLIENT, BOB, Records
 
 HOUR = timedelta(hours=1)
@@ -230,3 +233,62 @@ def test_an_unreadable_grant_is_named_and_hides_no_other(
     assert listed.returncode == 2, listed.stderr
     assert [line.split("\t")[0] for line in listed.stdout.splitlines()[1:]] == [newer.grant_id, older.grant_id]
     assert f"grant {damaged.grant_id}: column {column} holds" in listed.stderr
+
+
+def test_a_new_grant_of_a_key_replaces_the_active_one_and_touches_no_other_key(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    first = granted(records, scope="env=staging")
+    others = [
+        granted(records, scope="env=production"),
+        granted(records, tool="restart", scope="env=staging"),
+        granted(records, ALICE_OTHER_CLIENT, scope="env=staging"),
+        granted(records, BOB, scope="env=staging"),
+    ]
+    clock.advance(timedelta(minutes=5))
+    second = granted(records, scope="env=staging", kind=GrantKind.ALWAYS, ttl=timedelta(days=30))
+    replaced = store.get_grant(first.grant_id, Operator())
+    assert replaced.status(clock()) is GrantStatus.REVOKED and replaced.revoked_by == ALICE.actor
+    assert store.covering_grant(ALICE, "deploy", "env=staging") == second
+    *_, row = store.audit_trail(first.grant_id, Operator())
+    assert (row.from_status, row.to_status, row.actor) == ("active", "revoked", ALICE.actor)
+    assert row.reason == f"replaced by grant {second.grant_id}" and row.details["replaced_by"] == second.grant_id
+    for other in others:
+        assert store.get_grant(other.grant_id, Operator()).revoked_at is None, other
+    active = store.grant_page(Operator(), GrantFilter(principal_id=ALICE.principal_id, active=True)).grants
+    keys = [(g.client_id, g.tool, g.scope) for g in active]
+    assert len(keys) == len(set(keys)) == 4, "one active grant per key"
+    assert store.create_grant(second) == second, "created again (a run after the first): replaces nothing more"
+    assert store.get_grant(second.grant_id, Operator()).revoked_at is None
+
+
+@contextmanager
+def contenders(store_url: str, store: Store, clock: FakeClock, count: int) -> Iterator[list[Store]]:
+    """One store per contender on PostgreSQL (separate connections, as instances), the shared store on SQLite."""
+    if store_url.startswith("sqlite"):
+        yield [store] * count
+        return
+    opened = [open_store(store_url, clock=clock) for _ in range(count)]
+    try:
+        yield opened
+    finally:
+        for each in opened:
+            each.close()
+
+
+def test_grants_of_one_key_created_at_once_leave_one_active(
+    store_url: str, store: Store, records: Records, clock: FakeClock
+) -> None:
+    decisions = [approved(records) for _ in range(6)]
+    grants = [
+        new_grant(ALICE, tool="deploy", scope=None, kind=GrantKind.SESSION, decision_id=decision_id,
+                  approved_at=clock(), ttl=HOUR)
+        for decision_id in decisions
+    ]  # fmt: skip
+    with contenders(store_url, store, clock, len(grants)) as stores:
+        outcomes = race(stores, lambda each, i: each.create_grant(grants[i]))
+    assert all(isinstance(outcome, Grant) for outcome in outcomes), outcomes
+    active = store.grant_page(Operator(), GrantFilter(active=True)).grants
+    assert len(active) == 1 and store.covering_grant(ALICE, "deploy", None) == active[0]
+    revoked = [row for g in grants for row in store.audit_trail(g.grant_id, Operator()) if row.to_status == "revoked"]
+    assert len(revoked) == len(grants) - 1

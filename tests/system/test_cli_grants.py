@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -113,3 +114,27 @@ def test_revoke_takes_effect_once_and_is_audited(granted: tuple[str, dict[str, G
 
     as_json = json.loads(cli("grants", "revoke", made["always"].grant_id, "--json", store=url).stdout)
     assert as_json["status"] == "revoked" and as_json["revoked_by"].startswith("operator:")
+
+
+def test_audit_takes_a_unique_start_of_a_grant_id_as_of_a_decision_id(granted: tuple[str, dict[str, Grant]]) -> None:
+    url, made = granted
+    target = made["session"]
+    full = json.loads(cli("decisions", "audit", target.grant_id, "--json", store=url).stdout)
+    short = cli("decisions", "audit", target.grant_id[:8], "--json", store=url)
+    assert short.returncode == 0, short.stderr
+    assert json.loads(short.stdout) == full and [row["subject_id"] for row in full] == [target.grant_id]
+    decision = json.loads(cli("decisions", "audit", target.decision_id[:8], "--json", store=url).stdout)
+    assert {row["subject_id"] for row in decision} == {target.decision_id}, "a decision's prefix still names it"
+
+    store = open_store(url)
+    try:  # a grant whose id starts as alice's approval's id does: that start names neither
+        shared = target.decision_id[:8]
+        twin = recorded_grant(store, BOB, tool="drain", grant_id=shared + str(uuid.uuid4())[8:])
+    finally:
+        store.close()
+    ambiguous = cli("decisions", "audit", shared, store=url)
+    assert ambiguous.returncode == 1 and "ambiguous id:" in ambiguous.stderr
+    said = " ".join(ambiguous.stderr.split())
+    assert f"a decision id ({target.decision_id}) and a grant id ({twin.grant_id})" in said
+    missing = cli("decisions", "audit", "ffffffff", store=url)
+    assert missing.returncode == 1 and "no decision, grant or operation ffffffff" in " ".join(missing.stderr.split())

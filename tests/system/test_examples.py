@@ -148,7 +148,9 @@ async def test_approval_gate_lets_later_orders_from_the_vendor_through_until_rev
     told, ordered = (block.text for block in first.content)  # type: ignore[union-attr]
     assert told.startswith("The user always allows reorder calls with vendor=acme from this app, until ")
     assert ordered == "ordered 5 boxes of paper from acme"
-    assert text(later) == "ordered 2 boxes of toner from acme"
+    let_through, later_ordered = (block.text for block in later.content)  # type: ignore[union-attr]
+    assert let_through.startswith("Ran without asking: the user's standing approval of reorder calls with vendor=acme")
+    assert later_ordered == "ordered 2 boxes of toner from acme"
     assert (grant["tool"], grant["scope"], grant["kind"]) == ("reorder", "vendor=acme", "always")
     assert revoked.returncode == 0, revoked.stderr
     assert text(asked) == "ordered 1 boxes of pens from acme"

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_elicit import ApproverRule, Flow, Gate
-from mcp_elicit.approvals import APPROVAL_KEY
+from mcp_elicit import ApproverRule, Flow, Gate, Grants
+from mcp_elicit.approvals import APPROVAL_KEY, GRANT_FIELD
 from mcp_elicit.model import Approver, Operator, Verdict
 from mcp_elicit.server import Elicitation, TaskPolicy
 from mcp_elicit.store.aio import AsyncStore
@@ -34,6 +34,11 @@ class Scaling:
         async def scale(flow: Flow, service: str, replicas: int) -> str:
             ran.append({"service": service, "replicas": replicas})
             return f"{service} at {replicas}"
+
+        @runtime.tool(task=TaskPolicy.OPTIONAL, gate=Gate(grants=Grants()))
+        async def restart(flow: Flow, service: str) -> str:
+            ran.append({"restart": service})
+            return f"restarted {service}"
 
 
 @pytest.fixture
@@ -76,6 +81,33 @@ async def test_a_rejected_task_fails_with_the_persons_reason(app: tuple[Served, 
     assert scaling.ran == []
     said = str(ended)
     assert "The user rejected this call; nothing ran." in said and "Note from the user: budget" in said
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_a_session_grant_given_to_a_task_lets_the_next_task_run_without_an_input_request(
+    app: tuple[Served, Scaling], era: str
+) -> None:
+    served, scaling = app
+    async with served.wire(era) as wire:
+        first = (await wire.call_as_task("restart", {"service": "api"}))["taskId"]
+        await until(wire, first, "input_required")
+        await answer_task(wire, first, APPROVAL_KEY, answer(**{GRANT_FIELD: "session"}))
+        await until(wire, first, "completed")
+        second = (await wire.call_as_task("restart", {"service": "web"}))["taskId"]
+        ended = await until(wire, second, "completed", "input_required", "failed")
+        assert ended["status"] == "completed", "the grant let the task through: nothing was asked"
+        result = ended["result"] if era == MODERN else await wire.request("tasks/result", {"taskId": second})
+    [told, ran] = [block["text"] for block in result["content"]]
+    assert (
+        told.startswith("Ran without asking: the user's session approval of restart calls") and ran == "restarted web"
+    )
+    assert scaling.ran == [{"restart": "api"}, {"restart": "web"}]
+    [grant] = served.runtime.store.grant_page(Operator()).grants
+    assert grant.tool == "restart"
+    trail = served.runtime.store.audit_trail(grant.grant_id, Operator())
+    assert [row.reason for row in trail] == ["session grant approved in decision " + grant.decision_id,
+                                             "let a call of restart through without asking"]  # fmt: skip
+    assert [d.key for d in served.runtime.store.list_decisions(Operator())] == [APPROVAL_KEY], "asked once"
 
 
 class Release:

@@ -25,6 +25,9 @@ call's arguments, so it cannot approve another call; the fields the person can c
 every other argument is the call's own; an answer that does not fit the form, or edits that the tool's own
 validation refuses, approve nothing. A `when` predicate that raises applies the gate (fails closed).
 
+A call a grant let through tells the model so, first in its result ("Ran without asking: the user's session
+approval of ..."), recorded with the result so that a replay or a task's result says the same.
+
 Does not guarantee: that the person read what they approved. Nor, for a call a grant let through, that the
 person knows of that call: a grant is their standing approval, until it expires or is revoked.
 """
@@ -421,6 +424,19 @@ def told_of_grant(grant: Grant) -> str:
             "they run without asking."
         )
     return f"The user always allows {grant.tool} calls{scoped} from this app, until {until}: they run without asking."
+
+
+def told_of_use(grant: Grant, grants: Grants) -> str:
+    """What the model reads of a call a standing grant let through: that nobody was asked, on whose approval, and
+    until when it stands (the gate's TTL now, where the author shortened it since)."""
+    scoped = f" with {grant.scope}" if grant.scope is not None else ""
+    ends = grant.expires_at
+    if grant.kind in grants.kinds:
+        ends = min(ends, grant.created_at + grants.ttl(grant.kind))
+    until = ends.strftime("%Y-%m-%d %H:%M UTC")
+    which = "session" if grant.kind is GrantKind.SESSION else "standing"
+    approval = f"the user's {which} approval of {grant.tool} calls{scoped} from this app"
+    return f"Ran without asking: {approval}, until {until}."
 
 
 def grant_not_kept(kind: GrantKind, before: str | None, after: str | None) -> str:

@@ -349,7 +349,10 @@ def show(
 
 @app.command("audit")
 def audit(
-    subject_id: Annotated[str, typer.Argument(help="A decision's or an operation's id.")],
+    subject_id: Annotated[
+        str,
+        typer.Argument(help="A decision's, grant's or operation's id (of a decision or grant, a unique start of it)."),
+    ],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -365,7 +368,7 @@ def audit(
         try:
             entries = opened.audit_trail(subject_id, caller, on_unreadable=unreadable.append)
         except NotFound:
-            found = _find(opened, subject_id, caller).elicitation_id
+            found = _audited(opened, subject_id, caller)
             entries = opened.audit_trail(found, caller, on_unreadable=unreadable.append)
         if as_json:
             _render.print_json(out, [_render.audit_json(entry) for entry in entries])
@@ -374,6 +377,30 @@ def audit(
         else:
             sys.stdout.write("".join(line + "\n" for line in _render.audit_plain_lines(entries)))
         _unreadable_exit(opened, unreadable)
+
+
+def _audited(store: Store, reference: str, caller: Operator) -> str:
+    """The id of the decision or the grant a unique id prefix names: a prefix that starts one of each names neither."""
+    from mcp_elicit.cli.grants import _find as _find_grant  # `grants` builds on this module
+
+    def decision() -> str:
+        return _find(store, reference, caller).elicitation_id
+
+    def grant() -> str:
+        return _find_grant(store, reference, caller).grant_id
+
+    named: list[tuple[str, str]] = []
+    for kind, find in (("a decision", decision), ("a grant", grant)):
+        try:
+            named.append((kind, find()))
+        except NotFound:
+            continue
+    if len(named) > 1:
+        both = " and ".join(f"{kind} id ({found})" for kind, found in named)
+        raise AmbiguousId(f"{reference!r} starts {both}; give more of the id")
+    if not named:
+        raise NotFound(f"no decision, grant or operation {reference}")
+    return named[0][1]
 
 
 @app.command("cancel")

@@ -1,10 +1,11 @@
 """`mcp-elicit grants ...`: the operator's view of standing grants, and revoking them.
 
 A grant lets later calls of one tool from one app (principal and client) run without asking, for a session or
-always (see `mcp_elicit.approvals.Grants`). Revoking one takes effect at once: the next call it would have
-covered is asked again. Exit codes as for `decisions`: 0 done; 1 the grant is not found (or the id prefix names
-several) or already ended (revoked, expired); 2 the store cannot be used, a stored row included. Everything
-printed passes through `printable`.
+always (see `mcp_elicit.approvals.Grants`). One grant of a principal, client, tool and scope is active at a time
+(a later approval of the same calls replaces the earlier grant, which is listed as revoked), so revoking it takes
+effect at once: the next call it would have covered is asked again. Exit codes as for `decisions`: 0 done; 1 the
+grant is not found (or the id prefix names several) or already ended (revoked, expired); 2 the store cannot be
+used, a stored row included. Everything printed passes through `printable`.
 """
 
 from __future__ import annotations

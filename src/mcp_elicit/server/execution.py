@@ -819,16 +819,17 @@ class Execution:
         ]
         return max(asked, key=lambda found: found[0])[1] if asked else None
 
-    async def let_through(self, tool: str, offer: GrantOffer) -> bool:
-        """Whether a standing grant lets the call run without asking: the one that let this operation through on an
-        earlier run (its journal says so), or one that covers the call now (one read), whose use is recorded with
-        the call's next commit. That commit fails if the grant was revoked or expired meanwhile, and the run
+    async def let_through(self, tool: str, offer: GrantOffer) -> Grant | None:
+        """The standing grant that lets the call run without asking, if any: the one that let this operation through
+        on an earlier run (its journal says so), or one that covers the call now (one read), whose use is recorded
+        with the call's next commit. That commit fails if the grant was revoked or expired meanwhile, and the run
         again finds none: the call is asked, and nothing of it ran with a step or was recorded under the grant."""
-        if await self._recorded(GRANT_JOURNAL) is not None:
-            return True
+        used = await self._recorded(GRANT_JOURNAL)
+        if used is not None:
+            return await self._store.get_grant(str(used.value), self.principal)
         grant = await self._store.covering_grant(self.principal, tool, offer.scope)
         if grant is None or not offer.grants.allows(grant, self.now()):
-            return False
+            return None
         store, operation_id, principal, _ = self._ids()
 
         async def use() -> None:
@@ -838,7 +839,7 @@ class Execution:
                 raise StaleSnapshot(f"{ended} while a call it let through began") from None
 
         self._writes.hold(use)
-        return True
+        return grant
 
     def keep_grant(self, tool: str, kind: GrantKind, ttl: timedelta, scope: str | None) -> Grant:
         """The standing grant the person gave with the approval this run read, created with the call's next commit;

@@ -66,6 +66,7 @@ from mcp_elicit.approvals.gate import (
     Rejected,
     grant_not_kept,
     told_of_grant,
+    told_of_use,
     told_the_model,
 )
 from mcp_elicit.model import (
@@ -981,9 +982,10 @@ class Elicitation:
 
     async def _approved(self, served: _ServedCall, run: Execution) -> tuple[dict[str, Any], Sequence[str]]:
         """The arguments the body runs with, and what the model is told of their approval besides the result: the
-        call's own when no gate applies, or when a standing grant of the person's covers the call (its use audited
-        with the call's first commit); as the person approved them when one does, and a `ToolError` saying what
-        became of the call when they did not approve it (it then ends unrun)."""
+        call's own when no gate applies; the call's own, and which grant let it through, when a standing grant of the
+        person's covers the call (its use audited with the call's first commit); as the person approved them when
+        one does, and a `ToolError` saying what became of the call when they did not approve it (it then ends
+        unrun)."""
         gated = served.entry.gate
         # Gated per operation, not per call: once its approval was asked, every call of it waits on the answer,
         # whatever `when` says now (a `when` that reads the clock or a database must not let a twin run unasked).
@@ -993,8 +995,10 @@ class Elicitation:
         # A client no verified token names is every such app at once: nothing is granted to it, or let through.
         known = served.principal.client_id != UNKNOWN_CLIENT
         offer = grants.offer(served.arguments, gated.tool) if grants is not None and known else None
-        if offer is not None and run.approval is None and await run.let_through(gated.tool, offer):
-            return served.arguments, ()
+        if offer is not None and run.approval is None:
+            grant = await run.let_through(gated.tool, offer)
+            if grant is not None:
+                return served.arguments, [told_of_use(grant, offer.grants)]
         answer = await run.approve(gated, _jsonable(served.arguments), offer)
         by_approvers = gated.gate.approvers is not None
         if isinstance(answer, Approved):

@@ -314,6 +314,10 @@ class Core(ABC):
     _lock_row = ""
     """Appended to a SELECT that must lock the row it reads until the transaction ends (where the engine can)."""
 
+    async def _lock_name(self, tx: Tx, name: str) -> None:  # noqa: B027 (SQLite writes hold the database lock)
+        """Hold a lock on `name` until the transaction ends, for writes that must not interleave with another's of
+        the same name though they share no row (two grants of one key)."""
+
     def _announce(self, tx: Tx, subjects: Sequence[str]) -> None:  # noqa: B027 (engines that cannot, need not)
         """Tell other processes, inside the changes' transaction, that `subjects` moved."""
 

@@ -1,7 +1,12 @@
 """Standing grants: created once per approving decision, looked up in one read, revoked by compare-and-set.
 
 A grant is created only beside the accepted approval it comes from (same principal and client), in the
-transaction that may also record that answer; a second creation for the same decision changes nothing. The
+transaction that may also record that answer; a second creation for the same decision changes nothing. One
+grant of a key (principal, client, tool and scope) lets calls through at a time: a new grant replaces the active
+grants of its key, which its creation revokes (by the approving principal, "replaced by grant ..."), so the
+person's latest answer stands, a listing shows one grant per key, and revoking it asks again. Two approvals of
+one key answered together (two calls pending at once) replace in the order they commit: creations of a key take
+a lock on it (PostgreSQL; SQLite writes hold the database lock). The
 covering grant of a call is one indexed read among the unrevoked grants of its principal, client and tool.
 A use is written with the call's first commit: a marker in the operation's journal and the use's audit row,
 once per operation, and only while the grant still covers calls (else `GrantEnded`, and nothing is written).
@@ -71,6 +76,7 @@ class GrantsCore(Core):
             "expires_at": grant.expires_at.isoformat(),
         }
         async with self._write() as tx:
+            await self._lock_name(tx, f"grant {grant.principal_id} {grant.client_id} {grant.tool} {grant.scope}")
             inserted = await tx.execute(
                 f"INSERT INTO elicit_grants ({_CREATED_COLUMNS}) SELECT {_marks(len(_CREATED_NAMES))}"
                 " WHERE EXISTS (SELECT 1 FROM elicit_decisions WHERE elicitation_id = %s AND status = 'accepted'"
@@ -83,6 +89,7 @@ class GrantsCore(Core):
                     tx, SubjectKind.GRANT, grant.grant_id, None, ACTIVE, grant.principal.actor,
                     f"{grant.kind.value} grant approved in decision {grant.decision_id}", details, grant.created_at,
                 )  # fmt: skip
+                await self._replace(tx, grant)
                 return grant
             row = await tx.one(
                 f"SELECT {GRANT_COLUMNS} FROM elicit_grants WHERE decision_id = %s{BINDING}",
@@ -91,6 +98,23 @@ class GrantsCore(Core):
         if row is None:
             raise NotFound(f"no accepted approval {grant.decision_id} of this caller to create a grant from")
         return self._grant(row)
+
+    async def _replace(self, tx: Tx, grant: Grant) -> None:
+        """Revoke the other active grants of the new grant's key: the new one stands in their place."""
+        now = self._clock()
+        stamp = self._to_time(now)
+        scoped, values = (" AND scope IS NULL", ()) if grant.scope is None else (" AND scope = %s", (grant.scope,))
+        actor = grant.principal.actor
+        replaced = await tx.all(
+            "UPDATE elicit_grants SET revoked_at = %s, revoked_by = %s WHERE principal_id = %s AND client_id = %s"
+            f" AND tool = %s{scoped} AND revoked_at IS NULL AND expires_at > %s AND grant_id <> %s RETURNING grant_id",
+            (stamp, actor, grant.principal_id, grant.client_id, grant.tool, *values, stamp, grant.grant_id),
+        )
+        for (grant_id,) in replaced:
+            self._audit(
+                tx, SubjectKind.GRANT, str(grant_id), ACTIVE, REVOKED, actor, f"replaced by grant {grant.grant_id}",
+                {"tool": grant.tool, "replaced_by": grant.grant_id, "decision_id": grant.decision_id}, now,
+            )  # fmt: skip
 
     async def covering_grant(self, caller: Principal, tool: str, scope: str | None) -> Grant | None:
         scoped, values = (" AND scope IS NULL", ()) if scope is None else (" AND scope = %s", (scope,))

@@ -66,6 +66,9 @@ _MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our mig
 SWEEP_LOCK = 0x6D63_7065_6C69_6302
 """The advisory lock a sweep's transaction holds, so that one instance sweeps at a time. Public because it is
 part of the database's use: an application sharing the database keeps its own advisory locks clear of it."""
+NAMED_LOCKS = 0x6D63_7065
+"""The first key of the two-key advisory locks a write takes on a name (`_lock_name`), the second the name's hash:
+the two-key space does not overlap the one-key locks above."""
 
 
 _BEGIN: tuple[str, Sequence[object]] = ("BEGIN", ())
@@ -204,6 +207,9 @@ class _PostgresCore(SQLCore):
     @property
     def display_url(self) -> str:
         return self._display
+
+    async def _lock_name(self, tx: Tx, name: str) -> None:
+        await tx.one("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (NAMED_LOCKS, name))
 
     async def _sweep_turn(self, tx: Tx) -> bool:
         # Released with the transaction: a sweeper that dies mid-batch frees it, and no session keeps it.
