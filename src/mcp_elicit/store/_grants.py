@@ -89,7 +89,7 @@ class GrantsCore(Core):
                     tx, SubjectKind.GRANT, grant.grant_id, None, ACTIVE, grant.principal.actor,
                     f"{grant.kind.value} grant approved in decision {grant.decision_id}", details, grant.created_at,
                 )  # fmt: skip
-                await self._replace(tx, grant)
+                await self._supersede(tx, grant)
                 return grant
             row = await tx.one(
                 f"SELECT {GRANT_COLUMNS} FROM elicit_grants WHERE decision_id = %s{BINDING}",
@@ -99,7 +99,7 @@ class GrantsCore(Core):
             raise NotFound(f"no accepted approval {grant.decision_id} of this caller to create a grant from")
         return self._grant(row)
 
-    async def _replace(self, tx: Tx, grant: Grant) -> None:
+    async def _supersede(self, tx: Tx, grant: Grant) -> None:
         """Revoke the other active grants of the new grant's key: the new one stands in their place."""
         now = self._clock()
         stamp = self._to_time(now)
