@@ -23,7 +23,7 @@ from mcp_elicit.model import Approver, Decision, DecisionStatus, Operator, Verdi
 from mcp_elicit.server import Timing
 from mcp_elicit.store import VoteRefused, open_store
 from mcp_elicit.store.aio import AsyncStore
-from mcp_elicit.testing import Harness
+from mcp_elicit.testing import EraName, Harness
 from mcp_elicit.testing.harness import ToolCall
 from tests.helpers.person import Person
 
@@ -343,3 +343,72 @@ async def test_the_kit_shows_on_whom_a_call_waits(impatient: Elicitation, ledger
             await AsyncStore(impatient.store).cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
     [result] = results
     assert result.content[-1].text == "deployed api" and ledger.ran == [{"service": "api"}]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def brief(elicit_store_url: str, ledger: Ledger) -> Iterator[Elicitation]:
+    runtime = Elicitation(
+        open_store(elicit_store_url),
+        request_state=RequestState(single_process=True),
+        timing=Timing(long_poll=timedelta(milliseconds=200), approver_wait=timedelta(seconds=20)),
+    )
+    runtime.server("brief")
+
+    @runtime.tool(gate=Gate(approvers=ApproverRule(["release-managers"]), ttl=timedelta(milliseconds=600)))
+    async def deploy(flow: Flow, service: str) -> str:
+        ledger.ran.append({"service": service})
+        return f"deployed {service}"
+
+    yield runtime
+    runtime.close()
+
+
+async def test_an_approval_nobody_gives_in_time_expires_on_every_era(
+    brief: Elicitation, ledger: Ledger, elicit_era: EraName
+) -> None:
+    """The approval's TTL ends the wait before the call's patience does: the call says it expired, not that it
+    still waits, and nothing runs."""
+    called = await Harness(brief, era=elicit_era).call("deploy", {"service": "api"})
+    assert called.error == "Nobody approved this call in time; nothing ran. Calling the tool again asks again."
+    [decision] = [d for d in brief.store.list_decisions(Operator()) if d.key == APPROVAL_KEY]
+    assert decision.status is DecisionStatus.EXPIRED and ledger.ran == []
+
+
+async def test_a_question_for_approvers_may_not_use_the_approvals_own_field_names(
+    elicit_store_url: str,
+) -> None:
+    from pydantic import BaseModel
+
+    class Clash(BaseModel):
+        approval_note: str
+
+    runtime = Elicitation(open_store(elicit_store_url), request_state=RequestState(single_process=True))
+    runtime.server("clash")
+
+    refused: list[str] = []
+
+    @runtime.tool()
+    async def ask(flow: Flow) -> str:
+        try:
+            await flow.ask("Why?", Clash, approvers=ApproverRule(["owners"]))
+        except ValueError as error:
+            refused.append(str(error))
+        return "asked"
+
+    try:
+        assert (await Harness(runtime, era="2025-11-25").call("ask", {})).text == "asked"
+        assert refused and "cannot have a field named approval_note" in refused[0]
+        assert runtime.store.list_decisions(Operator()) == [], "refused before anything is stored or shown"
+    finally:
+        runtime.close()
+
+
+def test_a_vote_carries_no_grant_and_an_approval_no_rejection(elicit_store_url: str) -> None:
+    store = open_store(elicit_store_url)
+    try:
+        with pytest.raises(ValueError, match="no standing grant"):
+            store.cast_vote("any", ALICE, Verdict.APPROVE, {"approval_grant": "always"})
+        with pytest.raises(ValueError, match="cast a rejection instead"):
+            store.cast_vote("any", ALICE, Verdict.APPROVE, {REJECT_FIELD: True})
+    finally:
+        store.close()

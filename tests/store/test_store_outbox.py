@@ -10,10 +10,10 @@ import pytest
 
 from mcp_elicit.model import ApproverRule, DecisionStatus
 from mcp_elicit.store import Store, UnreadableRow
-from mcp_elicit.store.protocol import Delivery, DeliveryState, NotificationEvent
+from mcp_elicit.store.protocol import TASK_JOURNAL, Delivery, DeliveryState, NotificationEvent
 from tests.helpers.clock import FakeClock
 from tests.helpers.corrupt_rows import corrupt
-from tests.helpers.records import Records
+from tests.helpers.records import ALICE, Records
 
 LEASE = timedelta(seconds=30)
 
@@ -65,6 +65,23 @@ def test_a_decision_with_approvers_carries_its_rule_and_when_it_was_asked(store:
     assert (claimed_plain.approvers, claimed_plain.asked_at) == (None, plain.created_at)
     [listed] = store.outbox_deliveries(elicitation_id=ruled.elicitation_id)
     assert listed.approvers == ApproverRule(("release-managers",), quorum=2)
+
+
+def test_a_task_waiting_for_approvers_is_not_announced_as_needing_its_clients_input(
+    store: Store, records: Records
+) -> None:
+    """Its requester can give no input there: the approvers are told (`decision.waiting`), the task's client is not."""
+    store.outbox_subscribe({"hook": frozenset(NotificationEvent)})
+    task = records.operation()
+    store.journal_record(task.operation_id, TASK_JOURNAL, {"era": "2026-07-28"}, caller=ALICE)
+    approval = records.form(task, key="release", approvers=ApproverRule(("release-managers",)))
+    question = records.form(task, key="plain")
+    announced = {(d.elicitation_id, d.event) for d in store.outbox_deliveries()}
+    assert announced == {
+        (approval.elicitation_id, NotificationEvent.DECISION_WAITING),
+        (question.elicitation_id, NotificationEvent.DECISION_WAITING),
+        (question.elicitation_id, NotificationEvent.TASK_INPUT_REQUIRED),
+    }
 
 
 def test_an_escalation_is_written_with_its_decision_and_claimed_only_once_it_is_due(

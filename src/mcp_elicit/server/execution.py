@@ -472,16 +472,17 @@ class Execution:
         told: str | None = None
         backoff = Backoff()
         while True:
-            if not decision.is_terminal and decision.is_overdue(self.now()):
+            now = self.now()  # one reading per look: the decision's expiry and this call's patience are told apart
+            if not decision.is_terminal and decision.is_overdue(now):
                 decision = await self.refresh(decision)
             if decision.is_terminal:
                 return decision
             tally = Tally.of(rule, await self._store.votes(decision.elicitation_id))
-            waiting = tally.waiting(rule, decision.created_at, self.now())
+            waiting = tally.waiting(rule, decision.created_at, now)
             if waiting != told and tell is not None:
                 await tell(waiting)
             told = waiting
-            if self.now() >= until:
+            if now >= until and until < decision.expires_at:  # patience ran out first; at the TTL, the decision expires
                 raise self.signal(AwaitingApprovers(decision, waiting))
             await self.pause([decision.elicitation_id], until=until, backoff=backoff)
             decision = await self.refresh(decision)

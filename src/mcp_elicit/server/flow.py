@@ -38,7 +38,7 @@ from mcp_types import (
 from pydantic import TypeAdapter
 from typing_extensions import TypeForm
 
-from mcp_elicit.model import ApproverRule, Principal, ResumePolicy
+from mcp_elicit.model import GRANT_FIELD, NOTE_FIELD, REJECT_FIELD, ApproverRule, Principal, ResumePolicy
 from mcp_elicit.server.answers import Answer, UrlAnswer
 from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX, Execution
@@ -187,6 +187,13 @@ class Flow:
         if approvers is not None and not isinstance(approvers, ApproverRule):
             raise TypeError("approvers= takes ApproverRule(roles=[...], quorum=..., ...)")
         form = form_spec(model).asking(message)
+        fields = form.schema.get("properties")
+        reserved = sorted(set(fields if isinstance(fields, dict) else ()) & {NOTE_FIELD, REJECT_FIELD, GRANT_FIELD})
+        if approvers is not None and reserved:
+            raise ValueError(
+                f"a question approvers answer cannot have a field named {', '.join(reserved)}: the approvals' own "
+                "fields have those names (their notes, a rejection); rename it"
+            )
         default = f"{form.key}_form" if form.key in (URL_KEY, SAMPLE_KEY, ROOTS_KEY) else form.key
         name = self._claim_key(key, default)
         return await self._run.ask_form(message, form, name, ttl, approvers)

@@ -78,8 +78,8 @@ class OutboxCore(Core):
             f" WHERE s.event_type IN ({_marks(len(events))})"
             f" AND (s.event_type = '{NotificationEvent.DECISION_ENDED.value}' OR d.status IN {WAITING_SQL})"
             + (
-                f" AND (s.event_type <> '{NotificationEvent.TASK_INPUT_REQUIRED.value}' OR EXISTS (SELECT 1 FROM"
-                " elicit_journal j WHERE j.operation_id = d.operation_id AND j.name = %s))"
+                f" AND (s.event_type <> '{NotificationEvent.TASK_INPUT_REQUIRED.value}' OR (d.approvers IS NULL"
+                " AND EXISTS (SELECT 1 FROM elicit_journal j WHERE j.operation_id = d.operation_id AND j.name = %s)))"
                 if task
                 else ""
             )

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from mcp_elicit.model import (
+    GRANT_FIELD,
     NOTE_FIELD,
     REJECT_FIELD,
     Approver,
@@ -73,6 +74,12 @@ class VotesCore(DecisionsCore):
         self, elicitation_id: str, approver: Approver, verdict: Verdict, content: JSONObject
     ) -> VoteCast:
         verdict = Verdict(verdict)
+        if GRANT_FIELD in content:
+            raise ValueError(
+                "a vote gives no standing grant: grants are the requester's own, and approvers decide each call"
+            )
+        if verdict is Verdict.APPROVE and content.get(REJECT_FIELD) is True:
+            raise ValueError("an approval cannot carry the rejection field: cast a rejection instead")
         now = self._clock()
         async with self._write() as tx:
             row = await tx.one(
