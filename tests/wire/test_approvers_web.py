@@ -39,6 +39,7 @@ from mcp_elicit.web import (
     WebPages,
     mount_web,
 )
+from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksTokenVerifier
 from tests.helpers.approvers_site import (
     GATE_SCHEMA,
     QUESTION_SCHEMA,
@@ -350,7 +351,15 @@ def oidc_approvers(store_url: str) -> Iterator[OidcApprovers]:
     provider = OidcProvider(keys)
     store = open_store(store_url)
     elicitation = Elicitation(store, request_state=RequestState(keys=[b"o" * 32]), public_base_url=base)
-    server = elicitation.server("oidc-approvers")
+    # The MCP calls are verified against the same provider the pages sign people in with (four-eyes needs one issuer).
+    verifier = JwksTokenVerifier(
+        ExternalIdentityProvider(
+            issuer=keys.issuer,
+            jwks_url=f"http://127.0.0.1:{idp_port}/realms/staff/protocol/openid-connect/certs",
+            audience=f"{base}/mcp",
+        )
+    )
+    server = elicitation.server("oidc-approvers", **verifier.mcp_server_kwargs())
     client = OidcClient(
         issuer=keys.issuer, client_id=WEB_CLIENT, client_secret=WEB_SECRET, redirect_uri=f"{base}/signin/callback"
     )
@@ -419,9 +428,33 @@ def test_approver_roles_the_sign_in_cannot_resolve_are_refused_at_mount(store_ur
         )
         auth = LocalAuthorizationServer("http://127.0.0.1:1", LocalUsers.from_text("bob:pw"), store,
                                         signing_keys=[b"a" * 32])  # fmt: skip
-        server = elicitation.server("refused")
+        server = elicitation.server("refused", **auth.mcp_server_kwargs("http://127.0.0.1:1/mcp"))
         with pytest.raises(ValueError, match="claim 'groups' of a sign-in that keeps no claims"):
             mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32,
                                                     approvers=ApproverRoles(claim="groups")))  # fmt: skip
+    finally:
+        store.close()
+
+
+def test_approvers_need_mcp_calls_authenticated_by_the_pages_issuer(store_url: str) -> None:
+    """Four-eyes compares principals: a requester under an unauthenticated or foreign id would pass it (fail open)."""
+    store = open_store(store_url)
+    try:
+        elicitation = Elicitation(
+            store, request_state=RequestState(keys=[b"o" * 32]), public_base_url="http://127.0.0.1:1"
+        )
+        auth = LocalAuthorizationServer("http://127.0.0.1:1", LocalUsers.from_text("bob:pw"), store,
+                                        signing_keys=[b"a" * 32])  # fmt: skip
+        other = LocalAuthorizationServer("http://127.0.0.1:2", LocalUsers.from_text("bob:pw"), store,
+                                         signing_keys=[b"b" * 32])  # fmt: skip
+        roles = ApproverRoles({"release-managers": ["bob"]})
+        for server, refusal in (
+            (elicitation.server("open"), "need authenticated MCP calls"),
+            (elicitation.server("foreign", **other.mcp_server_kwargs("http://127.0.0.1:1/mcp")), "the same"),
+        ):
+            with pytest.raises(ValueError, match=refusal):
+                mount_web(server, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32, approvers=roles))
+        same = elicitation.server("same", **auth.mcp_server_kwargs("http://127.0.0.1:1/mcp"))
+        mount_web(same, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32, approvers=roles))
     finally:
         store.close()

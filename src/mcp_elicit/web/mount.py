@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from mcp.server.mcpserver import MCPServer
 from starlette.routing import Route
 
 from mcp_elicit.server.notifications.links import DecisionLinks
@@ -37,7 +39,7 @@ from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.pages import SignIn, UrlPages
-from mcp_elicit.web.roles import ApproverRoles, ClaimsRoles
+from mcp_elicit.web.roles import ApproverRoles, ClaimsRoles, NamesUsers
 from mcp_elicit.web.routes import RouteHost, add_routes
 from mcp_elicit.web.vault import Vault
 
@@ -45,6 +47,7 @@ __all__ = ["ServedSignIn", "WebPages", "mount_web"]
 
 MIN_PAGE_KEY_BYTES = 32
 _PAGE_KEY_LABEL = b"mcp-elicit/web/pages/v1"
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -98,6 +101,7 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
         raise ValueError(f"the flows {names} keep what they obtain in the vault: pass vault=Vault(store, key_ring)")
     roles = pages.approvers
     if roles is not None:
+        _check_same_issuer(server, pages.sign_in)
         problems = roles.problems_with(pages.sign_in)
         if problems:
             raise ValueError("; ".join(problems))
@@ -131,3 +135,32 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
         routes += Health(elicitation).routes()
     add_routes(server, routes)
     return url_pages
+
+
+def _check_same_issuer(server: RouteHost, sign_in: SignIn) -> None:
+    """Four-eyes compares the principal a call runs for with the one signed in on the pages: both must come from
+    one issuer, or a requester who is also an approver would approve their own call under another id (it would
+    fail open). So approvers are refused on an `MCPServer` whose calls are not authenticated, or authenticated by
+    another issuer than the pages' sign-in; a host whose authentication cannot be read here (FastMCP) is trusted
+    to use the same one, and the log says so."""
+    auth = getattr(getattr(server, "settings", None), "auth", None) if isinstance(server, MCPServer) else None
+    if not isinstance(server, MCPServer):
+        log.warning(
+            "approvers on %s: four-eyes holds only if its MCP calls are authenticated by the issuer the pages' "
+            "sign-in uses",
+            type(server).__name__,
+        )
+        return
+    if auth is None:
+        raise ValueError(
+            "decisions with approvers need authenticated MCP calls: four-eyes tells the requester from an approver "
+            "by their principal, so the server must verify tokens from the issuer the pages sign people in with "
+            "(Elicitation.server(name, **auth.mcp_server_kwargs(...)))"
+        )
+    issuer = str(auth.issuer_url).rstrip("/")
+    signed_in = sign_in.principal_id("-").rpartition("#")[0].rstrip("/") if isinstance(sign_in, NamesUsers) else None
+    if signed_in is not None and signed_in != issuer:
+        raise ValueError(
+            f"the MCP calls are authenticated by {issuer} and the pages sign people in with {signed_in}: four-eyes "
+            "compares principals of one issuer, so approvers need both to be the same"
+        )
