@@ -12,8 +12,9 @@ import pytest
 
 from mcp_elicit import ApproverRule, Flow, Gate, Grants
 from mcp_elicit.approvals import APPROVAL_KEY, GRANT_FIELD
-from mcp_elicit.model import Approver, Operator, Verdict
+from mcp_elicit.model import Approver, DecisionStatus, Operator, Verdict
 from mcp_elicit.server import Elicitation, TaskPolicy
+from mcp_elicit.server.tasks.state import mailbox
 from mcp_elicit.store.aio import AsyncStore
 from tests.helpers.tasks_http import Served, answer, answer_task, serve, status_of, until
 from tests.helpers.tasks_wire import LEGACY, MODERN
@@ -152,6 +153,10 @@ async def test_a_task_waits_for_its_approvers_says_on_whom_and_takes_no_answer_o
                 await anyio.sleep(0.05)
         if era == MODERN:  # an answer the client sends for the approval is ignored: it is not outstanding
             await answer_task(wire, task_id, APPROVAL_KEY, answer())
+            posted = served.runtime.store.journal_get(task_id, mailbox(APPROVAL_KEY), caller=approval.principal)
+            assert posted is None, "not even posted: the body could never read it"
+        current = served.runtime.store.get_decision(approval.elicitation_id, Operator())
+        assert current.status is DecisionStatus.REQUESTED
         assert built.ran == []
         await store.cast_vote(approval.elicitation_id, Approver("bob", managers), Verdict.APPROVE, {})
         done = await until(wire, task_id, "completed")

@@ -330,7 +330,7 @@ class GatedTool:
         rule = self.gate.approvers
         if rule is not None:
             needed = "an approver" if rule.quorum == 1 else f"{rule.quorum} approvers"
-            lines += ["", f"Needs {needed} of {rule.waiting_on(_NEVER, _NEVER)}; the requester cannot approve it."]
+            lines += ["", f"Needs {needed} of {rule.named}; the requester cannot approve it."]
         return "\n".join(lines)
 
     def schema(self, arguments: Mapping[str, JSONValue], offer: GrantOffer | None = None) -> JSONObject:
@@ -446,9 +446,6 @@ def grant_not_kept(kind: GrantKind, before: str | None, after: str | None) -> st
         f"offered for ({before} → {after}), so later calls are asked again."
     )
 
-
-_NEVER: Final = datetime.min
-"""A moment before any escalation: the roles a rule names from the start."""
 
 DISMISSED: Final = (
     "The approval of this call was dismissed without a decision; nothing ran. Calling the tool again asks again."

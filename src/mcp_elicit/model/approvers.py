@@ -86,8 +86,12 @@ class ApproverRule:
 
     def waiting_on(self, asked_at: datetime, now: datetime) -> str:
         """The roles as the requester is told of them: "release-managers", or "release-managers or finance"."""
-        roles = self.eligible_roles(asked_at, now)
-        return ", ".join(roles[:-1]) + (" or " if len(roles) > 1 else "") + roles[-1]
+        return _either(self.eligible_roles(asked_at, now))
+
+    @property
+    def named(self) -> str:
+        """The roles that decide from the start, as `waiting_on` says them."""
+        return _either(tuple(self.roles))
 
     def dumped(self) -> JSONObject:
         dumped: JSONObject = {"roles": list(self.roles), "quorum": self.quorum}
@@ -196,3 +200,7 @@ def joined_notes(votes: Sequence[Vote]) -> str | None:
     """The notes of the approvals that carried a decision, each after its approver, for the one record it keeps."""
     notes = [f"{vote.approver_id.rpartition('#')[2]}: {vote.note}" for vote in votes if vote.note]
     return "; ".join(notes) if notes else None
+
+
+def _either(roles: Sequence[str]) -> str:
+    return ", ".join(roles[:-1]) + (" or " if len(roles) > 1 else "") + roles[-1]

@@ -169,8 +169,9 @@ class AwaitingApprovers(Signal):
         until = self.decision.expires_at.strftime("%Y-%m-%d %H:%M UTC")
         return (
             f"Not run yet. {self.waiting}: approval request {self.decision.elicitation_id}, open until {until}. "
-            f"The requester cannot approve it. Call this {kind} again with the same arguments later: the call "
-            "attaches to the same request and gets its result once the approvers decided."
+            f"The requester cannot approve it. Call this {kind} again with the same arguments (and the same "
+            "idempotency key, if this call had one) later: the call attaches to the same request and gets its "
+            "result once the approvers decided."
         )
 
 
