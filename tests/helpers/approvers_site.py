@@ -103,7 +103,9 @@ class ApproversSite:
 
 
 @contextmanager
-def approvers_site(store_url: str, roles: ApproverRoles | None = None) -> Iterator[ApproversSite]:
+def approvers_site(
+    store_url: str, roles: ApproverRoles | None = None, *, page_size: int = 20
+) -> Iterator[ApproversSite]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     clock = FakeClock(datetime.now(UTC))
@@ -125,7 +127,7 @@ def approvers_site(store_url: str, roles: ApproverRoles | None = None) -> Iterat
         approver_roles=roles or ApproverRoles(ROLES),
     )
     auth.sign_in_reason = pages.sign_in_reason
-    inbox = DecisionInbox(pages, InboxSettings(operators=frozenset({f"{base}#carol"})))
+    inbox = DecisionInbox(pages, InboxSettings(operators=frozenset({f"{base}#carol"}), page_size=page_size))
     try:
         with serving(Starlette(routes=[*auth.routes(), *pages.routes(), *inbox.routes()]), port):
             yield ApproversSite(base, store, clock, links, pages)

@@ -321,6 +321,31 @@ def test_an_approvers_queue_holds_what_their_roles_may_vote_on_now(
         store.approvals_waiting("finance", principal_id="carol")
 
 
+def test_an_approvers_queue_is_paged_past_a_cursor_in_its_order(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    mine = []
+    for step in range(5):
+        mine.append(asked(records))
+        asked(records, ApproverRule(("finance",)))
+        if step % 2:
+            clock.advance(timedelta(seconds=1))  # two of a kind at one instant: ties go by id
+    newest_first = [d.elicitation_id for d in store.approvals_waiting(["release-managers"], principal_id="carol")]
+    assert sorted(newest_first) == sorted(d.elicitation_id for d in mine)
+    pages, after = [], None
+    while True:
+        page = store.approval_page(["release-managers"], principal_id="carol", after=after, limit=2)
+        pages.append([d.elicitation_id for d in page.decisions])
+        if page.after is None:
+            break
+        after = page.after
+    assert pages == [newest_first[0:2], newest_first[2:4], newest_first[4:]]
+    exact = store.approval_page(["release-managers"], principal_id="carol", limit=5)
+    assert len(exact.decisions) == 5 and exact.after is None, "no cursor when nothing follows"
+    with pytest.raises(ValueError, match="not a cursor"):
+        store.approval_page(["release-managers"], principal_id="carol", after="made-up")
+
+
 def test_a_corrupt_approver_rule_is_an_unreadable_row(store_url: str, store: Store, records: Records) -> None:
     decision = asked(records)
     corrupt(

@@ -1,6 +1,6 @@
 """Two approvers in Chromium: the first opens the signed link a notification carries, signs in, lowers the amount
-and approves; the second finds the call in their inbox's queue, reads the first's approval and approves the same
-values; the decision ends accepted with them.
+and approves; the second finds the call in their inbox's queue, reads the first's approval and its change from the
+call as made, and what Approve approves, and approves the same values; the decision ends accepted with them.
 
 The site is `tests.helpers.approvers_site` (sign-in, decision pages and inbox served on loopback, alice's call
 recorded with release-managers as approvers, two of them needed); Chromium is Debian's, driven by Playwright as in
@@ -45,6 +45,7 @@ async def test_two_approvers_from_a_link_and_the_inbox_in_chromium(
         assert await page.locator("div.message").inner_text() == "Approve this refund?"
         amount = page.get_by_label("Amount")
         assert await amount.input_value() == "400", "prefilled with the call's value"
+        assert await page.locator("p.approves").inner_text() == "Approve approves: the call as made."
         assert await page.get_by_role("button", name="Cancel").count() == 0
         await shots(page, "link")
         await amount.fill("250")
@@ -61,15 +62,20 @@ async def test_two_approvers_from_a_link_and_the_inbox_in_chromium(
         await press(page, "Sign in")
         queue = page.locator("section.approval")
         assert await queue.count() == 1
-        assert "release-managers, 1 of 2" in await queue.inner_text()
+        assert "Waiting for approval by release-managers (1 of 2)" in await queue.inner_text()
         await shots(page, "queue")
         async with page.expect_navigation():
             await queue.get_by_role("link", name="Open to approve").click()
         assert await heading(page) == "Refund desk asks for your approval"
-        assert "Approved 1 of 2: Bob (bob)" in await page.locator("p.tally").inner_text()
+        tally = await page.locator("p.tally").inner_text()
+        assert "Approved 1 of 2: Bob (bob). Bob (bob) changed amount: 400 → 250." in tally, "the change, plainly"
         assert await page.get_by_label("Amount").input_value() == "250", "the leading proposal prefills the form"
+        approves = await page.locator("p.approves").inner_text()
+        assert approves == "Approve approves: amount 250 (changed from 400), the rest as called."
+        await shots(page, "second-approver")
         done = await press(page, "Approve")
         assert done.status == 200 and await heading(page) == "Approved"
+        assert "the call runs with amount 250 (changed from 400)" in await page.locator("p.ok").inner_text()
         await shots(page, "approved")
     ended = site.store.get_decision(decision.elicitation_id, Operator())
     assert ended.status is DecisionStatus.ACCEPTED and ended.content == {"amount": 250}

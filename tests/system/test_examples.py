@@ -312,13 +312,16 @@ async def test_release_approvers_runs_what_two_release_managers_approved_never_t
                 ):
                     for browser, user in ((requester, alice), (first, bob), (second, carol)):
                         await sign_in(browser, user)
-                    while "Waiting for release-managers, 0 of 2" not in (await requester.get(f"{server}/inbox")).text:
+                    while (
+                        "Waiting for approval by release-managers (0 of 2)"
+                        not in (await requester.get(f"{server}/inbox")).text
+                    ):
                         await anyio.sleep(0.1)
                     url, recorded = await approve(first, "5")
                     assert "1 of 2" in recorded
                     refused = await requester.get(url)
                     assert refused.status_code == 403 and "another person must approve it" in refused.text
-                    assert "the call runs now" in (await approve(second, "5"))[1]
+                    assert "runs with canary_percent 5 (changed from 10)" in (await approve(second, "5"))[1]
     assert results == [
         "The approvers changed the arguments before approving (canary_percent: 10 → 5); the tool ran with the changes.",
         "api 2.4.0 released to 5% of traffic",

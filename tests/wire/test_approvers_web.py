@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from html import unescape
 
 import httpx2
 import pytest
@@ -56,6 +57,9 @@ from tests.helpers.pages_site import hidden
 pytestmark = pytest.mark.anyio
 
 TWO_OF_THREE = ApproverRule(("release-managers",), quorum=2)
+PICKED_UP = "when the requester's call picks it up (at once if it is still waiting)."
+RUNS_AS_MADE = f"Approved: the call runs as made {PICKED_UP}"
+RUNS_250 = f"Approved: the call runs with amount 250 (changed from 400), the rest as called, {PICKED_UP}"
 
 
 @pytest.fixture
@@ -81,16 +85,29 @@ def test_the_requester_may_not_approve_their_own_call_and_is_told_whom_it_waits_
         page = alice.get(site.page(decision))
         assert page.status_code == 403
         assert "You asked for this call; another person must approve it" in said(page.text)
-        assert "It waits for release-managers, 0 of 2" in said(page.text)
+        assert "Waiting for approval by release-managers (0 of 2)" in said(page.text)
         assert 'name="action"' not in page.text
         posted = alice.post(f"{site.page(decision)}/answer", data={"csrf": "x", "action": "approve", "f.amount": "400"})
         assert posted.status_code == 403
+        own_token = site.pages.form_token(decision.elicitation_id, site.principal("alice"))
+        pressed = alice.post(
+            f"{site.page(decision)}/answer", data={"csrf": own_token, "action": "approve", "f.amount": "400"}
+        )
+        assert pressed.status_code == 403 and "another person must approve it" in said(pressed.text)
         listed = alice.get(f"{site.base}/inbox").text
         assert f"/inbox/{decision.elicitation_id}/" not in listed, "the requester's own approval offers no move"
         cancelled = alice.post(f"{site.page(decision)}/cancel", data={"csrf": "x"})
         assert cancelled.status_code == 403 and "Approvers decide this" in cancelled.text
     assert current(site.store, decision).status is DecisionStatus.REQUESTED
     assert site.store.votes(decision.elicitation_id) == []
+    noted = [
+        (entry.actor, entry.reason)
+        for entry in site.store.audit_trail(decision.elicitation_id, Operator())
+        if entry.actor == f"browser:{site.principal('alice')}"
+    ]
+    assert noted == [(f"browser:{site.principal('alice')}", "a vote by its requester on their own call (four-eyes)")], (
+        "the press is audited once; opening the page and a post without her token are not votes"
+    )
 
 
 def test_a_person_in_no_eligible_role_is_refused_the_roles_named_and_the_attempt_audited(site: ApproversSite) -> None:
@@ -159,7 +176,7 @@ def test_two_of_three_where_the_same_approver_twice_counts_once(site: ApproversS
         shown = carol.get(site.page(decision))
         assert "Approved 1 of 2: Bob (bob)" in said(shown.text)
         done = vote(carol, site, decision, "approve", shown.text, amount="400")
-    assert done.status_code == 200 and "Approved: the call runs now" in said(done.text)
+    assert done.status_code == 200 and RUNS_AS_MADE in said(done.text)
     ended = current(site.store, decision)
     assert ended.status is DecisionStatus.ACCEPTED and ended.content is not None and ended.content["amount"] == 400
 
@@ -175,12 +192,46 @@ def test_an_edit_is_a_new_proposal_and_restarts_the_count(site: ApproversSite) -
     with signed_in(site, "dave") as dave:
         page = dave.get(site.page(decision))
         text = said(page.text)
-        assert "Approved amount: 400: 1 of 2: Bob (bob)" in text and "Approved amount: 250: 1 of 2: carol" in text
+        assert "Approved 1 of 2: Bob (bob), the call as made." in text
+        assert "Approved 1 of 2: carol. carol changed amount: 400 → 250." in text
         assert re.search(r'<input [^>]*name="f\.amount"[^>]*value="250"', page.text), "the leading proposal prefills"
+        assert "Approve approves: amount 250 (changed from 400), the rest as called." in text
         done = vote(dave, site, decision, "approve", page.text, amount="250")
-    assert done.status_code == 200 and "Approved: the call runs now" in said(done.text)
+    assert done.status_code == 200 and RUNS_250 in said(done.text)
     ended = current(site.store, decision)
     assert ended.status is DecisionStatus.ACCEPTED and ended.content is not None and ended.content["amount"] == 250
+
+
+def test_the_next_approver_is_told_of_a_change_before_approving_it(site: ApproversSite) -> None:
+    decision = site.ask(TWO_OF_THREE)
+    with signed_in(site, "bob") as bob:
+        first = said(bob.get(site.page(decision)).text)
+        assert "Approve approves: the call as made." in first
+        assert vote(bob, site, decision, "approve", amount="250").status_code == 200
+    with signed_in(site, "carol") as carol:
+        page = carol.get(site.page(decision))
+        text = said(page.text)
+        assert 'refund(order="A-17", amount=400)' in text, "the facts show the call as made"
+        assert "Approved 1 of 2: Bob (bob). Bob (bob) changed amount: 400 → 250." in text
+        assert "Approve approves: amount 250 (changed from 400), the rest as called." in text
+        assert text.index("Approve approves:") < text.index("Approve Reject"), "said above the buttons"
+        done = vote(carol, site, decision, "approve", page.text, amount="250")
+    assert RUNS_250 in said(done.text)
+    ended = current(site.store, decision)
+    assert ended.status is DecisionStatus.ACCEPTED and ended.content is not None and ended.content["amount"] == 250
+
+
+def test_a_value_the_question_hid_is_shown_as_unknown_not_as_unchanged(site: ApproversSite) -> None:
+    hidden_amount = {**GATE_SCHEMA["properties"]}  # type: ignore[dict-item]
+    hidden_amount["amount"] = {"type": "integer", "title": "Amount", "minimum": 1, "maximum": 500}
+    decision = site.ask(TWO_OF_THREE, schema={"type": "object", "properties": hidden_amount})
+    with signed_in(site, "bob") as bob:
+        assert "Approve approves: the call as made." in said(bob.get(site.page(decision)).text)
+        assert vote(bob, site, decision, "approve", amount="250").status_code == 200
+    with signed_in(site, "carol") as carol:
+        text = said(carol.get(site.page(decision)).text)
+    assert "Bob (bob) changed amount: (not shown) → 250." in text
+    assert "Approve approves: amount 250 (its value in the call is not shown), the rest as called." in text
 
 
 def test_an_invalid_edit_shows_the_page_back_and_records_nothing(site: ApproversSite) -> None:
@@ -263,7 +314,7 @@ def test_a_signed_link_opened_without_a_session_changes_nothing_and_leads_an_app
         page = carol.get(link)
         assert page.status_code == 200 and "asks for your approval" in said(page.text)
         done = vote(carol, site, decision, "approve", page.text, amount="120")
-    assert done.status_code == 200 and "Approved: the call runs now" in said(done.text)
+    assert done.status_code == 200 and "Approved: the call runs with amount 120 (changed from 400)" in said(done.text)
     assert current(site.store, decision).content == {"amount": 120}
 
 
@@ -298,14 +349,15 @@ def test_the_inbox_queues_what_waits_for_the_approvers_roles_and_shows_the_reque
         assert "Waiting for your approval" in text and "refund waits for your approval" in text
         assert f'href="/elicit/{decision.elicitation_id}"' in inbox.text
         assert f'href="/elicit/{other.elicitation_id}"' not in inbox.text, "finance's queue is not bob's"
-        assert "Waiting for release-managers, 0 of 2." in text and "For Alice (alice)" in text
+        assert "Waiting for approval by release-managers (0 of 2)." in text and "For Alice (alice)" in text
         vote(bob, site, decision, "approve", amount="400")
-        assert "You voted. Waiting for release-managers, 1 of 2." in said(bob.get(f"{site.base}/inbox").text)
+        listed = said(bob.get(f"{site.base}/inbox").text)
+        assert "You voted. Waiting for approval by release-managers (1 of 2)." in listed
     with signed_in(site, "alice") as alice:
         mine = alice.get(f"{site.base}/inbox")
         text = said(mine.text)
         assert "Waiting for your approval" not in text
-        assert "Waiting for release-managers, 1 of 2." in text and "cancelled only by an operator" in text
+        assert "Waiting for approval by release-managers (1 of 2)." in text and "cancelled only by an operator" in text
         assert f"/inbox/{decision.elicitation_id}/cancel" not in mine.text
         refused = alice.post(
             f"{site.base}/inbox/{decision.elicitation_id}/cancel",
@@ -315,6 +367,34 @@ def test_the_inbox_queues_what_waits_for_the_approvers_roles_and_shows_the_reque
     with signed_in(site, "mallory") as mallory:
         assert "Waiting for your approval" not in mallory.get(f"{site.base}/inbox").text
     assert current(site.store, decision).status is DecisionStatus.REQUESTED
+
+
+def test_the_approvals_queue_pages_past_the_inbox_page_size(store_url: str) -> None:
+    with approvers_site(store_url, page_size=2) as site:
+        asked = []
+        for _ in range(5):
+            asked.append(site.ask(TWO_OF_THREE))
+            site.clock.advance(timedelta(seconds=1))
+        newest_first = [decision.elicitation_id for decision in reversed(asked)]
+        with signed_in(site, "bob") as bob:
+            inbox = bob.get(f"{site.base}/inbox").text
+            listed = re.findall(r'href="/elicit/([^"]+)"', inbox)
+            assert listed == newest_first[:2]
+            seen, link = (
+                list(listed),
+                re.search(r'<a href="([^"]+)" rel="next">More waiting for your approval</a>', inbox),
+            )
+            while link is not None:
+                more = bob.get(site.base + unescape(link.group(1)))
+                assert more.status_code == 200 and "Back to the inbox" in more.text
+                seen += re.findall(r'href="/elicit/([^"]+)"', more.text)
+                link = re.search(r'<a href="([^"]+)" rel="next">More</a>', more.text)
+            assert seen == newest_first, "every call waiting, once each, newest first"
+            bad = bob.get(f"{site.base}/inbox/approvals", params={"after": "made-up"})
+            assert bad.status_code == 400 and "not valid" in bad.text
+        with signed_in(site, "mallory") as mallory:
+            none = mallory.get(f"{site.base}/inbox/approvals")
+            assert none.status_code == 200 and "You hold no approver role" in said(none.text)
 
 
 # -- roles from an OpenID Connect claim, through mount_web -----------------------------------------------------
@@ -415,7 +495,9 @@ async def test_without_the_claim_a_person_is_refused_and_a_mapped_one_votes(oidc
         done = await browser.post(
             f"{url}/answer", data={"csrf": hidden(page.text, "csrf"), "action": "approve", "f.amount": "75"}
         )
-        assert done.status_code == 200 and "Approved: the call runs now" in said(done.text)
+        assert done.status_code == 200 and "Approved: the call runs with amount 75 (changed from 400)" in said(
+            done.text
+        )
     ended = site.store.get_decision(decision.elicitation_id, Operator())
     assert ended.status is DecisionStatus.ACCEPTED and ended.content == {"amount": 75}
 

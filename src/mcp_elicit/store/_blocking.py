@@ -320,6 +320,13 @@ class Store(StoreBase):
         `principal_id` (four-eyes)."""
         return self._run(lambda core: core.approvals_waiting(roles, principal_id=principal_id, limit=limit))
 
+    def approval_page(
+        self, roles: Collection[str], *, principal_id: str, after: str | None = None, limit: int = 100
+    ) -> DecisionPage:
+        """One page of an approver's queue (`approvals_waiting`), past the cursor `after` of the page before;
+        its `after` is set while more follow. `ValueError` for a cursor no listing gave."""
+        return self._run(lambda core: core.approval_page(roles, principal_id=principal_id, after=after, limit=limit))
+
     def consume_token(self, token_id: str, *, expires_at: datetime) -> Consumption:
         """Mark a single-use token spent. The entry must outlive the token, so pass the token's expiry."""
         return self._run(lambda core: core.consume_token(token_id, expires_at=expires_at))

@@ -201,19 +201,24 @@ class DecisionsCore(Core):
                 clauses.append(clause)
                 values.append(value)
         if after is not None:
-            created, elicitation_id = _parse_cursor(after)
-            if not self._raw_cursor_keys and (type(created) is not int or not isinstance(elicitation_id, str)):
-                raise ValueError(f"{_quoted(after)} is not a cursor of a decision listing")
-            if type(created) is int:
-                try:
-                    created = self._to_time(_EPOCH + timedelta(microseconds=created))
-                except OverflowError:
-                    raise ValueError(f"{_quoted(after)} is not a cursor of a decision listing") from None
+            created, elicitation_id = self._decision_cursor_key(after)
             # The first condition is the index's range; the second drops the rows of the cursor's own instant
             # up to and including the cursor's row.
             clauses.append(" AND created_at <= %s AND (created_at < %s OR elicitation_id > %s)")
             values.extend((created, created, elicitation_id))
         return "".join(clauses), values
+
+    def _decision_cursor_key(self, after: str) -> tuple[object, object]:
+        """The (created_at as stored, id) a decision listing's cursor resumes past; `ValueError` for no cursor."""
+        created, elicitation_id = _parse_cursor(after)
+        if not self._raw_cursor_keys and (type(created) is not int or not isinstance(elicitation_id, str)):
+            raise ValueError(f"{_quoted(after)} is not a cursor of a decision listing")
+        if type(created) is int:
+            try:
+                created = self._to_time(_EPOCH + timedelta(microseconds=created))
+            except OverflowError:
+                raise ValueError(f"{_quoted(after)} is not a cursor of a decision listing") from None
+        return created, elicitation_id
 
     async def transition(
         self,

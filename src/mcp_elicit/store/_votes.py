@@ -36,10 +36,10 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.store import hooks
 from mcp_elicit.store._core import DECISION_COLUMNS, DECISION_NAMES, _Cells, _committed, _marks
-from mcp_elicit.store._decisions import DecisionsCore
+from mcp_elicit.store._decisions import DecisionsCore, _cursor
 from mcp_elicit.store._engine import Tx
 from mcp_elicit.store.errors import NotFound, StoreError, VoteRefusal, VoteRefused
-from mcp_elicit.store.protocol import VoteCast
+from mcp_elicit.store.protocol import DecisionPage, VoteCast
 
 VOTE_COLUMNS = "elicitation_id, approver_id, verdict, proposal, content, roles, cast_at"
 VOTE_NAMES = tuple(VOTE_COLUMNS.split(", "))
@@ -174,6 +174,11 @@ class VotesCore(DecisionsCore):
         return [self._vote(row) for row in rows if row[0] is not None]
 
     async def approvals_waiting(self, roles: Collection[str], *, principal_id: str, limit: int = 100) -> list[Decision]:
+        return (await self.approval_page(roles, principal_id=principal_id, limit=limit)).decisions
+
+    async def approval_page(
+        self, roles: Collection[str], *, principal_id: str, after: str | None = None, limit: int = 100
+    ) -> DecisionPage:
         if isinstance(roles, str):
             raise TypeError(f"roles is a collection of role names, not one string: write [{roles!r}]")
         if limit < 1:
@@ -181,28 +186,33 @@ class VotesCore(DecisionsCore):
         held = frozenset(roles)
         now = self._clock()
         stamp = self._to_time(now)
-        waiting: list[Decision] = []
-        after: tuple[object, ...] = ()
+        key: tuple[object, ...] = ()
+        if after is not None:
+            created, elicitation_id = self._decision_cursor_key(after)
+            key = (created, created, elicitation_id)
+        waiting: list[tuple[Decision, Sequence[Any]]] = []
         async with self._read() as tx:
-            while len(waiting) < limit:
+            while len(waiting) <= limit:
                 # The range of elicit_decisions_approvals, in its order; the roles are read from each rule.
                 rows = await tx.all(
                     f"SELECT {DECISION_COLUMNS} FROM elicit_decisions WHERE approvers IS NOT NULL"
                     " AND status = 'requested' AND expires_at > %s AND principal_id <> %s"
-                    + (" AND created_at <= %s AND (created_at < %s OR elicitation_id > %s)" if after else "")
+                    + (" AND created_at <= %s AND (created_at < %s OR elicitation_id > %s)" if key else "")
                     + " ORDER BY created_at DESC, elicitation_id LIMIT %s",
-                    (stamp, principal_id, *after, _QUEUE_BATCH),
+                    (stamp, principal_id, *key, _QUEUE_BATCH),
                 )
                 for row in rows:
                     decision = self._decision(row)
                     rule = decision.approvers
                     if rule is not None and held.intersection(rule.eligible_roles(decision.created_at, now)):
-                        waiting.append(decision)
+                        waiting.append((decision, row))
                 if len(rows) < _QUEUE_BATCH:
                     break
                 last = rows[-1]
-                after = (last[_CREATED], last[_CREATED], last[0])
-        return waiting[:limit]
+                key = (last[_CREATED], last[_CREATED], last[0])
+        last_shown = waiting[limit - 1][1] if len(waiting) > limit else None
+        cursor = None if last_shown is None else _cursor(last_shown[_CREATED], last_shown[0])
+        return DecisionPage([decision for decision, _ in waiting[:limit]], [], cursor)
 
 
 def _signed(content: JSONObject, votes: Sequence[Vote]) -> JSONObject:

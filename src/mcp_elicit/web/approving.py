@@ -4,8 +4,11 @@ Such a decision is not its requester's to answer. At `/elicit/{id}` the requeste
 far the votes are (four-eyes: they never approve their own call); a signed-in person who holds none of the roles
 that may vote now is refused, the roles needed named, the attempt audited, with the switch of account the pages
 offer; an eligible approver sees the call (tool, summary, client, requester, deadline), the question, the votes so
-far (per proposal, when approvers proposed different values), and the form prefilled with the leading proposal,
-with Approve and Reject. The grant choice is never offered to approvers, and nothing cancels from here: an
+far (per proposal, each change from the call as made spelled out with who made it), and the form prefilled with
+the leading proposal, with Approve and Reject and, above them, exactly what Approve approves. The call's own
+values are the defaults of the question's editable fields; a field without one (its value hidden from the
+question) is shown as unknown, never as unchanged. A requester who presses Approve on their own call is refused
+and the attempt audited. The grant choice is never offered to approvers, and nothing cancels from here: an
 approver decision ends by its votes, an operator, or its TTL.
 
 Guarantees: opening the page changes nothing (the refusal of a person not eligible is noted in the audit, as the
@@ -108,9 +111,8 @@ class ApproverPages:
         return votes, Tally.of(_rule(decision), votes)
 
     def waiting(self, decision: Decision, tally: Tally) -> str:
-        """Whom it waits on and how far: "release-managers, 1 of 2"."""
-        rule = _rule(decision)
-        return f"{rule.waiting_on(decision.created_at, self._now())}, {tally.leading} of {tally.quorum}"
+        """Whom it waits on and how far, as the requester's call says it (`Tally.waiting`)."""
+        return tally.waiting(_rule(decision), decision.created_at, self._now())
 
     # -- GET ---------------------------------------------------------------------------------------------------
 
@@ -136,8 +138,9 @@ class ApproverPages:
         problems: Mapping[str, list[str]] | None = None,
     ) -> Response:
         pages = self._pages
+        leading = _leading(votes, tally)
         try:
-            form = approver_form(decision.requested_schema, _leading(votes, tally))
+            form = approver_form(decision.requested_schema, leading)
         except UnsupportedSchema as unsupported:
             log.warning("decision %s cannot be answered on the page: %s", decision.elicitation_id, unsupported)
             return pages.message("This question cannot be shown here", "Nothing was recorded.", 409)
@@ -168,16 +171,22 @@ class ApproverPages:
         else:
             token = pages.form_token(decision.elicitation_id, principal)
             needed = f"{tally.quorum} approval{'s' if tally.quorum > 1 else ''}"
+            if _is_gate(decision):
+                changed = _approves(decision, leading or {})
+                approves = f"Approve approves: {changed or 'the call as made'}."
+            else:
+                approves = "Approve answers with the values in the form."
             body.append(f"""<form method="post" action="/elicit/{text(decision.elicitation_id)}/answer">
 <input type="hidden" name="csrf" value="{text(token)}">
 {render(form, values=values, errors=problems)}
+<p class="approves" id="approves"><strong>{text(approves)}</strong></p>
 <div class="actions">
 <button class="primary" type="submit" name="action" value="approve">Approve</button>
 <button type="submit" name="action" value="reject" formnovalidate>Reject</button>
 </div>
 </form>
-<p class="muted">Approve with the values shown (a change is a new proposal: the approvals count again from it).
-Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
+<p class="muted">If you change a value, Approve approves your values instead: a new proposal, and the approvals
+count again from it. Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
         title = f"{pages.server_title}: an approval for you"
         return page(title, "\n".join(part for part in body if part), server=pages.server_title,
                     status=400 if problems else 200)  # fmt: skip
@@ -189,13 +198,18 @@ Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
         if not tally.approvals:
             parts.append(f'<p class="muted">No approvals yet; {tally.quorum} needed.</p>')
         contents = {vote.proposal: vote.content for vote in votes}
-        several = len(tally.approvals) > 1
         for proposal, approvers in tally.approvals.items():
             names = ", ".join(who(approver) for approver in approvers)
-            shown = f"{len(approvers)} of {tally.quorum}: {names}"
-            if several:
-                shown = f"{_values(contents.get(proposal, {}))}: {shown}"
-            parts.append(f'<p class="tally">Approved {text(shown)}</p>')
+            shown = f"Approved {len(approvers)} of {tally.quorum}: {names}"
+            content = contents.get(proposal, {})
+            if not _is_gate(decision):
+                values = _values(content)
+                shown += f", answering {values}." if values else "."
+            elif changes := _changes(decision, content):
+                shown += f". {who(approvers[0])} changed {'; '.join(changes)}."
+            else:
+                shown += ", the call as made."
+            parts.append(f'<p class="tally">{text(shown)}</p>')
         if tally.rejected_by is not None:
             parts.append(f'<p class="tally">Rejected by {text(who(tally.rejected_by))}</p>')
         for vote in votes:
@@ -209,7 +223,7 @@ Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
     def _own_call(self, decision: Decision, tally: Tally) -> Response:
         title = "Another person must approve this"
         detail = (
-            f"You asked for this call; another person must approve it. It waits for {self.waiting(decision, tally)}. "
+            f"You asked for this call; another person must approve it. {self.waiting(decision, tally)}. "
             "Nothing was changed."
         )
         return self._pages.message(title, detail, 403)
@@ -238,7 +252,12 @@ Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
             by = f" by {self._pages.who(tally.rejected_by)}" if tally.rejected_by else ""
             return message("Rejected", f"It was rejected{by}: nothing runs.{vote}", status, ok=just_now)
         if decision.status is DecisionStatus.ACCEPTED:
-            runs = "the call runs now" if _is_gate(decision) else "the answer goes to the tool that asked"
+            if _is_gate(decision):
+                changed = _approves(decision, decision.content or {})
+                runs = "the call runs " + (f"with {changed}," if changed else "as made")
+                runs += " when the requester's call picks it up (at once if it is still waiting)"
+            else:
+                runs = "the answer goes to the tool that asked"
             return message("Approved", f"Approved: {runs}.{vote}", status, ok=just_now)
         if decision.status is DecisionStatus.CANCELLED:
             return message("Cancelled", f"It was cancelled without a decision.{vote}", 409)
@@ -250,6 +269,9 @@ Reject ends it: nothing runs. It needs {needed} of the same values.</p>""")
         """Cast the signed-in approver's vote from the page's post (its CSRF token already checked)."""
         votes, tally = await self.tally(decision)
         if decision.principal_id == principal:
+            reason = "a vote by its requester on their own call (four-eyes)"
+            await self._reach.note(decision, actor=BrowserUser(principal), reason=reason)
+            log.warning("decision %s: %s", decision.elicitation_id, reason)
             return self._own_call(decision, tally)
         roles = self.roles_of(principal, request)
         if not self.eligible(decision, roles):
@@ -366,6 +388,43 @@ def _leading(votes: Sequence[Vote], tally: Tally) -> JSONObject | None:
         if vote.proposal == leading and vote.verdict is Verdict.APPROVE:
             return {name: value for name, value in vote.content.items() if name not in REMARKS}
     return None
+
+
+def _differences(decision: Decision, content: Mapping[str, object]) -> list[tuple[str, str | None, str]]:
+    """Where a gate's proposal differs from the call as made: (field, the call's value, the proposal's), values as
+    JSON. The call's own values are the defaults its question was asked with; a field without one had its value
+    hidden (a secret-looking argument is not prefilled), so a value given for it differs from an unknown one
+    (None). A field the proposal leaves out is as called."""
+    differences: list[tuple[str, str | None, str]] = []
+    for found in approver_form(decision.requested_schema).fields:
+        if found.name in REMARKS or found.name not in content:
+            continue
+        given = canonical_json(content[found.name])
+        if found.default is None:
+            differences.append((found.name, None, given))
+        elif content[found.name] != found.default:
+            differences.append((found.name, canonical_json(found.default), given))
+    return differences
+
+
+def _changes(decision: Decision, content: Mapping[str, object]) -> list[str]:
+    """A proposal's changes as its votes say them: "amount: 400 → 250", "pin: (not shown) → 1234"."""
+    return [f"{name}: {called or '(not shown)'} → {given}" for name, called, given in _differences(decision, content)]
+
+
+def _approves(decision: Decision, content: Mapping[str, object]) -> str | None:
+    """What a gate's approval of `content` changes in the call, as the approver must read it before pressing
+    Approve: "amount 250 (changed from 400), the rest as called"; None when it runs the call as made."""
+    try:
+        differences = _differences(decision, content)
+    except UnsupportedSchema:
+        return "the values recorded"
+    changed = [
+        f"{name} {given} "
+        + (f"(changed from {called})" if called is not None else "(its value in the call is not shown)")
+        for name, called, given in differences
+    ]
+    return f"{', '.join(changed)}, the rest as called" if changed else None
 
 
 def _values(content: Mapping[str, object]) -> str:

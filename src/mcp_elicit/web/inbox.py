@@ -20,8 +20,9 @@ operation shows its decisions as asked by "a tool", the page says so and the log
 
 A person who holds approver roles (`ApproverRoles`, resolved at every page) sees first the calls waiting for their
 approval: each with its tool, call summary, requester, votes so far and deadline, linked to its decision page,
-where they vote (`mcp_elicit.web.approving`). A requester's own call that approvers decide is listed as waiting
-for them, with no answer of their own: it ends by its votes, an operator's cancellation, or its TTL.
+where they vote (`mcp_elicit.web.approving`); the inbox shows the queue's first page, `/inbox/approvals` pages
+the rest. A requester's own call that approvers decide is listed as waiting for them, with no answer of their
+own: it ends by its votes, an operator's cancellation, or its TTL.
 
 The inbox also lists the person's standing grants that still let calls through (an operator's: everyone's), each
 with a Revoke button: a POST with the pages' CSRF token for that grant, audited as `browser:<principal>` (their
@@ -64,12 +65,13 @@ from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.html import page, text
 from mcp_elicit.web.pages import UrlPages
 
-__all__ = ["GRANTS_PATH", "INBOX_PATH", "MAX_REASON", "DecisionInbox", "InboxSettings"]
+__all__ = ["APPROVALS_PATH", "GRANTS_PATH", "INBOX_PATH", "MAX_REASON", "DecisionInbox", "InboxSettings"]
 
 log = logging.getLogger(__name__)
 
 INBOX_PATH: Final = "/inbox"
 GRANTS_PATH: Final = f"{INBOX_PATH}/grants"
+APPROVALS_PATH: Final = f"{INBOX_PATH}/approvals"
 MAX_REASON: Final = 300
 """At most this many characters of an operator's reason for cancelling reach the audit."""
 MAX_PAGE_SIZE: Final = 100
@@ -130,6 +132,7 @@ class DecisionInbox:
             Route(f"{item}/decline", guard(self.decline), methods=["POST"], name="elicit-decline"),
             Route(f"{item}/cancel", guard(self.cancel), methods=["POST"], name="elicit-cancel"),
             Route(GRANTS_PATH, guard(self.show_grants), methods=["GET"], name="elicit-grants"),
+            Route(APPROVALS_PATH, guard(self.show_approvals), methods=["GET"], name="elicit-approvals"),
             Route(f"{GRANTS_PATH}/{{grant_id}}/revoke", guard(self.revoke), methods=["POST"], name="elicit-revoke"),
         ]
 
@@ -155,7 +158,7 @@ class DecisionInbox:
         except ValueError:
             return self._pages.message("This inbox link is not valid", "Open your inbox from its first page.", 400)
         unreadable = list(listed.unreadable)
-        now = datetime.now(UTC)
+        now = self._pages.now()
         tools: dict[str, str] = {}
         clients: dict[str, str] = {}
         entries = []
@@ -175,7 +178,7 @@ class DecisionInbox:
             if entry.own and entry.decision.approvers is not None:
                 _, tally = await self._pages.approvers.tally(entry.decision)
                 waiting[entry.decision.elicitation_id] = self._pages.approvers.waiting(entry.decision, tally)
-        queue = await self._approvals_section(request, principal) if after is None else ""
+        queue = await self._approvals_section(request, principal, more=True) if after is None else ""
         body = self._listing(
             principal, entries, listed, unreadable, first=after is None, done=request.query_params.get("done"),
             waiting=waiting, queue=queue,
@@ -205,6 +208,21 @@ class DecisionInbox:
         back = f'<p><a href="{INBOX_PATH}">Back to the inbox</a></p>'
         section = await self._grants_section(granted, principal, more=False, first=after is None)
         return page(f"{self._title}: standing approvals", back + section, server=self._title)
+
+    async def show_approvals(self, request: Request) -> Response:
+        """`GET /inbox/approvals`: every page of the calls waiting for the signed-in approver's approval."""
+        principal = self._sign_in.principal_of(request)
+        if principal is None:
+            return self._sign_in.sign_in_redirect(request)
+        after = request.query_params.get("after") or None
+        try:
+            section = await self._approvals_section(request, principal, more=False, after=after)
+        except ValueError:
+            return self._pages.message("This inbox link is not valid", "Open your inbox from its first page.", 400)
+        back = f'<p><a href="{INBOX_PATH}">Back to the inbox</a></p>'
+        if not section:
+            section = '<p class="muted">You hold no approver role: nothing waits for your approval.</p>'
+        return page(f"{self._title}: waiting for your approval", back + section, server=self._title)
 
     async def _tool_of(
         self, decision: Decision, caller: BrowserUser | Operator, on_unreadable: Callable[[UnreadableRow], None]
@@ -312,21 +330,27 @@ class DecisionInbox:
 <input type="hidden" name="csrf" value="{token}"><button type="submit">Revoke</button></form>
 </section>"""
 
-    async def _approvals_section(self, request: Request, principal: str) -> str:
-        """The queue of the approver's roles: the calls waiting for their approval, each linked to its page; ""
-        for a person who holds no approver role."""
+    async def _approvals_section(
+        self, request: Request, principal: str, *, more: bool, after: str | None = None
+    ) -> str:
+        """One page of the queue of the approver's roles: the calls waiting for their approval, each linked to its
+        page; "" for a person who holds no approver role. `more`: the inbox's own first page, which links to the
+        queue's pages when more follow. `ValueError` for a cursor no page gave."""
         approvers = self._pages.approvers
         roles = approvers.roles_of(principal, request)
         if not roles:
             return ""
-        queue = await self._store.approvals_waiting(roles, principal_id=principal, limit=self._settings.page_size)
-        now = datetime.now(UTC)
+        listed = await self._store.approval_page(
+            roles, principal_id=principal, after=after, limit=self._settings.page_size
+        )
+        first = after is None
+        now = self._pages.now()
         parts = [
             '<h2 id="approvals">Waiting for your approval</h2>',
             f'<p class="muted">Calls that need an approver in {text(", ".join(sorted(roles)))}. Newest first.</p>',
         ]
         shown = 0
-        for decision in queue:
+        for decision in listed.decisions:
             if decision.is_overdue(now):
                 continue
             _, tally = await approvers.tally(decision)
@@ -340,12 +364,21 @@ class DecisionInbox:
 <h3 id="approval-{ident}">{text(tool)} waits for your approval</h3>
 <div class="message">{text(decision.message)}</div>
 {facts}
-<p class="tally">{text(state)}Waiting for {text(approvers.waiting(decision, tally))}.</p>
+<p class="tally">{text(state)}{text(approvers.waiting(decision, tally))}.</p>
 <div class="actions"><a class="button" href="/elicit/{ident}">Open to approve</a></div>
 </section>""")
             shown += 1
         if not shown:
-            parts.append('<p class="muted">Nothing waits for your approval.</p>')
+            parts.append(f'<p class="muted">{"Nothing waits for your approval." if first else "Nothing more."}</p>')
+        pager = []
+        if not more and not first:
+            pager.append(f'<a href="{APPROVALS_PATH}">First page</a>')
+        if listed.after is not None:
+            link = f"{APPROVALS_PATH}?{urlencode({'after': listed.after})}"
+            label = "More waiting for your approval" if more else "More"
+            pager.append(f'<a href="{text(link)}" rel="next">{label}</a>')
+        if pager:
+            parts.append(f'<nav class="pager" aria-label="Pages of the approvals queue">{"".join(pager)}</nav>')
         return "\n".join(parts)
 
     def _entry(
@@ -367,7 +400,7 @@ class DecisionInbox:
         if entry.own and waiting is not None:
             asks = f"{entry.tool} waits for approval by others"
             actions = (
-                f'<p class="tally">Waiting for {text(waiting)}.</p>\n<p class="muted">Another person must approve '
+                f'<p class="tally">{text(waiting)}.</p>\n<p class="muted">Another person must approve '
                 "your call; you cannot answer it. It ends by their votes, or is cancelled only by an operator or "
                 "when it lapses.</p>"
             )
@@ -517,7 +550,7 @@ class DecisionInbox:
         return None
 
     async def _current(self, decision: Decision, caller: BrowserUser | Operator) -> Decision:
-        if not decision.is_overdue(datetime.now(UTC)):
+        if not decision.is_overdue(self._pages.now()):
             return decision
         return await self._store.expire_if_overdue(decision.elicitation_id, caller, reason="acted on after the TTL")
 

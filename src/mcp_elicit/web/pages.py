@@ -202,6 +202,10 @@ class UrlPages:
     def approvers(self) -> ApproverPages:
         return self._approvers
 
+    def now(self) -> datetime:
+        """The pages' clock, which decides whether a decision they show is overdue."""
+        return datetime.fromtimestamp(self._clock(), UTC)
+
     def form_token(self, elicitation_id: str, principal: str) -> str:
         """The CSRF token of a form about the decision, for the signed-in `principal`: the decision page's own."""
         return self._csrf(elicitation_id, principal)

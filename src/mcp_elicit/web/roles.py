@@ -4,8 +4,10 @@ A decision with an `ApproverRule` names roles; who holds them comes from the aut
 from what a client says: `ApproverRoles.members` maps a role to the people in it (a bare username is that user
 of the pages' sign-in, an entry with `#` a full principal id), and with `claim` the roles an OpenID Connect
 provider put in that claim of the person's ID token (kept in their signed session at sign-in) count too. Roles
-are resolved again at every page and every vote, so a person taken out of a role cannot vote from a page they
-opened before.
+are resolved again at every page and every vote: a person taken out of a role in the configured mapping cannot
+vote from a page they opened before. Roles from the claim are those the session kept when the person signed in:
+one taken out of a role at the provider keeps it until they sign in again or the session ends (`session_ttl`,
+8 hours by default, of `OidcSignIn`); signing them out sooner is the provider's and the session keys' matter.
 """
 
 from __future__ import annotations
