@@ -20,12 +20,14 @@ from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, InputRe
 from mcp_elicit import ApproverRule, Declined, Elicitation, Flow, Gate, RequestState
 from mcp_elicit.approvals import APPROVAL_KEY, NOTE_FIELD, REJECT_FIELD
 from mcp_elicit.model import Approver, Decision, DecisionStatus, Operator, Verdict
-from mcp_elicit.server import Timing
+from mcp_elicit.server import IdentityPolicy, Timing
 from mcp_elicit.store import VoteRefused, open_store
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.testing import EraName, Harness
 from mcp_elicit.testing.harness import ToolCall
+from tests.helpers.http_harness import free_port, serving
 from tests.helpers.person import Person
+from tests.helpers.raw_http import handshake, post
 
 pytestmark = pytest.mark.anyio
 MODERN: Final = "2026-07-28"
@@ -412,3 +414,64 @@ def test_a_vote_carries_no_grant_and_an_approval_no_rejection(elicit_store_url: 
             store.cast_vote("any", ALICE, Verdict.APPROVE, {REJECT_FIELD: True})
     finally:
         store.close()
+
+
+# -- peers that cannot be asked, and progress on the live call ------------------------------------------------
+
+
+@pytest.fixture
+def served_impatient(elicit_store_url: str, ledger: Ledger) -> Iterator[tuple[Elicitation, str]]:
+    port = free_port()
+    runtime = Elicitation(
+        open_store(elicit_store_url),
+        request_state=RequestState(keys=[b"r" * 32]),
+        public_base_url=f"http://127.0.0.1:{port}",
+        identity=IdentityPolicy(allow_unauthenticated_loopback=True),
+        timing=Timing(approver_wait=timedelta(milliseconds=300)),
+    )
+    server = runtime.server("old-peers")
+
+    @runtime.tool(gate=Gate(approvers=ApproverRule(["release-managers"])))
+    async def deploy(flow: Flow, service: str) -> str:
+        ledger.ran.append({"service": service})
+        return f"deployed {service}"
+
+    with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
+        yield runtime, f"{base}/mcp"
+    runtime.close()
+
+
+def test_a_peer_that_cannot_be_asked_still_waits_for_approvers(
+    served_impatient: tuple[Elicitation, str], ledger: Ledger
+) -> None:
+    """A 2025-03-26 peer is never asked anything; approvers decide all the same, and the identical call attaches."""
+    runtime, url = served_impatient
+    session = handshake(url, "2025-03-26", {})
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "deploy", "arguments": {"service": "db"}},
+    }
+    _, messages = post(url, call, session)
+    assert [m.get("method") for m in messages if "method" in m] == [], "no elicitation goes to such a peer"
+    waiting = messages[-1]["result"]
+    assert waiting["isError"] is True and waiting["content"][0]["text"].startswith("Not run yet. Waiting for approval")
+    [decision] = [d for d in runtime.store.list_decisions(Operator()) if d.key == APPROVAL_KEY]
+    runtime.store.cast_vote(decision.elicitation_id, ALICE, Verdict.APPROVE, {})
+    _, messages = post(url, {**call, "id": 3}, session)
+    assert messages[-1]["result"]["content"][0]["text"] == "deployed db" and ledger.ran == [{"service": "db"}]
+
+
+async def test_a_live_call_is_told_on_whom_it_waits_through_progress_notifications(
+    impatient: Elicitation, ledger: Ledger
+) -> None:
+    said: list[str | None] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        said.append(message)
+
+    async with Client(impatient.mcp_server, mode="legacy", elicitation_callback=Person()) as client:
+        result = await client.call_tool("deploy", {"service": "api"}, progress_callback=progress)
+    assert result.is_error and said == ["Waiting for approval by release-managers (0 of 1)"]
+    assert ledger.ran == []

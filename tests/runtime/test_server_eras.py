@@ -6,7 +6,6 @@ the lowlevel server is called through `mcp_elicit.testing.Harness`, as its users
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from mcp_elicit.store import DecisionConflict, open_store
 from mcp_elicit.testing import Harness
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.person import Person
+from tests.helpers.raw_http import handshake, post
 from tests.helpers.results import text, unwrap
 from tests.helpers.server import Approval, Counter, flow_tools
 
@@ -108,14 +108,6 @@ async def test_duplicate_completion_has_one_effect(elicitation: Elicitation) -> 
     assert [e.to_status for e in trail].count("external_completed") == 1
 
 
-def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[httpx2.Response, list[dict[str, Any]]]:
-    response = httpx2.post(url, json=body, headers=headers, timeout=30)
-    if "event-stream" in response.headers.get("content-type", ""):
-        lines = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        return response, [json.loads(line) for line in lines if line]
-    return response, [response.json()] if response.content else []
-
-
 @pytest.fixture
 def raw_server(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, str]]:
     port = free_port()
@@ -130,28 +122,6 @@ def raw_server(store_url: str, tmp_path: Path) -> Iterator[tuple[Elicitation, st
     with serving(server.streamable_http_app(host="127.0.0.1"), port) as base:
         yield runtime, f"{base}/mcp"
     runtime.close()
-
-
-def handshake(url: str, version: str, capabilities: dict[str, Any]) -> dict[str, str]:
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    response, messages = post(
-        url,
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": version,
-                "capabilities": capabilities,
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        headers,
-    )
-    assert messages[0]["result"]["protocolVersion"] == version
-    session = {**headers, "mcp-session-id": response.headers["mcp-session-id"], "mcp-protocol-version": version}
-    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
-    return session
 
 
 @pytest.mark.parametrize(("version", "tool", "mode"), [

@@ -70,8 +70,8 @@ class Call:
 def progress_of(call: Call) -> Callable[[str], Awaitable[None]] | None:
     """What tells the caller of a waiting call how it stands: progress notifications on the request's progress
     token, or nothing when the request gave none. A notification that cannot be sent is let go: it only informs."""
-    meta = call.request.meta or {}
-    token = meta.get("progressToken")
+    meta: Mapping[str, object] = call.request.meta or {}
+    token = meta.get("progress_token", meta.get("progressToken"))  # the SDK's parsed name, or the wire's
     if not isinstance(token, str | int) or isinstance(token, bool):
         return None
     session, request_id, sent = call.request.session, call.request.request_id, [0]
