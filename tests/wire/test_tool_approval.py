@@ -12,27 +12,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import anyio
 import pytest
 from mcp_types import CallToolResult
 
-from mcp_elicit import ApproverRule, Elicitation, Flow, Gate, RequestState
-from mcp_elicit.approvals import APPROVAL_KEY, AgentApproval, ApprovalRequest, PolicyApproval, Ruling
+from mcp_elicit import Elicitation
+from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.client import ElicitingClient, Http
 from mcp_elicit.client.handler import FormReply, FormRequest, Mode, UrlReply, UrlRequest
-from mcp_elicit.model import Approver, Decision, DecisionStatus, OperationStatus, Operator, Verdict
-from mcp_elicit.server import Timing
+from mcp_elicit.model import (
+    NOTE_FIELD,
+    REJECT_FIELD,
+    Approver,
+    Decision,
+    DecisionStatus,
+    JSONObject,
+    OperationStatus,
+    Operator,
+    Verdict,
+)
 from mcp_elicit.server.eras.tool_approval import DISPOSITION_META, TOOL_APPROVAL_EXTENSION
-from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.server.tasks.state import META_JOURNAL
-from mcp_elicit.store import open_store
 from mcp_elicit.store.aio import AsyncStore
-from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving
+from tests.helpers.approval_site import Ledger, served
 
 pytestmark = pytest.mark.anyio
 TREASURY = Approver("carol", frozenset({"treasury"}))
@@ -48,64 +52,6 @@ class NobodyAsked:
 
     async def url(self, request: UrlRequest) -> UrlReply:
         raise AssertionError("no URL question expected")
-
-
-@dataclass
-class Ledger:
-    """What the tools ran, and what the policy and the agent are to say."""
-
-    ran: list[str] = field(default_factory=list)
-    policy: list[Verdict | None] = field(default_factory=lambda: [None])
-    """The policy's rulings in turn; its last one stands from then on."""
-    asked: list[ApprovalRequest] = field(default_factory=list)
-
-    def rule(self, request: ApprovalRequest) -> Verdict | None:
-        self.asked.append(request)
-        return self.policy.pop(0) if len(self.policy) > 1 else self.policy[0]
-
-
-@contextmanager
-def served(store_url: str, ledger: Ledger, *, tool_approval: bool) -> Iterator[tuple[Elicitation, str]]:
-    port = free_port()
-    runtime = Elicitation(
-        open_store(store_url),
-        request_state=RequestState(keys=[b"t" * 32]),
-        public_base_url=f"http://127.0.0.1:{port}",
-        timing=Timing(
-            lease=timedelta(seconds=2), long_poll=timedelta(milliseconds=300), approver_wait=timedelta(seconds=20)
-        ),
-        tasks=TaskSettings(poll_interval=timedelta(milliseconds=100)),
-        tool_approval=tool_approval,
-    )
-    server = runtime.server("approvals", token_verifier=StaticTokenVerifier(), auth=auth_settings(port))
-
-    @runtime.tool(gate=Gate(approvers=ApproverRule(["treasury"])))
-    async def transfer(flow: Flow, to: str, amount: int) -> str:
-        ledger.ran.append(f"transfer {amount} to {to}")
-        return f"sent {amount} to {to}"
-
-    @runtime.tool(gate=Gate(approvers=ApproverRule(["treasury"]), ttl=timedelta(seconds=1)))
-    async def wire_out(flow: Flow, to: str) -> str:
-        ledger.ran.append(f"wire to {to}")
-        return f"wired to {to}"
-
-    @runtime.tool(gate=Gate(approval=PolicyApproval(ledger.rule, name="refunds", every=timedelta(milliseconds=50))))
-    async def refund(flow: Flow, order: str) -> str:
-        ledger.ran.append(f"refund {order}")
-        return f"refunded {order}"
-
-    async def supervisor(request: ApprovalRequest) -> Ruling:
-        ledger.asked.append(request)
-        return Ruling(Verdict.APPROVE, "within this week's budget")
-
-    @runtime.tool(gate=Gate(approval=AgentApproval(supervisor, name="supervisor")))
-    async def scale(flow: Flow, replicas: int) -> str:
-        ledger.ran.append(f"scale {replicas}")
-        return f"scaled to {replicas}"
-
-    with serving(server.streamable_http_app(), port) as base:
-        yield runtime, f"{base}/mcp"
-    runtime.close()
 
 
 def kit(url: str, *, tool_approval: bool = True) -> ElicitingClient:
@@ -168,7 +114,7 @@ async def test_an_approver_voting_in_the_store_lets_the_task_run_the_tool_once(
                 await anyio.sleep(0.02)
         [wait] = client.tasks.waits()
         assert wait.id == approval.operation_id
-        assert wait.message == "waiting for approval of transfer: Waiting for approval by treasury (0 of 1)"
+        assert wait.approval and wait.message == "transfer: Waiting for approval by treasury (0 of 1)"
         seen = await client.tasks.status(approval.operation_id)
         assert seen["status"] == "working"
         assert approval.elicitation_id not in json.dumps(seen), "nothing of the approval crosses the wire"
@@ -239,7 +185,7 @@ async def test_a_rejected_approval_completes_the_task_saying_nothing_ran(
         box, call = await calling(client, "transfer", {"to": "acct-7", "amount": 90000})
         group.start_soon(call)
         approval = await asked(runtime)
-        content = {"approval_reject": True, "approval_note": "over the quarterly limit"}
+        content: JSONObject = {REJECT_FIELD: True, NOTE_FIELD: "over the quarterly limit"}
         await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, TREASURY, Verdict.REJECT, content)
     result = box["result"]
     assert result.is_error

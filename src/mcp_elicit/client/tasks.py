@@ -17,8 +17,9 @@ the tool's result as if the call had run on the request:
 With `ElicitingClient(tasks=True, tool_approval=True)` the kit also declares the experimental tool-approval
 extension (a draft, SEP-2848, see `TOOL_APPROVAL_EXTENSION`): a server may then answer a call that waits on an
 approval others give (people, a policy, an agent) with a task that stays `working` until it is decided. Such a
-task is followed like any other; the host's wait for it reads "waiting for approval of TOOL", with the server's
-status message. Its result says whether the tool ran; nothing of the approval reaches the client but the task id.
+task is followed like any other; the host's wait for it is an approval wait ("Waiting for approval: TOOL", with
+the server's status message). Its result says whether the tool ran; nothing of the approval reaches the client
+but the task id.
 
 `client.tasks` offers the host the tasks it follows (`following`, each with its status and the time it has
 waited), `status(task_id)` and `cancel_task(task_id)`, and `attach(task_id, tool)`: after a client restart, the
@@ -185,6 +186,7 @@ class Tasks:
                 started=state.seen_at,
                 deadline=state.seen_at + state.ttl if state.ttl is not None else None,
                 kind="server",
+                approval=state.approval,
             )
             for state in self._following.values()
             if state.status == "working" and state.cancelling is None
@@ -342,9 +344,9 @@ class Tasks:
 
 
 def _said(state: TaskState) -> str:
-    """A followed task as its wait reads: a call waiting on approval says so first."""
-    if state.approval and state.status == "working":
-        return f"waiting for approval of {state.tool}" + (f": {state.message}" if state.message else "")
+    """A followed task as its wait reads (an approval wait is titled so: `Wait.approval`)."""
+    if state.approval:
+        return state.tool + (f": {state.message}" if state.message else "")
     return f"the task of {state.tool} is {state.status}" + (f": {state.message}" if state.message else "")
 
 
