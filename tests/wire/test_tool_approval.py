@@ -22,6 +22,7 @@ from mcp_elicit import Elicitation
 from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.client import ElicitingClient, Http
 from mcp_elicit.client.handler import FormReply, FormRequest, Mode, UrlReply, UrlRequest
+from mcp_elicit.client.tasks import TaskCancelled
 from mcp_elicit.model import (
     NOTE_FIELD,
     REJECT_FIELD,
@@ -35,6 +36,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.server.eras.tool_approval import DISPOSITION_META, TOOL_APPROVAL_EXTENSION
 from mcp_elicit.server.tasks.state import META_JOURNAL
+from mcp_elicit.store import StoreError
 from mcp_elicit.store.aio import AsyncStore
 from tests.helpers.approval_site import Ledger, served
 
@@ -109,12 +111,11 @@ async def test_an_approver_voting_in_the_store_lets_the_task_run_the_tool_once(
         group.start_soon(call)
         approval = await asked(runtime)
         assert is_task(runtime, approval), "the call came back as a task"
+        said = "transfer: Waiting for approval by treasury (0 of 1)"
         with anyio.fail_after(10):
-            while not client.tasks.waits():
+            while [(w.id, w.approval, w.message) for w in client.tasks.waits()] != [(approval.operation_id, True,
+                                                                                     said)]:  # fmt: skip
                 await anyio.sleep(0.02)
-        [wait] = client.tasks.waits()
-        assert wait.id == approval.operation_id
-        assert wait.approval and wait.message == "transfer: Waiting for approval by treasury (0 of 1)"
         seen = await client.tasks.status(approval.operation_id)
         assert seen["status"] == "working"
         assert approval.elicitation_id not in json.dumps(seen), "nothing of the approval crosses the wire"
@@ -261,3 +262,32 @@ async def test_an_identical_call_while_the_task_is_open_gets_the_same_task(
         await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, TREASURY, Verdict.APPROVE, {})
     assert text(box["result"]) == text(again["result"]) == ["sent 300 to acct-2"]
     assert ledger.ran == ["transfer 300 to acct-2"], "one approval, one run"
+
+
+async def test_a_cancelled_task_cancels_its_approval_and_a_late_vote_runs_nothing(
+    app: tuple[Elicitation, str], ledger: Ledger
+) -> None:
+    runtime, url = app
+    stopped: list[TaskCancelled] = []
+
+    async with kit(url) as client:
+
+        async def call() -> None:
+            with pytest.raises(TaskCancelled) as cancelled:
+                await client.call_tool("transfer", {"to": "acct-8", "amount": 1200})
+            stopped.append(cancelled.value)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            approval = await asked(runtime)
+            with anyio.fail_after(10):
+                while not client.tasks.waits():
+                    await anyio.sleep(0.02)
+            assert client.tasks.cancel(approval.operation_id, "the user changed their mind")
+    assert [error.task_id for error in stopped] == [approval.operation_id]
+    current = runtime.store.get_decision(approval.elicitation_id, Operator())
+    assert current.status is DecisionStatus.CANCELLED, "cancelling the task cancels the approval request"
+    with pytest.raises(StoreError):
+        await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, TREASURY, Verdict.APPROVE, {})
+    assert runtime.store.get_operation(approval.operation_id, Operator()).status is OperationStatus.CANCELLED
+    assert ledger.ran == []

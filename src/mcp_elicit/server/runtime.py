@@ -1063,8 +1063,9 @@ class Elicitation:
         assert gate is not None
         assert gate.gate.backend is not None
         operation = run.operation
+        runs_with = _target(served.entry, _jsonable(served.arguments)).request_digest  # what the body gets
         same_call = (
-            approval.origin_request_digest == operation.request_digest == served.target.request_digest
+            approval.origin_request_digest == operation.request_digest == served.target.request_digest == runs_with
             and approval.operation_id == operation.operation_id
             and approval.principal == served.principal
         )

@@ -210,6 +210,8 @@ class TaskBook:
                 )
             flows = [d for d in decisions if d.status in (DecisionStatus.ACCEPTED_URL, DecisionStatus.EXTERNAL_PENDING)]
             message = "Waiting for the browser flow to finish" if flows else "Working"
+            if meta.approval and not approvals:  # the approval task before its body asked (or between asks)
+                message = "Waiting for approval"
             if approvals:
                 message = "; ".join([await self._waiting(decision) for decision in approvals])
             return TaskView(status=WORKING, message=message, **base.fields())
