@@ -1,9 +1,17 @@
 """Approvals: gates that let a tool's call run only once a person approved that exact call, or a standing grant
-of theirs covers it.
+of theirs covers it; or once its approvers, a policy or another agent approved it out of band (`backends`).
 
 Built on decisions (an approval is a decision of the call's operation); used by the server's runtime.
 """
 
+from mcp_elicit.approvals.backends import (
+    AgentApproval,
+    ApprovalBackend,
+    ApprovalRequest,
+    InboxApproval,
+    PolicyApproval,
+    Ruling,
+)
 from mcp_elicit.approvals.gate import (
     APPROVAL_KEY,
     DEFAULT_APPROVAL_TTL,
@@ -29,6 +37,9 @@ __all__ = [
     "GRANT_FIELD",
     "NOTE_FIELD",
     "REJECT_FIELD",
+    "AgentApproval",
+    "ApprovalBackend",
+    "ApprovalRequest",
     "Approved",
     "ApproverRule",
     "Edit",
@@ -37,5 +48,8 @@ __all__ = [
     "GatedTool",
     "GrantOffer",
     "Grants",
+    "InboxApproval",
+    "PolicyApproval",
     "Rejected",
+    "Ruling",
 ]

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from mcp_elicit.approvals.backends import ApprovalBackend, InboxApproval
 from mcp_elicit.model import (
     GRANT_FIELD,
     NOTE_FIELD,
@@ -228,8 +229,15 @@ class Gate:
     ttl: timedelta = DEFAULT_APPROVAL_TTL
     grants: Grants | None = None
     approvers: ApproverRule | None = None
+    approval: ApprovalBackend | None = None
 
     def __post_init__(self) -> None:
+        if self.approval is not None:
+            if not isinstance(self.approval, ApprovalBackend):
+                raise TypeError("Gate(approval=...) takes an approval backend: PolicyApproval(...), AgentApproval(...)")
+            if self.approvers is not None:
+                raise ValueError("Gate(approvers=..., approval=...): say who decides once, with one or the other")
+            object.__setattr__(self, "approvers", self.approval.rule)
         if self.when is not None and not callable(self.when):
             raise TypeError("Gate(when=...) takes a function of the call's arguments")
         if inspect.iscoroutinefunction(self.when):
@@ -255,6 +263,14 @@ class Gate:
                 "Gate(approvers=..., grants=...): a standing grant is the requester's own approval of later calls, "
                 "and a gate with approvers is never answered by the requester; leave grants out"
             )
+
+    @property
+    def backend(self) -> ApprovalBackend | None:
+        """What decides the approval out of band: `approval`, or the inbox of `approvers`; None when the requester
+        approves their own call."""
+        if self.approval is not None:
+            return self.approval
+        return None if self.approvers is None else InboxApproval(self.approvers)
 
     def applies(self, arguments: Mapping[str, Any], tool: str) -> bool:
         if self.when is None:

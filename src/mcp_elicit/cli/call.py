@@ -16,7 +16,10 @@ carries the question it waits on), a live status line says since when and until 
 now ("I'm done") or to cancel; a script answers that prompt with `done` or `stop` (`_waits`). The command
 declares MCP tasks, so a server may run the call as a task: it is followed to its end, its questions asked
 here like any other, and while it works without asking anything the status line shows it with the time
-elapsed and its TTL as the deadline (`stop` cancels the task).
+elapsed and its TTL as the deadline (`stop` cancels the task). With `--tool-approval` it also declares the
+experimental tool-approval extension (a draft, SEP-2848): a server that serves it answers a call waiting on
+others' approval with a task, shown "waiting for approval" until it is decided; the result says whether the
+tool ran.
 
 Exit codes: 0 the tool succeeded, 1 the tool reported an error, the call was refused or stopped, or the
 script had no answer for a question,
@@ -118,6 +121,8 @@ class Server:
     refusal: HttpRefusal | None = None
     """The last HTTP error seen, since the SDK turns a 401 into a bare JSON-RPC error."""
     protocol: str | None = None
+    tool_approval: bool = False
+    """Declare the tool-approval extension (`--tool-approval`)."""
 
     async def _observe(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
@@ -164,7 +169,11 @@ class Server:
             async with kit_http_client(bearer_token=self.token) as http:
                 http.event_hooks = {"response": [self._observe]}
                 async with ElicitingClient(
-                    Http(self.url, http_client=http), handler, era=era.value, tasks=True
+                    Http(self.url, http_client=http),
+                    handler,
+                    era=era.value,
+                    tasks=True,
+                    tool_approval=self.tool_approval,
                 ) as client:
                     yield client
             return
@@ -172,7 +181,8 @@ class Server:
         params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=dict(os.environ))
         with self.log.open("w", encoding="utf-8") as errlog:
             transport: Target = stdio_client(params, errlog=errlog)
-            async with ElicitingClient(transport, handler, era=era.value, tasks=True) as client:
+            kit = ElicitingClient(transport, handler, era=era.value, tasks=True, tool_approval=self.tool_approval)
+            async with kit as client:
                 yield client
 
 
@@ -283,6 +293,14 @@ def call(
             show_default=False,
         ),
     ] = None,
+    tool_approval: Annotated[
+        bool,
+        typer.Option(
+            "--tool-approval",
+            help="Declare the experimental tool-approval extension (draft SEP-2848): a call that waits on others' "
+            "approval is followed as a task, shown as waiting for approval.",
+        ),
+    ] = False,
 ) -> None:
     """Call one tool; the server's questions are asked at this terminal (or answered by --script)."""
     one_line_warnings()
@@ -290,6 +308,7 @@ def call(
     try:
         arguments = parse_arguments(arg or [])
         server = resolve_server(target, token)
+        server.tool_approval = tool_approval
         if server_log is not None and server.url is not None:
             raise CommandFailed("--server-log applies to a stdio server only; an http(s) server keeps its own logs")
         handler = choose_handler(script, out, on_missing)

@@ -117,6 +117,8 @@ class Wait:
     """The person's part is over (the flow completed) but the server still asks for it: retrying goes on."""
     kind: WaitKind = "url_flow"
     """On a URL flow, or on the server alone: then `cancel` stops the call itself (`CallStopped`)."""
+    approval: bool = False
+    """On the server, for an approval others give (a tool-approval task): shown as "Waiting for approval"."""
 
 
 class WaitSource(Protocol):

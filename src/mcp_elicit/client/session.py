@@ -146,6 +146,9 @@ class ElicitingClient:
     status line shows it next to `FlowWaits(pending, ...)`.
     `tasks`: declare the 2026-07-28 tasks extension, so a server may run a call as a task; the kit then
     follows it (see `client.tasks`) and `call_tool` returns its result all the same.
+    `tool_approval` (with `tasks`): declare the experimental tool-approval extension too (a draft, SEP-2848), so a
+    server may answer a call that waits on others' approval with a task; it is followed like any task, and its
+    wait reads "waiting for approval".
     `timeouts` bounds a silent server (`Timeouts`), `pacing` how the kit goes back to a server that is not
     done (`Pacing`), and `sdk` is what the SDK's client gets as it is (`SdkOptions`).
     `clock` and `sleep` drive the silence watch and the pacing; tests replace them.
@@ -160,12 +163,15 @@ class ElicitingClient:
         opener: UrlOpener = system_browser,
         pending: PendingFlows | None = None,
         tasks: bool = False,
+        tool_approval: bool = False,
         timeouts: Timeouts | None = None,
         pacing: Pacing | None = None,
         sdk: SdkOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = anyio.sleep,
     ) -> None:
+        if tool_approval and not tasks:
+            raise ValueError("tool_approval=True needs tasks=True: an approval the server waits on is a task")
         if era not in SDK_MODE:
             raise ValueError(f"era must be one of {sorted(SDK_MODE)}, not {era!r}")
         if isinstance(target, str | Sequence | StdioServerParameters):
@@ -206,6 +212,7 @@ class ElicitingClient:
             sleep,
             server=lambda: self._asker_for(None).server_name,
             protocol=lambda: self.protocol_version,
+            approval=tool_approval,
         )
         """The tasks this client follows: status, cancel, and `attach` after a restart."""
         self._declares_tasks = tasks
@@ -243,7 +250,7 @@ class ElicitingClient:
                 sampling_callback=self.sdk.sampling_callback,
                 list_roots_callback=self.sdk.list_roots_callback,
                 client_info=self.sdk.client_info or CLIENT_INFO,
-                extensions=[self.tasks.extension()] if self._declares_tasks else None,
+                extensions=self.tasks.extensions() if self._declares_tasks else None,
             )
             connection = _Connection(client, self._identify)
             stack.push_async_callback(connection.close)

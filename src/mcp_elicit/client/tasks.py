@@ -14,6 +14,13 @@ the tool's result as if the call had run on the request:
   `MCPError`; `cancelled` raises `TaskCancelled`; a task whose `ttlMs` ran out without an end raises
   `TaskExpired`.
 
+With `ElicitingClient(tasks=True, tool_approval=True)` the kit also declares the experimental tool-approval
+extension (a draft, SEP-2848, see `TOOL_APPROVAL_EXTENSION`): a server may then answer a call that waits on an
+approval others give (people, a policy, an agent) with a task that stays `working` until it is decided. Such a
+task is followed like any other; the host's wait for it is an approval wait ("Waiting for approval: TOOL", with
+the server's status message). Its result says whether the tool ran; nothing of the approval reaches the client
+but the task id.
+
 `client.tasks` offers the host the tasks it follows (`following`, each with its status and the time it has
 waited), `status(task_id)` and `cancel_task(task_id)`, and `attach(task_id, tool)`: after a client restart, the
 host that kept the task id (the spec asks clients to keep it durably) follows the same task again, and its
@@ -37,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import anyio
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim, advertise
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CallToolResult,
@@ -58,6 +65,11 @@ from mcp_elicit.client.pending import Wait
 log = logging.getLogger(__name__)
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TOOL_APPROVAL_EXTENSION = "io.modelcontextprotocol/tool-approval"
+"""The tool-approval extension as this project's server advertises it (the draft of 2026-06-08 names it
+`net.openid.authzen/tool-approval`, "illustrative"; our server accepts both)."""
+TOOL_APPROVAL_VERSION = "0.1"
+IMMEDIATE_RESPONSE_META = "io.modelcontextprotocol/model-immediate-response"
 EXTENSION_ERA = "2026-07-28"
 MIN_POLL = 0.1
 """Seconds between two `tasks/get` at the least, whatever interval a server suggests."""
@@ -122,6 +134,8 @@ class TaskState:
     """Why the host cancelled the task, once it did."""
     hurry: bool = False
     """The host asked to poll now while a poll was under way: the next pause is skipped."""
+    approval: bool = False
+    """The server made the call a task because it waits on an approval (the tool-approval extension)."""
 
     def elapsed(self, now: float) -> float:
         return now - self.seen_at
@@ -147,6 +161,7 @@ class Tasks:
         sleep: Sleep,
         server: Callable[[], str] = lambda: "the server",
         protocol: Callable[[], str] = lambda: EXTENSION_ERA,
+        approval: bool = False,
     ) -> None:
         self._session = session
         self._dispatch = dispatch
@@ -155,6 +170,7 @@ class Tasks:
         self._server = server
         self._protocol = protocol
         self._following: dict[str, TaskState] = {}
+        self._approval = approval
 
     @property
     def following(self) -> Sequence[TaskState]:
@@ -165,11 +181,12 @@ class Tasks:
             Wait(
                 id=state.task_id,
                 server=self._server(),
-                message=f"the task of {state.tool} is {state.status}" + (f": {state.message}" if state.message else ""),
+                message=_said(state),
                 since=state.seen_at,
                 started=state.seen_at,
                 deadline=state.seen_at + state.ttl if state.ttl is not None else None,
                 kind="server",
+                approval=state.approval,
             )
             for state in self._following.values()
             if state.status == "working" and state.cancelling is None
@@ -198,6 +215,12 @@ class Tasks:
         """What `Client(extensions=...)` needs to declare tasks and read a `resultType: "task"` result."""
         return _TasksExtension(self)
 
+    def extensions(self) -> list[ClientExtension]:
+        """Every extension this client declares for tasks: the tasks extension, and tool approval if asked."""
+        if not self._approval:
+            return [self.extension()]
+        return [self.extension(), advertise(TOOL_APPROVAL_EXTENSION, {"version": TOOL_APPROVAL_VERSION})]
+
     async def status(self, task_id: str) -> dict[str, Any]:
         """The task as the server shows it now (`tasks/get`)."""
         return await self._request("tasks/get", task_id)
@@ -224,6 +247,7 @@ class Tasks:
             ttl=first.ttl_ms / 1000 if first is not None and first.ttl_ms is not None else None,
             seen_at=now,
             checked_at=now,
+            approval=self._approval and first is not None and IMMEDIATE_RESPONSE_META in (first.meta or {}),
         )
         self._following[task_id] = state
         try:
@@ -317,6 +341,13 @@ class Tasks:
         request = _TaskRequest(method=method, params=params)
         result: dict[str, Any] = await self._session().send_request(request, _DETAILED)
         return result
+
+
+def _said(state: TaskState) -> str:
+    """A followed task as its wait reads (an approval wait is titled so: `Wait.approval`)."""
+    if state.approval:
+        return state.tool + (f": {state.message}" if state.message else "")
+    return f"the task of {state.tool} is {state.status}" + (f": {state.message}" if state.message else "")
 
 
 def _interval(milliseconds: object) -> float:

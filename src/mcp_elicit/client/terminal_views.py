@@ -199,7 +199,7 @@ def wait_title(wait: Wait) -> str:
     if len(message) > WAIT_MESSAGE_CHARS:
         message = message[: WAIT_MESSAGE_CHARS - 1] + "…"
     if wait.kind == "server":
-        what = "Waiting for the server"
+        what = "Waiting for approval" if wait.approval else "Waiting for the server"
     elif wait.done:
         what = "Done in the browser, the server still asks for"
     else:

@@ -40,8 +40,12 @@ import anyio.to_thread
 from mcp_types import CreateMessageRequest, CreateMessageResult, ElicitResult, ListRootsRequest, ListRootsResult
 from pydantic import TypeAdapter
 
+from mcp_elicit.approvals.backends import ApprovalBackend, ApprovalRequest, Ruling, voter_of
 from mcp_elicit.approvals.gate import APPROVAL_KEY, Approved, GatedTool, GrantOffer, Rejected, is_approval
 from mcp_elicit.model import (
+    NOTE_FIELD,
+    REJECT_FIELD,
+    Approver,
     ApproverRule,
     Decision,
     DecisionOrigin,
@@ -56,6 +60,7 @@ from mcp_elicit.model import (
     ResumePolicy,
     Tally,
     UnencodableValue,
+    Verdict,
     check_decision_transition,
     check_encodable,
     new_elicitation_id,
@@ -233,6 +238,8 @@ def discard(items: Sequence[Awaitable[Any]]) -> None:
 
 
 BeginTask = Callable[[], Awaitable[None]]
+Backing = tuple[ApprovalBackend, str, dict[str, JSONValue]]
+"""The backend deciding a call's approval out of band, with the tool and the call's arguments (JSON)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +306,8 @@ class Execution:
         self._ended = False
         self._set_aside = False
         self._taking = anyio.Lock()
+        self._backing: Backing | None = None
+        """The backend deciding this call's approval out of band, the tool and the call's arguments (JSON)."""
 
     def _ids(self) -> tuple[AsyncStore, str, Principal, str]:
         """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
@@ -343,6 +352,11 @@ class Execution:
 
     def hold(self, write: Callable[[], Awaitable[Any]]) -> None:
         self._writes.hold(write)
+
+    def hold_journal(self, name: str, value: JSONValue) -> None:
+        """Record `name` in the operation's journal with this call's next commit: a note of the library's own."""
+        store, operation_id, principal, _ = self._ids()
+        self._writes.hold(lambda: store.journal_record(operation_id, name, value, caller=principal))
 
     def after_commit(self, done: Callable[[], None]) -> None:
         """Call `done` once what this call holds now is durable; if that commit fails, never."""
@@ -465,6 +479,62 @@ class Execution:
         who it waits on whenever that changes (a vote, an escalation); the decision once decided, else
         `AwaitingApprovers` ends the turn. Nothing is put to the requester's client and nothing it sends is read:
         only approvers answer such a decision, and the decision stays open when this call stops waiting."""
+        backing = self._backing if is_approval(decision.key) else None
+        if backing is None or voter_of(backing[0]) is None:
+            return await self._wait_for_approvers(decision, patience, tell)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._backend_decides, backing, decision)
+                decided = await self._wait_for_approvers(decision, patience, tell)
+                group.cancel_scope.cancel()
+        except BaseExceptionGroup as failed:
+            if len(failed.exceptions) == 1:
+                raise failed.exceptions[0] from None
+            raise
+        return decided
+
+    def approval_request(self, decision: Decision) -> ApprovalRequest | None:
+        """The approval `decision` as its backend sees it; None when no backend decides it (see `approve`)."""
+        if self._backing is None:
+            return None
+        _, tool, arguments = self._backing
+        return ApprovalRequest(
+            approval_id=decision.elicitation_id,
+            operation_id=self.operation.operation_id,
+            tool=tool,
+            arguments=arguments,
+            arguments_digest=decision.origin_request_digest,
+            requester=self.principal,
+            requested_at=decision.created_at,
+            expires_at=decision.expires_at,
+        )
+
+    async def _backend_decides(self, backing: Backing, decision: Decision) -> None:
+        """Run the backend's `decide` beside the wait; its ruling is its vote, cast as any approver's is."""
+        backend = backing[0]
+        voter = voter_of(backend)
+        request = self.approval_request(decision)
+        assert voter is not None
+        assert request is not None
+        assert decision.approvers is not None
+        approver = Approver(voter, frozenset(decision.approvers.roles))
+        store = self._store
+
+        async def cast(ruling: Ruling) -> None:
+            content: JSONObject = {REJECT_FIELD: True} if ruling.verdict is Verdict.REJECT else {}
+            if ruling.note:
+                content[NOTE_FIELD] = ruling.note
+            try:
+                await store.cast_vote(decision.elicitation_id, approver, ruling.verdict, content)
+            except StoreError as refused:
+                log.info("approval %s: %s's vote was not recorded: %s", decision.elicitation_id, voter, refused)
+
+        try:
+            await backend.decide(request, cast)
+        except Exception as error:  # a backend's failure decides nothing: the approval waits for its TTL
+            log.warning("approval %s: its backend %s failed: %s", decision.elicitation_id, voter, type(error).__name__)
+
+    async def _wait_for_approvers(self, decision: Decision, patience: timedelta | None, tell: Tell | None) -> Decision:
         rule = decision.approvers
         assert rule is not None
         until = decision.expires_at if patience is None else min(decision.expires_at, self.now() + patience)
@@ -807,6 +877,8 @@ class Execution:
             gated.content,
         )
         gate = gated.gate
+        if gate.backend is not None:
+            self._backing = (gate.backend, gated.tool, arguments)
         answer = await self.ask_form(gated.message(arguments), form, APPROVAL_KEY, gate.ttl, gate.approvers)
         return answer.data if isinstance(answer, Accepted) else answer
 

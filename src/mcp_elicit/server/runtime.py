@@ -91,6 +91,8 @@ from mcp_elicit.server.eras.legacy import CompletionNotices, LegacyEra
 from mcp_elicit.server.eras.mrtr import MrtrEra, RoundSettings
 from mcp_elicit.server.eras.tasks_ext import ExtMethods, ExtWire, TasksExtension
 from mcp_elicit.server.eras.tasks_legacy import LegacyMethods, LegacyTasksMiddleware, LegacyWire
+from mcp_elicit.server.eras.tool_approval import ToolApprovalExtension
+from mcp_elicit.server.eras.tool_approval import declared as declared_tool_approval
 from mcp_elicit.server.eras.unaskable import UnaskableEra
 from mcp_elicit.server.execution import (
     AwaitingApprovers,
@@ -122,6 +124,7 @@ from mcp_elicit.server.tasks import (
 )
 from mcp_elicit.server.tasks.asker import TaskEra
 from mcp_elicit.server.tasks.runner import TaskRunner
+from mcp_elicit.server.tasks.state import DENIED_JOURNAL, EXT_ERA, ttl_ms
 from mcp_elicit.server.waiting import Wakeups
 from mcp_elicit.server.writes import HeldWrites, KeyRefused, OperationEnded
 from mcp_elicit.store import (
@@ -210,6 +213,9 @@ class _ServedCall:
     gated: bool = False
     """Whether the tool's gate applies to these arguments: the call runs only once approved, and an ended call
     is not replayed to an identical one without an idempotency key (that one is asked again)."""
+    approval_task: bool = False
+    """The call runs as the task the tool-approval extension made of it: its approval must still be valid when
+    the tool runs, and a denial is recorded as one (the task's disposition)."""
     holder: str = field(default_factory=new_holder)
     """One holder for every run of the call: a run after a stale one still holds the claims that one took."""
 
@@ -225,6 +231,10 @@ class Elicitation:
 
     `notifications`: webhooks a served app delivers the store's outbox to ("decision waiting", "decision
     ended", "task needs input"), signed, at least once (see `mcp_elicit.server.notifications`).
+
+    `tool_approval`: serve the experimental tool-approval extension, after a draft (SEP-2848, see
+    `server.eras.tool_approval`): a call of a tool whose gate has others approve it, from a client that declared
+    the extension, becomes a task that waits for the approval and then runs. Off by default.
     """
 
     def __init__(
@@ -237,8 +247,12 @@ class Elicitation:
         timing: Timing | None = None,
         tasks: TaskSettings | None = None,
         notifications: Notifications | None = None,
+        tool_approval: bool = False,
         clock: Clock = utc_now,
     ) -> None:
+        if not isinstance(tool_approval, bool):
+            raise TypeError(f"Elicitation(tool_approval=...) is True or False, not {tool_approval!r}")
+        self.tool_approval = tool_approval
         store_telemetry.install()
         self.request_state = request_state
         ttl = request_state.ttl.total_seconds()
@@ -281,7 +295,7 @@ class Elicitation:
             name,
             request_state_security=self.request_state_security,
             lifespan=self.lifespan(kwargs.pop("lifespan", None)),
-            extensions=[*kwargs.pop("extensions", ()), self.tasks_extension()],
+            extensions=[*kwargs.pop("extensions", ()), self.tasks_extension(), *self._approval_extension()],
             middleware=[*kwargs.pop("middleware", ()), self.tasks_middleware()],
             **kwargs,
         )
@@ -576,6 +590,10 @@ class Elicitation:
         ext, legacy = ExtMethods(self.tasks, principal_of), LegacyMethods(self.tasks, principal_of)
         return TasksExtension(self.tasks, [*ext.bindings(), *legacy.bindings()])
 
+    def _approval_extension(self) -> list[ToolApprovalExtension]:
+        """The tool-approval extension's advertisement, when this server serves it."""
+        return [ToolApprovalExtension()] if self.tool_approval else []
+
     def tasks_middleware(self) -> LegacyTasksMiddleware:
         return LegacyTasksMiddleware(self.tasks)
 
@@ -619,7 +637,8 @@ class Elicitation:
         """Run a task's body to its end; the operation records how it ended, as for any call."""
         book = self.tasks.book
         found = self._tools.get(operation.target)
-        if found is None or found[0].task is TaskPolicy.NEVER:
+        by_approval = meta.approval and found is not None and found[0].gate is not None
+        if found is None or (found[0].task is TaskPolicy.NEVER and not by_approval):
             message = f"The tool {operation.target!r} is not served as a task here"
             await book.fail(operation, principal, {"code": INTERNAL_ERROR, "message": message})
             return
@@ -640,7 +659,9 @@ class Elicitation:
                     answers=None,
                     about=functools.partial(summarize_call, entry.name, meta.arguments),
                     leases=leases,
-                    gated=_gated(entry, arguments),
+                    # The task exists because the call needed approval: it still does, whatever `when` says now.
+                    gated=meta.approval or _gated(entry, arguments),
+                    approval_task=meta.approval,
                 )
                 await telemetry.traced_call(entry.method, entry.name, "task", self._run_as(served), replay=Replayed)
             return
@@ -755,6 +776,8 @@ class Elicitation:
         before its one log line (`telemetry.traced_call`), a refusal before the body runs included."""
         self.check_fallback(entry.fallback)
         begin_task: BeginTask | None = None
+        if may_be_task and self._waits_out_of_band(entry, call, arguments):
+            await self._become_task(entry, call, self._approval_task(entry), arguments)
         if may_be_task and (request := self.tasks.decide(entry.name, call)) is not None:
             if entry.task_start is TaskStart.CALL:
                 await self._become_task(entry, call, request, arguments)
@@ -763,6 +786,20 @@ class Elicitation:
             return await self._run(
                 entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments, begin_task=begin_task
             )
+
+    def _waits_out_of_band(self, entry: _Entry, call: Call, arguments: dict[str, Any]) -> bool:
+        """Whether this call becomes a tool-approval task: the server serves the extension, the request declared
+        it, and the call needs an approval that others (people, a policy, an agent) can still give."""
+        if not self.tool_approval or entry.gate is None or entry.gate.gate.backend is None:
+            return False
+        return declared_tool_approval(call) and _gated(entry, arguments)
+
+    def _approval_task(self, entry: _Entry) -> TaskRequest:
+        """The task of a call waiting on its approval: it lives the approval's TTL, then the default task lifetime
+        for the run and its result (never past the server's longest)."""
+        assert entry.gate is not None
+        lasts = entry.gate.gate.ttl + self.tasks.settings.default_ttl
+        return TaskRequest(EXT_ERA, ttl_ms=ttl_ms(lasts), approval=True)
 
     @asynccontextmanager
     async def _kept_leases(self) -> AsyncIterator[Leases]:
@@ -1001,6 +1038,8 @@ class Elicitation:
                 return served.arguments, [told_of_use(grant, offer.grants)]
         answer = await run.approve(gated, _jsonable(served.arguments), offer)
         by_approvers = gated.gate.approvers is not None
+        if isinstance(answer, Approved) and gated.gate.backend is not None:
+            await self._reevaluated(served, run)
         if isinstance(answer, Approved):
             edited = {edit.name for edit in answer.edits}
             # An argument the person left alone runs with the call's own value, not one rebuilt from its JSON
@@ -1010,8 +1049,36 @@ class Elicitation:
             return {**answer.arguments, **kept}, [*told, *_standing(run, gated, offer, answer)]
         if isinstance(answer, Rejected | Declined):
             rejected = answer if isinstance(answer, Rejected) else Rejected()
-            raise _NotApproved(" ".join(told_the_model(rejected, approvers=by_approvers)))
-        raise _NotApproved(EXPIRED if isinstance(answer, Expired) else DISMISSED)
+            raise _denied(served, run, " ".join(told_the_model(rejected, approvers=by_approvers)))
+        raise _denied(served, run, EXPIRED if isinstance(answer, Expired) else DISMISSED)
+
+    async def _reevaluated(self, served: _ServedCall, run: Execution) -> None:
+        """Evaluate again once the approval carried, just before the tool runs (the draft's re-evaluation): the
+        approval is this very call's (tool, arguments, requester), a tool-approval task's approval has not lapsed
+        meanwhile (a task resumed late, after its instance died), and the backend still allows it. Any of these
+        failing ends the call unrun, saying so."""
+        approval = run.approval
+        gate = served.entry.gate
+        assert approval is not None
+        assert gate is not None
+        assert gate.gate.backend is not None
+        operation = run.operation
+        runs_with = _target(served.entry, _jsonable(served.arguments)).request_digest  # what the body gets
+        same_call = (
+            approval.origin_request_digest == operation.request_digest == served.target.request_digest == runs_with
+            and approval.operation_id == operation.operation_id
+            and approval.principal == served.principal
+        )
+        if not same_call:
+            log.warning("approval %s is not for the call %s runs; not running it", approval.elicitation_id,
+                        operation.operation_id)  # fmt: skip
+            raise _denied(served, run, NOT_THIS_CALL)
+        if served.approval_task and run.now() >= approval.expires_at:
+            raise _denied(served, run, LAPSED)
+        request = run.approval_request(approval)
+        if request is not None and not await gate.gate.backend.reevaluate(request):
+            log.info("approval %s: its backend no longer allows the call on re-evaluation", approval.elicitation_id)
+            raise _denied(served, run, REEVALUATED)
 
     async def _attach(self, served: _ServedCall, writes: HeldWrites) -> _Found | Replayed:
         """The call's open operation, its recorded result within the replay window, or a new operation.
@@ -1240,6 +1307,21 @@ def _idempotency_key(meta: Any) -> str | None:
 class _NotApproved(ToolError):
     """The call ends unrun: the person rejected it, dismissed the approval, nobody answered in time, or the
     approvers have not decided yet."""
+
+
+NOT_THIS_CALL = "The approval found is for another call (tool, arguments or requester differ); nothing ran."
+LAPSED = "The approval lapsed before the call could run; nothing ran. Calling the tool again asks again."
+REEVALUATED = (
+    "The call was approved, but evaluated again just before running it is no longer allowed; nothing ran. "
+    "Calling the tool again asks for a new approval."
+)
+
+
+def _denied(served: _ServedCall, run: Execution, said: str) -> _NotApproved:
+    """The call ends unrun, saying `said`; a tool-approval task records, with its end, that its tool never ran."""
+    if served.approval_task:
+        run.hold_journal(DENIED_JOURNAL, said)
+    return _NotApproved(said)
 
 
 def check_gate(gate: Gate | None, fallback: Fallback) -> None:

@@ -40,6 +40,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from mcp_elicit.model import Decision, JSONObject, Mode, Principal
 from mcp_elicit.server.eras import Call
+from mcp_elicit.server.eras.tool_approval import DISPOSITION_META, IMMEDIATE_RESPONSE, IMMEDIATE_RESPONSE_META
 from mcp_elicit.server.tasks.service import TaskAccepted, TaskRequest, TaskService
 from mcp_elicit.server.tasks.state import (
     COMPLETED,
@@ -111,7 +112,10 @@ def ext_task(view: TaskView, service: TaskService) -> dict[str, Any]:
     if view.status == INPUT_REQUIRED:
         task["inputRequests"] = {decision.key: input_request(decision) for decision in view.asking}
     elif view.status == COMPLETED:
-        task["result"] = service.tool_result(view).model_dump(by_alias=True, mode="json", exclude_none=True)
+        result = service.tool_result(view).model_dump(by_alias=True, mode="json", exclude_none=True)
+        if view.disposition is not None:
+            result["_meta"] = {**(result.get("_meta") or {}), DISPOSITION_META: view.disposition}
+        task["result"] = result
     elif view.status == FAILED and view.error is not None:
         task["error"] = view.error
     return task
@@ -220,7 +224,10 @@ class TasksExtension(Extension):
         except TaskAccepted as accepted:
             if ctx.protocol_version not in EXT_VERSIONS:
                 raise
-            return {"resultType": "task", **ext_task(accepted.view, self._service)}
+            created = {"resultType": "task", **ext_task(accepted.view, self._service)}
+            if accepted.view.meta.approval and not accepted.view.terminal:
+                created["_meta"] = {IMMEDIATE_RESPONSE_META: IMMEDIATE_RESPONSE}
+            return created
 
 
 def _per_method(bindings: Sequence[MethodBinding]) -> list[MethodBinding]:

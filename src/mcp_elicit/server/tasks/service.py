@@ -41,6 +41,8 @@ class TaskRequest:
 
     era: str
     ttl_ms: int | None = None
+    approval: bool = False
+    """The call waits on an approval others give: the tool-approval extension's task (`eras.tool_approval`)."""
 
 
 class TaskWire(Protocol):
@@ -142,6 +144,7 @@ class TaskService:
             arguments=arguments,
             form=declared.form,
             url=declared.url,
+            approval=request.approval,
         )
         candidate = new_operation(
             principal,

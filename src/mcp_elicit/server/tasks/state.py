@@ -38,6 +38,7 @@ from mcp_elicit.model import (
     UnencodableValue,
     check_encodable,
 )
+from mcp_elicit.server.eras.tool_approval import APPROVED_EXECUTED, DENIED_NOT_EXECUTED, EXECUTION_ERROR
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX
 from mcp_elicit.store import (
     DecisionConflict,
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 META_JOURNAL = f"{RESERVED_JOURNAL_PREFIX}task"
 MAILBOX_PREFIX = f"{RESERVED_JOURNAL_PREFIX}task/answer/"
 ERROR_JOURNAL = f"{RESERVED_JOURNAL_PREFIX}task/error"
+DENIED_JOURNAL = f"{RESERVED_JOURNAL_PREFIX}approval/denied"
+"""Recorded with the end of an approval task whose tool never ran (rejected, expired, refused on re-evaluation)."""
 WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED = "working", "input_required", "completed", "failed", "cancelled"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 EXT_ERA, LEGACY_ERA = "2026-07-28", "2025-11-25"
@@ -77,9 +80,11 @@ class TaskMeta:
     arguments: JSONObject
     form: bool
     url: bool
+    approval: bool = False
+    """A task made because the call waits on an approval others give (the tool-approval extension)."""
 
     def dumped(self) -> JSONObject:
-        return {
+        dumped: JSONObject = {
             "era": self.era,
             "ttlMs": self.ttl_ms,
             "pollIntervalMs": self.poll_interval_ms,
@@ -87,6 +92,9 @@ class TaskMeta:
             "form": self.form,
             "url": self.url,
         }
+        if self.approval:
+            dumped["approval"] = True
+        return dumped
 
     @classmethod
     def loaded(cls, value: JSONValue) -> TaskMeta:
@@ -98,6 +106,7 @@ class TaskMeta:
             arguments=cast(JSONObject, data.get("arguments") or {}),
             form=bool(data.get("form")),
             url=bool(data.get("url")),
+            approval=data.get("approval") is True,
         )
 
 
@@ -120,6 +129,8 @@ class TaskView:
     """The tool error the body ended with (the tool's result is then an `isError` one)."""
     error: JSONObject | None = None
     """The JSON-RPC error the task failed with."""
+    disposition: str | None = None
+    """An approval task's outcome once completed: whether the tool ran (`eras.tool_approval`)."""
 
     @property
     def terminal(self) -> bool:
@@ -199,11 +210,16 @@ class TaskBook:
                 )
             flows = [d for d in decisions if d.status in (DecisionStatus.ACCEPTED_URL, DecisionStatus.EXTERNAL_PENDING)]
             message = "Waiting for the browser flow to finish" if flows else "Working"
+            if meta.approval and not approvals:  # the approval task before its body asked (or between asks)
+                message = "Waiting for approval"
             if approvals:
                 message = "; ".join([await self._waiting(decision) for decision in approvals])
             return TaskView(status=WORKING, message=message, **base.fields())
         if status is OperationStatus.COMPLETED or (status is OperationStatus.FAILED and operation.result is not None):
-            return TaskView(status=COMPLETED, message="Completed", result=operation.result, **base.fields())
+            ran = APPROVED_EXECUTED if meta.approval else None
+            return TaskView(
+                status=COMPLETED, message="Completed", result=operation.result, disposition=ran, **base.fields()
+            )
         if status is OperationStatus.CANCELLED:
             return TaskView(status=CANCELLED, message="Cancelled", **base.fields())
         if status is OperationStatus.EXPIRED:
@@ -215,7 +231,17 @@ class TaskBook:
             return TaskView(status=FAILED, message=str(error.get("message")), error=error, **base.fields())
         trail = await self._store.audit_trail(operation.operation_id, principal)
         reason = next((e.reason for e in reversed(trail) if e.to_status == OperationStatus.FAILED), "") or "failed"
-        return TaskView(status=COMPLETED, message="The tool reported an error", tool_error=reason, **base.fields())
+        disposition = None
+        if meta.approval:
+            denied = await self._store.journal_get(operation.operation_id, DENIED_JOURNAL, caller=principal)
+            disposition = EXECUTION_ERROR if denied is None else DENIED_NOT_EXECUTED
+        return TaskView(
+            status=COMPLETED,
+            message="The tool reported an error",
+            tool_error=reason,
+            disposition=disposition,
+            **base.fields(),
+        )
 
     async def _waiting(self, decision: Decision) -> str:
         """Who a question with approvers waits on, and how far their votes went: the task's status message."""
