@@ -28,8 +28,8 @@ def run_sql(store_url: str, statements: Sequence[Statement]) -> list[list[Any]]:
     else:
         with psycopg.connect(store_url, autocommit=True) as pg, pg.transaction():
             for sql, params in statements:
-                cursor = pg.execute(sql, params)  # type: ignore[arg-type]  # test SQL built from constants
-                results.append(cursor.fetchall() if cursor.description else [])
+                found = pg.execute(sql, params)
+                results.append(found.fetchall() if found.description else [])
     return results
 
 

@@ -114,8 +114,12 @@ def _hash(trail: Trail, place: int) -> str:
 def _moved(chain: str, places: dict[int, int]) -> list[Statement]:
     """Renumber rows in two steps, so that no two rows share a place on the way (the unique index)."""
     where = "WHERE subject_id = %s AND chain_seq = %s"
-    parked = [(f"UPDATE elicit_audit SET chain_seq = %s {where}", (1000 + to, chain, at)) for at, to in places.items()]
-    back = [(f"UPDATE elicit_audit SET chain_seq = %s {where}", (to, chain, 1000 + to)) for to in places.values()]
+    parked: list[Statement] = [
+        (f"UPDATE elicit_audit SET chain_seq = %s {where}", (1000 + to, chain, at)) for at, to in places.items()
+    ]
+    back: list[Statement] = [
+        (f"UPDATE elicit_audit SET chain_seq = %s {where}", (to, chain, 1000 + to)) for to in places.values()
+    ]
     return parked + back
 
 

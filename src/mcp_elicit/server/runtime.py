@@ -83,6 +83,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.digest import json_path
 from mcp_elicit.server.answers import Declined, Expired
+from mcp_elicit.server.audit_sealer import AuditSealer, AuditSealing
 from mcp_elicit.server.background import Shared, beside
 from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
@@ -225,6 +226,9 @@ class Elicitation:
 
     `notifications`: webhooks a served app delivers the store's outbox to ("decision waiting", "decision
     ended", "task needs input"), signed, at least once (see `mcp_elicit.server.notifications`).
+
+    `audit`: the keys a served app signs the audit trail's checkpoints with, every `checkpoint_interval` (see
+    `mcp_elicit.server.audit_sealer`); None leaves the trail unsealed until `mcp-elicit audit seal` runs.
     """
 
     def __init__(
@@ -237,6 +241,7 @@ class Elicitation:
         timing: Timing | None = None,
         tasks: TaskSettings | None = None,
         notifications: Notifications | None = None,
+        audit: AuditSealing | None = None,
         clock: Clock = utc_now,
     ) -> None:
         store_telemetry.install()
@@ -264,6 +269,10 @@ class Elicitation:
             self._background.append(Shared(self._sweeper.run))
         if notifications is not None and notifications.targets:
             self._background.append(Shared(Deliverer(self._async_store, notifications, clock).run))
+        self.audit = audit
+        if audit is not None and audit.checkpoint_interval is not None:
+            sealer = AuditSealer(self._async_store, audit.keys, audit.checkpoint_interval)
+            self._background.append(Shared(sealer.run))
         self._hearing = False
         self._tools: dict[str, tuple[_Entry, Callable[..., Any], bool | None]] = {}
         self.tasks = self._task_service(tasks or TaskSettings())
