@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.listing
 	$(BIN)/python -m bench.sweep
+	$(BIN)/python -m bench.audit
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.inprocess
 	$(BIN)/python -m bench.where

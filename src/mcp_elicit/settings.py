@@ -73,6 +73,19 @@ def _key_ring(text: object) -> object:
     return tuple(keys)
 
 
+def _audit_seeds(text: object) -> object:
+    """A key ring (`_key_ring`) whose keys are Ed25519 seeds: exactly 32 bytes each."""
+    keys = _key_ring(text)
+    if isinstance(keys, tuple):
+        for index, key in enumerate(keys):
+            if len(key) != _MIN_KEY_BYTES:
+                raise ValueError(
+                    f"key {index + 1} has {len(key)} bytes; an Ed25519 seed has exactly {_MIN_KEY_BYTES}; "
+                    f"generate one with: {GENERATE_KEY}"
+                )
+    return keys
+
+
 def _names(text: object) -> object:
     """Comma-separated names; blanks around and between them are ignored."""
     if not isinstance(text, str):
@@ -116,6 +129,7 @@ def _base_url(text: object) -> object:
 
 
 KeyRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_key_ring), Field(repr=False)]
+SeedRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_audit_seeds), Field(repr=False)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
 RoleMembers = Annotated[dict[str, tuple[str, ...]], BeforeValidator(_role_members)]
 BaseURL = Annotated[str | None, BeforeValidator(_base_url)]
@@ -137,6 +151,8 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_STATE_KEYS`: seals 2026-07-28 `requestState`; the first seals, every key opens."""
     vault_keys: Secret = None
     """`MCP_ELICIT_VAULT_KEYS`: the vault's AES-256 keys, `id:base64key,...`; the first seals."""
+    audit_keys: SeedRing = None
+    """`MCP_ELICIT_AUDIT_KEYS`: Ed25519 seeds signing the audit's checkpoints; the first signs, all are published."""
     operators: Names = ()
     """`MCP_ELICIT_OPERATORS`: usernames (among the users) who see and may cancel everyone's decisions."""
     approver_roles: RoleMembers = Field(default_factory=dict)

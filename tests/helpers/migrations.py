@@ -10,13 +10,28 @@ import psycopg
 
 from mcp_elicit.store.url import sqlite_path
 
+SINCE_SCHEMA_10 = (
+    "DROP TABLE elicit_audit_origin",
+    "DROP TABLE elicit_audit_checkpoint_heads",
+    "DROP TABLE elicit_audit_checkpoints",
+    "DROP TABLE elicit_audit_heads",
+    "DROP INDEX elicit_audit_chain",
+    "DROP INDEX elicit_audit_unsealed",
+    "ALTER TABLE elicit_audit DROP COLUMN row_hash",
+    "ALTER TABLE elicit_audit DROP COLUMN prev_hash",
+    "ALTER TABLE elicit_audit DROP COLUMN chain_seq",
+    "DELETE FROM elicit_schema WHERE version = 11",
+)
+"""What schema 11 added (the audit's chains, heads and checkpoints), taken back."""
+
 SINCE_SCHEMA_9 = (
+    *SINCE_SCHEMA_10,
     "DROP TABLE elicit_votes",
     "DROP INDEX elicit_decisions_approvals",
     "ALTER TABLE elicit_decisions DROP COLUMN approvers",
     "DELETE FROM elicit_schema WHERE version = 10",
 )
-"""What schema 10 added (approvers and their votes), taken back."""
+"""What schemas 10 (approvers and their votes) and 11 added, taken back."""
 
 
 def take_back(store_url: str, statements: Sequence[str]) -> None:

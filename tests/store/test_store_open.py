@@ -425,7 +425,7 @@ def test_questions_asked_before_schema_8_read_with_no_call_summary(store_url: st
     )
     store = open_store(store_url, clock=clock)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 10
+        assert store.schema_version() == SCHEMA_VERSION == 11
         before = store.get_decision(asked.elicitation_id, ALICE)
         assert asked.about and before.about == ""
         assert before == dataclasses.replace(asked, about="")

@@ -374,7 +374,7 @@ def test_schema_10_keeps_the_decisions_of_schema_9(store_url: str, clock: FakeCl
     take_back(store_url, SINCE_SCHEMA_9)
     store = open_store(store_url, clock=clock)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 10
+        assert store.schema_version() == SCHEMA_VERSION == 11
         assert store.get_decision(before.elicitation_id, ALICE) == before
         assert store.get_decision(answered.elicitation_id, ALICE) == answered
         assert before.approvers is None

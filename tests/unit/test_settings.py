@@ -190,6 +190,7 @@ def test_only_a_secret_comes_from_a_file(tmp_path: Path) -> None:
         "auth_keys",
         "state_keys",
         "vault_keys",
+        "audit_keys",
         "provider_client_secret",
         "webhook_url",
         "webhook_secret",

@@ -18,15 +18,15 @@ from typer.core import TyperGroup
 if TYPE_CHECKING:
     from typer._click import Command  # the click typer builds on (its own copy in recent versions)
 
-_COMMANDS = ("serve", "call", "login", "demo", "doctor", "decisions", "grants", "install")
+_COMMANDS = ("serve", "call", "login", "demo", "doctor", "decisions", "grants", "audit", "install")
 """Each command's name, that of its module in `mcp_elicit.cli` and of its function there (`decisions` is the
-module's `app`, a group of its own, and so is `grants`), in the order help lists them."""
+module's `app`, a group of its own, and so are `grants` and `audit`), in the order help lists them."""
 
 
 def _load(name: str) -> Command:
     module = importlib.import_module(f"mcp_elicit.cli.{name}")
     holder = typer.Typer()
-    if name in ("decisions", "grants"):
+    if name in ("decisions", "grants", "audit"):
         holder.add_typer(module.app, name=name)
     else:
         holder.command(name)(getattr(module, name))

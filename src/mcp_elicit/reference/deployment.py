@@ -30,7 +30,7 @@ from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
 from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
 from mcp_elicit.reference.workspace import Workspace
-from mcp_elicit.server import DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
+from mcp_elicit.server import AuditSealing, DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
 from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.web import (
     ApiKeyEntry,
@@ -43,6 +43,7 @@ from mcp_elicit.web import (
     Vault,
     VaultKeyRing,
 )
+from mcp_elicit.web.audit_keys import audit_keys_routes
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.routes import add_routes
 
@@ -75,6 +76,8 @@ class HttpSettings:
     """The webhook of `MCP_ELICIT_WEBHOOK_URL` and the mail target of `MCP_ELICIT_SMTP_HOST`, when either is set."""
     approver_roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Who holds each approver role: usernames of the configured users (`MCP_ELICIT_APPROVER_ROLES`)."""
+    audit: AuditSealing | None = None
+    """The audit's signing keys (`MCP_ELICIT_AUDIT_KEYS`): when set, the trail is sealed every 5 s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +150,11 @@ def http_settings(environ: Mapping[str, str], public_url: str) -> HttpSettings:
     operators = read(lambda: _operators(environ, users)) if users is not None else None
     notifications = read(lambda: Notifications.from_env(environ))
     approvers = read(lambda: _approver_roles(environ, users)) if users is not None else None
+    audit = read(lambda: AuditSealing.from_env(environ))
     if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
         raise SettingsError(problems)
     found = (users, auth_keys, state_keys, vault_keys, provider, operators or frozenset(), notifications)
-    return HttpSettings(public_url.rstrip("/"), *found, approver_roles=approvers or {})
+    return HttpSettings(public_url.rstrip("/"), *found, approver_roles=approvers or {}, audit=audit)
 
 
 def _approver_roles(environ: Mapping[str, str], users: LocalUsers) -> dict[str, tuple[str, ...]]:
@@ -210,6 +214,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         public_base_url=public_url,
         identity=IdentityPolicy(),
         notifications=None if notifications is None else replace(notifications, links=links),
+        audit=settings.audit,
     )
     auth = LocalAuthorizationServer(
         public_url, settings.users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
@@ -254,6 +259,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
     )
     auth.sign_in_reason = pages.sign_in_reason
     inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))
-    add_routes(server, [*pages.routes(), *inbox.routes()])
+    published = [] if settings.audit is None else audit_keys_routes(settings.audit.keys.public())
+    add_routes(server, [*pages.routes(), *inbox.routes(), *published])
     Health(elicitation).add_routes(server)
     return Deployment(server=server, elicitation=elicitation, public_url=public_url, auth=auth)

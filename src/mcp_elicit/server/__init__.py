@@ -11,6 +11,7 @@ from mcp_elicit.server.answers import (
     Failed,
     UrlAnswer,
 )
+from mcp_elicit.server.audit_sealer import AuditSealing
 from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.execution import DEFAULT_LEASE, ClientRefused
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
@@ -32,6 +33,7 @@ __all__ = [
     "REPLAYED_META_KEY",
     "Accepted",
     "Answer",
+    "AuditSealing",
     "Cancelled",
     "ClientRefused",
     "Completed",

@@ -83,6 +83,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.digest import json_path
 from mcp_elicit.server.answers import Declined, Expired
+from mcp_elicit.server.audit_sealer import AuditSealer, AuditSealing
 from mcp_elicit.server.background import Shared, beside
 from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.eras import Call, Declared, EraAdapter, RequestContext, Target
@@ -235,6 +236,8 @@ class Elicitation:
     `tool_approval`: serve the experimental tool-approval extension, after a draft (SEP-2848, see
     `server.eras.tool_approval`): a call of a tool whose gate has others approve it, from a client that declared
     the extension, becomes a task that waits for the approval and then runs. Off by default.
+    `audit`: the keys a served app signs the audit trail's checkpoints with, every `checkpoint_interval` (see
+    `mcp_elicit.server.audit_sealer`); None leaves the trail unsealed until `mcp-elicit audit seal` runs.
     """
 
     def __init__(
@@ -248,6 +251,7 @@ class Elicitation:
         tasks: TaskSettings | None = None,
         notifications: Notifications | None = None,
         tool_approval: bool = False,
+        audit: AuditSealing | None = None,
         clock: Clock = utc_now,
     ) -> None:
         if not isinstance(tool_approval, bool):
@@ -278,6 +282,10 @@ class Elicitation:
             self._background.append(Shared(self._sweeper.run))
         if notifications is not None and notifications.targets:
             self._background.append(Shared(Deliverer(self._async_store, notifications, clock).run))
+        self.audit = audit
+        if audit is not None and audit.checkpoint_interval is not None:
+            sealer = AuditSealer(self._async_store, audit.keys, audit.checkpoint_interval)
+            self._background.append(Shared(sealer.run))
         self._hearing = False
         self._tools: dict[str, tuple[_Entry, Callable[..., Any], bool | None]] = {}
         self.tasks = self._task_service(tasks or TaskSettings())

@@ -26,7 +26,9 @@ from mcp_elicit.model import (
     Verdict,
     Vote,
 )
+from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.store._facade import StoreBase
+from mcp_elicit.store.audit import SEAL_BATCH, AuditReport, SealedRow, SealResult
 from mcp_elicit.store.errors import UnreadableRow
 from mcp_elicit.store.protocol import (
     Claim,
@@ -403,3 +405,23 @@ class Store(StoreBase):
         """Delete the deliveries settled (delivered or dead) before `settled_before`, and any that happened before
         `stale_before` (a webhook no instance delivers to any more leaves its rows pending); how many."""
         return self._run(lambda core: core.outbox_purge(settled_before, stale_before=stale_before))
+
+    def seal_audit(self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH) -> SealResult:
+        """Chain up to `batch` unsealed audit rows, oldest first, and sign a checkpoint over every chain's head with
+        the ring's first key, in one transaction (see `mcp_elicit.store.audit`). Nothing to seal, or another
+        instance sealing (PostgreSQL), is a result with no checkpoint."""
+        return self._run(lambda core: core.seal_audit(keys, batch=batch))
+
+    def verify_audit(self, keys: AuditPublicKeys) -> AuditReport:
+        """Check every chain, head and checkpoint in one snapshot, checkpoints' signatures with `keys`, which must
+        come from where the verifier trusts (the published keys, the signing keys), never from this store."""
+        return self._run(lambda core: core.verify_audit(keys))
+
+    def audit_export(
+        self, *, after: int = 0, limit: int = 1000, since: datetime | None = None, operation_id: str | None = None
+    ) -> list[SealedRow]:
+        """Audit rows past `seq` `after`, oldest first, at or after `since`, of one operation (its own, its
+        decisions' and the grants they approved) with `operation_id`; sealed or not, as stored."""
+        return self._run(
+            lambda core: core.audit_export(after=after, limit=limit, since=since, operation_id=operation_id)
+        )

@@ -321,7 +321,46 @@ CREATE TABLE elicit_votes (
 )
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# Tamper evidence: the sealer (`_audit_chain`) appends each audit row to its subject's hash chain after the row
+# commits (NULL: not sealed yet; writers never wait on a chain), keeps each chain's head, and signs a checkpoint
+# over all heads, keeping only the heads each checkpoint changed. The rows written before this schema are chained
+# by the first seal after it: `elicit_audit_origin` records the highest of them, and every checkpoint signs it.
+_V11 = """
+ALTER TABLE elicit_audit ADD COLUMN chain_seq BIGINT;
+ALTER TABLE elicit_audit ADD COLUMN prev_hash TEXT;
+ALTER TABLE elicit_audit ADD COLUMN row_hash TEXT;
+CREATE INDEX elicit_audit_unsealed ON elicit_audit (seq) WHERE row_hash IS NULL;
+CREATE UNIQUE INDEX elicit_audit_chain ON elicit_audit (subject_id, chain_seq) WHERE chain_seq IS NOT NULL;
+CREATE TABLE elicit_audit_heads (
+    chain TEXT NOT NULL PRIMARY KEY,
+    chain_seq BIGINT NOT NULL,
+    row_hash TEXT NOT NULL
+);
+CREATE TABLE elicit_audit_checkpoints (
+    checkpoint_id BIGINT NOT NULL PRIMARY KEY,
+    sealed_at {time} NOT NULL,
+    prev_root TEXT NOT NULL,
+    root TEXT NOT NULL,
+    chains BIGINT NOT NULL,
+    rows_sealed BIGINT NOT NULL,
+    migrated_through BIGINT NOT NULL,
+    key_id TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE TABLE elicit_audit_checkpoint_heads (
+    checkpoint_id BIGINT NOT NULL,
+    chain TEXT NOT NULL,
+    chain_seq BIGINT NOT NULL,
+    row_hash TEXT NOT NULL,
+    PRIMARY KEY (checkpoint_id, chain)
+);
+CREATE TABLE elicit_audit_origin (
+    migrated_through BIGINT NOT NULL
+);
+INSERT INTO elicit_audit_origin (migrated_through) SELECT coalesce(max(seq), 0) FROM elicit_audit
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 LATEST_VERSION = len(MIGRATIONS)
 
 

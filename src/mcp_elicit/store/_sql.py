@@ -7,12 +7,13 @@ overdue), and an overdue record is expired right there so a late signal can neve
 
 `SQLCore` composes one class per aggregate, each in its own module so that one can be read alone:
 `_operations`, `_decisions`, `_votes` (approvers' votes on decisions), `_journal` (and claims), `_grants`,
-`_tokens` (and OAuth clients), `_vault`, `_outbox` and `_sweep`, over the pieces they share in `_core` and the
-engine interface in `_engine`.
+`_tokens` (and OAuth clients), `_vault`, `_outbox`, `_sweep` and `_audit_chain` (the audit's sealer), over the
+pieces they share in `_core` and the engine interface in `_engine`.
 """
 
 from __future__ import annotations
 
+from mcp_elicit.store._audit_chain import AuditChainCore
 from mcp_elicit.store._decisions import DecisionsCore
 from mcp_elicit.store._grants import GrantsCore
 from mcp_elicit.store._journal import JournalCore
@@ -25,7 +26,16 @@ from mcp_elicit.store._votes import VotesCore
 
 
 class SQLCore(
-    OperationsCore, VotesCore, DecisionsCore, JournalCore, GrantsCore, TokensCore, VaultCore, OutboxCore, SweepCore
+    OperationsCore,
+    VotesCore,
+    DecisionsCore,
+    JournalCore,
+    GrantsCore,
+    TokensCore,
+    VaultCore,
+    OutboxCore,
+    SweepCore,
+    AuditChainCore,
 ):
     """The store's logic, once, as coroutines; an engine supplies transactions and value codecs.
 

@@ -66,12 +66,16 @@ _MIGRATION_LOCK = 0x6D63_7065_6C69_6301  # an arbitrary constant naming "our mig
 SWEEP_LOCK = 0x6D63_7065_6C69_6302
 """The advisory lock a sweep's transaction holds, so that one instance sweeps at a time. Public because it is
 part of the database's use: an application sharing the database keeps its own advisory locks clear of it."""
+SEAL_LOCK = 0x6D63_7065_6C69_6303
+"""The advisory lock a seal of the audit trail holds, so that one instance seals at a time (public as `SWEEP_LOCK`)."""
 NAMED_LOCKS = 0x6D63_7065
 """The first key of the two-key advisory locks a write takes on a name (`_lock_name`), the second the name's hash:
 the two-key space does not overlap the one-key locks above."""
 
 
 _BEGIN: tuple[str, Sequence[object]] = ("BEGIN", ())
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+"""The first statement of a snapshot (`_snapshot`): every later read sees the database as of its first."""
 
 
 class _Waiting:
@@ -216,6 +220,10 @@ class _PostgresCore(SQLCore):
         row = await tx.one("SELECT pg_try_advisory_xact_lock(%s)", (SWEEP_LOCK,))
         return bool(row[0])
 
+    async def _seal_turn(self, tx: Tx) -> bool:
+        row = await tx.one("SELECT pg_try_advisory_xact_lock(%s)", (SEAL_LOCK,))
+        return bool(row[0])
+
     async def _expire_due(self, tx: Tx, sweepable: Sweepable, now: datetime, batch: int) -> list[str]:
         # One statement: rows another sweeper holds are skipped, never expired or audited twice.
         identity, version = sweepable.id_column, sweepable.version_column
@@ -291,6 +299,17 @@ class _BlockingPostgres(_PostgresCore):
         return self._transaction(write=False)
 
     @asynccontextmanager
+    async def _snapshot(self) -> AsyncIterator[Tx]:
+        try:
+            with self._pool.connection() as connection, connection.transaction(), connection.cursor() as cursor:
+                cursor.execute(_SNAPSHOT)
+                yield _PostgresTx(connection, cursor, write=False)
+        except PoolTimeout:
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
+
+    @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[Tx]:
         # On an error the connection's own exit rolls back whatever was begun.
         try:
@@ -327,6 +346,21 @@ class _AsyncPostgres(_PostgresCore):
 
     def _begin_read(self) -> AbstractAsyncContextManager[Tx]:
         return self._transaction(write=False)
+
+    @asynccontextmanager
+    async def _snapshot(self) -> AsyncIterator[Tx]:
+        try:
+            async with (
+                self._pool.connection() as connection,
+                connection.transaction(),
+                connection.cursor() as cursor,
+            ):
+                await cursor.execute(_SNAPSHOT)
+                yield _AsyncPostgresTx(connection, cursor, write=False)
+        except PoolTimeout:
+            raise StoreUnavailable(f"no connection to {self._display} became free in time") from None
+        except psycopg.Error as error:
+            raise _translate(error, self._display) from None
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[Tx]:

@@ -164,6 +164,29 @@ class _SQLiteTx:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
 
 
+class _Snapshot:
+    """A deferred `BEGIN` ... `ROLLBACK`: in WAL mode its reads see one snapshot, and writers go on meanwhile."""
+
+    __slots__ = ("_connection", "_path")
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._connection = connection
+        self._path = path
+
+    async def __aenter__(self) -> _SQLiteTx:
+        try:
+            self._connection.execute("BEGIN")
+        except sqlite3.Error as error:
+            raise _translate(error, self._path) from None
+        return _SQLiteTx(self._connection)
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if self._connection.in_transaction:
+            self._connection.execute("ROLLBACK")
+        if isinstance(error, sqlite3.Error):
+            raise _translate(error, self._path) from None
+
+
 class _Translated:
     """A transaction of the connection's that is already open (a read, or a call inside `atomically`):
     nothing to begin or commit, only driver errors to turn into store errors."""
@@ -369,6 +392,9 @@ class _SQLiteCore(SQLCore):
 
     def _begin_read(self) -> _Translated:
         return _Translated(_SQLiteTx(self._connection()), self._path)
+
+    def _snapshot(self) -> _Snapshot:
+        return _Snapshot(self._connection(), self._path)
 
     def _join(self, tx: Tx) -> _Translated:
         assert isinstance(tx, _SQLiteTx)

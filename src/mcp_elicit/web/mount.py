@@ -6,7 +6,8 @@ keep what they obtain in the vault. `mount_web(server, elicitation, WebPages(...
 `MCPServer`, or to a FastMCP built with `FastMCPFlows`, as custom routes (served without bearer
 authorization, since a browser carries no MCP token): the decision pages and the OAuth callback, the
 decision inbox, the sign-in routes of a `SignIn` that serves its own (`LocalAuthorizationServer`:
-`/signin`, `/signout`), and `/healthz` and `/readyz`. The `mcp-elicit serve --transport http` deployment
+`/signin`, `/signout`), `/healthz` and `/readyz`, and the audit's public keys when the `Elicitation` seals its
+audit trail (`/.well-known/mcp-elicit/audit-keys`). The `mcp-elicit serve --transport http` deployment
 is wired the same way.
 
 Guarantees: everything is checked before a route is added (a public base URL to serve under, a vault for
@@ -34,6 +35,7 @@ from starlette.routing import Route
 
 from mcp_elicit.server.notifications.links import DecisionLinks
 from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.web.audit_keys import audit_keys_routes
 from mcp_elicit.web.authserver import LocalAuthorizationServer
 from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
@@ -133,6 +135,8 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
         pages.sign_in.sign_in_reason = url_pages.sign_in_reason
     if pages.health:
         routes += Health(elicitation).routes()
+    if elicitation.audit is not None:
+        routes += audit_keys_routes(elicitation.audit.keys.public())
     add_routes(server, routes)
     return url_pages
 

@@ -1,0 +1,223 @@
+"""`mcp-elicit audit ...`: verify the audit trail's tamper evidence, export it, seal it, print its public keys.
+
+The served app seals the trail every few seconds when `MCP_ELICIT_AUDIT_KEYS` is set (see
+`mcp_elicit.server.audit_sealer`); `seal` does one round by hand (cron, a store no server runs on). `verify`
+checks every chain, head and checkpoint (see `mcp_elicit.store.audit`) against public keys it takes from
+`--keys` (the published document, as a file or its URL) or derives from `MCP_ELICIT_AUDIT_KEYS`, never from
+the store: whoever can write to the database could store a key of their own there.
+
+Exit codes: 0 done (for `verify`: the trail is sound); 1 `verify` found a break, the first named on stderr;
+2 a usage error (no keys, a keys document that cannot be read, a bad `--since`) or a store that cannot be used.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from mcp_elicit.cli.decisions import StoreOption, _say, _store, err
+from mcp_elicit.model import JSONObject
+from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
+from mcp_elicit.settings import Settings, SettingsError, variable
+from mcp_elicit.store.audit import AuditReport, SealedRow
+
+app = typer.Typer(help="Verify, export and seal the tamper-evident audit trail.", no_args_is_help=True)
+
+USAGE = 2
+BROKEN = 1
+PAGE = 1000
+_KEYS_VARIABLE = variable("audit_keys")
+
+
+def _signing_keys() -> AuditSigningKeys | None:
+    try:
+        seeds = Settings.read(only=["audit_keys"]).audit_keys
+    except SettingsError as error:
+        for problem in error.problems:
+            _say(err, "error:", "red", problem)
+        raise typer.Exit(USAGE) from None
+    return None if seeds is None else AuditSigningKeys(seeds)
+
+
+def _needed_signing_keys(command: str) -> AuditSigningKeys:
+    keys = _signing_keys()
+    if keys is None:
+        _say(err, "error:", "red", f"{command} needs the audit's signing keys: set {_KEYS_VARIABLE} (or its _FILE)")
+        raise typer.Exit(USAGE)
+    return keys
+
+
+def _published(source: str) -> AuditPublicKeys:
+    """The keys document at an http(s) URL or in a file."""
+    try:
+        if source.startswith(("https://", "http://")):
+            import httpx2
+
+            response = httpx2.get(source, timeout=30, follow_redirects=False)
+            response.raise_for_status()
+            document: Any = response.json()
+        else:
+            document = json.loads(Path(source).read_text(encoding="utf-8"))
+        return AuditPublicKeys.from_document(document)
+    except (OSError, ValueError) as error:
+        _say(err, "error:", "red", f"cannot read the audit keys from {source}: {error}")
+        raise typer.Exit(USAGE) from None
+    except Exception as error:  # an HTTP failure of any kind
+        _say(err, "error:", "red", f"cannot fetch the audit keys from {source}: {type(error).__name__}: {error}")
+        raise typer.Exit(USAGE) from None
+
+
+@app.command("verify")
+def verify(
+    store: StoreOption = None,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys",
+            metavar="FILE|URL",
+            help=f"The published audit keys document (a file, or the server's /.well-known/mcp-elicit/audit-keys); "
+            f"default: derived from {_KEYS_VARIABLE}.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Check every chain, head and checkpoint: exit 0 when the trail is sound, 1 naming the first break."""
+    if keys is not None:
+        public = _published(keys)
+    else:
+        signing = _signing_keys()
+        if signing is None:
+            _say(err, "error:", "red", f"give --keys FILE|URL (the published audit keys), or set {_KEYS_VARIABLE}")
+            raise typer.Exit(USAGE)
+        public = signing.public()
+    with _store(store) as opened:
+        report = opened.verify_audit(public)
+        url = opened.display_url
+    if not report.sound:
+        first = report.breaks[0]
+        more = len(report.breaks) - 1
+        also = f" (and {more} more break{'s' if more > 1 else ''} after it)" if more else ""
+        _say(err, "broken:", "red", f"the audit trail of {url} was tampered with at {first}{also}")
+        raise typer.Exit(BROKEN)
+    typer.echo(_sound(report))
+
+
+def _sound(report: AuditReport) -> str:
+    last = report.last_checkpoint
+    lines = [f"sound: {report.chains:,} chains, {report.rows_sealed:,} rows sealed"]
+    if last is None:
+        lines.append("no checkpoint yet")
+    else:
+        when = last.sealed_at.astimezone(UTC).isoformat(timespec="seconds")
+        lines.append(f"last checkpoint {last.checkpoint_id} at {when}, root {last.root}, key {report.last_key_id}")
+    lines.append(
+        f"{report.unsealed:,} rows written since, not yet covered by a checkpoint (the exposure window)"
+        if report.unsealed
+        else "every row is covered by a checkpoint"
+    )
+    if report.migrated_rows:
+        lines.append(
+            f"{report.migrated_rows:,} rows (seq up to {report.migrated_through}) were written before the audit was "
+            "chained (schema 11), and chained at migration, not when written"
+        )
+    return "\n".join(lines)
+
+
+@app.command("seal")
+def seal(store: StoreOption = None) -> None:
+    """Chain the rows written since the last seal and sign a checkpoint (what a served app does every few seconds)."""
+    keys = _needed_signing_keys("audit seal")
+    rows = checkpoints = 0
+    last = None
+    with _store(store) as opened:
+        while True:
+            result = opened.seal_audit(keys)
+            if not result.rows:
+                break
+            rows, checkpoints, last = rows + result.rows, checkpoints + 1, result.checkpoint_id
+    if not checkpoints:
+        typer.echo("nothing to seal: every row is sealed (or another instance is sealing now)")
+    else:
+        typer.echo(f"sealed {rows:,} rows in {checkpoints} checkpoint{'s' if checkpoints > 1 else ''}; last {last}")
+
+
+@app.command("keys")
+def keys() -> None:
+    """Print the audit's public keys document (as the served app publishes it), from the signing keys."""
+    signing = _needed_signing_keys("audit keys")
+    typer.echo(json.dumps(signing.public().document(), indent=2))
+
+
+def _since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not an ISO 8601 time (2026-01-31 or 2026-01-31T09:00:00Z)") from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+@app.command("export")
+def export(
+    store: StoreOption = None,
+    output_format: Annotated[Literal["jsonl"], typer.Option("--format", help="One JSON object a line.")] = "jsonl",
+    since: Annotated[
+        str | None, typer.Option(metavar="ISO", help="Only rows at or after this time (UTC unless it says).")
+    ] = None,
+    operation: Annotated[
+        str | None,
+        typer.Option(metavar="ID", help="Only the rows of this operation, its decisions and the grants they made."),
+    ] = None,
+) -> None:
+    """Write the audit rows, oldest first: who did what, with which role, why, on which arguments and grant.
+
+    Details are as stored: redacted values stay redacted. `chain_seq` and `row_hash` are null for a row not
+    sealed yet.
+    """
+    start = _since(since)
+    with _store(store) as opened:
+        after = 0
+        while True:
+            page = opened.audit_export(after=after, limit=PAGE, since=start, operation_id=operation)
+            for row in page:
+                sys.stdout.write(json.dumps(_exported(row), ensure_ascii=False, sort_keys=False) + "\n")
+            if len(page) < PAGE:
+                break
+            after = page[-1].entry.seq
+    sys.stdout.flush()
+
+
+def _exported(row: SealedRow) -> JSONObject:
+    entry, details = row.entry, row.entry.details
+    line: JSONObject = {
+        "seq": entry.seq,
+        "at": entry.at.astimezone(UTC).isoformat(timespec="microseconds"),
+        "subject_kind": entry.subject_kind.value,
+        "subject_id": entry.subject_id,
+        "from_status": entry.from_status,
+        "to_status": entry.to_status,
+        "actor": entry.actor,
+        "reason": entry.reason,
+        "details": details,
+        "chain_seq": row.chain_seq,
+        "row_hash": row.row_hash,
+    }
+    roles = details.get("roles")
+    if roles is not None:
+        line["roles"] = roles
+    digest = details.get("request_digest", details.get("proposal"))
+    if digest is not None:
+        line["argument_digest"] = digest
+    grant = entry.subject_id if entry.subject_kind.value == "grant" else details.get("grant_id")
+    if grant is not None:
+        line["grant_id"] = grant
+    return line
+
+
+__all__ = ["app"]

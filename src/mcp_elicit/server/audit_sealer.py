@@ -1,0 +1,87 @@
+"""Sealing the audit trail while a server runs: its rows chained and a signed checkpoint every few seconds.
+
+Writers keep inserting audit rows as before; `AuditSealer` calls the store's `seal_audit` every
+`checkpoint_interval` (jittered by a fifth, as the sweeper), which chains what was written since and signs a
+checkpoint over every chain's head with the ring's first key (see `mcp_elicit.store.audit`). A backlog (the
+rows of a store migrated to schema 11) is sealed batch after batch at once.
+
+Guarantees: while the server's event loop runs, a row is covered by a signed checkpoint within about
+`checkpoint_interval` of its commit: that interval is the exposure window `mcp-elicit audit verify` reports. A
+seal that fails (the store away) is logged and tried again at the next tick; on PostgreSQL one instance seals
+at a time, the others find the seal taken and skip it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import anyio
+
+from mcp_elicit.model.audit_keys import AuditSigningKeys
+from mcp_elicit.settings import Settings, SettingsError
+from mcp_elicit.store import StoreError
+from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.store.audit import SEAL_BATCH, SealResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_INTERVAL = timedelta(seconds=5)
+JITTER = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSealing:
+    """The keys that sign the audit's checkpoints, and how often a served app seals (None: only by hand, with
+    `mcp-elicit audit seal`)."""
+
+    keys: AuditSigningKeys = field(repr=False)
+    checkpoint_interval: timedelta | None = DEFAULT_CHECKPOINT_INTERVAL
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_interval is not None and self.checkpoint_interval <= timedelta(0):
+            raise ValueError(f"checkpoint_interval must be positive or None, got {self.checkpoint_interval}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AuditSealing | None:
+        """Sealing with the keys of `MCP_ELICIT_AUDIT_KEYS` (or its `_FILE`), or None when it is not set."""
+        settings = Settings.read(environ, only=["audit_keys"])
+        if settings.audit_keys is None:
+            return None
+        try:
+            return cls(AuditSigningKeys(settings.audit_keys))
+        except ValueError as error:
+            raise SettingsError([f"{settings.origin('audit_keys')}: {error}"]) from None
+
+
+class AuditSealer:
+    """Seals one store every jittered interval for as long as `run` runs."""
+
+    def __init__(self, store: AsyncStore, keys: AuditSigningKeys, interval: timedelta) -> None:
+        self._store = store
+        self._keys = keys
+        self._interval = interval.total_seconds()
+
+    def pause(self) -> float:
+        return self._interval * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 (spreading, not secrecy)
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(self.pause())
+            await self.seal()
+
+    async def seal(self) -> SealResult | None:
+        """Seal until the backlog is gone; the last seal's result, or None when the store failed."""
+        try:
+            while True:
+                result = await self._store.seal_audit(self._keys)
+                if result.rows < SEAL_BATCH:
+                    return result
+        except StoreError as error:
+            log.warning(
+                "cannot seal the audit trail of %s (trying again later): %s", self._store.sync.display_url, error
+            )
+            return None

@@ -1,0 +1,409 @@
+"""The audit trail's tamper evidence on both engines: chains, checkpoints, verify naming each kind of tampering."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from mcp_elicit.model import DecisionStatus, System
+from mcp_elicit.model.audit_chain import GENESIS, ChainedRow
+from mcp_elicit.model.audit_keys import AuditKeyError, AuditPublicKeys, AuditSigningKeys, key_id
+from mcp_elicit.store import SCHEMA_VERSION, Store, open_store, utc_now
+from mcp_elicit.store.audit import AuditReport, BreakKind
+from mcp_elicit.store.postgres import SEAL_LOCK
+from tests.helpers.audit_tamper import Statement, chain_rows, rehashed, run_sql
+from tests.helpers.clock import FakeClock
+from tests.helpers.migrations import SINCE_SCHEMA_10, take_back
+from tests.helpers.records import ALICE, Records
+
+KEYS = AuditSigningKeys([bytes(range(32))])
+PUBLIC = KEYS.public()
+
+
+@dataclass(frozen=True)
+class Trail:
+    """A sealed store: one decision whose chain has five rows, another decision, their operations."""
+
+    store: Store
+    url: str
+    chain: str
+    other: str
+    checkpoints: int
+
+
+def seal_all(store: Store, keys: AuditSigningKeys = KEYS) -> int:
+    checkpoints = 0
+    while store.seal_audit(keys).rows:
+        checkpoints += 1
+    return checkpoints
+
+
+def long_chain(records: Records, notes: int = 3) -> str:
+    decision = records.form()
+    for number in range(notes):
+        records.store.note(decision, actor=System("checker"), reason=f"looked at it ({number})")
+    records.store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+    return decision.elicitation_id
+
+
+@pytest.fixture
+def trail(store_url: str, clock: FakeClock) -> Iterator[Trail]:
+    store = open_store(store_url, clock=clock)
+    try:
+        records = Records(store, clock)
+        chain = long_chain(records)
+        first = seal_all(store)
+        other = records.form().elicitation_id
+        yield Trail(store, store_url, chain, other, first + seal_all(store))
+    finally:
+        store.close()
+
+
+def only_break(report: AuditReport) -> tuple[BreakKind, str | None, int | None, int | None]:
+    assert report.breaks, "verify found nothing"
+    first = report.breaks[0]
+    return first.kind, first.chain, first.chain_seq, first.checkpoint_id
+
+
+def test_a_sealed_trail_verifies_and_names_what_is_not_covered_yet(trail: Trail, clock: FakeClock) -> None:
+    store = trail.store
+    report = store.verify_audit(PUBLIC)
+    assert report.sound, report.breaks
+    assert trail.checkpoints == 2
+    assert report.last_checkpoint is not None and report.last_checkpoint.checkpoint_id == 2
+    assert report.last_key_id == PUBLIC.ids()[0]
+    assert report.rows_sealed == 5 + 1 + 1 + 1 and report.chains == 4 and report.unsealed == 0
+    assert [row.chain_seq for row in chain_rows(store, trail.chain)] == [1, 2, 3, 4, 5]
+    Records(store, clock).form()
+    later = store.verify_audit(PUBLIC)
+    assert later.sound and later.unsealed == 2, "rows written since the last seal are the exposure, not a break"
+    assert store.seal_audit(KEYS).checkpoint_id == 3
+    assert store.verify_audit(PUBLIC).unsealed == 0
+
+
+def test_each_row_links_to_the_one_before_in_its_own_subjects_chain(trail: Trail) -> None:
+    rows = chain_rows(trail.store, trail.chain)
+    assert rows[0].prev_hash == GENESIS
+    for before, row in itertools.pairwise(rows):
+        assert row.prev_hash == before.row_hash
+        assert row.chained().digest() == row.row_hash
+    other = chain_rows(trail.store, trail.other)
+    assert [row.chain_seq for row in other] == [1] and other[0].prev_hash == GENESIS
+
+
+def _row(trail: Trail, place: int, chain: str | None = None) -> ChainedRow:
+    [row] = [r for r in chain_rows(trail.store, chain or trail.chain) if r.chain_seq == place]
+    return row.chained()
+
+
+def _hash(trail: Trail, place: int) -> str:
+    return _row(trail, place).digest()
+
+
+def _moved(chain: str, places: dict[int, int]) -> list[Statement]:
+    """Renumber rows in two steps, so that no two rows share a place on the way (the unique index)."""
+    where = "WHERE subject_id = %s AND chain_seq = %s"
+    parked: list[Statement] = [
+        (f"UPDATE elicit_audit SET chain_seq = %s {where}", (1000 + to, chain, at)) for at, to in places.items()
+    ]
+    back: list[Statement] = [
+        (f"UPDATE elicit_audit SET chain_seq = %s {where}", (to, chain, 1000 + to)) for to in places.values()
+    ]
+    return parked + back
+
+
+def _inserted(trail: Trail) -> list[Statement]:
+    """A row forged at place 3 with a hash of its own linked to place 2, the rows after it moved one place on."""
+    forged = dataclasses.replace(_row(trail, 2), chain_seq=3, prev_hash=_hash(trail, 2), reason="approved by mallory")
+    copy = (
+        "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at,"
+        " chain_seq, prev_hash, row_hash) SELECT subject_kind, subject_id, from_status, to_status, actor, %s, details,"
+        " at, 3, %s, %s FROM elicit_audit WHERE subject_id = %s AND chain_seq = 2"
+    )
+    return [
+        *_moved(trail.chain, {5: 6, 4: 5, 3: 4}),
+        (copy, (forged.reason, forged.prev_hash, forged.digest(), trail.chain)),
+    ]
+
+
+def _truncated(trail: Trail) -> list[Statement]:
+    return [
+        ("DELETE FROM elicit_audit WHERE subject_id = %s AND chain_seq > 3", (trail.chain,)),
+        ("UPDATE elicit_audit_heads SET chain_seq = 3, row_hash = %s WHERE chain = %s", (_hash(trail, 3), trail.chain)),
+    ]
+
+
+def _resigned(trail: Trail) -> list[Statement]:
+    """Checkpoint 2 signed again, as it stands, with a key the verifier does not know."""
+    intruder = AuditSigningKeys([secrets.token_bytes(32)])
+    report = trail.store.verify_audit(PUBLIC)
+    assert report.last_checkpoint is not None
+    signature = intruder.sign(report.last_checkpoint.message())
+    update = "UPDATE elicit_audit_checkpoints SET key_id = %s, signature = %s WHERE checkpoint_id = 2"
+    return [(update, (signature.key_id, signature.value))]
+
+
+def _forged_root(trail: Trail) -> list[Statement]:
+    """Checkpoint 1's root and heads replaced to fit a rewritten chain, its signature left (no key to make one)."""
+    return [
+        ("UPDATE elicit_audit_checkpoint_heads SET row_hash = %s WHERE chain = %s", ("f" * 64, trail.chain)),
+        ("UPDATE elicit_audit_checkpoints SET root = %s WHERE checkpoint_id = 1", ("e" * 64,)),
+    ]
+
+
+TAMPERING: dict[str, tuple[Callable[[Trail], list[Statement]], BreakKind, int | None]] = {
+    "edit a field": (
+        lambda t: [("UPDATE elicit_audit SET reason = 'fine' WHERE subject_id = %s AND chain_seq = 3", (t.chain,))],
+        BreakKind.EDITED, 3,
+    ),
+    "edit the details": (
+        lambda t: [("UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s AND chain_seq = 5",
+                    (t.chain,))],
+        BreakKind.EDITED, 5,
+    ),
+    "delete a row": (
+        lambda t: [("DELETE FROM elicit_audit WHERE subject_id = %s AND chain_seq = 3", (t.chain,))],
+        BreakKind.DELETED, 3,
+    ),
+    "delete a row, renumber the rest": (
+        lambda t: [("DELETE FROM elicit_audit WHERE subject_id = %s AND chain_seq = 3", (t.chain,)),
+                   *_moved(t.chain, {4: 3, 5: 4})],
+        BreakKind.DELETED, 3,
+    ),
+    "insert a row": (_inserted, BreakKind.INSERTED, 4),
+    "reorder (swap chain_seq)": (lambda t: _moved(t.chain, {2: 3, 3: 2}), BreakKind.REORDERED, 2),
+    "truncate the tail": (_truncated, BreakKind.TRUNCATED, 4),
+    "truncate the tail, head left": (
+        lambda t: [("DELETE FROM elicit_audit WHERE subject_id = %s AND chain_seq > 3", (t.chain,))],
+        BreakKind.TRUNCATED, 4,
+    ),
+    "delete a whole chain": (
+        lambda t: [("DELETE FROM elicit_audit WHERE subject_id = %s", (t.chain,)),
+                   ("DELETE FROM elicit_audit_heads WHERE chain = %s", (t.chain,))],
+        BreakKind.CHAIN_DELETED, None,
+    ),
+    "edit a head": (
+        lambda t: [("UPDATE elicit_audit_heads SET row_hash = %s WHERE chain = %s", ("0" * 64, t.chain))],
+        BreakKind.HEAD_EDITED, 5,
+    ),
+    "recompute the hashes": (lambda t: rehashed(chain_rows(t.store, t.chain), 3, "fine"), BreakKind.REWRITTEN, 5),
+    "forge a checkpoint without the key": (_forged_root, BreakKind.CHECKPOINT_FORGED, None),
+    "re-sign a checkpoint with another key": (_resigned, BreakKind.UNKNOWN_KEY, None),
+    "delete a checkpoint": (
+        lambda t: [("DELETE FROM elicit_audit_checkpoints WHERE checkpoint_id = 1", ())],
+        BreakKind.CHECKPOINT_MISSING, None,
+    ),
+    "edit a checkpoint's heads": (
+        lambda t: [("UPDATE elicit_audit_checkpoint_heads SET chain_seq = 4 WHERE chain = %s", (t.chain,))],
+        BreakKind.CHECKPOINT_EDITED, None,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(TAMPERING))
+def test_verify_names_the_first_break_of_each_kind_of_tampering(trail: Trail, name: str) -> None:
+    tamper, kind, place = TAMPERING[name]
+    run_sql(trail.url, tamper(trail))
+    report = trail.store.verify_audit(PUBLIC)
+    assert not report.sound
+    found_kind, chain, found_place, checkpoint = only_break(report)
+    assert found_kind is kind, str(report.breaks[0])
+    if kind in (BreakKind.CHECKPOINT_FORGED, BreakKind.UNKNOWN_KEY, BreakKind.CHECKPOINT_MISSING):
+        assert checkpoint is not None and chain is None
+    elif kind is not BreakKind.CHECKPOINT_EDITED:
+        assert chain == trail.chain and found_place == place, str(report.breaks[0])
+    assert trail.chain in str(report.breaks[0]) or checkpoint is not None
+
+
+def test_verify_never_trusts_a_key_it_was_not_given(trail: Trail) -> None:
+    stranger = AuditSigningKeys([secrets.token_bytes(32)]).public()
+    report = trail.store.verify_audit(stranger)
+    assert only_break(report)[0] is BreakKind.UNKNOWN_KEY
+    assert str(report.breaks[0]).startswith("checkpoint 1: signed by key ")
+
+
+def test_a_rotated_ring_still_verifies_what_the_older_key_signed(store_url: str, clock: FakeClock) -> None:
+    old, new = bytes(range(32)), bytes(range(1, 33))
+    store = open_store(store_url, clock=clock)
+    try:
+        records = Records(store, clock)
+        long_chain(records)
+        store.seal_audit(AuditSigningKeys([old]))
+        long_chain(records)
+        rotated = AuditSigningKeys([new, old])
+        store.seal_audit(rotated)
+        published = AuditPublicKeys.from_document(rotated.public().document())
+        report = store.verify_audit(published)
+        assert report.sound, report.breaks
+        assert report.last_key_id == key_id(Ed25519PrivateKey.from_private_bytes(new).public_key())
+        newest_only = AuditSigningKeys([new]).public()
+        kind, _, _, checkpoint = only_break(store.verify_audit(newest_only))
+        assert (kind, checkpoint) == (BreakKind.UNKNOWN_KEY, 1)
+    finally:
+        store.close()
+
+
+def test_a_published_keys_document_is_checked_before_it_is_trusted() -> None:
+    document = PUBLIC.document()
+    [entry] = document["keys"]
+    assert entry["alg"] == "Ed25519" and len(base64.urlsafe_b64decode(entry["x"] + "=")) == 32
+    for bad, message in (
+        ({"keys": [{**entry, "kid": "0" * 16}]}, "is not its key's id"),
+        ({"keys": [{**entry, "x": "not base64!"}]}, "not a base64url Ed25519 public key"),
+        ({"keys": [{**entry, "alg": "RS256"}]}, "not an Ed25519 key"),
+        ({"keys": []}, "not an audit keys document"),
+        ([], "not an audit keys document"),
+    ):
+        with pytest.raises(AuditKeyError, match=message):
+            AuditPublicKeys.from_document(bad)
+    with pytest.raises(AuditKeyError, match="an Ed25519 seed has 32"):
+        AuditSigningKeys([bytes(31)])
+
+
+def test_a_backlog_is_sealed_in_batches_each_with_its_checkpoint(store: Store, records: Records) -> None:
+    for _ in range(4):
+        long_chain(records, notes=1)
+    assert store.seal_audit(KEYS, batch=5).rows == 5
+    assert store.seal_audit(KEYS, batch=5).rows == 5
+    rest = seal_all(store)
+    report = store.verify_audit(PUBLIC)
+    assert report.sound and report.rows_sealed == 4 * 4 and report.last_checkpoint is not None
+    assert report.last_checkpoint.checkpoint_id == 2 + rest
+    with pytest.raises(ValueError, match="at least one row"):
+        store.seal_audit(KEYS, batch=0)
+
+
+def test_nothing_to_seal_makes_no_checkpoint(store: Store) -> None:
+    assert store.seal_audit(KEYS).checkpoint_id is None
+    report = store.verify_audit(PUBLIC)
+    assert report.sound and report.last_checkpoint is None and report.rows_sealed == 0
+
+
+def test_export_pages_filters_by_time_and_operation(store: Store, records: Records, clock: FakeClock) -> None:
+    first = records.form()
+    clock.advance(timedelta(minutes=5))
+    since = clock()
+    second = records.form()
+    store.transition(second, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+    seal_all(store)
+    everything = store.audit_export()
+    assert [row.entry.seq for row in everything] == sorted(row.entry.seq for row in everything)
+    assert {row.entry.subject_id for row in store.audit_export(since=since)} == {
+        second.elicitation_id,
+        second.operation_id,
+    }
+    ops = store.audit_export(operation_id=first.operation_id)
+    assert {row.entry.subject_id for row in ops} == {first.elicitation_id, first.operation_id}
+    page = store.audit_export(limit=2)
+    assert store.audit_export(after=page[-1].entry.seq, limit=1)[0].entry.seq > page[-1].entry.seq
+    assert all(row.row_hash is not None for row in everything)
+
+
+def test_rows_written_before_schema_11_are_chained_at_migration_and_marked(store_url: str, clock: FakeClock) -> None:
+    store = open_store(store_url, clock=clock)
+    try:
+        records = Records(store, clock)
+        long_chain(records)
+        written = len(store.audit_export())
+    finally:
+        store.close()
+    take_back(store_url, SINCE_SCHEMA_10)
+    store = open_store(store_url, clock=clock)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 11
+        before = store.verify_audit(PUBLIC)
+        assert before.sound and before.unsealed == written and before.migrated_through == written
+        long_chain(Records(store, clock))
+        seal_all(store)
+        report = store.verify_audit(PUBLIC)
+        assert report.sound, report.breaks
+        assert report.migrated_through == written and report.migrated_rows == written
+        assert report.rows_sealed == 2 * written
+        run_sql(store_url, [("UPDATE elicit_audit_origin SET migrated_through = 0", ())])
+        kind, _, _, checkpoint = only_break(store.verify_audit(PUBLIC))
+        assert (kind, checkpoint) == (BreakKind.CHECKPOINT_EDITED, 1)
+    finally:
+        store.close()
+
+
+def test_a_fresh_store_marks_no_row_as_migrated(store: Store, records: Records) -> None:
+    long_chain(records)
+    seal_all(store)
+    report = store.verify_audit(PUBLIC)
+    assert report.migrated_through == 0 and report.migrated_rows == 0
+
+
+def test_one_instance_seals_at_a_time(pg_schema_url: str, clock: FakeClock) -> None:
+    store = open_store(pg_schema_url, clock=clock)
+    try:
+        Records(store, clock).form()
+        with psycopg.connect(pg_schema_url, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (SEAL_LOCK,))
+            assert store.seal_audit(KEYS).rows == 0, "another instance holds the seal: this one leaves it"
+            other.execute("SELECT pg_advisory_unlock(%s)", (SEAL_LOCK,))
+        assert store.seal_audit(KEYS).rows == 2
+    finally:
+        store.close()
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_verify_stays_green_under_concurrent_writers_while_the_sealer_runs(store_url: str) -> None:
+    """Four writer threads, a sealer thread and a verifier thread on one store: every verify, taken from one
+    snapshot while rows are written and sealed, is sound; at the end every row is sealed and covered."""
+    store = open_store(store_url)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    reports: list[AuditReport] = []
+
+    def guarded(work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                while not stop.is_set():
+                    work()
+            except BaseException as error:
+                failures.append(error)
+                stop.set()
+
+        return run
+
+    def write() -> None:
+        decision = Records(store, utc_now).form()
+        store.note(decision, actor=System("writer"), reason="noted")
+        store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True})
+
+    def seal() -> None:
+        store.seal_audit(KEYS, batch=50)
+        time.sleep(0.005)
+
+    def verify() -> None:
+        reports.append(store.verify_audit(PUBLIC))
+        assert reports[-1].sound, reports[-1].breaks
+
+    threads = [threading.Thread(target=guarded(work)) for work in (write, write, write, write, seal, verify)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(3)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        seal_all(store)
+        final = store.verify_audit(PUBLIC)
+        assert final.sound and final.unsealed == 0
+        assert final.rows_sealed == len(store.audit_export(limit=1_000_000))
+        sealed_during = [report for report in reports if report.rows_sealed and report.unsealed]
+        assert len(reports) >= 3 and sealed_during, "verify ran while rows were being written and sealed"
+    finally:
+        store.close()

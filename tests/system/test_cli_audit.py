@@ -1,0 +1,201 @@
+"""`mcp-elicit audit verify|export|seal|keys`, run as the installed command, and the served app's sealer."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from mcp_elicit.model import DecisionStatus, System
+from mcp_elicit.model.audit_keys import KEYS_PATH, AuditPublicKeys, AuditSigningKeys
+from mcp_elicit.store import open_store
+from tests.helpers.audit_tamper import run_sql
+from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.clock import FakeClock
+from tests.helpers.commands import cli
+from tests.helpers.http_harness import free_port, stop, wait_for_port
+from tests.helpers.records import ALICE, Records
+
+OLD, NEW = bytes(range(32)), bytes(range(100, 132))
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def keys_env(*seeds: bytes) -> dict[str, str]:
+    return {"MCP_ELICIT_AUDIT_KEYS": ",".join(b64(seed) for seed in seeds)}
+
+
+NO_KEYS = {"MCP_ELICIT_AUDIT_KEYS": ""}
+
+
+def written(store_url: str, clock: FakeClock) -> dict[str, str]:
+    """A decision answered with a secret field, noted twice; another operation's decision. Their ids."""
+    store = open_store(store_url, clock=clock)
+    try:
+        records = Records(store, clock)
+        decision = records.form(sensitive=("note",))
+        for number in range(2):
+            store.note(decision, actor=System("checker"), reason=f"looked ({number})")
+        clock.advance(timedelta(minutes=1))
+        store.transition(decision, DecisionStatus.ACCEPTED, caller=ALICE, content={"approve": True, "note": "hunter2"})
+        other = records.form()
+        return {
+            "decision": decision.elicitation_id, "operation": decision.operation_id,
+            "other": other.operation_id, "other_decision": other.elicitation_id,
+        }  # fmt: skip
+    finally:
+        store.close()
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_seal_then_verify_is_sound_and_states_the_exposure_window(store_url: str, clock: FakeClock) -> None:
+    written(store_url, clock)
+    before = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert before.returncode == 0, before.stderr
+    assert "no checkpoint yet" in before.stdout and "7 rows written since" in before.stdout
+    sealed = cli("audit", "seal", store=store_url, env=keys_env(OLD))
+    assert sealed.returncode == 0, sealed.stderr
+    assert sealed.stdout.strip() == "sealed 7 rows in 1 checkpoint; last 1"
+    again = cli("audit", "seal", store=store_url, env=keys_env(OLD))
+    assert again.stdout.startswith("nothing to seal")
+    verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith("sound: 4 chains, 7 rows sealed\nlast checkpoint 1 at ")
+    assert "every row is covered by a checkpoint" in verified.stdout
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_verify_exits_1_naming_the_first_break(store_url: str, clock: FakeClock) -> None:
+    ids = written(store_url, clock)
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
+    run_sql(
+        store_url,
+        [("UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s AND chain_seq = 4",
+          (ids["decision"],))],
+    )  # fmt: skip
+    result = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert f"chain {ids['decision']}, chain_seq 4: its contents do not match its hash (edited)" in result.stderr
+
+
+def test_rotation_keys_document_and_an_unknown_key(tmp_path: Path, sqlite_url: str, clock: FakeClock) -> None:
+    written(sqlite_url, clock)
+    assert cli("audit", "seal", store=sqlite_url, env=keys_env(OLD)).returncode == 0
+    store = open_store(sqlite_url, clock=clock)
+    try:
+        Records(store, clock).form()
+    finally:
+        store.close()
+    assert cli("audit", "seal", store=sqlite_url, env=keys_env(NEW, OLD)).returncode == 0
+    printed = cli("audit", "keys", env=keys_env(NEW, OLD))
+    assert printed.returncode == 0, printed.stderr
+    document = json.loads(printed.stdout)
+    assert [key["kid"] for key in document["keys"]] == AuditSigningKeys([NEW, OLD]).public().ids()
+    published = tmp_path / "audit-keys.json"
+    published.write_text(printed.stdout)
+    verified = cli("audit", "verify", "--keys", str(published), store=sqlite_url, env=NO_KEYS)
+    assert verified.returncode == 0, verified.stderr
+    assert "last checkpoint 2 at " in verified.stdout
+    newest = tmp_path / "newest.json"
+    newest.write_text(json.dumps(AuditSigningKeys([NEW]).public().document()))
+    refused = cli("audit", "verify", "--keys", str(newest), store=sqlite_url, env=NO_KEYS)
+    assert refused.returncode == 1
+    old_id = AuditSigningKeys([OLD]).public().ids()[0]
+    assert f"checkpoint 1: signed by key {old_id}, which is not among the public keys given (unknown key)" in (
+        refused.stderr
+    )
+
+
+def test_usage_errors_exit_2_and_say_what_to_do(tmp_path: Path, sqlite_url: str, clock: FakeClock) -> None:
+    written(sqlite_url, clock)
+    no_keys = cli("audit", "verify", store=sqlite_url, env=NO_KEYS)
+    assert no_keys.returncode == 2 and "give --keys FILE|URL" in no_keys.stderr
+    seal = cli("audit", "seal", store=sqlite_url, env=NO_KEYS)
+    assert seal.returncode == 2 and "audit seal needs the audit's signing keys" in seal.stderr
+    short = cli("audit", "keys", env={"MCP_ELICIT_AUDIT_KEYS": b64(bytes(48))})
+    assert short.returncode == 2 and "an Ed25519 seed has exactly 32" in short.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"keys": []}')
+    unreadable = cli("audit", "verify", "--keys", str(bad), store=sqlite_url, env=NO_KEYS)
+    assert unreadable.returncode == 2 and "not an audit keys document" in unreadable.stderr
+    since = cli("audit", "export", "--since", "yesterday", store=sqlite_url)
+    assert since.returncode == 2 and "is not an ISO 8601 time" in since.stderr
+    store = open_store(sqlite_url, clock=clock)
+    try:
+        assert store.verify_audit(AuditSigningKeys([OLD]).public()).rows_sealed == 0, "nothing was sealed"
+    finally:
+        store.close()
+
+
+def test_export_jsonl_by_time_and_operation_keeps_redactions(sqlite_url: str, clock: FakeClock) -> None:
+    start = clock()
+    ids = written(sqlite_url, clock)
+    assert cli("audit", "seal", store=sqlite_url, env=keys_env(OLD)).returncode == 0
+    every = cli("audit", "export", "--format", "jsonl", store=sqlite_url)
+    assert every.returncode == 0, every.stderr
+    lines = [json.loads(line) for line in every.stdout.splitlines()]
+    assert len(lines) == 7 and [line["seq"] for line in lines] == sorted(line["seq"] for line in lines)
+    assert all(line["row_hash"] and line["chain_seq"] for line in lines)
+    assert "hunter2" not in every.stdout
+    accepted = next(line for line in lines if line["to_status"] == "accepted")
+    assert accepted["actor"] == "principal:alice@client-a" and accepted["details"]["content"]["note"] != "hunter2"
+    created = next(line for line in lines if line["subject_kind"] == "operation")
+    assert created["argument_digest"].startswith("sha256:")
+    mine = cli("audit", "export", "--operation", ids["operation"], store=sqlite_url)
+    subjects = {json.loads(line)["subject_id"] for line in mine.stdout.splitlines()}
+    assert subjects == {ids["operation"], ids["decision"]}
+    later = (start + timedelta(seconds=30)).isoformat()
+    recent = [
+        json.loads(line) for line in cli("audit", "export", "--since", later, store=sqlite_url).stdout.splitlines()
+    ]
+    assert [(line["subject_id"], line["to_status"]) for line in recent] == [
+        (ids["decision"], "accepted"), (ids["other"], "open"), (ids["other_decision"], "requested"),
+    ]  # fmt: skip
+
+
+def test_the_served_app_seals_by_itself_and_publishes_its_keys(tmp_path: Path, sqlite_url: str) -> None:
+    """`serve --transport http` with `MCP_ELICIT_AUDIT_KEYS`: rows written meanwhile are covered within the
+    checkpoint interval, and verify checks them against the keys the server publishes."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    environ = {
+        **os.environ, **keys_env(NEW, OLD), "MCP_ELICIT_USERS": "alice:wonderland",
+        "MCP_ELICIT_AUTH_KEYS": b64(b"A" * 32), "MCP_ELICIT_STATE_KEYS": b64(b"S" * 32),
+        "MCP_ELICIT_VAULT_KEYS": "v1:" + b64(b"V" * 32),
+    }  # fmt: skip
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [COMMAND, "serve", "--transport", "http", "--port", str(port),
+             "--store", sqlite_url, "--workspace", str(tmp_path / "workspace")],
+            env=environ, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        wait_for_port(port, process)
+        url = f"http://127.0.0.1:{port}{KEYS_PATH}"
+        published = httpx2.get(url, timeout=30)
+        assert published.status_code == 200
+        assert AuditPublicKeys.from_document(published.json()).ids() == AuditSigningKeys([NEW, OLD]).public().ids()
+        written(sqlite_url, FakeClock(datetime.now(UTC)))
+        deadline = time.monotonic() + 20
+        while True:
+            result = cli("audit", "verify", "--keys", url, store=sqlite_url, env=NO_KEYS)
+            assert result.returncode == 0, result.stderr
+            sealed = int(re.search(r"(\d+) rows sealed", result.stdout).group(1))  # type: ignore[union-attr]
+            if "every row is covered by a checkpoint" in result.stdout and sealed >= 7:
+                break
+            assert time.monotonic() < deadline, result.stdout + log.read_text(errors="replace")
+            time.sleep(0.5)
+        assert f"key {AuditSigningKeys([NEW]).public().ids()[0]}" in result.stdout, "the newest key signs"
+    finally:
+        stop(process)
