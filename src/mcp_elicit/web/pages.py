@@ -993,7 +993,7 @@ class UrlPages:
 def _charged(charge: Charge) -> str:
     return (
         f"<dl>\n<dt>Amount</dt><dd><strong>{text(charge.shown)}</strong></dd>\n"
-        f"<dt>For</dt><dd>{text(charge.description)}</dd>\n</dl>"
+        f"<dt>Description</dt><dd>{text(charge.description)}</dd>\n</dl>"
     )
 
 
