@@ -15,7 +15,7 @@ from datetime import timedelta
 import httpx2
 import pytest
 
-from mcp_elicit.model import Decision, DecisionStatus, Operator
+from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
 from mcp_elicit.reference.payments import signed_event
 from mcp_elicit.web.external import event_entry
 from tests.helpers.pages_site import hidden
@@ -104,7 +104,7 @@ def test_the_page_shows_the_servers_amount_and_continue_opens_the_checkout_with_
     assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
 
 
-def _fifty(reference: str) -> list[dict[str, object]]:
+def _fifty(reference: str) -> list[dict[str, JSONValue]]:
     """50 deliveries of four events (two failed attempts, the success, a late failure), duplicated, shuffled."""
     events = [
         event(reference, "payment.failed", 1, reason="card_declined"),
@@ -114,7 +114,7 @@ def _fifty(reference: str) -> list[dict[str, object]]:
     ]
     deliveries = [events[i % len(events)] for i in range(50)]
     random.Random(2848).shuffle(deliveries)
-    return deliveries  # type: ignore[return-value]
+    return deliveries
 
 
 @pytest.mark.engines("sqlite", "postgres")
@@ -122,7 +122,7 @@ def test_a_payment_completes_once_under_50_duplicate_and_reordered_webhooks(site
     decision, reference = started(site)
     deliveries = _fifty(reference)
     with httpx2.Client(timeout=30) as http, ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(pool.map(lambda body: deliver(http, site, body), deliveries))  # type: ignore[arg-type]
+        answers = list(pool.map(lambda body: deliver(http, site, body), deliveries))
     assert {answer.status_code for answer in answers} <= {200, 409}, [a.text for a in answers if a.status_code >= 400]
     assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
     assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
@@ -134,7 +134,7 @@ def test_a_payment_completes_once_under_50_duplicate_and_reordered_webhooks(site
     rows = audit_rows(site, decision)
     with httpx2.Client(timeout=30) as http:
         for body in deliveries[:10]:
-            assert deliver(http, site, body).json() == {"status": "duplicate"}  # type: ignore[arg-type]
+            assert deliver(http, site, body).json() == {"status": "duplicate"}
     assert audit_rows(site, decision) == rows
 
 
