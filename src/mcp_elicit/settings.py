@@ -163,6 +163,9 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_PROVIDER_CLIENT_ID`: this server's client id at the provider."""
     provider_client_secret: Secret = None
     """`MCP_ELICIT_PROVIDER_CLIENT_SECRET`: this server's client secret at the provider."""
+    provider_webhook_secret: Secret = None
+    """`MCP_ELICIT_PROVIDER_WEBHOOK_SECRET`: the secret the provider's payment webhooks are signed with (at least 16
+    characters); with it, the reference server serves `pay_invoice`."""
     webhook_url: Secret = None
     """`MCP_ELICIT_WEBHOOK_URL`: where notifications are POSTed (its path and query are often a secret)."""
     webhook_secret: Secret = None

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx2
@@ -55,25 +56,30 @@ def test_the_example_script_runs_every_scenario_end_to_end(tmp_path: Path) -> No
     try:
         started = ports(terminal)
         terminal.see(
-            "1/4  Deploy approval",
+            "1/5  Deploy approval",
             "Deploy payments to production? The change scope is:",
             "- production: add migrations.sql; change app.py",
             "Deployed payments to staging and production (4 file changes). Note: approved in the demo",
             "(approve_production, form mode): accepted",
-            "2/4  Procurement choice",
+            "2/5  Procurement choice",
             "2 offer(s) for 'laptop' fit your budget of 1500.00",
             "Ordered 14-inch laptop, 32 GB from Contoso for 1490.00",
             "(choose_offer, form mode): accepted",
-            "3/4  Delete confirmation",
+            "3/5  Delete confirmation",
             "Delete these 5 file(s), 5.3 kB in all?",
             "- logs/app-2026-11-05.log (1.8 kB)",
             "Deleted 5 file(s) (5.3 kB).",
             "(confirm_delete, form mode): accepted",
-            "4/4  Connect an account in the browser",
+            "4/5  Connect an account in the browser",
             "Answered by the script: consent",
             "pressed Allow at the provider; the server's page says 'Done'",
             "Connected as ada (Ada Lovelace).",
             "(connect_account, url mode): external_completed",
+            "5/5  Pay an invoice",
+            "Answered by the script: consent",
+            "pressed Pay at the provider's",
+            "Paid invoice INV-1042 from Northwind: EUR 482.50.",
+            "(pay_invoice, url mode): external_completed",
             "List them with: mcp-elicit decisions ls",
         )
         assert terminal.finish() == 0, terminal.text[-3000:]
@@ -87,6 +93,7 @@ def test_the_example_script_runs_every_scenario_end_to_end(tmp_path: Path) -> No
         ("choose_offer", DecisionStatus.ACCEPTED),
         ("confirm_delete", DecisionStatus.ACCEPTED),
         ("connect_account", DecisionStatus.EXTERNAL_COMPLETED),
+        ("pay_invoice", DecisionStatus.EXTERNAL_COMPLETED),
     ]
     assert decisions[1].content == {"offer": "LAP-14-B"}
     principal = decisions[0].principal_id
@@ -127,6 +134,7 @@ def test_declines_and_cancels_on_postgresql_at_2025_11_25(tmp_path: Path, pg_sch
                 {"match": "Which one should I order?", "reply": "cancel"},
                 {"match": "Delete these", "reply": "accept", "content": {"delete": False}},
                 {"match": "Connect your", "reply": "decline"},
+                {"match": "Pay invoice", "reply": "decline"},
             ]
         )
     )
@@ -153,6 +161,7 @@ def test_declines_and_cancels_on_postgresql_at_2025_11_25(tmp_path: Path, pg_sch
             "Nothing deleted (not confirmed).",
             "Answered by the script: decline",
             "Not connected (declined).",
+            "Invoice INV-1042 is not paid (declined).",
             f"mcp-elicit decisions ls --store {pg_schema_url}",
         )
         assert terminal.finish() == 0, terminal.text[-3000:]
@@ -164,6 +173,7 @@ def test_declines_and_cancels_on_postgresql_at_2025_11_25(tmp_path: Path, pg_sch
         ("choose_offer", DecisionStatus.CANCELLED),
         ("confirm_delete", DecisionStatus.ACCEPTED),
         ("connect_account", DecisionStatus.DECLINED),
+        ("pay_invoice", DecisionStatus.DECLINED),
     ]
     release = (workspace / "services" / "payments" / "release" / "app.py").read_text()
     assert (workspace / "deployed" / "staging" / "payments" / "app.py").read_text() == release
@@ -202,6 +212,30 @@ def walk_as_a_person(url: str, user: tuple[str, str], provider_user: tuple[str, 
         )
         assert allowed.status_code == 302, allowed.text
         return browser.get(allowed.headers["location"]).text
+
+
+def pay_as_a_person(url: str, user: tuple[str, str]) -> str:
+    """What a person does in the browser to pay: sign in, Continue, Pay at the checkout, back on the server's page
+    (reloaded until the provider's webhook has arrived); that page."""
+    with httpx2.Client(timeout=30, follow_redirects=False) as browser:
+        sign_in_page = browser.get(httpx2.URL(url).join(browser.get(url).headers["location"]))
+        signed = browser.post(
+            httpx2.URL(url).join("/signin"),
+            data={**hidden_fields(sign_in_page.text), "username": user[0], "password": user[1]},
+        )
+        assert signed.status_code == 303, signed.text
+        decision_page = browser.get(url)
+        assert "EUR 482.50" in decision_page.text
+        started = browser.post(f"{url}/continue", data=hidden_fields(decision_page.text, f"{urlpath(url)}/continue"))
+        assert started.status_code == 303, started.text
+        checkout = started.headers["location"]
+        page = browser.get(checkout)
+        paid = browser.post(checkout, data={**hidden_fields(page.text, urlpath(checkout)), "action": "pay"})
+        assert paid.status_code == 303 and paid.headers["location"] == url, paid.text
+        deadline = time.monotonic() + 15
+        while "<h1>Done</h1>" not in (back := browser.get(url).text) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return back
 
 
 def urlpath(url: str) -> str:
@@ -244,6 +278,12 @@ def test_a_person_answers_at_the_terminal_and_connects_in_the_browser_at_2025_11
         assert "Done" in walk_as_a_person(url, (user[0], user[1]), (provider_user[0], provider_user[1]))
         terminal.see("The server announced the flow's completion.", "Connected as ada (Ada Lovelace).")
         terminal.see("external_completed")
+        terminal.see("Pay invoice INV-1042 from Northwind: EUR 482.50.", "Open this page in your browser?")
+        terminal.answer("[o] open", "o")
+        url = terminal.search(r"http://127\.0\.0\.1:\d+/elicit/[0-9a-f-]+").group(0)
+        terminal.see("Waiting for the browser: sign in as", "then Pay at the Example Pay checkout")
+        assert "Done" in pay_as_a_person(url, (user[0], user[1]))
+        terminal.see("Paid invoice INV-1042 from Northwind: EUR 482.50.", "external_completed")
         assert terminal.finish() == 0, terminal.text[-3000:]
     finally:
         terminal.close()
@@ -253,6 +293,7 @@ def test_a_person_answers_at_the_terminal_and_connects_in_the_browser_at_2025_11
         ("choose_offer", DecisionStatus.ACCEPTED, {"offer": "LAP-14-A"}),
         ("confirm_delete", DecisionStatus.ACCEPTED, {"delete": False}),
         ("connect_account", DecisionStatus.EXTERNAL_COMPLETED, None),
+        ("pay_invoice", DecisionStatus.EXTERNAL_COMPLETED, None),
     ]
 
 

@@ -192,6 +192,7 @@ def test_only_a_secret_comes_from_a_file(tmp_path: Path) -> None:
         "vault_keys",
         "audit_keys",
         "provider_client_secret",
+        "provider_webhook_secret",
         "webhook_url",
         "webhook_secret",
         "smtp_password",

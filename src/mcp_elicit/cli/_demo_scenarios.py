@@ -1,8 +1,9 @@
-"""The demo's four scenarios: which tool is called with what, what to watch for, and what became durable.
+"""The demo's five scenarios: which tool is called with what, what to watch for, and what became durable.
 
 Each one shows a different reason a tool must stop and ask, in the order a newcomer meets them: an
 approval whose scope is computed first, a choice among options narrowed first, a confirmation of exactly
-what will be destroyed, and a credential that must never pass through the client (URL mode).
+what will be destroyed, a credential that must never pass through the client (URL mode), and a payment
+that another system completes (URL mode, ended by the payment provider's signed webhooks).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class Scenario:
     """What happens and what to look at; `{placeholders}` name the demo's credentials."""
     after: str = ""
     """What the call made durable, beyond the decisions listed from the store."""
+    browser: str = ""
+    """What the person does in the browser, for a URL-mode scenario (`{placeholders}` as in `before`)."""
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -71,6 +74,30 @@ SCENARIOS: tuple[Scenario, ...] = (
         after=(
             "Consent (accepted_url) and completion (external_completed) are separate states. A completed "
             "flow's token is sealed in the server's vault, bound to your principal; it never reaches this client."
+        ),
+        browser=(
+            "sign in as {user} (password {password}), press Continue, sign in at Example as {provider_user} "
+            "(password {provider_password}), press Allow"
+        ),
+    ),
+    Scenario(
+        title="Pay an invoice (URL mode, completed by the provider)",
+        tool="pay_invoice",
+        arguments={"number": "INV-1042"},
+        before=(
+            "pay_invoice looks the invoice up first: the amount comes from the server, never from this client. "
+            "You consent to open the server's page; there you sign in as {user} (password {password}), see the "
+            "amount, press Continue and, at the stand-in Example Pay checkout, Pay (or Fail, then Pay). Example "
+            "Pay tells the server by signed webhooks, sent twice each and out of order; the server applies "
+            "each event once, in the provider's order."
+        ),
+        after=(
+            "The reference the checkout carried and every provider event are journaled in the operation: a "
+            "duplicate or replayed webhook changes nothing, and a late one is refused and audited."
+        ),
+        browser=(
+            "sign in as {user} (password {password}), press Continue, then Pay at the Example Pay checkout; "
+            "the page says Done once the provider's webhook has arrived"
         ),
     ),
 )

@@ -148,6 +148,7 @@ class Narrator:
         """How to print while a call runs: above the live status line, when one shows."""
         self.seen: set[str] = set()
         self.stack: DemoStack | None = None
+        self.current: Scenario | None = None
 
     def intro(self) -> None:
         self.console.print(Rule(Text("mcp-elicit demo", style="bold")))
@@ -192,6 +193,7 @@ class Narrator:
             )
 
     def scenario(self, number: int, scenario: Scenario) -> None:
+        self.current = scenario
         stack = self._stack()
         self.console.print()
         self.console.print(Rule(Text(f"{number}/{len(SCENARIOS)}  {scenario.title}", style="bold")))
@@ -233,14 +235,14 @@ class Narrator:
         if flow.status is FlowStatus.OPEN and self.scripted:
             self.say(Text("The scripted browser walks the pages over HTTP...", style="dim"))
         elif flow.status is FlowStatus.OPEN:
-            self.say(
-                Text(
-                    f"Waiting for the browser: sign in as {stack.user.username} (password {stack.user.password}), "
-                    f"press Continue, sign in at Example as {stack.provider_user.username} "
-                    f"(password {stack.provider_user.password}), press Allow. c or Ctrl-C cancels this step.",
-                    style="bold",
-                )
+            steps = (self.current.browser if self.current is not None else "") or SCENARIOS[3].browser
+            shown = steps.format(
+                user=stack.user.username,
+                password=stack.user.password,
+                provider_user=stack.provider_user.username,
+                provider_password=stack.provider_user.password,
             )
+            self.say(Text(f"Waiting for the browser: {shown}. c or Ctrl-C cancels this step.", style="bold"))
         elif flow.status is FlowStatus.COMPLETED:
             self.say(Text("The server announced the flow's completion.", style="dim"))
         elif flow.status in (FlowStatus.FAILED, FlowStatus.CANCELLED):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
@@ -10,9 +11,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, create_model
 
-from mcp_elicit.reference.workspace import ENVIRONMENTS, FileChange, Match, Offer, Workspace
+from mcp_elicit.model import Decision, JSONValue
+from mcp_elicit.reference.workspace import ENVIRONMENTS, FileChange, Invoice, Match, Offer, Workspace
 from mcp_elicit.server import Accepted, Cancelled, Completed, Declined, Elicitation, Expired, Flow, TaskPolicy, Titled
 from mcp_elicit.web import Vault
+from mcp_elicit.web.flows import Charge
 
 TOKEN_VAULT = "example-token"  # noqa: S105 (a vault entry name, not a secret)
 API_KEY_VAULT = "example-api-key"
@@ -48,13 +51,17 @@ def build_reference_server(
     vault: Vault | None = None,
     provider_api: str | None = None,
     server_kwargs: dict[str, Any] | None = None,
+    payments: bool = False,
 ) -> MCPServer:
-    """The scenario tools; with a vault (HTTP deployments), also URL-mode tools keeping credentials server-side."""
+    """The scenario tools; with a vault (HTTP deployments), also URL-mode tools keeping credentials server-side;
+    with `payments` (a payment flow under the key `pay_invoice`, charging `invoice_charge`), `pay_invoice`."""
     server = elicitation.server(
         name, instructions="Deploys, procurement, file clean-up and tickets, with consent.", **(server_kwargs or {})
     )
     if vault is not None:
         _url_tools(elicitation, vault, provider_api)
+    if payments:
+        _payment_tools(elicitation, workspace)
 
     @elicitation.tool(task=TaskPolicy.OPTIONAL)
     async def deploy(flow: Flow, service: str) -> str:
@@ -170,6 +177,36 @@ def _url_tools(elicitation: Elicitation, vault: Vault, provider_api: str | None)
             return f"No API key stored ({type(outcome).__name__.lower()})."
         stored = await anyio.to_thread.run_sync(vault.get, flow.principal, API_KEY_VAULT)
         return "Your Example API key is stored on the server." if stored else "No API key was stored."
+
+
+def _payment_tools(elicitation: Elicitation, workspace: Workspace) -> None:
+    @elicitation.tool()
+    async def pay_invoice(flow: Flow, number: str) -> str:
+        """Pay a supplier's invoice by card at the payment provider; the amount comes from the invoice, not the call."""
+        invoice = await flow.step("invoice", _invoice, workspace, number)
+        outcome = await flow.ask_url(
+            f"Pay invoice {invoice.number} from {invoice.vendor}: {invoice.shown}.", key=PAY_INVOICE
+        )
+        if not isinstance(outcome, Completed):
+            return f"Invoice {invoice.number} is not paid ({type(outcome).__name__.lower()})."
+        return f"Paid invoice {invoice.number} from {invoice.vendor}: {invoice.shown}."
+
+
+PAY_INVOICE = "pay_invoice"
+"""The question key of `pay_invoice`'s payment: its `ExternalCompletion` is registered under it."""
+
+
+def invoice_charge(decision: Decision, steps: Mapping[str, JSONValue]) -> Charge:
+    """What `pay_invoice` charges: the invoice its journaled step found, never an amount from the call."""
+    invoice = Invoice.model_validate(steps["invoice"])
+    return Charge(invoice.amount, invoice.currency, f"Invoice {invoice.number} from {invoice.vendor}")
+
+
+def _invoice(workspace: Workspace, number: str) -> Invoice:
+    try:
+        return workspace.invoice(number)
+    except LookupError as missing:
+        raise ToolError(str(missing)) from None
 
 
 def _plans(workspace: Workspace, service: str) -> dict[str, FileChange]:

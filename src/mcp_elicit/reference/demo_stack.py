@@ -130,7 +130,8 @@ def running_stack(
     user = Credentials(f"demo-{secrets.token_hex(3)}", secrets.token_urlsafe(12), "Demo User")
     provider_user = Credentials("ada", secrets.token_urlsafe(12), "Ada Lovelace")
     provider_secret = secrets.token_urlsafe(24)
-    clashing = {f"{variable(name)}_FILE" for name in ("users", "provider_client_secret")}  # set below instead
+    webhook_secret = secrets.token_urlsafe(24)
+    clashing = {f"{variable(name)}_FILE" for name in ("users", "provider_client_secret", "provider_webhook_secret")}
     env = {
         **{name: value for name, value in environ.items() if name not in clashing},
         **fresh_keys(environ),
@@ -139,6 +140,7 @@ def running_stack(
         "MCP_ELICIT_PROVIDER_URL": provider_url,
         "MCP_ELICIT_PROVIDER_CLIENT_ID": PROVIDER_CLIENT_ID,
         "MCP_ELICIT_PROVIDER_CLIENT_SECRET": provider_secret,
+        "MCP_ELICIT_PROVIDER_WEBHOOK_SECRET": webhook_secret,
         "PYTHONUNBUFFERED": "1",
     }
     stack = DemoStack(
@@ -156,6 +158,7 @@ def running_stack(
         "--client-id", PROVIDER_CLIENT_ID, "--client-name", "mcp-elicit reference server",
         "--redirect-uri", f"{server_url}/elicit/callback",
         "--user", f"{provider_user.username}:{provider_user.password}:{provider_user.display_name}",
+        "--webhook-url", f"{server_url}/elicit/hooks/pay_invoice", "--duplicates", "2", "--jitter", "0.3",
         "--log-level", "warning",
     ]  # fmt: skip
     server_command = [

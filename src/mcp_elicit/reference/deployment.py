@@ -4,7 +4,8 @@ Configuration comes from the environment (`mcp_elicit.settings`), each secret in
 rotated on its own: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens and browser
 sessions), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_VAULT_KEYS` (encrypts third-party credentials),
 and for the third party `MCP_ELICIT_PROVIDER_URL`, `MCP_ELICIT_PROVIDER_CLIENT_ID`,
-`MCP_ELICIT_PROVIDER_CLIENT_SECRET`; `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox, and
+`MCP_ELICIT_PROVIDER_CLIENT_SECRET` (and `MCP_ELICIT_PROVIDER_WEBHOOK_SECRET` for its payments, which serves
+`pay_invoice`); `MCP_ELICIT_OPERATORS` names the users who operate the decision inbox, and
 `MCP_ELICIT_APPROVER_ROLES` who holds each approver role; `MCP_ELICIT_WEBHOOK_URL`, `MCP_ELICIT_WEBHOOK_SECRET`,
 `MCP_ELICIT_WEBHOOK_EVENTS` and `MCP_ELICIT_WEBHOOK_FORMAT` a webhook for notifications, and `MCP_ELICIT_SMTP_HOST`
 with the rest of `MCP_ELICIT_SMTP_*` and `MCP_ELICIT_MAIL_*` a mail target; their "decision waiting" messages carry
@@ -27,14 +28,16 @@ from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
 from mcp_elicit.reference.app import API_KEY_VAULT as API_KEY_VAULT_NAME
-from mcp_elicit.reference.app import SERVER_NAME, build_reference_server
+from mcp_elicit.reference.app import PAY_INVOICE, SERVER_NAME, build_reference_server, invoice_charge
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
+from mcp_elicit.reference.payments import example_payments
 from mcp_elicit.reference.workspace import Workspace
 from mcp_elicit.server import AuditSealing, DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
 from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.web import (
     ApiKeyEntry,
     ApproverRoles,
+    ExternalFlow,
     Health,
     LocalAuthorizationServer,
     LocalUsers,
@@ -47,7 +50,7 @@ from mcp_elicit.web.audit_keys import audit_keys_routes
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.routes import add_routes
 
-_PROVIDER = ("provider_url", "provider_client_id", "provider_client_secret")
+_PROVIDER = ("provider_url", "provider_client_id", "provider_client_secret", "provider_webhook_secret")
 _PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _T = TypeVar("_T")
@@ -58,6 +61,8 @@ class ProviderSettings:
     url: str
     client_id: str
     client_secret: str = field(repr=False)
+    webhook_secret: str | None = field(default=None, repr=False)
+    """Signs the provider's payment webhooks; None: the provider's payments are not used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +199,17 @@ def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
             [
                 f"{variable(name)} is not set, and {url} needs it; set it, or unset {url} to serve without "
                 "connect_account"
-                for name, value in zip(_PROVIDER[1:], (client_id, secret), strict=True)
+                for name, value in zip(_PROVIDER[1:3], (client_id, secret), strict=True)
                 if value is None
             ]
         )
-    return ProviderSettings(settings.provider_url, client_id, secret.get_secret_value())
+    hooks = settings.provider_webhook_secret
+    return ProviderSettings(
+        settings.provider_url,
+        client_id,
+        secret.get_secret_value(),
+        None if hooks is None else hooks.get_secret_value(),
+    )
 
 
 def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpSettings) -> Deployment:
@@ -221,7 +232,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
     )
     vault = Vault(elicitation.store, settings.vault_keys)
     provider = settings.provider
-    flows: dict[str, OAuthConnect | ApiKeyEntry] = {
+    flows: dict[str, ExternalFlow] = {
         "set_api_key": ApiKeyEntry(vault_name=API_KEY_VAULT_NAME, service_title="Example")
     }
     if provider is not None:
@@ -235,6 +246,10 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
             scope="profile",
             profile_url=f"{provider.url}/api/me",
         )
+        if provider.webhook_secret is not None:
+            flows[PAY_INVOICE] = example_payments(
+                provider.url, provider.client_id, provider.client_secret, provider.webhook_secret, invoice_charge
+            )
     server = build_reference_server(
         elicitation,
         Workspace.open(workspace),
@@ -242,6 +257,7 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         vault=vault,
         provider_api=provider.url if provider is not None else None,
         server_kwargs=auth.mcp_server_kwargs(f"{public_url}/mcp"),
+        payments=PAY_INVOICE in flows,
     )
     auth.add_routes(server)
     page_key = hmac.new(settings.auth_keys[0], b"mcp-elicit url pages", hashlib.sha256).digest()

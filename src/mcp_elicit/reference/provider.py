@@ -61,6 +61,7 @@ SCOPE: Final = "profile"
 """The one scope there is: read the signed-in user's login and display name from ``/api/me``."""
 
 CLIENT_SECRET_ENV: Final = variable("provider_client_secret")
+WEBHOOK_SECRET_ENV: Final = variable("provider_webhook_secret")
 _CHALLENGE_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _VERIFIER_CHARS: Final = _CHALLENGE_CHARS | frozenset(".~")
 _NO_STORE: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -256,7 +257,7 @@ class _Provider:
             f"<h1>{escape(title)}</h1><p>{escape(message)}</p>"
             "<p class='muted'>Nothing was shared. Close this page and start again from the application.</p>"
         )
-        return _page(title, body, status)
+        return page_response(title, body, status)
 
     def _sign_in_page(
         self, pending_id: str, pending: _Pending, username: str = "", error: str | None = None
@@ -278,7 +279,7 @@ class _Provider:
 <dt>Scope</dt><dd>{escape(pending.scope)}</dd>
 <dt>State</dt><dd>{escape(pending.state)}</dd>
 </dl></details>"""
-        return _page(f"Sign in to {self.config.client_name(pending.client_id)}", body, 200)
+        return page_response(f"Sign in to {self.config.client_name(pending.client_id)}", body, 200)
 
     def _consent_page(self, pending_id: str, pending: _Pending, login: str, csrf: str) -> Response:
         client = escape(self.config.client_name(pending.client_id))
@@ -296,7 +297,7 @@ class _Provider:
 <button type="submit" name="action" value="deny">Deny</button>
 </div>
 </form>"""
-        return _page(f"Authorize {self.config.client_name(pending.client_id)}", body, 200)
+        return page_response(f"Authorize {self.config.client_name(pending.client_id)}", body, 200)
 
     # -- endpoints --------------------------------------------------------------------------------------------
 
@@ -611,8 +612,8 @@ dt{font-weight:600}dd{margin:0;overflow-wrap:anywhere;font-family:ui-monospace,S
 """
 
 
-def _page(title: str, body: str, status: int) -> Response:
-    """A whole page around ``body``, which the caller has already escaped."""
+def page_response(title: str, body: str, status: int) -> Response:
+    """A whole page of the provider around ``body``, which the caller has already escaped."""
     document = f"""<!doctype html>
 <html lang="en">
 <head>
@@ -630,11 +631,13 @@ def _page(title: str, body: str, status: int) -> Response:
     return HTMLResponse(document, status_code=status, headers=_PAGE_HEADERS)
 
 
-def provider_app(config: ProviderConfig) -> Starlette:
-    """The provider as an ASGI app; its state lives in the returned object, for the life of the process."""
+def provider_app(config: ProviderConfig, *, more: Sequence[Route] = ()) -> Starlette:
+    """The provider as an ASGI app; its state lives in the returned object, for the life of the process. `more`
+    routes are served beside (the stand-in payments of `mcp_elicit.reference.payments`)."""
     provider = _Provider(config)
     app = Starlette(
         routes=[
+            *more,
             Route("/authorize", provider.authorize, methods=["GET"]),
             Route("/authorize", provider.sign_in, methods=["POST"]),
             Route("/authorize/consent", provider.consent, methods=["POST"]),
@@ -691,6 +694,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--code-ttl", type=float, default=60.0, help="authorization code lifetime, seconds (60)")
     parser.add_argument("--token-ttl", type=float, default=3600.0, help="access token lifetime, seconds (3600)")
+    parser.add_argument(
+        "--webhook-url",
+        help="also serve stand-in payments (mcp_elicit.reference.payments), posting their signed events here; the "
+        f"signing secret is ${WEBHOOK_SECRET_ENV}",
+    )
+    parser.add_argument("--duplicates", type=int, default=1, help="copies of every payment event posted (1)")
+    parser.add_argument("--jitter", type=float, default=0.0, help="most seconds an event copy waits first (0)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return parser
 
@@ -726,8 +736,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     except ValueError as error:
         parser.error(str(error))
+    more: list[Route] = []
+    if args.webhook_url is not None:
+        from mcp_elicit.reference.payments import PaymentsConfig, payments_routes
+
+        try:
+            webhook_secret = Settings.read(only=["provider_webhook_secret"]).provider_webhook_secret
+            if webhook_secret is None:
+                parser.error(f"--webhook-url needs ${WEBHOOK_SECRET_ENV}, the secret its events are signed with")
+            payments = PaymentsConfig(
+                args.webhook_url, webhook_secret.get_secret_value(), duplicates=args.duplicates, jitter=args.jitter
+            )
+        except (SettingsError, ValueError) as error:
+            parser.error(str(error))
+        more = payments_routes(config.issuer, {args.client_id: args.client_secret}, payments)
     print(f"reference provider: issuer {config.issuer}", file=sys.stderr, flush=True)
-    uvicorn.run(provider_app(config), host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(provider_app(config, more=more), host=args.host, port=args.port, log_level=args.log_level)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """A scripted "browser" that completes a URL-mode flow over HTTP, for unattended demo runs.
 
-In `mcp-elicit demo --script FILE` nobody sits at a browser, yet the account-connect scenario must really
-happen: the reference server's sign-in and principal check, its decision page, the provider's sign-in and
-consent, the OAuth callback, the vault. So after the scripted consent the client kit hands the URL to this
-walker (it is injected as the kit's URL opener), and it clicks through the very pages a person would see,
-with a cookie jar and without JavaScript, exactly as a person's browser submits them.
+In `mcp-elicit demo --script FILE` nobody sits at a browser, yet the URL-mode scenarios must really happen:
+the reference server's sign-in and principal check, its decision page, the provider's sign-in and consent,
+the OAuth callback, the vault; or the provider's checkout, where it presses Pay, and back to the server's
+page, which the provider's webhook completes. So after the scripted consent the client
+kit hands the URL to this walker (it is injected as the kit's URL opener), and it clicks through the very
+pages a person would see, with a cookie jar and without JavaScript, exactly as a person's browser submits
+them.
 
 It goes nowhere but the two origins it was given (the reference server and the provider), signs in with
-the credentials it was given, presses Continue and Allow and nothing else, and stops with `WalkFailed`
+the credentials it was given, presses Continue, Allow and Pay and nothing else, and stops with `WalkFailed`
 when a page refuses it or it ends anywhere but on the server's "Done" page.
 """
 
@@ -54,6 +56,7 @@ class ScriptedBrowser:
     async def _walk(self, url: str) -> Walked:
         steps: list[str] = []
         posted: set[tuple[str, str]] = set()
+        paid = False
         async with httpx2.AsyncClient(timeout=self.timeout, follow_redirects=False) as browser:
             response = await browser.get(self._allowed(url))
             for _ in range(MAX_PAGES):
@@ -66,6 +69,10 @@ class ScriptedBrowser:
                 if response.status_code == 200 and page.heading == DONE:
                     return Walked((*steps, f"the server's page says {DONE!r}"))
                 origin = _origin(str(response.url))
+                if paid and origin == _origin(self.server_url) and "reload this page" in response.text:
+                    # Back from the checkout before the provider's webhook: the server tells the client when it
+                    # arrives, and the page would say Done on a reload.
+                    return Walked((*steps, "back on the server's page, which waits for the provider's confirmation"))
                 chosen = self._next(page, origin)
                 if chosen is None:
                     shown = page.heading or page.title or "a page without a heading"
@@ -75,6 +82,7 @@ class ScriptedBrowser:
                     raise WalkFailed(f"refused: {step} was asked for again ({page.heading or page.title!r})")
                 posted.add((origin, form.action))
                 steps.append(step)
+                paid = paid or data.get("action") == "pay"
                 response = await browser.post(self._allowed(urljoin(str(response.url), form.action)), data=data)
         raise WalkFailed(f"no outcome after {MAX_PAGES} pages")
 
@@ -91,6 +99,8 @@ class ScriptedBrowser:
             if (form := page.form_ending("/continue")) is not None:
                 return form, dict(form.hidden), "pressed Continue on the decision page"
         elif origin == _origin(self.provider_url):
+            if (checkout := next((f for f in page.forms if f.action.startswith("/checkout/")), None)) is not None:
+                return checkout, {**checkout.hidden, "action": "pay"}, "pressed Pay at the provider's checkout"
             if (form := page.form("/authorize/consent")) is not None:
                 return form, {**form.hidden, "action": "allow"}, "pressed Allow at the provider"
             if (form := page.form("/authorize")) is not None:

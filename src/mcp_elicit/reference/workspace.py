@@ -1,8 +1,9 @@
 """The reference server's workspace: a directory standing in for the systems the tools act on.
 
 Services with pending releases and per-environment deployments, a procurement catalog with an order
-book, a sandbox of files to delete and a ticket queue. Every write goes through an idempotency key, the
-way a real external system would take one, so a step re-run after a crash writes nothing twice.
+book, a sandbox of files to delete, a ticket queue and the suppliers' invoices to pay. Every write goes
+through an idempotency key, the way a real external system would take one, so a step re-run after a crash
+writes nothing twice.
 """
 
 from __future__ import annotations
@@ -44,6 +45,25 @@ class Offer(BaseModel):
 class Match(BaseModel):
     path: str
     size: int
+
+
+class Invoice(BaseModel):
+    number: str
+    vendor: str
+    amount: int
+    """In cents."""
+    currency: str
+
+    @property
+    def shown(self) -> str:
+        return f"{self.currency} {self.amount // 100:,}.{self.amount % 100:02d}"
+
+
+INVOICES = (
+    Invoice(number="INV-1042", vendor="Northwind", amount=48_250, currency="EUR"),
+    Invoice(number="INV-1043", vendor="Contoso", amount=12_900, currency="EUR"),
+)
+"""The invoices awaiting payment: fixed, so that a workspace seeded before they existed has them too."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +175,14 @@ class Workspace:
                 path.unlink()
                 deleted += 1
         return deleted
+
+    # -- invoices -----------------------------------------------------------------------------------
+
+    def invoice(self, number: str) -> Invoice:
+        found = next((invoice for invoice in INVOICES if invoice.number == number.strip().upper()), None)
+        if found is None:
+            raise LookupError(f"no invoice {number!r}; awaiting payment: {', '.join(i.number for i in INVOICES)}")
+        return found
 
     # -- tickets ------------------------------------------------------------------------------------
 

@@ -18,7 +18,15 @@ _HOMES: dict[str, str] = {
     "LocalUsersError": "mcp_elicit.web.authserver",
     "ApiKeyEntry": "mcp_elicit.web.flows",
     "ApproverRoles": "mcp_elicit.web.roles",
+    "Charge": "mcp_elicit.web.flows",
+    "Checkout": "mcp_elicit.web.flows",
+    "EventOutcome": "mcp_elicit.web.flows",
+    "ExternalCompletion": "mcp_elicit.web.flows",
     "ExternalFlow": "mcp_elicit.web.flows",
+    "ProviderEvent": "mcp_elicit.web.flows",
+    "WebhookVerifier": "mcp_elicit.web.flows",
+    "StandardWebhooks": "mcp_elicit.web.webhooks",
+    "TimestampedHmac": "mcp_elicit.web.webhooks",
     "OAuthConnect": "mcp_elicit.web.flows",
     "Health": "mcp_elicit.web.health",
     "DecisionInbox": "mcp_elicit.web.inbox",
@@ -41,7 +49,17 @@ _HOMES: dict[str, str] = {
 if TYPE_CHECKING:
     # What type checkers see; at run time the names load on first use.
     from mcp_elicit.web.authserver import LocalAuthorizationServer, LocalUsers, LocalUsersError
-    from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
+    from mcp_elicit.web.flows import (
+        ApiKeyEntry,
+        Charge,
+        Checkout,
+        EventOutcome,
+        ExternalCompletion,
+        ExternalFlow,
+        OAuthConnect,
+        ProviderEvent,
+        WebhookVerifier,
+    )
     from mcp_elicit.web.health import Health
     from mcp_elicit.web.inbox import DecisionInbox, InboxSettings
     from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksTokenVerifier
@@ -52,11 +70,16 @@ if TYPE_CHECKING:
     from mcp_elicit.web.routes import RouteHost
     from mcp_elicit.web.throttle import SignInBackoff
     from mcp_elicit.web.vault import Vault, VaultError, VaultKeyRing
+    from mcp_elicit.web.webhooks import StandardWebhooks, TimestampedHmac
 
 __all__ = [
     "ApiKeyEntry",
     "ApproverRoles",
+    "Charge",
+    "Checkout",
     "DecisionInbox",
+    "EventOutcome",
+    "ExternalCompletion",
     "ExternalFlow",
     "ExternalIdentityProvider",
     "Health",
@@ -68,14 +91,18 @@ __all__ = [
     "OAuthConnect",
     "OidcClient",
     "OidcSignIn",
+    "ProviderEvent",
     "RouteHost",
     "ServedSignIn",
     "SignInBackoff",
+    "StandardWebhooks",
+    "TimestampedHmac",
     "UrlPages",
     "Vault",
     "VaultError",
     "VaultKeyRing",
     "WebPages",
+    "WebhookVerifier",
     "mount_web",
 ]
 

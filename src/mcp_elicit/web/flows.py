@@ -1,12 +1,23 @@
-"""The external steps behind URL decisions: a third-party OAuth connection, or an API key typed into our page.
+"""The external steps behind URL decisions: a third-party OAuth connection, an API key typed into our page, or a
+step another system completes (a payment, a signature) and reports by signed webhook.
 
-Both end in the vault: the credential is stored server-side for the decision's principal and never travels
-back through the MCP client, a tool result, a log line or an audit row.
+OAuth and API keys end in the vault: the credential is stored server-side for the decision's principal and
+never travels back through the MCP client, a tool result, a log line or an audit row. An external completion
+stores nothing secret: the decision itself is the outcome (`external_completed` or `external_failed`).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from mcp_elicit.model import Decision, JSONValue
+
+_CURRENCY = re.compile(r"[A-Z]{3}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,4 +45,105 @@ class ApiKeyEntry:
     max_length: int = 4096
 
 
-ExternalFlow = OAuthConnect | ApiKeyEntry
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What the person is asked to pay (or sign): the server computes it from the decision's own records, so what
+    the page shows, what the provider is asked for and what a webhook must report are one figure that no MCP
+    client ever supplied."""
+
+    amount: int
+    """In the currency's minor unit (cents)."""
+    currency: str
+    """ISO 4217, upper case ("EUR")."""
+    description: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.amount, bool) or not isinstance(self.amount, int) or self.amount <= 0:
+            raise ValueError(f"a charge is a positive whole number of minor units, got {self.amount!r}")
+        if not _CURRENCY.fullmatch(self.currency):
+            raise ValueError(f"a charge's currency is three upper-case letters (ISO 4217), got {self.currency!r}")
+        if not self.description.strip():
+            raise ValueError("a charge needs a description the person recognises")
+
+    @property
+    def shown(self) -> str:
+        """The amount as a person reads it: "EUR 1,250.00"."""
+        return f"{self.currency} {self.amount // 100:,}.{self.amount % 100:02d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """What the provider's page is opened for: our single-use reference, the charge, where to send the person back
+    to, and until when the reference holds (the decision's deadline)."""
+
+    reference: str
+    charge: Charge
+    return_url: str
+    expires_at: datetime
+
+
+class EventOutcome(StrEnum):
+    """What a provider's event says of the attempt its reference names."""
+
+    SUCCEEDED = "succeeded"
+    """Paid (signed): final, the decision completes."""
+    FAILED = "failed"
+    """This attempt failed (a declined card): the person may try again, the decision stays open."""
+    CANCELLED = "cancelled"
+    """The person gave up at the provider: final, the decision fails."""
+    EXPIRED = "expired"
+    """The provider's own page lapsed: final, the decision fails."""
+
+
+FINAL_OUTCOMES = frozenset({EventOutcome.SUCCEEDED, EventOutcome.CANCELLED, EventOutcome.EXPIRED})
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    """One webhook event as the flow needs it, whatever the provider's own format."""
+
+    event_id: str
+    """The provider's id of the event, the same on every retry: events are applied once by it."""
+    reference: str
+    order: int
+    """The provider's own order of events (a sequence number, or the event time in any fixed unit): events are
+    applied in it, not in the order they arrive."""
+    outcome: EventOutcome
+    amount: int | None = None
+    currency: str | None = None
+    said: str = ""
+    """The provider's reason, in its words (a decline code): bounded and redacted before it reaches the audit."""
+
+
+class WebhookVerifier(Protocol):
+    """Checks that a webhook delivery comes from the provider (`mcp_elicit.web.webhooks` has two)."""
+
+    def verify(self, headers: Mapping[str, str], body: bytes) -> None:
+        """Return when the delivery's signature holds; raise `SignatureInvalid` (its reason, for the log) if not.
+        `headers` are looked up by lower-case name."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalCompletion:
+    """A step another system completes: a payment, an e-signature, a ticket's approval.
+
+    The decision's page shows `charge(decision, steps)` (computed from the decision and its operation's
+    journaled steps, never from the client), then creates a single-use reference bound to the decision and
+    its principal, and sends the person to the page `start` opens for it at the provider. The provider's
+    webhooks, posted to `/elicit/hooks/{flow key}` and checked by `verifier`, then complete or fail the
+    decision: `read_event` reads a verified body into a `ProviderEvent` (None: an event of no concern here,
+    acknowledged and ignored; `ValueError`: a body that cannot be read, refused).
+    """
+
+    provider_title: str
+    charge: Callable[[Decision, Mapping[str, JSONValue]], Charge]
+    start: Callable[[Checkout], Awaitable[str]]
+    """Opens the provider's page for the checkout (an API call at a real provider) and returns its URL."""
+    verifier: WebhookVerifier
+    read_event: Callable[[bytes], ProviderEvent | None]
+    doing: str = "pay"
+    """What the person does there, as the page's heading says it ("pay", "sign")."""
+
+
+ExternalFlow = OAuthConnect | ApiKeyEntry | ExternalCompletion

@@ -37,7 +37,7 @@ from mcp_elicit.server.notifications.links import DecisionLinks
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.web.audit_keys import audit_keys_routes
 from mcp_elicit.web.authserver import LocalAuthorizationServer
-from mcp_elicit.web.flows import ExternalFlow
+from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.pages import SignIn, UrlPages
@@ -64,10 +64,12 @@ class WebPages:
     """What the pages need besides the server: who the browser user is, the flows and where their results go.
 
     `page_key` (at least 32 random bytes, the same on every instance) is the key the pages derive theirs
-    from: it seals the OAuth `state` of the flows, signs the pages' forms, and checks the signed links that
-    notifications carry (give `Notifications(links=DecisionLinks(public_base_url, page_key))` the same key).
-    `flows` maps a question key (`flow.ask_url(..., key=...)`) to its external flow; `vault` keeps what those
-    flows obtain and is needed as soon as there is one. `title` is how the pages name the server (its MCP
+    from: it seals the OAuth `state` of the flows and the references of external completions, signs the
+    pages' forms, and checks the signed links that notifications carry (give
+    `Notifications(links=DecisionLinks(public_base_url, page_key))` the same key). `flows` maps a question
+    key (`flow.ask_url(..., key=...)`) to its external flow; `vault` keeps what the OAuth and API-key flows
+    obtain and is needed as soon as there is one of them (an `ExternalCompletion` stores nothing secret: its
+    provider's webhooks arrive at `/elicit/hooks/{key}`). `title` is how the pages name the server (its MCP
     name by default).
     """
 
@@ -95,11 +97,15 @@ def mount_web(server: RouteHost, elicitation: Elicitation, pages: WebPages) -> U
         )
     for key, flow in pages.flows.items():
         if not isinstance(flow, ExternalFlow):
-            raise TypeError(f"flows[{key!r}] is {type(flow).__name__}, not an ExternalFlow (OAuthConnect, ApiKeyEntry)")
+            raise TypeError(
+                f"flows[{key!r}] is {type(flow).__name__}, not an ExternalFlow "
+                "(OAuthConnect, ApiKeyEntry, ExternalCompletion)"
+            )
     if len(pages.page_key) < MIN_PAGE_KEY_BYTES:
         raise ValueError(f"page_key has {len(pages.page_key)} bytes; give at least {MIN_PAGE_KEY_BYTES} random bytes")
-    if pages.flows and pages.vault is None:
-        names = ", ".join(sorted(pages.flows))
+    vaulted = [key for key, flow in pages.flows.items() if isinstance(flow, OAuthConnect | ApiKeyEntry)]
+    if vaulted and pages.vault is None:
+        names = ", ".join(sorted(vaulted))
         raise ValueError(f"the flows {names} keep what they obtain in the vault: pass vault=Vault(store, key_ring)")
     roles = pages.approvers
     if roles is not None:

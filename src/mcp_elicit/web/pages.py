@@ -1,8 +1,11 @@
-"""The server's own decision pages: `/elicit/{id}`, the OAuth callback, the API-key form and the form page.
+"""The server's own decision pages: `/elicit/{id}`, the OAuth callback, the API-key form and the form page, and the
+webhooks of external systems that complete URL decisions (`/elicit/hooks/{flow key}`).
 
-A URL decision's page runs its external flow (third-party OAuth, API key). A form decision's page is the
-`Fallback.WEB` way to answer a question the MCP client cannot show: the form built from the decision's
-requested schema (see `mcp_elicit.web.formpage`), with Submit, Decline and Cancel; a valid answer is
+A URL decision's page runs its external flow (third-party OAuth, API key, or an external completion: a
+payment, a signature, whose page shows what is charged from the server's own records and sends the person
+to the provider with a single-use reference; its webhooks end it, see `mcp_elicit.web.external`). A form
+decision's page is the `Fallback.WEB` way to answer a question the MCP client cannot show: the form built
+from the decision's requested schema (see `mcp_elicit.web.formpage`), with Submit, Decline and Cancel; a valid answer is
 recorded as `accepted` with its content, an invalid one is shown back with its problems and recorded never.
 
 A page opened from a notification's signed link (`mcp_elicit.server.notifications.links`) is checked for the
@@ -50,7 +53,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from mcp_elicit.model import BrowserUser, Decision, DecisionStatus, Mode, Operator, redact_text
@@ -69,7 +72,8 @@ from mcp_elicit.store import (
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.approving import ApproverPages
 from mcp_elicit.web.authserver import SignOutForm
-from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
+from mcp_elicit.web.external import HOOKS_PATH, MAX_BODY, CheckoutRefused, ExternalCompletions
+from mcp_elicit.web.flows import ApiKeyEntry, Charge, ExternalCompletion, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import FIELD_PREFIX, posted_values, read_answer, render, unknown_fields
 from mcp_elicit.web.html import client_name, page, text
 from mcp_elicit.web.roles import ApproverRoles
@@ -140,8 +144,8 @@ class UrlPages:
         self._store = elicitation.store
         self._reach = AsyncStore(elicitation.store)
         self._sign_in = sign_in
-        if flows and vault is None:
-            raise ValueError("external flows keep what they obtain in the vault: pass vault=Vault(...)")
+        if vault is None and any(isinstance(flow, OAuthConnect | ApiKeyEntry) for flow in flows.values()):
+            raise ValueError("OAuth and API-key flows keep what they obtain in the vault: pass vault=Vault(...)")
         self._vault = vault
         self._flows = dict(flows)
         self._aead = AESGCM(page_key)
@@ -152,6 +156,8 @@ class UrlPages:
         self._links = links if links is not None else DecisionLinks(self._base, page_key)
         self._inbox = inbox
         self._approvers = ApproverPages(self, approver_roles, clock)
+        completions = {key: flow for key, flow in self._flows.items() if isinstance(flow, ExternalCompletion)}
+        self._external = ExternalCompletions(self._reach, completions, page_key, clock=clock)
 
     def _flow_vault(self) -> Vault:
         if self._vault is None:
@@ -166,6 +172,7 @@ class UrlPages:
             Route("/elicit/{elicitation_id}/cancel", self.guarded(self.cancel), methods=["POST"]),
             Route("/elicit/{elicitation_id}/key", self.guarded(self.submit_key), methods=["POST"]),
             Route("/elicit/{elicitation_id}/answer", self.guarded(self.answer), methods=["POST"]),
+            Route(HOOKS_PATH + "/{flow_key}", self.webhook, methods=["POST"]),
         ]
 
     def guarded(self, endpoint: Endpoint) -> Endpoint:
@@ -239,6 +246,9 @@ class UrlPages:
             if decision.is_terminal or self._overdue(decision):
                 return self._form_outcome(decision)
             return await self._form_page(decision, principal)
+        flow = self._flows.get(decision.key)
+        if isinstance(flow, ExternalCompletion):
+            return await self._external_page(flow, decision, principal)
         if decision.is_terminal:
             return self._outcome(decision)
         operation = await self._reach.get_operation(decision.operation_id, _PAGES_OPERATOR)
@@ -294,6 +304,8 @@ class UrlPages:
             return f"connect your {flow.provider_title} account"
         if isinstance(flow, ApiKeyEntry):
             return f"enter your {flow.service_title} API key"
+        if isinstance(flow, ExternalCompletion):
+            return f"{flow.doing} with {flow.provider_title}"
         return "finish this step"
 
     def _leads_to(self, flow: ExternalFlow | None) -> str:
@@ -365,6 +377,12 @@ class UrlPages:
             return self._outcome(decision)
         if isinstance(flow, OAuthConnect):
             return await self._start_oauth(flow, decision, principal)
+        if isinstance(flow, ExternalCompletion):
+            try:
+                url = await self._external.checkout(flow, decision, f"{self._base}/elicit/{decision.elicitation_id}")
+            except CheckoutRefused as refused:
+                return self._message("This step cannot go on now", refused.plainly, 502)
+            return RedirectResponse(url, status_code=303)
         return self._key_form(flow, decision, principal)
 
     async def cancel(self, request: Request) -> Response:
@@ -527,6 +545,88 @@ class UrlPages:
                 410,
             )
         return self._outcome(decision)
+
+    # -- external completion (payments, signatures) ----------------------------------------------------
+
+    async def _external_page(self, flow: ExternalCompletion, decision: Decision, principal: str) -> Response:
+        """What is being paid (or signed), from the server's own records, and Continue to the provider's page; once
+        started, what the provider has reported so far."""
+        if decision.is_terminal:
+            return self._external_outcome(flow, decision)
+        try:
+            charge = await self._external.charge(flow, decision)
+        except CheckoutRefused as refused:
+            return self._message("This step cannot be done here", refused.plainly, 409)
+        operation = await self._reach.get_operation(decision.operation_id, _PAGES_OPERATOR)
+        token = self._csrf(decision.elicitation_id, principal)
+        notice, action = "", "Continue"
+        if decision.status is DecisionStatus.EXTERNAL_PENDING:
+            failed = await self._external.last_failure(decision)
+            if failed is not None:
+                notice = (
+                    f'<div class="error" role="alert">The last attempt at {text(flow.provider_title)} failed: '
+                    f"{text(failed)}. Nothing was charged; you can try again.</div>"
+                )
+            else:
+                notice = (
+                    f'<p class="muted">If you have finished at {text(flow.provider_title)}, it confirms it here in a '
+                    "moment: reload this page.</p>"
+                )
+            action = "Try again" if failed is not None else "Open the checkout again"
+        body = f"""
+<h1>{text(self._title)} asks you to {text(self._doing(decision))}</h1>
+<div class="message">{text(decision.message)}</div>
+{_charged(charge)}
+{await self._summary(decision, operation.target, principal)}
+{notice}
+<p class="next">Continue takes you to <strong>{text(flow.provider_title)}</strong> to {text(flow.doing)}
+<strong>{text(charge.shown)}</strong>; then you come back here.</p>
+<p class="muted">This amount is set by {text(self._title)}, not by your assistant, and it is the one
+{text(flow.provider_title)} is asked for.</p>
+<div class="actions">
+<form method="post" action="/elicit/{text(decision.elicitation_id)}/continue">
+<input type="hidden" name="csrf" value="{text(token)}"><button class="primary" type="submit">{action}</button></form>
+<form method="post" action="/elicit/{text(decision.elicitation_id)}/cancel">
+<input type="hidden" name="csrf" value="{text(token)}"><button type="submit">Cancel</button></form>
+</div>"""
+        return page(f"{self._title}: a step needs you", body, server=self._title)
+
+    def _external_outcome(self, flow: ExternalCompletion, decision: Decision) -> Response:
+        if decision.status is DecisionStatus.EXTERNAL_COMPLETED:
+            return self._message(
+                "Done",
+                f"{flow.provider_title} confirmed it. You can close this page and go back to your assistant.",
+                200,
+                ok=True,
+            )
+        if decision.status is DecisionStatus.EXTERNAL_FAILED:
+            return self._message(
+                "That did not work",
+                f"{flow.provider_title} reports that it was abandoned or lapsed. Nothing was charged. Ask your "
+                "assistant to try again: it will give you a new link.",
+                200,
+            )
+        return self._outcome(decision)
+
+    async def webhook(self, request: Request) -> Response:
+        """A provider's webhook for the `ExternalCompletion` flow of the path's key (`mcp_elicit.web.external`)."""
+        flow_key = request.path_params["flow_key"]
+        length = request.headers.get("content-length", "")
+        if length and (not length.isdigit() or int(length) > MAX_BODY):
+            log.warning("webhook for %s refused: a body of %s bytes", flow_key[:64], length[:20])
+            return JSONResponse({"error": "body_too_large"}, 413)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:
+                log.warning("webhook for %s refused: a body over %d bytes", flow_key[:64], MAX_BODY)
+                return JSONResponse({"error": "body_too_large"}, 413)
+        try:
+            received = await self._external.receive(flow_key, request.headers, body)
+        except StoreUnavailable as down:
+            log.warning("webhook for %s failed: %s", flow_key[:64], down.for_log())
+            return JSONResponse({"error": "store_unavailable"}, 503)
+        return JSONResponse(received.body, received.status)
 
     # -- API key -------------------------------------------------------------------------------------
 
@@ -888,6 +988,13 @@ class UrlPages:
             return _OAuthState(str(plain["d"]), str(plain["p"]), str(plain["v"]), str(plain["n"]), float(plain["e"]))
         except (ValueError, InvalidTag, KeyError, TypeError):
             return None
+
+
+def _charged(charge: Charge) -> str:
+    return (
+        f"<dl>\n<dt>Amount</dt><dd><strong>{text(charge.shown)}</strong></dd>\n"
+        f"<dt>Description</dt><dd>{text(charge.description)}</dd>\n</dl>"
+    )
 
 
 def _when(moment: datetime) -> str:

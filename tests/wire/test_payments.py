@@ -1,0 +1,311 @@
+"""URL decisions completed by an external system over real HTTP: the server's page, the stand-in provider's
+checkout, and its signed webhooks, applied once each, in the provider's order, bound to one decision."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+
+import httpx2
+import pytest
+
+from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
+from mcp_elicit.reference.payments import signed_event
+from mcp_elicit.web.external import event_entry
+from tests.helpers.pages_site import hidden
+from tests.helpers.payments_site import (
+    CLIENT_SECRET,
+    INVOICE,
+    WEBHOOK_SECRET,
+    PaySite,
+    ask_payment,
+    deliver,
+    event,
+    payments_site,
+    post,
+    reference_of,
+)
+
+OPERATOR = Operator("test")
+
+
+@pytest.fixture
+def site(store_url: str) -> Iterator[PaySite]:
+    with payments_site(store_url) as served:
+        yield served
+
+
+@contextmanager
+def signed_in(site: PaySite, user: str, decision: Decision) -> Iterator[httpx2.Client]:
+    with httpx2.Client(follow_redirects=False, timeout=10) as browser:
+        next_path = f"/elicit/{decision.elicitation_id}"
+        form = browser.get(f"{site.base}/signin", params={"next": next_path})
+        signed = browser.post(
+            f"{site.base}/signin",
+            data={"username": user, "password": f"{user}-pw", "next": next_path, "csrf": hidden(form.text, "csrf")},
+        )
+        assert signed.status_code == 303, signed.text
+        yield browser
+
+
+def press_continue(browser: httpx2.Client, site: PaySite, decision: Decision) -> httpx2.Response:
+    page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+    assert page.status_code == 200, page.text
+    return browser.post(
+        f"{site.base}/elicit/{decision.elicitation_id}/continue", data={"csrf": hidden(page.text, "csrf")}
+    )
+
+
+def started(site: PaySite, user: str = "alice") -> tuple[Decision, str]:
+    """A decision of `user`'s whose checkout was opened: the decision and its reference."""
+    decision = ask_payment(site, user)
+    with signed_in(site, user, decision) as browser:
+        pressed = press_continue(browser, site, decision)
+    assert pressed.status_code == 303 and pressed.headers["location"].startswith(f"{site.provider}/checkout/")
+    reference = reference_of(site, decision)
+    assert reference is not None
+    return decision, reference
+
+
+def status(site: PaySite, decision: Decision) -> DecisionStatus:
+    return site.store.get_decision(decision.elicitation_id, OPERATOR).status
+
+
+def moves_to(site: PaySite, decision: Decision, to: DecisionStatus) -> int:
+    return sum(1 for row in site.store.audit_trail(decision.elicitation_id, OPERATOR) if row.to_status == to
+               and row.from_status != to)  # fmt: skip
+
+
+def audit_rows(site: PaySite, decision: Decision) -> int:
+    return len(site.store.audit_trail(decision.elicitation_id, OPERATOR))
+
+
+def test_the_page_shows_the_servers_amount_and_continue_opens_the_checkout_with_one_reference(site: PaySite) -> None:
+    decision = ask_payment(site, "alice")
+    with signed_in(site, "alice", decision) as browser:
+        page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+        assert page.status_code == 200
+        assert INVOICE.shown in page.text and f"Invoice {INVOICE.number} from {INVOICE.vendor}" in page.text
+        assert "Example Pay" in page.text and "<script" not in page.text
+        first = press_continue(browser, site, decision)
+        assert first.status_code == 303
+        reference = reference_of(site, decision)
+        checkout = browser.get(first.headers["location"])
+        assert checkout.status_code == 200 and f"Pay {INVOICE.shown}" in checkout.text
+        again = press_continue(browser, site, decision)
+        assert again.status_code == 303 and again.headers["location"] != first.headers["location"]
+    assert reference_of(site, decision) == reference
+    assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+
+
+def _fifty(reference: str) -> list[dict[str, JSONValue]]:
+    """50 deliveries of four events (two failed attempts, the success, a late failure), duplicated, shuffled."""
+    events = [
+        event(reference, "payment.failed", 1, reason="card_declined"),
+        event(reference, "payment.failed", 2, reason="insufficient_funds"),
+        event(reference, "payment.succeeded", 3),
+        event(reference, "payment.failed", 4, event_id="evt_after"),
+    ]
+    deliveries = [events[i % len(events)] for i in range(50)]
+    random.Random(2848).shuffle(deliveries)
+    return deliveries
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_a_payment_completes_once_under_50_duplicate_and_reordered_webhooks(site: PaySite) -> None:
+    decision, reference = started(site)
+    deliveries = _fifty(reference)
+    with httpx2.Client(timeout=30) as http, ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda body: deliver(http, site, body), deliveries))
+    assert {answer.status_code for answer in answers} <= {200, 409}, [a.text for a in answers if a.status_code >= 400]
+    assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
+    assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
+    applied = sum(1 for answer in answers if answer.json().get("status") == "applied")
+    assert applied == 1
+    for name in ("evt_payment.failed_1", "evt_payment.failed_2", "evt_payment.succeeded_3", "evt_after"):
+        assert site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id, name),
+                                      caller=decision.principal) is not None  # fmt: skip
+    rows = audit_rows(site, decision)
+    with httpx2.Client(timeout=30) as http:
+        for body in deliveries[:10]:
+            assert deliver(http, site, body).json() == {"status": "duplicate"}
+    assert audit_rows(site, decision) == rows
+
+
+def test_the_providers_own_checkout_pays_with_duplicated_out_of_order_webhooks(store_url: str) -> None:
+    with payments_site(store_url, duplicates=3, jitter=0.3) as site:
+        decision = ask_payment(site, "alice")
+        with signed_in(site, "alice", decision) as browser:
+            checkout = browser.get(press_continue(browser, site, decision).headers["location"])
+            action = f"{site.provider}/checkout/{checkout.url.path.rsplit('/', 1)[-1]}"
+            failed = browser.post(action, data={"csrf": hidden(checkout.text, "csrf"), "action": "fail"})
+            assert failed.status_code == 200 and "declined" in failed.text
+            paid = browser.post(action, data={"csrf": hidden(checkout.text, "csrf"), "action": "pay"})
+            assert (
+                paid.status_code == 303 and paid.headers["location"] == f"{site.base}/elicit/{decision.elicitation_id}"
+            )
+            deadline = time.monotonic() + 15
+            while status(site, decision) is not DecisionStatus.EXTERNAL_COMPLETED and time.monotonic() < deadline:
+                time.sleep(0.05)
+            done = browser.get(paid.headers["location"])
+        assert done.status_code == 200 and "<h1>Done</h1>" in done.text and "Example Pay confirmed it" in done.text
+        time.sleep(1.5)  # every copy and retry delivered
+        assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
+        notes = [row.reason for row in site.store.audit_trail(decision.elicitation_id, OPERATOR)]
+        assert sum(1 for reason in notes if reason.startswith("attempt failed at Example Pay")) <= 1
+
+
+def test_a_failed_attempt_leaves_it_open_and_a_later_success_completes(site: PaySite) -> None:
+    decision, reference = started(site)
+    with httpx2.Client(timeout=10) as http:
+        failed = deliver(http, site, event(reference, "payment.failed", 1, reason="card_declined"))
+        assert failed.status_code == 200 and failed.json()["status"] == "recorded"
+        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+        with signed_in(site, "alice", decision) as browser:
+            page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+            assert "The last attempt at Example Pay failed: card_declined" in page.text and "Try again" in page.text
+            older = deliver(http, site, event(reference, "payment.failed", 0, event_id="evt_older"))
+            assert older.json()["status"] == "ignored"
+            paid = deliver(http, site, event(reference, "payment.succeeded", 2))
+            assert paid.status_code == 200 and paid.json() == {"status": "applied", "decision": "external_completed"}
+            assert "<h1>Done</h1>" in browser.get(f"{site.base}/elicit/{decision.elicitation_id}").text
+    reasons = [row.reason for row in site.store.audit_trail(decision.elicitation_id, OPERATOR)]
+    assert reasons.count("attempt failed at Example Pay: card_declined") == 1
+    assert not any("evt_older" in reason for reason in reasons)
+
+
+@pytest.mark.parametrize("kind", ["checkout.cancelled", "checkout.expired"])
+def test_abandon_or_expiry_at_the_provider_ends_it_failed(site: PaySite, kind: str) -> None:
+    decision, reference = started(site)
+    with httpx2.Client(timeout=10) as http:
+        ended = deliver(http, site, event(reference, kind, 1, reason="abandoned at the checkout"))
+        assert ended.json() == {"status": "applied", "decision": "external_failed"}
+        late = deliver(http, site, event(reference, "payment.succeeded", 2))
+        assert late.status_code == 409 and late.json()["error"] == "decision_ended"
+    assert status(site, decision) is DecisionStatus.EXTERNAL_FAILED
+    reasons = [row.reason for row in site.store.audit_trail(decision.elicitation_id, OPERATOR)]
+    assert any("refund it at the provider" in reason for reason in reasons)
+    with signed_in(site, "alice", decision) as browser:
+        assert "That did not work" in browser.get(f"{site.base}/elicit/{decision.elicitation_id}").text
+
+
+def test_abandon_pressed_at_the_checkout_fails_the_decision(site: PaySite) -> None:
+    decision = ask_payment(site, "alice")
+    with signed_in(site, "alice", decision) as browser:
+        checkout = browser.get(press_continue(browser, site, decision).headers["location"])
+        abandoned = browser.post(str(checkout.url), data={"csrf": hidden(checkout.text, "csrf"), "action": "abandon"})
+        assert abandoned.status_code == 303
+    deadline = time.monotonic() + 10
+    while status(site, decision) is DecisionStatus.EXTERNAL_PENDING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert status(site, decision) is DecisionStatus.EXTERNAL_FAILED
+
+
+def test_another_principal_cannot_open_the_checkout_and_a_reference_completes_only_its_own_decision(
+    site: PaySite,
+) -> None:
+    alices = ask_payment(site, "alice")
+    with signed_in(site, "bob", alices) as browser:
+        refused = press_continue_refused(browser, site, alices)
+        assert refused.status_code == 403 and "belongs to another account" in refused.text
+    assert reference_of(site, alices) is None and status(site, alices) is DecisionStatus.REQUESTED
+    alices, alices_reference = started(site, "alice")
+    bobs, bobs_reference = started(site, "bob")
+    with httpx2.Client(timeout=10) as http:
+        assert deliver(http, site, event(alices_reference, "payment.succeeded", 1)).status_code == 200
+    assert status(site, alices) is DecisionStatus.EXTERNAL_COMPLETED
+    assert status(site, bobs) is DecisionStatus.EXTERNAL_PENDING
+    assert bobs_reference != alices_reference
+
+
+def press_continue_refused(browser: httpx2.Client, site: PaySite, decision: Decision) -> httpx2.Response:
+    page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+    assert page.status_code == 403
+    return browser.post(f"{site.base}/elicit/{decision.elicitation_id}/continue", data={"csrf": "forged"})
+
+
+def test_unknown_and_reused_references_are_refused_and_change_nothing(
+    site: PaySite, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision, reference = started(site)
+    forged = reference[:-6] + ("AAAAAA" if not reference.endswith("AAAAAA") else "BBBBBB")
+    with httpx2.Client(timeout=10) as http:
+        for unknown in ("ref_nothing", forged, "not-even-a-reference"):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+                answer = deliver(http, site, event(unknown, "payment.succeeded", 1, event_id=f"evt_{unknown[-6:]}"))
+            assert answer.status_code == 404 and answer.json() == {"error": "unknown_reference"}
+            assert len(caplog.records) == 1 and unknown not in caplog.text and WEBHOOK_SECRET not in caplog.text
+        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+        assert deliver(http, site, event(reference, "payment.succeeded", 1)).status_code == 200
+        rows = audit_rows(site, decision)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+            reused = deliver(http, site, event(reference, "payment.succeeded", 2, event_id="evt_second_payment"))
+        assert reused.status_code == 409
+        assert [r.levelno for r in caplog.records] == [logging.WARNING] and reference not in caplog.text
+    assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
+    assert audit_rows(site, decision) == rows + 1  # the refusal is audited, nothing moved
+
+
+def test_a_bad_signature_is_refused_changes_nothing_and_logs_one_line_without_secrets(
+    site: PaySite, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision, reference = started(site)
+    good = event(reference, "payment.succeeded", 1)
+    body, signature = signed_event(WEBHOOK_SECRET, good)
+    _, foreign = signed_event("another-secret-0123456789", good)
+    tampered = body.replace(str(INVOICE.amount).encode(), b"1")
+    rows = audit_rows(site, decision)
+    with httpx2.Client(timeout=10) as http:
+        for sent, header in ((body, foreign), (tampered, signature), (body, None), (body, "t=1,v1=00")):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+                answer = post(http, site, sent, header)
+            assert answer.status_code == 400 and answer.json() == {"error": "bad_signature"}
+            assert len(caplog.records) == 1
+            assert reference not in caplog.text and WEBHOOK_SECRET not in caplog.text
+            assert CLIENT_SECRET not in caplog.text and "payment.succeeded" not in caplog.text
+    assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+
+
+def test_a_replay_is_refused_after_the_window_and_a_duplicate_within_it(
+    site: PaySite, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision, reference = started(site)
+    failed = event(reference, "payment.failed", 1, reason="card_declined")
+    stale = int(time.time()) - 600
+    with httpx2.Client(timeout=10) as http:
+        with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+            replayed = deliver(http, site, event(reference, "payment.succeeded", 2), timestamp=stale)
+        assert replayed.status_code == 400 and len(caplog.records) == 1 and "replay" in caplog.text
+        body, signature = signed_event(WEBHOOK_SECRET, failed)
+        assert post(http, site, body, signature).json()["status"] == "recorded"
+        rows = audit_rows(site, decision)
+        assert post(http, site, body, signature).json() == {"status": "duplicate"}
+    assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+
+
+def test_a_late_event_after_expiry_is_refused_changes_nothing_and_is_audited(
+    site: PaySite, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision, reference = started(site)
+    site.skew[0] = timedelta(minutes=11).total_seconds()
+    with httpx2.Client(timeout=10) as http, caplog.at_level(logging.INFO, logger="mcp_elicit"):
+        late = deliver(http, site, event(reference, "payment.succeeded", 1))
+    assert late.status_code == 410 and late.json() == {"error": "decision_expired"}
+    assert len(caplog.records) == 1 and reference not in caplog.text and WEBHOOK_SECRET not in caplog.text
+    current = site.store.get_decision(decision.elicitation_id, OPERATOR)
+    assert (
+        current.status is DecisionStatus.EXTERNAL_PENDING
+        and current.completion_version == decision.completion_version + 2
+    )
+    last = site.store.audit_trail(decision.elicitation_id, OPERATOR)[-1]
+    assert last.from_status == last.to_status == "external_pending"
+    assert re.search(r"late succeeded event evt_payment\.succeeded_1 .* ended \(expired\)", last.reason)
