@@ -131,7 +131,7 @@ def test_store_urls_become_absolute_and_never_carry_a_password(tmp_path: Path) -
 def test_secrets_are_named_by_setting_or_variable() -> None:
     assert secret_name("webhook_secret") == "webhook_secret"
     assert secret_name("MCP_ELICIT_WEBHOOK_URL") == "webhook_url"
-    with pytest.raises(InstallError, match="--secret store: not a secret setting; the secrets are audit_keys, auth_keys, "):
+    with pytest.raises(InstallError, match="--secret store: not a secret setting; the secrets are audit_keys, "):
         secret_name("store")
 
 
