@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_elicit.server.notifications.signing import WebhookSecret, sign
+from mcp_elicit.server.notifications.signing import WebhookSecret, sign, verify
 from mcp_elicit.web.webhooks import SignatureInvalid, StandardWebhooks, TimestampedHmac, sign_timestamped
 
 SECRET = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
@@ -44,6 +44,9 @@ def test_timestamped_hmac_accepts_its_signature_and_a_rolled_secret() -> None:
         (sign_timestamped(HMAC_SECRET, BODY, timestamp=NOW - 301), "from now"),
         (sign_timestamped("another-secret-0123456", BODY, timestamp=NOW), "matches"),
         (sign_timestamped(HMAC_SECRET, BODY + b"x", timestamp=NOW), "matches"),
+        (f"t={NOW},v1=\u00e9\u00e9", "not ASCII"),
+        ("t=" + "9" * 5000 + ",v1=00", "no single t="),
+        (f"t={NOW}{'0' * 20},v1=00", "no single t="),
     ],
 )
 def test_timestamped_hmac_fails_closed(header: str | None, why: str) -> None:
@@ -59,3 +62,32 @@ def test_a_short_secret_or_no_tolerance_is_refused_at_construction() -> None:
         TimestampedHmac("short")
     with pytest.raises(ValueError, match="positive"):
         TimestampedHmac(HMAC_SECRET, tolerance=0)
+
+
+SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SPEC_ID, SPEC_TIMESTAMP, SPEC_BODY = "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, b'{"test": 2432232314}'
+SPEC_SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def test_standard_webhooks_reproduces_and_accepts_the_specifications_published_test_vector() -> None:
+    assert WebhookSecret(SPEC_SECRET).signature(SPEC_ID, SPEC_TIMESTAMP, SPEC_BODY) == SPEC_SIGNATURE
+    headers = {"webhook-id": SPEC_ID, "webhook-timestamp": str(SPEC_TIMESTAMP), "webhook-signature": SPEC_SIGNATURE}
+    assert verify(WebhookSecret(SPEC_SECRET), headers, SPEC_BODY, now=SPEC_TIMESTAMP) == SPEC_ID
+    StandardWebhooks(SPEC_SECRET, clock=lambda: SPEC_TIMESTAMP).verify(headers, SPEC_BODY)
+    with pytest.raises(SignatureInvalid, match="matches"):
+        StandardWebhooks(SPEC_SECRET, clock=lambda: SPEC_TIMESTAMP).verify(headers, SPEC_BODY.replace(b"2", b"3"))
+
+
+@pytest.mark.parametrize(
+    ("changed", "why"),
+    [
+        ({"webhook-signature": "v1,\u00e9t\u00e9"}, "not ASCII"),
+        ({"webhook-id": "msg_\u00e9"}, "not ASCII"),
+        ({"webhook-timestamp": "9" * 5000}, "whole seconds"),
+        ({"webhook-timestamp": str(NOW) + "0" * 20}, "whole seconds"),
+    ],
+)
+def test_standard_webhooks_fails_closed_on_malformed_headers(changed: dict[str, str], why: str) -> None:
+    headers = sign(WebhookSecret(SECRET), "evt_1", BODY, timestamp=NOW) | changed
+    with pytest.raises(SignatureInvalid, match=why):
+        StandardWebhooks(SECRET, clock=lambda: NOW).verify(headers, BODY)

@@ -10,14 +10,16 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx2
 import pytest
 
 from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
-from mcp_elicit.reference.payments import signed_event
-from mcp_elicit.web.external import event_entry
+from mcp_elicit.reference.app import PAY_INVOICE
+from mcp_elicit.reference.payments import SIGNATURE_HEADER, signed_event
+from mcp_elicit.web.external import MAX_BODY, REOPEN_AFTER, event_entry
+from mcp_elicit.web.webhooks import sign_timestamped
 from tests.helpers.pages_site import hidden
 from tests.helpers.payments_site import (
     CLIENT_SECRET,
@@ -98,6 +100,11 @@ def test_the_page_shows_the_servers_amount_and_continue_opens_the_checkout_with_
         reference = reference_of(site, decision)
         checkout = browser.get(first.headers["location"])
         assert checkout.status_code == 200 and f"Pay {INVOICE.shown}" in checkout.text
+        waiting = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+        assert "has not reported yet" in waiting.text and "/continue" not in waiting.text
+        too_soon = press_continue(browser, site, decision)
+        assert too_soon.status_code == 409 and "So that nothing is paid twice" in too_soon.text
+        site.skew[0] = REOPEN_AFTER.total_seconds() + 1
         again = press_continue(browser, site, decision)
         assert again.status_code == 303 and again.headers["location"] != first.headers["location"]
     assert reference_of(site, decision) == reference
@@ -128,6 +135,9 @@ def test_a_payment_completes_once_under_50_duplicate_and_reordered_webhooks(site
     assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
     applied = sum(1 for answer in answers if answer.json().get("status") == "applied")
     assert applied == 1
+    winner = site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id,
+                                    "evt_payment.succeeded_3"), caller=decision.principal)  # fmt: skip
+    assert winner is not None and isinstance(winner.value, dict) and winner.value["applied"] == "external_completed"
     for name in ("evt_payment.failed_1", "evt_payment.failed_2", "evt_payment.succeeded_3", "evt_after"):
         assert site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id, name),
                                       caller=decision.principal) is not None  # fmt: skip
@@ -309,3 +319,99 @@ def test_a_late_event_after_expiry_is_refused_changes_nothing_and_is_audited(
     last = site.store.audit_trail(decision.elicitation_id, OPERATOR)[-1]
     assert last.from_status == last.to_status == "external_pending"
     assert re.search(r"late succeeded event evt_payment\.succeeded_1 .* ended \(expired\)", last.reason)
+
+
+def reasons_of(site: PaySite, decision: Decision) -> list[str]:
+    return [row.reason for row in site.store.audit_trail(decision.elicitation_id, OPERATOR)]
+
+
+@pytest.mark.engines("sqlite", "postgres")
+@pytest.mark.parametrize("racing", [False, True])
+def test_a_second_payment_for_a_paid_reference_is_audited_as_one_to_refund(
+    site: PaySite, caplog: pytest.LogCaptureFixture, racing: bool
+) -> None:
+    decision, reference = started(site)
+    payments = [event(reference, "payment.succeeded", 1), event(reference, "payment.succeeded", 2, event_id="evt_2nd")]
+    with httpx2.Client(timeout=10) as http, caplog.at_level(logging.INFO, logger="mcp_elicit"):
+        if racing:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                answers = list(pool.map(lambda body: deliver(http, site, body), payments))
+        else:
+            answers = [deliver(http, site, body) for body in payments]
+    assert sorted(answer.status_code for answer in answers) == [200, 409]
+    assert sum(1 for answer in answers if answer.json().get("status") == "applied") == 1
+    refused = next(answer for answer in answers if answer.status_code == 409)
+    assert refused.json()["error"] == "decision_ended"
+    assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
+    assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
+    seconds = [why for why in reasons_of(site, decision) if "second payment for this reference: refund it" in why]
+    assert len(seconds) == 1 and INVOICE.currency in seconds[0]
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "second payment" in warnings[0].getMessage()
+    assert reference not in caplog.text and WEBHOOK_SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["checkout.expired", "checkout.cancelled"])
+def test_an_old_checkouts_final_failure_does_not_end_a_decision_a_newer_attempt_reported_on(
+    site: PaySite, kind: str
+) -> None:
+    decision, reference = started(site)
+    with httpx2.Client(timeout=10) as http:
+        assert deliver(http, site, event(reference, "payment.failed", 2, reason="card_declined")).status_code == 200
+        older = deliver(http, site, event(reference, kind, 1, reason="the first checkout lapsed"))
+        assert older.status_code == 200 and older.json()["status"] == "ignored"
+        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+        entry = site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id, f"evt_{kind}_1"),
+                                       caller=decision.principal)  # fmt: skip
+        assert entry is not None and isinstance(entry.value, dict) and entry.value["applied"] == "older"
+        paid = deliver(http, site, event(reference, "payment.succeeded", 3))
+        assert paid.json() == {"status": "applied", "decision": "external_completed"}
+
+
+def test_a_final_event_the_deadline_overtakes_while_it_is_applied_is_refused_as_expired(site: PaySite) -> None:
+    decision = ask_payment(site, "alice", ttl=timedelta(seconds=5))
+    with signed_in(site, "alice", decision) as browser:
+        assert press_continue(browser, site, decision).status_code == 303
+    reference = reference_of(site, decision)
+    assert reference is not None
+    time.sleep(max(0.0, (decision.expires_at - datetime.now(UTC)).total_seconds()) + 0.2)
+    site.skew[0] = -120  # the pages' clock still sees it open; the store's own clock expires it at the move
+    with httpx2.Client(timeout=10) as http:
+        late = deliver(http, site, event(reference, "payment.succeeded", 1))
+    assert late.status_code == 410 and late.json() == {"error": "decision_expired"}
+    assert status(site, decision) is DecisionStatus.EXPIRED
+    entry = site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id,
+                                   "evt_payment.succeeded_1"), caller=decision.principal)  # fmt: skip
+    assert entry is not None and isinstance(entry.value, dict) and entry.value["applied"] == "late"
+    assert any("refund it at the provider" in reason for reason in reasons_of(site, decision))
+
+
+def test_malformed_deliveries_are_a_clear_400_and_change_nothing(
+    site: PaySite, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision, reference = started(site)
+    body, _ = signed_event(WEBHOOK_SECRET, event(reference, "payment.succeeded", 1))
+    now = int(time.time())
+    deep = b"[" * 100_000
+    sent: list[tuple[bytes, bytes, str]] = [
+        (body, f"t={now},v1=".encode() + "\u00e9t\u00e9".encode("latin-1"), "bad_signature"),
+        (body, b"t=" + b"9" * 5000 + b",v1=00", "bad_signature"),
+        (deep, sign_timestamped(WEBHOOK_SECRET, deep).encode(), "unreadable_event"),
+    ]
+    rows = audit_rows(site, decision)
+    with httpx2.Client(timeout=10) as http:
+        for content, header, error in sent:
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+                headers = {b"content-type": b"application/json", SIGNATURE_HEADER.encode(): header}
+                answer = http.post(f"{site.base}/elicit/hooks/{PAY_INVOICE}", content=content, headers=headers)
+            assert answer.status_code == 400 and answer.json() == {"error": error}
+            assert len(caplog.records) == 1 and WEBHOOK_SECRET not in caplog.text
+    assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+
+
+def test_the_flow_key_from_the_path_cannot_forge_a_log_line(site: PaySite, caplog: pytest.LogCaptureFixture) -> None:
+    with httpx2.Client(timeout=10) as http, caplog.at_level(logging.INFO, logger="mcp_elicit"):
+        refused = http.post(f"{site.base}/elicit/hooks/{PAY_INVOICE}%0AWARNING forged", content=b"x" * (MAX_BODY + 1))
+    assert refused.status_code == 413
+    assert len(caplog.records) == 1 and "\n" not in caplog.records[0].getMessage()

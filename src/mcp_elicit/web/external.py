@@ -7,22 +7,29 @@ one reference and a reference one decision. The provider's webhooks name that re
 applied once, by the provider's event id (the token ledger spends the id; the journal keeps what became of
 the event), in the provider's order:
 
-- succeeded: the decision completes (`external_completed`, final), if the amount is the one charged;
+- succeeded: the decision completes (`external_completed`, final), if the amount is the one charged; a
+  success is never set aside for its order, the money having been taken;
 - failed: the attempt is audited and the decision stays open (`external_pending`) for another attempt;
 - cancelled or expired at the provider: the decision fails (`external_failed`, final);
-- an event older, in the provider's order, than one already applied is recorded and changes nothing;
+- a failure (of either kind) older, in the provider's order, than an event already recorded for the reference
+  is recorded and changes nothing: an old checkout's expiry does not end a decision a newer attempt reported on;
 - any new event about a decision that has ended (a reused reference, a late event) changes nothing, is
-  audited and refused: 410 after expiry, 409 otherwise.
+  audited and refused: 410 after expiry, 409 otherwise; a second success for a reference already paid is a
+  double charge, audited and logged as one to refund.
 
 Guarantees: every move is the store's compare-and-set, so duplicates, replays and concurrent deliveries
 have one effect; the reference completes only its own decision, of its own principal; a delivery whose
 signature fails, whose body cannot be read or whose reference is unknown changes nothing and is answered
 4xx with one log line naming the flow and the reason, never the body, the headers or the reference.
 
+Of the final events of one reference, the first to claim the decision (a journal entry, written once) is the
+only one that may move it; the others are refused as late, so that two deliveries racing never both count.
+
 Does not guarantee: that the provider is honest, or that a success and a cancellation of one reference are
 exclusive (they are at every provider we know; if both come, the first to arrive decides). A payment whose
-success arrives after the decision ended is refused here and must be refunded at the provider: the log and
-the audit say so.
+success arrives after the decision ended, or a second payment for a reference already paid (the person
+reopened the checkout while the first webhook was delayed), is refused here and must be refunded at the
+provider: the log and the audit say so.
 """
 
 from __future__ import annotations
@@ -55,11 +62,26 @@ MAX_REFERENCE = 400
 MAX_EVENT_ID = 200
 MAX_BODY = 256 * 1024
 MAX_SAID = 300
+REOPEN_AFTER = timedelta(minutes=2)
+"""How long a checkout that has not reported keeps the page from opening another: a second checkout opened while
+the first one's webhook is delayed is how one reference gets paid twice."""
 EVENT_MEMORY = timedelta(days=7)
 """How long past its decision's deadline a spent event id is remembered (its retries are duplicates until then)."""
 _JOURNAL = "mcp-elicit/external/"
 _AAD = b"mcp-elicit external reference v1"
 _MOVE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Late:
+    """One event being applied, with what refusing it needs."""
+
+    flow_key: str
+    flow: ExternalCompletion
+    event: ProviderEvent
+    entry: str
+    said: str
+    actor: Operator
 
 
 class CheckoutRefused(Exception):
@@ -81,6 +103,11 @@ class Received:
 def reference_entry(elicitation_id: str) -> str:
     """The journal entry holding the decision's reference."""
     return f"{_JOURNAL}{elicitation_id}/reference"
+
+
+def final_entry(elicitation_id: str) -> str:
+    """The journal entry naming the final event that claimed the decision (written once: the first claim holds)."""
+    return f"{_JOURNAL}{elicitation_id}/final"
 
 
 def event_entry(elicitation_id: str, event_id: str) -> str:
@@ -127,6 +154,20 @@ class ExternalCompletions:
         latest = max(failed, key=lambda value: _order(value))
         return str(latest.get("said") or "no reason given")
 
+    async def reopens_at(self, decision: Decision) -> datetime | None:
+        """When the checkout may be opened again, if the last one opened less than `REOPEN_AFTER` ago has not
+        reported any event since; None when it may be opened now."""
+        entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
+        base = f"{_JOURNAL}{decision.elicitation_id}/"
+        opened = [entry.recorded_at for entry in entries if entry.name.startswith(base + "opened/")]
+        if not opened:
+            return None
+        last = max(opened)
+        if any(entry.recorded_at >= last for entry in entries if entry.name.startswith(base + "event/")):
+            return None
+        until = last + REOPEN_AFTER
+        return until if until > self._now() else None
+
     async def checkout(self, flow: ExternalCompletion, decision: Decision, return_url: str) -> str:
         """The provider's page for the decision (which must be `external_pending`), with its one reference."""
         charge = await self.charge(flow, decision)
@@ -163,6 +204,8 @@ class ExternalCompletions:
             log.warning("decision %s: %s gave a checkout address that is not http(s)", decision.elicitation_id,
                         flow.provider_title)  # fmt: skip
             raise CheckoutRefused(f"{flow.provider_title} gave an address this page will not send you to.")
+        opened = f"{_JOURNAL}{decision.elicitation_id}/opened/{secrets.token_hex(8)}"
+        await self._reach.journal_record(decision.operation_id, opened, {}, caller=decision.principal)
         return url
 
     # -- the provider's side ---------------------------------------------------------------------------
@@ -178,13 +221,27 @@ class ExternalCompletions:
         except SignatureInvalid as bad:
             log.warning("webhook for %s refused: %s", flow_key, bad)
             return Received(400, {"error": "bad_signature"})
+        except Exception as broken:  # a verifier of the deployer's may raise anything on a malformed header
+            log.warning("webhook for %s refused: its signature could not be checked (%s)", flow_key,
+                        type(broken).__name__)  # fmt: skip
+            return Received(400, {"error": "bad_signature"})
         try:
             event = flow.read_event(body)
-        except (LookupError, TypeError, ValueError) as unreadable:
+        except Exception as unreadable:  # a body nested too deep, a reader's own bug: the provider is told 400
             log.warning("webhook for %s refused: its event cannot be read (%s)", flow_key, type(unreadable).__name__)
             return Received(400, {"error": "unreadable_event"})
         if event is None:
             return Received(200, {"status": "ignored", "why": "not an event about a payment step"})
+        if (
+            not isinstance(event, ProviderEvent)
+            or not isinstance(event.event_id, str)
+            or not isinstance(event.reference, str)
+            or isinstance(event.order, bool)
+            or not isinstance(event.order, int)
+            or not isinstance(event.outcome, EventOutcome)
+        ):
+            log.warning("webhook for %s refused: its reader gave something other than a ProviderEvent", flow_key)
+            return Received(400, {"error": "unreadable_event"})
         if not event.event_id or len(event.event_id) > MAX_EVENT_ID or not event.event_id.isprintable():
             log.warning("webhook for %s refused: its event id is empty, too long or not printable", flow_key)
             return Received(400, {"error": "unreadable_event"})
@@ -219,10 +276,6 @@ class ExternalCompletions:
             log.warning("webhook for %s refused: event %s names a reference decision %s does not hold", flow_key,
                         event.event_id, elicitation_id)  # fmt: skip
             return unknown
-        if stored.get("principal") != decision.principal_id:
-            log.warning("webhook for %s refused: the reference of decision %s was made for another principal",
-                        flow_key, elicitation_id)  # fmt: skip
-            return Received(403, {"error": "reference_of_another_principal"})
         return decision
 
     async def _apply(
@@ -243,49 +296,51 @@ class ExternalCompletions:
             # A final event spent by a delivery that has not recorded its outcome (still running, or died midway)
             # while its decision waits: applying it again is safe, every move being a compare-and-set.
         said = _shown(event.said)
-        what = f"{event.outcome} event {event.event_id} from {flow.provider_title}"
         actor = Operator(f"webhook:{flow_key}")
+        late = _Late(flow_key, flow, event, entry, said, actor)
         if decision.is_terminal or decision.is_overdue(now):
-            ended = "expired" if decision.is_overdue(now) else decision.status.value
-            reason = f"late {what} after the decision ended ({ended}); nothing changed"
-            if event.outcome is EventOutcome.SUCCEEDED and decision.status is not DecisionStatus.EXTERNAL_COMPLETED:
-                reason += "; refund it at the provider"
-            await self._reach.note(decision, actor=actor, reason=reason)
-            await self._record(decision, entry, event, said, "late")
-            log.warning("webhook for %s refused: %s", flow_key, f"decision {eid}: {reason}")
-            if decision.status is DecisionStatus.EXPIRED or decision.is_overdue(now):
-                return Received(410, {"error": "decision_expired"})
-            return Received(409, {"error": "decision_ended", "status": decision.status.value})
+            expired = decision.status is DecisionStatus.EXPIRED or decision.is_overdue(now)
+            return await self._refuse(late, decision, ended="expired" if expired else decision.status.value,
+                                      expired=expired)  # fmt: skip
+        if event.outcome is not EventOutcome.SUCCEEDED:
+            newer = [value for value in await self._events(decision) if _order(value) > event.order]
+            if newer:
+                await self._record(decision, entry, event, said, "older")
+                return Received(200, {"status": "ignored", "why": "older than an event already recorded"})
+            if event.outcome is EventOutcome.FAILED:
+                await self._record(decision, entry, event, said, "attempt failed")
+                await self._reach.note(decision, actor=actor, reason=f"attempt failed at {flow.provider_title}: {said}")
+                return Received(200, {"status": "recorded", "decision": decision.status.value})
         record = await self._reach.journal_get(decision.operation_id, reference_entry(eid), caller=decision.principal)
         charged = record.value if record is not None and isinstance(record.value, dict) else {}
-        if event.outcome not in FINAL_OUTCOMES:
-            newer = [value for value in await self._events(decision) if _order(value) > event.order]
-            await self._record(decision, entry, event, said, "older" if newer else "attempt failed")
-            if newer:
-                return Received(200, {"status": "ignored", "why": "older than an event already applied"})
-            await self._reach.note(decision, actor=actor, reason=f"attempt failed at {flow.provider_title}: {said}")
-            return Received(200, {"status": "recorded", "decision": decision.status.value})
         if (
             event.outcome is EventOutcome.SUCCEEDED
             and event.amount is not None
             and ((event.amount, event.currency) != (charged.get("amount"), charged.get("currency")))
         ):
+            what = f"{event.outcome} event {event.event_id} from {flow.provider_title}"
             reason = f"{what} reports another amount than the one charged; nothing changed"
             await self._reach.note(decision, actor=actor, reason=reason)
             await self._record(decision, entry, event, said, "wrong amount")
             log.warning("webhook for %s refused: decision %s: %s", flow_key, eid, reason)
             return Received(422, {"error": "amount_mismatch"})
-        return await self._finish(flow, decision, event, entry, said, actor)
+        return await self._finish(late, decision)
 
-    async def _finish(
-        self,
-        flow: ExternalCompletion,
-        decision: Decision,
-        event: ProviderEvent,
-        entry: str,
-        said: str,
-        actor: Operator,
-    ) -> Received:
+    async def _finish(self, late: _Late, decision: Decision) -> Received:
+        """Move the decision for a final event, once it holds the decision's claim."""
+        flow, event, entry, said = late.flow, late.event, late.entry, late.said
+        claim = await self._reach.journal_record(
+            decision.operation_id,
+            final_entry(decision.elicitation_id),
+            {"event": event.event_id, "outcome": event.outcome.value},
+            caller=decision.principal,
+        )
+        claimed = claim.value if isinstance(claim.value, dict) else {}
+        if claimed.get("event") != event.event_id:
+            first = f"{claimed.get('outcome')} event {claimed.get('event')}"
+            return await self._refuse(late, decision, ended=f"{first} came first", expired=False,
+                                      paid_before=claimed.get("outcome") == EventOutcome.SUCCEEDED,
+                                      applied="lost to another event")  # fmt: skip
         if event.outcome is EventOutcome.SUCCEEDED:
             to = DecisionStatus.EXTERNAL_COMPLETED
             reason = f"{flow.provider_title} reports it done (event {event.event_id}{_amount(event)})"
@@ -296,17 +351,47 @@ class ExternalCompletions:
             if decision.is_terminal:
                 break
             try:
-                decision = await self._reach.transition(decision, to, caller=actor, reason=reason)
-            except DecisionExpired as expired:
-                decision = expired.current
+                decision = await self._reach.transition(decision, to, caller=late.actor, reason=reason)
+            except DecisionExpired as overtaken:
+                return await self._refuse(late, overtaken.current, ended="expired", expired=True)
             except DecisionConflict as moved:
                 decision = moved.current
             else:
                 await self._record(decision, entry, event, said, str(to))
                 return Received(200, {"status": "applied", "decision": decision.status.value})
-        await self._record(decision, entry, event, said, "lost to another event")
-        if decision.status is to:
+        if decision.status is to:  # only another delivery of this very event holds the claim and moves it so
+            await self._record(decision, entry, event, said, str(to))
             return Received(200, {"status": "duplicate"})
+        expired = decision.status is DecisionStatus.EXPIRED
+        return await self._refuse(late, decision, ended=decision.status.value, expired=expired)
+
+    async def _refuse(
+        self,
+        late: _Late,
+        decision: Decision,
+        *,
+        ended: str,
+        expired: bool,
+        paid_before: bool | None = None,
+        applied: str = "late",
+    ) -> Received:
+        """Refuse an event that comes after the decision ended (or after another final event claimed it): audited,
+        recorded, logged once; a success so refused is money to give back, and says so."""
+        event = late.event
+        what = f"{event.outcome} event {event.event_id} from {late.flow.provider_title}{_amount(event)}"
+        if paid_before is None:
+            paid_before = decision.status is DecisionStatus.EXTERNAL_COMPLETED
+        if event.outcome is EventOutcome.SUCCEEDED and paid_before:
+            reason = f"second payment for this reference: refund it at the provider ({what}); nothing changed"
+        else:
+            reason = f"late {what} after the decision ended ({ended}); nothing changed"
+            if event.outcome is EventOutcome.SUCCEEDED:
+                reason += "; refund it at the provider"
+        await self._reach.note(decision, actor=late.actor, reason=reason)
+        await self._record(decision, late.entry, event, late.said, applied)
+        log.warning("webhook for %s refused: decision %s: %s", late.flow_key, decision.elicitation_id, reason)
+        if expired:
+            return Received(410, {"error": "decision_expired"})
         return Received(409, {"error": "decision_ended", "status": decision.status.value})
 
     async def _record(self, decision: Decision, entry: str, event: ProviderEvent, said: str, applied: str) -> None:

@@ -378,6 +378,8 @@ class UrlPages:
         if isinstance(flow, OAuthConnect):
             return await self._start_oauth(flow, decision, principal)
         if isinstance(flow, ExternalCompletion):
+            if (reopens := await self._external.reopens_at(decision)) is not None:
+                return self._message("The checkout is still open", _not_reported(flow, reopens), 409)
             try:
                 url = await self._external.checkout(flow, decision, f"{self._base}/elicit/{decision.elicitation_id}")
             except CheckoutRefused as refused:
@@ -562,17 +564,27 @@ class UrlPages:
         notice, action = "", "Continue"
         if decision.status is DecisionStatus.EXTERNAL_PENDING:
             failed = await self._external.last_failure(decision)
-            if failed is not None:
-                notice = (
+            reopens = await self._external.reopens_at(decision)
+            if reopens is not None:
+                notice, action = f'<p class="muted">{text(_not_reported(flow, reopens))}</p>', ""
+            elif failed is not None:
+                notice, action = (
                     f'<div class="error" role="alert">The last attempt at {text(flow.provider_title)} failed: '
-                    f"{text(failed)}. Nothing was charged; you can try again.</div>"
+                    f"{text(failed)}. Nothing was charged; you can try again.</div>",
+                    "Try again",
                 )
             else:
-                notice = (
+                notice, action = (
                     f'<p class="muted">If you have finished at {text(flow.provider_title)}, it confirms it here in a '
-                    "moment: reload this page.</p>"
+                    "moment: reload this page.</p>",
+                    "Open the checkout again",
                 )
-            action = "Try again" if failed is not None else "Open the checkout again"
+        go_on = (
+            f'<form method="post" action="/elicit/{text(decision.elicitation_id)}/continue">\n<input type="hidden" '
+            f'name="csrf" value="{text(token)}"><button class="primary" type="submit">{action}</button></form>\n'
+            if action
+            else ""
+        )
         body = f"""
 <h1>{text(self._title)} asks you to {text(self._doing(decision))}</h1>
 <div class="message">{text(decision.message)}</div>
@@ -584,9 +596,7 @@ class UrlPages:
 <p class="muted">This amount is set by {text(self._title)}, not by your assistant, and it is the one
 {text(flow.provider_title)} is asked for.</p>
 <div class="actions">
-<form method="post" action="/elicit/{text(decision.elicitation_id)}/continue">
-<input type="hidden" name="csrf" value="{text(token)}"><button class="primary" type="submit">{action}</button></form>
-<form method="post" action="/elicit/{text(decision.elicitation_id)}/cancel">
+{go_on}<form method="post" action="/elicit/{text(decision.elicitation_id)}/cancel">
 <input type="hidden" name="csrf" value="{text(token)}"><button type="submit">Cancel</button></form>
 </div>"""
         return page(f"{self._title}: a step needs you", body, server=self._title)
@@ -613,18 +623,18 @@ class UrlPages:
         flow_key = request.path_params["flow_key"]
         length = request.headers.get("content-length", "")
         if length and (not length.isdigit() or int(length) > MAX_BODY):
-            log.warning("webhook for %s refused: a body of %s bytes", flow_key[:64], length[:20])
+            log.warning("webhook for %r refused: a body of %r bytes", flow_key[:64], length[:20])
             return JSONResponse({"error": "body_too_large"}, 413)
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_BODY:
-                log.warning("webhook for %s refused: a body over %d bytes", flow_key[:64], MAX_BODY)
+                log.warning("webhook for %r refused: a body over %d bytes", flow_key[:64], MAX_BODY)
                 return JSONResponse({"error": "body_too_large"}, 413)
         try:
             received = await self._external.receive(flow_key, request.headers, body)
         except StoreUnavailable as down:
-            log.warning("webhook for %s failed: %s", flow_key[:64], down.for_log())
+            log.warning("webhook for %r failed: %s", flow_key[:64], down.for_log())
             return JSONResponse({"error": "store_unavailable"}, 503)
         return JSONResponse(received.body, received.status)
 
@@ -1032,3 +1042,13 @@ async def _account(client: AsyncOAuth2Client, flow: OAuthConnect) -> str | None:
 def _field(profile: dict[str, object], *names: str) -> str:
     """The first of `names` that `profile` gives as text, as it may be shown; "" when it gives none."""
     return next((_shown(value) for name in names if isinstance(value := profile.get(name), str)), "")
+
+
+def _not_reported(flow: ExternalCompletion, reopens: datetime) -> str:
+    """Why the checkout is not offered again yet: a second one, opened while the first one's report is on its way,
+    could take a second payment."""
+    return (
+        f"You opened the checkout at {flow.provider_title} a moment ago and it has not reported yet. If you paid, it "
+        f"confirms it here shortly: reload this page. So that nothing is paid twice, it can be opened again from "
+        f"{reopens.astimezone(UTC):%H:%M:%S} UTC."
+    )

@@ -4,8 +4,12 @@ Guarantees: a delivery is accepted only when its signature, recomputed under the
 body and its signed timestamp, matches one of those it carries (compared in constant time), and the
 timestamp lies within `tolerance` seconds of this server's clock: a captured delivery cannot be replayed
 after the window, and within it the event's id makes it a duplicate that changes nothing. A missing,
-malformed or stale header fails closed, as a `SignatureInvalid` whose reason names the header, never the
-secret or the body.
+malformed (not ASCII, an overlong timestamp) or stale header fails closed, as a `SignatureInvalid` whose reason
+names the header, never the secret or the body, and never as another exception.
+
+Standard Webhooks is checked by this package's own `mcp_elicit.server.notifications.signing`, not by the
+`standardwebhooks` library: the scheme is a few lines of HMAC, that module already signs our notifications and is
+tested against the specification's published test vector, and no deployment takes on another dependency.
 
 Does not guarantee: that the provider's clock is right (a skew beyond `tolerance` refuses everything; the
 reason says so), nor confidentiality of the body.
@@ -18,7 +22,13 @@ import hmac
 import time
 from collections.abc import Callable, Mapping
 
-from mcp_elicit.server.notifications.signing import DEFAULT_TOLERANCE, SignatureInvalid, WebhookSecret, verify
+from mcp_elicit.server.notifications.signing import (
+    DEFAULT_TOLERANCE,
+    MAX_TIMESTAMP_DIGITS,
+    SignatureInvalid,
+    WebhookSecret,
+    verify,
+)
 
 __all__ = ["DEFAULT_TOLERANCE", "SignatureInvalid", "StandardWebhooks", "TimestampedHmac", "sign_timestamped"]
 
@@ -74,6 +84,8 @@ class TimestampedHmac:
         given = headers.get(self._header)
         if not given:
             raise SignatureInvalid(f"the {self._header} header is missing")
+        if not given.isascii():
+            raise SignatureInvalid(f"the {self._header} header is not ASCII")
         stamps: list[str] = []
         signatures: list[str] = []
         for part in given.split(","):
@@ -82,7 +94,7 @@ class TimestampedHmac:
                 stamps.append(value)
             elif name == "v1":
                 signatures.append(value)
-        if len(stamps) != 1 or not (stamps[0].isascii() and stamps[0].isdigit()):
+        if len(stamps) != 1 or not (stamps[0].isdigit() and len(stamps[0]) <= MAX_TIMESTAMP_DIGITS):
             raise SignatureInvalid(f"the {self._header} header has no single t=<seconds since 1970>")
         if not signatures:
             raise SignatureInvalid(f"the {self._header} header has no v1 signature")
@@ -91,8 +103,8 @@ class TimestampedHmac:
             raise SignatureInvalid(
                 f"the {self._header} timestamp is more than {self._tolerance} s from now (a replay, or a clock off)"
             )
-        expected = _hmac_hex(self._key, stamp, body)
-        if not any(hmac.compare_digest(expected, signature) for signature in signatures):
+        expected = _hmac_hex(self._key, stamp, body).encode()
+        if not any(hmac.compare_digest(expected, signature.encode()) for signature in signatures):
             raise SignatureInvalid(f"no v1 signature of the {self._header} header matches this body under this secret")
 
 

@@ -5,7 +5,12 @@ Guarantees: a delivery carries `webhook-id` (the event's id, the same on every r
 `"{id}.{timestamp}.{body}"` under the subscription's secret. `verify` accepts a body only when one of the
 listed signatures matches, compared in constant time, and the timestamp lies within `tolerance` of now, so a
 captured delivery cannot be replayed later (within the window, the id lets the receiver drop it). It fails
-closed: a missing header, a malformed one or a stale timestamp is a `SignatureInvalid`.
+closed: a missing header, a malformed one (not ASCII, a timestamp of more than `MAX_TIMESTAMP_DIGITS` digits) or a
+stale timestamp is a `SignatureInvalid`, never another exception.
+
+Receivers of Standard Webhooks (`mcp_elicit.web.webhooks.StandardWebhooks`) use this module too rather than the
+`standardwebhooks` library: the scheme is a few lines of HMAC, this code already signs our own notifications,
+it is tested against the specification's published test vector, and it spares every deployment a dependency.
 
 Does not guarantee: secrecy (the body travels as TLS leaves it), nor anything about order or uniqueness of
 deliveries: they come at least once, and a receiver deduplicates by `webhook-id`.
@@ -22,6 +27,8 @@ from collections.abc import Mapping
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 (the format's prefix, not a secret)
 MIN_SECRET_BYTES = 24
+MAX_TIMESTAMP_DIGITS = 12
+"""Seconds since 1970 fit in 11 digits until the year 5138: a longer timestamp is malformed, not parsed."""
 DEFAULT_TOLERANCE = 300
 """Seconds a timestamp may lie from the receiver's clock, either way (the specification's suggestion)."""
 ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER = "webhook-id", "webhook-timestamp", "webhook-signature"
@@ -85,11 +92,15 @@ def verify(
     event_id, stamp, signatures = (headers.get(name) for name in (ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER))
     if not event_id or not stamp or not signatures:
         raise SignatureInvalid("a webhook-id, webhook-timestamp and webhook-signature header are all required")
-    if not (stamp.isascii() and stamp.isdigit()):
+    if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= MAX_TIMESTAMP_DIGITS):
         raise SignatureInvalid("webhook-timestamp is not whole seconds since 1970")
+    if not (event_id.isascii() and signatures.isascii()):
+        raise SignatureInvalid("webhook-id or webhook-signature is not ASCII")
     if abs((time.time() if now is None else now) - int(stamp)) > tolerance:
         raise SignatureInvalid(f"webhook-timestamp is more than {tolerance} s from now (a replay, or a clock off)")
-    expected = secret.signature(event_id, int(stamp), body)
-    if not any(hmac.compare_digest(expected, given) for given in signatures.split(" ") if given.startswith("v1,")):
+    expected = secret.signature(event_id, int(stamp), body).encode()
+    if not any(
+        hmac.compare_digest(expected, given.encode()) for given in signatures.split(" ") if given.startswith("v1,")
+    ):
         raise SignatureInvalid("no v1 signature of webhook-signature matches this body under this secret")
     return event_id
