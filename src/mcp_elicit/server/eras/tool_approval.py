@@ -39,23 +39,40 @@ from typing import Any, Final
 
 from mcp.server.extension import Extension
 
+from mcp_elicit.model.tool_approval import (
+    APPROVED_EXECUTED,
+    DENIED_NOT_EXECUTED,
+    DISPOSITION_META,
+    DRAFT_TEXT_IDENTIFIER,
+    EXECUTION_ERROR,
+    IMMEDIATE_RESPONSE_META,
+    TOOL_APPROVAL_EXTENSION,
+    TOOL_APPROVAL_IDENTIFIERS,
+    TOOL_APPROVAL_VERSION,
+)
 from mcp_elicit.server.eras import Call
+
+__all__ = [
+    "APPROVED_EXECUTED",
+    "DENIED_NOT_EXECUTED",
+    "DISPOSITION_META",
+    "DRAFT_TEXT_IDENTIFIER",
+    "EXECUTION_ERROR",
+    "IMMEDIATE_RESPONSE",
+    "IMMEDIATE_RESPONSE_META",
+    "TOOL_APPROVAL_EXTENSION",
+    "ToolApprovalExtension",
+    "declared",
+]
 
 SEP: Final = "SEP-2848"
 DRAFT_DATE: Final = "2026-06-08"
 """The date of the draft text followed (the pull request's second revision)."""
-TOOL_APPROVAL_EXTENSION: Final = "io.modelcontextprotocol/tool-approval"
-DRAFT_TEXT_IDENTIFIER: Final = "net.openid.authzen/tool-approval"
-IDENTIFIERS: Final = frozenset({TOOL_APPROVAL_EXTENSION, DRAFT_TEXT_IDENTIFIER})
-VERSION: Final = "0.1"
+IDENTIFIERS: Final = TOOL_APPROVAL_IDENTIFIERS
+VERSION: Final = TOOL_APPROVAL_VERSION
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 ERA: Final = "2026-07-28"
 
-DISPOSITION_META: Final = "net.openid.authzen/disposition"
-APPROVED_EXECUTED: Final = "approved-executed"
-DENIED_NOT_EXECUTED: Final = "denied-not-executed"
-EXECUTION_ERROR: Final = "execution-error"
-IMMEDIATE_RESPONSE_META: Final = "io.modelcontextprotocol/model-immediate-response"
 IMMEDIATE_RESPONSE: Final = (
     "This call has not run: it is waiting for approval, and may still be denied. You can continue other work "
     "and check back on the task."

@@ -38,7 +38,7 @@ from mcp_elicit.model import (
     UnencodableValue,
     check_encodable,
 )
-from mcp_elicit.server.eras.tool_approval import APPROVED_EXECUTED, DENIED_NOT_EXECUTED, EXECUTION_ERROR
+from mcp_elicit.model.tool_approval import APPROVED_EXECUTED, DENIED_NOT_EXECUTED, EXECUTION_ERROR
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX
 from mcp_elicit.store import (
     DecisionConflict,
