@@ -482,6 +482,7 @@ class Execution:
         backing = self._backing if is_approval(decision.key) else None
         if backing is None or voter_of(backing[0]) is None:
             return await self._wait_for_approvers(decision, patience, tell)
+        await self.commit()  # the backend votes on the decision: it must exist before it may be asked
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._backend_decides, backing, decision)
