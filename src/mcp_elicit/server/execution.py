@@ -494,20 +494,29 @@ class Execution:
             raise
         return decided
 
-    def approval_request(self, decision: Decision) -> ApprovalRequest | None:
-        """The approval `decision` as its backend sees it; None when no backend decides it (see `approve`)."""
+    def approval_request(
+        self, decision: Decision, running: tuple[dict[str, JSONValue], str, frozenset[str]] | None = None
+    ) -> ApprovalRequest | None:
+        """The approval `decision` as its backend sees it; None when no backend decides it (see `approve`).
+
+        While it is decided, the call as made; at re-evaluation, `running`: the arguments the tool will run with
+        (approvers' edits applied), their request digest, and the names the approvers changed."""
         if self._backing is None:
             return None
         _, tool, arguments = self._backing
+        digest, edited = decision.origin_request_digest, frozenset[str]()
+        if running is not None:
+            arguments, digest, edited = running
         return ApprovalRequest(
             approval_id=decision.elicitation_id,
             operation_id=self.operation.operation_id,
             tool=tool,
             arguments=arguments,
-            arguments_digest=decision.origin_request_digest,
+            arguments_digest=digest,
             requester=self.principal,
             requested_at=decision.created_at,
             expires_at=decision.expires_at,
+            edited=edited,
         )
 
     async def _backend_decides(self, backing: Backing, decision: Decision) -> None:

@@ -16,6 +16,13 @@ of the MCP specification repository, opened 2026-06-03), as its text stood on 20
   or `execution-error`. The `CreateTaskResult` carries `io.modelcontextprotocol/model-immediate-response`, a
   text telling the model the call has not run yet.
 - An identical call while the task is open gets the same task; after it ended, a new approval and a new task.
+- The task's status message is "Waiting for approval", never who approves (roles, `agent:NAME`) nor their votes.
+- Re-evaluation asks about the call as it will run: the arguments the tool gets, approvers' edits applied.
+- Approval-request amplification: a principal's open approval tasks are bounded (counted in the store) and
+  their new ones rate-limited (a token bucket per instance), `Elicitation(tool_approval_limits=...)`; a call over
+  either gets a tool error (no task) saying which limit and when to try again.
+- Retention: a gate whose TTL is not shorter than the longest task TTL is refused at registration, so a task
+  never expires before its approval could be given.
 
 Where this departs from the draft, and why:
 
