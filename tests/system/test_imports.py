@@ -109,3 +109,24 @@ def test_task_code_imports_no_era_adapter() -> None:
                 reached.setdefault(path.name, set()).add(node.module)
     assert reached, "task code reads the shared call types"
     assert {name: modules - shared for name, modules in reached.items() if modules - shared} == {}
+
+
+def test_the_tool_approval_wire_names_are_written_once_in_the_model() -> None:
+    """The server and the client kit read the draft extension's identifiers and `_meta` keys from one place,
+    `mcp_elicit.model.tool_approval`, so the two sides cannot drift apart."""
+    from mcp_elicit.model import tool_approval
+
+    names = {
+        value
+        for name, value in vars(tool_approval).items()
+        if name.isupper() and isinstance(value, str) and ("/" in value or "-" in value)
+    }
+    assert tool_approval.TOOL_APPROVAL_EXTENSION in names and tool_approval.DISPOSITION_META in names
+    written: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "model" / "tool_approval.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                written.setdefault(str(path.relative_to(PACKAGE)), set()).add(str(node.value))
+    assert written == {}

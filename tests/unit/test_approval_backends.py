@@ -10,6 +10,7 @@ import pytest
 
 from mcp_elicit import ApproverRule, Gate
 from mcp_elicit.approvals import AgentApproval, ApprovalRequest, InboxApproval, PolicyApproval, Ruling
+from mcp_elicit.approvals.limits import ApprovalLimits, RequestBucket, retry_in
 from mcp_elicit.client import ElicitingClient, Http
 from mcp_elicit.model import Principal, Verdict
 
@@ -100,3 +101,28 @@ def test_an_agent_that_fails_or_times_out_casts_nothing() -> None:
 def test_a_client_cannot_declare_tool_approval_without_tasks() -> None:
     with pytest.raises(ValueError, match="tool_approval=True needs tasks=True"):
         ElicitingClient(Http("http://127.0.0.1:1/mcp"), handler=None, tool_approval=True)  # type: ignore[arg-type]
+
+
+def test_the_request_bucket_allows_a_burst_then_the_rate_per_principal() -> None:
+    bucket = RequestBucket(ApprovalLimits(requests_per_minute=6, burst=2))
+    assert bucket.take("alice", NOW) is None and bucket.take("alice", NOW) is None
+    assert bucket.take("alice", NOW) == timedelta(seconds=10), "one token every 10 s, none spent on a refusal"
+    assert bucket.take("bob", NOW) is None, "each principal has a bucket of their own"
+    assert bucket.take("alice", NOW + timedelta(seconds=4)) == timedelta(seconds=6)
+    assert bucket.take("alice", NOW + timedelta(seconds=11)) is None
+    assert (
+        bucket.take("alice", NOW + timedelta(minutes=10)) is None
+        and bucket.take("alice", NOW + timedelta(minutes=10)) is None
+    )
+    assert bucket.take("alice", NOW + timedelta(minutes=10)) is not None, "refilled to the burst, never past it"
+    assert retry_in(timedelta(seconds=0.2)) == "Try again in 1 s at the earliest."
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("open_per_principal", 0), ("burst", 1.5), ("burst", True), ("requests_per_minute", 0),
+     ("requests_per_minute", float("inf"))],
+)  # fmt: skip
+def test_approval_limits_refuse_what_bounds_nothing(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        ApprovalLimits(**{field: value})  # type: ignore[arg-type]

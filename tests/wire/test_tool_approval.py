@@ -11,15 +11,18 @@ client: either side without it gets the gate's ordinary behaviour (the live call
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import anyio
 import pytest
 from mcp_types import CallToolResult
 
-from mcp_elicit import Elicitation
-from mcp_elicit.approvals import APPROVAL_KEY
+from mcp_elicit import ApproverRule, Elicitation, Flow, Gate, RequestState
+from mcp_elicit.approvals import APPROVAL_KEY, AgentApproval, ApprovalRequest, GateRefused, Ruling
+from mcp_elicit.approvals.limits import ApprovalLimits
 from mcp_elicit.client import ElicitingClient, Http
 from mcp_elicit.client.handler import FormReply, FormRequest, Mode, UrlReply, UrlRequest
 from mcp_elicit.client.tasks import TaskCancelled
@@ -33,15 +36,19 @@ from mcp_elicit.model import (
     OperationStatus,
     Operator,
     Verdict,
+    request_digest,
 )
 from mcp_elicit.server.eras.tool_approval import DISPOSITION_META, TOOL_APPROVAL_EXTENSION
+from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.server.tasks.state import META_JOURNAL
-from mcp_elicit.store import StoreError
+from mcp_elicit.store import StoreError, open_store
 from mcp_elicit.store.aio import AsyncStore
 from tests.helpers.approval_site import Ledger, served
 
 pytestmark = pytest.mark.anyio
 TREASURY = Approver("carol", frozenset({"treasury"}))
+LIMITS = Approver("dave", frozenset({"policy:limits"}))
+"""A person holding the role `pay`'s policy votes in: they may approve, and edit the amount, as the policy could."""
 
 
 class NobodyAsked:
@@ -111,13 +118,13 @@ async def test_an_approver_voting_in_the_store_lets_the_task_run_the_tool_once(
         group.start_soon(call)
         approval = await asked(runtime)
         assert is_task(runtime, approval), "the call came back as a task"
-        said = "transfer: Waiting for approval by treasury (0 of 1)"
+        said = "transfer: Waiting for approval"  # the draft: the status message never names who approves
         with anyio.fail_after(10):
             while [(w.id, w.approval, w.message) for w in client.tasks.waits()] != [(approval.operation_id, True,
                                                                                      said)]:  # fmt: skip
                 await anyio.sleep(0.02)
         seen = await client.tasks.status(approval.operation_id)
-        assert seen["status"] == "working"
+        assert seen["status"] == "working" and seen["statusMessage"] == "Waiting for approval"
         assert approval.elicitation_id not in json.dumps(seen), "nothing of the approval crosses the wire"
         assert ledger.ran == [], "nothing runs before the approval"
         await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, TREASURY, Verdict.APPROVE, {})
@@ -291,3 +298,159 @@ async def test_a_cancelled_task_cancels_its_approval_and_a_late_vote_runs_nothin
         await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, TREASURY, Verdict.APPROVE, {})
     assert runtime.store.get_operation(approval.operation_id, Operator()).status is OperationStatus.CANCELLED
     assert ledger.ran == []
+
+
+async def test_a_task_waiting_on_an_agent_does_not_name_it_in_its_status(
+    app: tuple[Elicitation, str], ledger: Ledger
+) -> None:
+    runtime, url = app
+    ledger.agent_holds = True
+    async with kit(url) as client:
+
+        async def call() -> None:
+            with pytest.raises(TaskCancelled):
+                await client.call_tool("scale", {"replicas": 3})
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            approval = await asked(runtime)
+            with anyio.fail_after(10):
+                while not ledger.asked:
+                    await anyio.sleep(0.02)
+            seen = await client.tasks.status(approval.operation_id)
+            assert seen["status"] == "working" and seen["statusMessage"] == "Waiting for approval"
+            assert "supervisor" not in json.dumps(seen) and "agent:" not in json.dumps(seen)
+            assert client.tasks.cancel(approval.operation_id, "seen enough")
+    assert ledger.ran == []
+
+
+@pytest.mark.parametrize(
+    ("called", "approved", "runs"),
+    [(50, 5000, False), (500, 80, True)],
+    ids=["an edit over the limit is denied", "an edit within the limit runs"],
+)
+async def test_the_policy_re_evaluates_the_arguments_the_approver_edited_not_the_call_s_own(
+    app: tuple[Elicitation, str], ledger: Ledger, called: int, approved: int, runs: bool
+) -> None:
+    runtime, url = app
+    async with kit(url) as client, anyio.create_task_group() as group:
+        box, call = await calling(client, "pay", {"to": "acct-4", "amount": called})
+        group.start_soon(call)
+        approval = await asked(runtime)
+        with anyio.fail_after(10):
+            while not ledger.limited:
+                await anyio.sleep(0.02)
+        edit: JSONObject = {"amount": approved}
+        await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, LIMITS, Verdict.APPROVE, edit)
+    result = box["result"]
+    waiting, again = ledger.limited
+    assert waiting.arguments == {"to": "acct-4", "amount": called} and waiting.edited == frozenset()
+    assert waiting.arguments_digest == approval.origin_request_digest
+    assert again.arguments == {"to": "acct-4", "amount": approved}, "asked about what runs, not what was called"
+    assert again.edited == {"amount"}
+    ran_digest = request_digest("tools/call", {"name": "pay", "arguments": {"to": "acct-4", "amount": approved}})
+    assert again.arguments_digest == ran_digest != approval.origin_request_digest
+    if runs:
+        assert text(result)[-1] == f"paid {approved} to acct-4" and ledger.ran == [f"pay {approved} to acct-4"]
+    else:
+        assert result.is_error and ledger.ran == []
+        assert result.meta is not None and result.meta[DISPOSITION_META] == "denied-not-executed"
+
+
+OPEN_BOUND = (
+    "Too many of your calls are waiting for approval already (1 at most): nothing ran and no approval was "
+    "requested. Try again once one of them has been decided or has expired."
+)
+
+
+@pytest.mark.engines("sqlite", "postgres")
+async def test_open_approval_tasks_are_bounded_per_principal_across_instances(store_url: str, ledger: Ledger) -> None:
+    limits = ApprovalLimits(open_per_principal=1)
+    ledger.policy = [Verdict.APPROVE]
+    with (
+        served(store_url, ledger, tool_approval=True, limits=limits) as (runtime, url),
+        served(store_url, ledger, tool_approval=True, limits=limits) as (_, other_url),
+    ):
+        async with kit(url) as client, kit(other_url) as other:
+            async with anyio.create_task_group() as group:
+                box, call = await calling(client, "transfer", {"to": "acct-1", "amount": 10})
+                group.start_soon(call)
+                approval = await asked(runtime)
+                with anyio.fail_after(10):
+                    refused = await other.call_tool("transfer", {"to": "acct-2", "amount": 20})
+                assert refused.is_error and text(refused) == [OPEN_BOUND], "counted in the store both instances share"
+                assert other.tasks.following == [] and DISPOSITION_META not in (refused.meta or {})
+                joined, join = await calling(other, "transfer", {"to": "acct-1", "amount": 10})
+                group.start_soon(join)
+                with anyio.fail_after(10):
+                    while not other.tasks.following:
+                        await anyio.sleep(0.02)
+                assert [state.task_id for state in other.tasks.following] == [approval.operation_id], (
+                    "an identical call joins the open task: no new request, nothing refused"
+                )
+                await AsyncStore(runtime.store).cast_vote(approval.elicitation_id, TREASURY, Verdict.APPROVE, {})
+            assert text(box["result"]) == text(joined["result"]) == ["sent 10 to acct-1"]
+            with anyio.fail_after(10):
+                after = await other.call_tool("refund", {"order": "D-1"})
+            assert text(after) == ["refunded D-1"], "once the open task ended, a new request is admitted"
+    assert ledger.ran == ["transfer 10 to acct-1", "refund D-1"]
+
+
+async def test_new_approval_requests_are_rate_limited_per_principal(store_url: str, ledger: Ledger) -> None:
+    ledger.policy = [Verdict.APPROVE]
+    limits = ApprovalLimits(requests_per_minute=1, burst=1)
+    with served(store_url, ledger, tool_approval=True, limits=limits) as (runtime, url):
+        async with kit(url) as client:
+            first = await client.call_tool("refund", {"order": "C-1"})
+            with anyio.fail_after(10):
+                second = await client.call_tool("refund", {"order": "C-2"})
+        assert len(runtime.store.list_decisions(Operator())) == 1, "the refused call asked nobody"
+    assert text(first) == ["refunded C-1"]
+    assert second.is_error and client.tasks.following == []
+    [said] = text(second)
+    found = re.fullmatch(
+        r"Too many approval requests in a short time \(at most 1 at once, then 1 a minute\): nothing ran and no "
+        r"approval was requested\. Try again in (\d+) s at the earliest\.",
+        said,
+    )
+    assert found is not None, said
+    assert 45 <= int(found[1]) <= 60
+    assert ledger.ran == ["refund C-1"]
+
+
+async def undecided(request: ApprovalRequest) -> Ruling | None:
+    return None
+
+
+async def test_a_gate_waiting_longer_than_the_longest_task_is_refused_at_registration(store_url: str) -> None:
+    runtime = Elicitation(
+        open_store(store_url),
+        request_state=RequestState(keys=[b"t" * 32]),
+        tasks=TaskSettings(max_ttl=timedelta(hours=1)),
+        tool_approval=True,
+    )
+    runtime.server("approvals")
+    try:
+        for gate in (
+            Gate(approvers=ApproverRule(["treasury"]), ttl=timedelta(hours=2)),
+            Gate(approval=AgentApproval(undecided, name="slow"), ttl=timedelta(hours=1)),
+        ):
+            with pytest.raises(GateRefused) as refused:
+
+                @runtime.tool(gate=gate)
+                async def wire(flow: Flow, to: str) -> str:
+                    return to
+
+            said = str(refused.value)
+            assert f"Gate(ttl={gate.ttl})" in said and "TaskSettings(max_ttl=1:00:00)" in said, said
+
+        @runtime.tool(gate=Gate(approvers=ApproverRule(["treasury"]), ttl=timedelta(minutes=59)))
+        async def settle(flow: Flow, to: str) -> str:
+            return to
+
+        @runtime.tool(gate=Gate(ttl=timedelta(hours=2)))
+        async def own(flow: Flow, to: str) -> str:
+            """The requester approves this one on the call itself: no approval task, nothing to outlive."""
+            return to
+    finally:
+        runtime.close()

@@ -28,6 +28,7 @@ from mcp_elicit.approvals.gate import (
     Grants,
     Rejected,
 )
+from mcp_elicit.approvals.limits import ApprovalLimited, ApprovalLimits
 from mcp_elicit.model import ApproverRule
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "REJECT_FIELD",
     "AgentApproval",
     "ApprovalBackend",
+    "ApprovalLimited",
+    "ApprovalLimits",
     "ApprovalRequest",
     "Approved",
     "ApproverRule",

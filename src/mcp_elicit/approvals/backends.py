@@ -54,8 +54,11 @@ MAX_RULING_NOTE: Final = 500
 class ApprovalRequest:
     """The call an approval is for, as a backend sees it: the draft's binding record, less nothing a backend needs.
 
-    `arguments` are the call's own (JSON), before any approver's edit; `arguments_digest` binds the approval to
-    them (the store refuses a vote on other arguments' proposal to count for this call).
+    While the approval is decided (`decide`), `arguments` are the call's own (JSON) and `arguments_digest` is the
+    call's request digest, which binds the approval to them (the store refuses a vote on other arguments'
+    proposal to count for this call). At re-evaluation (`reevaluate`), they are the arguments the tool will run
+    with: the call's own with the approvers' edits applied (`edited` names the arguments they changed), and the
+    request digest of exactly those. A backend re-evaluates what runs, never only what was asked.
     """
 
     approval_id: str
@@ -68,6 +71,8 @@ class ApprovalRequest:
     requester: Principal
     requested_at: datetime
     expires_at: datetime
+    edited: frozenset[str] = frozenset()
+    """At re-evaluation, the arguments approvers changed before approving (empty while the approval is decided)."""
 
 
 @dataclass(frozen=True, slots=True)

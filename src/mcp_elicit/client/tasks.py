@@ -61,15 +61,11 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from mcp_elicit.client.calls import CallInFlight, Sleep
 from mcp_elicit.client.errors import KitError, QuestionRefused
 from mcp_elicit.client.pending import Wait
+from mcp_elicit.model.tool_approval import IMMEDIATE_RESPONSE_META, TOOL_APPROVAL_EXTENSION, TOOL_APPROVAL_VERSION
 
 log = logging.getLogger(__name__)
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-TOOL_APPROVAL_EXTENSION = "io.modelcontextprotocol/tool-approval"
-"""The tool-approval extension as this project's server advertises it (the draft of 2026-06-08 names it
-`net.openid.authzen/tool-approval`, "illustrative"; our server accepts both)."""
-TOOL_APPROVAL_VERSION = "0.1"
-IMMEDIATE_RESPONSE_META = "io.modelcontextprotocol/model-immediate-response"
 EXTENSION_ERA = "2026-07-28"
 MIN_POLL = 0.1
 """Seconds between two `tasks/get` at the least, whatever interval a server suggests."""

@@ -482,6 +482,7 @@ class Execution:
         backing = self._backing if is_approval(decision.key) else None
         if backing is None or voter_of(backing[0]) is None:
             return await self._wait_for_approvers(decision, patience, tell)
+        await self.commit()  # the backend votes on the decision: it must exist before it may be asked
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._backend_decides, backing, decision)
@@ -493,20 +494,29 @@ class Execution:
             raise
         return decided
 
-    def approval_request(self, decision: Decision) -> ApprovalRequest | None:
-        """The approval `decision` as its backend sees it; None when no backend decides it (see `approve`)."""
+    def approval_request(
+        self, decision: Decision, running: tuple[dict[str, JSONValue], str, frozenset[str]] | None = None
+    ) -> ApprovalRequest | None:
+        """The approval `decision` as its backend sees it; None when no backend decides it (see `approve`).
+
+        While it is decided, the call as made; at re-evaluation, `running`: the arguments the tool will run with
+        (approvers' edits applied), their request digest, and the names the approvers changed."""
         if self._backing is None:
             return None
         _, tool, arguments = self._backing
+        digest, edited = decision.origin_request_digest, frozenset[str]()
+        if running is not None:
+            arguments, digest, edited = running
         return ApprovalRequest(
             approval_id=decision.elicitation_id,
             operation_id=self.operation.operation_id,
             tool=tool,
             arguments=arguments,
-            arguments_digest=decision.origin_request_digest,
+            arguments_digest=digest,
             requester=self.principal,
             requested_at=decision.created_at,
             expires_at=decision.expires_at,
+            edited=edited,
         )
 
     async def _backend_decides(self, backing: Backing, decision: Decision) -> None:

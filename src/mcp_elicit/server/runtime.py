@@ -69,6 +69,7 @@ from mcp_elicit.approvals.gate import (
     told_of_use,
     told_the_model,
 )
+from mcp_elicit.approvals.limits import ApprovalLimited, ApprovalLimits, RequestBucket, retry_in
 from mcp_elicit.model import (
     Decision,
     JSONValue,
@@ -236,6 +237,8 @@ class Elicitation:
     `tool_approval`: serve the experimental tool-approval extension, after a draft (SEP-2848, see
     `server.eras.tool_approval`): a call of a tool whose gate has others approve it, from a client that declared
     the extension, becomes a task that waits for the approval and then runs. Off by default.
+    `tool_approval_limits`: how many such tasks one principal may have open, and how fast they may open new ones
+    (`ApprovalLimits`, defaults when None); a call over either ends as a tool error saying when to try again.
     `audit`: the keys a served app signs the audit trail's checkpoints with, every `checkpoint_interval` (see
     `mcp_elicit.server.audit_sealer`); None leaves the trail unsealed until `mcp-elicit audit seal` runs.
     """
@@ -251,12 +254,17 @@ class Elicitation:
         tasks: TaskSettings | None = None,
         notifications: Notifications | None = None,
         tool_approval: bool = False,
+        tool_approval_limits: ApprovalLimits | None = None,
         audit: AuditSealing | None = None,
         clock: Clock = utc_now,
     ) -> None:
         if not isinstance(tool_approval, bool):
             raise TypeError(f"Elicitation(tool_approval=...) is True or False, not {tool_approval!r}")
         self.tool_approval = tool_approval
+        if tool_approval_limits is not None and not isinstance(tool_approval_limits, ApprovalLimits):
+            raise TypeError("Elicitation(tool_approval_limits=...) takes ApprovalLimits(open_per_principal=..., ...)")
+        self.tool_approval_limits = tool_approval_limits or ApprovalLimits()
+        self._approval_requests = RequestBucket(self.tool_approval_limits)
         store_telemetry.install()
         self.request_state = request_state
         ttl = request_state.ttl.total_seconds()
@@ -391,6 +399,7 @@ class Elicitation:
 
         def register(body: F) -> F:
             check_asks(asks, f"tool {name or body.__name__!r}")
+            self._check_approval_window(name or body.__name__, gate)
             entry, run = self._bind(TOOLS_CALL, name, body, fallback, structured_output, task, task_start, gate)
             if task is not TaskPolicy.NEVER:
                 self.tasks.policies[entry.name] = task
@@ -614,10 +623,14 @@ class Elicitation:
         principal = self.identity.principal_for(call.request.request)
         jsonable = _jsonable(arguments)
         target = _target(entry, jsonable)
+        admit = functools.partial(self._admit_approval, principal) if request.approval else None
         try:
             return await self.tasks.accept(
-                request, principal, target, _idempotency_key(call.request.meta), jsonable, call.declared
+                request, principal, target, _idempotency_key(call.request.meta), jsonable, call.declared, admit
             )
+        except ApprovalLimited as limited:
+            log.info("tool %s: no approval task for %s: %s", entry.name, principal.principal_id, limited)
+            raise _NotApproved(str(limited)) from None
         except StoreUnavailable as down:
             log.warning("tool %s could not become a task: %s", entry.name, down.for_log())
             raise _unavailable(entry, down) from None
@@ -793,6 +806,42 @@ class Elicitation:
         async with self._kept_leases() as leases:
             return await self._run(
                 entry, call, era, leases, arguments, answers, pass_arguments=pass_arguments, begin_task=begin_task
+            )
+
+    def _check_approval_window(self, tool: str, gate: Gate | None) -> None:
+        """A tool-approval task must outlive its approval (the draft's retention rule), and no task outlives
+        `TaskSettings.max_ttl`: a gate that waits as long or longer is refused here rather than left to let its
+        task expire, still `working`, before the approval could be given."""
+        if not self.tool_approval or gate is None or gate.backend is None:
+            return
+        longest = self.tasks.settings.max_ttl
+        if gate.ttl >= longest:
+            raise GateRefused(
+                f"tool {tool!r}: Gate(ttl={gate.ttl}) is not shorter than the longest task TTL "
+                f"(TaskSettings(max_ttl={longest})), so its approval task would expire before its approval; "
+                "shorten the gate's TTL or raise max_ttl"
+            )
+
+    async def _admit_approval(self, principal: Principal) -> None:
+        """The draft's limits on approval requests, asked as a new approval task is created: the principal's open
+        approval tasks (counted in the store, the new one with them) and their rate (this instance's bucket)."""
+        limits = self.tool_approval_limits
+        now = self._clock()
+        tools = [name for name, (entry, _, _) in self._tools.items() if entry.gate and entry.gate.gate.backend]
+        open_now = await self._async_store.count_open_operations(
+            principal.principal_id, method=TOOLS_CALL, targets=tools, now=now
+        )
+        if open_now > limits.open_per_principal:
+            raise ApprovalLimited(
+                f"Too many of your calls are waiting for approval already ({limits.open_per_principal} at most)",
+                "Try again once one of them has been decided or has expired.",
+            )
+        wait = self._approval_requests.take(principal.principal_id, now)
+        if wait is not None:
+            raise ApprovalLimited(
+                f"Too many approval requests in a short time (at most {limits.burst} at once, then "
+                f"{limits.requests_per_minute:g} a minute)",
+                retry_in(wait),
             )
 
     def _waits_out_of_band(self, entry: _Entry, call: Call, arguments: dict[str, Any]) -> bool:
@@ -1046,44 +1095,52 @@ class Elicitation:
                 return served.arguments, [told_of_use(grant, offer.grants)]
         answer = await run.approve(gated, _jsonable(served.arguments), offer)
         by_approvers = gated.gate.approvers is not None
-        if isinstance(answer, Approved) and gated.gate.backend is not None:
-            await self._reevaluated(served, run)
         if isinstance(answer, Approved):
             edited = {edit.name for edit in answer.edits}
             # An argument the person left alone runs with the call's own value, not one rebuilt from its JSON
             # (a SecretStr, a datetime with its zone, a model's private state survive that way).
             kept = {name: value for name, value in served.arguments.items() if name not in edited}
+            runs_with = {**answer.arguments, **kept}
+            if gated.gate.backend is not None:
+                await self._reevaluated(served, run, runs_with, frozenset(edited))
             told = told_the_model(answer, approvers=by_approvers)
-            return {**answer.arguments, **kept}, [*told, *_standing(run, gated, offer, answer)]
+            return runs_with, [*told, *_standing(run, gated, offer, answer)]
         if isinstance(answer, Rejected | Declined):
             rejected = answer if isinstance(answer, Rejected) else Rejected()
             raise _denied(served, run, " ".join(told_the_model(rejected, approvers=by_approvers)))
         raise _denied(served, run, EXPIRED if isinstance(answer, Expired) else DISMISSED)
 
-    async def _reevaluated(self, served: _ServedCall, run: Execution) -> None:
+    async def _reevaluated(
+        self, served: _ServedCall, run: Execution, runs_with: dict[str, Any], edited: frozenset[str]
+    ) -> None:
         """Evaluate again once the approval carried, just before the tool runs (the draft's re-evaluation): the
-        approval is this very call's (tool, arguments, requester), a tool-approval task's approval has not lapsed
-        meanwhile (a task resumed late, after its instance died), and the backend still allows it. Any of these
-        failing ends the call unrun, saying so."""
+        approval is this very call's (tool, arguments, requester), the approvers changed only editable arguments,
+        a tool-approval task's approval has not lapsed meanwhile (a task resumed late, after its instance died),
+        and the backend still allows the call as it will run: `runs_with`, the arguments the body gets, approvers'
+        edits (`edited`) applied. Any of these failing ends the call unrun, saying so."""
         approval = run.approval
         gate = served.entry.gate
         assert approval is not None
         assert gate is not None
         assert gate.gate.backend is not None
         operation = run.operation
-        runs_with = _target(served.entry, _jsonable(served.arguments)).request_digest  # what the body gets
+        called = _jsonable(served.arguments)
+        running = _jsonable(runs_with)
         same_call = (
-            approval.origin_request_digest == operation.request_digest == served.target.request_digest == runs_with
+            approval.origin_request_digest == operation.request_digest == served.target.request_digest
+            and approval.origin_request_digest == _target(served.entry, called).request_digest
             and approval.operation_id == operation.operation_id
             and approval.principal == served.principal
         )
-        if not same_call:
+        changed = {name for name in called.keys() | running.keys() if called.get(name) != running.get(name)}
+        if not same_call or not changed <= edited <= set(gate.fields):
             log.warning("approval %s is not for the call %s runs; not running it", approval.elicitation_id,
                         operation.operation_id)  # fmt: skip
             raise _denied(served, run, NOT_THIS_CALL)
         if served.approval_task and run.now() >= approval.expires_at:
             raise _denied(served, run, LAPSED)
-        request = run.approval_request(approval)
+        digest = _target(served.entry, running).request_digest
+        request = run.approval_request(approval, (running, digest, frozenset(changed)))
         if request is not None and not await gate.gate.backend.reevaluate(request):
             log.info("approval %s: its backend no longer allows the call on re-evaluation", approval.elicitation_id)
             raise _denied(served, run, REEVALUATED)

@@ -102,6 +102,11 @@ class Store(StoreBase):
             )
         )
 
+    def count_open_operations(self, principal_id: str, *, method: str, targets: Collection[str], now: datetime) -> int:
+        """How many of the principal's operations (from any of their clients) of these targets are open and
+        unexpired at `now`: the bound on a caller's pending approval tasks is counted here, across instances."""
+        return self._run(lambda core: core.count_open_operations(principal_id, method=method, targets=targets, now=now))
+
     def finish_operation(
         self,
         snapshot: Operation,

@@ -8,7 +8,7 @@ way, and a completed one may be replayed. An end made under a run lease counts o
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -267,6 +267,20 @@ class OperationsCore(Core):
                 (method, target, value, *params),
             )
         return [self._operation(row) for row in rows]
+
+    async def count_open_operations(
+        self, principal_id: str, *, method: str, targets: Collection[str], now: datetime
+    ) -> int:
+        if not targets:
+            return 0
+        names = sorted(set(targets))
+        async with self._read() as tx:
+            row = await tx.one(
+                "SELECT count(*) FROM elicit_operations WHERE principal_id = %s AND method = %s"
+                f" AND target IN ({_marks(len(names))}) AND status = 'open' AND expires_at > %s",
+                (principal_id, method, *names, self._to_time(now)),
+            )
+        return 0 if row is None else int(row[0])
 
     async def finish_operation(
         self,

@@ -16,6 +16,13 @@ of the MCP specification repository, opened 2026-06-03), as its text stood on 20
   or `execution-error`. The `CreateTaskResult` carries `io.modelcontextprotocol/model-immediate-response`, a
   text telling the model the call has not run yet.
 - An identical call while the task is open gets the same task; after it ended, a new approval and a new task.
+- The task's status message is "Waiting for approval", never who approves (roles, `agent:NAME`) nor their votes.
+- Re-evaluation asks about the call as it will run: the arguments the tool gets, approvers' edits applied.
+- Approval-request amplification: a principal's open approval tasks are bounded (counted in the store) and
+  their new ones rate-limited (a token bucket per instance), `Elicitation(tool_approval_limits=...)`; a call over
+  either gets a tool error (no task) saying which limit and when to try again.
+- Retention: a gate whose TTL is not shorter than the longest task TTL is refused at registration, so a task
+  never expires before its approval could be given.
 
 Where this departs from the draft, and why:
 
@@ -39,23 +46,40 @@ from typing import Any, Final
 
 from mcp.server.extension import Extension
 
+from mcp_elicit.model.tool_approval import (
+    APPROVED_EXECUTED,
+    DENIED_NOT_EXECUTED,
+    DISPOSITION_META,
+    DRAFT_TEXT_IDENTIFIER,
+    EXECUTION_ERROR,
+    IMMEDIATE_RESPONSE_META,
+    TOOL_APPROVAL_EXTENSION,
+    TOOL_APPROVAL_IDENTIFIERS,
+    TOOL_APPROVAL_VERSION,
+)
 from mcp_elicit.server.eras import Call
+
+__all__ = [
+    "APPROVED_EXECUTED",
+    "DENIED_NOT_EXECUTED",
+    "DISPOSITION_META",
+    "DRAFT_TEXT_IDENTIFIER",
+    "EXECUTION_ERROR",
+    "IMMEDIATE_RESPONSE",
+    "IMMEDIATE_RESPONSE_META",
+    "TOOL_APPROVAL_EXTENSION",
+    "ToolApprovalExtension",
+    "declared",
+]
 
 SEP: Final = "SEP-2848"
 DRAFT_DATE: Final = "2026-06-08"
 """The date of the draft text followed (the pull request's second revision)."""
-TOOL_APPROVAL_EXTENSION: Final = "io.modelcontextprotocol/tool-approval"
-DRAFT_TEXT_IDENTIFIER: Final = "net.openid.authzen/tool-approval"
-IDENTIFIERS: Final = frozenset({TOOL_APPROVAL_EXTENSION, DRAFT_TEXT_IDENTIFIER})
-VERSION: Final = "0.1"
+IDENTIFIERS: Final = TOOL_APPROVAL_IDENTIFIERS
+VERSION: Final = TOOL_APPROVAL_VERSION
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 ERA: Final = "2026-07-28"
 
-DISPOSITION_META: Final = "net.openid.authzen/disposition"
-APPROVED_EXECUTED: Final = "approved-executed"
-DENIED_NOT_EXECUTED: Final = "denied-not-executed"
-EXECUTION_ERROR: Final = "execution-error"
-IMMEDIATE_RESPONSE_META: Final = "io.modelcontextprotocol/model-immediate-response"
 IMMEDIATE_RESPONSE: Final = (
     "This call has not run: it is waiting for approval, and may still be denied. You can continue other work "
     "and check back on the task."

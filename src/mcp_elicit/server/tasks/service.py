@@ -12,7 +12,7 @@ Every `tasks/*` request is served as its caller's principal: another principal's
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -131,8 +131,13 @@ class TaskService:
         key: str | None,
         arguments: JSONObject,
         declared: Declared,
+        admit: Callable[[], Awaitable[None]] | None = None,
     ) -> TaskAccepted:
-        """Create the task (or find the identical call's open one) durably, start its body, and say so."""
+        """Create the task (or find the identical call's open one) durably, start its body, and say so.
+
+        `admit` is awaited in the transaction that creates a new task, after its operation is written (so it
+        counts itself) and before it commits; what it raises undoes the task. An identical call that finds the
+        open task is not asked."""
         if not self.runner.running:
             raise RuntimeError("tasks run in the background of a served app: serve it with its lifespan")
         now = self.clock()
@@ -166,6 +171,8 @@ class TaskService:
                 raise IdempotencyKeyConflict(key, "the same tool with other arguments")
             if await store.journal_get(operation.operation_id, META_JOURNAL, caller=principal) is not None:
                 return operation, False
+            if admit is not None:
+                await admit()
             # A call that began on its request (`TaskStart.FLOW`) keeps its operation, and so its TTL.
             lasts = replace(meta, ttl_ms=ttl_ms(operation.expires_at - operation.created_at))
             await store.journal_record(operation.operation_id, META_JOURNAL, lasts.dumped(), caller=principal)

@@ -38,7 +38,7 @@ from mcp_elicit.model import (
     UnencodableValue,
     check_encodable,
 )
-from mcp_elicit.server.eras.tool_approval import APPROVED_EXECUTED, DENIED_NOT_EXECUTED, EXECUTION_ERROR
+from mcp_elicit.model.tool_approval import APPROVED_EXECUTED, DENIED_NOT_EXECUTED, EXECUTION_ERROR
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX
 from mcp_elicit.store import (
     DecisionConflict,
@@ -57,6 +57,8 @@ MAILBOX_PREFIX = f"{RESERVED_JOURNAL_PREFIX}task/answer/"
 ERROR_JOURNAL = f"{RESERVED_JOURNAL_PREFIX}task/error"
 DENIED_JOURNAL = f"{RESERVED_JOURNAL_PREFIX}approval/denied"
 """Recorded with the end of an approval task whose tool never ran (rejected, expired, refused on re-evaluation)."""
+APPROVAL_STATUS = "Waiting for approval"
+"""A tool-approval task's status message while it is `working` (`eras.tool_approval`): neutral on purpose."""
 WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED = "working", "input_required", "completed", "failed", "cancelled"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 EXT_ERA, LEGACY_ERA = "2026-07-28", "2025-11-25"
@@ -210,9 +212,11 @@ class TaskBook:
                 )
             flows = [d for d in decisions if d.status in (DecisionStatus.ACCEPTED_URL, DecisionStatus.EXTERNAL_PENDING)]
             message = "Waiting for the browser flow to finish" if flows else "Working"
-            if meta.approval and not approvals:  # the approval task before its body asked (or between asks)
-                message = "Waiting for approval"
-            if approvals:
+            if meta.approval:
+                # The draft's MUST NOT: a tool-approval task's status message leaks nothing of who approves (not
+                # their roles, nor a backend's `agent:NAME`), nor how far their votes went.
+                message = APPROVAL_STATUS
+            elif approvals:
                 message = "; ".join([await self._waiting(decision) for decision in approvals])
             return TaskView(status=WORKING, message=message, **base.fields())
         if status is OperationStatus.COMPLETED or (status is OperationStatus.FAILED and operation.result is not None):
