@@ -61,3 +61,37 @@ def rehashed(rows: Sequence[SealedRow], reason_at: int, reason: str) -> list[Sta
         ("UPDATE elicit_audit_heads SET row_hash = %s WHERE chain = %s", (previous, rows[0].entry.subject_id))
     )
     return statements
+
+
+def cut_back(store_url: str, checkpoint_id: int) -> list[str]:
+    """The attack on recent history without the key: checkpoints from `checkpoint_id` on deleted with their heads,
+    the rows they sealed unsealed, and the chains' heads put back as the checkpoints before left them, so that
+    the rows can be edited and the sealer signs them again. The chains those checkpoints moved."""
+    [moved] = run_sql(
+        store_url,
+        [("SELECT DISTINCT chain FROM elicit_audit_checkpoint_heads WHERE checkpoint_id >= %s", (checkpoint_id,))],
+    )
+    statements: list[Statement] = []
+    for (chain,) in moved:
+        [before] = run_sql(
+            store_url,
+            [("SELECT chain_seq, row_hash FROM elicit_audit_checkpoint_heads WHERE chain = %s AND checkpoint_id < %s"
+              " ORDER BY checkpoint_id DESC LIMIT 1", (chain, checkpoint_id))],
+        )  # fmt: skip
+        kept = before[0][0] if before else 0
+        statements.append(
+            ("UPDATE elicit_audit SET chain_seq = NULL, prev_hash = NULL, row_hash = NULL"
+             " WHERE subject_id = %s AND chain_seq > %s", (chain, kept))
+        )  # fmt: skip
+        if before:
+            statements.append(
+                ("UPDATE elicit_audit_heads SET chain_seq = %s, row_hash = %s WHERE chain = %s", (*before[0], chain))
+            )
+        else:
+            statements.append(("DELETE FROM elicit_audit_heads WHERE chain = %s", (chain,)))
+    statements += [
+        ("DELETE FROM elicit_audit_checkpoint_heads WHERE checkpoint_id >= %s", (checkpoint_id,)),
+        ("DELETE FROM elicit_audit_checkpoints WHERE checkpoint_id >= %s", (checkpoint_id,)),
+    ]
+    run_sql(store_url, statements)
+    return [chain for (chain,) in moved]

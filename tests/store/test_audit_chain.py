@@ -20,9 +20,9 @@ from mcp_elicit.model import DecisionStatus, System
 from mcp_elicit.model.audit_chain import GENESIS, ChainedRow
 from mcp_elicit.model.audit_keys import AuditKeyError, AuditPublicKeys, AuditSigningKeys, key_id
 from mcp_elicit.store import SCHEMA_VERSION, Store, open_store, utc_now
-from mcp_elicit.store.audit import AuditReport, BreakKind
+from mcp_elicit.store.audit import Anchor, AuditReport, AuditSealRefused, BreakKind
 from mcp_elicit.store.postgres import SEAL_LOCK
-from tests.helpers.audit_tamper import Statement, chain_rows, rehashed, run_sql
+from tests.helpers.audit_tamper import Statement, chain_rows, cut_back, rehashed, run_sql
 from tests.helpers.clock import FakeClock
 from tests.helpers.migrations import SINCE_SCHEMA_10, take_back
 from tests.helpers.records import ALICE, Records
@@ -124,17 +124,19 @@ def _moved(chain: str, places: dict[int, int]) -> list[Statement]:
 
 
 def _inserted(trail: Trail) -> list[Statement]:
-    """A row forged at place 3 with a hash of its own linked to place 2, the rows after it moved one place on."""
+    """A row forged at place 3 with a hash of its own (over the `seq` it was given) linked to place 2, the rows
+    after it moved one place on."""
     forged = dataclasses.replace(_row(trail, 2), chain_seq=3, prev_hash=_hash(trail, 2), reason="approved by mallory")
     copy = (
         "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at,"
-        " chain_seq, prev_hash, row_hash) SELECT subject_kind, subject_id, from_status, to_status, actor, %s, details,"
-        " at, 3, %s, %s FROM elicit_audit WHERE subject_id = %s AND chain_seq = 2"
+        " chain_seq, prev_hash) SELECT subject_kind, subject_id, from_status, to_status, actor, %s, details,"
+        " at, 3, %s FROM elicit_audit WHERE subject_id = %s AND chain_seq = 2 RETURNING seq"
     )
-    return [
-        *_moved(trail.chain, {5: 6, 4: 5, 3: 4}),
-        (copy, (forged.reason, forged.prev_hash, forged.digest(), trail.chain)),
-    ]
+    *_, [(seq,)] = run_sql(
+        trail.url, [*_moved(trail.chain, {5: 6, 4: 5, 3: 4}), (copy, (forged.reason, forged.prev_hash, trail.chain))]
+    )
+    digest = dataclasses.replace(forged, seq=seq).digest()
+    return [("UPDATE elicit_audit SET row_hash = %s WHERE seq = %s", (digest, seq))]
 
 
 def _truncated(trail: Trail) -> list[Statement]:
@@ -183,6 +185,20 @@ TAMPERING: dict[str, tuple[Callable[[Trail], list[Statement]], BreakKind, int | 
     ),
     "insert a row": (_inserted, BreakKind.INSERTED, 4),
     "reorder (swap chain_seq)": (lambda t: _moved(t.chain, {2: 3, 3: 2}), BreakKind.REORDERED, 2),
+    "move a row in the export's order (its seq)": (
+        lambda t: [(f"UPDATE elicit_audit SET seq = {'seq + 1000' if t.url.startswith('sqlite') else 'DEFAULT'}"
+                    " WHERE subject_id = %s AND chain_seq = 3", (t.chain,))],
+        BreakKind.EDITED, 3,
+    ),
+    "details made unreadable": (
+        lambda t: [("UPDATE elicit_audit SET details = '[]' WHERE subject_id = %s AND chain_seq = 4", (t.chain,))],
+        BreakKind.EDITED, 4,
+    ),
+    "an unknown subject kind": (
+        lambda t: [("UPDATE elicit_audit SET subject_kind = 'planet' WHERE subject_id = %s AND chain_seq = 2",
+                    (t.chain,))],
+        BreakKind.EDITED, 2,
+    ),
     "truncate the tail": (_truncated, BreakKind.TRUNCATED, 4),
     "truncate the tail, head left": (
         lambda t: [("DELETE FROM elicit_audit WHERE subject_id = %s AND chain_seq > 3", (t.chain,))],
@@ -258,7 +274,12 @@ def test_a_published_keys_document_is_checked_before_it_is_trusted() -> None:
     document = PUBLIC.document()
     [entry] = document["keys"]
     assert entry["alg"] == "Ed25519" and len(base64.urlsafe_b64decode(entry["x"] + "=")) == 32
+    assert (entry["kty"], entry["crv"]) == ("OKP", "Ed25519"), "a JWK set, as JOSE libraries read one"
+    legacy = {"keys": [{name: value for name, value in entry.items() if name not in ("kty", "crv")}]}
+    assert AuditPublicKeys.from_document(legacy).ids() == PUBLIC.ids()
     for bad, message in (
+        ({"keys": [{**entry, "kty": "EC"}]}, 'a JWK.s "kty" is "OKP"'),
+        ({"keys": [{**entry, "crv": "X25519"}]}, 'its "crv" "Ed25519"'),
         ({"keys": [{**entry, "kid": "0" * 16}]}, "is not its key's id"),
         ({"keys": [{**entry, "x": "not base64!"}]}, "not a base64url Ed25519 public key"),
         ({"keys": [{**entry, "alg": "RS256"}]}, "not an Ed25519 key"),
@@ -407,3 +428,117 @@ def test_verify_stays_green_under_concurrent_writers_while_the_sealer_runs(store
         assert len(reports) >= 3 and sealed_during, "verify ran while rows were being written and sealed"
     finally:
         store.close()
+
+
+def test_a_checkpoint_signs_only_the_heads_it_moved(trail: Trail) -> None:
+    report = trail.store.verify_audit(PUBLIC)
+    assert report.last_checkpoint is not None
+    assert (report.last_checkpoint.chains, report.last_checkpoint.rows_sealed) == (2, 2), "the other decision alone"
+    assert report.anchor == Anchor(2, report.last_checkpoint.root)
+
+
+def test_rewriting_recent_history_without_the_key_is_caught_by_an_anchor(trail: Trail) -> None:
+    """Checkpoint 2 deleted with its heads, the rows it sealed unsealed and edited, the heads put back as
+    checkpoint 1 left them: a sealer that remembers checkpoint 2 refuses to sign; one that does not (a restart)
+    signs a new checkpoint 2, and only the anchor kept outside the store tells."""
+    store = trail.store
+    anchor = store.verify_audit(PUBLIC).anchor
+    assert anchor is not None and anchor.checkpoint_id == 2
+    moved = cut_back(trail.url, 2)
+    assert trail.other in moved
+    run_sql(trail.url, [("UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s", (trail.other,))])
+    with pytest.raises(AuditSealRefused, match=f"checkpoint 2, signed by this sealer with root {anchor.root}, is gone"):
+        store.seal_audit(KEYS, extends=anchor)
+    assert store.verify_audit(PUBLIC).unsealed == 2, "the refused seal changed nothing"
+    resealed = store.seal_audit(KEYS)
+    assert resealed.checkpoint_id == 2 and resealed.root != anchor.root
+    assert store.verify_audit(PUBLIC).sound, "without an anchor, the rewrite is out of sight"
+    report = store.verify_audit(PUBLIC, anchors=[Anchor(1, _root(trail.url, 1)), anchor])
+    kind, chain, _, checkpoint = only_break(report)
+    assert (kind, chain, checkpoint) == (BreakKind.ANCHOR_BROKEN, None, 2)
+    assert f"the anchor kept outside the store says {anchor.root}" in str(report.breaks[0])
+    gone = store.verify_audit(PUBLIC, anchors=[Anchor(7, anchor.root)])
+    assert only_break(gone)[::3] == (BreakKind.ANCHOR_BROKEN, 7)
+    assert "gone" in str(gone.breaks[0]) and "the store's checkpoints end at 2" in str(gone.breaks[0])
+    kept = store.verify_audit(PUBLIC, anchors=[Anchor(1, _root(trail.url, 1))])
+    assert kept.sound and kept.anchors == 1
+
+
+def _root(url: str, checkpoint_id: int) -> str:
+    [[(root,)]] = run_sql(
+        url, [("SELECT root FROM elicit_audit_checkpoints WHERE checkpoint_id = %s", (checkpoint_id,))]
+    )
+    return str(root)
+
+
+def test_a_seal_refuses_to_extend_a_head_the_checkpoints_did_not_sign(trail: Trail, clock: FakeClock) -> None:
+    run_sql(trail.url, rehashed(chain_rows(trail.store, trail.chain), 3, "fine"))
+    run_sql(trail.url, [_one_more(trail.chain)])
+    with pytest.raises(AuditSealRefused, match=f"the head of chain {trail.chain} is not the one the checkpoints"):
+        trail.store.seal_audit(KEYS)
+    report = trail.store.verify_audit(PUBLIC)
+    assert report.unsealed == 1 and report.last_checkpoint is not None and report.last_checkpoint.checkpoint_id == 2
+
+
+def test_a_seal_refuses_when_checkpoints_were_deleted_and_their_heads_left(trail: Trail, clock: FakeClock) -> None:
+    run_sql(trail.url, [("DELETE FROM elicit_audit_checkpoints WHERE checkpoint_id = 2", ())])
+    Records(trail.store, clock).form()
+    with pytest.raises(AuditSealRefused, match="the heads of checkpoint 2 are stored without it"):
+        trail.store.seal_audit(KEYS)
+
+
+def _one_more(chain: str) -> Statement:
+    """A row written to the chain since (a copy of its last row, unsealed)."""
+    return (
+        "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+        " SELECT subject_kind, subject_id, from_status, to_status, actor, 'one more', details, at FROM elicit_audit"
+        " WHERE subject_id = %s AND chain_seq = 5",
+        (chain,),
+    )
+
+
+def test_rows_left_uncovered_past_the_max_exposure_are_a_break(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    decision = records.form()
+    window = timedelta(minutes=10)
+    assert store.verify_audit(PUBLIC, max_exposure=window).sound, "no checkpoint yet, but the rows are recent"
+    clock.advance(timedelta(minutes=11))
+    report = store.verify_audit(PUBLIC, max_exposure=window)
+    kind, chain, _, _ = only_break(report)
+    assert kind is BreakKind.EXPOSED and chain in (decision.elicitation_id, decision.operation_id)
+    assert "2 rows are covered by no checkpoint" in str(report.breaks[0])
+    assert store.verify_audit(PUBLIC).sound, "no max exposure given, none checked"
+    seal_all(store)
+    assert store.verify_audit(PUBLIC, max_exposure=window).sound
+
+
+def test_an_unsealed_row_the_store_cannot_read_is_left_unsealed_and_named(
+    store_url: str, store: Store, records: Records
+) -> None:
+    bad = records.form()
+    good = records.form()
+    [[(seq,)]] = run_sql(
+        store_url,
+        [("UPDATE elicit_audit SET details = '[]' WHERE subject_id = %s RETURNING seq", (bad.elicitation_id,))],
+    )
+    result = store.seal_audit(KEYS)
+    assert result.unreadable == (seq,) and result.rows == 3 and result.checkpoint_id == 1
+    report = store.verify_audit(PUBLIC)
+    kind, chain, _, _ = only_break(report)
+    assert (kind, chain) == (BreakKind.EDITED, bad.elicitation_id)
+    assert f"an unsealed row (seq {seq}) cannot be read" in str(report.breaks[0])
+    assert good.elicitation_id not in str(report.breaks)
+
+
+@pytest.mark.engines("sqlite")
+@pytest.mark.parametrize(
+    ("column", "value"), [("chain_seq", "'three'"), ("at", "'yesterday'"), ("details", "'not json'")]
+)
+def test_a_sealed_row_the_store_cannot_read_is_an_edited_break(trail: Trail, column: str, value: str) -> None:
+    run_sql(trail.url, [(f"UPDATE elicit_audit SET {column} = {value} WHERE subject_id = %s AND chain_seq = 3",
+                         (trail.chain,))])  # fmt: skip
+    report = trail.store.verify_audit(PUBLIC)
+    kind, chain, place, _ = only_break(report)
+    assert (kind, chain) == (BreakKind.EDITED, trail.chain), str(report.breaks[0])
+    assert "cannot be read" in str(report.breaks[0]) and place == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import subprocess
@@ -11,13 +12,16 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 
 from mcp_elicit.model import DecisionStatus, System
 from mcp_elicit.model.audit_keys import KEYS_PATH, AuditPublicKeys, AuditSigningKeys
+from mcp_elicit.server.audit_sealer import AuditSealer
 from mcp_elicit.store import open_store
-from tests.helpers.audit_tamper import run_sql
+from mcp_elicit.store.aio import AsyncStore
+from tests.helpers.audit_tamper import cut_back, run_sql
 from tests.helpers.cli_terminal import COMMAND
 from tests.helpers.clock import FakeClock
 from tests.helpers.commands import cli
@@ -60,18 +64,72 @@ def written(store_url: str, clock: FakeClock) -> dict[str, str]:
 @pytest.mark.engines("sqlite", "postgres")
 def test_seal_then_verify_is_sound_and_states_the_exposure_window(store_url: str, clock: FakeClock) -> None:
     written(store_url, clock)
-    before = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    before = cli("audit", "verify", "--max-exposure", "off", store=store_url, env=keys_env(OLD))
     assert before.returncode == 0, before.stderr
     assert "no checkpoint yet" in before.stdout and "7 rows written since" in before.stdout
+    exposed = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert exposed.returncode == 1, "the rows were written days ago (the test clock) and no checkpoint covers them"
+    assert "7 rows are covered by no checkpoint" in exposed.stderr and "(not covered in time)" in exposed.stderr
     sealed = cli("audit", "seal", store=store_url, env=keys_env(OLD))
     assert sealed.returncode == 0, sealed.stderr
-    assert sealed.stdout.strip() == "sealed 7 rows in 1 checkpoint; last 1"
+    assert re.fullmatch(r"sealed 7 rows in 1 checkpoint; last checkpoint 1:[0-9a-f]{64}", sealed.stdout.strip())
     again = cli("audit", "seal", store=store_url, env=keys_env(OLD))
     assert again.stdout.startswith("nothing to seal")
     verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.startswith("sound: 4 chains, 7 rows sealed\nlast checkpoint 1 at ")
     assert "every row is covered by a checkpoint" in verified.stdout
+    assert f"anchor: {sealed.stdout.split()[-1]} (keep it outside the database" in verified.stdout
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_an_anchor_catches_recent_history_rewritten_and_sealed_again(
+    tmp_path: Path, store_url: str, clock: FakeClock
+) -> None:
+    ids = written(store_url, clock)
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
+    printed = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    anchor = re.search(r"^anchor: (\S+) ", printed.stdout, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    anchors = tmp_path / "anchors.txt"
+    anchors.write_text(f"# kept by cron\n{anchor}\n")
+    kept = cli("audit", "verify", "--anchors", str(anchors), store=store_url, env=keys_env(OLD))
+    assert kept.returncode == 0 and "1 anchor found as recorded" in kept.stdout, kept.stderr
+    cut_back(store_url, 1)
+    run_sql(store_url, [("UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s",
+                         (ids["decision"],))])  # fmt: skip
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0, "no memory: it signs again"
+    fooled = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert fooled.returncode == 0, "without the anchor the rewrite is out of sight"
+    caught = cli("audit", "verify", "--anchor", anchor, store=store_url, env=keys_env(OLD))
+    assert caught.returncode == 1, caught.stdout
+    assert "checkpoint 1: its root is " in caught.stderr and f"says {anchor.split(':')[1]} (anchor broken)" in (
+        caught.stderr
+    )
+    again = cli("audit", "verify", "--anchors", str(anchors), store=store_url, env=keys_env(OLD))
+    assert again.returncode == 1 and "(anchor broken)" in again.stderr
+
+
+def test_the_sealer_logs_each_checkpoint_and_refuses_to_sign_over_a_rewrite(
+    sqlite_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    written(sqlite_url, clock)
+    store = open_store(sqlite_url, clock=clock)
+    keys = AuditSigningKeys([OLD])
+    sealer = AuditSealer(AsyncStore(store), keys, timedelta(seconds=5))
+    try:
+        with caplog.at_level(logging.INFO, logger="mcp_elicit.server.audit_sealer"):
+            first = anyio.run(sealer.seal)
+            assert first is not None and first.anchor is not None
+            assert f"audit checkpoint {first.anchor} sealed 7 rows" in caplog.text
+            cut_back(sqlite_url, 1)
+            assert anyio.run(sealer.seal) is None
+            assert sealer.refused is not None and "checkpoint 1, signed by this sealer" in sealer.refused
+            [refusal] = [record for record in caplog.records if record.levelno == logging.ERROR]
+            assert "refusing to seal the audit trail" in refusal.getMessage()
+            assert anyio.run(sealer.seal) is None, "it keeps refusing"
+        assert store.verify_audit(keys.public()).unsealed == 7, "nothing was signed over the rewrite"
+    finally:
+        store.close()
 
 
 @pytest.mark.engines("sqlite", "postgres")
@@ -129,6 +187,10 @@ def test_usage_errors_exit_2_and_say_what_to_do(tmp_path: Path, sqlite_url: str,
     bad.write_text('{"keys": []}')
     unreadable = cli("audit", "verify", "--keys", str(bad), store=sqlite_url, env=NO_KEYS)
     assert unreadable.returncode == 2 and "not an audit keys document" in unreadable.stderr
+    anchor = cli("audit", "verify", "--anchor", "1:abc", store=sqlite_url, env=keys_env(OLD))
+    assert anchor.returncode == 2 and "'1:abc' is not an anchor: expected ID:ROOT" in anchor.stderr
+    exposure = cli("audit", "verify", "--max-exposure", "soon", store=sqlite_url, env=keys_env(OLD))
+    assert exposure.returncode == 2 and "is not a duration" in exposure.stderr
     since = cli("audit", "export", "--since", "yesterday", store=sqlite_url)
     assert since.returncode == 2 and "is not an ISO 8601 time" in since.stderr
     store = open_store(sqlite_url, clock=clock)
@@ -197,5 +259,8 @@ def test_the_served_app_seals_by_itself_and_publishes_its_keys(tmp_path: Path, s
             assert time.monotonic() < deadline, result.stdout + log.read_text(errors="replace")
             time.sleep(0.5)
         assert f"key {AuditSigningKeys([NEW]).public().ids()[0]}" in result.stdout, "the newest key signs"
+        ready = httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=30).json()
+        assert ready["checks"]["audit"] == "ok", ready
+        assert re.search(r"audit checkpoint \d+:[0-9a-f]{64} sealed \d+ rows", log.read_text(errors="replace"))
     finally:
         stop(process)

@@ -4,17 +4,23 @@ The served app seals the trail every few seconds when `MCP_ELICIT_AUDIT_KEYS` is
 `mcp_elicit.server.audit_sealer`); `seal` does one round by hand (cron, a store no server runs on). `verify`
 checks every chain, head and checkpoint (see `mcp_elicit.store.audit`) against public keys it takes from
 `--keys` (the published document, as a file or its URL) or derives from `MCP_ELICIT_AUDIT_KEYS`, never from
-the store: whoever can write to the database could store a key of their own there.
+the store: whoever can write to the database could store a key of their own there. Its guarantee holds
+relative to an anchor, a checkpoint's `ID:ROOT` kept outside the database (verify prints the latest, the
+served app logs each): `--anchor` (or `--anchors FILE`) requires those checkpoints to be there as they were, so
+that deleting the latest checkpoints and resealing rewritten rows is found; rows left uncovered longer than
+`--max-exposure` are a break too.
 
-Exit codes: 0 done (for `verify`: the trail is sound); 1 `verify` found a break, the first named on stderr;
-2 a usage error (no keys, a keys document that cannot be read, a bad `--since`) or a store that cannot be used.
+Exit codes: 0 done (for `verify`: the trail is sound); 1 `verify` found a break, the first named on stderr, or
+`seal` refused to sign over a trail edited by hand; 2 a usage error (no keys, a keys document or anchor that
+cannot be read, a bad `--since` or `--max-exposure`) or a store that cannot be used.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,7 +30,7 @@ from mcp_elicit.cli.decisions import StoreOption, _say, _store, err
 from mcp_elicit.model import JSONObject
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.settings import Settings, SettingsError, variable
-from mcp_elicit.store.audit import AuditReport, SealedRow
+from mcp_elicit.store.audit import DEFAULT_MAX_EXPOSURE, Anchor, AuditReport, AuditSealRefused, SealedRow
 
 app = typer.Typer(help="Verify, export and seal the tamper-evident audit trail.", no_args_is_help=True)
 
@@ -32,6 +38,8 @@ USAGE = 2
 BROKEN = 1
 PAGE = 1000
 _KEYS_VARIABLE = variable("audit_keys")
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def _signing_keys() -> AuditSigningKeys | None:
@@ -72,6 +80,31 @@ def _published(source: str) -> AuditPublicKeys:
         raise typer.Exit(USAGE) from None
 
 
+def _max_exposure(value: str) -> timedelta | None:
+    if value == "off":
+        return None
+    found = _DURATION.fullmatch(value.strip())
+    if found is None or int(found[1]) < 1:
+        raise typer.BadParameter(f"{value!r} is not a duration: 90s, 10m, 2h, 1d (or off)")
+    return timedelta(**{_UNITS[found[2]]: int(found[1])})
+
+
+def _anchors(given: list[str], path: Path | None) -> list[Anchor]:
+    lines = list(given)
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            _say(err, "error:", "red", f"cannot read the anchors from {path}: {error}")
+            raise typer.Exit(USAGE) from None
+        lines += [line for line in (raw.split("#", 1)[0].strip() for raw in text.splitlines()) if line]
+    try:
+        return [Anchor.parse(line) for line in lines]
+    except ValueError as error:
+        _say(err, "error:", "red", str(error))
+        raise typer.Exit(USAGE) from None
+
+
 @app.command("verify")
 def verify(
     store: StoreOption = None,
@@ -85,8 +118,34 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    anchor: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--anchor",
+            metavar="ID:ROOT",
+            help="A checkpoint recorded outside the store (as verify prints it, or the server logs it) that must be "
+            "there with that root; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    anchors_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchors", metavar="FILE", help="A file of anchors, ID:ROOT one a line (# comments).", show_default=False
+        ),
+    ] = None,
+    max_exposure: Annotated[
+        str,
+        typer.Option(
+            "--max-exposure",
+            metavar="DURATION",
+            help="A row covered by no checkpoint for longer than this is a break (90s, 10m, 2h, 1d, or off).",
+        ),
+    ] = f"{int(DEFAULT_MAX_EXPOSURE.total_seconds() // 60)}m",
 ) -> None:
-    """Check every chain, head and checkpoint: exit 0 when the trail is sound, 1 naming the first break."""
+    """Check every chain, head, checkpoint and anchor: exit 0 when the trail is sound, 1 naming the first break."""
+    exposure = _max_exposure(max_exposure)
+    anchors = _anchors(anchor or [], anchors_file)
     if keys is not None:
         public = _published(keys)
     else:
@@ -96,7 +155,7 @@ def verify(
             raise typer.Exit(USAGE)
         public = signing.public()
     with _store(store) as opened:
-        report = opened.verify_audit(public)
+        report = opened.verify_audit(public, anchors=anchors, max_exposure=exposure)
         url = opened.display_url
     if not report.sound:
         first = report.breaks[0]
@@ -115,6 +174,9 @@ def _sound(report: AuditReport) -> str:
     else:
         when = last.sealed_at.astimezone(UTC).isoformat(timespec="seconds")
         lines.append(f"last checkpoint {last.checkpoint_id} at {when}, root {last.root}, key {report.last_key_id}")
+        lines.append(f"anchor: {report.anchor} (keep it outside the database; give it to --anchor next time)")
+    if report.anchors:
+        lines.append(f"{report.anchors} anchor{'s' if report.anchors > 1 else ''} found as recorded")
     lines.append(
         f"{report.unsealed:,} rows written since, not yet covered by a checkpoint (the exposure window)"
         if report.unsealed
@@ -134,16 +196,31 @@ def seal(store: StoreOption = None) -> None:
     keys = _needed_signing_keys("audit seal")
     rows = checkpoints = 0
     last = None
+    unreadable: set[int] = set()
     with _store(store) as opened:
         while True:
-            result = opened.seal_audit(keys)
+            try:
+                result = opened.seal_audit(keys)
+            except AuditSealRefused as error:
+                _say(err, "refused:", "red", f"not sealing the audit trail of {opened.display_url}: {error}")
+                raise typer.Exit(BROKEN) from None
+            unreadable.update(result.unreadable)
             if not result.rows:
                 break
-            rows, checkpoints, last = rows + result.rows, checkpoints + 1, result.checkpoint_id
+            rows, checkpoints, last = rows + result.rows, checkpoints + 1, result.anchor
+    if unreadable:
+        listed = ", ".join(str(seq) for seq in sorted(unreadable))
+        _say(
+            err, "error:", "red", f"audit rows the store cannot read were left unsealed (edited by hand?): seq {listed}"
+        )
     if not checkpoints:
         typer.echo("nothing to seal: every row is sealed (or another instance is sealing now)")
     else:
-        typer.echo(f"sealed {rows:,} rows in {checkpoints} checkpoint{'s' if checkpoints > 1 else ''}; last {last}")
+        typer.echo(
+            f"sealed {rows:,} rows in {checkpoints} checkpoint{'s' if checkpoints > 1 else ''}; last checkpoint {last}"
+        )
+    if unreadable:
+        raise typer.Exit(BROKEN)
 
 
 @app.command("keys")

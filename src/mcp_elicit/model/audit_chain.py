@@ -6,10 +6,13 @@ different subjects never touch the same chain. Each row's hash covers its conten
 chain and the hash of the row before it, so editing, deleting, inserting or moving a row inside a chain breaks
 the chain from there on.
 
-A checkpoint signs, with Ed25519, a Merkle root over the head (last place and hash) of every chain, sorted by
-chain, and the previous checkpoint's root: whoever can rewrite rows and recompute their hashes still cannot
-delete, truncate or rewrite a chain a checkpoint covered without the signing key, because the recomputed root
-would differ from the signed one.
+A checkpoint signs, with Ed25519, a root that hashes the previous checkpoint's root together with the Merkle
+root over the heads (last place and hash) of the chains this checkpoint moved, sorted by chain: the roots form
+a chain of their own, so one checkpoint's root commits to every head any checkpoint up to it signed, while a
+seal costs only what it seals (not every chain ever written). Whoever can rewrite rows and recompute their
+hashes still cannot delete, truncate or rewrite a chain a checkpoint covered without the signing key, because
+the recomputed root would differ from the signed one; and whoever deletes the latest checkpoints to rewrite what
+they covered is caught by a checkpoint's id and root kept outside the database (an anchor).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ EMPTY_ROOT = hashlib.sha256(b"").hexdigest()
 """The root over no chains (and the previous root of the first checkpoint)."""
 _LEAF = b"\x00"
 _NODE = b"\x01"
+_LINK = b"\x02"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +40,8 @@ class ChainedRow:
     chain: str
     chain_seq: int
     prev_hash: str
+    seq: int
+    """The row's place among all audit rows: covered, so that the export's order and paging cannot be changed."""
     subject_kind: str
     subject_id: str
     from_status: str | None
@@ -49,7 +55,7 @@ class ChainedRow:
         """SHA-256 (hex) of the row's canonical encoding; `at` in UTC to the microsecond, as both engines keep it."""
         encoded = canonical_json(
             [
-                "mcp-elicit audit row v1", self.chain, self.chain_seq, self.prev_hash, self.subject_kind,
+                "mcp-elicit audit row v1", self.chain, self.chain_seq, self.prev_hash, self.seq, self.subject_kind,
                 self.subject_id, self.from_status, self.to_status, self.actor, self.reason, self.details,
                 self.at.astimezone(UTC).isoformat(timespec="microseconds"),
             ]
@@ -66,7 +72,7 @@ class Head:
 
 
 def merkle_root(heads: dict[str, Head]) -> str:
-    """The Merkle root (hex) over every chain's head, sorted by chain; leaves and nodes are domain-separated
+    """The Merkle root (hex) over the given chains' heads, sorted by chain; leaves and nodes are domain-separated
     (RFC 6962's 0x00 and 0x01 prefixes), an odd node is carried up as it is."""
     level = [_leaf(chain, heads[chain]) for chain in sorted(heads)]
     if not level:
@@ -77,13 +83,19 @@ def merkle_root(heads: dict[str, Head]) -> str:
     return level[0].hex()
 
 
+def checkpoint_root(prev_root: str, delta: dict[str, Head]) -> str:
+    """A checkpoint's root: the previous root linked to the Merkle root over the heads this checkpoint moved."""
+    return hashlib.sha256(_LINK + prev_root.encode() + merkle_root(delta).encode()).hexdigest()
+
+
 def _leaf(chain: str, head: Head) -> bytes:
     return hashlib.sha256(_LEAF + canonical_json([chain, head.chain_seq, head.row_hash]).encode()).digest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointClaim:
-    """What a checkpoint's signature covers: its number, time, root, the root before it, and its counts."""
+    """What a checkpoint's signature covers: its number, time, root, the root before it, and its counts (`chains`:
+    the chains it moved)."""
 
     checkpoint_id: int
     sealed_at: datetime

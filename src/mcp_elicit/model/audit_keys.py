@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 SEED_BYTES = 32
 ALGORITHM = "Ed25519"
+KEY_TYPE = "OKP"
+"""A JWK's `kty` for an Ed25519 key (RFC 8037), whose `crv` is `ALGORITHM`."""
 KEYS_PATH = "/.well-known/mcp-elicit/audit-keys"
 """Where a served app publishes its audit public keys (`AuditPublicKeys.document()`)."""
 
@@ -96,17 +98,14 @@ class AuditPublicKeys:
         return True
 
     def document(self) -> dict[str, list[dict[str, str]]]:
-        """`{"keys": [{"kid", "alg": "Ed25519", "x"}]}`: `x` is the raw public key, base64url (as in a JWK)."""
-        return {
-            "keys": [
-                {"kid": kid, "alg": ALGORITHM, "x": _b64url(key.public_bytes(Encoding.Raw, PublicFormat.Raw))}
-                for kid, key in self._keys.items()
-            ]
-        }
+        """A JWK set (RFC 8037): `{"keys": [{"kty": "OKP", "crv": "Ed25519", "kid", "alg": "Ed25519", "x"}]}`, `x`
+        the raw public key, base64url, so that JOSE libraries read it as it is."""
+        return {"keys": [_jwk(kid, key) for kid, key in self._keys.items()]}
 
     @classmethod
     def from_document(cls, document: object) -> AuditPublicKeys:
-        """The keys of a published document; each key's id must be the one its key gives."""
+        """The keys of a published document; each key's id must be the one its key gives, and its `kty` and `crv`,
+        when it has them (a document published before they were added has not), an Ed25519 key's."""
         entries = document.get("keys") if isinstance(document, Mapping) else None
         if not isinstance(entries, list) or not entries:
             raise AuditKeyError('not an audit keys document: expected {"keys": [{"kid", "alg", "x"}, ...]}')
@@ -114,6 +113,10 @@ class AuditPublicKeys:
         for position, entry in enumerate(entries, start=1):
             if not isinstance(entry, Mapping) or entry.get("alg") != ALGORITHM or not isinstance(entry.get("x"), str):
                 raise AuditKeyError(f"key {position} is not an Ed25519 key with its public key in x")
+            if entry.get("kty", KEY_TYPE) != KEY_TYPE or entry.get("crv", ALGORITHM) != ALGORITHM:
+                raise AuditKeyError(
+                    f'key {position} is not an Ed25519 key: a JWK\'s "kty" is "OKP", its "crv" "Ed25519"'
+                )
             try:
                 text = entry["x"]
                 key = Ed25519PublicKey.from_public_bytes(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
@@ -123,3 +126,8 @@ class AuditPublicKeys:
                 raise AuditKeyError(f"key {position}: its kid {entry.get('kid')!r} is not its key's id {key_id(key)}")
             keys.append(key)
         return cls(keys)
+
+
+def _jwk(kid: str, key: Ed25519PublicKey) -> dict[str, str]:
+    raw = key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return {"kty": KEY_TYPE, "crv": ALGORITHM, "kid": kid, "alg": ALGORITHM, "x": _b64url(raw)}

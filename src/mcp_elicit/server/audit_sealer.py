@@ -2,13 +2,20 @@
 
 Writers keep inserting audit rows as before; `AuditSealer` calls the store's `seal_audit` every
 `checkpoint_interval` (jittered by a fifth, as the sweeper), which chains what was written since and signs a
-checkpoint over every chain's head with the ring's first key (see `mcp_elicit.store.audit`). A backlog (the
+checkpoint over the heads it moved with the ring's first key (see `mcp_elicit.store.audit`). A backlog (the
 rows of a store migrated to schema 11) is sealed batch after batch at once.
 
 Guarantees: while the server's event loop runs, a row is covered by a signed checkpoint within about
-`checkpoint_interval` of its commit: that interval is the exposure window `mcp-elicit audit verify` reports. A
+`checkpoint_interval` of its commit; the exposure window is what no checkpoint recorded outside the database
+(an anchor) covers yet, and `mcp-elicit audit verify` fails on rows left uncovered past its max exposure. A
 seal that fails (the store away) is logged and tried again at the next tick; on PostgreSQL one instance seals
 at a time, the others find the seal taken and skip it.
+
+Each checkpoint's id and root are logged at INFO: a record outside the database that `audit verify --anchor`
+takes. The sealer remembers the last checkpoint it signed and refuses (an ERROR, and `refused` says why) to sign
+once that checkpoint is gone or changed, or when a head it would extend is not the one the checkpoints signed:
+whoever rewrote the trail by hand does not get it signed again. A row the store cannot read is left unsealed and
+logged as an ERROR by its `seq` at each seal; verify flags it once it is older than its max exposure.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from mcp_elicit.model.audit_keys import AuditSigningKeys
 from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import StoreError
 from mcp_elicit.store.aio import AsyncStore
-from mcp_elicit.store.audit import SEAL_BATCH, SealResult
+from mcp_elicit.store.audit import SEAL_BATCH, Anchor, AuditSealRefused, SealResult
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,9 @@ class AuditSealer:
         self._store = store
         self._keys = keys
         self._interval = interval.total_seconds()
+        self._signed: Anchor | None = None
+        self.refused: str | None = None
+        """Why the sealer stopped signing (the trail was edited by hand), or None while it signs."""
 
     def pause(self) -> float:
         return self._interval * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 (spreading, not secrecy)
@@ -74,12 +84,28 @@ class AuditSealer:
             await self.seal()
 
     async def seal(self) -> SealResult | None:
-        """Seal until the backlog is gone; the last seal's result, or None when the store failed."""
+        """Seal until the backlog is gone; the last seal's result, or None when the store failed or the sealer
+        refused to sign."""
+        if self.refused is not None:
+            log.error("not sealing the audit trail of %s: %s", self._store.sync.display_url, self.refused)
+            return None
         try:
             while True:
-                result = await self._store.seal_audit(self._keys)
-                if result.rows < SEAL_BATCH:
+                result = await self._store.seal_audit(self._keys, extends=self._signed)
+                if result.unreadable:
+                    log.error(
+                        "audit rows the store cannot read are left unsealed (edited by hand?): seq %s",
+                        ", ".join(str(seq) for seq in result.unreadable),
+                    )
+                if result.anchor is not None:
+                    self._signed = result.anchor
+                    log.info("audit checkpoint %s sealed %d rows", result.anchor, result.rows)
+                if result.rows + len(result.unreadable) < SEAL_BATCH or not result.rows:
                     return result
+        except AuditSealRefused as error:
+            self.refused = str(error)
+            log.error("refusing to seal the audit trail of %s: %s", self._store.sync.display_url, error)
+            return None
         except StoreError as error:
             log.warning(
                 "cannot seal the audit trail of %s (trying again later): %s", self._store.sync.display_url, error

@@ -291,9 +291,11 @@ class Elicitation:
         if notifications is not None and notifications.targets:
             self._background.append(Shared(Deliverer(self._async_store, notifications, clock).run))
         self.audit = audit
+        self.audit_sealer: AuditSealer | None = None
+        """The sealer the app's lifespan runs (None when it does not seal): `refused` says why it stopped."""
         if audit is not None and audit.checkpoint_interval is not None:
-            sealer = AuditSealer(self._async_store, audit.keys, audit.checkpoint_interval)
-            self._background.append(Shared(sealer.run))
+            self.audit_sealer = AuditSealer(self._async_store, audit.keys, audit.checkpoint_interval)
+            self._background.append(Shared(self.audit_sealer.run))
         self._hearing = False
         self._tools: dict[str, tuple[_Entry, Callable[..., Any], bool | None]] = {}
         self.tasks = self._task_service(tasks or TaskSettings())

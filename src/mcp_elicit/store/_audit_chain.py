@@ -1,33 +1,42 @@
-"""The sealer of the audit trail's hash chains, its snapshot for verify, and the export's pages.
+"""The sealer of the audit trail's hash chains, verify's reading of them, and the export's pages.
 
 Writers insert audit rows as they always did (`Core._audit`), unsealed, so chaining costs a transition nothing
 and unrelated writers never wait on a chain. A seal is one transaction: it takes the oldest unsealed rows (by
 `seq`), appends each to its subject's chain (place, previous hash, own hash), moves the chains' heads, and signs
-a checkpoint over all heads with the newest key of the ring, storing only the heads it changed. One sealer at a
-time (the engine's `_seal_turn`). On PostgreSQL a row with a lower `seq` may commit after higher ones were
-sealed: it is sealed by the next seal, appended to its chain then (a chain's order is its sealing order).
+a checkpoint over the heads it moved, linked to the previous checkpoint's root, with the newest key of the ring:
+its cost follows what it seals, not how many chains exist. One sealer at a time (the engine's `_seal_turn`). On
+PostgreSQL a row with a lower `seq` may commit after higher ones were sealed: it is sealed by the next seal,
+appended to its chain then (a chain's order is its sealing order).
+
+Before it signs, a seal checks that each head it extends is the one the checkpoints last signed for that chain,
+and, given the checkpoint the caller signed last, that it is still there as signed: a seal never signs over
+heads edited by hand or checkpoints cut back (`AuditSealRefused`).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from mcp_elicit.model.audit_chain import GENESIS, CheckpointClaim, Head, merkle_root
+from mcp_elicit.model import AuditEntry
+from mcp_elicit.model.audit_chain import EMPTY_ROOT, GENESIS, CheckpointClaim, Head, checkpoint_root
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys, Signature
 from mcp_elicit.store._core import AUDIT_COLUMNS, Core, _marks
 from mcp_elicit.store._engine import Transaction, Tx
 from mcp_elicit.store.audit import (
     SEAL_BATCH,
-    AuditEvidence,
+    Anchor,
+    AuditJudge,
     AuditReport,
+    AuditSealRefused,
     SealedRow,
     SealResult,
     StoredCheckpoint,
-    judge,
+    UnreadableAuditRow,
 )
+from mcp_elicit.store.errors import StoreCorrupt
 
 _CHAINED_COLUMNS = f"{AUDIT_COLUMNS}, chain_seq, prev_hash, row_hash"
 _CHECKPOINT_COLUMNS = (
@@ -37,11 +46,20 @@ _UPSERT_HEAD = (
     "INSERT INTO elicit_audit_heads (chain, chain_seq, row_hash) VALUES (%s, %s, %s)"
     " ON CONFLICT (chain) DO UPDATE SET chain_seq = excluded.chain_seq, row_hash = excluded.row_hash"
 )
+_STORED_HEADS = "SELECT chain, chain_seq, row_hash FROM elicit_audit_heads WHERE chain IN ({marks})"
+_SIGNED_HEADS = (
+    "SELECT h.chain, h.chain_seq, h.row_hash FROM elicit_audit_checkpoint_heads h WHERE h.chain IN ({marks})"
+    " AND h.checkpoint_id = (SELECT max(m.checkpoint_id) FROM elicit_audit_checkpoint_heads m"
+    " JOIN elicit_audit_checkpoints c ON c.checkpoint_id = m.checkpoint_id WHERE m.chain = h.chain)"
+)
 _IN_CHUNK = 500
+_SEQ, _SUBJECT_ID, _CHAIN_SEQ = 0, 2, 9
 
 
 class AuditChainCore(Core):
-    async def seal_audit(self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH) -> SealResult:
+    async def seal_audit(
+        self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH, extends: Anchor | None = None
+    ) -> SealResult:
         if batch < 1:
             raise ValueError(f"a seal chains at least one row, not {batch}")
         async with self._write() as tx:
@@ -50,11 +68,29 @@ class AuditChainCore(Core):
             found = await tx.all(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq LIMIT %s", (batch,)
             )
-            if not found:
-                return SealResult(rows=0)
-            entries = [self._audit_entry(row) for row in found]
+            entries: list[AuditEntry] = []
+            unreadable: list[int] = []
+            for row in found:
+                try:
+                    entries.append(self._audit_entry(row))
+                except StoreCorrupt:
+                    unreadable.append(int(row[_SEQ]))
+            if not entries:
+                return SealResult(rows=0, unreadable=tuple(unreadable))
+            last = await tx.one(
+                "SELECT checkpoint_id, root FROM elicit_audit_checkpoints ORDER BY checkpoint_id DESC LIMIT 1"
+            )
+            number = 1 if last is None else int(last[0]) + 1
+            await self._check_signed(tx, extends, number)
             chains = list(dict.fromkeys(entry.subject_id for entry in entries))
-            heads = await self._heads(tx, chains)
+            heads = await self._heads(tx, chains, _STORED_HEADS)
+            signed = await self._heads(tx, chains, _SIGNED_HEADS)
+            for chain in chains:
+                if heads.get(chain) != signed.get(chain):
+                    raise AuditSealRefused(
+                        f"the head of chain {chain} is not the one the checkpoints signed for it"
+                        f" ({_said(heads.get(chain))} stored, {_said(signed.get(chain))} signed): not sealing over it"
+                    )
             sealed: list[tuple[object, ...]] = []
             for entry in entries:
                 head = heads.get(entry.subject_id)
@@ -68,18 +104,12 @@ class AuditChainCore(Core):
             )
             delta = {chain: heads[chain] for chain in chains}
             await tx.executemany(_UPSERT_HEAD, [(c, h.chain_seq, h.row_hash) for c, h in delta.items()])
-            everything = {
-                row[0]: Head(row[1], row[2])
-                for row in await tx.all("SELECT chain, chain_seq, row_hash FROM elicit_audit_heads")
-            }
-            last = await tx.one(
-                "SELECT checkpoint_id, root FROM elicit_audit_checkpoints ORDER BY checkpoint_id DESC LIMIT 1"
-            )
             origin = await tx.one("SELECT migrated_through FROM elicit_audit_origin")
+            prev_root = EMPTY_ROOT if last is None else str(last[1])
             claim = CheckpointClaim(
-                checkpoint_id=1 if last is None else int(last[0]) + 1, sealed_at=self._clock(),
-                prev_root=merkle_root({}) if last is None else str(last[1]), root=merkle_root(everything),
-                chains=len(everything), rows_sealed=len(entries), migrated_through=int(origin[0]),
+                checkpoint_id=number, sealed_at=self._clock(), prev_root=prev_root,
+                root=checkpoint_root(prev_root, delta), chains=len(delta), rows_sealed=len(entries),
+                migrated_through=int(origin[0]),
             )  # fmt: skip
             signature = keys.sign(claim.message())
             await tx.execute(
@@ -92,47 +122,112 @@ class AuditChainCore(Core):
                 " VALUES (%s, %s, %s, %s)",
                 [(claim.checkpoint_id, c, h.chain_seq, h.row_hash) for c, h in delta.items()],
             )
-        return SealResult(rows=len(entries), chains=len(chains), checkpoint_id=claim.checkpoint_id, root=claim.root)
+        return SealResult(
+            rows=len(entries), chains=len(chains), checkpoint_id=claim.checkpoint_id, root=claim.root,
+            unreadable=tuple(unreadable),
+        )  # fmt: skip
 
-    async def _heads(self, tx: Tx, chains: Sequence[str]) -> dict[str, Head]:
+    async def _check_signed(self, tx: Tx, extends: Anchor | None, number: int) -> None:
+        """Refuse to sign checkpoint `number` when the checkpoint the caller signed last is gone or changed, or
+        when deltas of checkpoints from `number` on are left (their checkpoints deleted)."""
+        if extends is not None:
+            found = await tx.one(
+                "SELECT root FROM elicit_audit_checkpoints WHERE checkpoint_id = %s", (extends.checkpoint_id,)
+            )
+            if found is None or str(found[0]) != extends.root:
+                now = "is gone" if found is None else f"now has root {found[0]}"
+                raise AuditSealRefused(
+                    f"checkpoint {extends.checkpoint_id}, signed by this sealer with root {extends.root}, {now}:"
+                    " the trail was rewritten; not signing over it"
+                )
+        orphan = await tx.one(
+            "SELECT checkpoint_id FROM elicit_audit_checkpoint_heads WHERE checkpoint_id >= %s LIMIT 1", (number,)
+        )
+        if orphan is not None:
+            raise AuditSealRefused(
+                f"the heads of checkpoint {orphan[0]} are stored without it: checkpoints were deleted; not signing"
+            )
+
+    async def _heads(self, tx: Tx, chains: Sequence[str], sql: str) -> dict[str, Head]:
         heads: dict[str, Head] = {}
         for start in range(0, len(chains), _IN_CHUNK):
             chunk = chains[start : start + _IN_CHUNK]
-            rows = await tx.all(
-                f"SELECT chain, chain_seq, row_hash FROM elicit_audit_heads WHERE chain IN ({_marks(len(chunk))})",
-                chunk,
-            )
+            rows = await tx.all(sql.format(marks=_marks(len(chunk))), chunk)
             heads.update({row[0]: Head(int(row[1]), str(row[2])) for row in rows})
         return heads
 
-    async def verify_audit(self, keys: AuditPublicKeys) -> AuditReport:
+    async def verify_audit(
+        self,
+        keys: AuditPublicKeys,
+        *,
+        anchors: Sequence[Anchor] = (),
+        max_exposure: timedelta | None = None,
+    ) -> AuditReport:
         async with self._snapshot() as tx:
-            rows = await tx.all(
+            origin = await tx.one("SELECT migrated_through FROM elicit_audit_origin")
+            judge = AuditJudge(
+                keys, migrated_through=int(origin[0]) if origin is not None else 0, anchors=anchors,
+                now=self._clock(), max_exposure=max_exposure,
+            )  # fmt: skip
+            await self._feed_checkpoints(tx, judge)
+            judge.heads(
+                {row[0]: Head(int(row[1]), str(row[2])) for row in
+                 await tx.all("SELECT chain, chain_seq, row_hash FROM elicit_audit_heads")}
+            )  # fmt: skip
+            chain: str | None = None
+            rows: list[SealedRow | UnreadableAuditRow] = []
+            async for page in tx.stream(
                 f"SELECT {_CHAINED_COLUMNS} FROM elicit_audit"
                 " WHERE chain_seq IS NOT NULL OR prev_hash IS NOT NULL OR row_hash IS NOT NULL"
                 " ORDER BY subject_id, chain_seq, seq"
-            )
+            ):
+                for row in page:
+                    if row[_SUBJECT_ID] != chain:
+                        if chain is not None:
+                            judge.chain(chain, rows)
+                        chain, rows = str(row[_SUBJECT_ID]), []
+                    rows.append(self._stored_row(row))
+            if chain is not None:
+                judge.chain(chain, rows)
             unsealed = await tx.one("SELECT count(*) FROM elicit_audit WHERE row_hash IS NULL")
-            heads = await tx.all("SELECT chain, chain_seq, row_hash FROM elicit_audit_heads")
-            checkpoints = await tx.all(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM elicit_audit_checkpoints ORDER BY checkpoint_id"
+            oldest = await tx.one(
+                f"SELECT {_CHAINED_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq LIMIT 1"
             )
-            deltas = await tx.all(
-                "SELECT checkpoint_id, chain, chain_seq, row_hash FROM elicit_audit_checkpoint_heads"
-                " ORDER BY checkpoint_id, chain"
-            )
-            origin = await tx.one("SELECT migrated_through FROM elicit_audit_origin")
-        by_checkpoint: dict[int, dict[str, Head]] = {}
-        for number, chain, place, digest in deltas:
-            by_checkpoint.setdefault(int(number), {})[chain] = Head(int(place), str(digest))
-        evidence = AuditEvidence(
-            rows=[self._sealed_row(row) for row in rows],
-            heads={row[0]: Head(int(row[1]), str(row[2])) for row in heads},
-            checkpoints=[self._checkpoint(row, by_checkpoint.get(int(row[0]), {})) for row in checkpoints],
-            unsealed=int(unsealed[0]),
-            migrated_through=int(origin[0]) if origin is not None else 0,
-        )
-        return judge(evidence, keys)
+            judge.unsealed(int(unsealed[0]), None if oldest is None else self._stored_row(oldest))
+        return judge.report()
+
+    async def _feed_checkpoints(self, tx: Tx, judge: AuditJudge) -> None:
+        """The checkpoints in order, each with its delta, streamed (one checkpoint's delta in memory at a time)."""
+        current: Sequence[Any] | None = None
+        delta: dict[str, Head] = {}
+        columns = ", ".join(f"c.{name}" for name in _CHECKPOINT_COLUMNS.split(", "))
+        async for page in tx.stream(
+            f"SELECT {columns}, h.chain, h.chain_seq, h.row_hash FROM elicit_audit_checkpoints c"
+            " LEFT JOIN elicit_audit_checkpoint_heads h ON h.checkpoint_id = c.checkpoint_id"
+            " ORDER BY c.checkpoint_id, h.chain"
+        ):
+            for row in page:
+                if current is not None and row[0] != current[0]:
+                    judge.checkpoint(self._checkpoint(current, delta))
+                    delta = {}
+                current = row
+                if row[9] is not None:
+                    delta[str(row[9])] = Head(int(row[10]), str(row[11]))
+        if current is not None:
+            judge.checkpoint(self._checkpoint(current, delta))
+
+    def _stored_row(self, row: Sequence[Any]) -> SealedRow | UnreadableAuditRow:
+        """The row as stored, or what makes it unreadable: a chain_seq that is not a number is as bad as any."""
+        place = row[_CHAIN_SEQ]
+        try:
+            if place is not None and (isinstance(place, bool) or not isinstance(place, int)):
+                raise StoreCorrupt(f"audit row {row[_SEQ]}: its chain_seq is not a number")
+            return self._sealed_row(row)
+        except StoreCorrupt as error:
+            return UnreadableAuditRow(
+                chain=str(row[_SUBJECT_ID]), seq=row[_SEQ], chain_seq=place if isinstance(place, int) else None,
+                why=str(error),
+            )  # fmt: skip
 
     def _sealed_row(self, row: Sequence[Any]) -> SealedRow:
         return SealedRow(entry=self._audit_entry(row[:9]), chain_seq=row[9], prev_hash=row[10], row_hash=row[11])
@@ -175,3 +270,7 @@ class AuditChainCore(Core):
     @abstractmethod
     def _snapshot(self) -> Transaction:
         """A read-only transaction whose statements all see one snapshot of the database."""
+
+
+def _said(head: Head | None) -> str:
+    return "none" if head is None else f"chain_seq {head.chain_seq}"

@@ -8,7 +8,7 @@ driver's errors into the store errors below or those of `mcp_elicit.store.errors
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -32,6 +32,11 @@ class Tx(Protocol):
     async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
+
+    def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+        """The statement's rows, `size` at a time, without holding them all (a server-side cursor where the
+        engine has one); only inside a read-only snapshot, and read each stream to its end before the next."""
+        ...
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         """A write whose result nobody reads (an audit row, a notice): the engine may hold it back and send it,

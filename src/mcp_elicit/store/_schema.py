@@ -323,8 +323,9 @@ CREATE TABLE elicit_votes (
 
 # Tamper evidence: the sealer (`_audit_chain`) appends each audit row to its subject's hash chain after the row
 # commits (NULL: not sealed yet; writers never wait on a chain), keeps each chain's head, and signs a checkpoint
-# over all heads, keeping only the heads each checkpoint changed. The rows written before this schema are chained
-# by the first seal after it: `elicit_audit_origin` records the highest of them, and every checkpoint signs it.
+# over the heads it changed (linked to the previous checkpoint's root), keeping those heads, which a seal reads
+# by chain to check the heads it extends. The rows written before this schema are chained by the first seal after
+# it: `elicit_audit_origin` records the highest of them, and every checkpoint signs it.
 _V11 = """
 ALTER TABLE elicit_audit ADD COLUMN chain_seq BIGINT;
 ALTER TABLE elicit_audit ADD COLUMN prev_hash TEXT;
@@ -354,6 +355,7 @@ CREATE TABLE elicit_audit_checkpoint_heads (
     row_hash TEXT NOT NULL,
     PRIMARY KEY (checkpoint_id, chain)
 );
+CREATE INDEX elicit_audit_checkpoint_chain ON elicit_audit_checkpoint_heads (chain, checkpoint_id);
 CREATE TABLE elicit_audit_origin (
     migrated_through BIGINT NOT NULL
 );

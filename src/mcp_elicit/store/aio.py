@@ -31,7 +31,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.store._facade import AsyncStoreBase
-from mcp_elicit.store.audit import SEAL_BATCH, AuditReport, SealedRow, SealResult
+from mcp_elicit.store.audit import SEAL_BATCH, Anchor, AuditReport, SealedRow, SealResult
 from mcp_elicit.store.errors import UnreadableRow
 from mcp_elicit.store.protocol import (
     Claim,
@@ -429,16 +429,24 @@ class AsyncStore(AsyncStoreBase):
         `stale_before` (a webhook no instance delivers to any more leaves its rows pending); how many."""
         return await self._batch(lambda core: core.outbox_purge(settled_before, stale_before=stale_before))
 
-    async def seal_audit(self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH) -> SealResult:
-        """Chain up to `batch` unsealed audit rows, oldest first, and sign a checkpoint over every chain's head with
-        the ring's first key, in one transaction (see `mcp_elicit.store.audit`). Nothing to seal, or another
-        instance sealing (PostgreSQL), is a result with no checkpoint."""
-        return await self._batch(lambda core: core.seal_audit(keys, batch=batch))
+    async def seal_audit(
+        self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH, extends: Anchor | None = None
+    ) -> SealResult:
+        """Chain up to `batch` unsealed audit rows, oldest first, and sign a checkpoint over the heads they moved
+        with the ring's first key, in one transaction (see `mcp_elicit.store.audit`). Nothing to seal, or another
+        instance sealing (PostgreSQL), is a result with no checkpoint. Raises `AuditSealRefused`, sealing nothing,
+        when a head it would extend is not the one the checkpoints signed, or when `extends` (the checkpoint the
+        caller signed last) is gone or changed."""
+        return await self._batch(lambda core: core.seal_audit(keys, batch=batch, extends=extends))
 
-    async def verify_audit(self, keys: AuditPublicKeys) -> AuditReport:
+    async def verify_audit(
+        self, keys: AuditPublicKeys, *, anchors: Sequence[Anchor] = (), max_exposure: timedelta | None = None
+    ) -> AuditReport:
         """Check every chain, head and checkpoint in one snapshot, checkpoints' signatures with `keys`, which must
-        come from where the verifier trusts (the published keys, the signing keys), never from this store."""
-        return await self._batch(lambda core: core.verify_audit(keys))
+        come from where the verifier trusts (the published keys, the signing keys), never from this store; each
+        of `anchors` (checkpoints recorded outside the store) must be there with its root; rows covered by no
+        checkpoint for longer than `max_exposure` are a break."""
+        return await self._batch(lambda core: core.verify_audit(keys, anchors=anchors, max_exposure=max_exposure))
 
     async def audit_export(
         self, *, after: int = 0, limit: int = 1000, since: datetime | None = None, operation_id: str | None = None

@@ -1,29 +1,66 @@
 """Tamper evidence of the audit trail: what a seal did, what verify found, and how it judges the evidence.
 
-`Store.seal_audit` chains the audit rows written since the last seal and signs a checkpoint over every chain's
-head (see `mcp_elicit.model.audit_chain`). `Store.verify_audit` reads the rows, the heads and the checkpoints in
-one snapshot and hands them to `judge`, which recomputes everything and names each break it finds.
+`Store.seal_audit` chains the audit rows written since the last seal and signs a checkpoint over the heads of
+the chains it moved, linked to the checkpoint before (see `mcp_elicit.model.audit_chain`). `Store.verify_audit`
+reads the checkpoints, the heads and then the rows one chain at a time, in one snapshot, and hands them to an
+`AuditJudge`, which recomputes everything and names each break it finds.
 
-Guarantee: a row edited, deleted, inserted or moved inside a chain, a head edited, and a chain deleted or
-truncated, or rewritten with recomputed hashes, after a checkpoint covered it, is found, and so is a checkpoint
-not signed by one of the public keys verify is given. Exposure: rows not sealed yet (written since the last
-seal, a few seconds with the served app's sealer) and an attacker who deletes the latest checkpoints together
-with every row they sealed; keep the last checkpoint's id and root that verify prints somewhere the database's
-writers cannot reach to close that.
+Guarantee, relative to a checkpoint recorded outside the database (an anchor: the `ID:ROOT` verify prints, the
+sealer's log line): every row that checkpoint covered is as it was when sealed. A row edited, deleted,
+inserted or moved inside a chain, a head edited, a chain deleted or truncated or rewritten with recomputed
+hashes, a checkpoint not signed by one of the public keys verify is given, and the anchored checkpoint gone or
+changed are found. Exposure: rows written after the last anchor. Without an anchor, whoever can write to the
+database can delete the latest checkpoints with what they sealed and let the sealer sign the rewritten rows
+again; the running sealer refuses to (it remembers the last checkpoint it signed, and checks the heads it
+extends against the checkpoints), and verify fails when rows stay uncovered longer than `max_exposure`.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from mcp_elicit.model import AuditEntry
-from mcp_elicit.model.audit_chain import GENESIS, ChainedRow, CheckpointClaim, Head, merkle_root
+from mcp_elicit.model.audit_chain import EMPTY_ROOT, GENESIS, ChainedRow, CheckpointClaim, Head, checkpoint_root
 from mcp_elicit.model.audit_keys import AuditPublicKeys, Signature
+from mcp_elicit.store.errors import StoreCorrupt
 
 SEAL_BATCH = 5000
 """Rows a seal chains at most in one transaction (and one checkpoint)."""
+DEFAULT_MAX_EXPOSURE = timedelta(minutes=10)
+"""How long `mcp-elicit audit verify` lets a row stay covered by no checkpoint before it calls that a break."""
+
+
+class AuditSealRefused(StoreCorrupt):
+    """A seal would sign over a trail that is not the one the checkpoints signed (heads edited, the checkpoint
+    the sealer signed last gone or changed): nothing was sealed, and nothing will be until someone looks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A checkpoint's id and root kept outside the database: verify requires that checkpoint to be there, as it
+    was. Written `ID:ROOT`, as verify prints it and `--anchor` takes it."""
+
+    checkpoint_id: int
+    root: str
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_id}:{self.root}"
+
+    @classmethod
+    def parse(cls, text: str) -> Anchor:
+        number, colon, root = text.strip().partition(":")
+        root = root.lower()
+        if not colon or not number.isdigit() or int(number) < 1 or len(root) != 64 or not _is_hex(root):
+            raise ValueError(f"{text!r} is not an anchor: expected ID:ROOT, a checkpoint number and its 64-hex root")
+        return cls(int(number), root)
+
+
+def _is_hex(text: str) -> bool:
+    return all(char in "0123456789abcdef" for char in text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +72,12 @@ class SealResult:
     checkpoint_id: int | None = None
     """The checkpoint this seal signed; None when there was nothing to seal, or another instance was sealing."""
     root: str | None = None
+    unreadable: tuple[int, ...] = ()
+    """The `seq` of unsealed rows the store cannot read (edited by hand): left unsealed, so verify flags them."""
+
+    @property
+    def anchor(self) -> Anchor | None:
+        return None if self.checkpoint_id is None or self.root is None else Anchor(self.checkpoint_id, self.root)
 
 
 class BreakKind(StrEnum):
@@ -50,6 +93,8 @@ class BreakKind(StrEnum):
     CHECKPOINT_EDITED = "checkpoint edited"
     CHECKPOINT_FORGED = "checkpoint forged"
     UNKNOWN_KEY = "unknown key"
+    ANCHOR_BROKEN = "anchor broken"
+    EXPOSED = "not covered in time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +132,21 @@ class SealedRow:
         """The row as its hash covers it (at `chain_seq` instead of its own, to see where it came from)."""
         e, place = self.entry, self.chain_seq if chain_seq is None else chain_seq
         return ChainedRow(
-            chain=e.subject_id, chain_seq=place or 0,
-            prev_hash=self.prev_hash or "", subject_kind=e.subject_kind.value, subject_id=e.subject_id,
-            from_status=e.from_status, to_status=e.to_status, actor=e.actor, reason=e.reason, details=e.details,
-            at=e.at,
+            chain=e.subject_id, chain_seq=place or 0, prev_hash=self.prev_hash or "", seq=e.seq,
+            subject_kind=e.subject_kind.value, subject_id=e.subject_id, from_status=e.from_status,
+            to_status=e.to_status, actor=e.actor, reason=e.reason, details=e.details, at=e.at,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnreadableAuditRow:
+    """A stored audit row the store cannot decode (edited by hand): a break where it stands in its chain."""
+
+    chain: str
+    seq: object
+    chain_seq: int | None
+    """Its place as stored, when that at least is a number."""
+    why: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,18 +154,7 @@ class StoredCheckpoint:
     claim: CheckpointClaim
     signature: Signature
     delta: dict[str, Head]
-    """The heads this checkpoint changed (the full set is the replay of every delta up to it)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AuditEvidence:
-    """Everything verify reads, from one snapshot: sealed rows by chain and place, heads, checkpoints in order."""
-
-    rows: Sequence[SealedRow]
-    heads: dict[str, Head]
-    checkpoints: Sequence[StoredCheckpoint]
-    unsealed: int
-    migrated_through: int
+    """The heads this checkpoint moved (the full set is the replay of every delta up to it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,10 +171,19 @@ class AuditReport:
     migrated_through: int
     """Rows with `seq` up to this were written before the audit was chained, and chained at migration."""
     migrated_rows: int = 0
+    anchors: int = 0
+    """Anchors checked (and found as they were, when the report is sound)."""
+    oldest_unsealed_at: datetime | None = None
 
     @property
     def sound(self) -> bool:
         return not self.breaks
+
+    @property
+    def anchor(self) -> Anchor | None:
+        """The last checkpoint as an anchor, to keep outside the database and give the next verify."""
+        last = self.last_checkpoint
+        return None if last is None else Anchor(last.checkpoint_id, last.root)
 
 
 @dataclass(slots=True)
@@ -142,80 +195,153 @@ class _Walk:
     hashes: dict[int, str] = field(default_factory=dict)
 
 
-def judge(evidence: AuditEvidence, keys: AuditPublicKeys) -> AuditReport:
-    """Recompute every chain, the heads, every checkpoint's root and signature, and the last checkpoint's coverage.
+class AuditJudge:
+    """Recomputes the evidence fed to it in order: checkpoints (`checkpoint`, in id order), then the heads
+    (`heads`), then each chain's rows (`chain`, any chain order), then the unsealed rows (`unsealed`).
 
-    Breaks come in that order: checkpoints first (nothing a forged checkpoint says counts), then each chain's
-    rows, its head, and what the last checkpoint covered of it; one break per chain, the first found.
+    Checkpoints come first (nothing a forged checkpoint says counts); one break per chain, the first found; a
+    broken anchor is named before anything else. Memory holds one chain's rows, and a head per chain.
     """
-    breaks: list[AuditBreak] = []
-    covered = _replay(evidence.checkpoints, evidence.migrated_through, keys, breaks)
-    by_chain: dict[str, list[SealedRow]] = {}
-    for row in evidence.rows:
-        by_chain.setdefault(row.entry.subject_id, []).append(row)
-    migrated = 0
-    for chain in sorted(set(by_chain) | set(evidence.heads) | set(covered)):
-        rows = by_chain.get(chain, [])
-        migrated += sum(1 for row in rows if row.entry.seq <= evidence.migrated_through)
-        wanted = covered[chain].chain_seq if chain in covered else None
-        walk = _walk(chain, rows, wanted)
-        found = walk.broken or _head_break(chain, walk.head, evidence.heads.get(chain))
-        found = found or _coverage_break(chain, walk, covered.get(chain), len(evidence.checkpoints))
-        if found is not None:
-            breaks.append(found)
-    last = evidence.checkpoints[-1] if evidence.checkpoints else None
-    return AuditReport(
-        breaks=breaks, chains=len(by_chain), rows_sealed=len(evidence.rows), unsealed=evidence.unsealed,
-        last_checkpoint=None if last is None else last.claim,
-        last_key_id=None if last is None else last.signature.key_id,
-        migrated_through=evidence.migrated_through, migrated_rows=migrated,
-    )  # fmt: skip
 
+    def __init__(
+        self,
+        keys: AuditPublicKeys,
+        *,
+        migrated_through: int,
+        anchors: Sequence[Anchor] = (),
+        now: datetime | None = None,
+        max_exposure: timedelta | None = None,
+    ) -> None:
+        self._keys = keys
+        self._migrated_through = migrated_through
+        self._anchors = {anchor.checkpoint_id: anchor.root for anchor in anchors}
+        self._anchor_count = len(self._anchors)
+        self._now = now
+        self._max_exposure = max_exposure
+        self._anchor_breaks: list[AuditBreak] = []
+        self._breaks: list[AuditBreak] = []
+        self._covered: dict[str, Head] = {}
+        self._prev_root = EMPTY_ROOT
+        self._expected = 1
+        self._replaying = True
+        self._last: StoredCheckpoint | None = None
+        self._heads: dict[str, Head] = {}
+        self._seen: set[str] = set()
+        self._rows = self._migrated = self._unsealed = 0
+        self._oldest: datetime | None = None
 
-def _replay(
-    checkpoints: Sequence[StoredCheckpoint], migrated_through: int, keys: AuditPublicKeys, breaks: list[AuditBreak]
-) -> dict[str, Head]:
-    """The full head set at the last checkpoint, checking each checkpoint on the way."""
-    heads: dict[str, Head] = {}
-    prev_root = merkle_root({})
-    for expected, checkpoint in enumerate(checkpoints, start=1):
+    def checkpoint(self, checkpoint: StoredCheckpoint) -> None:
         claim = checkpoint.claim
         number = claim.checkpoint_id
-        heads.update(checkpoint.delta)
+        self._last = checkpoint
+        anchored = self._anchors.pop(number, None)
+        if anchored is not None and anchored != claim.root:
+            what = f"its root is {claim.root}, the anchor kept outside the store says {anchored}"
+            self._anchor_breaks.append(AuditBreak(BreakKind.ANCHOR_BROKEN, what, checkpoint_id=number))
+        if not self._replaying:
+            return
+        self._covered.update(checkpoint.delta)
+        problem = self._checkpoint_break(checkpoint)
+        if problem is not None:
+            self._breaks.append(problem)
+            self._replaying = False
+            return
+        self._prev_root = claim.root
+        self._expected += 1
+
+    def _checkpoint_break(self, checkpoint: StoredCheckpoint) -> AuditBreak | None:
+        claim, signature, expected = checkpoint.claim, checkpoint.signature, self._expected
+        number = claim.checkpoint_id
         if number != expected:
             missing = f"checkpoint {expected}" if number == expected + 1 else f"checkpoints {expected} to {number - 1}"
-            breaks.append(
-                AuditBreak(BreakKind.CHECKPOINT_MISSING, f"{missing} before it are gone", checkpoint_id=number)
-            )
-            return heads
-        if checkpoint.signature.key_id not in keys:
-            what = f"signed by key {checkpoint.signature.key_id}, which is not among the public keys given"
-            breaks.append(AuditBreak(BreakKind.UNKNOWN_KEY, what, checkpoint_id=number))
-            return heads
-        if not keys.verifies(checkpoint.signature, claim.message()):
-            what = f"its signature does not verify with key {checkpoint.signature.key_id}"
-            breaks.append(AuditBreak(BreakKind.CHECKPOINT_FORGED, what, checkpoint_id=number))
-            return heads
+            return AuditBreak(BreakKind.CHECKPOINT_MISSING, f"{missing} before it are gone", checkpoint_id=number)
+        if signature.key_id not in self._keys:
+            what = f"signed by key {signature.key_id}, which is not among the public keys given"
+            return AuditBreak(BreakKind.UNKNOWN_KEY, what, checkpoint_id=number)
+        if not self._keys.verifies(signature, claim.message()):
+            what = f"its signature does not verify with key {signature.key_id}"
+            return AuditBreak(BreakKind.CHECKPOINT_FORGED, what, checkpoint_id=number)
         problem = None
-        if claim.prev_root != prev_root:
+        if claim.prev_root != self._prev_root:
             problem = "it does not follow the checkpoint before it (previous root differs)"
-        elif merkle_root(heads) != claim.root or claim.chains != len(heads):
-            problem = "its stored heads, replayed, do not give the root it signed"
-        elif claim.migrated_through != migrated_through:
-            signed = claim.migrated_through
-            problem = f"it signed rows up to seq {signed} as chained at migration; the store says {migrated_through}"
-        if problem is not None:
-            breaks.append(AuditBreak(BreakKind.CHECKPOINT_EDITED, problem, checkpoint_id=number))
-            return heads
-        prev_root = claim.root
-    return heads
+        elif checkpoint_root(self._prev_root, checkpoint.delta) != claim.root or claim.chains != len(checkpoint.delta):
+            problem = "its stored heads do not give the root it signed"
+        elif claim.migrated_through != self._migrated_through:
+            signed, stored = claim.migrated_through, self._migrated_through
+            problem = f"it signed rows up to seq {signed} as chained at migration; the store says {stored}"
+        return None if problem is None else AuditBreak(BreakKind.CHECKPOINT_EDITED, problem, checkpoint_id=number)
+
+    def heads(self, heads: dict[str, Head]) -> None:
+        self._heads = heads
+
+    def chain(self, chain: str, rows: Sequence[SealedRow | UnreadableAuditRow]) -> None:
+        """One chain's sealed rows, in chain order; each chain once."""
+        self._seen.add(chain)
+        self._rows += len(rows)
+        self._migrated += sum(
+            1 for row in rows if isinstance(row, SealedRow) and row.entry.seq <= self._migrated_through
+        )
+        covered = self._covered.get(chain)
+        walk = _walk(chain, rows, None if covered is None else covered.chain_seq)
+        self._judged(chain, walk)
+
+    def _judged(self, chain: str, walk: _Walk) -> None:
+        found = walk.broken or _head_break(chain, walk.head, self._heads.get(chain))
+        last = self._last.claim.checkpoint_id if self._last is not None else 0
+        found = found or _coverage_break(chain, walk, self._covered.get(chain), last)
+        if found is not None:
+            self._breaks.append(found)
+
+    def unsealed(self, count: int, oldest: SealedRow | UnreadableAuditRow | None) -> None:
+        """How many rows no seal chained yet, and the first of them (by `seq`)."""
+        self._unsealed = count
+        if isinstance(oldest, UnreadableAuditRow):
+            what = f"an unsealed row (seq {oldest.seq}) cannot be read: {oldest.why}"
+            self._breaks.append(AuditBreak(BreakKind.EDITED, what, oldest.chain))
+            return
+        if oldest is None:
+            return
+        self._oldest = oldest.entry.at
+        if self._now is None or self._max_exposure is None or self._now - oldest.entry.at <= self._max_exposure:
+            return
+        what = (
+            f"{count:,} rows are covered by no checkpoint, the first (seq {oldest.entry.seq}, written "
+            f"{oldest.entry.at.isoformat(timespec='seconds')}) for longer than the max exposure of "
+            f"{self._max_exposure}: the sealer is not running, or rows a checkpoint covered were unsealed by hand"
+        )
+        self._breaks.append(AuditBreak(BreakKind.EXPOSED, what, oldest.entry.subject_id))
+
+    def report(self) -> AuditReport:
+        for chain in sorted((set(self._heads) | set(self._covered)) - self._seen):
+            self._judged(chain, _Walk())
+        last = self._last
+        end = last.claim.checkpoint_id if last is not None else 0
+        for number, root in sorted(self._anchors.items()):
+            what = (
+                f"gone: the anchor kept outside the store names it (root {root}); the store's checkpoints end at {end}"
+            )
+            self._anchor_breaks.append(AuditBreak(BreakKind.ANCHOR_BROKEN, what, checkpoint_id=number))
+        return AuditReport(
+            breaks=[*self._anchor_breaks, *self._breaks], chains=len(self._seen), rows_sealed=self._rows,
+            unsealed=self._unsealed, last_checkpoint=None if last is None else last.claim,
+            last_key_id=None if last is None else last.signature.key_id, migrated_through=self._migrated_through,
+            migrated_rows=self._migrated, anchors=self._anchor_count, oldest_unsealed_at=self._oldest,
+        )  # fmt: skip
 
 
-def _walk(chain: str, rows: Sequence[SealedRow], wanted: int | None) -> _Walk:
+def _walk(chain: str, rows: Sequence[SealedRow | UnreadableAuditRow], wanted: int | None) -> _Walk:
     walk = _Walk()
     previous = GENESIS
-    hashes = {row.row_hash for row in rows}
+    hashes = {row.row_hash for row in rows if isinstance(row, SealedRow)}
+    unreadable = next((row for row in rows if isinstance(row, UnreadableAuditRow)), None)
+    if unreadable is not None:
+        places = {row.chain_seq for row in rows if isinstance(row, SealedRow)}
+        where = unreadable.chain_seq or next(place for place in itertools.count(1) if place not in places)
+        what = f"the row (seq {unreadable.seq}) cannot be read: {unreadable.why}"
+        walk.broken = AuditBreak(BreakKind.EDITED, what, chain, where)
+        return walk
     for place, row in enumerate(rows, start=1):
+        assert isinstance(row, SealedRow)
         seq = row.chain_seq
         if seq is None or row.row_hash is None or row.prev_hash is None:
             walk.broken = AuditBreak(BreakKind.EDITED, "a row partly sealed", chain, seq)

@@ -142,6 +142,14 @@ class _PostgresTx(_Waiting):
             self._send()
         self._cursor.executemany(sql, rows)
 
+    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+        if self._waiting:
+            self._send()
+        with self._connection.cursor(name="mcp_elicit_stream") as named:
+            named.execute(sql, params)
+            while rows := named.fetchmany(size):
+                yield rows
+
     def commit(self) -> None:
         if self._owes_commit:
             self._send(("COMMIT", ()))
@@ -180,6 +188,14 @@ class _AsyncPostgresTx(_Waiting):
         if self._waiting:
             await self._send()
         await self._cursor.executemany(sql, rows)
+
+    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+        if self._waiting:
+            await self._send()
+        async with self._connection.cursor(name="mcp_elicit_stream") as named:
+            await named.execute(sql, params)
+            while rows := await named.fetchmany(size):
+                yield rows
 
     async def commit(self) -> None:
         if self._owes_commit:

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -159,6 +159,11 @@ class _SQLiteTx:
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(_qmark(sql), rows)
+
+    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+        cursor = self._connection.execute(_qmark(sql), params)
+        while rows := cursor.fetchmany(size):
+            yield rows
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back

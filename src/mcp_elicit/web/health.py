@@ -4,9 +4,11 @@
 only when the process itself is stuck, never because the database is. `/readyz` says whether this instance
 can do its work now: the store answers (SQLite: the file it opened is still at its path and opens afresh;
 PostgreSQL: through the pool), its schema is the one this code speaks (another instance may have migrated
-it since), and the requestState key ring seals and opens. A ready instance answers 200 with the checks;
-one that is not answers 503 naming each failing check with a fixed word. The reason itself may name a host
-or a path, so it goes to the log (once per change of state) and never to the caller.
+it since), the requestState key ring seals and opens, and, for an app that seals its audit trail, its
+sealer has not refused to sign (`audit`: `refused` once the trail was edited by hand). A ready instance
+answers 200 with the checks; one that is not answers 503 naming each failing check with a fixed word. The
+reason itself may name a host or a path, so it goes to the log (once per change of state) and never to the
+caller.
 
 A store that has to be reached over the network is checked in a worker thread, one check at a time (calls
 arriving meanwhile share its answer) and for at most `timeout` seconds: a database that stopped answering
@@ -66,6 +68,7 @@ class Health:
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         self._store = elicitation.store
+        self._sealer = elicitation.audit_sealer
         self._codec = elicitation.request_state_security.codec
         self._timeout = timeout
         self._probe = _SingleProbe(lambda: _check_store(self._store))
@@ -92,7 +95,11 @@ class Health:
             )
         keys, keys_reason = self._check_keys()
         checks = {"store": state.store, "schema": state.schema, "keys": keys}
-        self._report(checks, [reason for reason in (state.reason, keys_reason) if reason])
+        audit_reason = None
+        if self._sealer is not None:
+            audit_reason = self._sealer.refused
+            checks["audit"] = OK if audit_reason is None else "refused"
+        self._report(checks, [reason for reason in (state.reason, keys_reason, audit_reason) if reason])
         return checks
 
     async def _healthz(self, request: Request) -> JSONResponse:
