@@ -67,6 +67,9 @@ class ApproversSite:
     clock: FakeClock
     links: DecisionLinks
     pages: UrlPages
+    page_skew: list[timedelta]
+    """Added to the pages' clock only (the store keeps the test's): the page and the store disagree on `now`, as
+    they do when a vote races a deadline or an escalation."""
 
     def principal(self, user: str) -> str:
         return f"{self.base}#{user}"
@@ -109,6 +112,7 @@ def approvers_site(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     clock = FakeClock(datetime.now(UTC))
+    skew = [timedelta(0)]
     store = open_store(store_url, clock=clock)
     elicitation = Elicitation(store, request_state=RequestState(keys=[b"w" * 32]), public_base_url=base)
     auth = LocalAuthorizationServer(base, LocalUsers.from_text(USERS), store, signing_keys=[b"a" * 32])
@@ -121,7 +125,7 @@ def approvers_site(
         page_key=PAGE_KEY,
         server_title="Refund desk",
         public_base_url=base,
-        clock=lambda: clock().timestamp(),
+        clock=lambda: (clock() + skew[0]).timestamp(),
         links=links,
         inbox=INBOX_PATH,
         approver_roles=roles or ApproverRoles(ROLES),
@@ -130,7 +134,7 @@ def approvers_site(
     inbox = DecisionInbox(pages, InboxSettings(operators=frozenset({f"{base}#carol"}), page_size=page_size))
     try:
         with serving(Starlette(routes=[*auth.routes(), *pages.routes(), *inbox.routes()]), port):
-            yield ApproversSite(base, store, clock, links, pages)
+            yield ApproversSite(base, store, clock, links, pages, skew)
     finally:
         store.close()
 

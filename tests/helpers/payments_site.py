@@ -49,6 +49,12 @@ class PaySite:
     store: Store
     skew: list[float] = field(default_factory=lambda: [0.0])
     """Seconds added to the pages' clock: a test moves it past a decision's deadline."""
+    pages: UrlPages | None = None
+
+    def form_token(self, decision: Decision) -> str:
+        """The CSRF token the decision's page would carry for its requester (for a page that shows no form)."""
+        assert self.pages is not None
+        return self.pages.form_token(decision.elicitation_id, decision.principal_id)
 
     def principal(self, user: str) -> Principal:
         return Principal(f"{self.base}#{user}", "client-x")
@@ -75,6 +81,7 @@ def payments_site(store_url: str, *, duplicates: int = 1, jitter: float = 0.0) -
         public_base_url=base,
         clock=lambda: time.time() + site.skew[0],
     )
+    site.pages = pages
     config = ProviderConfig(
         issuer=provider,
         clients={CLIENT_ID: ProviderClient(CLIENT_SECRET, (f"{base}/elicit/callback",))},
@@ -93,15 +100,19 @@ def payments_site(store_url: str, *, duplicates: int = 1, jitter: float = 0.0) -
         store.close()
 
 
-def ask_payment(site: PaySite, user: str, *, ttl: timedelta = timedelta(minutes=10)) -> Decision:
-    """`pay_invoice`'s URL decision for `user`, as the runtime records it: the invoice step journaled first."""
+def ask_payment(
+    site: PaySite, user: str, *, ttl: timedelta = timedelta(minutes=10), journaled: bool = True
+) -> Decision:
+    """`pay_invoice`'s URL decision for `user`, as the runtime records it: the invoice step journaled first (unless
+    not `journaled`: then nothing says what it charges)."""
     principal = site.principal(user)
     now = datetime.now(UTC)
     operation = site.store.create_operation(
         new_operation(principal, method="tools/call", target="pay_invoice", request_digest="sha256:" +
                       new_elicitation_id(), now=now, ttl=timedelta(hours=1))
     )  # fmt: skip
-    site.store.journal_record(operation.operation_id, "invoice", INVOICE.model_dump(), caller=principal)
+    if journaled:
+        site.store.journal_record(operation.operation_id, "invoice", INVOICE.model_dump(), caller=principal)
     elicitation_id = new_elicitation_id()
     return site.store.create_decision(
         new_url_decision(

@@ -8,6 +8,7 @@ Connect provider signs people in and `mount_web` serves the pages.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,17 +18,20 @@ from html import unescape
 import httpx2
 import pytest
 from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
 
 from mcp_elicit.model import (
     Decision,
     DecisionOrigin,
     DecisionStatus,
+    JSONObject,
     Operator,
     Principal,
     new_form_decision,
     new_operation,
 )
-from mcp_elicit.model.approvers import NOTE_FIELD, REJECT_FIELD, ApproverRule, Verdict
+from mcp_elicit.model.approvers import NOTE_FIELD, REJECT_FIELD, Approver, ApproverRule, Verdict
 from mcp_elicit.model.decision import new_elicitation_id
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import Store, open_store
@@ -540,3 +544,135 @@ def test_approvers_need_mcp_calls_authenticated_by_the_pages_issuer(store_url: s
         mount_web(same, elicitation, WebPages(sign_in=auth, page_key=b"p" * 32, approvers=roles))
     finally:
         store.close()
+
+
+# -- edges: what the page says when the decision, its question or the clock is not as expected ---------------------
+
+UNSHOWABLE_GATE: JSONObject = {
+    "type": "object",
+    "properties": {"amount": {"title": "Amount (no type)"}, REJECT_FIELD: {"type": "boolean", "default": False}},
+}
+
+
+def test_an_unknown_id_is_no_approval_and_shows_the_persons_own_not_found(site: ApproversSite) -> None:
+    with signed_in(site, "bob") as bob:
+        missing = bob.get(f"{site.base}/elicit/{new_elicitation_id()}")
+        assert missing.status_code == 404, missing.text
+        assert "asks for your approval" not in missing.text and 'name="action"' not in missing.text
+
+
+def test_a_question_the_page_cannot_show_is_neither_shown_nor_voted_on(site: ApproversSite) -> None:
+    decision = site.ask(TWO_OF_THREE, schema=UNSHOWABLE_GATE)
+    with signed_in(site, "bob") as bob:
+        page = bob.get(site.page(decision))
+        assert page.status_code == 409 and "This question cannot be shown here" in said(page.text)
+        assert 'name="action"' not in page.text
+        token = site.pages.form_token(decision.elicitation_id, site.principal("bob"))
+        pressed = bob.post(f"{site.page(decision)}/answer", data={"csrf": token, "action": "approve", "f.amount": "1"})
+        assert pressed.status_code == 409 and "This question cannot be shown here" in said(pressed.text)
+    assert site.store.votes(decision.elicitation_id) == []
+    assert current(site.store, decision).status is DecisionStatus.REQUESTED
+
+
+def test_a_gate_approved_elsewhere_whose_question_the_page_cannot_read_says_it_runs_with_the_values_recorded(
+    site: ApproversSite,
+) -> None:
+    decision = site.ask(ApproverRule(("release-managers",)), schema=UNSHOWABLE_GATE)
+    carol = Approver(site.principal("carol"), frozenset({"release-managers"}))
+    site.store.cast_vote(decision.elicitation_id, carol, Verdict.APPROVE, {"amount": 7})  # not through the page
+    with signed_in(site, "bob") as bob:
+        page = bob.get(site.page(decision))
+    assert page.status_code == 409
+    assert "Approved: the call runs with the values recorded," in said(page.text)
+    assert "Your vote was not recorded." in said(page.text)
+
+
+def test_a_plain_questions_votes_show_the_values_answered_and_an_empty_answer_plainly(site: ApproversSite) -> None:
+    optional: JSONObject = {"type": "object", "properties": {"seats": {"type": "integer", "minimum": 1}}}
+    decision = site.ask(TWO_OF_THREE, schema=optional)
+    with signed_in(site, "bob") as bob:
+        assert "Approve answers with the values in the form." in said(bob.get(site.page(decision)).text)
+        assert vote(bob, site, decision, "approve").status_code == 200
+        again = said(bob.get(site.page(decision)).text)
+    assert "Approved 1 of 2: Bob (bob)." in again and "You approved." in again
+    with signed_in(site, "carol") as carol:
+        page = carol.get(site.page(decision)).text
+        assert "Approved 1 of 2: Bob (bob)." in said(page)
+        edited = vote(carol, site, decision, "approve", page, seats="3")
+        assert edited.status_code == 200 and "1 of 2" in said(edited.text)
+    with signed_in(site, "dave") as dave:
+        text = said(dave.get(site.page(decision)).text)
+        assert "Approved 1 of 2: carol, answering seats: 3." in text
+        done = vote(dave, site, decision, "approve", seats="3")
+    assert done.status_code == 200 and "Approved: the answer goes to the tool that asked." in said(done.text)
+    assert current(site.store, decision).content == {"seats": 3}
+
+
+def test_an_approval_past_its_deadline_is_expired_on_the_page_and_at_the_vote(site: ApproversSite) -> None:
+    decision = site.ask(TWO_OF_THREE, ttl=timedelta(minutes=30))
+    with signed_in(site, "bob") as bob:
+        page = bob.get(site.page(decision)).text
+        site.clock.advance(timedelta(minutes=31))
+        opened = bob.get(site.page(decision))
+        assert opened.status_code == 410 and "This approval has expired" in said(opened.text)
+        late = vote(bob, site, decision, "approve", page, amount="400")
+        assert late.status_code == 410 and "Nobody decided in time. Nothing was recorded." in said(late.text)
+    assert site.store.votes(decision.elicitation_id) == []
+
+
+def test_a_vote_the_deadline_overtakes_at_the_store_is_refused_as_expired(site: ApproversSite) -> None:
+    decision = site.ask(TWO_OF_THREE, ttl=timedelta(minutes=30))
+    with signed_in(site, "bob") as bob:
+        page = bob.get(site.page(decision)).text
+        site.clock.advance(timedelta(minutes=31))
+        site.page_skew[0] = timedelta(minutes=-2)  # the page still sees it open; the store's clock is past it
+        late = vote(bob, site, decision, "approve", page, amount="400")
+    assert late.status_code == 410 and "This approval has expired" in said(late.text)
+    assert site.store.votes(decision.elicitation_id) == []
+    assert current(site.store, decision).status is DecisionStatus.EXPIRED
+
+
+def test_a_cancelled_approval_says_so_and_takes_no_vote(site: ApproversSite) -> None:
+    decision = site.ask(TWO_OF_THREE)
+    with signed_in(site, "bob") as bob:
+        page = bob.get(site.page(decision)).text
+        site.store.transition(decision, DecisionStatus.CANCELLED, caller=Operator("ops"), reason="withdrawn")
+        opened = bob.get(site.page(decision))
+        assert opened.status_code == 409 and "It was cancelled without a decision." in said(opened.text)
+        late = vote(bob, site, decision, "approve", page, amount="400")
+        assert late.status_code == 409 and "Your vote was not recorded." in said(late.text)
+    assert site.store.votes(decision.elicitation_id) == []
+
+
+async def test_a_vote_on_a_decision_that_moved_after_the_page_read_it_is_told_where_it_stands(
+    site: ApproversSite,
+) -> None:
+    decision = site.ask(TWO_OF_THREE)
+    read = current(site.store, decision)  # the page's read, before an operator cancels
+    site.store.transition(read, DecisionStatus.CANCELLED, caller=Operator("ops"), reason="withdrawn")
+    request = Request({"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""})
+    posted = FormData([("action", "approve"), ("f.amount", "400")])
+    answer = await site.pages.approvers.vote(request, site.principal("bob"), read, posted)
+    assert answer.status_code == 409 and b"It was cancelled without a decision." in bytes(answer.body)
+    assert site.store.votes(decision.elicitation_id) == []
+
+
+def test_the_stores_eligibility_at_the_vote_is_final(site: ApproversSite) -> None:
+    rule = ApproverRule(("release-managers",), escalate_after=timedelta(hours=1), escalate_to=("finance",))
+    decision = site.ask(rule)
+    site.page_skew[0] = timedelta(minutes=61)  # the page sees the escalation; the store, at the vote, does not yet
+    with signed_in(site, "erin") as erin:
+        page = erin.get(site.page(decision))
+        assert page.status_code == 200, page.text
+        refused = vote(erin, site, decision, "approve", page.text, amount="400")
+    assert refused.status_code == 403
+    assert "You are signed in as erin. It needs an approver in release-managers" in said(refused.text)
+    assert "Nothing was recorded." in said(refused.text) and "Sign out and switch account" in refused.text
+    assert site.store.votes(decision.elicitation_id) == []
+    assert current(site.store, decision).status is DecisionStatus.REQUESTED
+
+
+def test_the_approver_pages_refuse_to_read_a_rule_off_a_decision_without_approvers(site: ApproversSite) -> None:
+    decision = dataclasses.replace(site.ask(TWO_OF_THREE), approvers=None)
+    with pytest.raises(ValueError, match=f"decision {decision.elicitation_id} names no approvers"):
+        site.pages.approvers.eligible(decision, frozenset({"release-managers"}))

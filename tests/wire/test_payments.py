@@ -3,6 +3,7 @@ checkout, and its signed webhooks, applied once each, in the provider's order, b
 
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import re
@@ -17,11 +18,12 @@ import pytest
 
 from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
 from mcp_elicit.reference.app import PAY_INVOICE
-from mcp_elicit.reference.payments import SIGNATURE_HEADER, signed_event
-from mcp_elicit.web.external import MAX_BODY, REOPEN_AFTER, event_entry
+from mcp_elicit.reference.payments import SIGNATURE_HEADER, PaymentsConfig, signed_event
+from mcp_elicit.web.external import MAX_BODY, REOPEN_AFTER, event_entry, reference_entry
 from mcp_elicit.web.webhooks import sign_timestamped
 from tests.helpers.pages_site import hidden
 from tests.helpers.payments_site import (
+    CLIENT_ID,
     CLIENT_SECRET,
     INVOICE,
     WEBHOOK_SECRET,
@@ -415,3 +417,173 @@ def test_the_flow_key_from_the_path_cannot_forge_a_log_line(site: PaySite, caplo
         refused = http.post(f"{site.base}/elicit/hooks/{PAY_INVOICE}%0AWARNING forged", content=b"x" * (MAX_BODY + 1))
     assert refused.status_code == 413
     assert len(caplog.records) == 1 and "\n" not in caplog.records[0].getMessage()
+
+
+# -- the page's side: a charge or reference it cannot trust opens no checkout ----------------------------------------
+
+
+def test_a_decision_whose_charge_cannot_be_computed_opens_no_checkout(site: PaySite) -> None:
+    decision = ask_payment(site, "alice", journaled=False)
+    with signed_in(site, "alice", decision) as browser:
+        page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+        assert page.status_code == 409 and "cannot say what this step charges" in page.text
+        pressed = browser.post(
+            f"{site.base}/elicit/{decision.elicitation_id}/continue",
+            data={"csrf": site.form_token(decision)},
+        )
+    assert pressed.status_code == 502 and "cannot say what this step charges" in pressed.text
+    assert reference_of(site, decision) is None, "no reference, so nothing can be paid"
+    assert status(site, decision) in {DecisionStatus.REQUESTED, DecisionStatus.EXTERNAL_PENDING}, "still open"
+
+
+@pytest.mark.parametrize(
+    ("stored", "said"),
+    [
+        ("not an object", "The stored reference of this step cannot be read; nothing was charged."),
+        ({"reference": 7}, "The stored reference of this step cannot be read; nothing was charged."),
+        ({"reference": "ref_x", "amount": 1, "currency": INVOICE.currency}, "What this step charges changed"),
+    ],
+)
+def test_a_stored_reference_that_is_unreadable_or_for_another_charge_opens_no_checkout(
+    site: PaySite, stored: JSONValue, said: str
+) -> None:
+    decision = ask_payment(site, "alice")
+    site.store.journal_record(decision.operation_id, reference_entry(decision.elicitation_id), stored,
+                              caller=decision.principal)  # fmt: skip
+    with signed_in(site, "alice", decision) as browser:
+        pressed = press_continue(browser, site, decision)
+    assert pressed.status_code == 502 and said in pressed.text
+    assert "/checkout/" not in pressed.headers.get("location", "")
+
+
+# -- the provider's side: deliveries the site refuses or ignores, and why ---------------------------------------------
+
+
+def test_a_delivery_for_a_flow_the_site_does_not_have_is_404(site: PaySite) -> None:
+    body, signature = signed_event(WEBHOOK_SECRET, event("ref_x", "payment.succeeded", 1))
+    with httpx2.Client(timeout=10) as http:
+        answer = http.post(f"{site.base}/elicit/hooks/no_such_flow", content=body,
+                           headers={"content-type": "application/json", SIGNATURE_HEADER: signature})  # fmt: skip
+    assert answer.status_code == 404 and answer.json() == {"error": "unknown_flow"}
+
+
+def test_an_event_of_no_concern_is_ignored_and_changes_nothing(site: PaySite) -> None:
+    decision, reference = started(site)
+    rows = audit_rows(site, decision)
+    with httpx2.Client(timeout=10) as http:
+        answer = deliver(http, site, event(reference, "customer.updated", 1))
+    assert answer.status_code == 200 and answer.json()["status"] == "ignored"
+    assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"data": "not an object"},
+        {"sequence": "3"},
+        {"sequence": True},
+        {"data": {"amount": "12.00"}},
+        {"data": {"amount": False}},
+        {"id": ""},
+        {"id": "x" * 201},
+        {"id": "evt\nforged"},
+    ],
+    ids=["data", "sequence-text", "sequence-bool", "amount-text", "amount-bool", "id-empty", "id-long", "id-newline"],
+)
+def test_an_event_read_wrong_is_a_400_and_changes_nothing(site: PaySite, broken: dict[str, JSONValue]) -> None:
+    decision, reference = started(site)
+    sent = event(reference, "payment.succeeded", 1)
+    for name, value in broken.items():
+        if name == "data" and isinstance(value, dict):
+            sent["data"] = {**sent["data"], **value}  # type: ignore[dict-item]
+        else:
+            sent[name] = value
+    rows = audit_rows(site, decision)
+    with httpx2.Client(timeout=10) as http:
+        answer = deliver(http, site, sent)
+    assert answer.status_code == 400 and answer.json() == {"error": "unreadable_event"}
+    assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+
+
+def test_a_success_for_another_amount_is_refused_audited_and_the_right_one_still_completes(
+    site: PaySite, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision, reference = started(site)
+    with httpx2.Client(timeout=10) as http:
+        with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+            short = deliver(http, site, event(reference, "payment.succeeded", 1, amount=INVOICE.amount - 1))
+        assert short.status_code == 422 and short.json() == {"error": "amount_mismatch"}
+        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+        assert any("reports another amount than the one charged" in why for why in reasons_of(site, decision))
+        assert [r.levelno for r in caplog.records] == [logging.WARNING] and reference not in caplog.text
+        paid = deliver(http, site, event(reference, "payment.succeeded", 2))
+    assert paid.json() == {"status": "applied", "decision": "external_completed"}
+
+
+# -- the stand-in provider's own API and checkout refuse what a real one would ----------------------------------------
+
+CHECKOUT: dict[str, JSONValue] = {
+    "reference": "ref_x", "amount": 1200, "currency": "EUR", "description": "Invoice 1",
+    "return_url": "https://shop.example/back", "expires_at": 4_000_000_000,
+}  # fmt: skip
+
+
+def test_the_providers_checkout_api_refuses_unknown_clients_and_bad_requests(site: PaySite) -> None:
+    api = f"{site.provider}/api/checkouts"
+    with httpx2.Client(timeout=10) as http:
+        for headers in (
+            {},
+            {"authorization": "Bearer x"},
+            {"authorization": "Basic !!!not-base64"},
+            {"authorization": "Basic " + base64.b64encode(f"{CLIENT_ID}:wrong".encode()).decode()},
+            {"authorization": "Basic " + base64.b64encode(b"someone:" + CLIENT_SECRET.encode()).decode()},
+        ):
+            refused = http.post(api, json=CHECKOUT, headers=headers)
+            assert refused.status_code == 401 and refused.json() == {"error": "invalid_client"}, headers
+        auth = (CLIENT_ID, CLIENT_SECRET)
+        without_reference = {name: value for name, value in CHECKOUT.items() if name != "reference"}
+        for asked in ({**CHECKOUT, "amount": 0}, {**CHECKOUT, "amount": True}, {**CHECKOUT, "amount": "12"},
+                      {**CHECKOUT, "expires_at": "soon"}, without_reference):  # fmt: skip
+            refused = http.post(api, json=asked, auth=auth)
+            assert refused.status_code == 400 and refused.json()["error"] == "invalid_request", asked
+        assert http.post(api, content=b"{not json", auth=auth).status_code == 400
+        elsewhere = http.post(api, json={**CHECKOUT, "return_url": "javascript:alert(1)"}, auth=auth)
+        assert elsewhere.status_code == 400 and elsewhere.json()["error_description"] == "return_url"
+        made = http.post(api, json=CHECKOUT, auth=auth)
+    assert made.status_code == 201 and made.json()["url"].startswith(f"{site.provider}/checkout/cs_")
+
+
+def test_the_providers_checkout_page_refuses_what_it_cannot_take_and_closes_when_it_lapses(site: PaySite) -> None:
+    auth = (CLIENT_ID, CLIENT_SECRET)
+    with httpx2.Client(timeout=10) as http:
+        assert http.get(f"{site.provider}/checkout/cs_none").status_code == 404
+        assert http.post(f"{site.provider}/checkout/cs_none", data={"csrf": "x", "action": "pay"}).status_code == 404
+        url = http.post(f"{site.provider}/api/checkouts", json=CHECKOUT, auth=auth).json()["url"]
+        page = http.get(url)
+        assert page.status_code == 200 and "EUR 12.00" in page.text
+        assert http.post(url, data={"csrf": "forged", "action": "pay"}).status_code == 403
+        unknown = http.post(url, data={"csrf": hidden(page.text, "csrf"), "action": "refund"})
+        assert unknown.status_code == 400 and "Unknown action" in unknown.text
+        assert http.get(url).status_code == 200, "still open"
+        lapsing = http.post(f"{site.provider}/api/checkouts", json={**CHECKOUT, "expires_at": 1}, auth=auth)
+        lapsed_url = lapsing.json()["url"]
+        lapsed = http.get(lapsed_url)
+        assert lapsed.status_code == 409 and "It was expired" in lapsed.text
+        token = hidden(page.text, "csrf")
+        closed = http.post(url, data={"csrf": token, "action": "abandon"})
+        assert closed.status_code == 303 and closed.headers["location"] == CHECKOUT["return_url"]
+        again = http.post(url, data={"csrf": token, "action": "pay"})
+        assert again.status_code == 409 and "It was cancelled" in again.text
+
+
+def test_payments_config_refuses_what_cannot_deliver_a_webhook() -> None:
+    with pytest.raises(ValueError, match="absolute http"):
+        PaymentsConfig("/hooks", WEBHOOK_SECRET)
+    with pytest.raises(ValueError, match="absolute http"):
+        PaymentsConfig("ftp://example.invalid/hooks", WEBHOOK_SECRET)
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        PaymentsConfig("https://example.invalid/hooks", "short")
+    with pytest.raises(ValueError, match="duplicates is at least 1"):
+        PaymentsConfig("https://example.invalid/hooks", WEBHOOK_SECRET, duplicates=0)
+    with pytest.raises(ValueError, match="jitter at least 0"):
+        PaymentsConfig("https://example.invalid/hooks", WEBHOOK_SECRET, jitter=-1)
