@@ -277,6 +277,8 @@ def test_a_published_keys_document_is_checked_before_it_is_trusted() -> None:
     assert (entry["kty"], entry["crv"]) == ("OKP", "Ed25519"), "a JWK set, as JOSE libraries read one"
     legacy = {"keys": [{name: value for name, value in entry.items() if name not in ("kty", "crv")}]}
     assert AuditPublicKeys.from_document(legacy).ids() == PUBLIC.ids()
+    as_jose_writes_it = {"keys": [{**entry, "alg": "EdDSA"}]}  # RFC 8037's name of the JWS algorithm
+    assert AuditPublicKeys.from_document(as_jose_writes_it).ids() == PUBLIC.ids()
     for bad, message in (
         ({"keys": [{**entry, "kty": "EC"}]}, 'a JWK.s "kty" is "OKP"'),
         ({"keys": [{**entry, "crv": "X25519"}]}, 'its "crv" "Ed25519"'),

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 SEED_BYTES = 32
 ALGORITHM = "Ed25519"
+_ALGORITHMS = frozenset({ALGORITHM, "EdDSA"})
 KEY_TYPE = "OKP"
 """A JWK's `kty` for an Ed25519 key (RFC 8037), whose `crv` is `ALGORITHM`."""
 KEYS_PATH = "/.well-known/mcp-elicit/audit-keys"
@@ -111,7 +112,12 @@ class AuditPublicKeys:
             raise AuditKeyError('not an audit keys document: expected {"keys": [{"kid", "alg", "x"}, ...]}')
         keys = []
         for position, entry in enumerate(entries, start=1):
-            if not isinstance(entry, Mapping) or entry.get("alg") != ALGORITHM or not isinstance(entry.get("x"), str):
+            # RFC 8037 names the JWS algorithm "EdDSA"; this server writes the key's own name: either is an Ed25519 key.
+            if (
+                not isinstance(entry, Mapping)
+                or entry.get("alg") not in _ALGORITHMS
+                or not isinstance(entry.get("x"), str)
+            ):
                 raise AuditKeyError(f"key {position} is not an Ed25519 key with its public key in x")
             if entry.get("kty", KEY_TYPE) != KEY_TYPE or entry.get("crv", ALGORITHM) != ALGORITHM:
                 raise AuditKeyError(
