@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 import anyio
 import pytest
@@ -26,6 +26,7 @@ from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.testing import EraName, Harness
 from mcp_elicit.testing.harness import ToolCall
 from tests.helpers.http_harness import free_port, serving
+from tests.helpers.ledger import Ledger
 from tests.helpers.person import Person
 from tests.helpers.raw_http import handshake, post
 
@@ -35,11 +36,6 @@ MANAGERS = frozenset({"release-managers"})
 ALICE = Approver("alice", MANAGERS)
 BOB = Approver("bob", MANAGERS)
 CAROL = Approver("carol", MANAGERS)
-
-
-class Ledger:
-    def __init__(self) -> None:
-        self.ran: list[dict[str, Any]] = []
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import IDEMPOTENCY_META_KEY, REPLAYED_META_KEY, Timing
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import Harness
+from tests.helpers.ledger import Ledger
 from tests.helpers.person import Person, accept
 from tests.helpers.results import unwrap
 
@@ -39,11 +40,6 @@ MODERN = "2026-07-28"
 class Currency(StrEnum):
     EUR = "EUR"
     USD = "USD"
-
-
-class Ledger:
-    def __init__(self) -> None:
-        self.ran: list[dict[str, Any]] = []
 
 
 @pytest.fixture

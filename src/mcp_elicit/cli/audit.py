@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from mcp_elicit.cli import _render
 from mcp_elicit.cli.decisions import StoreOption, _say, _store, err
 from mcp_elicit.model import JSONObject
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
@@ -273,15 +274,8 @@ def export(
 def _exported(row: SealedRow) -> JSONObject:
     entry, details = row.entry, row.entry.details
     line: JSONObject = {
-        "seq": entry.seq,
+        **_render.audit_json(entry),
         "at": entry.at.astimezone(UTC).isoformat(timespec="microseconds"),
-        "subject_kind": entry.subject_kind.value,
-        "subject_id": entry.subject_id,
-        "from_status": entry.from_status,
-        "to_status": entry.to_status,
-        "actor": entry.actor,
-        "reason": entry.reason,
-        "details": details,
         "chain_seq": row.chain_seq,
         "row_hash": row.row_hash,
     }
