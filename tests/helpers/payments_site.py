@@ -9,7 +9,7 @@ provider signs them (`deliver`), in any order and as often as it likes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +33,7 @@ from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers
 from mcp_elicit.web.external import reference_entry
+from mcp_elicit.web.flows import ExternalCompletion
 from mcp_elicit.web.pages import UrlPages
 from tests.helpers.http_harness import free_port, serving
 
@@ -61,8 +62,15 @@ class PaySite:
 
 
 @contextmanager
-def payments_site(store_url: str, *, duplicates: int = 1, jitter: float = 0.0) -> Iterator[PaySite]:
-    """The site and the provider, both served; the provider sends each event `duplicates` times, `jitter` apart."""
+def payments_site(
+    store_url: str,
+    *,
+    duplicates: int = 1,
+    jitter: float = 0.0,
+    tweak: Callable[[ExternalCompletion], ExternalCompletion] = lambda flow: flow,
+) -> Iterator[PaySite]:
+    """The site and the provider, both served; the provider sends each event `duplicates` times, `jitter` apart.
+    `tweak` changes the site's flow (a reader, a charge or a start of a test's own, with `dataclasses.replace`)."""
     port, provider_port = free_port(), free_port()
     base, provider = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{provider_port}"
     store = open_store(store_url)
@@ -75,7 +83,9 @@ def payments_site(store_url: str, *, duplicates: int = 1, jitter: float = 0.0) -
         elicitation=elicitation,
         sign_in=auth,
         vault=None,
-        flows={PAY_INVOICE: example_payments(provider, CLIENT_ID, CLIENT_SECRET, WEBHOOK_SECRET, invoice_charge)},
+        flows={
+            PAY_INVOICE: tweak(example_payments(provider, CLIENT_ID, CLIENT_SECRET, WEBHOOK_SECRET, invoice_charge))
+        },
         page_key=b"p" * 32,
         server_title="Invoices",
         public_base_url=base,

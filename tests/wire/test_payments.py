@@ -3,14 +3,18 @@ checkout, and its signed webhooks, applied once each, in the provider's order, b
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import logging
 import random
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx2
@@ -19,7 +23,8 @@ import pytest
 from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
 from mcp_elicit.reference.app import PAY_INVOICE
 from mcp_elicit.reference.payments import SIGNATURE_HEADER, PaymentsConfig, signed_event
-from mcp_elicit.web.external import MAX_BODY, REOPEN_AFTER, event_entry, reference_entry
+from mcp_elicit.web.external import FINAL_LEASE, MAX_BODY, REOPEN_AFTER, event_entry, final_entry, reference_entry
+from mcp_elicit.web.flows import Charge, Checkout, EventOutcome, ExternalCompletion, ProviderEvent
 from mcp_elicit.web.webhooks import sign_timestamped
 from tests.helpers.pages_site import hidden
 from tests.helpers.payments_site import (
@@ -37,6 +42,7 @@ from tests.helpers.payments_site import (
 )
 
 OPERATOR = Operator("test")
+Tweak = Callable[[ExternalCompletion], ExternalCompletion]
 
 
 @pytest.fixture
@@ -422,18 +428,50 @@ def test_the_flow_key_from_the_path_cannot_forge_a_log_line(site: PaySite, caplo
 # -- the page's side: a charge or reference it cannot trust opens no checkout ----------------------------------------
 
 
-def test_a_decision_whose_charge_cannot_be_computed_opens_no_checkout(site: PaySite) -> None:
+def press_continue_without_page(browser: httpx2.Client, site: PaySite, decision: Decision) -> httpx2.Response:
+    """Continue, as a page opened earlier would post it (the page itself may now show no form)."""
+    return browser.post(
+        f"{site.base}/elicit/{decision.elicitation_id}/continue", data={"csrf": site.form_token(decision)}
+    )
+
+
+def test_a_decision_whose_charge_cannot_be_computed_is_refused_before_it_moves_and_stays_answerable(
+    site: PaySite,
+) -> None:
     decision = ask_payment(site, "alice", journaled=False)
+    rows = audit_rows(site, decision)
     with signed_in(site, "alice", decision) as browser:
         page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
         assert page.status_code == 409 and "cannot say what this step charges" in page.text
-        pressed = browser.post(
-            f"{site.base}/elicit/{decision.elicitation_id}/continue",
-            data={"csrf": site.form_token(decision)},
-        )
-    assert pressed.status_code == 502 and "cannot say what this step charges" in pressed.text
-    assert reference_of(site, decision) is None, "no reference, so nothing can be paid"
-    assert status(site, decision) in {DecisionStatus.REQUESTED, DecisionStatus.EXTERNAL_PENDING}, "still open"
+        pressed = press_continue_without_page(browser, site, decision)
+        assert pressed.status_code == 502 and "cannot say what this step charges" in pressed.text
+        assert reference_of(site, decision) is None, "no reference, so nothing can be paid"
+        assert status(site, decision) is DecisionStatus.REQUESTED and audit_rows(site, decision) == rows
+        site.store.journal_record(decision.operation_id, "invoice", INVOICE.model_dump(), caller=decision.principal)
+        later = press_continue(browser, site, decision)
+    assert later.status_code == 303 and later.headers["location"].startswith(f"{site.provider}/checkout/")
+
+
+def _raises(decision: Decision, steps: Mapping[str, JSONValue]) -> Charge:
+    raise RuntimeError("the pricing service is down")
+
+
+def _gives_none(decision: Decision, steps: Mapping[str, JSONValue]) -> Charge:
+    return None  # type: ignore[return-value]  # a deployer's charge that forgets to return
+
+
+@pytest.mark.parametrize("charge", [_raises, _gives_none], ids=["raises", "gives-none"])
+def test_a_flow_whose_charge_raises_or_gives_no_charge_is_refused_before_the_decision_moves(
+    store_url: str, charge: Callable[[Decision, Mapping[str, JSONValue]], Charge]
+) -> None:
+    with payments_site(store_url, tweak=lambda flow: replace(flow, charge=charge)) as site:
+        decision = ask_payment(site, "alice")
+        rows = audit_rows(site, decision)
+        with signed_in(site, "alice", decision) as browser:
+            pressed = press_continue_without_page(browser, site, decision)
+        assert pressed.status_code == 502 and "cannot say what this step charges" in pressed.text
+        assert status(site, decision) is DecisionStatus.REQUESTED and audit_rows(site, decision) == rows
+        assert reference_of(site, decision) is None
 
 
 @pytest.mark.parametrize(
@@ -587,3 +625,151 @@ def test_payments_config_refuses_what_cannot_deliver_a_webhook() -> None:
         PaymentsConfig("https://example.invalid/hooks", WEBHOOK_SECRET, duplicates=0)
     with pytest.raises(ValueError, match="jitter at least 0"):
         PaymentsConfig("https://example.invalid/hooks", WEBHOOK_SECRET, jitter=-1)
+
+
+# -- races at the page, readers' mistakes and crashed deliveries --------------------------------------------------
+
+
+def _gated(entered: threading.Event, release: threading.Event, calls: list[str]) -> Tweak:
+    """The flow with a `start` that holds its first call at the provider until `release` is set."""
+
+    def tweak(flow: ExternalCompletion) -> ExternalCompletion:
+        async def start(checkout: Checkout) -> str:
+            calls.append(checkout.reference)
+            if len(calls) == 1:
+                entered.set()
+                await asyncio.to_thread(release.wait, 10)
+            return await flow.start(checkout)
+
+        return replace(flow, start=start)
+
+    return tweak
+
+
+@pytest.mark.engines("sqlite", "postgres")  # the opening's claim is the store's insert-once, on each engine
+def test_two_continues_at_once_open_one_checkout_and_only_an_event_after_it_lets_another_open(store_url: str) -> None:
+    entered, release, calls = threading.Event(), threading.Event(), list[str]()
+    with payments_site(store_url, tweak=_gated(entered, release, calls)) as site:
+        decision = ask_payment(site, "alice")
+        with signed_in(site, "alice", decision) as browser, ThreadPoolExecutor(max_workers=1) as pool:
+            first = pool.submit(press_continue, browser, site, decision)
+            assert entered.wait(10), "the first Continue reached the provider"
+            second = press_continue_without_page(browser, site, decision)
+            release.set()
+            opened = first.result(timeout=20)
+            assert opened.status_code == 303 and opened.headers["location"].startswith(f"{site.provider}/checkout/")
+            assert second.status_code == 409 and "So that nothing is paid twice" in second.text
+            assert len(calls) == 1, "the provider was asked for one checkout"
+            reference = reference_of(site, decision)
+            assert reference is not None
+            with httpx2.Client(timeout=10) as http:
+                failed = deliver(http, site, event(reference, "payment.failed", 1, reason="card_declined"))
+            assert failed.json()["status"] == "recorded"
+            assert press_continue(browser, site, decision).status_code == 303, "the checkout reported: open again"
+            again = press_continue_without_page(browser, site, decision)
+            assert again.status_code == 409, "the event before this opening does not count for it"
+    assert len(calls) == 2
+
+
+def test_a_checkout_the_provider_could_not_open_can_be_opened_again_at_once(store_url: str) -> None:
+    failures = [ConnectionError("the provider is down")]
+
+    def tweak(flow: ExternalCompletion) -> ExternalCompletion:
+        async def start(checkout: Checkout) -> str:
+            if failures:
+                raise failures.pop()
+            return await flow.start(checkout)
+
+        return replace(flow, start=start)
+
+    with payments_site(store_url, tweak=tweak) as site:
+        decision = ask_payment(site, "alice")
+        with signed_in(site, "alice", decision) as browser:
+            down = press_continue(browser, site, decision)
+            assert down.status_code == 502 and "could not be reached" in down.text
+            page = browser.get(f"{site.base}/elicit/{decision.elicitation_id}")
+            assert "has not reported yet" not in page.text and "/continue" in page.text
+            up = press_continue(browser, site, decision)
+        assert up.status_code == 303 and up.headers["location"].startswith(f"{site.provider}/checkout/")
+
+
+_OUTCOMES = {
+    "payment.succeeded": EventOutcome.SUCCEEDED,
+    "payment.failed": EventOutcome.FAILED,
+    "checkout.cancelled": EventOutcome.CANCELLED,
+}
+
+
+def _trusting_reader(body: bytes) -> ProviderEvent | None:
+    """The stand-in's events read as a careless reader does: amount, currency and reason passed on as they come."""
+    sent = json.loads(body)
+    data = sent["data"]
+    return ProviderEvent(
+        event_id=sent["id"],
+        reference=data["reference"],
+        order=sent["sequence"],
+        outcome=_OUTCOMES[sent["type"]],
+        amount=data["amount"],
+        currency=data["currency"],
+        said=data["reason"],
+    )
+
+
+@pytest.mark.engines("sqlite", "postgres")  # the event id is spent in the store's token ledger, on each engine
+@pytest.mark.parametrize(
+    ("field", "wrong", "kind", "answered"),
+    [
+        ("reason", 404, "payment.failed", "recorded"),
+        ("amount", "12.00", "payment.succeeded", "applied"),
+        ("currency", 978, "payment.succeeded", "applied"),
+        ("currency", "eur", "payment.succeeded", "applied"),
+    ],
+    ids=["said-int", "amount-text", "currency-int", "currency-lower"],
+)
+def test_an_event_its_reader_filled_wrongly_is_a_400_that_spends_nothing_and_its_corrected_retry_applies(
+    store_url: str, caplog: pytest.LogCaptureFixture, field: str, wrong: JSONValue, kind: str, answered: str
+) -> None:
+    with payments_site(store_url, tweak=lambda flow: replace(flow, read_event=_trusting_reader)) as site:
+        decision, reference = started(site)
+        sent = event(reference, kind, 1, reason="card_declined")
+        sent["data"] = {**sent["data"], field: wrong}  # type: ignore[dict-item]
+        rows = audit_rows(site, decision)
+        with httpx2.Client(timeout=10) as http:
+            with caplog.at_level(logging.INFO, logger="mcp_elicit"):
+                refused = deliver(http, site, sent)
+            assert refused.status_code == 400 and refused.json() == {"error": "unreadable_event"}
+            said = {"reason": "said"}.get(field, field)
+            assert len(caplog.records) == 1 and PAY_INVOICE in caplog.text and f"wrong {said}" in caplog.text
+            assert str(wrong) not in caplog.text and reference not in caplog.text
+            assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+            entry = event_entry(decision.elicitation_id, str(sent["id"]))
+            assert site.store.journal_get(decision.operation_id, entry, caller=decision.principal) is None
+            corrected = deliver(http, site, event(reference, kind, 1, reason="card_declined"))
+        assert corrected.status_code == 200 and corrected.json()["status"] == answered
+
+
+def _claim(site: PaySite, decision: Decision, event_id: str, until: datetime) -> None:
+    """The final claim a delivery of `event_id` writes before it moves the decision, as a holder that died then
+    left it."""
+    value: JSONValue = {"event": event_id, "outcome": "succeeded", "until": until.isoformat()}
+    site.store.journal_record(decision.operation_id, final_entry(decision.elicitation_id), value,
+                              caller=decision.principal)  # fmt: skip
+
+
+@pytest.mark.engines("sqlite", "postgres")  # the take-over is the store's insert-once, raced on each engine
+def test_a_final_claim_holds_for_its_lease_then_exactly_one_delivery_takes_it_over(site: PaySite) -> None:
+    decision, reference = started(site)
+    _claim(site, decision, "evt_dead", datetime.now(UTC) + FINAL_LEASE)
+    payments = [event(reference, "payment.succeeded", 2, event_id=name) for name in ("evt_a", "evt_b")]
+    with httpx2.Client(timeout=10) as http:
+        early = deliver(http, site, event(reference, "checkout.cancelled", 1, event_id="evt_early"))
+        assert early.status_code == 409 and early.json()["error"] == "decision_ended", "the claim is live"
+        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+        site.skew[0] = FINAL_LEASE.total_seconds() + 1
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            answers = list(pool.map(lambda body: deliver(http, site, body), payments))
+    assert sorted(answer.status_code for answer in answers) == [200, 409], [answer.text for answer in answers]
+    assert sum(1 for answer in answers if answer.json().get("status") == "applied") == 1
+    assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
+    assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
+    assert sum(1 for why in reasons_of(site, decision) if "second payment for this reference" in why) == 1

@@ -19,17 +19,28 @@ the event), in the provider's order:
 
 Guarantees: every move is the store's compare-and-set, so duplicates, replays and concurrent deliveries
 have one effect; the reference completes only its own decision, of its own principal; a delivery whose
-signature fails, whose body cannot be read or whose reference is unknown changes nothing and is answered
-4xx with one log line naming the flow and the reason, never the body, the headers or the reference.
+signature fails, whose body cannot be read, whose event has a field of the wrong type or form (checked before
+the event's id is spent, so that the provider's corrected retry still applies) or whose reference is unknown
+changes nothing and is answered 4xx with one log line naming the flow and the reason, never the body, the
+headers or the reference.
 
-Of the final events of one reference, the first to claim the decision (a journal entry, written once) is the
-only one that may move it; the others are refused as late, so that two deliveries racing never both count.
+The page opens at most one checkout at a time: each opening is first claimed in the journal (a numbered
+entry, written once), and only the request that wrote it asks the provider; the claim keeps any other from
+opening until the checkout reports an event, `REOPEN_AFTER` passes, or the provider call fails (then it is
+released). A charge that cannot be computed is refused before the decision moves.
+
+Of the final events of one reference, the one holding the decision's claim (a numbered journal entry, written
+once, with a lease of `FINAL_LEASE`) is the only one that may move it; the others are refused as late, so that
+two deliveries racing never both count. A claim whose holder died before moving lapses with its lease, and the
+next final event takes it over.
 
 Does not guarantee: that the provider is honest, or that a success and a cancellation of one reference are
 exclusive (they are at every provider we know; if both come, the first to arrive decides). A payment whose
 success arrives after the decision ended, or a second payment for a reference already paid (the person
 reopened the checkout while the first webhook was delayed), is refused here and must be refunded at the
-provider: the log and the audit say so.
+provider: the log and the audit say so. The lease is a time, not a fence: a holder stalled for longer than
+`FINAL_LEASE` between claiming and moving may still move (one move happens either way), and if the event that
+took its claim over was a success too, that one is answered as a duplicate, not as a second payment.
 """
 
 from __future__ import annotations
@@ -49,9 +60,17 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mcp_elicit.model import Decision, DecisionStatus, JSONObject, JSONValue, Operator, redact_text
-from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, NotFound
+from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, JournalEntry, NotFound
 from mcp_elicit.store.aio import AsyncStore
-from mcp_elicit.web.flows import FINAL_OUTCOMES, Charge, Checkout, EventOutcome, ExternalCompletion, ProviderEvent
+from mcp_elicit.web.flows import (
+    CURRENCY_CODE,
+    FINAL_OUTCOMES,
+    Charge,
+    Checkout,
+    EventOutcome,
+    ExternalCompletion,
+    ProviderEvent,
+)
 from mcp_elicit.web.webhooks import SignatureInvalid
 
 log = logging.getLogger(__name__)
@@ -67,9 +86,13 @@ REOPEN_AFTER = timedelta(minutes=2)
 the first one's webhook is delayed is how one reference gets paid twice."""
 EVENT_MEMORY = timedelta(days=7)
 """How long past its decision's deadline a spent event id is remembered (its retries are duplicates until then)."""
+FINAL_LEASE = timedelta(seconds=30)
+"""How long the final event that claimed a decision has to move it before the next final event may take the claim
+over (`ExternalCompletions._claim_final`)."""
 _JOURNAL = "mcp-elicit/external/"
 _AAD = b"mcp-elicit external reference v1"
 _MOVE_ATTEMPTS = 3
+_NO_CHARGE = "The server cannot say what this step charges, so it cannot be done."
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +105,14 @@ class _Late:
     entry: str
     said: str
     actor: Operator
+
+
+class CheckoutStillOpen(Exception):
+    """The last checkout opened has not reported and may still be paid: another is not opened before `reopens`."""
+
+    def __init__(self, reopens: datetime) -> None:
+        super().__init__(f"the checkout may be opened again at {reopens.isoformat()}")
+        self.reopens = reopens
 
 
 class CheckoutRefused(Exception):
@@ -105,14 +136,28 @@ def reference_entry(elicitation_id: str) -> str:
     return f"{_JOURNAL}{elicitation_id}/reference"
 
 
-def final_entry(elicitation_id: str) -> str:
-    """The journal entry naming the final event that claimed the decision (written once: the first claim holds)."""
-    return f"{_JOURNAL}{elicitation_id}/final"
+def final_entry(elicitation_id: str, claim: int = 1) -> str:
+    """The journal entry of the decision's `claim`-th claim on moving it for a final event: `{"event", "outcome",
+    "until"}`, written once; the next is written only once the last one's lease (`until`) lapsed (`FINAL_LEASE`)."""
+    return f"{_kind(elicitation_id, 'final')}{claim}"
 
 
 def event_entry(elicitation_id: str, event_id: str) -> str:
     """The journal entry holding what became of one provider event about the decision."""
-    return f"{_JOURNAL}{elicitation_id}/event/{event_id}"
+    return f"{_kind(elicitation_id, 'event')}{event_id}"
+
+
+def _opening_entry(elicitation_id: str, opening: int) -> str:
+    return f"{_kind(elicitation_id, 'opened')}{opening}"
+
+
+def _released_entry(elicitation_id: str, opening: int) -> str:
+    return f"{_kind(elicitation_id, 'released')}{opening}"
+
+
+def _kind(elicitation_id: str, kind: str) -> str:
+    """The prefix of the decision's journal entries of one kind."""
+    return f"{_JOURNAL}{elicitation_id}/{kind}/"
 
 
 class ExternalCompletions:
@@ -137,14 +182,21 @@ class ExternalCompletions:
     # -- the page's side -------------------------------------------------------------------------------
 
     async def charge(self, flow: ExternalCompletion, decision: Decision) -> Charge:
-        """What the decision asks to pay, from its own records; `CheckoutRefused` when they do not say."""
+        """What the decision asks to pay, from its own records; `CheckoutRefused` when they do not say (the flow's
+        `charge` raised, whatever it raised, or gave something other than a `Charge`)."""
         entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
         steps = {entry.name: entry.value for entry in entries if not entry.name.startswith("mcp-elicit/")}
         try:
-            return flow.charge(decision, steps)
-        except (LookupError, TypeError, ValueError) as unsaid:
-            log.warning("decision %s: its charge cannot be computed: %s", decision.elicitation_id, unsaid)
-            raise CheckoutRefused("The server cannot say what this step charges, so it cannot be done.") from None
+            charge = flow.charge(decision, steps)
+        except Exception as unsaid:  # a deployer's function over the decision's records may raise anything
+            log.warning("decision %s: its charge cannot be computed: %s: %s", decision.elicitation_id,
+                        type(unsaid).__name__, unsaid)  # fmt: skip
+            raise CheckoutRefused(_NO_CHARGE) from None
+        if not isinstance(charge, Charge):
+            log.warning("decision %s: its flow's charge gave a %s, not a Charge", decision.elicitation_id,
+                        type(charge).__name__)  # fmt: skip
+            raise CheckoutRefused(_NO_CHARGE)
+        return charge
 
     async def last_failure(self, decision: Decision) -> str | None:
         """The provider's words on the latest failed attempt (in its order), if an attempt failed."""
@@ -155,22 +207,40 @@ class ExternalCompletions:
         return str(latest.get("said") or "no reason given")
 
     async def reopens_at(self, decision: Decision) -> datetime | None:
-        """When the checkout may be opened again, if the last one opened less than `REOPEN_AFTER` ago has not
-        reported any event since; None when it may be opened now."""
+        """When the checkout may be opened again (see `_opening`); None when it may be opened now."""
         entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
-        base = f"{_JOURNAL}{decision.elicitation_id}/"
-        opened = [entry.recorded_at for entry in entries if entry.name.startswith(base + "opened/")]
-        if not opened:
-            return None
-        last = max(opened)
-        if any(entry.recorded_at >= last for entry in entries if entry.name.startswith(base + "event/")):
-            return None
-        until = last + REOPEN_AFTER
-        return until if until > self._now() else None
+        return self._opening(decision, entries)[1]
 
-    async def checkout(self, flow: ExternalCompletion, decision: Decision, return_url: str) -> str:
-        """The provider's page for the decision (which must be `external_pending`), with its one reference."""
-        charge = await self.charge(flow, decision)
+    async def checkout(self, flow: ExternalCompletion, decision: Decision, charge: Charge, return_url: str) -> str:
+        """The provider's page for the decision (which must be `external_pending`) and its `charge` (computed by
+        `charge` before the decision moved), with its one reference.
+
+        Only the request that wins the opening's claim (`_claim_opening`) asks the provider for a checkout;
+        another one at the same moment gets `CheckoutStillOpen`, like any request in the window. If the provider
+        cannot be reached, or gives an address the person will not be sent to, no checkout reached the person, so
+        the claim is released and Continue may be pressed again at once; a claim whose release was lost (the
+        store gone at that moment) lapses with the window, `REOPEN_AFTER`.
+        """
+        reference = await self._reference(decision, charge)
+        opening = await self._claim_opening(decision)
+        try:
+            url = await flow.start(Checkout(reference, charge, return_url, decision.expires_at))
+        except Exception as failure:  # a provider's client may raise anything; the page says so
+            log.warning("decision %s: %s did not open a checkout: %s", decision.elicitation_id, flow.provider_title,
+                        type(failure).__name__)  # fmt: skip
+            await self._release_opening(decision, opening)
+            raise CheckoutRefused(
+                f"{flow.provider_title} could not be reached. Nothing was charged; try again."
+            ) from None
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            log.warning("decision %s: %s gave a checkout address that is not http(s)", decision.elicitation_id,
+                        flow.provider_title)  # fmt: skip
+            await self._release_opening(decision, opening)
+            raise CheckoutRefused(f"{flow.provider_title} gave an address this page will not send you to.")
+        return url
+
+    async def _reference(self, decision: Decision, charge: Charge) -> str:
+        """The decision's one reference, made and stored with its principal and charge the first time."""
         name = reference_entry(decision.elicitation_id)
         entry = await self._reach.journal_get(decision.operation_id, name, caller=decision.principal)
         if entry is None:
@@ -188,25 +258,44 @@ class ExternalCompletions:
         if (stored.get("amount"), stored.get("currency")) != (charge.amount, charge.currency):
             log.warning("decision %s: its charge changed since its reference was made", decision.elicitation_id)
             raise CheckoutRefused("What this step charges changed since it was started; ask your assistant again.")
-        try:
-            url = await flow.start(Checkout(reference, charge, return_url, decision.expires_at))
-        except Exception as failure:  # a provider's client may raise anything; the page says so
-            log.warning(
-                "decision %s: %s did not open a checkout: %s",
-                decision.elicitation_id,
-                flow.provider_title,
-                type(failure).__name__,
-            )
-            raise CheckoutRefused(
-                f"{flow.provider_title} could not be reached. Nothing was charged; try again."
-            ) from None
-        if not url.startswith(("https://", "http://")):
-            log.warning("decision %s: %s gave a checkout address that is not http(s)", decision.elicitation_id,
-                        flow.provider_title)  # fmt: skip
-            raise CheckoutRefused(f"{flow.provider_title} gave an address this page will not send you to.")
-        opened = f"{_JOURNAL}{decision.elicitation_id}/opened/{secrets.token_hex(8)}"
-        await self._reach.journal_record(decision.operation_id, opened, {}, caller=decision.principal)
-        return url
+        return reference
+
+    def _opening(self, decision: Decision, entries: list[JournalEntry]) -> tuple[int, datetime | None]:
+        """The number of the decision's last opening of a checkout (0: none yet), and until when it keeps another
+        from opening: `REOPEN_AFTER` from its claim, unless it was released (its provider call failed) or an event
+        was recorded after it (the checkout it opened has reported, or the one before it did meanwhile). None:
+        another may open now."""
+        eid = decision.elicitation_id
+        openings = _numbered(entries, _kind(eid, "opened"))
+        if not openings:
+            return 0, None
+        last = max(openings)
+        opened = openings[last].recorded_at
+        released = any(entry.name == _released_entry(eid, last) for entry in entries)
+        reported = any(entry.recorded_at > opened for entry in entries if entry.name.startswith(_kind(eid, "event")))
+        until = opened + REOPEN_AFTER
+        return last, None if released or reported or until <= self._now() else until
+
+    async def _claim_opening(self, decision: Decision) -> int:
+        """Claim the next opening of a checkout, before the provider is asked for one: the opening's number,
+        written once to the journal (the store's insert-once), so that of two requests racing past the window
+        exactly one finds its own mark in it and calls the provider. `CheckoutStillOpen` for the other, and for
+        any request while the last opening holds (`_opening`)."""
+        entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
+        last, until = self._opening(decision, entries)
+        if until is not None:
+            raise CheckoutStillOpen(until)
+        mine: JSONObject = {"by": secrets.token_hex(8)}
+        claim = await self._reach.journal_record(
+            decision.operation_id, _opening_entry(decision.elicitation_id, last + 1), mine, caller=decision.principal
+        )
+        if claim.value != mine:
+            raise CheckoutStillOpen(claim.recorded_at + REOPEN_AFTER)
+        return last + 1
+
+    async def _release_opening(self, decision: Decision, opening: int) -> None:
+        name = _released_entry(decision.elicitation_id, opening)
+        await self._reach.journal_record(decision.operation_id, name, {}, caller=decision.principal)
 
     # -- the provider's side ---------------------------------------------------------------------------
 
@@ -232,18 +321,8 @@ class ExternalCompletions:
             return Received(400, {"error": "unreadable_event"})
         if event is None:
             return Received(200, {"status": "ignored", "why": "not an event about a payment step"})
-        if (
-            not isinstance(event, ProviderEvent)
-            or not isinstance(event.event_id, str)
-            or not isinstance(event.reference, str)
-            or isinstance(event.order, bool)
-            or not isinstance(event.order, int)
-            or not isinstance(event.outcome, EventOutcome)
-        ):
-            log.warning("webhook for %s refused: its reader gave something other than a ProviderEvent", flow_key)
-            return Received(400, {"error": "unreadable_event"})
-        if not event.event_id or len(event.event_id) > MAX_EVENT_ID or not event.event_id.isprintable():
-            log.warning("webhook for %s refused: its event id is empty, too long or not printable", flow_key)
+        if (unusable := _unusable(event)) is not None:
+            log.warning("webhook for %s refused: the event its reader gave %s", flow_key, unusable)
             return Received(400, {"error": "unreadable_event"})
         decision = await self._referenced(flow_key, event)
         if isinstance(decision, Received):
@@ -327,15 +406,9 @@ class ExternalCompletions:
         return await self._finish(late, decision)
 
     async def _finish(self, late: _Late, decision: Decision) -> Received:
-        """Move the decision for a final event, once it holds the decision's claim."""
+        """Move the decision for a final event, once it holds the decision's claim (`_claim_final`)."""
         flow, event, entry, said = late.flow, late.event, late.entry, late.said
-        claim = await self._reach.journal_record(
-            decision.operation_id,
-            final_entry(decision.elicitation_id),
-            {"event": event.event_id, "outcome": event.outcome.value},
-            caller=decision.principal,
-        )
-        claimed = claim.value if isinstance(claim.value, dict) else {}
+        claimed = await self._claim_final(decision, event)
         if claimed.get("event") != event.event_id:
             first = f"{claimed.get('outcome')} event {claimed.get('event')}"
             return await self._refuse(late, decision, ended=f"{first} came first", expired=False,
@@ -359,11 +432,42 @@ class ExternalCompletions:
             else:
                 await self._record(decision, entry, event, said, str(to))
                 return Received(200, {"status": "applied", "decision": decision.status.value})
-        if decision.status is to:  # only another delivery of this very event holds the claim and moves it so
-            await self._record(decision, entry, event, said, str(to))
+        if decision.status is to and (await self._last_claim(decision))[1].get("event") == event.event_id:
+            await self._record(decision, entry, event, said, str(to))  # another delivery of this very event moved it
             return Received(200, {"status": "duplicate"})
         expired = decision.status is DecisionStatus.EXPIRED
         return await self._refuse(late, decision, ended=decision.status.value, expired=expired)
+
+    async def _claim_final(self, decision: Decision, event: ProviderEvent) -> dict[str, JSONValue]:
+        """The decision's claim for a final event as it stands once `event` tried to take it: the first final
+        event's (so that of two racing, the second is refused as late, not counted), or `event`'s.
+
+        A claim holds for `FINAL_LEASE`: a holder that died between claiming and moving (its process killed, the
+        store lost mid-call) would otherwise keep every later final event out for good. Once it lapses, the next
+        final event writes the next numbered claim, once (the store's insert-once), so that of two deliveries
+        taking a lapsed claim over exactly one does. A holder that was only slow still moves by compare-and-set,
+        so one final move happens either way; the lease decides only which event is refused as the late one.
+        Another delivery of the holder's own event goes on at once (a provider's retry of it after a crash).
+        """
+        last, held = await self._last_claim(decision)
+        if last and (held.get("event") == event.event_id or self._now() < _until(held)):
+            return held
+        mine: JSONObject = {"event": event.event_id, "outcome": event.outcome.value,
+                            "until": (self._now() + FINAL_LEASE).isoformat()}  # fmt: skip
+        name = final_entry(decision.elicitation_id, last + 1)
+        claim = await self._reach.journal_record(decision.operation_id, name, mine, caller=decision.principal)
+        if last and claim.value == mine:
+            log.warning("decision %s: the claim of a final event lapsed before it moved the decision; event %s takes "
+                        "it over", decision.elicitation_id, event.event_id)  # fmt: skip
+        return claim.value if isinstance(claim.value, dict) else {}
+
+    async def _last_claim(self, decision: Decision) -> tuple[int, dict[str, JSONValue]]:
+        """The number and value of the decision's last final claim; (0, {}) when no final event claimed it."""
+        entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
+        claims = _numbered(entries, _kind(decision.elicitation_id, "final"))
+        last = max(claims, default=0)
+        value = claims[last].value if last else None
+        return last, value if isinstance(value, dict) else {}
 
     async def _refuse(
         self,
@@ -399,7 +503,7 @@ class ExternalCompletions:
         await self._reach.journal_record(decision.operation_id, entry, value, caller=decision.principal)
 
     async def _events(self, decision: Decision) -> list[dict[str, JSONValue]]:
-        prefix = f"{_JOURNAL}{decision.elicitation_id}/event/"
+        prefix = _kind(decision.elicitation_id, "event")
         entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
         return [e.value for e in entries if e.name.startswith(prefix) and isinstance(e.value, dict)]
 
@@ -417,6 +521,52 @@ class ExternalCompletions:
             return self._aead.decrypt(raw[:12], raw[12:], _AAD).decode()
         except (binascii.Error, ValueError, InvalidTag):
             return None
+
+
+def _unusable(event: object) -> str | None:
+    """Why the event a flow's reader gave cannot be applied, None if it can. Checked before the event's id is
+    spent: a reader that puts a wrong type into a field would otherwise fail the delivery after its id was spent,
+    and the provider's retry, corrected or not, would be a duplicate, the event lost. Names fields and types,
+    never values (a provider's words may carry what the log must not)."""
+    if not isinstance(event, ProviderEvent):
+        return f"is a {type(event).__name__}, not a ProviderEvent"
+    eid, currency = event.event_id, event.currency
+    right = {
+        "event_id": isinstance(eid, str) and 0 < len(eid) <= MAX_EVENT_ID and eid.isprintable(),
+        "reference": isinstance(event.reference, str),
+        "order": _whole(event.order),
+        "outcome": isinstance(event.outcome, EventOutcome),
+        "amount": event.amount is None or _whole(event.amount),
+        "currency": currency is None or (isinstance(currency, str) and bool(CURRENCY_CODE.fullmatch(currency))),
+        "said": isinstance(event.said, str),
+    }
+    wrong = [f"{name} ({type(getattr(event, name)).__name__})" for name, ok in right.items() if not ok]
+    if wrong:
+        return f"has a wrong {', '.join(wrong)}: see ProviderEvent for each field's type and form"
+    return None
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _numbered(entries: list[JournalEntry], prefix: str) -> dict[int, JournalEntry]:
+    """The entries named `prefix` and a number, by that number."""
+    tails = ((entry.name[len(prefix) :], entry) for entry in entries if entry.name.startswith(prefix))
+    return {int(tail): entry for tail, entry in tails if tail.isdecimal()}
+
+
+def _until(claim: Mapping[str, JSONValue]) -> datetime:
+    """When a final claim's lease lapses; a claim whose time cannot be read has lapsed, so that it cannot hold a
+    decision for good."""
+    until = claim.get("until")
+    try:
+        when = datetime.fromisoformat(until) if isinstance(until, str) else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        return datetime.min.replace(tzinfo=UTC)
+    return when
 
 
 def _amount(event: ProviderEvent) -> str:

@@ -17,7 +17,8 @@ from typing import Protocol
 
 from mcp_elicit.model import Decision, JSONValue
 
-_CURRENCY = re.compile(r"[A-Z]{3}")
+CURRENCY_CODE = re.compile(r"[A-Z]{3}")
+"""An ISO 4217 code as a charge and an event carry it: three upper-case letters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class Charge:
     def __post_init__(self) -> None:
         if isinstance(self.amount, bool) or not isinstance(self.amount, int) or self.amount <= 0:
             raise ValueError(f"a charge is a positive whole number of minor units, got {self.amount!r}")
-        if not _CURRENCY.fullmatch(self.currency):
+        if not CURRENCY_CODE.fullmatch(self.currency):
             raise ValueError(f"a charge's currency is three upper-case letters (ISO 4217), got {self.currency!r}")
         if not self.description.strip():
             raise ValueError("a charge needs a description the person recognises")
@@ -100,17 +101,25 @@ FINAL_OUTCOMES = frozenset({EventOutcome.SUCCEEDED, EventOutcome.CANCELLED, Even
 
 @dataclass(frozen=True, slots=True)
 class ProviderEvent:
-    """One webhook event as the flow needs it, whatever the provider's own format."""
+    """One webhook event as the flow needs it, whatever the provider's own format.
+
+    Every field is checked (its type; the id's length and the currency's form too) before the event's id is
+    spent: an event a reader filled wrongly is refused with 400 and changes nothing, so that the provider's
+    retry, once the reader is fixed, still applies.
+    """
 
     event_id: str
-    """The provider's id of the event, the same on every retry: events are applied once by it."""
+    """The provider's id of the event, the same on every retry: events are applied once by it. 1 to 200
+    printable characters."""
     reference: str
     order: int
     """The provider's own order of events (a sequence number, or the event time in any fixed unit): events are
     applied in it, not in the order they arrive."""
     outcome: EventOutcome
     amount: int | None = None
+    """In the currency's minor unit, as `Charge.amount`; a success reporting another amount is refused."""
     currency: str | None = None
+    """ISO 4217, upper case, as `Charge.currency` (a reader upper-cases a provider's "eur")."""
     said: str = ""
     """The provider's reason, in its words (a decline code): bounded and redacted before it reaches the audit."""
 
@@ -129,7 +138,8 @@ class ExternalCompletion:
     """A step another system completes: a payment, an e-signature, a ticket's approval.
 
     The decision's page shows `charge(decision, steps)` (computed from the decision and its operation's
-    journaled steps, never from the client), then creates a single-use reference bound to the decision and
+    journaled steps, never from the client; if it raises or gives no `Charge`, Continue is refused before the
+    decision moves), then creates a single-use reference bound to the decision and
     its principal, and sends the person to the page `start` opens for it at the provider. The provider's
     webhooks, posted to `/elicit/hooks/{flow key}` and checked by `verifier`, then complete or fail the
     decision: `read_event` reads a verified body into a `ProviderEvent` (None: an event of no concern here,

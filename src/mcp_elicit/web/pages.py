@@ -72,7 +72,7 @@ from mcp_elicit.store import (
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.approving import ApproverPages
 from mcp_elicit.web.authserver import SignOutForm
-from mcp_elicit.web.external import HOOKS_PATH, MAX_BODY, CheckoutRefused, ExternalCompletions
+from mcp_elicit.web.external import HOOKS_PATH, MAX_BODY, CheckoutRefused, CheckoutStillOpen, ExternalCompletions
 from mcp_elicit.web.flows import ApiKeyEntry, Charge, ExternalCompletion, ExternalFlow, OAuthConnect
 from mcp_elicit.web.formpage import FIELD_PREFIX, posted_values, read_answer, render, unknown_fields
 from mcp_elicit.web.html import client_name, page, text
@@ -353,6 +353,11 @@ class UrlPages:
         if flow is None or decision.mode is not Mode.URL:
             return self._message("This step cannot be done here", "The server has no page for it.", 404)
         user = BrowserUser(principal)
+        if isinstance(flow, ExternalCompletion):
+            try:  # before the decision moves: a step that cannot say what it charges stays answerable as it is
+                charge = await self._external.charge(flow, decision)
+            except CheckoutRefused as refused:
+                return self._message("This step cannot go on now", refused.plainly, 502)
         # The client's own consent may move the decision to accepted_url at the same moment (2025-11-25): a
         # lost compare-and-set goes on from where the decision now stands, so the flow starts external_pending.
         for _ in range(_PROCEED_ATTEMPTS):
@@ -378,10 +383,12 @@ class UrlPages:
         if isinstance(flow, OAuthConnect):
             return await self._start_oauth(flow, decision, principal)
         if isinstance(flow, ExternalCompletion):
-            if (reopens := await self._external.reopens_at(decision)) is not None:
-                return self._message("The checkout is still open", _not_reported(flow, reopens), 409)
             try:
-                url = await self._external.checkout(flow, decision, f"{self._base}/elicit/{decision.elicitation_id}")
+                url = await self._external.checkout(
+                    flow, decision, charge, f"{self._base}/elicit/{decision.elicitation_id}"
+                )
+            except CheckoutStillOpen as still:
+                return self._message("The checkout is still open", _not_reported(flow, still.reopens), 409)
             except CheckoutRefused as refused:
                 return self._message("This step cannot go on now", refused.plainly, 502)
             return RedirectResponse(url, status_code=303)
