@@ -76,14 +76,14 @@ class ApproversSite:
 
     def ask(
         self,
-        rule: ApproverRule,
+        rule: ApproverRule | None,
         *,
         requester: str = "alice",
         schema: JSONObject = GATE_SCHEMA,
         tool: str = "refund",
         ttl: timedelta = timedelta(hours=4),
     ) -> Decision:
-        """A decision of `requester`'s call to `tool` that the approvers of `rule` answer."""
+        """A decision of `requester`'s call to `tool` that the approvers of `rule` answer (`requester`, for None)."""
         principal = Principal(self.principal(requester), "client-x")
         now = self.clock()
         operation = self.store.create_operation(

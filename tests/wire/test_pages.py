@@ -27,6 +27,7 @@ from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, Vault, VaultKeyRing
 from mcp_elicit.web.pages import UrlPages
+from tests.helpers.approvers_site import QUESTION_SCHEMA, approvers_site, signed_in
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import VAULT_KEYS, Site, consent_at_provider, hidden, provider_flows, provider_process
 
@@ -405,3 +406,15 @@ def test_pages_made_with_a_short_key_or_flows_but_no_vault_are_refused(site: Sit
         UrlPages(**settings, vault=site.vault, flows={}, page_key=b"p" * 31)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pass vault=Vault"):
         UrlPages(**settings, vault=None, flows=provider_flows(site.provider, profile=False), page_key=b"p" * 32)  # type: ignore[arg-type]
+
+
+def test_the_pages_clock_decides_that_an_opened_decision_is_overdue(store_url: str) -> None:
+    """The page expires a decision opened past its deadline by the pages' clock, as its other checks do."""
+    with approvers_site(store_url) as site:
+        decision = site.ask(None, schema=QUESTION_SCHEMA, ttl=timedelta(minutes=10))
+        site.clock.advance(timedelta(minutes=11))
+        with signed_in(site, "alice") as alice:
+            opened = alice.get(site.page(decision))
+        assert opened.status_code == 410, opened.text
+        [*_, last] = site.store.audit_trail(decision.elicitation_id, Operator())
+        assert (last.to_status, last.reason) == ("expired", "opened after the TTL")

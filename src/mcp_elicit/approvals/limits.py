@@ -14,6 +14,10 @@ waiting on its approvers in still-waiting rounds, one that `when=` let run unapp
 is kept per instance, in memory: N instances behind a load balancer admit up to N times the rate, and a restart
 refills every bucket. Only new approval requests count: an identical call that joins a task still open takes
 nothing, and a call refused by the bound takes no token.
+
+The count is one statement over the principal's operations (through the index on principal and client), paid
+only when a new approval task is about to be created, which the rate already bounds: it grows with what the
+principal's retention keeps, not with other principals' work.
 """
 
 from __future__ import annotations

@@ -61,11 +61,11 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from mcp_elicit.client.calls import CallInFlight, Sleep
 from mcp_elicit.client.errors import KitError, QuestionRefused
 from mcp_elicit.client.pending import Wait
+from mcp_elicit.model.extensions import TASKS_EXTENSION
 from mcp_elicit.model.tool_approval import IMMEDIATE_RESPONSE_META, TOOL_APPROVAL_EXTENSION, TOOL_APPROVAL_VERSION
 
 log = logging.getLogger(__name__)
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 EXTENSION_ERA = "2026-07-28"
 MIN_POLL = 0.1
 """Seconds between two `tasks/get` at the least, whatever interval a server suggests."""

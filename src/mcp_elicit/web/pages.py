@@ -272,7 +272,7 @@ class UrlPages:
 
         Neither the store nor the sign-in is asked: the page says the same to whoever opens it (a scanner, the
         person, someone the link was forwarded to), and nothing changes."""
-        now = datetime.fromtimestamp(self._clock(), UTC)
+        now = self.now()
         opened = self._links.check(request.path_params["elicitation_id"], request.query_params, now)
         if opened is LinkCheck.INVALID:
             title, status = "This link is not valid", 400
@@ -524,7 +524,7 @@ class UrlPages:
         return self._form_outcome(decision, just_now=True)
 
     def _overdue(self, decision: Decision) -> bool:
-        return decision.is_overdue(datetime.fromtimestamp(self._clock(), UTC))
+        return decision.is_overdue(self.now())
 
     def _form_outcome(self, decision: Decision, *, just_now: bool = False) -> Response:
         status = decision.status
@@ -716,7 +716,7 @@ class UrlPages:
             decision = await self._reach.get_decision(state.elicitation_id, BrowserUser(principal))
         except NotFound:
             return self._message("This sign-in link is not valid", "Start again from your assistant.", 404)
-        if decision.is_overdue(datetime.now(UTC)):
+        if self._overdue(decision):
             decision = await self._reach.expire_if_overdue(
                 decision.elicitation_id,
                 BrowserUser(principal),
@@ -838,7 +838,7 @@ class UrlPages:
         except NotFound:
             pass
         else:
-            if not decision.is_overdue(datetime.now(UTC)):
+            if not self._overdue(decision):
                 return decision
             return await self._reach.expire_if_overdue(
                 elicitation_id, BrowserUser(principal), reason="opened after the TTL"

@@ -39,6 +39,7 @@ from mcp_types import (
 from pydantic import ConfigDict, Field, ValidationError
 
 from mcp_elicit.model import Decision, JSONObject, Mode, Principal
+from mcp_elicit.model.extensions import TASKS_EXTENSION
 from mcp_elicit.server.eras import Call
 from mcp_elicit.server.eras.tool_approval import DISPOSITION_META, IMMEDIATE_RESPONSE, IMMEDIATE_RESPONSE_META
 from mcp_elicit.server.tasks.service import TaskAccepted, TaskRequest, TaskService
@@ -54,7 +55,6 @@ from mcp_elicit.server.tasks.state import (
 
 log = logging.getLogger(__name__)
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 EXT_VERSIONS = frozenset({EXT_ERA})
 
 PrincipalOf = Callable[[ServerRequestContext[Any, Any]], Principal]

@@ -46,6 +46,7 @@ from typing import Any, Final
 
 from mcp.server.extension import Extension
 
+from mcp_elicit.model.extensions import TASKS_EXTENSION
 from mcp_elicit.model.tool_approval import (
     APPROVED_EXECUTED,
     DENIED_NOT_EXECUTED,
@@ -77,7 +78,6 @@ DRAFT_DATE: Final = "2026-06-08"
 """The date of the draft text followed (the pull request's second revision)."""
 IDENTIFIERS: Final = TOOL_APPROVAL_IDENTIFIERS
 VERSION: Final = TOOL_APPROVAL_VERSION
-TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 ERA: Final = "2026-07-28"
 
 IMMEDIATE_RESPONSE: Final = (
