@@ -1,8 +1,13 @@
-"""The two built-in webhook verifiers: what they accept, and every way a delivery fails closed."""
+"""The two built-in webhook verifiers: what they accept, every way a delivery fails closed, and that the
+`standardwebhooks` library and our signatures accept each other."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import pytest
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from mcp_elicit.server.notifications.signing import WebhookSecret, sign, verify
 from mcp_elicit.web.webhooks import SignatureInvalid, StandardWebhooks, TimestampedHmac, sign_timestamped
@@ -83,6 +88,7 @@ def test_standard_webhooks_reproduces_and_accepts_the_specifications_published_t
     [
         ({"webhook-signature": "v1,\u00e9t\u00e9"}, "not ASCII"),
         ({"webhook-id": "msg_\u00e9"}, "not ASCII"),
+        ({"webhook-id": "msg_\ud800"}, "not ASCII"),
         ({"webhook-timestamp": "9" * 5000}, "whole seconds"),
         ({"webhook-timestamp": str(NOW) + "0" * 20}, "whole seconds"),
     ],
@@ -91,3 +97,42 @@ def test_standard_webhooks_fails_closed_on_malformed_headers(changed: dict[str, 
     headers = sign(WebhookSecret(SECRET), "evt_1", BODY, timestamp=NOW) | changed
     with pytest.raises(SignatureInvalid, match=why):
         StandardWebhooks(SECRET, clock=lambda: NOW).verify(headers, BODY)
+
+
+def test_the_standardwebhooks_library_and_our_signatures_accept_each_other() -> None:
+    spec_moment = datetime.fromtimestamp(SPEC_TIMESTAMP, tz=UTC)
+    assert Webhook(SPEC_SECRET).sign(SPEC_ID, spec_moment, SPEC_BODY) == SPEC_SIGNATURE
+    theirs = Webhook(SECRET).sign("evt_9", datetime.fromtimestamp(NOW, tz=UTC), BODY)
+    headers = {"webhook-id": "evt_9", "webhook-timestamp": str(NOW), "webhook-signature": theirs}
+    StandardWebhooks(SECRET, clock=lambda: NOW).verify(headers, BODY)
+    assert verify(WebhookSecret(SECRET), headers, BODY, now=NOW) == "evt_9"
+
+    ours = sign(WebhookSecret(SECRET), "evt_2", BODY, timestamp=int(time.time()))
+    assert Webhook(SECRET).verify(BODY, ours) == {"id": "evt_1", "type": "payment.succeeded"}
+    with pytest.raises(WebhookVerificationError, match="No matching signature"):
+        Webhook(SECRET).verify(BODY + b" ", ours)
+    with pytest.raises(WebhookVerificationError, match="No matching signature"):
+        Webhook(SPEC_SECRET).verify(BODY, ours)
+
+
+def test_a_timestamp_past_the_year_9999_is_refused_as_malformed_even_within_the_tolerance() -> None:
+    stamp = 999_999_999_999
+    headers = {"webhook-id": "evt_1", "webhook-timestamp": str(stamp), "webhook-signature": "v1,AAAA"}
+    with pytest.raises(SignatureInvalid, match="past the year 9999"):
+        StandardWebhooks(SECRET, tolerance=10, clock=lambda: stamp).verify(headers, BODY)
+    with pytest.raises(ValueError, match="between the years 1 and 9999"):
+        sign(WebhookSecret(SECRET), "evt_1", BODY, timestamp=stamp)
+
+
+@pytest.mark.parametrize(
+    ("secret", "why"),
+    [
+        ("whsec_YWI=", "at least 24 bytes"),
+        ("whsec_MDEyMzQ1Njc4OWFiY2RlZjAx!MjM0NTY3ODlhYmNkZWY=", "not base64"),
+        ("whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY", "not base64"),
+    ],
+)
+def test_a_secret_the_library_would_take_as_it_is_written_is_refused(secret: str, why: str) -> None:
+    Webhook(secret)
+    with pytest.raises(ValueError, match=why):
+        WebhookSecret(secret)

@@ -7,9 +7,10 @@ after the window, and within it the event's id makes it a duplicate that changes
 malformed (not ASCII, an overlong timestamp) or stale header fails closed, as a `SignatureInvalid` whose reason
 names the header, never the secret or the body, and never as another exception.
 
-Standard Webhooks is checked by this package's own `mcp_elicit.server.notifications.signing`, not by the
-`standardwebhooks` library: the scheme is a few lines of HMAC, that module already signs our notifications and is
-tested against the specification's published test vector, and no deployment takes on another dependency.
+Standard Webhooks is checked through `mcp_elicit.server.notifications.signing`, which signs our own notifications
+too: the `standardwebhooks` library computes the HMAC, and that module adds what the library's `verify` lacks, a
+`tolerance` on this server's injectable clock (the library's window is five minutes on its own), strict secret
+checks, and headers checked first so that odd input is a `SignatureInvalid`.
 
 Does not guarantee: that the provider's clock is right (a skew beyond `tolerance` refuses everything; the
 reason says so), nor confidentiality of the body.
@@ -37,7 +38,8 @@ MIN_HMAC_SECRET_BYTES = 16
 
 class StandardWebhooks:
     """`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>` (standardwebhooks.com), checked by the
-    same code that signs this server's own outgoing notifications (`mcp_elicit.server.notifications.signing`)."""
+    same code that signs this server's own outgoing notifications (`mcp_elicit.server.notifications.signing`, the
+    `standardwebhooks` library's HMAC under our window and clock)."""
 
     def __init__(
         self, secret: str | bytes, *, tolerance: int = DEFAULT_TOLERANCE, clock: Callable[[], float] = time.time

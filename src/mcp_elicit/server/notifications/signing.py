@@ -5,12 +5,16 @@ Guarantees: a delivery carries `webhook-id` (the event's id, the same on every r
 `"{id}.{timestamp}.{body}"` under the subscription's secret. `verify` accepts a body only when one of the
 listed signatures matches, compared in constant time, and the timestamp lies within `tolerance` of now, so a
 captured delivery cannot be replayed later (within the window, the id lets the receiver drop it). It fails
-closed: a missing header, a malformed one (not ASCII, a timestamp of more than `MAX_TIMESTAMP_DIGITS` digits) or a
-stale timestamp is a `SignatureInvalid`, never another exception.
+closed: a missing header, a malformed one (not ASCII, a timestamp of more than `MAX_TIMESTAMP_DIGITS` digits or
+past the year 9999) or a stale timestamp is a `SignatureInvalid`, never another exception.
 
-Receivers of Standard Webhooks (`mcp_elicit.web.webhooks.StandardWebhooks`) use this module too rather than the
-`standardwebhooks` library: the scheme is a few lines of HMAC, this code already signs our own notifications,
-it is tested against the specification's published test vector, and it spares every deployment a dependency.
+The HMAC is the `standardwebhooks` library's (`Webhook.sign`, the specification's own), for our notifications and
+for receivers of Standard Webhooks (`mcp_elicit.web.webhooks.StandardWebhooks`) alike. This module wraps it for
+what the library does otherwise: its `verify` has a fixed five-minute window on its own clock, where ours is
+`tolerance` on an injectable `now`; it pads a secret, skips stray characters and takes a two-byte key, where ours
+is `whsec_` and strict base64 of at least `MIN_SECRET_BYTES` bytes; and input reaches it only once the headers
+are checked, so odd input is a `SignatureInvalid` with its reason, never another of the library's exceptions (a
+surrogate in the id is a `UnicodeEncodeError` there).
 
 Does not guarantee: secrecy (the body travels as TLS leaves it), nor anything about order or uniqueness of
 deliveries: they come at least once, and a receiver deduplicates by `webhook-id`.
@@ -20,10 +24,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from standardwebhooks import Webhook
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 (the format's prefix, not a secret)
 MIN_SECRET_BYTES = 24
@@ -41,7 +47,7 @@ class SignatureInvalid(ValueError):
 class WebhookSecret:
     """A subscription's signing key: `whsec_<base64>` as the specification writes it, or the raw bytes."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_webhook",)
 
     def __init__(self, secret: str | bytes) -> None:
         key = secret if isinstance(secret, bytes) else _decoded(secret)
@@ -51,14 +57,18 @@ class WebhookSecret:
                 "python -c \"import base64, secrets; print('whsec_' + base64.b64encode(secrets.token_bytes(32))"
                 '.decode())"'
             )
-        self._key = key
+        self._webhook = Webhook(key)
 
     def __repr__(self) -> str:
         return "WebhookSecret(...)"
 
     def signature(self, event_id: str, timestamp: int, body: bytes) -> str:
-        signed = f"{event_id}.{timestamp}.".encode() + body
-        return "v1," + base64.b64encode(hmac.new(self._key, signed, hashlib.sha256).digest()).decode()
+        """`v1,<base64>`; the library takes the moment as a date, so a timestamp past the year 9999 is a ValueError."""
+        try:
+            moment = datetime.fromtimestamp(timestamp, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"timestamp {timestamp} is not a date between the years 1 and 9999") from None
+        return self._webhook.sign(event_id, moment, body)
 
 
 def _decoded(text: str) -> bytes:
@@ -98,7 +108,10 @@ def verify(
         raise SignatureInvalid("webhook-id or webhook-signature is not ASCII")
     if abs((time.time() if now is None else now) - int(stamp)) > tolerance:
         raise SignatureInvalid(f"webhook-timestamp is more than {tolerance} s from now (a replay, or a clock off)")
-    expected = secret.signature(event_id, int(stamp), body).encode()
+    try:
+        expected = secret.signature(event_id, int(stamp), body).encode()
+    except ValueError:
+        raise SignatureInvalid("webhook-timestamp is past the year 9999") from None
     if not any(
         hmac.compare_digest(expected, given.encode()) for given in signatures.split(" ") if given.startswith("v1,")
     ):
