@@ -65,8 +65,11 @@ def test_timestamped_hmac_fails_closed(header: str | None, why: str) -> None:
 def test_a_short_secret_or_no_tolerance_is_refused_at_construction() -> None:
     with pytest.raises(ValueError, match="at least 16 bytes"):
         TimestampedHmac("short")
-    with pytest.raises(ValueError, match="positive"):
-        TimestampedHmac(HMAC_SECRET, tolerance=0)
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ValueError, match="positive whole number"):
+            TimestampedHmac(HMAC_SECRET, tolerance=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="positive whole number"):
+            StandardWebhooks(SECRET, tolerance=bad)  # type: ignore[arg-type]
 
 
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -45,7 +45,7 @@ class StandardWebhooks:
         self, secret: str | bytes, *, tolerance: int = DEFAULT_TOLERANCE, clock: Callable[[], float] = time.time
     ) -> None:
         self._secret = WebhookSecret(secret)
-        self._tolerance = tolerance
+        self._tolerance = _positive(tolerance)
         self._clock = clock
 
     def __repr__(self) -> str:
@@ -72,11 +72,9 @@ class TimestampedHmac:
             raise ValueError(
                 f"a webhook signing secret has at least {MIN_HMAC_SECRET_BYTES} bytes, this one {len(key)}"
             )
-        if tolerance <= 0:
-            raise ValueError(f"the tolerance is a positive number of seconds, got {tolerance}")
         self._key = key
         self._header = header.lower()
-        self._tolerance = tolerance
+        self._tolerance = _positive(tolerance)
         self._clock = clock
 
     def __repr__(self) -> str:
@@ -119,3 +117,9 @@ def sign_timestamped(secret: str | bytes, body: bytes, *, timestamp: int | None 
 
 def _hmac_hex(key: bytes, stamp: int, body: bytes) -> str:
     return hmac.new(key, f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+
+
+def _positive(tolerance: int) -> int:
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance <= 0:
+        raise ValueError(f"the tolerance is a positive whole number of seconds, got {tolerance!r}")
+    return tolerance
