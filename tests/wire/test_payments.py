@@ -19,13 +19,14 @@ from datetime import UTC, datetime, timedelta
 
 import httpx2
 import pytest
+from standardwebhooks import Webhook
 
 from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
 from mcp_elicit.reference.app import PAY_INVOICE
 from mcp_elicit.reference.payments import SIGNATURE_HEADER, PaymentsConfig, signed_event
 from mcp_elicit.web.external import FINAL_LEASE, MAX_BODY, REOPEN_AFTER, event_entry, final_entry, reference_entry
 from mcp_elicit.web.flows import Charge, Checkout, EventOutcome, ExternalCompletion, ProviderEvent
-from mcp_elicit.web.webhooks import sign_timestamped
+from mcp_elicit.web.webhooks import StandardWebhooks, sign_timestamped
 from tests.helpers.pages_site import hidden
 from tests.helpers.payments_site import (
     CLIENT_ID,
@@ -773,3 +774,40 @@ def test_a_final_claim_holds_for_its_lease_then_exactly_one_delivery_takes_it_ov
     assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
     assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
     assert sum(1 for why in reasons_of(site, decision) if "second payment for this reference" in why) == 1
+
+
+STANDARD_SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
+
+
+def test_a_provider_signing_with_the_standard_webhooks_library_completes_the_decision_end_to_end(
+    store_url: str,
+) -> None:
+    """The other built-in verifier over real HTTP: deliveries signed by the `standardwebhooks` library itself."""
+    sender = Webhook(STANDARD_SECRET)
+
+    def signed(body: bytes, message_id: str) -> dict[str, str]:
+        now = datetime.now(UTC)
+        return {
+            "content-type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": sender.sign(message_id, now, body),
+        }
+
+    standard: Tweak = lambda flow: replace(flow, verifier=StandardWebhooks(STANDARD_SECRET))  # noqa: E731
+    with payments_site(store_url, tweak=standard) as site:
+        decision, reference = started(site)
+        url = f"{site.base}/elicit/hooks/{PAY_INVOICE}"
+        paid = json.dumps(event(reference, "payment.succeeded", 1)).encode()
+        with httpx2.Client(timeout=10) as http:
+            forged = http.post(url, content=paid, headers=signed(paid.replace(b"succeeded", b"failed"), "msg_1"))
+            assert forged.status_code == 400 and forged.json() == {"error": "bad_signature"}
+            assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+            hmac_signed = deliver(http, site, event(reference, "payment.succeeded", 1))
+            assert hmac_signed.status_code == 400  # the site takes this flow's scheme only
+            applied = http.post(url, content=paid, headers=signed(paid, "msg_1"))
+            assert applied.json() == {"status": "applied", "decision": "external_completed"}, applied.text
+            again = http.post(url, content=paid, headers=signed(paid, "msg_2"))
+            assert again.status_code == 200 and again.json()["status"] == "duplicate", again.text
+        assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
+        assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
