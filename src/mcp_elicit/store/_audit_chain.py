@@ -176,17 +176,18 @@ class AuditChainCore(Core):
             )  # fmt: skip
             chain: str | None = None
             rows: list[SealedRow | UnreadableAuditRow] = []
-            async for page in tx.stream(
+            async with tx.stream(
                 f"SELECT {_CHAINED_COLUMNS} FROM elicit_audit"
                 " WHERE chain_seq IS NOT NULL OR prev_hash IS NOT NULL OR row_hash IS NOT NULL"
                 " ORDER BY subject_id, chain_seq, seq"
-            ):
-                for row in page:
-                    if row[_SUBJECT_ID] != chain:
-                        if chain is not None:
-                            judge.chain(chain, rows)
-                        chain, rows = str(row[_SUBJECT_ID]), []
-                    rows.append(self._stored_row(row))
+            ) as pages:
+                async for page in pages:
+                    for row in page:
+                        if row[_SUBJECT_ID] != chain:
+                            if chain is not None:
+                                judge.chain(chain, rows)
+                            chain, rows = str(row[_SUBJECT_ID]), []
+                        rows.append(self._stored_row(row))
             if chain is not None:
                 judge.chain(chain, rows)
             unsealed = await tx.one("SELECT count(*) FROM elicit_audit WHERE row_hash IS NULL")
@@ -201,18 +202,19 @@ class AuditChainCore(Core):
         current: Sequence[Any] | None = None
         delta: dict[str, Head] = {}
         columns = ", ".join(f"c.{name}" for name in _CHECKPOINT_COLUMNS.split(", "))
-        async for page in tx.stream(
+        async with tx.stream(
             f"SELECT {columns}, h.chain, h.chain_seq, h.row_hash FROM elicit_audit_checkpoints c"
             " LEFT JOIN elicit_audit_checkpoint_heads h ON h.checkpoint_id = c.checkpoint_id"
             " ORDER BY c.checkpoint_id, h.chain"
-        ):
-            for row in page:
-                if current is not None and row[0] != current[0]:
-                    judge.checkpoint(self._checkpoint(current, delta))
-                    delta = {}
-                current = row
-                if row[9] is not None:
-                    delta[str(row[9])] = Head(int(row[10]), str(row[11]))
+        ) as pages:
+            async for page in pages:
+                for row in page:
+                    if current is not None and row[0] != current[0]:
+                        judge.checkpoint(self._checkpoint(current, delta))
+                        delta = {}
+                    current = row
+                    if row[9] is not None:
+                        delta[str(row[9])] = Head(int(row[10]), str(row[11]))
         if current is not None:
             judge.checkpoint(self._checkpoint(current, delta))
 

@@ -25,6 +25,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -160,10 +161,15 @@ class _SQLiteTx:
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(_qmark(sql), rows)
 
-    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+    @asynccontextmanager
+    async def stream(
+        self, sql: str, params: Sequence[object] = (), *, size: int = 1000
+    ) -> AsyncIterator[AsyncIterator[list[Any]]]:
         cursor = self._connection.execute(_qmark(sql), params)
-        while rows := cursor.fetchmany(size):
-            yield rows
+        try:
+            yield _pages(cursor, size)
+        finally:
+            cursor.close()
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
@@ -510,6 +516,11 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         self._engine.close()
+
+
+async def _pages(cursor: sqlite3.Cursor, size: int) -> AsyncIterator[list[Any]]:
+    while rows := cursor.fetchmany(size):
+        yield rows
 
 
 def _loads(value: str) -> JSONValue:
