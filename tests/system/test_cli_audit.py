@@ -132,6 +132,31 @@ def test_the_sealer_logs_each_checkpoint_and_refuses_to_sign_over_a_rewrite(
         store.close()
 
 
+def test_the_sealer_reads_past_more_unreadable_rows_than_its_batch_and_names_them_once(
+    sqlite_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = written(sqlite_url, clock)
+    [unreadable] = run_sql(
+        sqlite_url,
+        [("UPDATE elicit_audit SET details = '[]' WHERE subject_id IN (%s, %s) RETURNING seq",
+          (ids["decision"], ids["operation"]))],
+    )  # fmt: skip
+    assert len(unreadable) == 5
+    store = open_store(sqlite_url, clock=clock)
+    keys = AuditSigningKeys([OLD])
+    sealer = AuditSealer(AsyncStore(store), keys, timedelta(seconds=5), batch=2)
+    try:
+        with caplog.at_level(logging.INFO, logger="mcp_elicit.server.audit_sealer"):
+            last = anyio.run(sealer.seal)
+        assert last is not None and not last.more
+        report = store.verify_audit(keys.public())
+        assert report.rows_sealed == 2 and report.unsealed == 5, "the other operation's two rows, past five unread"
+        [error] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+        assert error.endswith("seq " + ", ".join(str(seq) for (seq,) in sorted(unreadable)))
+    finally:
+        store.close()
+
+
 @pytest.mark.engines("sqlite", "postgres")
 def test_verify_exits_1_naming_the_first_break(store_url: str, clock: FakeClock) -> None:
     ids = written(store_url, clock)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -453,6 +454,8 @@ class _SQLiteCore(SQLCore):
             raise BadValue(f"invalid JSON ({error.msg} at character {error.pos})") from None
         except RecursionError:
             raise BadValue("JSON nested too deeply to read") from None
+        except ValueError as error:
+            raise BadValue(f"JSON that mcp-elicit never writes ({error})") from None
 
     def close(self) -> None:
         with self._guard:
@@ -524,8 +527,29 @@ async def _pages(cursor: sqlite3.Cursor, size: int) -> AsyncIterator[list[Any]]:
 
 
 def _loads(value: str) -> JSONValue:
-    result: JSONValue = json.loads(value)
+    """JSON text as mcp-elicit writes it (`json_text`): a number that is not finite (NaN, Infinity, 1e400) or a
+    lone surrogate (escaped: it has no UTF-8 form) was written by hand, and has no canonical encoding to hash."""
+    result: JSONValue = _DECODER.decode(value)
+    if "\\u" in value:
+        try:
+            json_text(result).encode()
+        except UnicodeEncodeError:
+            raise ValueError("a lone surrogate") from None
     return result
+
+
+def _not_finite(text: str) -> float:
+    raise ValueError("a number that is not finite")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError("a number beyond a double")
+    return number
+
+
+_DECODER = json.JSONDecoder(parse_constant=_not_finite, parse_float=_finite)
 
 
 def _translate(error: sqlite3.Error, path: Path) -> StoreError:
