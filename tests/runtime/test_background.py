@@ -17,7 +17,8 @@ from mcp import Client
 from pydantic import BaseModel
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
-from mcp_elicit.server import Accepted, Elicitation, Flow, RequestState, Timing
+from mcp_elicit.model.audit_keys import AuditSigningKeys
+from mcp_elicit.server import Accepted, AuditSealing, Elicitation, Flow, RequestState, Timing
 from mcp_elicit.server.background import Shared
 from mcp_elicit.testing import Harness, accept
 
@@ -92,6 +93,33 @@ async def test_claims_stay_renewed_after_the_connection_whose_lifespan_renewed_t
             await b.call_tool("hold", {})
         assert a_done.is_set()
     assert len(lapsed) == 6 and not any(lapsed), f"the step's claim lapsed while its holder ran it: {lapsed}"
+    elicitation.close()
+
+
+async def test_the_last_lifespan_to_end_seals_what_was_written_and_says_the_sealer_stopped(tmp_path: Path) -> None:
+    """The sealer's interval is an hour, so only the end can seal: A's connection closing leaves the sealing to
+    B's lifespan, still up; B's closing, the last, seals the calls' audit rows once the background work stopped,
+    and the checkpoint says no sealer runs any more (verify then expects none to seal what comes after)."""
+    keys = AuditSigningKeys([bytes(range(32))])
+    sealing = AuditSealing(keys, checkpoint_interval=timedelta(hours=1))
+    elicitation = Elicitation(
+        f"sqlite:///{tmp_path / 's.db'}", request_state=RequestState(single_process=True), audit=sealing
+    )
+    server = elicitation.server("sealed")
+
+    @elicitation.tool()
+    async def noted(flow: Flow, n: int) -> str:
+        return f"noted {n}"
+
+    async with Client(server, mode="legacy") as b:
+        async with Client(server, mode="legacy") as a:
+            await a.call_tool("noted", {"n": 1})
+        after_a = elicitation.store.verify_audit(keys.public())
+        assert after_a.unsealed > 0 and after_a.last_checkpoint is None, "B's lifespan is up: nothing sealed yet"
+        await b.call_tool("noted", {"n": 2})
+    report = elicitation.store.verify_audit(keys.public())
+    assert report.sound and report.unsealed == 0 and report.rows_sealed > after_a.unsealed, report
+    assert report.last_checkpoint is not None and not report.last_checkpoint.sealer_running
     elicitation.close()
 
 

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -20,7 +20,7 @@ from mcp_elicit.model import DecisionStatus, System
 from mcp_elicit.model.audit_chain import GENESIS, ChainedRow
 from mcp_elicit.model.audit_keys import AuditKeyError, AuditPublicKeys, AuditSigningKeys, key_id
 from mcp_elicit.store import SCHEMA_VERSION, Store, open_store, utc_now
-from mcp_elicit.store.audit import Anchor, AuditReport, AuditSealRefused, BreakKind
+from mcp_elicit.store.audit import AUTO, Anchor, AuditReport, AuditSealRefused, BreakKind, SealResult
 from mcp_elicit.store.postgres import SEAL_LOCK
 from tests.helpers.audit_tamper import Statement, chain_rows, cut_back, rehashed, run_sql
 from tests.helpers.clock import FakeClock
@@ -533,9 +533,166 @@ def test_an_unsealed_row_the_store_cannot_read_is_left_unsealed_and_named(
     assert good.elicitation_id not in str(report.breaks)
 
 
+def _unreadable(store_url: str, subjects: list[str], details: str = "[]") -> list[int]:
+    """The audit rows of `subjects` edited by hand into something the store cannot read; their `seq`."""
+    where = f"subject_id IN ({', '.join(['%s'] * len(subjects))})"
+    [rows] = run_sql(store_url, [(f"UPDATE elicit_audit SET details = '{details}' WHERE {where} RETURNING seq",
+                                  tuple(subjects))])  # fmt: skip
+    return sorted(seq for (seq,) in rows)
+
+
+def test_a_seal_reads_past_more_unreadable_rows_than_its_batch(store_url: str, store: Store, records: Records) -> None:
+    """The oldest unsealed rows, more than a batch, cannot be read: the seal reads on past them and chains the
+    rows after, and sealing again and again ends, every readable row sealed and the unreadable ones named."""
+    _reads_past(store_url, store, records, "[]")
+
+
+@pytest.mark.engines("sqlite")  # PostgreSQL's jsonb holds none of these
+@pytest.mark.parametrize("details", ['{"x": NaN}', '{"x": 1e400}', '{"x": "\\ud800"}'])
+def test_details_with_no_canonical_json_are_unreadable_to_a_seal(
+    store_url: str, store: Store, records: Records, details: str
+) -> None:
+    """JSON mcp-elicit never writes, which has no canonical encoding to hash: unreadable, not a crash."""
+    _reads_past(store_url, store, records, details)
+
+
+def _reads_past(store_url: str, store: Store, records: Records, details: str) -> None:
+    bad = [records.form() for _ in range(3)]
+    good = [records.form() for _ in range(2)]
+    seqs = _unreadable(store_url, [d.elicitation_id for d in bad] + [d.operation_id for d in bad], details)
+    assert len(seqs) == 6
+    first = store.seal_audit(KEYS, batch=4)
+    assert first.rows == 2 and first.more and first.checkpoint_id == 1, first
+    assert set(first.unreadable) == set(seqs), "two pages of unreadable rows read past"
+    results = [first]
+    while results[-1].more:
+        results.append(store.seal_audit(KEYS, batch=4))
+        assert len(results) < 10, results
+    report = store.verify_audit(PUBLIC)
+    assert report.rows_sealed == 2 * len(good) and report.unsealed == 6
+    kind, chain, _, _ = only_break(report)
+    assert kind is BreakKind.EDITED and chain in {d.elicitation_id for d in bad} | {d.operation_id for d in bad}
+    assert f"an unsealed row (seq {seqs[0]}) cannot be read" in str(report.breaks[0])
+
+
+def test_streams_past_a_page_follow_one_another_and_one_left_midway_is_closed(store_url: str, store: Store) -> None:
+    """Verify streams the checkpoints, then the rows, in one snapshot, each longer than a page of the stream (1000
+    rows); a seal streams the unsealed rows and leaves the stream after its batch, more rows left. Over and
+    over on one store (one pool on PostgreSQL, the async engine's too): no cursor of one is in another's way."""
+    insert = (
+        "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
+        " VALUES ('operation', %s, NULL, 'open', 'system:test', 'written', '{}', %s)"
+    )
+    at = utc_now() if not store_url.startswith("sqlite") else int(utc_now().timestamp() * 1_000_000)
+    run_sql(store_url, [(insert, (f"chain-{n % 1250}", at)) for n in range(2500)])
+    for sealed in range(1, 4):
+        result = store.seal_audit(KEYS, batch=700)
+        assert (result.rows, result.more) == (700, True)
+        report = store.verify_audit(PUBLIC)
+        assert report.sound and report.rows_sealed == 700 * sealed, report.breaks
+    assert seal_all(store) == 1
+    report = store.verify_audit(PUBLIC)
+    assert report.sound and report.rows_sealed == 2500 and report.chains == 1250 and report.unsealed == 0
+
+
+class Overtaking(FakeClock):
+    """A clock that, read once armed, first lets another seal run: as if it came between a seal's reading and
+    its writing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: Callable[[], object] | None = None
+
+    def __call__(self) -> datetime:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return super().__call__()
+
+
+def test_a_seal_overtaken_between_its_reading_and_its_writing_writes_nothing(store_url: str) -> None:
+    clock = Overtaking()
+    store, other = open_store(store_url, clock=clock), open_store(store_url)
+    try:
+        records = Records(store, clock)
+        long_chain(records)
+        overtaking: list[SealResult] = []
+        clock.meanwhile = lambda: overtaking.append(other.seal_audit(KEYS))
+        overtaken = store.seal_audit(KEYS)
+        assert overtaking[0].checkpoint_id == 1 and overtaking[0].rows == 6
+        assert overtaken.checkpoint_id is None and overtaken.rows == 0 and overtaken.more, "seal again, it says"
+        records.form()
+        again = store.seal_audit(KEYS)
+        assert (again.checkpoint_id, again.rows, again.more) == (2, 2, False)
+        report = store.verify_audit(PUBLIC)
+        assert report.sound and report.unsealed == 0 and report.rows_sealed == 8, report.breaks
+    finally:
+        other.close()
+        store.close()
+
+
+def test_checkpoints_say_whether_a_served_apps_sealer_runs(store: Store, records: Records) -> None:
+    def said() -> tuple[int, bool] | None:
+        last = store.verify_audit(PUBLIC).last_checkpoint
+        return None if last is None else (last.checkpoint_id, last.sealer_running)
+
+    assert store.seal_audit(KEYS, running=False).checkpoint_id is None, "nothing to seal, nothing to say"
+    started = store.seal_audit(KEYS, running=True)
+    assert (started.checkpoint_id, started.rows) == (1, 0) and said() == (1, True), "it says it runs, no row"
+    assert store.seal_audit(KEYS, running=True).checkpoint_id is None, "said already"
+    records.form()
+    assert store.seal_audit(KEYS).rows == 2 and said() == (2, True), "a seal by hand repeats what was said"
+    records.form()
+    stopped = store.seal_audit(KEYS, running=False)
+    assert stopped.rows == 2 and said() == (3, False)
+    assert store.seal_audit(KEYS, running=False).checkpoint_id is None
+    records.form()
+    assert store.seal_audit(KEYS).rows == 2 and said() == (4, False)
+    assert store.seal_audit(KEYS, running=True).rows == 0 and said() == (5, True)
+    assert store.verify_audit(PUBLIC).sound
+
+
+def test_by_default_verify_holds_rows_to_the_max_exposure_while_a_sealer_runs(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    """A served app's sealer covers every row within seconds: while the last checkpoint says one runs, a row
+    uncovered for longer than the default max exposure is a break; once it says none runs (sealed by hand, or
+    the sealer stopped), that row is a warning. A max exposure given holds either way."""
+    records.form()
+    clock.advance(timedelta(minutes=11))
+    unsealed = store.verify_audit(PUBLIC, max_exposure=AUTO)
+    assert unsealed.sound and len(unsealed.warnings) == 1 and unsealed.unsealed == 2
+    assert "2 rows are covered by no checkpoint" in unsealed.warnings[0] and "no checkpoint yet" in unsealed.warnings[0]
+    store.seal_audit(KEYS, running=True)
+    records.form()
+    clock.advance(timedelta(minutes=9))
+    assert store.verify_audit(PUBLIC, max_exposure=AUTO).sound, "within the max exposure"
+    clock.advance(timedelta(minutes=2))
+    report = store.verify_audit(PUBLIC, max_exposure=AUTO)
+    kind, _, _, _ = only_break(report)
+    assert kind is BreakKind.EXPOSED and "while the last checkpoint says a served app's sealer runs" in str(
+        report.breaks[0]
+    )
+    store.seal_audit(KEYS, running=False)
+    records.form()
+    clock.advance(timedelta(minutes=11))
+    stopped = store.verify_audit(PUBLIC, max_exposure=AUTO)
+    assert stopped.sound and "the last checkpoint says no served app's sealer runs" in stopped.warnings[0]
+    given = store.verify_audit(PUBLIC, max_exposure=timedelta(minutes=10))
+    assert only_break(given)[0] is BreakKind.EXPOSED and not given.warnings
+    assert store.verify_audit(PUBLIC).sound and not store.verify_audit(PUBLIC).warnings, "no max exposure: none"
+
+
 @pytest.mark.engines("sqlite")
 @pytest.mark.parametrize(
-    ("column", "value"), [("chain_seq", "'three'"), ("at", "'yesterday'"), ("details", "'not json'")]
+    ("column", "value"),
+    [
+        ("chain_seq", "'three'"),
+        ("at", "'yesterday'"),
+        ("details", "'not json'"),
+        ("details", """'{"x": NaN}'"""),
+        ("details", """'{"x": "\\udfff"}'"""),
+    ],
 )
 def test_a_sealed_row_the_store_cannot_read_is_an_edited_break(trail: Trail, column: str, value: str) -> None:
     run_sql(trail.url, [(f"UPDATE elicit_audit SET {column} = {value} WHERE subject_id = %s AND chain_seq = 3",

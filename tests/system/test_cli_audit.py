@@ -19,12 +19,13 @@ import pytest
 from mcp_elicit.model import DecisionStatus, System
 from mcp_elicit.model.audit_keys import KEYS_PATH, AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.server.audit_sealer import AuditSealer
-from mcp_elicit.store import open_store
+from mcp_elicit.store import open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
 from tests.helpers.audit_tamper import cut_back, run_sql
 from tests.helpers.cli_terminal import COMMAND
 from tests.helpers.clock import FakeClock
 from tests.helpers.commands import cli
+from tests.helpers.grants import recorded_grant
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.records import ALICE, Records
 
@@ -67,7 +68,13 @@ def test_seal_then_verify_is_sound_and_states_the_exposure_window(store_url: str
     before = cli("audit", "verify", "--max-exposure", "off", store=store_url, env=keys_env(OLD))
     assert before.returncode == 0, before.stderr
     assert "no checkpoint yet" in before.stdout and "7 rows written since" in before.stdout
-    exposed = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    unsealed = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert unsealed.returncode == 0, "nothing says a sealer runs: rows waiting for a seal by hand are no break"
+    assert unsealed.stderr.startswith("warning: 7 rows are covered by no checkpoint, the first (seq 1, written ")
+    assert "no checkpoint yet, so they wait for a seal by hand (`mcp-elicit audit seal` covers them" in " ".join(
+        unsealed.stderr.split()
+    )
+    exposed = cli("audit", "verify", "--max-exposure", "10m", store=store_url, env=keys_env(OLD))
     assert exposed.returncode == 1, "the rows were written days ago (the test clock) and no checkpoint covers them"
     assert "7 rows are covered by no checkpoint" in exposed.stderr and "(not covered in time)" in exposed.stderr
     sealed = cli("audit", "seal", store=store_url, env=keys_env(OLD))
@@ -76,8 +83,9 @@ def test_seal_then_verify_is_sound_and_states_the_exposure_window(store_url: str
     again = cli("audit", "seal", store=store_url, env=keys_env(OLD))
     assert again.stdout.startswith("nothing to seal")
     verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
-    assert verified.returncode == 0, verified.stderr
+    assert verified.returncode == 0 and verified.stderr == "", verified.stderr
     assert verified.stdout.startswith("sound: 4 chains, 7 rows sealed\nlast checkpoint 1 at ")
+    assert "it says no served app's sealer runs (sealed by hand, or the sealer stopped)" in verified.stdout
     assert "every row is covered by a checkpoint" in verified.stdout
     assert f"anchor: {sealed.stdout.split()[-1]} (keep it outside the database" in verified.stdout
 
@@ -130,6 +138,59 @@ def test_the_sealer_logs_each_checkpoint_and_refuses_to_sign_over_a_rewrite(
         assert store.verify_audit(keys.public()).unsealed == 7, "nothing was signed over the rewrite"
     finally:
         store.close()
+
+
+def test_the_sealer_reads_past_more_unreadable_rows_than_its_batch_and_names_them_once(
+    sqlite_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = written(sqlite_url, clock)
+    [unreadable] = run_sql(
+        sqlite_url,
+        [("UPDATE elicit_audit SET details = '[]' WHERE subject_id IN (%s, %s) RETURNING seq",
+          (ids["decision"], ids["operation"]))],
+    )  # fmt: skip
+    assert len(unreadable) == 5
+    store = open_store(sqlite_url, clock=clock)
+    keys = AuditSigningKeys([OLD])
+    sealer = AuditSealer(AsyncStore(store), keys, timedelta(seconds=5), batch=2)
+    try:
+        with caplog.at_level(logging.INFO, logger="mcp_elicit.server.audit_sealer"):
+            last = anyio.run(sealer.seal)
+        assert last is not None and not last.more
+        report = store.verify_audit(keys.public())
+        assert report.rows_sealed == 2 and report.unsealed == 5, "the other operation's two rows, past five unread"
+        [error] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+        assert error.endswith("seq " + ", ".join(str(seq) for (seq,) in sorted(unreadable)))
+    finally:
+        store.close()
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_commands_that_write_audit_rows_seal_them_when_the_keys_are_set(store_url: str, clock: FakeClock) -> None:
+    """`decisions cancel` and `sweep`, `grants revoke` seal what they wrote with the keys set; without them the
+    rows wait; keys set but unreadable stop the command before it writes anything."""
+    overdue = written(store_url, clock)["other_decision"]
+    store = open_store(store_url)
+    try:
+        waiting = Records(store, utc_now).form().elicitation_id
+        grant = recorded_grant(store, ALICE).grant_id
+    finally:
+        store.close()
+    bad = cli("decisions", "cancel", waiting, store=store_url, env={"MCP_ELICIT_AUDIT_KEYS": "not base64"})
+    assert bad.returncode == 2 and "MCP_ELICIT_AUDIT_KEYS" in bad.stderr, bad.stderr
+    assert "requested" in cli("decisions", "show", waiting, store=store_url).stdout, "nothing was cancelled"
+    cancelled = cli("decisions", "cancel", waiting, store=store_url, env=keys_env(OLD))
+    assert cancelled.returncode == 0 and cancelled.stderr == "", cancelled.stderr
+    covered = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert covered.returncode == 0 and "every row is covered by a checkpoint" in covered.stdout, covered.stdout
+    assert cli("grants", "revoke", grant, store=store_url, env=NO_KEYS).returncode == 0
+    left = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert "1 rows written since, not yet covered" in left.stdout, "no keys, no seal: " + left.stdout
+    swept = cli("decisions", "sweep", store=store_url, env=keys_env(OLD))
+    assert swept.returncode == 0 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
+    covered = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert "every row is covered by a checkpoint" in covered.stdout, covered.stdout
+    assert overdue in cli("audit", "export", store=store_url).stdout
 
 
 @pytest.mark.engines("sqlite", "postgres")
@@ -259,8 +320,14 @@ def test_the_served_app_seals_by_itself_and_publishes_its_keys(tmp_path: Path, s
             assert time.monotonic() < deadline, result.stdout + log.read_text(errors="replace")
             time.sleep(0.5)
         assert f"key {AuditSigningKeys([NEW]).public().ids()[0]}" in result.stdout, "the newest key signs"
+        assert "it says a served app's sealer runs" in result.stdout
         ready = httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=30).json()
         assert ready["checks"]["audit"] == "ok", ready
         assert re.search(r"audit checkpoint \d+:[0-9a-f]{64} sealed \d+ rows", log.read_text(errors="replace"))
+        written(sqlite_url, FakeClock(datetime.now(UTC)))
     finally:
         stop(process)
+    stopped = cli("audit", "verify", store=sqlite_url, env=keys_env(NEW, OLD))
+    assert stopped.returncode == 0 and stopped.stderr == "", stopped.stderr
+    assert "every row is covered by a checkpoint" in stopped.stdout, "the rows written just before it stopped too"
+    assert "it says no served app's sealer runs (sealed by hand, or the sealer stopped)" in stopped.stdout

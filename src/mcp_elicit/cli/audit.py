@@ -1,18 +1,20 @@
 """`mcp-elicit audit ...`: verify the audit trail's tamper evidence, export it, seal it, print its public keys.
 
-The served app seals the trail every few seconds when `MCP_ELICIT_AUDIT_KEYS` is set (see
-`mcp_elicit.server.audit_sealer`); `seal` does one round by hand (cron, a store no server runs on). `verify`
-checks every chain, head and checkpoint (see `mcp_elicit.store.audit`) against public keys it takes from
-`--keys` (the published document, as a file or its URL) or derives from `MCP_ELICIT_AUDIT_KEYS`, never from
-the store: whoever can write to the database could store a key of their own there. Its guarantee holds
-relative to an anchor, a checkpoint's `ID:ROOT` kept outside the database (verify prints the latest, the
-served app logs each): `--anchor` (or `--anchors FILE`) requires those checkpoints to be there as they were, so
-that deleting the latest checkpoints and resealing rewritten rows is found; rows left uncovered longer than
-`--max-exposure` are a break too.
+The served app seals the trail every few seconds when `MCP_ELICIT_AUDIT_KEYS` is set, and once more as it
+stops (see `mcp_elicit.server.audit_sealer`); the commands that write audit rows seal them when it is set;
+`seal` does one round by hand (cron, a store no server runs on). `verify` checks every chain, head and
+checkpoint (see `mcp_elicit.store.audit`) against public keys it takes from `--keys` (the published document,
+as a file or its URL) or derives from `MCP_ELICIT_AUDIT_KEYS`, never from the store: whoever can write to the
+database could store a key of their own there. Its guarantee holds relative to an anchor, a checkpoint's
+`ID:ROOT` kept outside the database (verify prints the latest, the served app logs each): `--anchor` (or
+`--anchors FILE`) requires those checkpoints to be there as they were, so that deleting the latest checkpoints
+and resealing rewritten rows is found. Rows left uncovered longer than `--max-exposure` are a break too; by
+default (`auto`) only while the last checkpoint says a served app's sealer runs, which would have covered them
+within seconds: a trail sealed by hand, or whose sealer stopped, gets a warning on stderr instead (exit 0).
 
-Exit codes: 0 done (for `verify`: the trail is sound); 1 `verify` found a break, the first named on stderr, or
-`seal` refused to sign over a trail edited by hand; 2 a usage error (no keys, a keys document or anchor that
-cannot be read, a bad `--since` or `--max-exposure`) or a store that cannot be used.
+Exit codes: 0 done (for `verify`: the trail is sound, warnings or not); 1 `verify` found a break, the first
+named on stderr, or `seal` refused to sign over a trail edited by hand; 2 a usage error (no keys, a keys
+document or anchor that cannot be read, a bad `--since` or `--max-exposure`) or a store that cannot be used.
 """
 
 from __future__ import annotations
@@ -27,11 +29,20 @@ from typing import Annotated, Any, Literal
 import typer
 
 from mcp_elicit.cli import _render
-from mcp_elicit.cli.decisions import StoreOption, _say, _store, err
+from mcp_elicit.cli._sealing import seal_all
+from mcp_elicit.cli.decisions import StoreOption, _left_unsealed, _say, _signing_keys, _store, err
 from mcp_elicit.model import JSONObject
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
-from mcp_elicit.settings import Settings, SettingsError, variable
-from mcp_elicit.store.audit import DEFAULT_MAX_EXPOSURE, Anchor, AuditReport, AuditSealRefused, SealedRow
+from mcp_elicit.settings import variable
+from mcp_elicit.store.audit import (
+    AUTO,
+    DEFAULT_MAX_EXPOSURE,
+    Anchor,
+    AuditReport,
+    AuditSealRefused,
+    MaxExposure,
+    SealedRow,
+)
 
 app = typer.Typer(help="Verify, export and seal the tamper-evident audit trail.", no_args_is_help=True)
 
@@ -41,16 +52,7 @@ PAGE = 1000
 _KEYS_VARIABLE = variable("audit_keys")
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def _signing_keys() -> AuditSigningKeys | None:
-    try:
-        seeds = Settings.read(only=["audit_keys"]).audit_keys
-    except SettingsError as error:
-        for problem in error.problems:
-            _say(err, "error:", "red", problem)
-        raise typer.Exit(USAGE) from None
-    return None if seeds is None else AuditSigningKeys(seeds)
+_DEFAULT = f"{int(DEFAULT_MAX_EXPOSURE.total_seconds() // 60)}m"
 
 
 def _needed_signing_keys(command: str) -> AuditSigningKeys:
@@ -81,12 +83,12 @@ def _published(source: str) -> AuditPublicKeys:
         raise typer.Exit(USAGE) from None
 
 
-def _max_exposure(value: str) -> timedelta | None:
-    if value == "off":
-        return None
+def _max_exposure(value: str) -> MaxExposure:
+    if value in ("off", AUTO):
+        return None if value == "off" else AUTO
     found = _DURATION.fullmatch(value.strip())
     if found is None or int(found[1]) < 1:
-        raise typer.BadParameter(f"{value!r} is not a duration: 90s, 10m, 2h, 1d (or off)")
+        raise typer.BadParameter(f"{value!r} is not a duration: 90s, 10m, 2h, 1d (or auto, off)")
     return timedelta(**{_UNITS[found[2]]: int(found[1])})
 
 
@@ -140,9 +142,11 @@ def verify(
         typer.Option(
             "--max-exposure",
             metavar="DURATION",
-            help="A row covered by no checkpoint for longer than this is a break (90s, 10m, 2h, 1d, or off).",
+            help=f"A row covered by no checkpoint for longer than this is a break: 90s, 10m, 2h, 1d, off, or auto: "
+            f"{_DEFAULT} while the last checkpoint says a served app's sealer runs (it seals every few seconds, "
+            f"and once more as it stops); otherwise rows uncovered longer than {_DEFAULT} are a warning, exit 0.",
         ),
-    ] = f"{int(DEFAULT_MAX_EXPOSURE.total_seconds() // 60)}m",
+    ] = AUTO,
 ) -> None:
     """Check every chain, head, checkpoint and anchor: exit 0 when the trail is sound, 1 naming the first break."""
     exposure = _max_exposure(max_exposure)
@@ -165,6 +169,13 @@ def verify(
         _say(err, "broken:", "red", f"the audit trail of {url} was tampered with at {first}{also}")
         raise typer.Exit(BROKEN)
     typer.echo(_sound(report))
+    for warning in report.warnings:
+        _say(
+            err,
+            "warning:",
+            "yellow",
+            f"{warning} (`mcp-elicit audit seal` covers them; --max-exposure {_DEFAULT} makes this a break)",
+        )
 
 
 def _sound(report: AuditReport) -> str:
@@ -175,12 +186,19 @@ def _sound(report: AuditReport) -> str:
     else:
         when = last.sealed_at.astimezone(UTC).isoformat(timespec="seconds")
         lines.append(f"last checkpoint {last.checkpoint_id} at {when}, root {last.root}, key {report.last_key_id}")
+        lines.append(
+            "it says a served app's sealer runs (rows are held to the max exposure)"
+            if last.sealer_running
+            else "it says no served app's sealer runs (sealed by hand, or the sealer stopped)"
+        )
         lines.append(f"anchor: {report.anchor} (keep it outside the database; give it to --anchor next time)")
     if report.anchors:
         lines.append(f"{report.anchors} anchor{'s' if report.anchors > 1 else ''} found as recorded")
+    oldest = report.oldest_unsealed_at
     lines.append(
-        f"{report.unsealed:,} rows written since, not yet covered by a checkpoint (the exposure window)"
-        if report.unsealed
+        f"{report.unsealed:,} rows written since, not yet covered by a checkpoint (the exposure window), the oldest "
+        f"at {oldest.astimezone(UTC).isoformat(timespec='seconds')}"
+        if report.unsealed and oldest is not None
         else "every row is covered by a checkpoint"
     )
     if report.migrated_rows:
@@ -195,32 +213,19 @@ def _sound(report: AuditReport) -> str:
 def seal(store: StoreOption = None) -> None:
     """Chain the rows written since the last seal and sign a checkpoint (what a served app does every few seconds)."""
     keys = _needed_signing_keys("audit seal")
-    rows = checkpoints = 0
-    last = None
-    unreadable: set[int] = set()
     with _store(store) as opened:
-        while True:
-            try:
-                result = opened.seal_audit(keys)
-            except AuditSealRefused as error:
-                _say(err, "refused:", "red", f"not sealing the audit trail of {opened.display_url}: {error}")
-                raise typer.Exit(BROKEN) from None
-            unreadable.update(result.unreadable)
-            if not result.rows:
-                break
-            rows, checkpoints, last = rows + result.rows, checkpoints + 1, result.anchor
-    if unreadable:
-        listed = ", ".join(str(seq) for seq in sorted(unreadable))
-        _say(
-            err, "error:", "red", f"audit rows the store cannot read were left unsealed (edited by hand?): seq {listed}"
-        )
-    if not checkpoints:
+        try:
+            sealed = seal_all(opened, keys)
+        except AuditSealRefused as error:
+            _say(err, "refused:", "red", f"not sealing the audit trail of {opened.display_url}: {error}")
+            raise typer.Exit(BROKEN) from None
+    _left_unsealed(sealed.unreadable)
+    count, plural = sealed.checkpoints, "s" if sealed.checkpoints > 1 else ""
+    if not count:
         typer.echo("nothing to seal: every row is sealed (or another instance is sealing now)")
     else:
-        typer.echo(
-            f"sealed {rows:,} rows in {checkpoints} checkpoint{'s' if checkpoints > 1 else ''}; last checkpoint {last}"
-        )
-    if unreadable:
+        typer.echo(f"sealed {sealed.rows:,} rows in {count} checkpoint{plural}; last checkpoint {sealed.last}")
+    if sealed.unreadable:
         raise typer.Exit(BROKEN)
 
 

@@ -1,8 +1,13 @@
 """`mcp-elicit decisions ...`: the operator's view of pending and past decisions.
 
 Exit codes: 0 done; 1 the decision is not found (or the id prefix names several), already ended, or the
-cancel lost a race; 2 the store cannot be used, a stored row included. Everything printed, errors too,
-passes through `printable`: stored text reaches the terminal as text, never as control sequences or markup.
+cancel lost a race; 2 the store cannot be used, a stored row included, or the audit's signing keys are set but
+cannot be read. Everything printed, errors too, passes through `printable`: stored text reaches the terminal as
+text, never as control sequences or markup.
+
+`cancel` and `sweep` (and `grants revoke`) write audit rows: with the audit's signing keys set
+(`MCP_ELICIT_AUDIT_KEYS`) they seal them before they return, as a served app would (see `_sealing`); a seal that
+fails is said on stderr and leaves the exit code as the command's own outcome set it.
 
 `ls` reads the store a page at a time (keyset pages, `Store.decision_page`) and, into a pipe or as JSON,
 writes each page before reading the next: a listing of any length holds one page in memory.
@@ -24,8 +29,11 @@ from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
 from mcp_elicit.cli import _render
+from mcp_elicit.cli._sealing import seal_all, signing_keys
 from mcp_elicit.model import Decision, DecisionStatus, Operator
+from mcp_elicit.model.audit_keys import AuditSigningKeys
 from mcp_elicit.printable import hidden, printable
+from mcp_elicit.settings import SettingsError
 from mcp_elicit.store import (
     ENV_VAR,
     DecisionFilter,
@@ -38,6 +46,7 @@ from mcp_elicit.store import (
     open_store,
     utc_now,
 )
+from mcp_elicit.store.audit import AuditSealRefused
 
 app = typer.Typer(help="List, inspect, audit, cancel and expire decisions.", no_args_is_help=True)
 
@@ -64,6 +73,7 @@ class Exit:
     AMBIGUOUS = 1
     CONFLICT = 1
     STORE = 2
+    USAGE = 2
 
 
 class AmbiguousId(Exception):
@@ -74,13 +84,27 @@ def _say(console: Console, label: str, style: str, message: str) -> None:
     console.print(Text.assemble((label, style), " ", printable(message)), soft_wrap=True)
 
 
+def _signing_keys() -> AuditSigningKeys | None:
+    """The audit's signing keys, None when they are not set; a setting that cannot be read exits 2."""
+    try:
+        return signing_keys()
+    except SettingsError as error:
+        for problem in error.problems:
+            _say(err, "error:", "red", problem)
+        raise typer.Exit(Exit.USAGE) from None
+
+
 @contextmanager
-def _store(url: str | None) -> Iterator[Store]:
+def _store(url: str | None, *, writes: bool = False) -> Iterator[Store]:
+    """The store at `url`, its errors turned into exit codes. A command that `writes` audit rows seals them after
+    (not after a store error) when the audit's signing keys are set, read before anything is written."""
+    keys = _signing_keys() if writes else None
     try:
         store = open_store(url)
     except StoreError as error:
         _say(err, "error:", "red", str(error))
         raise typer.Exit(Exit.STORE) from None
+    failed = False
     try:
         yield store
     except AmbiguousId as error:
@@ -90,10 +114,37 @@ def _store(url: str | None) -> Iterator[Store]:
         _say(err, "not found:", "red", str(error))
         raise typer.Exit(Exit.NOT_FOUND) from None
     except StoreError as error:
+        failed = True
         _say(err, "error:", "red", str(error))
         raise typer.Exit(Exit.STORE) from None
     finally:
-        store.close()
+        try:
+            if keys is not None and not failed:
+                _seal_written(store, keys)
+        finally:
+            store.close()
+
+
+def _seal_written(store: Store, keys: AuditSigningKeys) -> None:
+    """Seal what the command wrote; a seal that fails is said, and leaves the command's own outcome as it was."""
+    try:
+        sealed = seal_all(store, keys)
+    except AuditSealRefused as error:
+        _say(err, "error:", "red", f"the audit rows written were not sealed: {error}")
+        return
+    except StoreError as error:
+        _say(err, "warning:", "yellow", f"the audit rows written were not sealed now ({error})")
+        return
+    _left_unsealed(sealed.unreadable)
+
+
+def _left_unsealed(unreadable: set[int]) -> None:
+    """Say which unsealed audit rows a seal left because the store cannot read them."""
+    if unreadable:
+        listed = ", ".join(str(seq) for seq in sorted(unreadable))
+        _say(
+            err, "error:", "red", f"audit rows the store cannot read were left unsealed (edited by hand?): seq {listed}"
+        )
 
 
 def _find(store: Store, reference: str, caller: Operator) -> Decision:
@@ -421,7 +472,7 @@ def cancel(
     from mcp_elicit.server.tasks.state import task_status
 
     actor = _operator(operator)
-    with _store(store) as opened:
+    with _store(store, writes=True) as opened:
         decision: Decision | None = None
         try:
             operation_id = opened.get_operation(elicitation_id, actor).operation_id
@@ -465,7 +516,7 @@ def _cancel_task(store: Store, operation_id: str, actor: Operator, reason: str, 
 @app.command("sweep")
 def sweep(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """Expire every overdue waiting decision and open operation; purge spent single-use tokens."""
-    with _store(store) as opened:
+    with _store(store, writes=True) as opened:
         result = opened.sweep_expired()
         if as_json:
             _render.print_json(

@@ -185,7 +185,7 @@ def revoke(
     """Revoke a standing grant: from now on, the calls it covered are asked again. A grant that already ended
     (revoked before, or expired) is left as it is, and the exit code is 1."""
     actor = _operator(operator)
-    with _store(store) as opened:
+    with _store(store, writes=True) as opened:
         grant = _find(opened, grant_id, actor)
         try:
             revoked = opened.revoke_grant(grant.grant_id, caller=actor, reason=reason)

@@ -106,6 +106,10 @@ class CheckpointClaim:
     migrated_through: int
     """The highest audit `seq` written before the store chained its audit (schema 11): rows up to it were chained
     at migration, not within seconds of being written."""
+    sealer_running: bool
+    """Whether a served app's sealer, which seals every few seconds, runs on the store: True from that sealer while
+    it runs, False from it as it stops; a seal by hand repeats what the checkpoint before it said. Verify holds
+    rows to its default max exposure only while the last checkpoint says True."""
 
     def message(self) -> bytes:
         """The bytes signed: a canonical JSON object, labelled so that no other signed document can pass for it."""
@@ -119,5 +123,6 @@ class CheckpointClaim:
                 "chains": self.chains,
                 "rows_sealed": self.rows_sealed,
                 "migrated_through": self.migrated_through,
+                "sealer_running": self.sealer_running,
             }
         ).encode()

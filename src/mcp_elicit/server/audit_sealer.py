@@ -6,16 +6,19 @@ checkpoint over the heads it moved with the ring's first key (see `mcp_elicit.st
 rows of a store migrated to schema 11) is sealed batch after batch at once.
 
 Guarantees: while the server's event loop runs, a row is covered by a signed checkpoint within about
-`checkpoint_interval` of its commit; the exposure window is what no checkpoint recorded outside the database
-(an anchor) covers yet, and `mcp-elicit audit verify` fails on rows left uncovered past its max exposure. A
-seal that fails (the store away) is logged and tried again at the next tick; on PostgreSQL one instance seals
-at a time, the others find the seal taken and skip it.
+`checkpoint_interval` of its commit, and the checkpoints say that a sealer runs (`sealer_running`); when the
+app's last lifespan ends, after its background work stopped, the sealer seals once more what was written and
+its checkpoint says that it stopped. The exposure window is what no checkpoint recorded outside the database
+(an anchor) covers yet; `mcp-elicit audit verify` fails on rows left uncovered past its max exposure while the
+checkpoints say a sealer runs (a crash leaves that said). A seal that fails (the store away) is logged and tried
+again at the next tick; on PostgreSQL one instance seals at a time, the others find the seal taken and skip it,
+and an instance still running says so again at its next tick after another one stopped.
 
 Each checkpoint's id and root are logged at INFO: a record outside the database that `audit verify --anchor`
 takes. The sealer remembers the last checkpoint it signed and refuses (an ERROR, and `refused` says why) to sign
 once that checkpoint is gone or changed, or when a head it would extend is not the one the checkpoints signed:
-whoever rewrote the trail by hand does not get it signed again. A row the store cannot read is left unsealed and
-logged as an ERROR by its `seq` at each seal; verify flags it once it is older than its max exposure.
+whoever rewrote the trail by hand does not get it signed again. A row the store cannot read is left unsealed
+(the rows after it are sealed) and logged as an ERROR by its `seq` at each round; verify names it as edited.
 """
 
 from __future__ import annotations
@@ -65,12 +68,15 @@ class AuditSealing:
 
 
 class AuditSealer:
-    """Seals one store every jittered interval for as long as `run` runs."""
+    """Seals one store every jittered interval for as long as `run` runs, and once more at `stop`."""
 
-    def __init__(self, store: AsyncStore, keys: AuditSigningKeys, interval: timedelta) -> None:
+    def __init__(
+        self, store: AsyncStore, keys: AuditSigningKeys, interval: timedelta, *, batch: int = SEAL_BATCH
+    ) -> None:
         self._store = store
         self._keys = keys
         self._interval = interval.total_seconds()
+        self._batch = batch
         self._signed: Anchor | None = None
         self.refused: str | None = None
         """Why the sealer stopped signing (the trail was edited by hand), or None while it signs."""
@@ -84,23 +90,30 @@ class AuditSealer:
             await self.seal()
 
     async def seal(self) -> SealResult | None:
-        """Seal until the backlog is gone; the last seal's result, or None when the store failed or the sealer
-        refused to sign."""
+        """Seal until the backlog is gone, saying in the checkpoints that this sealer runs; the last seal's
+        result, or None when the store failed or the sealer refused to sign."""
+        return await self._seal(running=True)
+
+    async def stop(self) -> SealResult | None:
+        """The last round, once `run` stopped: seal what was written since the last one, and say in the
+        checkpoints that this sealer stopped (so that verify does not expect it to seal what is written after)."""
+        return await self._seal(running=False)
+
+    async def _seal(self, *, running: bool) -> SealResult | None:
         if self.refused is not None:
             log.error("not sealing the audit trail of %s: %s", self._store.sync.display_url, self.refused)
             return None
+        unreadable: set[int] = set()
         try:
             while True:
-                result = await self._store.seal_audit(self._keys, extends=self._signed)
-                if result.unreadable:
-                    log.error(
-                        "audit rows the store cannot read are left unsealed (edited by hand?): seq %s",
-                        ", ".join(str(seq) for seq in result.unreadable),
-                    )
+                result = await self._store.seal_audit(
+                    self._keys, batch=self._batch, extends=self._signed, running=running
+                )
+                unreadable.update(result.unreadable)
                 if result.anchor is not None:
                     self._signed = result.anchor
                     log.info("audit checkpoint %s sealed %d rows", result.anchor, result.rows)
-                if result.rows + len(result.unreadable) < SEAL_BATCH or not result.rows:
+                if not result.more:
                     return result
         except AuditSealRefused as error:
             self.refused = str(error)
@@ -111,3 +124,9 @@ class AuditSealer:
                 "cannot seal the audit trail of %s (trying again later): %s", self._store.sync.display_url, error
             )
             return None
+        finally:
+            if unreadable:
+                log.error(
+                    "audit rows the store cannot read are left unsealed (edited by hand?): seq %s",
+                    ", ".join(str(seq) for seq in sorted(unreadable)),
+                )

@@ -239,8 +239,9 @@ class Elicitation:
     the extension, becomes a task that waits for the approval and then runs. Off by default.
     `tool_approval_limits`: how many such tasks one principal may have open, and how fast they may open new ones
     (`ApprovalLimits`, defaults when None); a call over either ends as a tool error saying when to try again.
-    `audit`: the keys a served app signs the audit trail's checkpoints with, every `checkpoint_interval` (see
-    `mcp_elicit.server.audit_sealer`); None leaves the trail unsealed until `mcp-elicit audit seal` runs.
+    `audit`: the keys a served app signs the audit trail's checkpoints with, every `checkpoint_interval` and once
+    more as it stops (see `mcp_elicit.server.audit_sealer`); None leaves the trail unsealed until `mcp-elicit
+    audit seal` runs.
     """
 
     def __init__(
@@ -292,7 +293,9 @@ class Elicitation:
             self._background.append(Shared(Deliverer(self._async_store, notifications, clock).run))
         self.audit = audit
         self.audit_sealer: AuditSealer | None = None
-        """The sealer the app's lifespan runs (None when it does not seal): `refused` says why it stopped."""
+        """The sealer the app's lifespan runs (None when it does not seal), and stops once its last lifespan ended:
+        `refused` says why it stopped signing."""
+        self._lifespans = 0
         if audit is not None and audit.checkpoint_interval is not None:
             self.audit_sealer = AuditSealer(self._async_store, audit.keys, audit.checkpoint_interval)
             self._background.append(Shared(self.audit_sealer.run))
@@ -320,22 +323,34 @@ class Elicitation:
         return self._server
 
     def lifespan(self, inner: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None) -> Callable[[Any], Any]:
-        """The lifespan `server()` gives its `MCPServer`, around `inner`; for a server another framework builds."""
+        """The lifespan `server()` gives its `MCPServer`, around `inner`; for a server another framework builds.
+
+        Several may run at once (the SDK runs one per connection of its in-memory client): they share the
+        background work, and the last one to end has the audit sealer seal once more after that work stopped.
+        """
 
         @asynccontextmanager
         async def lifespan(server: Any) -> AsyncIterator[Any]:
-            async with self.store.serving(), anyio.create_task_group() as group:
-                self._hear_changes()
-                for work in self._background:
-                    group.start_soon(work.host)
+            async with self.store.serving():
+                self._lifespans += 1
                 try:
-                    if inner is None:
-                        yield {}
-                    else:
-                        async with inner(server) as state:
-                            yield state
+                    async with anyio.create_task_group() as group:
+                        self._hear_changes()
+                        for work in self._background:
+                            group.start_soon(work.host)
+                        try:
+                            if inner is None:
+                                yield {}
+                            else:
+                                async with inner(server) as state:
+                                    yield state
+                        finally:
+                            group.cancel_scope.cancel()
                 finally:
-                    group.cancel_scope.cancel()
+                    self._lifespans -= 1
+                    if not self._lifespans and self.audit_sealer is not None:
+                        with anyio.CancelScope(shield=True):
+                            await self.audit_sealer.stop()
 
         return lifespan
 

@@ -1,12 +1,15 @@
 """The sealer of the audit trail's hash chains, verify's reading of them, and the export's pages.
 
 Writers insert audit rows as they always did (`Core._audit`), unsealed, so chaining costs a transition nothing
-and unrelated writers never wait on a chain. A seal is one transaction: it takes the oldest unsealed rows (by
-`seq`), appends each to its subject's chain (place, previous hash, own hash), moves the chains' heads, and signs
-a checkpoint over the heads it moved, linked to the previous checkpoint's root, with the newest key of the ring:
-its cost follows what it seals, not how many chains exist. One sealer at a time (the engine's `_seal_turn`). On
-PostgreSQL a row with a lower `seq` may commit after higher ones were sealed: it is sealed by the next seal,
-appended to its chain then (a chain's order is its sealing order).
+and unrelated writers never wait on a chain. A seal takes the oldest unsealed rows (by `seq`; past any it cannot
+read, which stay unsealed for verify to name), appends each to its subject's chain (place, previous hash, own
+hash), moves the chains' heads, and signs a checkpoint over the heads it moved, linked to the previous
+checkpoint's root, with the newest key of the ring: its cost follows what it seals, not how many chains exist.
+It reads, checks, hashes and signs in a read-only snapshot, then stores the result in a write transaction that
+holds the write lock only for that, and only if the checkpoints still end where the snapshot saw them end
+(compare-and-set: otherwise another seal came between, and nothing is written). One sealer at a time (the
+engine's `_seal_turn`). On PostgreSQL a row with a lower `seq` may commit after higher ones were sealed: it is
+sealed by the next seal, appended to its chain then (a chain's order is its sealing order).
 
 Before it signs, a seal checks that each head it extends is the one the checkpoints last signed for that chain,
 and, given the checkpoint the caller signed last, that it is still there as signed: a seal never signs over
@@ -17,7 +20,8 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from mcp_elicit.model import AuditEntry
@@ -31,6 +35,7 @@ from mcp_elicit.store.audit import (
     AuditJudge,
     AuditReport,
     AuditSealRefused,
+    MaxExposure,
     SealedRow,
     SealResult,
     StoredCheckpoint,
@@ -40,7 +45,11 @@ from mcp_elicit.store.errors import StoreCorrupt
 
 _CHAINED_COLUMNS = f"{AUDIT_COLUMNS}, chain_seq, prev_hash, row_hash"
 _CHECKPOINT_COLUMNS = (
-    "checkpoint_id, sealed_at, prev_root, root, chains, rows_sealed, migrated_through, key_id, signature"
+    "checkpoint_id, sealed_at, prev_root, root, chains, rows_sealed, migrated_through, sealer_running, key_id,"
+    " signature"
+)
+_LAST_CHECKPOINT = (
+    "SELECT checkpoint_id, root, sealer_running FROM elicit_audit_checkpoints ORDER BY checkpoint_id DESC LIMIT 1"
 )
 _UPSERT_HEAD = (
     "INSERT INTO elicit_audit_heads (chain, chain_seq, row_hash) VALUES (%s, %s, %s)"
@@ -54,34 +63,92 @@ _SIGNED_HEADS = (
 )
 _IN_CHUNK = 500
 _SEQ, _SUBJECT_ID, _CHAIN_SEQ = 0, 2, 9
+_HEAD = 10
+"""Where a checkpoint's head starts in a row of `_feed_checkpoints`, after the checkpoint's columns."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A seal as read and signed outside the write lock: what the write transaction stores, if the checkpoints
+    still end where they ended when it was read."""
+
+    after: Anchor | None
+    claim: CheckpointClaim
+    signature: Signature
+    sealed: list[tuple[object, ...]]
+    delta: dict[str, Head]
+    unreadable: tuple[int, ...]
+    more: bool
 
 
 class AuditChainCore(Core):
     async def seal_audit(
-        self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH, extends: Anchor | None = None
+        self,
+        keys: AuditSigningKeys,
+        *,
+        batch: int = SEAL_BATCH,
+        extends: Anchor | None = None,
+        running: bool | None = None,
     ) -> SealResult:
         if batch < 1:
             raise ValueError(f"a seal chains at least one row, not {batch}")
+        plan = await self._plan_seal(keys, batch, extends, running)
+        if isinstance(plan, SealResult):
+            return plan
+        claim, unreadable = plan.claim, plan.unreadable
         async with self._write() as tx:
             if not await self._seal_turn(tx):
-                return SealResult(rows=0)
-            found = await tx.all(
-                f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq LIMIT %s", (batch,)
+                return SealResult(rows=0, unreadable=unreadable)
+            if _anchor(await tx.one(_LAST_CHECKPOINT)) != plan.after:
+                return SealResult(rows=0, unreadable=unreadable, more=True)
+            await tx.executemany(
+                "UPDATE elicit_audit SET chain_seq = %s, prev_hash = %s, row_hash = %s WHERE seq = %s", plan.sealed
             )
-            entries: list[AuditEntry] = []
-            unreadable: list[int] = []
-            for row in found:
-                try:
-                    entries.append(self._audit_entry(row))
-                except StoreCorrupt:
-                    unreadable.append(int(row[_SEQ]))
-            if not entries:
-                return SealResult(rows=0, unreadable=tuple(unreadable))
-            last = await tx.one(
-                "SELECT checkpoint_id, root FROM elicit_audit_checkpoints ORDER BY checkpoint_id DESC LIMIT 1"
+            await tx.executemany(_UPSERT_HEAD, [(c, h.chain_seq, h.row_hash) for c, h in plan.delta.items()])
+            await tx.execute(
+                f"INSERT INTO elicit_audit_checkpoints ({_CHECKPOINT_COLUMNS}) VALUES ({_marks(10)})",
+                (claim.checkpoint_id, self._to_time(claim.sealed_at), claim.prev_root, claim.root, claim.chains,
+                 claim.rows_sealed, claim.migrated_through, claim.sealer_running, plan.signature.key_id,
+                 plan.signature.value),
+            )  # fmt: skip
+            await tx.executemany(
+                "INSERT INTO elicit_audit_checkpoint_heads (checkpoint_id, chain, chain_seq, row_hash)"
+                " VALUES (%s, %s, %s, %s)",
+                [(claim.checkpoint_id, c, h.chain_seq, h.row_hash) for c, h in plan.delta.items()],
             )
+        return SealResult(
+            rows=claim.rows_sealed, chains=claim.chains, checkpoint_id=claim.checkpoint_id, root=claim.root,
+            unreadable=unreadable, more=plan.more,
+        )  # fmt: skip
+
+    async def _plan_seal(
+        self, keys: AuditSigningKeys, batch: int, extends: Anchor | None, running: bool | None
+    ) -> _Plan | SealResult:
+        """The next seal, read from one snapshot and signed: every read, check and hash of a seal, so that the
+        write lock is held only to store it; or the result of a seal with nothing to sign."""
+        entries: list[AuditEntry] = []
+        unreadable: list[int] = []
+        more = False
+        async with self._snapshot() as tx:
+            last = await tx.one(_LAST_CHECKPOINT)
             number = 1 if last is None else int(last[0]) + 1
             await self._check_signed(tx, extends, number)
+            async with tx.stream(
+                f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq", size=batch
+            ) as pages:
+                async for page in pages:
+                    for row in page:
+                        try:
+                            entries.append(self._audit_entry(row))
+                        except StoreCorrupt:
+                            unreadable.append(int(row[_SEQ]))
+                    more = len(page) == batch
+                    if entries:
+                        break
+            said = last is not None and bool(last[2])
+            sealer_running = said if running is None else running
+            if not entries and sealer_running == said:
+                return SealResult(rows=0, unreadable=tuple(unreadable))
             chains = list(dict.fromkeys(entry.subject_id for entry in entries))
             heads = await self._heads(tx, chains, _STORED_HEADS)
             signed = await self._heads(tx, chains, _SIGNED_HEADS)
@@ -91,41 +158,22 @@ class AuditChainCore(Core):
                         f"the head of chain {chain} is not the one the checkpoints signed for it"
                         f" ({_said(heads.get(chain))} stored, {_said(signed.get(chain))} signed): not sealing over it"
                     )
-            sealed: list[tuple[object, ...]] = []
-            for entry in entries:
-                head = heads.get(entry.subject_id)
-                place, previous = (1, GENESIS) if head is None else (head.chain_seq + 1, head.row_hash)
-                row = SealedRow(entry=entry, chain_seq=place, prev_hash=previous, row_hash=None)
-                digest = row.chained().digest()
-                heads[entry.subject_id] = Head(place, digest)
-                sealed.append((place, previous, digest, entry.seq))
-            await tx.executemany(
-                "UPDATE elicit_audit SET chain_seq = %s, prev_hash = %s, row_hash = %s WHERE seq = %s", sealed
-            )
-            delta = {chain: heads[chain] for chain in chains}
-            await tx.executemany(_UPSERT_HEAD, [(c, h.chain_seq, h.row_hash) for c, h in delta.items()])
             origin = await tx.one("SELECT migrated_through FROM elicit_audit_origin")
-            prev_root = EMPTY_ROOT if last is None else str(last[1])
-            claim = CheckpointClaim(
-                checkpoint_id=number, sealed_at=self._clock(), prev_root=prev_root,
-                root=checkpoint_root(prev_root, delta), chains=len(delta), rows_sealed=len(entries),
-                migrated_through=int(origin[0]),
-            )  # fmt: skip
-            signature = keys.sign(claim.message())
-            await tx.execute(
-                f"INSERT INTO elicit_audit_checkpoints ({_CHECKPOINT_COLUMNS}) VALUES ({_marks(9)})",
-                (claim.checkpoint_id, self._to_time(claim.sealed_at), claim.prev_root, claim.root, claim.chains,
-                 claim.rows_sealed, claim.migrated_through, signature.key_id, signature.value),
-            )  # fmt: skip
-            await tx.executemany(
-                "INSERT INTO elicit_audit_checkpoint_heads (checkpoint_id, chain, chain_seq, row_hash)"
-                " VALUES (%s, %s, %s, %s)",
-                [(claim.checkpoint_id, c, h.chain_seq, h.row_hash) for c, h in delta.items()],
-            )
-        return SealResult(
-            rows=len(entries), chains=len(chains), checkpoint_id=claim.checkpoint_id, root=claim.root,
-            unreadable=tuple(unreadable),
+        sealed: list[tuple[object, ...]] = []
+        for entry in entries:
+            head = heads.get(entry.subject_id)
+            place, previous = (1, GENESIS) if head is None else (head.chain_seq + 1, head.row_hash)
+            digest = SealedRow(entry=entry, chain_seq=place, prev_hash=previous, row_hash=None).chained().digest()
+            heads[entry.subject_id] = Head(place, digest)
+            sealed.append((place, previous, digest, entry.seq))
+        delta = {chain: heads[chain] for chain in chains}
+        prev_root = EMPTY_ROOT if last is None else str(last[1])
+        claim = CheckpointClaim(
+            checkpoint_id=number, sealed_at=self._clock(), prev_root=prev_root, root=checkpoint_root(prev_root, delta),
+            chains=len(delta), rows_sealed=len(entries), migrated_through=int(origin[0]),
+            sealer_running=sealer_running,
         )  # fmt: skip
+        return _Plan(_anchor(last), claim, keys.sign(claim.message()), sealed, delta, tuple(unreadable), more)
 
     async def _check_signed(self, tx: Tx, extends: Anchor | None, number: int) -> None:
         """Refuse to sign checkpoint `number` when the checkpoint the caller signed last is gone or changed, or
@@ -161,7 +209,7 @@ class AuditChainCore(Core):
         keys: AuditPublicKeys,
         *,
         anchors: Sequence[Anchor] = (),
-        max_exposure: timedelta | None = None,
+        max_exposure: MaxExposure = None,
     ) -> AuditReport:
         async with self._snapshot() as tx:
             origin = await tx.one("SELECT migrated_through FROM elicit_audit_origin")
@@ -176,17 +224,18 @@ class AuditChainCore(Core):
             )  # fmt: skip
             chain: str | None = None
             rows: list[SealedRow | UnreadableAuditRow] = []
-            async for page in tx.stream(
+            async with tx.stream(
                 f"SELECT {_CHAINED_COLUMNS} FROM elicit_audit"
                 " WHERE chain_seq IS NOT NULL OR prev_hash IS NOT NULL OR row_hash IS NOT NULL"
                 " ORDER BY subject_id, chain_seq, seq"
-            ):
-                for row in page:
-                    if row[_SUBJECT_ID] != chain:
-                        if chain is not None:
-                            judge.chain(chain, rows)
-                        chain, rows = str(row[_SUBJECT_ID]), []
-                    rows.append(self._stored_row(row))
+            ) as pages:
+                async for page in pages:
+                    for row in page:
+                        if row[_SUBJECT_ID] != chain:
+                            if chain is not None:
+                                judge.chain(chain, rows)
+                            chain, rows = str(row[_SUBJECT_ID]), []
+                        rows.append(self._stored_row(row))
             if chain is not None:
                 judge.chain(chain, rows)
             unsealed = await tx.one("SELECT count(*) FROM elicit_audit WHERE row_hash IS NULL")
@@ -201,18 +250,19 @@ class AuditChainCore(Core):
         current: Sequence[Any] | None = None
         delta: dict[str, Head] = {}
         columns = ", ".join(f"c.{name}" for name in _CHECKPOINT_COLUMNS.split(", "))
-        async for page in tx.stream(
+        async with tx.stream(
             f"SELECT {columns}, h.chain, h.chain_seq, h.row_hash FROM elicit_audit_checkpoints c"
             " LEFT JOIN elicit_audit_checkpoint_heads h ON h.checkpoint_id = c.checkpoint_id"
             " ORDER BY c.checkpoint_id, h.chain"
-        ):
-            for row in page:
-                if current is not None and row[0] != current[0]:
-                    judge.checkpoint(self._checkpoint(current, delta))
-                    delta = {}
-                current = row
-                if row[9] is not None:
-                    delta[str(row[9])] = Head(int(row[10]), str(row[11]))
+        ) as pages:
+            async for page in pages:
+                for row in page:
+                    if current is not None and row[0] != current[0]:
+                        judge.checkpoint(self._checkpoint(current, delta))
+                        delta = {}
+                    current = row
+                    if row[_HEAD] is not None:
+                        delta[str(row[_HEAD])] = Head(int(row[_HEAD + 1]), str(row[_HEAD + 2]))
         if current is not None:
             judge.checkpoint(self._checkpoint(current, delta))
 
@@ -235,9 +285,9 @@ class AuditChainCore(Core):
     def _checkpoint(self, row: Sequence[Any], delta: dict[str, Head]) -> StoredCheckpoint:
         claim = CheckpointClaim(
             checkpoint_id=int(row[0]), sealed_at=self._from_time(row[1]), prev_root=row[2], root=row[3],
-            chains=int(row[4]), rows_sealed=int(row[5]), migrated_through=int(row[6]),
+            chains=int(row[4]), rows_sealed=int(row[5]), migrated_through=int(row[6]), sealer_running=bool(row[7]),
         )  # fmt: skip
-        return StoredCheckpoint(claim=claim, signature=Signature(row[7], row[8]), delta=delta)
+        return StoredCheckpoint(claim=claim, signature=Signature(row[8], row[9]), delta=delta)
 
     async def audit_export(
         self, *, after: int = 0, limit: int = 1000, since: datetime | None = None, operation_id: str | None = None
@@ -270,6 +320,10 @@ class AuditChainCore(Core):
     @abstractmethod
     def _snapshot(self) -> Transaction:
         """A read-only transaction whose statements all see one snapshot of the database."""
+
+
+def _anchor(last: Sequence[Any] | None) -> Anchor | None:
+    return None if last is None else Anchor(int(last[0]), str(last[1]))
 
 
 def _said(head: Head | None) -> str:

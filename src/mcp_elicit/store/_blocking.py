@@ -28,7 +28,7 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.store._facade import StoreBase
-from mcp_elicit.store.audit import SEAL_BATCH, Anchor, AuditReport, SealedRow, SealResult
+from mcp_elicit.store.audit import SEAL_BATCH, Anchor, AuditReport, MaxExposure, SealedRow, SealResult
 from mcp_elicit.store.errors import UnreadableRow
 from mcp_elicit.store.protocol import (
     Claim,
@@ -412,22 +412,33 @@ class Store(StoreBase):
         return self._run(lambda core: core.outbox_purge(settled_before, stale_before=stale_before))
 
     def seal_audit(
-        self, keys: AuditSigningKeys, *, batch: int = SEAL_BATCH, extends: Anchor | None = None
+        self,
+        keys: AuditSigningKeys,
+        *,
+        batch: int = SEAL_BATCH,
+        extends: Anchor | None = None,
+        running: bool | None = None,
     ) -> SealResult:
-        """Chain up to `batch` unsealed audit rows, oldest first, and sign a checkpoint over the heads they moved
-        with the ring's first key, in one transaction (see `mcp_elicit.store.audit`). Nothing to seal, or another
-        instance sealing (PostgreSQL), is a result with no checkpoint. Raises `AuditSealRefused`, sealing nothing,
-        when a head it would extend is not the one the checkpoints signed, or when `extends` (the checkpoint the
-        caller signed last) is gone or changed."""
-        return self._run(lambda core: core.seal_audit(keys, batch=batch, extends=extends))
+        """Chain up to `batch` unsealed audit rows, oldest first (past rows it cannot read), and sign a checkpoint
+        over the heads they moved with the ring's first key (see `mcp_elicit.store.audit`); read and signed in a
+        snapshot, stored in one write transaction. Nothing to seal, another instance sealing (PostgreSQL), or
+        another seal between the reading and the writing is a result with no checkpoint (`more` says to seal
+        again). Raises `AuditSealRefused`, sealing nothing, when a head it would extend is not the one the
+        checkpoints signed, or when `extends` (the checkpoint the caller signed last) is gone or changed.
+
+        `running`: True from a served app's sealer as it runs, False from it as it stops, None for a seal by
+        hand; the checkpoint says so (`CheckpointClaim.sealer_running`, a seal by hand repeating the last one's),
+        and is signed with no row to chain when the last checkpoint says otherwise."""
+        return self._run(lambda core: core.seal_audit(keys, batch=batch, extends=extends, running=running))
 
     def verify_audit(
-        self, keys: AuditPublicKeys, *, anchors: Sequence[Anchor] = (), max_exposure: timedelta | None = None
+        self, keys: AuditPublicKeys, *, anchors: Sequence[Anchor] = (), max_exposure: MaxExposure = None
     ) -> AuditReport:
         """Check every chain, head and checkpoint in one snapshot, checkpoints' signatures with `keys`, which must
         come from where the verifier trusts (the published keys, the signing keys), never from this store; each
         of `anchors` (checkpoints recorded outside the store) must be there with its root; rows covered by no
-        checkpoint for longer than `max_exposure` are a break."""
+        checkpoint for longer than `max_exposure` are a break (`AUTO`: `DEFAULT_MAX_EXPOSURE` while the last
+        checkpoint says a served app's sealer runs, a warning of the report otherwise)."""
         return self._run(lambda core: core.verify_audit(keys, anchors=anchors, max_exposure=max_exposure))
 
     def audit_export(

@@ -9,6 +9,7 @@ driver's errors into the store errors below or those of `mcp_elicit.store.errors
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -33,9 +34,12 @@ class Tx(Protocol):
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
 
-    def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+    def stream(
+        self, sql: str, params: Sequence[object] = (), *, size: int = 1000
+    ) -> AbstractAsyncContextManager[AsyncIterator[list[Any]]]:
         """The statement's rows, `size` at a time, without holding them all (a server-side cursor where the
-        engine has one); only inside a read-only snapshot, and read each stream to its end before the next."""
+        engine has one); only inside a read-only snapshot. The cursor is closed when the block ends, however it
+        ends (read to the end, left midway, an exception), so streams may follow or nest in one transaction."""
         ...
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:

@@ -345,6 +345,7 @@ CREATE TABLE elicit_audit_checkpoints (
     chains BIGINT NOT NULL,
     rows_sealed BIGINT NOT NULL,
     migrated_through BIGINT NOT NULL,
+    sealer_running BOOLEAN NOT NULL,
     key_id TEXT NOT NULL,
     signature TEXT NOT NULL
 );

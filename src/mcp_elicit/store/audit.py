@@ -12,7 +12,8 @@ hashes, a checkpoint not signed by one of the public keys verify is given, and t
 changed are found. Exposure: rows written after the last anchor. Without an anchor, whoever can write to the
 database can delete the latest checkpoints with what they sealed and let the sealer sign the rewritten rows
 again; the running sealer refuses to (it remembers the last checkpoint it signed, and checks the heads it
-extends against the checkpoints), and verify fails when rows stay uncovered longer than `max_exposure`.
+extends against the checkpoints), and verify fails when rows stay uncovered longer than `max_exposure` (by
+default while the last checkpoint says a served app's sealer runs: see `MaxExposure`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Final, Literal
 
 from mcp_elicit.model import AuditEntry
 from mcp_elicit.model.audit_chain import EMPTY_ROOT, GENESIS, ChainedRow, CheckpointClaim, Head, checkpoint_root
@@ -31,7 +33,14 @@ from mcp_elicit.store.errors import StoreCorrupt
 SEAL_BATCH = 5000
 """Rows a seal chains at most in one transaction (and one checkpoint)."""
 DEFAULT_MAX_EXPOSURE = timedelta(minutes=10)
-"""How long `mcp-elicit audit verify` lets a row stay covered by no checkpoint before it calls that a break."""
+"""How long verify lets a row stay covered by no checkpoint, by default, while a served app's sealer runs."""
+AUTO: Final = "auto"
+MaxExposure = timedelta | Literal["auto"] | None
+"""How long verify lets a row stay covered by no checkpoint before it calls that a break: a duration, None (as
+long as it takes), or `AUTO` (`mcp-elicit audit verify`'s default): `DEFAULT_MAX_EXPOSURE` while the last
+checkpoint says a served app's sealer runs on the store (`CheckpointClaim.sealer_running`), which covers every
+row within seconds; otherwise (sealed by hand only, or that sealer stopped, having sealed what was written
+before) rows uncovered for longer are a warning of the report, not a break."""
 
 
 class AuditSealRefused(StoreCorrupt):
@@ -73,7 +82,11 @@ class SealResult:
     """The checkpoint this seal signed; None when there was nothing to seal, or another instance was sealing."""
     root: str | None = None
     unreadable: tuple[int, ...] = ()
-    """The `seq` of unsealed rows the store cannot read (edited by hand): left unsealed, so verify flags them."""
+    """The `seq` of unsealed rows the store cannot read (edited by hand) that this seal read past: left unsealed,
+    so verify flags them."""
+    more: bool = False
+    """Whether unsealed rows may be left that this seal did not take (a full batch, or another seal came between
+    its reading and its writing): seal again."""
 
     @property
     def anchor(self) -> Anchor | None:
@@ -174,6 +187,8 @@ class AuditReport:
     anchors: int = 0
     """Anchors checked (and found as they were, when the report is sound)."""
     oldest_unsealed_at: datetime | None = None
+    warnings: tuple[str, ...] = ()
+    """What is not a break but wants a look: rows uncovered past the default max exposure while no sealer runs."""
 
     @property
     def sound(self) -> bool:
@@ -210,7 +225,7 @@ class AuditJudge:
         migrated_through: int,
         anchors: Sequence[Anchor] = (),
         now: datetime | None = None,
-        max_exposure: timedelta | None = None,
+        max_exposure: MaxExposure = None,
     ) -> None:
         self._keys = keys
         self._migrated_through = migrated_through
@@ -229,6 +244,7 @@ class AuditJudge:
         self._seen: set[str] = set()
         self._rows = self._migrated = self._unsealed = 0
         self._oldest: datetime | None = None
+        self._warnings: list[str] = []
 
     def checkpoint(self, checkpoint: StoredCheckpoint) -> None:
         claim = checkpoint.claim
@@ -302,13 +318,26 @@ class AuditJudge:
         if oldest is None:
             return
         self._oldest = oldest.entry.at
-        if self._now is None or self._max_exposure is None or self._now - oldest.entry.at <= self._max_exposure:
+        given = self._max_exposure
+        limit = DEFAULT_MAX_EXPOSURE if given == AUTO else given
+        if self._now is None or not isinstance(limit, timedelta) or self._now - oldest.entry.at <= limit:
             return
-        what = (
+        first = (
             f"{count:,} rows are covered by no checkpoint, the first (seq {oldest.entry.seq}, written "
-            f"{oldest.entry.at.isoformat(timespec='seconds')}) for longer than the max exposure of "
-            f"{self._max_exposure}: the sealer is not running, or rows a checkpoint covered were unsealed by hand"
+            f"{oldest.entry.at.isoformat(timespec='seconds')}) for longer than {limit}"
         )
+        last = self._last
+        if given != AUTO:
+            what = f"{first}, the max exposure: no sealer runs, it refused to sign, or rows were unsealed by hand"
+        elif last is not None and last.claim.sealer_running:
+            what = (
+                f"{first}, while the last checkpoint says a served app's sealer runs: it stopped without saying so"
+                " (a crash), it refused to sign, or rows a checkpoint covered were unsealed by hand"
+            )
+        else:
+            said = "no checkpoint yet" if last is None else "the last checkpoint says no served app's sealer runs"
+            self._warnings.append(f"{first}: {said}, so they wait for a seal by hand")
+            return
         self._breaks.append(AuditBreak(BreakKind.EXPOSED, what, oldest.entry.subject_id))
 
     def report(self) -> AuditReport:
@@ -326,6 +355,7 @@ class AuditJudge:
             unsealed=self._unsealed, last_checkpoint=None if last is None else last.claim,
             last_key_id=None if last is None else last.signature.key_id, migrated_through=self._migrated_through,
             migrated_rows=self._migrated, anchors=self._anchor_count, oldest_unsealed_at=self._oldest,
+            warnings=tuple(self._warnings),
         )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ tables. Point the URL at a schema of its own (`?options=-csearch_path%3Dname`) t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -142,13 +143,18 @@ class _PostgresTx(_Waiting):
             self._send()
         self._cursor.executemany(sql, rows)
 
-    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+    @asynccontextmanager
+    async def stream(
+        self, sql: str, params: Sequence[object] = (), *, size: int = 1000
+    ) -> AsyncIterator[AsyncIterator[list[Any]]]:
         if self._waiting:
             self._send()
-        with self._connection.cursor(name="mcp_elicit_stream") as named:
+        named = self._connection.cursor(name=_stream_name())
+        try:
             named.execute(sql, params)
-            while rows := named.fetchmany(size):
-                yield rows
+            yield _pages(named, size)
+        finally:
+            named.close()
 
     def commit(self) -> None:
         if self._owes_commit:
@@ -189,17 +195,40 @@ class _AsyncPostgresTx(_Waiting):
             await self._send()
         await self._cursor.executemany(sql, rows)
 
-    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+    @asynccontextmanager
+    async def stream(
+        self, sql: str, params: Sequence[object] = (), *, size: int = 1000
+    ) -> AsyncIterator[AsyncIterator[list[Any]]]:
         if self._waiting:
             await self._send()
-        async with self._connection.cursor(name="mcp_elicit_stream") as named:
+        named = self._connection.cursor(name=_stream_name())
+        try:
             await named.execute(sql, params)
-            while rows := await named.fetchmany(size):
-                yield rows
+            yield _async_pages(named, size)
+        finally:
+            await named.close()
 
     async def commit(self) -> None:
         if self._owes_commit:
             await self._send(("COMMIT", ()))
+
+
+_STREAMS = itertools.count(1)
+
+
+def _stream_name() -> str:
+    """A server-side cursor's name, never the name of another one the same connection may still hold open."""
+    return f"mcp_elicit_stream_{next(_STREAMS)}"
+
+
+async def _pages(cursor: psycopg.ServerCursor[Any], size: int) -> AsyncIterator[list[Any]]:
+    while rows := cursor.fetchmany(size):
+        yield rows
+
+
+async def _async_pages(cursor: psycopg.AsyncServerCursor[Any], size: int) -> AsyncIterator[list[Any]]:
+    while rows := await cursor.fetchmany(size):
+        yield rows
 
 
 def describe(conninfo: str) -> str:

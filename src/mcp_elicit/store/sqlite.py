@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -160,10 +162,15 @@ class _SQLiteTx:
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(_qmark(sql), rows)
 
-    async def stream(self, sql: str, params: Sequence[object] = (), *, size: int = 1000) -> AsyncIterator[list[Any]]:
+    @asynccontextmanager
+    async def stream(
+        self, sql: str, params: Sequence[object] = (), *, size: int = 1000
+    ) -> AsyncIterator[AsyncIterator[list[Any]]]:
         cursor = self._connection.execute(_qmark(sql), params)
-        while rows := cursor.fetchmany(size):
-            yield rows
+        try:
+            yield _pages(cursor, size)
+        finally:
+            cursor.close()
 
     def defer(self, sql: str, params: Sequence[object] = ()) -> None:
         self._connection.execute(_qmark(sql), params)  # in-process: nothing to save by holding it back
@@ -447,6 +454,8 @@ class _SQLiteCore(SQLCore):
             raise BadValue(f"invalid JSON ({error.msg} at character {error.pos})") from None
         except RecursionError:
             raise BadValue("JSON nested too deeply to read") from None
+        except ValueError as error:
+            raise BadValue(f"JSON that mcp-elicit never writes ({error})") from None
 
     def close(self) -> None:
         with self._guard:
@@ -512,9 +521,35 @@ class SQLiteStore(Store):
         self._engine.close()
 
 
+async def _pages(cursor: sqlite3.Cursor, size: int) -> AsyncIterator[list[Any]]:
+    while rows := cursor.fetchmany(size):
+        yield rows
+
+
 def _loads(value: str) -> JSONValue:
-    result: JSONValue = json.loads(value)
+    """JSON text as mcp-elicit writes it (`json_text`): a number that is not finite (NaN, Infinity, 1e400) or a
+    lone surrogate (escaped: it has no UTF-8 form) was written by hand, and has no canonical encoding to hash."""
+    result: JSONValue = _DECODER.decode(value)
+    if "\\u" in value:
+        try:
+            json_text(result).encode()
+        except UnicodeEncodeError:
+            raise ValueError("a lone surrogate") from None
     return result
+
+
+def _not_finite(text: str) -> float:
+    raise ValueError("a number that is not finite")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError("a number beyond a double")
+    return number
+
+
+_DECODER = json.JSONDecoder(parse_constant=_not_finite, parse_float=_finite)
 
 
 def _translate(error: sqlite3.Error, path: Path) -> StoreError:
