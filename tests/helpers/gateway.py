@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import sys
 import threading
@@ -45,7 +47,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SDK_SERVER = (sys.executable, "-m", "tests.helpers.peers.sdk_server")
 ONE_ERA = (sys.executable, "-m", "tests.helpers.peers.one_era_server")
 MODERN_ONLY = (*ONE_ERA, "--era", "2026-07-28")
-EVERYTHING_VERSION = "2026.8.31"
+
+
+def _pinned() -> str:
+    """The version of server-everything the Makefile pins: one place to change it."""
+    found = re.search(r"^EVERYTHING_SERVER \?= @modelcontextprotocol/server-everything@(\S+)$", MAKEFILE, re.M)
+    assert found is not None, "the Makefile pins no EVERYTHING_SERVER"
+    return found[1]
+
+
+MAKEFILE = (ROOT / "Makefile").read_text()
+EVERYTHING_VERSION = _pinned()
 EVERYTHING = ROOT / ".tools" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 ERAS = ("legacy", "2026-07-28")
 """The downstream client's era: the handshake, or 2026-07-28 (negotiated in process by `mode="auto"`, since an
@@ -63,8 +75,12 @@ def everything() -> Upstream:
     """server-everything over stdio, on the Node pinned for the conformance suite if installed, else the
     machine's (it runs on Node 20 and later)."""
     node = str(PINNED_NODE) if PINNED_NODE.is_file() else shutil.which("node")
-    if node is None or not EVERYTHING.is_file():
-        missing = f"server-everything {EVERYTHING_VERSION} is not installed in .tools (make tools) or node is missing"
+    package = EVERYTHING.parents[1] / "package.json"
+    installed = json.loads(package.read_text())["version"] if package.is_file() else None
+    if node is None or installed != EVERYTHING_VERSION:
+        missing = (
+            f"server-everything {EVERYTHING_VERSION} is not in .tools (make tools installs it), or Node.js is missing"
+        )
         if IN_CI:
             pytest.fail(f"{missing}; .ci/run installs it (mandatory under CI=true)")
         pytest.skip(missing)
