@@ -9,6 +9,7 @@ loopback HTTP.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -23,16 +24,21 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     REQUEST_TIMEOUT,
+    ElicitCompleteNotification,
     ElicitRequestFormParams,
     ElicitRequestParams,
     ElicitRequestURLParams,
     ElicitResult,
+    ErrorData,
     LoggingMessageNotificationParams,
     PromptReference,
     ToolListChangedNotification,
 )
 
+from mcp_elicit.client import Accept, Consent, ElicitingClient, FormReply, FormRequest, UrlReply, UrlRequest
+from mcp_elicit.client.handler import Mode
 from mcp_elicit.gateway import Gateway, Upstream, UpstreamUnavailable
 from mcp_elicit.store import open_store
 from mcp_elicit.store.sqlite import SQLiteStore
@@ -50,7 +56,7 @@ from tests.helpers.gateway import (
     text,
 )
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.peers.sdk_server import CONNECT_URL
+from tests.helpers.peers.sdk_server import CONNECT_URL, LINK_ID
 from tests.helpers.peers.sdk_server import server as sdk_server
 
 pytestmark = pytest.mark.anyio
@@ -441,3 +447,153 @@ async def test_the_questions_of_two_clients_at_once_each_reach_their_own_client(
                 tasks.start_soon(book, first, "Oslo")
                 tasks.start_soon(book, second, "Rome")
     assert booked == {"Oslo": "booked 1 to Oslo", "Rome": "booked 2 to Rome"}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_calls_own_meta_goes_upstream_and_the_downstream_connections_does_not(era: str) -> None:
+    with sdk_over_http() as url:
+        async with relayed(over_http(url), era) as client:
+            meta: dict[str, Any] = {"trace": "t-1", "io.example/tenant": "acme"}
+            seen = json.loads(text(await client.call_tool("meta", {}, meta=meta)))  # type: ignore[arg-type]
+    # The upstream session stamps what is its own (on a handshake session: the gateway's progress token, asked
+    # for on every request); the client's envelope, which a handshake server would refuse, stays behind.
+    assert isinstance(seen.pop("progress_token"), int)
+    assert seen == {"trace": "t-1", "io.example/tenant": "acme"}
+
+
+async def test_a_url_flow_the_upstream_says_is_complete_is_said_complete_to_the_client() -> None:
+    completed = anyio.Event()
+    said_complete: list[str] = []
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, ElicitCompleteNotification):
+            said_complete.append(message.params.elicitation_id)
+            completed.set()
+
+    with sdk_over_http() as url:
+        async with relayed(
+            over_http(url), "legacy", elicitation_callback=Person({}), message_handler=on_message
+        ) as client:
+            assert text(await client.call_tool("link", {})) == "accept"
+            with anyio.fail_after(10):
+                await completed.wait()
+    assert said_complete == [LINK_ID]
+
+
+async def test_the_clients_refusal_reaches_the_upstream_as_it_gave_it() -> None:
+    async def away(context: ClientRequestContext, params: ElicitRequestParams) -> ErrorData:
+        return ErrorData(code=INVALID_REQUEST, message="the person is away")
+
+    with sdk_over_http() as url:
+        async with relayed(over_http(url), "legacy", elicitation_callback=away) as client:
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("book", {"city": "Oslo"})
+    assert (refused.value.code, refused.value.error.message) == (INVALID_REQUEST, "the person is away")
+
+
+class KitPerson:
+    """A person of the client kit who takes the modes given, and accepts whatever is asked."""
+
+    def __init__(self, modes: tuple[Mode, ...]) -> None:
+        self.modes = frozenset(modes)
+        self.asked = 0
+
+    async def form(self, request: FormRequest) -> FormReply:
+        self.asked += 1
+        return Accept({"seats": 2})
+
+    async def url(self, request: UrlRequest) -> UrlReply:
+        self.asked += 1
+        return Consent()
+
+
+async def test_a_client_is_never_sent_a_mode_of_question_it_did_not_declare() -> None:
+    forms, links = KitPerson(("form",)), KitPerson(("url",))
+    with sdk_over_http() as url:
+        gateway = Gateway(over_http(url))
+        async with gateway.running():
+            async with ElicitingClient(gateway.server, forms, era="2025-11-25") as forms_only:
+                no_link = text(await forms_only.call_tool("connect", {}))
+                booked = text(await forms_only.call_tool("book", {"city": "Oslo"}))
+            async with ElicitingClient(gateway.server, links, era="2025-11-25") as links_only:
+                with pytest.raises(MCPError) as no_form:
+                    await links_only.call_tool("book", {"city": "Oslo"})
+    assert no_link == (
+        "refused: -32600 the gateway cannot ask the client of tools/call 'connect': it did not declare URL-mode "
+        "elicitation"
+    )
+    assert booked == "booked 2 to Oslo" and forms.asked == 1
+    assert no_form.value.error.message == (
+        "the gateway cannot ask the client of tools/call 'book': it declared URL-mode elicitation only, and this is "
+        "a form"
+    )
+    assert links.asked == 0
+
+
+async def test_an_upstream_that_cannot_be_started_again_fails_calls_at_once_until_it_can(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    # Starts once; while `gone` exists, it exits at once instead (as a server whose command broke would).
+    command = ("sh", "-c", f'test -e "{gone}" && exit 3; exec "$0" "$@"', *SDK_SERVER)
+    async with relayed(stdio(command), "legacy") as client:
+        gone.write_text("")
+        with pytest.raises(MCPError):
+            await client.call_tool("die", {})
+        with pytest.raises(MCPError) as down:
+            await client.call_tool("pid", {})  # waits for the new start, which fails
+        with pytest.raises(MCPError) as still_down:
+            await client.call_tool("pid", {})  # fails at once: nothing to wait for until the next attempt
+        gone.unlink()
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    back = await client.call_tool("pid", {})
+                    break
+                except MCPError as until_the_next_attempt:
+                    assert until_the_next_attempt.error.message.startswith("upstream 'peer' could not be started")
+                    await anyio.sleep(0.1)
+    for error in (down.value, still_down.value):
+        assert error.code == INTERNAL_ERROR
+        assert error.error.message.startswith(
+            "upstream 'peer' could not be started: it closed the connection before the MCP handshake was done (see "
+            "its own error output); tools/call 'pid' was not sent (next attempt in "
+        )
+    assert int(text(back)) > 0
+
+
+async def test_a_call_waiting_longer_than_the_timeout_for_a_session_another_client_holds_fails() -> None:
+    holding = anyio.Event()
+    release = anyio.Event()
+
+    async def slow(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        holding.set()
+        with anyio.fail_after(10):
+            await release.wait()
+        return ElicitResult(action="accept", content={"seats": 1})
+
+    with sdk_over_http() as url:
+        gateway = Gateway(over_http(url, timeout=0.5))
+        with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+            async with (
+                Client(f"{base}/mcp", mode="legacy", elicitation_callback=slow) as first,
+                Client(f"{base}/mcp", mode="legacy") as second,
+                anyio.create_task_group() as tasks,
+            ):
+                booked: list[str] = []
+
+                async def book() -> None:
+                    booked.append(text(await first.call_tool("book", {"city": "Oslo"})))
+
+                tasks.start_soon(book)
+                with anyio.fail_after(10):
+                    await holding.wait()
+                with pytest.raises(MCPError) as busy:
+                    await second.call_tool("pid", {})
+                listed = await second.list_tools()  # a list draws no question: it takes the held session
+                release.set()
+    assert busy.value.code == REQUEST_TIMEOUT
+    assert busy.value.error.message == (
+        "upstream 'sdk' is busy: tools/call 'pid' waited 0.5 s for one of its 1 session(s), each carrying calls of "
+        "another client"
+    )
+    assert booked == ["booked 1 to Oslo"]  # the person took longer than the timeout: the clock was stopped
+    assert "pid" in {tool.name for tool in listed.tools}

@@ -8,13 +8,14 @@ URL-mode request with `ctx.elicit_url`, which the SDK sends on any protocol (202
 how the client answered. `capabilities` returns the client capabilities the server received. `crash` logs
 a line and raises: the SDK answers only "Error executing tool crash" and logs the traceback to stderr.
 `hold` writes a marker file and then sleeps, so that a test knows the call is in flight before it kills
-the process (`pid`), and writes `cancelled` there if the call is cancelled. `die` ends the process in the middle
-of a call. `count` reports progress, `say` logs a message to the client, `change` announces that the tool list
-changed (the way its protocol era does), and `quiz` asks the 2026-07-28 way, with an `InputRequiredResult`
-(which only a 2026-07-28 session can carry). The `greeting` prompt completes its `name`, and there is a note
-resource with a template. Run it as `python -m tests.helpers.peers.sdk_server`; `server` is the same server for
-in-process use. A peer of its own (not `tests.helpers.server`): it stands for tools written for the SDK, without
-mcp-elicit.
+the process (`pid`), and writes `cancelled` there if the call is cancelled. `die` ends the process in the
+middle of a call. `count` reports progress, `say` logs a message to the client, `change` announces that the
+tool list changed (the way its protocol era does), `link` sends a URL-mode request and then says the flow is
+complete (`notifications/elicitation/complete`), `meta` returns the `_meta` its request came with, and `quiz`
+asks the 2026-07-28 way, with an `InputRequiredResult` (which only a 2026-07-28 session can carry). The
+`greeting` prompt completes its `name`, and there is a note resource with a template. Run it as
+`python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process use. A peer of its own
+(not `tests.helpers.server`): it stands for tools written for the SDK, without mcp-elicit.
 """
 
 from __future__ import annotations
@@ -82,6 +83,23 @@ async def connect(ctx: Context) -> str:
     except MCPError as refused:
         return f"refused: {refused.code} {refused.error.message}"
     return answer.action
+
+
+LINK_ID = "link-1"
+
+
+@server.tool()
+async def link(ctx: Context) -> str:
+    """Send the person to a page, then say the flow there is complete."""
+    answer = await ctx.elicit_url("Link your account", CONNECT_URL, LINK_ID)
+    await ctx.request_context.session.send_elicit_complete(LINK_ID)
+    return answer.action
+
+
+@server.tool()
+async def meta(ctx: Context) -> str:
+    """The `_meta` of this request, as the server received it."""
+    return json.dumps(ctx.request_context.meta or {}, sort_keys=True)
 
 
 @server.tool()
