@@ -58,6 +58,7 @@ from tests.helpers.gateway import (
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.peers.sdk_server import CONNECT_URL, LINK_ID
 from tests.helpers.peers.sdk_server import server as sdk_server
+from tests.helpers.server import Options, build
 
 pytestmark = pytest.mark.anyio
 
@@ -597,3 +598,22 @@ async def test_a_call_waiting_longer_than_the_timeout_for_a_session_another_clie
     )
     assert booked == ["booked 1 to Oslo"]  # the person took longer than the timeout: the clock was stopped
     assert "pid" in {tool.name for tool in listed.tools}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_mcp_elicits_own_server_asks_through_the_gateway_on_both_eras(era: str, tmp_path: Path) -> None:
+    """On a handshake session its question comes as `elicitation/create` and is relayed live; on 2026-07-28 it
+    comes as its own sealed round, which goes through to the client and back as it was."""
+    person = Person({"approve": True, "note": "go"})
+    store = f"sqlite://{tmp_path / 'upstream.db'}"
+    elicitation, upstream = build(Options(store=store, tools=("flow",), effects=tmp_path / "effects"))
+    try:
+        with serving(upstream.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+            relayed_upstream = over_http(f"{base}/mcp", era="legacy" if era == "legacy" else "2026-07-28")
+            async with relayed(relayed_upstream, era, elicitation_callback=person) as client:
+                applied = await client.call_tool("approve", {"scope": "billing"})
+    finally:
+        elicitation.close()
+    assert text(applied) == "applied billing (go)"
+    [question] = person.asked
+    assert isinstance(question, ElicitRequestFormParams) and question.message == "Apply plan for billing?"
