@@ -9,7 +9,6 @@ command's.
 from __future__ import annotations
 
 import logging
-import signal
 from enum import StrEnum
 from typing import Annotated, NoReturn
 
@@ -105,9 +104,10 @@ def gateway(
 
 
 async def _serve(relay: Gateway, transport: Transport, host: str, port: int) -> None:
-    async with relay.running(), anyio.create_task_group() as tasks:
+    async with relay.running():
         if transport is Transport.STDIO:
-            tasks.start_soon(_stop_on_sigterm, tasks.cancel_scope)  # uvicorn sees to it over HTTP
+            # It ends with its input, and the upstream with it. SIGTERM ends it at once, as it does `serve`: a
+            # stdio upstream then reads the end of its input, and the SDK's servers (and most) stop there.
             async with stdio_server() as (read, write):
                 await relay.server.run(read, write, relay.server.create_initialization_options())
         else:
@@ -116,15 +116,6 @@ async def _serve(relay: Gateway, transport: Transport, host: str, port: int) -> 
             where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             log.info("serving MCP on %s/mcp", where)
             await uvicorn.Server(config).serve()
-        tasks.cancel_scope.cancel()
-
-
-async def _stop_on_sigterm(scope: anyio.CancelScope) -> None:
-    """SIGTERM ends the gateway as the end of its input does: the upstream is stopped, not left running."""
-    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
 
 
 def _fail(message: str) -> NoReturn:
