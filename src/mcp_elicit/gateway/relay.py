@@ -67,6 +67,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 
 from mcp_elicit.gateway.upstream import (
+    ENDED,
     NO_BACK_CHANNEL,
     Call,
     Deadline,
@@ -85,7 +86,8 @@ STREAM = "stream"
 """The holder of a stdio (or in-memory) connection: a process serves one such connection at a time."""
 _CONNECTION_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY})
 _REMEMBERED = 1024
-"""Legacy downstream connections kept for list-change notices, newest first; older ones are forgotten."""
+"""Handshake downstream connections kept for list-change notices: the most recently seen; older ones are
+forgotten (a connection that ended meanwhile just drops what it is sent)."""
 
 
 class _Forwarded(Request[dict[str, Any] | None, str]):
@@ -256,7 +258,7 @@ class Gateway:
             except MCPError as error:
                 if error.code != CONNECTION_CLOSED:
                     raise  # the upstream's own answer
-                lane.lost("the connection ended (the upstream exited or hung up)")
+                lane.lost(ENDED)
                 raise MCPError(
                     INTERNAL_ERROR,
                     f"upstream {lane.label} closed the connection while {what} was in flight; the gateway connects "

@@ -62,6 +62,7 @@ ERAS: tuple[UpstreamEra, ...] = ("auto", "legacy", "2026-07-28")
 DEFAULT_TIMEOUT = 60.0
 FIRST_BACKOFF = 0.25
 LAST_BACKOFF = 30.0
+ENDED = "the connection ended (the upstream exited or hung up)"
 NO_BACK_CHANNEL = "no-back-channel"
 """The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
 gets one answer (a refusal) whichever of them it belongs to."""
@@ -371,7 +372,7 @@ class Lane:
                 await relay.notified(self, message)
 
         return Client(
-            _Watched(transport, lambda: self.lost("the connection ended (the upstream exited or hung up)")),
+            _Watched(transport, lambda: self.lost(ENDED)),
             mode=mode,
             cache=None,
             client_info=Implementation(name="mcp-elicit-gateway", version=version("mcp-elicit")),
