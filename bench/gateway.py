@@ -171,11 +171,11 @@ async def relays(pair: Pair, store: Path, log: TextIO) -> AsyncIterator[dict[str
 async def contest(pair: Pair, calls: int, pairs: int, store: Path, log: TextIO, caller: Caller) -> Outcome:
     outcome = Outcome(pair)
     async with relays(pair, store, log) as started:
-        before = stored_rows(store)
         for side in SIDES:
             client, pid = started[side]
             await client.list_tools()
             await caller.block(client, pid, max(50, calls // 2))
+        before = stored_rows(store)  # now that the gateway is up: a 2026-07-28 client says nothing on connecting
         for number in range(pairs):
             for side in SIDES if number % 2 == 0 else reversed(SIDES):
                 client, pid = started[side]
