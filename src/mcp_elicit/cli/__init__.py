@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 if TYPE_CHECKING:
     from typer._click import Command  # the click typer builds on (its own copy in recent versions)
 
-_COMMANDS = ("serve", "call", "login", "demo", "doctor", "decisions", "grants", "audit", "install")
+_COMMANDS = ("serve", "gateway", "call", "login", "demo", "doctor", "decisions", "grants", "audit", "install")
 """Each command's name, that of its module in `mcp_elicit.cli` and of its function there (`decisions` is the
 module's `app`, a group of its own, and so are `grants` and `audit`), in the order help lists them."""
 

@@ -7,7 +7,9 @@ that do not check for the handshake answer. `--era 2026-07-28` speaks only the s
 `server/discover`, and refuses `initialize` with `-32022` naming the one version it serves.
 
 Hand-written on purpose: the SDK's servers serve every era at once, so none of them can stand for a server
-that does not know the other. Its one tool, `echo`, answers its arguments. Run it as
+that does not know the other. Its tool `echo` answers its arguments; `malformed` answers a result no protocol
+version accepts (content that is not a list), as a buggy server would; `announce` says, before answering, that
+its tool list changed (a notice only the handshake era has), which it declares it does. Run it as
 `python -m tests.helpers.peers.one_era_server [--era ...]`.
 """
 
@@ -21,7 +23,11 @@ from typing import Any
 HANDSHAKE_VERSIONS = ("2025-06-18", "2025-11-25")
 MODERN_VERSION = "2026-07-28"
 SERVER_INFO = {"name": "one-era", "version": "1.0.0"}
-TOOLS = [{"name": "echo", "description": "Say the arguments back.", "inputSchema": {"type": "object"}}]
+TOOLS = [
+    {"name": "echo", "description": "Say the arguments back.", "inputSchema": {"type": "object"}},
+    {"name": "malformed", "description": "Answer a result that is not one.", "inputSchema": {"type": "object"}},
+    {"name": "announce", "description": "Say that the tool list changed.", "inputSchema": {"type": "object"}},
+]
 MODERN_RESULT = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 
@@ -30,7 +36,8 @@ def handshake(request: dict[str, Any]) -> dict[str, Any]:
     if method == "initialize":
         offered = params.get("protocolVersion")
         version = offered if offered in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
-        return {"result": {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": SERVER_INFO}}
+        capabilities = {"tools": {"listChanged": True}}
+        return {"result": {"protocolVersion": version, "capabilities": capabilities, "serverInfo": SERVER_INFO}}
     if method == "ping":
         return {"result": {}}
     if method == "tools/list":
@@ -55,8 +62,14 @@ def modern(request: dict[str, Any]) -> dict[str, Any]:
 def tool_call(method: object, params: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
     if method != "tools/call":
         return {"error": {"code": -32601, "message": f"Method not found: {method}"}}
-    if params.get("name") != "echo":
-        return {"error": {"code": -32602, "message": f"Unknown tool: {params.get('name')}"}}
+    name = params.get("name")
+    if name == "malformed":
+        return {"result": {**shape, "content": "not a list"}}
+    if name == "announce":
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) + "\n")
+        return {"result": {**shape, "content": [{"type": "text", "text": "announced"}]}}
+    if name != "echo":
+        return {"error": {"code": -32602, "message": f"Unknown tool: {name}"}}
     said = json.dumps(params.get("arguments") or {})
     return {"result": {**shape, "content": [{"type": "text", "text": said}]}}
 

@@ -8,8 +8,14 @@ URL-mode request with `ctx.elicit_url`, which the SDK sends on any protocol (202
 how the client answered. `capabilities` returns the client capabilities the server received. `crash` logs
 a line and raises: the SDK answers only "Error executing tool crash" and logs the traceback to stderr.
 `hold` writes a marker file and then sleeps, so that a test knows the call is in flight before it kills
-the process (`pid`). Run it as `python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process
-use. A peer of its own (not `tests.helpers.server`): it stands for tools written for the SDK, without mcp-elicit.
+the process (`pid`), and writes `cancelled` there if the call is cancelled. `die` ends the process in the
+middle of a call. `count` reports progress, `say` logs a message to the client, `change` announces that the
+tool list changed (the way its protocol era does), `link` sends a URL-mode request and then says the flow is
+complete (`notifications/elicitation/complete`), `meta` returns the `_meta` its request came with, and `quiz`
+asks the 2026-07-28 way, with an `InputRequiredResult` (which only a 2026-07-28 session can carry). The
+`greeting` prompt completes its `name`, and there is a note resource with a template. Run it as
+`python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process use. A peer of its own
+(not `tests.helpers.server`): it stands for tools written for the SDK, without mcp-elicit.
 """
 
 from __future__ import annotations
@@ -17,12 +23,25 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import warnings
 from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types import (
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    PromptReference,
+    ResourceTemplateReference,
+)
 from pydantic import BaseModel, Field
 
 
@@ -66,6 +85,23 @@ async def connect(ctx: Context) -> str:
     return answer.action
 
 
+LINK_ID = "link-1"
+
+
+@server.tool()
+async def link(ctx: Context) -> str:
+    """Send the person to a page, then say the flow there is complete."""
+    answer = await ctx.elicit_url("Link your account", CONNECT_URL, LINK_ID)
+    await ctx.request_context.session.send_elicit_complete(LINK_ID)
+    return answer.action
+
+
+@server.tool()
+async def meta(ctx: Context) -> str:
+    """The `_meta` of this request, as the server received it."""
+    return json.dumps(ctx.request_context.meta or {}, sort_keys=True)
+
+
 @server.tool()
 async def capabilities(ctx: Context) -> str:
     """The client capabilities of this connection."""
@@ -89,10 +125,94 @@ async def pid() -> int:
 
 @server.tool()
 async def hold(marker: str, seconds: float) -> str:
-    """Write `marker`, then sleep."""
+    """Write `marker`, then sleep; `cancelled` in `marker` if the call is cancelled."""
     Path(marker).write_text("holding")
-    await anyio.sleep(seconds)
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        Path(marker).write_text("cancelled")
+        raise
     return f"held {seconds} s"
+
+
+@server.tool()
+async def die() -> str:
+    """End the process in the middle of the call, as a crash does."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+@server.tool()
+async def count(to: int, ctx: Context) -> str:
+    """Report progress from 1 to `to`, then say so."""
+    for done in range(1, to + 1):
+        await ctx.report_progress(done, to, f"step {done}")
+    return f"counted to {to}"
+
+
+@server.tool()
+async def say(message: str, ctx: Context) -> str:
+    """Log `message` to the client at info level (logging is deprecated at 2026-07-28, and still served)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await ctx.log("info", message, logger_name="sdk-server")
+    return "said"
+
+
+@server.tool()
+async def change(ctx: Context) -> str:
+    """Announce that the tool list changed: a notice on a handshake session, a listen event on 2026-07-28."""
+    if ctx.protocol_version == "2026-07-28":
+        await ctx.notify_tools_changed()
+    else:
+        await ctx.request_context.session.send_tool_list_changed()
+    return "announced"
+
+
+QUIZ = ElicitRequest(
+    params=ElicitRequestFormParams(
+        message="What is 6 x 7?",
+        requested_schema={"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]},
+    )
+)
+
+
+@server.tool()
+async def quiz(ctx: Context) -> str | InputRequiredResult:
+    """Ask with an `InputRequiredResult`, and say the answer on the retry."""
+    answer = (ctx.input_responses or {}).get("answer")
+    if not isinstance(answer, ElicitResult):
+        return InputRequiredResult(input_requests={"answer": QUIZ}, request_state="quiz-1")
+    return f"answered {answer.action} {(answer.content or {}).get('answer')} ({ctx.request_state})"
+
+
+@server.prompt()
+def greeting(name: str) -> str:
+    """A greeting for `name`."""
+    return f"Say hello to {name}."
+
+
+@server.resource("note://readme", mime_type="text/plain")
+def readme() -> str:
+    """The readme note."""
+    return "read me"
+
+
+@server.resource("note://{name}", mime_type="text/plain")
+def note(name: str) -> str:
+    """A note by name."""
+    return f"note {name}"
+
+
+NAMES = ("Ada", "Alan", "Grace")
+
+
+@server.completion()  # type: ignore[untyped-decorator, no-untyped-call]  # the SDK leaves it untyped
+async def complete(
+    ref: PromptReference | ResourceTemplateReference, argument: CompletionArgument, context: CompletionContext | None
+) -> Completion:
+    """Names that start with what was typed."""
+    return Completion(values=[name for name in NAMES if name.startswith(argument.value)])
 
 
 if __name__ == "__main__":

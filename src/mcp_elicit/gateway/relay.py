@@ -1,0 +1,464 @@
+"""The gateway's downstream side: a lowlevel `Server` whose handlers relay each request to the upstream as it
+came, and whatever the upstream sends back (results, progress, questions, logs, list changes) to the client.
+
+A relayed request keeps its wire params, less the `_meta` keys that belong to the downstream connection (its
+envelope, its progress token, its log level where the upstream session has its own); the upstream session
+stamps its own. Results come back as the upstream's raw JSON, checked by the SDK against the upstream session's
+protocol version, then shaped by the runner for the downstream's version: one validation each way, and
+whatever the tool returned (`_meta`, `structuredContent`, `isError`) goes through untouched. A plain relay
+touches no store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from contextlib import asynccontextmanager
+from importlib.metadata import version
+from typing import Any, get_args
+
+from mcp import Client
+from mcp.client.subscriptions import ServerEvent
+from mcp.server.caching import CacheableMethod, CacheHint
+from mcp.server.connection import allowed_log_levels
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged, event_to_notification
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    CallToolRequestParams,
+    ClientCapabilities,
+    CompleteRequestParams,
+    ElicitCompleteNotification,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    GetPromptRequestParams,
+    LoggingLevel,
+    LoggingMessageNotification,
+    LoggingMessageNotificationParams,
+    NotificationParams,
+    PaginatedRequestParams,
+    PromptListChangedNotification,
+    ReadResourceRequestParams,
+    Request,
+    ResourceListChangedNotification,
+    ServerCapabilities,
+    ServerNotification,
+    SetLevelRequestParams,
+    SubscriptionsListenRequestParams,
+    ToolListChangedNotification,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, RootModel, ValidationError
+
+from mcp_elicit.gateway.upstream import (
+    ENDED,
+    NO_BACK_CHANNEL,
+    Call,
+    Deadline,
+    Lane,
+    Pool,
+    Upstream,
+    listed_changes,
+    timed_out,
+)
+from mcp_elicit.store import Store
+
+log = logging.getLogger(__name__)
+
+GATEWAY_NAME = "mcp-elicit-gateway"
+STREAM = "stream"
+"""The holder of a stdio (or in-memory) connection: a process serves one such connection at a time."""
+_CONNECTION_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY})
+_REMEMBERED = 1024
+"""Handshake downstream connections kept for list-change notices: the most recently seen; older ones are
+forgotten (a connection that ended meanwhile just drops what it is sent)."""
+
+
+class _Forwarded(Request[dict[str, Any] | None, str]):
+    """A request with its wire params as they came: fields the SDK's typed params do not know go through too."""
+
+
+class _Raw(RootModel[dict[str, Any]]):
+    """A result as the upstream sent it (after the SDK checked it against the session's protocol version)."""
+
+
+Handler = Callable[[ServerRequestContext[Any, Any], BaseModel], Awaitable[dict[str, Any]]]
+
+
+class GatewayServer(Server[Any]):
+    """The SDK's lowlevel server, declaring what the upstream declares.
+
+    Capabilities derive from the handlers the gateway registers once it knows the upstream's; the one override
+    is the list-change flags, which the SDK takes from `NotificationOptions` on the handshake (passed by no
+    one on streamable HTTP) and from `subscriptions/listen` alone on 2026-07-28, where it would also claim
+    resource subscriptions, which this gateway does not relay.
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        super().__init__(
+            GATEWAY_NAME,
+            version=version("mcp-elicit"),
+            lifespan=lambda _: gateway.serving(),
+            # What a 2026-07-28 client is told of a result the upstream gave no freshness for (a handshake
+            # upstream's): stale at once, and for the one who asked only.
+            cache_hints=dict.fromkeys(get_args(CacheableMethod), CacheHint(ttl_ms=0, scope="private")),
+        )
+        self._gateway = gateway
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        if notification_options is None:
+            tools, prompts, resources = self._gateway.announces
+            notification_options = NotificationOptions(
+                prompts_changed=prompts, resources_changed=resources, tools_changed=tools
+            )
+        return super().create_initialization_options(notification_options, experimental_capabilities, extensions)
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> ServerCapabilities:
+        capabilities = super().get_capabilities(
+            notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
+        if protocol_version in MODERN_PROTOCOL_VERSIONS:
+            tools, prompts, resources = self._gateway.announces
+            if capabilities.tools is not None:
+                capabilities.tools.list_changed = tools
+            if capabilities.prompts is not None:
+                capabilities.prompts.list_changed = prompts
+            if capabilities.resources is not None:
+                capabilities.resources.list_changed = resources
+        if capabilities.resources is not None:
+            capabilities.resources.subscribe = False
+        return capabilities
+
+
+class Gateway:
+    """One upstream server relayed to any MCP client, on either protocol era.
+
+    `server` is what to serve (stdio, streamable HTTP, or in process for tests); it connects to the upstream
+    when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
+    state; nothing this gateway does writes to it: a relayed call never touches it.
+    """
+
+    def __init__(self, upstream: Upstream, *, store: Store | None = None) -> None:
+        self.upstream = upstream
+        self.store = store
+        self.pool = Pool(upstream, self)
+        self.server = GatewayServer(self)
+        self.announces = (False, False, False)
+        """Which lists (tools, prompts, resources) the upstream said it announces changes of."""
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus)
+        self._connections: dict[Hashable, ServerSession] = {}
+        self._level: LoggingLevel | None = None
+        self._running = False
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Gateway]:
+        """Connected to the upstream, serving what it serves; `UpstreamUnavailable` if it cannot be reached."""
+        if self._running:
+            raise RuntimeError("this gateway is running already")
+        async with self.pool.running():
+            client = self.pool.first.client
+            assert client is not None
+            self._serve_like(client)
+            self._running = True
+            try:
+                yield self
+            finally:
+                self._running = False
+                self._listen.close()
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[Gateway]:
+        """The server's lifespan: the gateway running, started here unless it runs already."""
+        if self._running:
+            yield self
+            return
+        async with self.running():
+            yield self
+
+    def _serve_like(self, client: Client) -> None:
+        """Handlers for the request families the upstream serves, so that capabilities say the same."""
+        capabilities = client.server_capabilities
+        self.announces = listed_changes(capabilities)
+        self.server.instructions = client.instructions
+        add = self.server.add_request_handler
+        if capabilities.tools is not None:
+            add("tools/list", PaginatedRequestParams, self._relaying("tools/list"))
+            add("tools/call", CallToolRequestParams, self._relaying("tools/call", asks=True, named="name"))
+        if capabilities.prompts is not None:
+            add("prompts/list", PaginatedRequestParams, self._relaying("prompts/list"))
+            add("prompts/get", GetPromptRequestParams, self._relaying("prompts/get", asks=True, named="name"))
+        if capabilities.resources is not None:
+            add("resources/list", PaginatedRequestParams, self._relaying("resources/list"))
+            add("resources/templates/list", PaginatedRequestParams, self._relaying("resources/templates/list"))
+            add("resources/read", ReadResourceRequestParams, self._relaying("resources/read", asks=True, named="uri"))
+        if capabilities.completions is not None:
+            add("completion/complete", CompleteRequestParams, self._relaying("completion/complete"))
+        if capabilities.logging is not None:
+            add("logging/setLevel", SetLevelRequestParams, self._set_level)
+        if any(self.announces):
+            add("subscriptions/listen", SubscriptionsListenRequestParams, self._listen)
+        self.server.add_notification_handler("notifications/initialized", NotificationParams, self._initialized)
+
+    def _relaying(self, method: str, *, asks: bool = False, named: str | None = None) -> Handler:
+        async def relay(ctx: ServerRequestContext[Any, Any], params: BaseModel) -> dict[str, Any]:
+            raw = ctx.params or {}
+            what = method if named is None else f"{method} {raw.get(named)!r}"
+            return await self._forward(ctx, method, raw, what, asks=asks)
+
+        return relay
+
+    async def _forward(
+        self, ctx: ServerRequestContext[Any, Any], method: str, raw: Mapping[str, Any], what: str, *, asks: bool
+    ) -> dict[str, Any]:
+        holder = _holder(ctx) if asks else None
+        if holder is not None:
+            self._remember(holder, ctx.session)
+        call = Call(ctx, what, holder, Deadline(self.upstream.timeout))
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            # Asked for on every request, as a sign of life that renews the timeout; passed on to a client that
+            # asked for it (to any other, reporting it does nothing).
+            call.deadline.renew()
+            await ctx.session.report_progress(progress, total, message)
+
+        async with self.pool.carrying(call) as (lane, client):
+            request = _Forwarded(method=method, params=_outgoing(raw, modern=lane.modern))
+            try:
+                with call.deadline.watching() as watch:
+                    result = (await client.session.send_request(request, _Raw, progress_callback=progress)).root
+            except MCPError as error:
+                if error.code != CONNECTION_CLOSED:
+                    raise  # the upstream's own answer
+                lane.lost(ENDED)
+                raise MCPError(
+                    INTERNAL_ERROR,
+                    f"upstream {lane.label} closed the connection while {what} was in flight; the gateway connects "
+                    "to it again",
+                    {"upstream": self.upstream.name},
+                ) from None
+            except ValidationError as invalid:
+                log.warning("upstream %s returned an invalid result for %s: %s", lane.label, what, invalid)
+                raise MCPError(
+                    INTERNAL_ERROR,
+                    f"upstream {lane.label} returned an invalid result for {what}",
+                    {"upstream": self.upstream.name},
+                ) from None
+            if watch.cancelled_caught:
+                raise timed_out(lane, what, self.upstream.timeout)
+            return self._returned(ctx, lane, what, result)
+
+    def _returned(
+        self, ctx: ServerRequestContext[Any, Any], lane: Lane, what: str, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        if result.get("resultType") == "input_required" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"upstream {lane.label} answered {what} by asking for input the 2026-07-28 way (InputRequiredResult), "
+                f"which a {ctx.protocol_version} client cannot receive; this gateway does not bridge that",
+                {"upstream": self.upstream.name},
+            )
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+            result = {**result, "resultType": "complete"}  # a handshake upstream's result, which has none
+        meta = result.get("_meta")
+        if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
+            # The gateway's own identity is stamped on 2026-07-28 results, as its discovery says.
+            kept = {key: value for key, value in meta.items() if key != SERVER_INFO_META_KEY}
+            result = {**result, "_meta": kept} if kept else {k: v for k, v in result.items() if k != "_meta"}
+        return result
+
+    async def _set_level(self, ctx: ServerRequestContext[Any, Any], params: SetLevelRequestParams) -> dict[str, Any]:
+        """Every handshake session with the upstream gets the level (and sessions opened later, on connecting)."""
+        self._level = params.level
+        refused: MCPError | None = None
+        for lane in self.pool.lanes:
+            if lane.client is not None and not lane.modern:
+                try:
+                    await self._send_level(lane, lane.client, params.level)
+                except MCPError as error:
+                    refused = refused or error
+        if refused is not None:
+            raise refused
+        return {}
+
+    async def _send_level(self, lane: Lane, client: Client, level: LoggingLevel) -> None:
+        request = _Forwarded(method="logging/setLevel", params={"level": level})
+        with Deadline(self.upstream.timeout).watching() as watch:
+            await client.session.send_request(request, _Raw)
+        if watch.cancelled_caught:
+            raise timed_out(lane, "logging/setLevel", self.upstream.timeout)
+
+    async def _initialized(self, ctx: ServerRequestContext[Any, Any], params: NotificationParams) -> None:
+        holder = _holder(ctx)
+        if holder != NO_BACK_CHANNEL:
+            self._remember(holder, ctx.session)
+
+    def _remember(self, holder: Hashable, session: ServerSession) -> None:
+        """A handshake connection, for the notices no request carries (list changes)."""
+        if session.protocol_version in MODERN_PROTOCOL_VERSIONS or holder == NO_BACK_CHANNEL:
+            return
+        self._connections.pop(holder, None)
+        self._connections[holder] = session
+        while len(self._connections) > _REMEMBERED:
+            del self._connections[next(iter(self._connections))]
+
+    # -- what the upstream sends on a lane (the `Relay` of `mcp_elicit.gateway.upstream`) ---------------------
+
+    async def connected(self, lane: Lane, client: Client) -> None:
+        if self._level is not None and client.server_capabilities.logging is not None and not lane.modern:
+            try:
+                await self._send_level(lane, client, self._level)
+            except MCPError as error:
+                log.warning("upstream %s refused the log level %s: %s", lane.label, self._level, error)
+
+    async def elicit(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        """The upstream's question, asked of the client of the call it belongs to, on that call."""
+        call = lane.asking()
+        if call is None:
+            log.warning("upstream %s asked a question with no call in flight; refused", lane.label)
+            return ErrorData(code=INVALID_REQUEST, message="no call of the gateway's clients is in flight to ask on")
+        session = call.ctx.session
+        if not session.can_send_request:
+            return ErrorData(
+                code=INVALID_REQUEST,
+                message=f"the gateway cannot ask the client of {call.what} on the live call: its connection "
+                f"(protocol {call.ctx.protocol_version}) carries no requests from server to client, and this "
+                "gateway does not relay questions another way",
+            )
+        refusal = _unaskable(session.client_capabilities, params)
+        if refusal is not None:
+            return ErrorData(
+                code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {call.what}: {refusal}"
+            )
+        with call.deadline.paused():
+            try:
+                return await session.send_request(
+                    ElicitRequest(params=params),
+                    ElicitResult,
+                    metadata=ServerMessageMetadata(related_request_id=call.ctx.request_id),
+                )
+            except MCPError as error:
+                return error.error
+            except ValidationError:
+                return ErrorData(code=INTERNAL_ERROR, message="the client's answer is not an elicitation result")
+
+    async def logged(self, lane: Lane, params: LoggingMessageNotificationParams) -> None:
+        """A log message, to the one client it can belong to; dropped when that cannot be told."""
+        notice = LoggingMessageNotification(params=params)
+        if len(lane.calls) == 1:
+            call = lane.calls[0]
+            if params.level in allowed_log_levels(call.ctx.protocol_version, call.ctx.meta):
+                await call.ctx.session.send_notification(notice, related_request_id=call.ctx.request_id)
+            return
+        session = self._connections.get(lane.holder) if lane.holder is not None else None
+        if session is None and not lane.calls and len(self._connections) == 1:
+            session = next(iter(self._connections.values()))
+        if session is None:
+            log.debug("upstream %s logged with no one client to tell; dropped", lane.label)
+            return
+        await _tell(session, notice)
+
+    async def notified(self, lane: Lane, notification: ServerNotification) -> None:
+        if isinstance(
+            notification, ToolListChangedNotification | PromptListChangedNotification | ResourceListChangedNotification
+        ):
+            await self._changed(lane, notification)
+        elif isinstance(notification, ElicitCompleteNotification):
+            call = lane.asking()
+            session = call.ctx.session if call is not None else self._connections.get(lane.holder or "")
+            if session is not None and session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                await _tell(session, notification)
+
+    async def event(self, event: ServerEvent) -> None:
+        await self._bus.publish(event)
+        notice = event_to_notification(event, {})
+        for session in list(self._connections.values()):
+            await _tell(session, notice)
+
+    async def _changed(self, lane: Lane, notification: ServerNotification) -> None:
+        if lane.number != 0:
+            return  # every session of the upstream hears it; one notice is enough
+        event = _EVENTS[type(notification)]
+        await self.event(event)
+
+
+def _holder(ctx: ServerRequestContext[Any, Any]) -> Hashable:
+    """The downstream connection a call's questions go to (see `mcp_elicit.gateway.upstream`)."""
+    if not ctx.session.can_send_request:
+        return NO_BACK_CHANNEL
+    headers = getattr(ctx.request, "headers", None)
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    return ("http", session_id) if session_id else STREAM
+
+
+def _outgoing(raw: Mapping[str, Any], *, modern: bool) -> dict[str, Any] | None:
+    """The params to send upstream: the downstream connection's own `_meta` keys left out."""
+    params = dict(raw)
+    meta = params.get("_meta")
+    if isinstance(meta, Mapping):
+        kept = {
+            key: value
+            for key, value in meta.items()
+            if key not in _CONNECTION_KEYS and key != "progressToken" and (modern or key != LOG_LEVEL_META_KEY)
+        }
+        if kept:
+            params["_meta"] = kept
+        else:
+            del params["_meta"]
+    return params or None
+
+
+def _unaskable(capabilities: ClientCapabilities | None, params: ElicitRequestParams) -> str | None:
+    """Why the client cannot be asked this (a mode it did not declare), or None."""
+    declared = capabilities.elicitation if capabilities is not None else None
+    if declared is None:
+        return "it declared no elicitation capability"
+    if isinstance(params, ElicitRequestFormParams):
+        if declared.form is None and declared.url is not None:
+            return "it declared URL-mode elicitation only, and this is a form"
+        return None
+    if declared.url is None:
+        return "it did not declare URL-mode elicitation"
+    return None
+
+
+async def _tell(session: ServerSession, notice: ServerNotification) -> None:
+    try:
+        await session.send_notification(notice)
+    except Exception as error:  # a connection gone meanwhile: the notice is for those still there
+        log.debug("could not pass %s on: %s", notice.method, error)
+
+
+_EVENTS: dict[type[BaseModel], ServerEvent] = {
+    ToolListChangedNotification: ToolsListChanged(),
+    PromptListChangedNotification: PromptsListChanged(),
+    ResourceListChangedNotification: ResourcesListChanged(),
+}

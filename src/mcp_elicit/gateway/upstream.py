@@ -1,0 +1,621 @@
+"""The upstream server as the gateway holds it: sessions (lanes) made of the SDK's own `Client`, each kept
+connected by a supervisor, and the rules that say which lane a call may travel on.
+
+Why lanes: the SDK's `ClientSession` hands an upstream's `elicitation/create` (or log message) to a callback
+with nothing that ties it to the request it belongs to, and on stdio the wire carries nothing that could. So a
+lane carries calls for one downstream connection at a time (its holder): whatever the upstream asks or logs on
+that lane belongs to that connection, and a question is sent to the oldest of its calls in flight. Calls from
+clients that cannot be asked anything on the live call (2026-07-28, or HTTP without a back channel) share one
+holder: they all get the same answer, a refusal. Requests that never draw a question (lists, completion,
+`logging/setLevel`) ride any lane that is up.
+
+Why a supervisor: an upstream process that exits, or an HTTP upstream that goes away, must not take the
+gateway with it. The supervisor notices the end of the connection (the read side of the transport ending, or
+the transport failing), says so in the log, and connects again after a backoff (0.25 s, doubling up to 30 s,
+back to the start once a connection stayed up longer than that). A lane that lost its connection is
+"restarting" and calls wait for it; one whose last attempt to connect failed is "down" and calls fail at once,
+naming the reason, until the next attempt.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import os
+import shlex
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self
+
+import anyio
+import anyio.abc
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ServerEvent, SubscriptionLost
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    REQUEST_TIMEOUT,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    Implementation,
+    LoggingMessageNotificationParams,
+    ServerCapabilities,
+    ServerNotification,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+log = logging.getLogger(__name__)
+
+UpstreamEra = Literal["auto", "legacy", "2026-07-28"]
+ERAS: tuple[UpstreamEra, ...] = ("auto", "legacy", "2026-07-28")
+DEFAULT_TIMEOUT = 60.0
+FIRST_BACKOFF = 0.25
+LAST_BACKOFF = 30.0
+ENDED = "the connection ended (the upstream exited or hung up)"
+NO_BACK_CHANNEL = "no-back-channel"
+"""The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
+gets one answer (a refusal) whichever of them it belongs to."""
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream could not be reached when the gateway started; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where the upstream server is and how to talk to it.
+
+    Exactly one of `command` (a stdio server's argv, started with the gateway's own environment unless `env`
+    is given, as a command typed at the shell would be) and `url` (a streamable HTTP endpoint).
+    """
+
+    name: str
+    command: tuple[str, ...] = ()
+    url: str | None = None
+    era: UpstreamEra = "auto"
+    """`auto`: the `initialize` handshake first, `server/discover` if the upstream refuses it. A dual-era
+    server asks with `elicitation/create` only on a handshake session, which is what a live relay needs."""
+    timeout: float | None = DEFAULT_TIMEOUT
+    """Seconds a request may go without an answer or progress before it is abandoned (`None`: never). A
+    question relayed to the person stops the clock."""
+    sessions: int = 1
+    """Lanes at most; each is a session of its own (a process of its own on stdio)."""
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    """The directory a stdio upstream starts in (default: the gateway's)."""
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == (self.url is not None):
+            raise ValueError("an upstream is either a command or a URL")
+        if self.era not in ERAS:
+            raise ValueError(f"era must be one of {', '.join(ERAS)}, not {self.era!r}")
+        if self.sessions < 1:
+            raise ValueError(f"sessions must be at least 1, not {self.sessions}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout}")
+
+    @classmethod
+    def parse(
+        cls,
+        target: str,
+        *,
+        name: str | None = None,
+        era: UpstreamEra = "auto",
+        timeout: float | None = DEFAULT_TIMEOUT,
+        sessions: int | None = None,
+    ) -> Upstream:
+        """An http(s) URL, or a command line split as a POSIX shell splits it; named by what was given."""
+        text = target.strip()
+        if text.startswith(("http://", "https://")):
+            return cls(name or text, url=text, era=era, timeout=timeout, sessions=sessions or 1)
+        if "://" in text.split(" ", 1)[0]:
+            raise ValueError(f"{target!r}: an upstream URL is http:// or https://")
+        try:
+            argv = tuple(shlex.split(text))
+        except ValueError as error:
+            raise ValueError(f"{target!r} is not a command line: {error}") from None
+        if not argv:
+            raise ValueError("the upstream command is empty")
+        return cls(name or shlex.join(argv), command=argv, era=era, timeout=timeout, sessions=sessions or 1)
+
+
+class Deadline:
+    """A request's timeout as a budget of idle seconds: progress from the upstream renews it, and a question
+    relayed to the person pauses it (the person is not the upstream hanging). One deadline watches each wait
+    of a request in turn: for a lane, then for the answer."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self._at = math.inf if timeout is None else anyio.current_time() + timeout
+        self._pauses = 0
+        self._scope: anyio.CancelScope | None = None
+
+    @contextmanager
+    def watching(self) -> Iterator[anyio.CancelScope]:
+        """A scope cancelled when the budget runs out; `cancelled_caught` says it did."""
+        scope = anyio.CancelScope(deadline=math.inf if self._pauses else self._at)
+        self._scope = scope
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scope = None
+
+    def renew(self) -> None:
+        if self.timeout is not None and not self._pauses:
+            self._at = anyio.current_time() + self.timeout
+            if self._scope is not None:
+                self._scope.deadline = self._at
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        self._pauses += 1
+        if self._scope is not None:
+            self._scope.deadline = math.inf
+        try:
+            yield
+        finally:
+            self._pauses -= 1
+            self.renew()
+
+
+@dataclass(eq=False)
+class Call:
+    """A downstream request while it is relayed: what to name it by, whose it is, and its clock."""
+
+    ctx: ServerRequestContext[Any, Any]
+    what: str
+    """`tools/call 'echo'`: how errors and logs name it."""
+    holder: Hashable | None
+    """The downstream connection the upstream's questions on this call go to; `None` for a request that draws
+    none, which may share any lane."""
+    deadline: Deadline
+
+
+class Relay(Protocol):
+    """What a lane hands on to the downstream side: the upstream's questions, logs and notifications."""
+
+    async def connected(self, lane: Lane, client: Client) -> None: ...
+
+    async def elicit(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData: ...
+
+    async def logged(self, lane: Lane, params: LoggingMessageNotificationParams) -> None: ...
+
+    async def notified(self, lane: Lane, notification: ServerNotification) -> None: ...
+
+    async def event(self, event: ServerEvent) -> None: ...
+
+
+Status = Literal["starting", "up", "restarting", "down", "stopped"]
+
+
+@dataclass(eq=False)
+class Lane:
+    """One session with the upstream, its supervisor, and the calls it carries."""
+
+    pool: Pool
+    number: int
+    client: Client | None = None
+    status: Status = "starting"
+    problem: str = ""
+    """Why the lane is not up: the last connection's end, or the last attempt's failure."""
+    retry_at: float = 0.0
+    calls: list[Call] = field(default_factory=list)
+    holder: Hashable | None = None
+    claims: int = 0
+    """Calls of `holder` on the lane or waiting for it to come up."""
+    _settled: anyio.Event = field(default_factory=anyio.Event)
+    _lost: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def label(self) -> str:
+        name = repr(self.pool.upstream.name)
+        return name if self.pool.upstream.sessions == 1 else f"{name} (session {self.number + 1})"
+
+    @property
+    def era(self) -> str | None:
+        return self.client.protocol_version if self.client is not None else None
+
+    @property
+    def modern(self) -> bool:
+        return self.era in MODERN_PROTOCOL_VERSIONS
+
+    def asking(self) -> Call | None:
+        """The call the upstream's next question belongs to: the oldest one in flight that can draw one."""
+        return next((call for call in self.calls if call.holder is not None), None)
+
+    def lost(self, why: str) -> None:
+        """The connection ended: calls from now on wait for the next one, which the supervisor makes."""
+        if self.status == "up":
+            self.status, self.problem = "restarting", why
+            self._unsettle()
+        self._lost.set()
+
+    async def supervise(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, wait for the connection to end, connect again after a backoff; forever, until cancelled.
+
+        `task_status` is told once the first attempt has ended, whichever way, so that the gateway can refuse
+        to start in front of an upstream it cannot reach.
+        """
+        failures = 0
+        told = False
+        timeout = self.pool.upstream.timeout
+        while True:
+            self._lost = anyio.Event()
+            began = anyio.current_time()
+            connected = False
+            ended = "the connection ended"
+            try:
+                # The handshake's deadline encloses the whole connection (a scope cannot end inside it), and is
+                # lifted once the handshake is done.
+                with anyio.CancelScope(deadline=math.inf if timeout is None else began + timeout) as handshake:
+                    async with self._connected() as client:
+                        handshake.deadline = math.inf
+                        connected = True
+                        self.client = client
+                        log.info("upstream %s connected (protocol %s)", self.label, client.protocol_version)
+                        await self.pool.relay.connected(self, client)
+
+                        def up() -> None:
+                            nonlocal told
+                            self.status, self.problem = "up", ""
+                            self._settled.set()
+                            if not told:
+                                told = True
+                                task_status.started()
+
+                        await self._serve(client, up)
+                        ended = self.problem or ended
+                if handshake.cancelled_caught:
+                    ended = f"it did not complete the MCP handshake within {timeout:g} s"
+            except Exception as error:  # what ended the connection, or kept it from starting, in any form
+                ended = _described(error)
+            finally:
+                self.client = None
+            stayed = anyio.current_time() - began
+            failures = 0 if connected and stayed > LAST_BACKOFF else failures
+            delay = min(LAST_BACKOFF, FIRST_BACKOFF * 2**failures)
+            failures += 1
+            self.retry_at = anyio.current_time() + delay
+            if connected:
+                self._unsettle()
+                self.status, self.problem = "restarting", ended
+                log.warning("upstream %s: %s; connecting again in %.2g s", self.label, ended, delay)
+            else:
+                self.status, self.problem = "down", f"could not be started: {ended}"
+                self._settled.set()
+                log.warning("upstream %s %s; trying again in %.2g s", self.label, self.problem, delay)
+            if not told:
+                told = True
+                task_status.started()
+            await anyio.sleep(delay)
+            self._unsettle()
+            self.status = "starting"
+
+    def stop(self) -> None:
+        self.status, self.problem = "stopped", "was stopped with the gateway"
+        self._settled.set()
+
+    def _unsettle(self) -> None:
+        """Calls that arrive from now on wait for the next attempt's outcome (none waits on a set event)."""
+        if self._settled.is_set():
+            self._settled = anyio.Event()
+
+    async def ready(self, deadline: Deadline, what: str) -> Client:
+        """The lane's client once it is up, waiting while it (re)starts; a down lane fails at once."""
+        while True:
+            if self.status == "up" and self.client is not None:
+                return self.client
+            if self.status in ("down", "stopped"):
+                raise _unavailable(self, what)
+            with deadline.watching() as watch:
+                await self._settled.wait()
+            if watch.cancelled_caught:
+                raise timed_out(self, what, self.pool.upstream.timeout, waiting=True)
+
+    @asynccontextmanager
+    async def _connected(self) -> AsyncIterator[Client]:
+        upstream = self.pool.upstream
+        async with AsyncExitStack() as stack:
+            first = "legacy" if upstream.era != "2026-07-28" else "auto"
+            try:
+                client = await stack.enter_async_context(self._client(first))
+            except Exception as error:  # the SDK's task groups hand a refusal on inside a group
+                refused = _mcp_error(error)
+                if refused is None:
+                    raise
+                if upstream.era != "auto" or refused.code == CONNECTION_CLOSED:
+                    raise _not_started(refused) from None
+                # A server of 2026-07-28 alone refuses the handshake (-32022, or an error of its own).
+                log.info("upstream %s refused the handshake (%s); discovering instead", self.label, refused)
+                try:
+                    client = await stack.enter_async_context(self._client("auto"))
+                except Exception as error:
+                    refused = _mcp_error(error)
+                    if refused is None:
+                        raise
+                    raise _not_started(refused) from None
+            if upstream.era == "2026-07-28" and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                raise UpstreamUnavailable(f"it speaks {client.protocol_version}, not 2026-07-28")
+            yield client
+
+    def _client(self, mode: str) -> Client:
+        upstream = self.pool.upstream
+        transport: Any
+        if upstream.url is not None:
+            transport = streamable_http_client(upstream.url)
+        else:
+            env = dict(os.environ if upstream.env is None else upstream.env)
+            command, *args = upstream.command
+            transport = stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=upstream.cwd))
+        relay = self.pool.relay
+
+        async def on_elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+            return await relay.elicit(self, params)
+
+        async def on_log(params: LoggingMessageNotificationParams) -> None:
+            await relay.logged(self, params)
+
+        async def on_message(message: ServerNotification | Exception) -> None:
+            if not isinstance(message, Exception):
+                await relay.notified(self, message)
+
+        return Client(
+            _Watched(transport, lambda: self.lost(ENDED)),
+            mode=mode,
+            cache=None,
+            client_info=Implementation(name="mcp-elicit-gateway", version=version("mcp-elicit")),
+            elicitation_callback=on_elicit,
+            logging_callback=on_log,
+            message_handler=on_message,
+        )
+
+    async def _serve(self, client: Client, up: Callable[[], None]) -> None:
+        """Until the connection ends. On a 2026-07-28 session the upstream's list changes come on a listen stream,
+        open before the lane says it is up, so that no change made by a call it carries is missed."""
+        capabilities = client.server_capabilities
+        async with anyio.create_task_group() as tasks:
+            if self.modern and self.number == 0 and any(listed_changes(capabilities)):
+                await tasks.start(self._listen, client, capabilities)
+            up()
+            await self._lost.wait()
+            tasks.cancel_scope.cancel()
+
+    async def _listen(
+        self,
+        client: Client,
+        capabilities: ServerCapabilities,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The upstream's `subscriptions/listen` stream, opened again after a drop (with a backoff of its own)."""
+        tools, prompts, resources = listed_changes(capabilities)
+        pause = FIRST_BACKOFF
+        told = False
+        while True:
+            try:
+                async with client.listen(
+                    tools_list_changed=tools, prompts_list_changed=prompts, resources_list_changed=resources
+                ) as subscription:
+                    pause = FIRST_BACKOFF
+                    if not told:
+                        told = True
+                        task_status.started()
+                    async for event in subscription:
+                        await self.pool.relay.event(event)
+            except (MCPError, SubscriptionLost, TimeoutError) as error:
+                log.info("upstream %s: its list-change stream ended (%s); listening again", self.label, error)
+            if not told:
+                told = True
+                task_status.started()
+            await anyio.sleep(pause)
+            pause = min(LAST_BACKOFF, pause * 2)
+
+
+def listed_changes(capabilities: ServerCapabilities) -> tuple[bool, bool, bool]:
+    """Which lists (tools, prompts, resources) the upstream says it announces changes of."""
+    return (
+        bool(capabilities.tools and capabilities.tools.list_changed),
+        bool(capabilities.prompts and capabilities.prompts.list_changed),
+        bool(capabilities.resources and capabilities.resources.list_changed),
+    )
+
+
+class Pool:
+    """The upstream's lanes: the first connected at start, more as calls need them, up to `sessions`."""
+
+    def __init__(self, upstream: Upstream, relay: Relay) -> None:
+        self.upstream = upstream
+        self.relay = relay
+        self.lanes: list[Lane] = []
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._freed = anyio.Event()
+
+    @property
+    def first(self) -> Lane:
+        return self.lanes[0]
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Self]:
+        """The pool with its first lane up; `UpstreamUnavailable` if that lane could not connect."""
+        refused: str | None = None
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            lane = await self._open()
+            if lane.status != "up":
+                refused = f"upstream {lane.label} {lane.problem}"
+                tasks.cancel_scope.cancel()
+            else:
+                try:
+                    yield self
+                finally:
+                    self._tasks = None
+                    for each in self.lanes:
+                        each.stop()
+                    tasks.cancel_scope.cancel()
+        if refused is not None:  # raised here, not in the task group, so that it is not wrapped in a group
+            raise UpstreamUnavailable(refused)
+
+    async def _open(self) -> Lane:
+        assert self._tasks is not None
+        lane = Lane(self, len(self.lanes))
+        self.lanes.append(lane)
+        await self._tasks.start(lane.supervise)
+        return lane
+
+    @asynccontextmanager
+    async def carrying(self, call: Call) -> AsyncIterator[tuple[Lane, Client]]:
+        """A lane for `call` and its client, with the call on it until the block ends."""
+        lane = await self._claim(call)
+        try:
+            client = await lane.ready(call.deadline, call.what)
+            lane.calls.append(call)
+            try:
+                yield lane, client
+            finally:
+                lane.calls.remove(call)
+        finally:
+            if call.holder is not None:
+                lane.claims -= 1
+                if not lane.claims:
+                    lane.holder = None
+                    self._freed.set()
+
+    async def _claim(self, call: Call) -> Lane:
+        """A lane free for the call's holder (any lane up, for a call that draws no question), claimed for it;
+        a new lane while there are fewer than `sessions`; else the wait for one to be freed."""
+        while True:
+            free = [lane for lane in self.lanes if call.holder is None or lane.holder in (None, call.holder)]
+            if free:
+                lane = next((lane for lane in free if lane.status == "up"), free[0])
+                if call.holder is not None:
+                    lane.holder = call.holder
+                    lane.claims += 1
+                return lane
+            if len(self.lanes) < self.upstream.sessions and self._tasks is not None:
+                await self._open()
+                continue
+            if self._freed.is_set():
+                self._freed = anyio.Event()
+            freed = self._freed
+            with call.deadline.watching() as watch:
+                await freed.wait()
+            if watch.cancelled_caught:
+                raise MCPError(
+                    REQUEST_TIMEOUT,
+                    f"upstream {self.first.label} is busy: {call.what} waited {self.upstream.timeout:g} s for one of "
+                    f"its {self.upstream.sessions} session(s), each carrying calls of another client",
+                    {"upstream": self.upstream.name},
+                )
+
+
+def timed_out(lane: Lane, what: str, timeout: float | None, *, waiting: bool = False) -> MCPError:
+    within = f"within {timeout:g} s" if timeout is not None else "in time"
+    if waiting:
+        said = f"did not come up {within} for {what} ({lane.problem or 'starting'})"
+    else:
+        said = f"did not answer {what} {within} (nor report progress); the request was cancelled"
+    return MCPError(REQUEST_TIMEOUT, f"upstream {lane.label} {said}", {"upstream": lane.pool.upstream.name})
+
+
+def _unavailable(lane: Lane, what: str) -> MCPError:
+    wait = max(0.0, lane.retry_at - anyio.current_time())
+    said = f"upstream {lane.label} {lane.problem}; {what} was not sent (next attempt in {wait:.2g} s)"
+    return MCPError(INTERNAL_ERROR, said, {"upstream": lane.pool.upstream.name})
+
+
+def _mcp_error(error: BaseException) -> MCPError | None:
+    """The protocol error in `error`, looking inside the groups task groups wrap errors in."""
+    if isinstance(error, MCPError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        found = [inner for inner in map(_mcp_error, error.exceptions) if inner is not None]
+        return found[0] if found else None
+    return None
+
+
+def _not_started(refused: MCPError) -> UpstreamUnavailable:
+    if refused.code == CONNECTION_CLOSED:
+        return UpstreamUnavailable(
+            "it closed the connection before the MCP handshake was done (see its own error output)"
+        )
+    return UpstreamUnavailable(f"it refused the MCP handshake: {refused.error.message}")
+
+
+def _described(error: BaseException) -> str:
+    """One line for what ended a connection: the innermost errors of a group, each with its type."""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(_described(inner) for inner in error.exceptions))
+    said = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    kind = type(error).__name__
+    if isinstance(error, MCPError | UpstreamUnavailable):
+        return said or kind
+    return f"{kind}: {said}" if said else kind
+
+
+class _Watched:
+    """A transport whose read side says when it ends: for stdio, the upstream process exited."""
+
+    def __init__(self, inner: Any, ended: Callable[[], None]) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    async def __aenter__(self) -> tuple[_WatchedRead, Any]:
+        read, write = await self._inner.__aenter__()
+        return _WatchedRead(read, self._ended), write
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(kind, error, trace)
+        return result
+
+
+class _WatchedRead:
+    def __init__(self, inner: Any, ended: Callable[[], None]) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    @property
+    def last_context(self) -> contextvars.Context | None:
+        context: contextvars.Context | None = getattr(self._inner, "last_context", None)
+        return context
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._ended()
+            raise
+        return item
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.aclose()

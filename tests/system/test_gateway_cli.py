@@ -1,0 +1,57 @@
+"""`mcp-elicit gateway` as a host runs it: a process on stdio in front of an upstream process, here with
+`mcp-elicit call` for the host. What the relay does is tested in process (tests/wire/test_gateway*.py); here
+the processes are the subject: the command's options, its stdio, and how it says it cannot start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.cli_terminal import COMMAND
+
+ROOT = Path(__file__).resolve().parents[2]
+SDK_SERVER = f"{shlex.quote(sys.executable)} -m tests.helpers.peers.sdk_server"
+
+
+def run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_ELICIT_")}
+    env.update(COLUMNS="200", MCP_ELICIT_STORE=f"sqlite://{tmp_path / 'gateway.db'}", TMPDIR=str(tmp_path))
+    return subprocess.run(
+        [COMMAND, *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120, cwd=ROOT
+    )
+
+
+def test_a_host_calls_a_tool_through_the_gateway_and_its_question_reaches_the_host(tmp_path: Path) -> None:
+    script = tmp_path / "seats.json"
+    script.write_text(json.dumps([{"match": "How many seats to Oslo?", "reply": "accept", "content": {"seats": 2}}]))
+    gateway = shlex.join([COMMAND, "gateway", "--upstream", SDK_SERVER])
+    called = run(
+        "call", gateway, "book", "--arg", "city=Oslo", "--era", "2025-11-25", "--script", str(script), tmp_path=tmp_path
+    )
+    assert called.returncode == 0, called.stderr
+    assert "booked 2 to Oslo" in called.stdout
+
+
+def test_a_gateway_that_cannot_start_says_why_and_exits_2(tmp_path: Path) -> None:
+    missing = run("gateway", "--upstream", "no-such-command-anywhere --port 1", tmp_path=tmp_path)
+    assert missing.returncode == 2, missing.stderr
+    assert (
+        "error: upstream 'no-such-command-anywhere --port 1' could not be started: FileNotFoundError: [Errno 2] No "
+        "such file or directory"
+    ) in " ".join(missing.stderr.split())
+    exposed = run(
+        "gateway", "--upstream", SDK_SERVER, "--transport", "streamable-http", "--host", "0.0.0.0", tmp_path=tmp_path
+    )
+    assert exposed.returncode == 2, exposed.stderr
+    assert (
+        "error: the gateway has no sign-in: it listens on loopback only (127.0.0.1, ::1, localhost), not on 0.0.0.0"
+        in (" ".join(exposed.stderr.split()))
+    )
+    unparsed = run("gateway", "--upstream", "ftp://tools.example/mcp", tmp_path=tmp_path)
+    assert unparsed.returncode == 2, unparsed.stderr
+    assert "error: --upstream: 'ftp://tools.example/mcp': an upstream URL is http:// or https://" in unparsed.stderr
