@@ -40,6 +40,8 @@ TIERS = (
     Tier("system", 300, "processes, crashes, HAProxy, Chromium, terminals, the code blocks of the README and docs"),
 )
 BY_NAME = {tier.name: tier for tier in TIERS}
+SLOWEST = 10
+"""The slowest tests each tier names after its run: where to look first when it is over its budget."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Outcome:
 
 def run(tier: Tier, workers: int, extra: list[str]) -> Outcome:
     sharing = ["-n", str(workers), "--dist", "loadfile"] if tier.shared_out else ["-n", "0"]
-    command = [*pytest_command(), *sharing, f"tests/{tier.name}", *extra]
+    command = [*pytest_command(), *sharing, f"--durations={SLOWEST}", f"tests/{tier.name}", *extra]
     print(f"\n== tier {tier.name}: {tier.holds}\n$ {shlex.join(command)}", flush=True)
     started = time.monotonic()
     exit_code = subprocess.run(command, cwd=ROOT, check=False).returncode  # noqa: S603 (our own pytest command)
