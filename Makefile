@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.listing
 	$(BIN)/python -m bench.sweep
 	$(BIN)/python -m bench.audit
+	$(BIN)/python -m bench.audit_load
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.inprocess
 	$(BIN)/python -m bench.where

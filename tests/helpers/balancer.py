@@ -222,6 +222,8 @@ class ClusterSpec:
     server: tuple[str, ...] | None = None
     """What each instance runs instead of `mcp-elicit serve` (`python -m` arguments, to which `--port` and
     `--store` are added): a bench's own server, which must answer `/readyz` as the balancer's checks do."""
+    environ: tuple[tuple[str, str], ...] = ()
+    """Settings every instance is given on top of `shared_settings` (a bench's switch, such as audit keys)."""
 
 
 @dataclass
@@ -311,7 +313,7 @@ def running_cluster(spec: ClusterSpec, run_dir: Path) -> Iterator[Cluster]:
     public = f"https://{LOOPBACK}:{front}"
     provider_url = f"http://{LOOPBACK}:{provider_port}" if spec.provider else None
     tls = make_tls(run_dir / "tls")
-    env = {**os.environ, **shared_settings(provider_url), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **shared_settings(provider_url), **dict(spec.environ), "PYTHONUNBUFFERED": "1"}
     workspace = run_dir / "workspace"
     cluster = Cluster(public, [f"http://{LOOPBACK}:{p}" for p in ports], provider_url, spec.store_url, workspace,
                       tls, run_dir, run_dir / "haproxy.log")  # fmt: skip
