@@ -11,7 +11,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -24,9 +24,11 @@ from standardwebhooks import Webhook
 from mcp_elicit.model import Decision, DecisionStatus, JSONValue, Operator
 from mcp_elicit.reference.app import PAY_INVOICE
 from mcp_elicit.reference.payments import SIGNATURE_HEADER, PaymentsConfig, signed_event
-from mcp_elicit.web.external import FINAL_LEASE, MAX_BODY, REOPEN_AFTER, event_entry, final_entry, reference_entry
+from mcp_elicit.store import StoreUnavailable, hooks
+from mcp_elicit.web.external import MAX_BODY, REOPEN_AFTER, event_entry, reference_entry
 from mcp_elicit.web.flows import Charge, Checkout, EventOutcome, ExternalCompletion, ProviderEvent
 from mcp_elicit.web.webhooks import StandardWebhooks, sign_timestamped
+from tests.helpers.audit_tamper import run_sql
 from tests.helpers.pages_site import hidden
 from tests.helpers.payments_site import (
     CLIENT_ID,
@@ -716,7 +718,7 @@ def _trusting_reader(body: bytes) -> ProviderEvent | None:
     )
 
 
-@pytest.mark.engines("sqlite", "postgres")  # the event id is spent in the store's token ledger, on each engine
+@pytest.mark.engines("sqlite", "postgres")  # a refused event writes nothing, on each engine
 @pytest.mark.parametrize(
     ("field", "wrong", "kind", "answered"),
     [
@@ -749,31 +751,158 @@ def test_an_event_its_reader_filled_wrongly_is_a_400_that_spends_nothing_and_its
         assert corrected.status_code == 200 and corrected.json()["status"] == answered
 
 
-def _claim(site: PaySite, decision: Decision, event_id: str, until: datetime) -> None:
-    """The final claim a delivery of `event_id` writes before it moves the decision, as a holder that died then
-    left it."""
-    value: JSONValue = {"event": event_id, "outcome": "succeeded", "until": until.isoformat()}
-    site.store.journal_record(decision.operation_id, final_entry(decision.elicitation_id), value,
-                              caller=decision.principal)  # fmt: skip
+# -- deliveries held up, killed midway, or racing: each event applied once, with its effect ---------------------------
 
 
-@pytest.mark.engines("sqlite", "postgres")  # the take-over is the store's insert-once, raced on each engine
-def test_a_final_claim_holds_for_its_lease_then_exactly_one_delivery_takes_it_over(site: PaySite) -> None:
+class _Held(hooks.StoreHooks):
+    """Holds the first two moves to `external_completed` before their compare-and-set until the test lets each
+    go: two deliveries held up between reading the decision and moving it, for as long as the test likes. The
+    site's store calls run in worker threads (PostgreSQL outside a served lifespan), so a held one blocks only
+    its own delivery."""
+
+    def __init__(self) -> None:
+        self.entered = [threading.Event(), threading.Event()]
+        self.go = [threading.Event(), threading.Event()]
+        self._arrived = iter(range(2))
+        self._lock = threading.Lock()
+
+    async def transitioning(
+        self, snapshot: Decision, to: DecisionStatus, transition: Callable[[], Awaitable[Decision]]
+    ) -> Decision:
+        if to is DecisionStatus.EXTERNAL_COMPLETED:
+            with self._lock:
+                arrival = next(self._arrived, None)
+            if arrival is not None:
+                self.entered[arrival].set()
+                self.go[arrival].wait(20)
+        return await transition()
+
+
+@pytest.mark.engines("postgres")  # SQLite's calls run inline on the loop: nothing can be held between them
+@pytest.mark.parametrize("first", [0, 1], ids=["the-first-moves-first", "the-second-moves-first"])
+def test_two_payments_held_up_before_their_moves_complete_it_once_and_the_other_is_a_second_payment(
+    site: PaySite, first: int
+) -> None:
     decision, reference = started(site)
-    _claim(site, decision, "evt_dead", datetime.now(UTC) + FINAL_LEASE)
-    payments = [event(reference, "payment.succeeded", 2, event_id=name) for name in ("evt_a", "evt_b")]
-    with httpx2.Client(timeout=10) as http:
-        early = deliver(http, site, event(reference, "checkout.cancelled", 1, event_id="evt_early"))
-        assert early.status_code == 409 and early.json()["error"] == "decision_ended", "the claim is live"
-        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
-        site.skew[0] = FINAL_LEASE.total_seconds() + 1
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            answers = list(pool.map(lambda body: deliver(http, site, body), payments))
-    assert sorted(answer.status_code for answer in answers) == [200, 409], [answer.text for answer in answers]
-    assert sum(1 for answer in answers if answer.json().get("status") == "applied") == 1
-    assert status(site, decision) is DecisionStatus.EXTERNAL_COMPLETED
+    payments = [event(reference, "payment.succeeded", n, event_id=f"evt_pay_{n}") for n in (1, 2)]
+    held, before = _Held(), hooks.installed()
+    hooks.install(held)
+    try:
+        with httpx2.Client(timeout=30) as http, ThreadPoolExecutor(max_workers=2) as pool:
+            try:
+                answers = [pool.submit(deliver, http, site, payments[0])]
+                assert held.entered[0].wait(10), "the first payment reached its move"
+                site.skew[0] = 120  # held up for two minutes
+                answers.append(pool.submit(deliver, http, site, payments[1]))
+                assert held.entered[1].wait(10), "the second payment reached its move too"
+                held.go[first].set()
+                moved = answers[first].result(timeout=20)
+                held.go[1 - first].set()
+                refused = answers[1 - first].result(timeout=20)
+            finally:
+                for go in held.go:
+                    go.set()
+    finally:
+        hooks.install(before)
+    assert moved.json() == {"status": "applied", "decision": "external_completed"}, moved.text
+    assert refused.status_code == 409 and refused.json()["error"] == "decision_ended", refused.text
     assert moves_to(site, decision, DecisionStatus.EXTERNAL_COMPLETED) == 1
-    assert sum(1 for why in reasons_of(site, decision) if "second payment for this reference" in why) == 1
+    seconds = [why for why in reasons_of(site, decision) if "second payment for this reference: refund it" in why]
+    assert len(seconds) == 1 and f"event evt_pay_{2 - first} " in seconds[0], seconds
+
+
+class _Killed(hooks.StoreHooks):
+    """The store lost in the middle of the first move to `to`: the delivery making it dies there."""
+
+    def __init__(self, to: DecisionStatus) -> None:
+        self.to = to
+        self.killed = False
+
+    async def transitioning(
+        self, snapshot: Decision, to: DecisionStatus, transition: Callable[[], Awaitable[Decision]]
+    ) -> Decision:
+        if to is self.to and not self.killed:
+            self.killed = True
+            raise StoreUnavailable("the connection to the database was lost")
+        return await transition()
+
+
+@pytest.mark.engines("sqlite", "postgres")  # the move and its record are one transaction, on each engine
+def test_a_final_event_whose_delivery_died_midway_keeps_no_other_out_and_its_retry_is_late(site: PaySite) -> None:
+    decision, reference = started(site)
+    cancelled = event(reference, "checkout.cancelled", 1)
+    killed, before = _Killed(DecisionStatus.EXTERNAL_FAILED), hooks.installed()
+    hooks.install(killed)
+    try:
+        with httpx2.Client(timeout=10) as http:
+            died = deliver(http, site, cancelled)
+            assert died.status_code == 503 and killed.killed
+            rows = audit_rows(site, decision)
+            assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING
+            paid = deliver(http, site, event(reference, "payment.succeeded", 2))
+            assert paid.json() == {"status": "applied", "decision": "external_completed"}, paid.text
+            retried = deliver(http, site, cancelled)
+    finally:
+        hooks.install(before)
+    assert retried.status_code == 409 and retried.json()["error"] == "decision_ended"
+    assert moves_to(site, decision, DecisionStatus.EXTERNAL_FAILED) == 0
+    assert audit_rows(site, decision) == rows + 2  # the payment's move and the cancellation's refusal
+    entry = site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id,
+                                   "evt_checkout.cancelled_1"), caller=decision.principal)  # fmt: skip
+    assert entry is not None and isinstance(entry.value, dict) and entry.value["applied"] == "late"
+
+
+def _lose_entries(store_url: str, event_id: str, *, lost: bool) -> None:
+    """While `lost`, the database refuses to write the entry of `event_id` (as when it is lost mid-call)."""
+    if store_url.startswith("sqlite"):
+        statements = [f"CREATE TRIGGER lose_entry BEFORE INSERT ON elicit_journal WHEN instr(NEW.name, "
+                      f"'/event/{event_id}') > 0 BEGIN SELECT RAISE(ABORT, 'the disk went away'); END"]  # fmt: skip
+        undo = ["DROP TRIGGER lose_entry"]
+    else:
+        statements = [
+            "CREATE FUNCTION lose_entry() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+            "'the disk went away' USING ERRCODE = '53100'; END $$",
+            f"CREATE TRIGGER lose_entry BEFORE INSERT ON elicit_journal FOR EACH ROW WHEN (strpos(NEW.name, "
+            f"'/event/{event_id}') > 0) EXECUTE FUNCTION lose_entry()",
+        ]
+        undo = ["DROP TRIGGER lose_entry ON elicit_journal", "DROP FUNCTION lose_entry()"]
+    run_sql(store_url, [(sql, ()) for sql in (statements if lost else undo)])
+
+
+@pytest.mark.engines("sqlite", "postgres")  # the entry and the event's effect are one transaction, on each engine
+@pytest.mark.parametrize(
+    ("kind", "amount", "answered", "noted"),
+    [
+        ("payment.failed", INVOICE.amount, (200, {"status": "recorded", "decision": "external_pending"}),
+         "attempt failed at Example Pay: card_declined"),
+        ("payment.succeeded", INVOICE.amount - 1, (422, {"error": "amount_mismatch"}),
+         "reports another amount than the one charged"),
+        ("payment.succeeded", INVOICE.amount, (200, {"status": "applied", "decision": "external_completed"}),
+         "reports it done"),
+    ],
+    ids=["failed-attempt", "wrong-amount", "paid"],
+)  # fmt: skip
+def test_an_event_whose_delivery_failed_midway_is_applied_once_by_the_providers_retry(
+    site: PaySite, store_url: str, kind: str, amount: int, answered: tuple[int, JSONValue], noted: str
+) -> None:
+    decision, reference = started(site)
+    sent = event(reference, kind, 1, event_id="evt_lost", amount=amount, reason="card_declined")
+    rows = audit_rows(site, decision)
+    _lose_entries(store_url, "evt_lost", lost=True)
+    with httpx2.Client(timeout=10) as dying:  # the server closes a connection a 500 was answered on
+        died = deliver(dying, site, sent)
+    _lose_entries(store_url, "evt_lost", lost=False)
+    assert died.status_code >= 500
+    with httpx2.Client(timeout=10) as http:
+        assert status(site, decision) is DecisionStatus.EXTERNAL_PENDING and audit_rows(site, decision) == rows
+        retried = deliver(http, site, sent)
+        assert (retried.status_code, retried.json()) == answered
+        assert deliver(http, site, sent).json() == {"status": "duplicate"}
+    assert sum(1 for why in reasons_of(site, decision) if noted in why) == 1
+    assert audit_rows(site, decision) == rows + 1
+    entry = site.store.journal_get(decision.operation_id, event_entry(decision.elicitation_id, "evt_lost"),
+                                   caller=decision.principal)  # fmt: skip
+    assert entry is not None
 
 
 STANDARD_SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()

@@ -4,8 +4,7 @@ The decision's page opens the provider's page for a reference this module makes:
 page key so that it names its decision and nothing can forge one, and stored in the journal of the
 decision's operation (with the principal it is for and the charge) the first time, so that a decision has
 one reference and a reference one decision. The provider's webhooks name that reference; each event is
-applied once, by the provider's event id (the token ledger spends the id; the journal keeps what became of
-the event), in the provider's order:
+applied once, by the provider's event id, in the provider's order:
 
 - succeeded: the decision completes (`external_completed`, final), if the amount is the one charged; a
   success is never set aside for its order, the money having been taken;
@@ -14,13 +13,19 @@ the event), in the provider's order:
 - a failure (of either kind) older, in the provider's order, than an event already recorded for the reference
   is recorded and changes nothing: an old checkout's expiry does not end a decision a newer attempt reported on;
 - any new event about a decision that has ended (a reused reference, a late event) changes nothing, is
-  audited and refused: 410 after expiry, 409 otherwise; a second success for a reference already paid is a
-  double charge, audited and logged as one to refund.
+  audited and refused: 410 after expiry, 409 otherwise; a success so refused is money to refund, and a second
+  success for a reference already paid is audited and logged as a second payment to refund.
 
-Guarantees: every move is the store's compare-and-set, so duplicates, replays and concurrent deliveries
-have one effect; the reference completes only its own decision, of its own principal; a delivery whose
+What became of an event is its entry in the journal (`event_entry`), written once, in the same transaction as
+the event's effect: the decision's move, or its audit note. So an event is applied exactly once: a duplicate
+or a replay finds the entry; a delivery that died midway (its process killed, the store lost mid-call) left
+nothing, and the provider's retry applies the event; of two deliveries of one event at once, one writes the
+entry. Of two final events, the compare-and-set moves the decision for one, whose entry says so, and the
+other is refused as late (a success as a second payment), however long either was held up on the way.
+
+Guarantees besides: the reference completes only its own decision, of its own principal; a delivery whose
 signature fails, whose body cannot be read, whose event has a field of the wrong type or form (checked before
-the event's id is spent, so that the provider's corrected retry still applies) or whose reference is unknown
+anything is written, so that the provider's corrected retry still applies) or whose reference is unknown
 changes nothing and is answered 4xx with one log line naming the flow and the reason, never the body, the
 headers or the reference.
 
@@ -29,24 +34,18 @@ entry, written once), and only the request that wrote it asks the provider; the 
 opening until the checkout reports an event, `REOPEN_AFTER` passes, or the provider call fails (then it is
 released). A charge that cannot be computed is refused before the decision moves.
 
-Of the final events of one reference, the one holding the decision's claim (a numbered journal entry, written
-once, with a lease of `FINAL_LEASE`) is the only one that may move it; the others are refused as late, so that
-two deliveries racing never both count. A claim whose holder died before moving lapses with its lease, and the
-next final event takes it over.
-
 Does not guarantee: that the provider is honest, or that a success and a cancellation of one reference are
-exclusive (they are at every provider we know; if both come, the first to arrive decides). A payment whose
-success arrives after the decision ended, or a second payment for a reference already paid (the person
-reopened the checkout while the first webhook was delayed), is refused here and must be refunded at the
-provider: the log and the audit say so. The lease is a time, not a fence: a holder stalled for longer than
-`FINAL_LEASE` between claiming and moving may still move (one move happens either way), and if the event that
-took its claim over was a success too, that one is answered as a duplicate, not as a second payment.
+exclusive (they are at every provider we know; if both come, the first to move the decision decides). A
+payment whose success arrives after the decision ended, or a second payment for a reference already paid (the
+person reopened the checkout while the first webhook was delayed), is refused here and must be refunded at
+the provider: the log and the audit say so.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import logging
@@ -60,11 +59,10 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mcp_elicit.model import Decision, DecisionStatus, JSONObject, JSONValue, Operator, redact_text
-from mcp_elicit.store import Consumption, DecisionConflict, DecisionExpired, JournalEntry, NotFound
+from mcp_elicit.store import DecisionConflict, DecisionExpired, JournalEntry, NotFound
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.flows import (
     CURRENCY_CODE,
-    FINAL_OUTCOMES,
     Charge,
     Checkout,
     EventOutcome,
@@ -84,11 +82,6 @@ MAX_SAID = 300
 REOPEN_AFTER = timedelta(minutes=2)
 """How long a checkout that has not reported keeps the page from opening another: a second checkout opened while
 the first one's webhook is delayed is how one reference gets paid twice."""
-EVENT_MEMORY = timedelta(days=7)
-"""How long past its decision's deadline a spent event id is remembered (its retries are duplicates until then)."""
-FINAL_LEASE = timedelta(seconds=30)
-"""How long the final event that claimed a decision has to move it before the next final event may take the claim
-over (`ExternalCompletions._claim_final`)."""
 _JOURNAL = "mcp-elicit/external/"
 _AAD = b"mcp-elicit external reference v1"
 _MOVE_ATTEMPTS = 3
@@ -96,8 +89,8 @@ _NO_CHARGE = "The server cannot say what this step charges, so it cannot be done
 
 
 @dataclass(frozen=True, slots=True)
-class _Late:
-    """One event being applied, with what refusing it needs."""
+class _Delivery:
+    """One delivery of an event being applied, with what recording and refusing it need."""
 
     flow_key: str
     flow: ExternalCompletion
@@ -105,6 +98,10 @@ class _Late:
     entry: str
     said: str
     actor: Operator
+
+
+class _RecordedFirst(Exception):
+    """Another delivery of the same event recorded what became of it first: this one's unit is rolled back."""
 
 
 class CheckoutStillOpen(Exception):
@@ -134,12 +131,6 @@ class Received:
 def reference_entry(elicitation_id: str) -> str:
     """The journal entry holding the decision's reference."""
     return f"{_JOURNAL}{elicitation_id}/reference"
-
-
-def final_entry(elicitation_id: str, claim: int = 1) -> str:
-    """The journal entry of the decision's `claim`-th claim on moving it for a final event: `{"event", "outcome",
-    "until"}`, written once; the next is written only once the last one's lease (`until`) lapsed (`FINAL_LEASE`)."""
-    return f"{_kind(elicitation_id, 'final')}{claim}"
 
 
 def event_entry(elicitation_id: str, event_id: str) -> str:
@@ -285,13 +276,18 @@ class ExternalCompletions:
         last, until = self._opening(decision, entries)
         if until is not None:
             raise CheckoutStillOpen(until)
-        mine: JSONObject = {"by": secrets.token_hex(8)}
-        claim = await self._reach.journal_record(
-            decision.operation_id, _opening_entry(decision.elicitation_id, last + 1), mine, caller=decision.principal
-        )
-        if claim.value != mine:
+        claim, mine = await self._write_once(decision, _opening_entry(decision.elicitation_id, last + 1), {})
+        if not mine:
             raise CheckoutStillOpen(claim.recorded_at + REOPEN_AFTER)
         return last + 1
+
+    async def _write_once(self, decision: Decision, name: str, value: JSONObject) -> tuple[JournalEntry, bool]:
+        """The journal entry `name` as it stands once `value` was written to it unless it was written already,
+        and whether this call wrote it: `value` gets a mark of the call's own, so that the call tells its entry
+        from an equal one another call wrote (two requests, or two deliveries of one event)."""
+        mine: JSONObject = {**value, "by": secrets.token_hex(8)}
+        entry = await self._reach.journal_record(decision.operation_id, name, mine, caller=decision.principal)
+        return entry, entry.value == mine
 
     async def _release_opening(self, decision: Decision, opening: int) -> None:
         name = _released_entry(decision.elicitation_id, opening)
@@ -362,33 +358,22 @@ class ExternalCompletions:
     ) -> Received:
         eid = decision.elicitation_id
         now = self._now()
-        spent = await self._reach.consume_token(
-            f"external-event:{flow_key}:{event.event_id}", expires_at=max(decision.expires_at, now) + EVENT_MEMORY
-        )
-        entry = event_entry(eid, event.event_id)
-        if spent is Consumption.ALREADY_USED:
-            done = await self._reach.journal_get(decision.operation_id, entry, caller=decision.principal)
-            if done is not None or decision.is_terminal or event.outcome not in FINAL_OUTCOMES:
-                log.info("webhook for %s: event %s of decision %s is a duplicate; nothing changed", flow_key,
-                         event.event_id, eid)  # fmt: skip
-                return Received(200, {"status": "duplicate"})
-            # A final event spent by a delivery that has not recorded its outcome (still running, or died midway)
-            # while its decision waits: applying it again is safe, every move being a compare-and-set.
-        said = _shown(event.said)
-        actor = Operator(f"webhook:{flow_key}")
-        late = _Late(flow_key, flow, event, entry, said, actor)
+        delivery = _Delivery(flow_key, flow, event, event_entry(eid, event.event_id), _shown(event.said),
+                             Operator(f"webhook:{flow_key}"))  # fmt: skip
         if decision.is_terminal or decision.is_overdue(now):
             expired = decision.status is DecisionStatus.EXPIRED or decision.is_overdue(now)
-            return await self._refuse(late, decision, ended="expired" if expired else decision.status.value,
+            return await self._refuse(delivery, decision, ended="expired" if expired else decision.status.value,
                                       expired=expired)  # fmt: skip
         if event.outcome is not EventOutcome.SUCCEEDED:
             newer = [value for value in await self._events(decision) if _order(value) > event.order]
             if newer:
-                await self._record(decision, entry, event, said, "older")
+                if not await self._record(decision, delivery, "older"):
+                    return _duplicate(delivery, eid)
                 return Received(200, {"status": "ignored", "why": "older than an event already recorded"})
             if event.outcome is EventOutcome.FAILED:
-                await self._record(decision, entry, event, said, "attempt failed")
-                await self._reach.note(decision, actor=actor, reason=f"attempt failed at {flow.provider_title}: {said}")
+                failed = f"attempt failed at {flow.provider_title}: {delivery.said}"
+                if not await self._record(decision, delivery, "attempt failed", note=failed):
+                    return _duplicate(delivery, eid)
                 return Received(200, {"status": "recorded", "decision": decision.status.value})
         record = await self._reach.journal_get(decision.operation_id, reference_entry(eid), caller=decision.principal)
         charged = record.value if record is not None and isinstance(record.value, dict) else {}
@@ -399,108 +384,100 @@ class ExternalCompletions:
         ):
             what = f"{event.outcome} event {event.event_id} from {flow.provider_title}"
             reason = f"{what} reports another amount than the one charged; nothing changed"
-            await self._reach.note(decision, actor=actor, reason=reason)
-            await self._record(decision, entry, event, said, "wrong amount")
+            if not await self._record(decision, delivery, "wrong amount", note=reason):
+                return _duplicate(delivery, eid)
             log.warning("webhook for %s refused: decision %s: %s", flow_key, eid, reason)
             return Received(422, {"error": "amount_mismatch"})
-        return await self._finish(late, decision)
+        return await self._finish(delivery, decision)
 
-    async def _finish(self, late: _Late, decision: Decision) -> Received:
-        """Move the decision for a final event, once it holds the decision's claim (`_claim_final`)."""
-        flow, event, entry, said = late.flow, late.event, late.entry, late.said
-        claimed = await self._claim_final(decision, event)
-        if claimed.get("event") != event.event_id:
-            first = f"{claimed.get('outcome')} event {claimed.get('event')}"
-            return await self._refuse(late, decision, ended=f"{first} came first", expired=False,
-                                      paid_before=claimed.get("outcome") == EventOutcome.SUCCEEDED,
-                                      applied="lost to another event")  # fmt: skip
+    async def _finish(self, delivery: _Delivery, decision: Decision) -> Received:
+        """Move the decision for a final event, the event's entry recorded in the move's own transaction
+        (`_move`): of two final events racing, the compare-and-set lets exactly one move it, and whatever the
+        other one meets afterwards, the journal names the event that moved it, so a second payment is never
+        taken for a duplicate nor a duplicate for a second payment."""
+        flow, event = delivery.flow, delivery.event
         if event.outcome is EventOutcome.SUCCEEDED:
             to = DecisionStatus.EXTERNAL_COMPLETED
             reason = f"{flow.provider_title} reports it done (event {event.event_id}{_amount(event)})"
         else:
             to = DecisionStatus.EXTERNAL_FAILED
-            reason = f"{flow.provider_title} reports it {event.outcome} (event {event.event_id}): {said}"
+            reason = f"{flow.provider_title} reports it {event.outcome} (event {event.event_id}): {delivery.said}"
         for _ in range(_MOVE_ATTEMPTS):
             if decision.is_terminal:
                 break
             try:
-                decision = await self._reach.transition(decision, to, caller=late.actor, reason=reason)
-            except DecisionExpired as overtaken:
-                return await self._refuse(late, overtaken.current, ended="expired", expired=True)
-            except DecisionConflict as moved:
+                moved = await self._reach.atomically(functools.partial(self._move, decision, delivery, to, reason))
+            except _RecordedFirst:
+                return _duplicate(delivery, decision.elicitation_id)
+            if isinstance(moved, DecisionExpired):
+                return await self._refuse(delivery, moved.current, ended="expired", expired=True)
+            if isinstance(moved, DecisionConflict):
                 decision = moved.current
-            else:
-                await self._record(decision, entry, event, said, str(to))
-                return Received(200, {"status": "applied", "decision": decision.status.value})
-        if decision.status is to and (await self._last_claim(decision))[1].get("event") == event.event_id:
-            await self._record(decision, entry, event, said, str(to))  # another delivery of this very event moved it
-            return Received(200, {"status": "duplicate"})
+                continue
+            return Received(200, {"status": "applied", "decision": moved.status.value})
         expired = decision.status is DecisionStatus.EXPIRED
-        return await self._refuse(late, decision, ended=decision.status.value, expired=expired)
+        return await self._refuse(delivery, decision, ended=decision.status.value, expired=expired)
 
-    async def _claim_final(self, decision: Decision, event: ProviderEvent) -> dict[str, JSONValue]:
-        """The decision's claim for a final event as it stands once `event` tried to take it: the first final
-        event's (so that of two racing, the second is refused as late, not counted), or `event`'s.
+    async def _move(
+        self, decision: Decision, delivery: _Delivery, to: DecisionStatus, reason: str
+    ) -> Decision | DecisionExpired | DecisionConflict:
+        """The move and the event's entry, in one unit (`_finish`). A lost compare-and-set is given back, not
+        raised, so that the unit still commits what the store wrote finding out why (an overdue decision expired
+        on the spot)."""
+        try:
+            moved = await self._reach.transition(decision, to, caller=delivery.actor, reason=reason)
+        except (DecisionExpired, DecisionConflict) as lost:
+            return lost
+        await self._write_entry(moved, delivery, str(to))
+        return moved
 
-        A claim holds for `FINAL_LEASE`: a holder that died between claiming and moving (its process killed, the
-        store lost mid-call) would otherwise keep every later final event out for good. Once it lapses, the next
-        final event writes the next numbered claim, once (the store's insert-once), so that of two deliveries
-        taking a lapsed claim over exactly one does. A holder that was only slow still moves by compare-and-set,
-        so one final move happens either way; the lease decides only which event is refused as the late one.
-        Another delivery of the holder's own event goes on at once (a provider's retry of it after a crash).
-        """
-        last, held = await self._last_claim(decision)
-        if last and (held.get("event") == event.event_id or self._now() < _until(held)):
-            return held
-        mine: JSONObject = {"event": event.event_id, "outcome": event.outcome.value,
-                            "until": (self._now() + FINAL_LEASE).isoformat()}  # fmt: skip
-        name = final_entry(decision.elicitation_id, last + 1)
-        claim = await self._reach.journal_record(decision.operation_id, name, mine, caller=decision.principal)
-        if last and claim.value == mine:
-            log.warning("decision %s: the claim of a final event lapsed before it moved the decision; event %s takes "
-                        "it over", decision.elicitation_id, event.event_id)  # fmt: skip
-        return claim.value if isinstance(claim.value, dict) else {}
-
-    async def _last_claim(self, decision: Decision) -> tuple[int, dict[str, JSONValue]]:
-        """The number and value of the decision's last final claim; (0, {}) when no final event claimed it."""
-        entries = await self._reach.journal(decision.operation_id, caller=decision.principal)
-        claims = _numbered(entries, _kind(decision.elicitation_id, "final"))
-        last = max(claims, default=0)
-        value = claims[last].value if last else None
-        return last, value if isinstance(value, dict) else {}
-
-    async def _refuse(
-        self,
-        late: _Late,
-        decision: Decision,
-        *,
-        ended: str,
-        expired: bool,
-        paid_before: bool | None = None,
-        applied: str = "late",
-    ) -> Received:
-        """Refuse an event that comes after the decision ended (or after another final event claimed it): audited,
-        recorded, logged once; a success so refused is money to give back, and says so."""
-        event = late.event
-        what = f"{event.outcome} event {event.event_id} from {late.flow.provider_title}{_amount(event)}"
-        if paid_before is None:
-            paid_before = decision.status is DecisionStatus.EXTERNAL_COMPLETED
-        if event.outcome is EventOutcome.SUCCEEDED and paid_before:
+    async def _refuse(self, delivery: _Delivery, decision: Decision, *, ended: str, expired: bool) -> Received:
+        """Refuse an event that comes after the decision ended: audited, recorded, logged once; a success so
+        refused is money to give back, and says so. A success meeting a paid decision is a second payment: the
+        success that paid it recorded its entry with the move, so this event, finding none of its own, is
+        another one."""
+        event = delivery.event
+        what = f"{event.outcome} event {event.event_id} from {delivery.flow.provider_title}{_amount(event)}"
+        if event.outcome is EventOutcome.SUCCEEDED and decision.status is DecisionStatus.EXTERNAL_COMPLETED:
             reason = f"second payment for this reference: refund it at the provider ({what}); nothing changed"
         else:
             reason = f"late {what} after the decision ended ({ended}); nothing changed"
             if event.outcome is EventOutcome.SUCCEEDED:
                 reason += "; refund it at the provider"
-        await self._reach.note(decision, actor=late.actor, reason=reason)
-        await self._record(decision, late.entry, event, late.said, applied)
-        log.warning("webhook for %s refused: decision %s: %s", late.flow_key, decision.elicitation_id, reason)
+        if not await self._record(decision, delivery, "late", note=reason):
+            return _duplicate(delivery, decision.elicitation_id)
+        log.warning("webhook for %s refused: decision %s: %s", delivery.flow_key, decision.elicitation_id, reason)
         if expired:
             return Received(410, {"error": "decision_expired"})
         return Received(409, {"error": "decision_ended", "status": decision.status.value})
 
-    async def _record(self, decision: Decision, entry: str, event: ProviderEvent, said: str, applied: str) -> None:
-        value: JSONObject = {"outcome": event.outcome.value, "order": event.order, "said": said, "applied": applied}
-        await self._reach.journal_record(decision.operation_id, entry, value, caller=decision.principal)
+    async def _record(self, decision: Decision, delivery: _Delivery, applied: str, *, note: str | None = None) -> bool:
+        """Record what became of the event, with its audit `note`, in one transaction; False, and nothing written,
+        when another delivery of the event recorded it first.
+
+        The entry is the only mark that an event was applied, written together with its effects or not at all:
+        a delivery that dies midway leaves the event to the provider's retry, which applies it once, and of two
+        deliveries at once, one notes it."""
+
+        async def write() -> None:
+            await self._write_entry(decision, delivery, applied)
+            if note is not None:
+                await self._reach.note(decision, actor=delivery.actor, reason=note)
+
+        try:
+            await self._reach.atomically(write)
+        except _RecordedFirst:
+            return False
+        return True
+
+    async def _write_entry(self, decision: Decision, delivery: _Delivery, applied: str) -> None:
+        """Write the event's entry in the unit under way, or raise `_RecordedFirst` to roll the unit back."""
+        event = delivery.event
+        value: JSONObject = {"outcome": event.outcome.value, "order": event.order, "said": delivery.said,
+                             "applied": applied}  # fmt: skip
+        _, mine = await self._write_once(decision, delivery.entry, value)
+        if not mine:
+            raise _RecordedFirst
 
     async def _events(self, decision: Decision) -> list[dict[str, JSONValue]]:
         prefix = _kind(decision.elicitation_id, "event")
@@ -524,10 +501,11 @@ class ExternalCompletions:
 
 
 def _unusable(event: object) -> str | None:
-    """Why the event a flow's reader gave cannot be applied, None if it can. Checked before the event's id is
-    spent: a reader that puts a wrong type into a field would otherwise fail the delivery after its id was spent,
-    and the provider's retry, corrected or not, would be a duplicate, the event lost. Names fields and types,
-    never values (a provider's words may carry what the log must not)."""
+    """Why the event a flow's reader gave cannot be applied, None if it can. Checked before anything is
+    written: a reader that puts a wrong type into a field would otherwise fail the delivery partway with a 500,
+    or have its value written into the event's entry and the audit; a 400 naming the field says what to fix,
+    and the corrected retry applies. Names fields and types, never values (a provider's words may carry what
+    the log must not)."""
     if not isinstance(event, ProviderEvent):
         return f"is a {type(event).__name__}, not a ProviderEvent"
     eid, currency = event.event_id, event.currency
@@ -556,17 +534,10 @@ def _numbered(entries: list[JournalEntry], prefix: str) -> dict[int, JournalEntr
     return {int(tail): entry for tail, entry in tails if tail.isdecimal()}
 
 
-def _until(claim: Mapping[str, JSONValue]) -> datetime:
-    """When a final claim's lease lapses; a claim whose time cannot be read has lapsed, so that it cannot hold a
-    decision for good."""
-    until = claim.get("until")
-    try:
-        when = datetime.fromisoformat(until) if isinstance(until, str) else None
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
-        return datetime.min.replace(tzinfo=UTC)
-    return when
+def _duplicate(delivery: _Delivery, elicitation_id: str) -> Received:
+    log.info("webhook for %s: event %s of decision %s is a duplicate; nothing changed", delivery.flow_key,
+             delivery.event.event_id, elicitation_id)  # fmt: skip
+    return Received(200, {"status": "duplicate"})
 
 
 def _amount(event: ProviderEvent) -> str:

@@ -96,16 +96,13 @@ class EventOutcome(StrEnum):
     """The provider's own page lapsed: final, the decision fails."""
 
 
-FINAL_OUTCOMES = frozenset({EventOutcome.SUCCEEDED, EventOutcome.CANCELLED, EventOutcome.EXPIRED})
-
-
 @dataclass(frozen=True, slots=True)
 class ProviderEvent:
     """One webhook event as the flow needs it, whatever the provider's own format.
 
-    Every field is checked (its type; the id's length and the currency's form too) before the event's id is
-    spent: an event a reader filled wrongly is refused with 400 and changes nothing, so that the provider's
-    retry, once the reader is fixed, still applies.
+    Every field is checked (its type; the id's length and the currency's form too) before anything is written:
+    an event a reader filled wrongly is refused with 400 and changes nothing, so that the provider's retry, once
+    the reader is fixed, still applies.
     """
 
     event_id: str
