@@ -299,7 +299,7 @@ async def test_a_malformed_result_is_refused_naming_the_upstream_and_the_call() 
 @pytest.mark.parametrize("era", ERAS)
 async def test_an_upstream_of_2026_alone_is_discovered_after_it_refuses_the_handshake(era: str) -> None:
     async with relayed(stdio(MODERN_ONLY), era) as client:
-        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo", "malformed", "announce"]
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo", "malformed", "announce", "later"]
         assert text(await client.call_tool("echo", {"a": 1})) == '{"a": 1}'
 
 
