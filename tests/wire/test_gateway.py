@@ -572,7 +572,7 @@ async def test_a_call_waiting_longer_than_the_timeout_for_a_session_another_clie
         return ElicitResult(action="accept", content={"seats": 1})
 
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url, timeout=0.5))
+        gateway = Gateway(over_http(url, timeout=0.5, sessions=1))
         with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
             async with (
                 Client(f"{base}/mcp", mode="legacy", elicitation_callback=slow) as first,

@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 UpstreamEra = Literal["auto", "legacy", "2026-07-28"]
 ERAS: tuple[UpstreamEra, ...] = ("auto", "legacy", "2026-07-28")
 DEFAULT_TIMEOUT = 60.0
+HTTP_SESSIONS = 8
+"""Sessions with an HTTP upstream at most, unless told: clients take turns on a session while one of them may be
+asked a question, so a few sessions keep one person's slow answer from holding up the others."""
 FIRST_BACKOFF = 0.25
 LAST_BACKOFF = 30.0
 ENDED = "the connection ended (the upstream exited or hung up)"
@@ -94,8 +97,10 @@ class Upstream:
     timeout: float | None = DEFAULT_TIMEOUT
     """Seconds a request may go without an answer or progress before it is abandoned (`None`: never). A
     question relayed to the person stops the clock."""
-    sessions: int = 1
-    """Lanes at most; each is a session of its own (a process of its own on stdio)."""
+    sessions: int | None = None
+    """Lanes at most, each a session of its own (a process of its own on stdio); by default (`None`)
+    `HTTP_SESSIONS` for an HTTP upstream and 1 for a command, where one process often means one state that more
+    processes would split."""
     env: Mapping[str, str] | None = None
     cwd: str | None = None
     """The directory a stdio upstream starts in (default: the gateway's)."""
@@ -105,10 +110,16 @@ class Upstream:
             raise ValueError("an upstream is either a command or a URL")
         if self.era not in ERAS:
             raise ValueError(f"era must be one of {', '.join(ERAS)}, not {self.era!r}")
-        if self.sessions < 1:
+        if self.sessions is not None and self.sessions < 1:
             raise ValueError(f"sessions must be at least 1, not {self.sessions}")
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout}")
+
+    @property
+    def session_limit(self) -> int:
+        if self.sessions is not None:
+            return self.sessions
+        return HTTP_SESSIONS if self.url is not None else 1
 
     @classmethod
     def parse(
@@ -123,7 +134,7 @@ class Upstream:
         """An http(s) URL, or a command line split as a POSIX shell splits it; named by what was given."""
         text = target.strip()
         if text.startswith(("http://", "https://")):
-            return cls(name or text, url=text, era=era, timeout=timeout, sessions=sessions or 1)
+            return cls(name or text, url=text, era=era, timeout=timeout, sessions=sessions)
         if "://" in text.split(" ", 1)[0]:
             raise ValueError(f"{target!r}: an upstream URL is http:// or https://")
         try:
@@ -132,7 +143,7 @@ class Upstream:
             raise ValueError(f"{target!r} is not a command line: {error}") from None
         if not argv:
             raise ValueError("the upstream command is empty")
-        return cls(name or shlex.join(argv), command=argv, era=era, timeout=timeout, sessions=sessions or 1)
+        return cls(name or shlex.join(argv), command=argv, era=era, timeout=timeout, sessions=sessions)
 
 
 class Deadline:
@@ -242,7 +253,7 @@ class Lane:
     @property
     def label(self) -> str:
         name = repr(self.pool.upstream.name)
-        return name if self.pool.upstream.sessions == 1 else f"{name} (session {self.number + 1})"
+        return name if len(self.pool.lanes) <= 1 else f"{name} (session {self.number + 1})"
 
     @property
     def client(self) -> Client | None:
@@ -482,7 +493,7 @@ def listed_changes(capabilities: ServerCapabilities) -> tuple[bool, bool, bool]:
 
 
 class Pool:
-    """The upstream's lanes: the first connected at start, more as calls need them, up to `sessions`."""
+    """The upstream's lanes: the first connected at start, more as calls need them, up to its session limit."""
 
     def __init__(self, upstream: Upstream, relay: Relay) -> None:
         self.upstream = upstream
@@ -548,7 +559,7 @@ class Pool:
 
     async def _claim(self, call: Call) -> Lane:
         """A lane free for the call's holder (any lane up, for a call that draws no question), claimed for it;
-        a new lane while there are fewer than `sessions`; else the wait for one to be freed."""
+        a new lane while there are fewer than the upstream's session limit; else the wait for one to be freed."""
         while True:
             free = [lane for lane in self.lanes if call.holder is None or lane.holder in (None, call.holder)]
             if free:
@@ -557,7 +568,7 @@ class Pool:
                     lane.holder = call.holder
                     lane.claims += 1
                 return lane
-            if len(self.lanes) < self.upstream.sessions and self._tasks is not None:
+            if len(self.lanes) < self.upstream.session_limit and self._tasks is not None:
                 self._open()
                 continue
             if self._freed.is_set():
@@ -568,8 +579,8 @@ class Pool:
             if watch.cancelled_caught:
                 raise MCPError(
                     REQUEST_TIMEOUT,
-                    f"upstream {self.first.label} is busy: {call.what} waited {self.upstream.timeout:g} s for one of "
-                    f"its {self.upstream.sessions} session(s), each carrying calls of another client",
+                    f"upstream {self.upstream.name!r} is busy: {call.what} waited {self.upstream.timeout:g} s for one "
+                    f"of its {self.upstream.session_limit} session(s), each carrying calls of another client",
                     {"upstream": self.upstream.name},
                 )
 
