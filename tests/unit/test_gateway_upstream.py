@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mcp_elicit.gateway import DEFAULT_TIMEOUT, Upstream
+from mcp_elicit.gateway import DEFAULT_TIMEOUT, HTTP_SESSIONS, Upstream
 
 
 def test_a_url_is_an_http_upstream_named_by_its_url() -> None:
@@ -17,15 +17,17 @@ def test_a_url_is_an_http_upstream_named_by_its_url() -> None:
         (),
         "https://tools.example/mcp",
     )
-    assert (upstream.era, upstream.timeout, upstream.sessions) == ("auto", DEFAULT_TIMEOUT, 1)
+    assert (upstream.era, upstream.timeout, upstream.sessions) == ("auto", DEFAULT_TIMEOUT, None)
+    assert upstream.session_limit == HTTP_SESSIONS == 8  # clients take turns on a session: a few by default
 
 
 def test_a_command_line_is_split_as_a_shell_splits_it_and_named_as_given() -> None:
     upstream = Upstream.parse("npx -y 'my server' --flag=\"two words\"", era="legacy", timeout=None, sessions=3)
     assert upstream.command == ("npx", "-y", "my server", "--flag=two words")
     assert upstream.url is None and upstream.name == "npx -y 'my server' '--flag=two words'"
-    assert (upstream.era, upstream.timeout, upstream.sessions) == ("legacy", None, 3)
-    assert Upstream.parse("node server.js", name="billing").name == "billing"
+    assert (upstream.era, upstream.timeout, upstream.session_limit) == ("legacy", None, 3)
+    by_default = Upstream.parse("node server.js", name="billing")
+    assert (by_default.name, by_default.session_limit) == ("billing", 1)  # one process: one state, not split
 
 
 @pytest.mark.parametrize(

@@ -265,24 +265,24 @@ async def test_an_upstream_that_exits_fails_its_call_naming_both_and_is_started_
 async def test_a_call_the_upstream_leaves_unanswered_times_out_naming_both(tmp_path: Path) -> None:
     marker = tmp_path / "held"
     with sdk_over_http() as url:
-        async with relayed(over_http(url, timeout=0.5), "legacy") as client:
+        async with relayed(over_http(url, timeout=2), "legacy") as client:
             with pytest.raises(MCPError) as hung:
                 await client.call_tool("hold", {"marker": str(marker), "seconds": 60})
             await until(lambda: said(marker) == "cancelled")  # and the upstream was told to stop
             assert text(await client.call_tool("count", {"to": 1})) == "counted to 1"
     assert hung.value.code == REQUEST_TIMEOUT
     assert hung.value.error.message == (
-        "upstream 'sdk' did not answer tools/call 'hold' within 0.5 s (nor report progress); the request was cancelled"
+        "upstream 'sdk' did not answer tools/call 'hold' within 2 s (nor report progress); the request was cancelled"
     )
 
 
 async def test_a_question_to_the_person_stops_the_upstreams_clock() -> None:
     async def slow_person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        await anyio.sleep(1.0)  # a person taking twice the upstream's timeout to answer
+        await anyio.sleep(3)  # a person taking longer than the upstream's timeout to answer
         return ElicitResult(action="accept", content={"seats": 2})
 
     with sdk_over_http() as url:
-        async with relayed(over_http(url, timeout=0.5), "legacy", elicitation_callback=slow_person) as client:
+        async with relayed(over_http(url, timeout=2), "legacy", elicitation_callback=slow_person) as client:
             assert text(await client.call_tool("book", {"city": "Oslo"})) == "booked 2 to Oslo"
 
 
@@ -299,7 +299,7 @@ async def test_a_malformed_result_is_refused_naming_the_upstream_and_the_call() 
 @pytest.mark.parametrize("era", ERAS)
 async def test_an_upstream_of_2026_alone_is_discovered_after_it_refuses_the_handshake(era: str) -> None:
     async with relayed(stdio(MODERN_ONLY), era) as client:
-        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo", "malformed", "announce"]
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo", "malformed", "announce", "later"]
         assert text(await client.call_tool("echo", {"a": 1})) == '{"a": 1}'
 
 
@@ -314,8 +314,8 @@ async def test_an_upstream_of_2026_alone_is_discovered_after_it_refuses_the_hand
         ),
         (
             (sys.executable, "-c", "import sys; sys.stdin.read()"),
-            {},
-            "it did not complete the MCP handshake within 1 s",
+            {"timeout": 2},
+            "it did not complete the MCP handshake within 2 s",
         ),
         (ONE_ERA, {"era": "2026-07-28"}, "it speaks 2025-11-25, not 2026-07-28"),
     ],
@@ -325,7 +325,8 @@ async def test_an_upstream_that_cannot_be_started_stops_the_gateway_from_startin
     command: tuple[str, ...], options: dict[str, Any], problem: str
 ) -> None:
     with pytest.raises(UpstreamUnavailable) as refused:
-        async with Gateway(stdio(command, timeout=1, **options)).running():
+        # Long enough for a process under coverage to start; the silent one is given less, since it is waited out.
+        async with Gateway(stdio(command, **{"timeout": 10, **options})).running():
             pytest.fail("the gateway ran without its upstream")
     assert str(refused.value).startswith("upstream 'peer' could not be started: ")
     assert problem in str(refused.value)
@@ -393,6 +394,8 @@ async def test_an_input_required_result_of_a_2026_upstream_goes_to_a_2026_client
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_relayed_call_writes_nothing_to_the_store(era: str, tmp_path: Path) -> None:
+    """A guard, not a check that can fail today: nothing in the gateway touches its store yet. It is here for the
+    slices that will (durable questions, gates), so that a plain relay stays free of writes as they land."""
     store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
     assert isinstance(store, SQLiteStore)
     statements: list[str] = []
@@ -572,7 +575,7 @@ async def test_a_call_waiting_longer_than_the_timeout_for_a_session_another_clie
         return ElicitResult(action="accept", content={"seats": 1})
 
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url, timeout=0.5))
+        gateway = Gateway(over_http(url, timeout=2, sessions=1))
         with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
             async with (
                 Client(f"{base}/mcp", mode="legacy", elicitation_callback=slow) as first,
@@ -593,7 +596,7 @@ async def test_a_call_waiting_longer_than_the_timeout_for_a_session_another_clie
                 release.set()
     assert busy.value.code == REQUEST_TIMEOUT
     assert busy.value.error.message == (
-        "upstream 'sdk' is busy: tools/call 'pid' waited 0.5 s for one of its 1 session(s), each carrying calls of "
+        "upstream 'sdk' is busy: tools/call 'pid' waited 2 s for one of its 1 session(s), each carrying calls of "
         "another client"
     )
     assert booked == ["booked 1 to Oslo"]  # the person took longer than the timeout: the clock was stopped

@@ -67,8 +67,14 @@ def gateway(
         typer.Option(min=0, help="Seconds an upstream request may go without an answer or progress; 0: no limit."),
     ] = DEFAULT_TIMEOUT,
     sessions: Annotated[
-        int, typer.Option(min=1, help="Sessions with the upstream at most (each a process, for a command).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            min=1,
+            help="Sessions with the upstream at most (each a process, for a command); default: 8 for a URL, 1 for a "
+            "command.",
+            show_default=False,
+        ),
+    ] = None,
     name: Annotated[
         str | None, typer.Option(help="What errors and logs call the upstream (default: the --upstream text).")
     ] = None,

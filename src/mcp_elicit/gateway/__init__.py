@@ -7,6 +7,22 @@ call. A relayed call writes nothing to the store.
 """
 
 from mcp_elicit.gateway.relay import Gateway, GatewayServer
-from mcp_elicit.gateway.upstream import DEFAULT_TIMEOUT, ERAS, Upstream, UpstreamEra, UpstreamUnavailable
+from mcp_elicit.gateway.upstream import (
+    DEFAULT_TIMEOUT,
+    ERAS,
+    HTTP_SESSIONS,
+    Upstream,
+    UpstreamEra,
+    UpstreamUnavailable,
+)
 
-__all__ = ["DEFAULT_TIMEOUT", "ERAS", "Gateway", "GatewayServer", "Upstream", "UpstreamEra", "UpstreamUnavailable"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ERAS",
+    "HTTP_SESSIONS",
+    "Gateway",
+    "GatewayServer",
+    "Upstream",
+    "UpstreamEra",
+    "UpstreamUnavailable",
+]

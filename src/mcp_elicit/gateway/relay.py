@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from importlib.metadata import version
 from typing import Any, get_args
 
+import anyio
 from mcp import Client
 from mcp.client.subscriptions import ServerEvent
 from mcp.server.caching import CacheableMethod, CacheHint
@@ -45,6 +46,7 @@ from mcp_types import (
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitRequestParams,
+    ElicitRequestURLParams,
     ElicitResult,
     ErrorData,
     GetPromptRequestParams,
@@ -68,6 +70,7 @@ from pydantic import BaseModel, RootModel, ValidationError
 
 from mcp_elicit.gateway.upstream import (
     ENDED,
+    FORGOTTEN,
     NO_BACK_CHANNEL,
     Call,
     Deadline,
@@ -86,8 +89,13 @@ STREAM = "stream"
 """The holder of a stdio (or in-memory) connection: a process serves one such connection at a time."""
 _CONNECTION_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY})
 _REMEMBERED = 1024
-"""Handshake downstream connections kept for list-change notices: the most recently seen; older ones are
-forgotten (a connection that ended meanwhile just drops what it is sent)."""
+"""Handshake downstream connections kept for list-change notices (and URL questions kept for their completion
+notices): the most recently seen; older ones are forgotten."""
+NOTICE_TIMEOUT = 2.0
+"""Seconds a notification to one client may take before it is given up."""
+URL_FLOW_TTL = 3600.0
+"""Seconds after a URL question is relayed during which the upstream's notice that it is complete is passed
+on (to the client asked): a sign-in or payment is done within the hour, or not through this gateway."""
 
 
 class _Forwarded(Request[dict[str, Any] | None, str]):
@@ -176,6 +184,9 @@ class Gateway:
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._connections: dict[Hashable, ServerSession] = {}
+        """Each handshake connection's latest request session (the SDK makes one per request; any of them
+        reaches the connection)."""
+        self._urls = _Asked()
         self._level: LoggingLevel | None = None
         self._running = False
 
@@ -250,31 +261,40 @@ class Gateway:
             call.deadline.renew()
             await ctx.session.report_progress(progress, total, message)
 
-        async with self.pool.carrying(call) as (lane, client):
-            request = _Forwarded(method=method, params=_outgoing(raw, modern=lane.modern))
-            try:
-                with call.deadline.watching() as watch:
-                    result = (await client.session.send_request(request, _Raw, progress_callback=progress)).root
-            except MCPError as error:
-                if error.code != CONNECTION_CLOSED:
-                    raise  # the upstream's own answer
-                lane.lost(ENDED)
-                raise MCPError(
-                    INTERNAL_ERROR,
-                    f"upstream {lane.label} closed the connection while {what} was in flight; the gateway connects "
-                    "to it again",
-                    {"upstream": self.upstream.name},
-                ) from None
-            except ValidationError as invalid:
-                log.warning("upstream %s returned an invalid result for %s: %s", lane.label, what, invalid)
-                raise MCPError(
-                    INTERNAL_ERROR,
-                    f"upstream {lane.label} returned an invalid result for {what}",
-                    {"upstream": self.upstream.name},
-                ) from None
-            if watch.cancelled_caught:
-                raise timed_out(lane, what, self.upstream.timeout)
-            return self._returned(ctx, lane, what, result)
+        async with self.pool.carrying(call) as (lane, connection):
+            resent = False
+            while True:
+                request = _Forwarded(method=method, params=_outgoing(raw, modern=lane.modern))
+                try:
+                    with call.deadline.watching() as watch:
+                        sent = connection.client.session.send_request(request, _Raw, progress_callback=progress)
+                        result = (await sent).root
+                except MCPError as error:
+                    if connection.forgotten and error.code != CONNECTION_CLOSED and not resent:
+                        # Refused unseen, by an upstream that no longer knows the session: sent once more on a new one.
+                        lane.lost(connection, FORGOTTEN)
+                        connection = await lane.ready(call.deadline, what)
+                        resent = True
+                        continue
+                    if connection.ended is None and not connection.forgotten:
+                        raise  # the upstream's own answer (whatever its code), or the transport's for this request
+                    lane.lost(connection, FORGOTTEN if connection.forgotten else ENDED)
+                    said = "ended its session" if connection.ended == FORGOTTEN else "closed the connection"
+                    raise MCPError(
+                        INTERNAL_ERROR,
+                        f"upstream {lane.label} {said} while {what} was in flight; the gateway connects to it again",
+                        {"upstream": self.upstream.name},
+                    ) from None
+                except ValidationError as invalid:
+                    log.warning("upstream %s returned an invalid result for %s: %s", lane.label, what, invalid)
+                    raise MCPError(
+                        INTERNAL_ERROR,
+                        f"upstream {lane.label} returned an invalid result for {what}",
+                        {"upstream": self.upstream.name},
+                    ) from None
+                if watch.cancelled_caught:
+                    raise timed_out(lane, what, self.upstream.timeout)
+                return self._returned(ctx, lane, what, result)
 
     def _returned(
         self, ctx: ServerRequestContext[Any, Any], lane: Lane, what: str, result: dict[str, Any]
@@ -340,47 +360,63 @@ class Gateway:
                 log.warning("upstream %s refused the log level %s: %s", lane.label, self._level, error)
 
     async def elicit(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData:
-        """The upstream's question, asked of the client of the call it belongs to, on that call."""
-        call = lane.asking()
-        if call is None:
+        """The upstream's question, asked of the client whose calls the lane carries.
+
+        A handshake upstream's `elicitation/create` says nothing of the call it belongs to. With one call of
+        that client in flight on the lane it is that call's, and is asked on it; with several it could be any
+        of them, so it is asked on none (on the connection's own channel), and every one of their clocks stops
+        while the person answers.
+        """
+        calls = lane.asking()
+        if not calls:
             log.warning("upstream %s asked a question with no call in flight; refused", lane.label)
             return ErrorData(code=INVALID_REQUEST, message="no call of the gateway's clients is in flight to ask on")
-        session = call.ctx.session
+        first = calls[0]
+        whose = " or ".join(dict.fromkeys(call.what for call in calls))
+        session = first.ctx.session
         if not session.can_send_request:
             return ErrorData(
                 code=INVALID_REQUEST,
-                message=f"the gateway cannot ask the client of {call.what} on the live call: its connection "
-                f"(protocol {call.ctx.protocol_version}) carries no requests from server to client, and this "
+                message=f"the gateway cannot ask the client of {whose} on the live call: its connection "
+                f"(protocol {first.ctx.protocol_version}) carries no requests from server to client, and this "
                 "gateway does not relay questions another way",
             )
         refusal = _unaskable(session.client_capabilities, params)
         if refusal is not None:
-            return ErrorData(
-                code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {call.what}: {refusal}"
-            )
-        with call.deadline.paused():
+            return ErrorData(code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {whose}: {refusal}")
+        if isinstance(params, ElicitRequestURLParams) and params.elicitation_id is not None:
+            self._urls.asked((lane, params.elicitation_id), session)
+        related = ServerMessageMetadata(related_request_id=first.ctx.request_id) if len(calls) == 1 else None
+        with ExitStack() as paused:
+            for call in calls:
+                paused.enter_context(call.deadline.paused())
             try:
-                return await session.send_request(
-                    ElicitRequest(params=params),
-                    ElicitResult,
-                    metadata=ServerMessageMetadata(related_request_id=call.ctx.request_id),
-                )
+                return await session.send_request(ElicitRequest(params=params), ElicitResult, metadata=related)
             except MCPError as error:
                 return error.error
             except ValidationError:
                 return ErrorData(code=INTERNAL_ERROR, message="the client's answer is not an elicitation result")
 
     async def logged(self, lane: Lane, params: LoggingMessageNotificationParams) -> None:
-        """A log message, to the one client it can belong to; dropped when that cannot be told."""
+        """A log message, to the one client it can belong to; dropped when that cannot be told.
+
+        It belongs to the client whose calls the lane carries (on that one call, if there is one); between
+        calls, to the one client of a stdio gateway (over HTTP, whose it is cannot be told). A request that
+        draws no question (a list) rides any lane and claims no log message: one that comes during it may be
+        late, from the call before.
+        """
         notice = LoggingMessageNotification(params=params)
-        if len(lane.calls) == 1:
-            call = lane.calls[0]
+        calls = lane.asking()
+        if len(calls) == 1:
+            call = calls[0]
             if params.level in allowed_log_levels(call.ctx.protocol_version, call.ctx.meta):
-                await call.ctx.session.send_notification(notice, related_request_id=call.ctx.request_id)
+                await _tell(call.ctx.session, notice, related_request_id=call.ctx.request_id)
             return
-        session = self._connections.get(lane.holder) if lane.holder is not None else None
-        if session is None and not lane.calls and len(self._connections) == 1:
-            session = next(iter(self._connections.values()))
+        session: ServerSession | None = None
+        if calls and lane.holder != NO_BACK_CHANNEL:
+            session = calls[0].ctx.session  # several calls of one connection: told on the connection
+        elif not calls and list(self._connections) == [STREAM]:
+            session = self._connections[STREAM]
         if session is None:
             log.debug("upstream %s logged with no one client to tell; dropped", lane.label)
             return
@@ -392,19 +428,23 @@ class Gateway:
         ):
             await self._changed(lane, notification)
         elif isinstance(notification, ElicitCompleteNotification):
-            call = lane.asking()
-            session = call.ctx.session if call is not None else self._connections.get(lane.holder or "")
-            if session is not None and session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            # To the client that was asked, often after its call ended; a notice for a question the gateway did
+            # not relay (or relayed too long ago) is dropped.
+            session = self._urls.answered((lane, notification.params.elicitation_id))
+            if session is None:
+                log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
+            else:
                 await _tell(session, notification)
 
     async def event(self, event: ServerEvent) -> None:
         await self._bus.publish(event)
         notice = event_to_notification(event, {})
-        for session in list(self._connections.values()):
-            await _tell(session, notice)
+        for holder, session in list(self._connections.items()):
+            if not await _tell(session, notice):
+                self._connections.pop(holder, None)  # ended, or stalled past the notice timeout: forgotten
 
     async def _changed(self, lane: Lane, notification: ServerNotification) -> None:
-        if lane.number != 0:
+        if lane is not self.pool.first:
             return  # every session of the upstream hears it; one notice is enough
         event = _EVENTS[type(notification)]
         await self.event(event)
@@ -450,11 +490,42 @@ def _unaskable(capabilities: ClientCapabilities | None, params: ElicitRequestPar
     return None
 
 
-async def _tell(session: ServerSession, notice: ServerNotification) -> None:
-    try:
-        await session.send_notification(notice)
-    except Exception as error:  # a connection gone meanwhile: the notice is for those still there
-        log.debug("could not pass %s on: %s", notice.method, error)
+async def _tell(session: ServerSession, notice: ServerNotification, *, related_request_id: Any = None) -> bool:
+    """Whether `notice` was passed on: a connection gone meanwhile, or one whose stream stalled past
+    `NOTICE_TIMEOUT`, does not hold up the lane that heard it."""
+    with anyio.move_on_after(NOTICE_TIMEOUT):
+        try:
+            await session.send_notification(notice, related_request_id=related_request_id)
+        except Exception as error:  # the notice is for those still there
+            log.debug("could not pass %s on: %s", notice.method, error)
+            return False
+        return True
+    log.debug("could not pass %s on within %g s", notice.method, NOTICE_TIMEOUT)
+    return False
+
+
+class _Asked:
+    """The URL questions relayed, by lane and elicitation id, each with the session its client was asked on: a
+    `notifications/elicitation/complete` goes to that client, often once its call has ended."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[tuple[Lane, str], tuple[ServerSession, float]] = {}
+
+    def asked(self, key: tuple[Lane, str], session: ServerSession) -> None:
+        now = anyio.current_time()
+        self._sessions.pop(key, None)
+        self._sessions[key] = (session, now + URL_FLOW_TTL)
+        while self._sessions:
+            oldest = next(iter(self._sessions))
+            if len(self._sessions) <= _REMEMBERED and self._sessions[oldest][1] > now:
+                break
+            del self._sessions[oldest]
+
+    def answered(self, key: tuple[Lane, str]) -> ServerSession | None:
+        found = self._sessions.pop(key, None)
+        if found is None or found[1] <= anyio.current_time():
+            return None
+        return found[0]
 
 
 _EVENTS: dict[type[BaseModel], ServerEvent] = {

@@ -4,17 +4,20 @@ connected by a supervisor, and the rules that say which lane a call may travel o
 Why lanes: the SDK's `ClientSession` hands an upstream's `elicitation/create` (or log message) to a callback
 with nothing that ties it to the request it belongs to, and on stdio the wire carries nothing that could. So a
 lane carries calls for one downstream connection at a time (its holder): whatever the upstream asks or logs on
-that lane belongs to that connection, and a question is sent to the oldest of its calls in flight. Calls from
-clients that cannot be asked anything on the live call (2026-07-28, or HTTP without a back channel) share one
-holder: they all get the same answer, a refusal. Requests that never draw a question (lists, completion,
+that lane belongs to that connection. Which of its calls a question belongs to cannot be told when it has
+several in flight on the lane: the question is then asked on none of them, and stops the clock of all. Calls
+from clients that cannot be asked anything on the live call (2026-07-28, or HTTP without a back channel) share
+one holder: they all get the same answer, a refusal. Requests that never draw a question (lists, completion,
 `logging/setLevel`) ride any lane that is up.
 
 Why a supervisor: an upstream process that exits, or an HTTP upstream that goes away, must not take the
 gateway with it. The supervisor notices the end of the connection (the read side of the transport ending, or
-the transport failing), says so in the log, and connects again after a backoff (0.25 s, doubling up to 30 s,
-back to the start once a connection stayed up longer than that). A lane that lost its connection is
-"restarting" and calls wait for it; one whose last attempt to connect failed is "down" and calls fail at once,
-naming the reason, until the next attempt.
+the transport failing; never an error code in an answer, since `-32000` is also a common code of servers' own
+errors), says so in the log, and connects again after a backoff (0.25 s, doubling up to 30 s, back to the start
+once a connection stayed up longer than that). An HTTP upstream that answers 404 to the session no longer knows
+it (it restarted): the lane connects again, and the call it refused is sent once more, on the new session. A
+lane that lost its connection is "restarting" and calls wait for it; one whose last attempt to connect failed
+is "down" and calls fail at once, naming the reason, until the next attempt.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from typing import Any, Literal, Protocol, Self
 
 import anyio
 import anyio.abc
+import httpx2
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.client.subscriptions import ServerEvent, SubscriptionLost
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -60,9 +64,13 @@ log = logging.getLogger(__name__)
 UpstreamEra = Literal["auto", "legacy", "2026-07-28"]
 ERAS: tuple[UpstreamEra, ...] = ("auto", "legacy", "2026-07-28")
 DEFAULT_TIMEOUT = 60.0
+HTTP_SESSIONS = 8
+"""Sessions with an HTTP upstream at most, unless told: clients take turns on a session while one of them may be
+asked a question, so a few sessions keep one person's slow answer from holding up the others."""
 FIRST_BACKOFF = 0.25
 LAST_BACKOFF = 30.0
 ENDED = "the connection ended (the upstream exited or hung up)"
+FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
 NO_BACK_CHANNEL = "no-back-channel"
 """The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
 gets one answer (a refusal) whichever of them it belongs to."""
@@ -89,8 +97,10 @@ class Upstream:
     timeout: float | None = DEFAULT_TIMEOUT
     """Seconds a request may go without an answer or progress before it is abandoned (`None`: never). A
     question relayed to the person stops the clock."""
-    sessions: int = 1
-    """Lanes at most; each is a session of its own (a process of its own on stdio)."""
+    sessions: int | None = None
+    """Lanes at most, each a session of its own (a process of its own on stdio); by default (`None`)
+    `HTTP_SESSIONS` for an HTTP upstream and 1 for a command, where one process often means one state that more
+    processes would split."""
     env: Mapping[str, str] | None = None
     cwd: str | None = None
     """The directory a stdio upstream starts in (default: the gateway's)."""
@@ -100,10 +110,16 @@ class Upstream:
             raise ValueError("an upstream is either a command or a URL")
         if self.era not in ERAS:
             raise ValueError(f"era must be one of {', '.join(ERAS)}, not {self.era!r}")
-        if self.sessions < 1:
+        if self.sessions is not None and self.sessions < 1:
             raise ValueError(f"sessions must be at least 1, not {self.sessions}")
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout}")
+
+    @property
+    def session_limit(self) -> int:
+        if self.sessions is not None:
+            return self.sessions
+        return HTTP_SESSIONS if self.url is not None else 1
 
     @classmethod
     def parse(
@@ -118,7 +134,7 @@ class Upstream:
         """An http(s) URL, or a command line split as a POSIX shell splits it; named by what was given."""
         text = target.strip()
         if text.startswith(("http://", "https://")):
-            return cls(name or text, url=text, era=era, timeout=timeout, sessions=sessions or 1)
+            return cls(name or text, url=text, era=era, timeout=timeout, sessions=sessions)
         if "://" in text.split(" ", 1)[0]:
             raise ValueError(f"{target!r}: an upstream URL is http:// or https://")
         try:
@@ -127,7 +143,7 @@ class Upstream:
             raise ValueError(f"{target!r} is not a command line: {error}") from None
         if not argv:
             raise ValueError("the upstream command is empty")
-        return cls(name or shlex.join(argv), command=argv, era=era, timeout=timeout, sessions=sessions or 1)
+        return cls(name or shlex.join(argv), command=argv, era=era, timeout=timeout, sessions=sessions)
 
 
 class Deadline:
@@ -183,6 +199,22 @@ class Call:
     deadline: Deadline
 
 
+@dataclass(eq=False)
+class Connection:
+    """One connection of a lane, and what its transport said of it."""
+
+    client: Client
+    ended: str | None = None
+    """Why it is over, once the transport said so (its read side ended, or the client was torn down) or the
+    gateway gave it up; a call that fails on it then failed with it, not with an answer of the upstream."""
+    forgotten: bool = False
+    """The HTTP upstream answered 404 to a request of this session: it restarted or ended the session, and
+    ran none of the requests it answered so."""
+
+    def forget(self) -> None:
+        self.forgotten = True
+
+
 class Relay(Protocol):
     """What a lane hands on to the downstream side: the upstream's questions, logs and notifications."""
 
@@ -206,7 +238,7 @@ class Lane:
 
     pool: Pool
     number: int
-    client: Client | None = None
+    connection: Connection | None = None
     status: Status = "starting"
     problem: str = ""
     """Why the lane is not up: the last connection's end, or the last attempt's failure."""
@@ -221,7 +253,11 @@ class Lane:
     @property
     def label(self) -> str:
         name = repr(self.pool.upstream.name)
-        return name if self.pool.upstream.sessions == 1 else f"{name} (session {self.number + 1})"
+        return name if len(self.pool.lanes) <= 1 else f"{name} (session {self.number + 1})"
+
+    @property
+    def client(self) -> Client | None:
+        return self.connection.client if self.connection is not None else None
 
     @property
     def era(self) -> str | None:
@@ -231,25 +267,41 @@ class Lane:
     def modern(self) -> bool:
         return self.era in MODERN_PROTOCOL_VERSIONS
 
-    def asking(self) -> Call | None:
-        """The call the upstream's next question belongs to: the oldest one in flight that can draw one."""
-        return next((call for call in self.calls if call.holder is not None), None)
+    def asking(self) -> list[Call]:
+        """The calls the upstream's next question (or log message) may belong to: those of the lane's holder in
+        flight. Nothing the upstream sends on a handshake session says which of them it is."""
+        return [call for call in self.calls if call.holder is not None]
 
-    def lost(self, why: str) -> None:
-        """The connection ended: calls from now on wait for the next one, which the supervisor makes."""
+    def lost(self, connection: Connection, why: str) -> None:
+        """`connection` is over: if it is the lane's, calls from now on wait for the next, which the supervisor
+        makes."""
+        if connection.ended is None:
+            connection.ended = why
+        if connection is not self.connection:
+            return
         if self.status == "up":
             self.status, self.problem = "restarting", why
             self._unsettle()
         self._lost.set()
 
-    async def supervise(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def supervise(self) -> None:
         """Connect, wait for the connection to end, connect again after a backoff; forever, until cancelled.
 
-        `task_status` is told once the first attempt has ended, whichever way, so that the gateway can refuse
-        to start in front of an upstream it cannot reach.
+        Started in the pool's task group, never in a caller's scope: a call cancelled while the lane starts
+        cannot end it. A lane whose supervisor ended anyway is stopped and leaves the pool, so that no call
+        waits on it.
         """
+        try:
+            await self._supervise()
+        except Exception:
+            log.exception("upstream %s: its supervisor failed; the session is given up", self.label)
+        finally:
+            self.stop()
+            if self in self.pool.lanes:
+                self.pool.lanes.remove(self)
+
+    async def _supervise(self) -> None:
         failures = 0
-        told = False
         timeout = self.pool.upstream.timeout
         while True:
             self._lost = anyio.Event()
@@ -260,29 +312,23 @@ class Lane:
                 # The handshake's deadline encloses the whole connection (a scope cannot end inside it), and is
                 # lifted once the handshake is done.
                 with anyio.CancelScope(deadline=math.inf if timeout is None else began + timeout) as handshake:
-                    async with self._connected() as client:
+                    async with self._connected() as connection:
                         handshake.deadline = math.inf
                         connected = True
-                        self.client = client
+                        self.connection = connection
+                        client = connection.client
                         log.info("upstream %s connected (protocol %s)", self.label, client.protocol_version)
                         await self.pool.relay.connected(self, client)
-
-                        def up() -> None:
-                            nonlocal told
-                            self.status, self.problem = "up", ""
-                            self._settled.set()
-                            if not told:
-                                told = True
-                                task_status.started()
-
-                        await self._serve(client, up)
-                        ended = self.problem or ended
+                        await self._serve(client)
+                        ended = connection.ended or ended
                 if handshake.cancelled_caught:
                     ended = f"it did not complete the MCP handshake within {timeout:g} s"
             except Exception as error:  # what ended the connection, or kept it from starting, in any form
                 ended = _described(error)
             finally:
-                self.client = None
+                if self.connection is not None:
+                    self.lost(self.connection, ended)
+                self.connection = None
             stayed = anyio.current_time() - began
             failures = 0 if connected and stayed > LAST_BACKOFF else failures
             delay = min(LAST_BACKOFF, FIRST_BACKOFF * 2**failures)
@@ -296,9 +342,6 @@ class Lane:
                 self.status, self.problem = "down", f"could not be started: {ended}"
                 self._settled.set()
                 log.warning("upstream %s %s; trying again in %.2g s", self.label, self.problem, delay)
-            if not told:
-                told = True
-                task_status.started()
             await anyio.sleep(delay)
             self._unsettle()
             self.status = "starting"
@@ -312,11 +355,21 @@ class Lane:
         if self._settled.is_set():
             self._settled = anyio.Event()
 
-    async def ready(self, deadline: Deadline, what: str) -> Client:
-        """The lane's client once it is up, waiting while it (re)starts; a down lane fails at once."""
+    async def settled(self) -> None:
+        """Until the lane is up, or its last attempt to connect failed, or it stopped."""
+        await self._settled.wait()
+
+    async def ready(self, deadline: Deadline, what: str) -> Connection:
+        """The lane's connection once it is up, waiting while it (re)starts; a down lane fails at once.
+
+        The deadline is renewed once the lane is up: the upstream's time to answer starts when it has a
+        session to answer on, not while the call waited for one.
+        """
         while True:
-            if self.status == "up" and self.client is not None:
-                return self.client
+            connection = self.connection
+            if self.status == "up" and connection is not None:
+                deadline.renew()
+                return connection
             if self.status in ("down", "stopped"):
                 raise _unavailable(self, what)
             with deadline.watching() as watch:
@@ -325,12 +378,13 @@ class Lane:
                 raise timed_out(self, what, self.pool.upstream.timeout, waiting=True)
 
     @asynccontextmanager
-    async def _connected(self) -> AsyncIterator[Client]:
+    async def _connected(self) -> AsyncIterator[Connection]:
         upstream = self.pool.upstream
         async with AsyncExitStack() as stack:
             first = "legacy" if upstream.era != "2026-07-28" else "auto"
             try:
-                client = await stack.enter_async_context(self._client(first))
+                connection = self._connection(first)
+                await stack.enter_async_context(connection.client)
             except Exception as error:  # the SDK's task groups hand a refusal on inside a group
                 refused = _mcp_error(error)
                 if refused is None:
@@ -340,21 +394,22 @@ class Lane:
                 # A server of 2026-07-28 alone refuses the handshake (-32022, or an error of its own).
                 log.info("upstream %s refused the handshake (%s); discovering instead", self.label, refused)
                 try:
-                    client = await stack.enter_async_context(self._client("auto"))
+                    connection = self._connection("auto")
+                    await stack.enter_async_context(connection.client)
                 except Exception as error:
                     refused = _mcp_error(error)
                     if refused is None:
                         raise
                     raise _not_started(refused) from None
-            if upstream.era == "2026-07-28" and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-                raise UpstreamUnavailable(f"it speaks {client.protocol_version}, not 2026-07-28")
-            yield client
+            if upstream.era == "2026-07-28" and connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                raise UpstreamUnavailable(f"it speaks {connection.client.protocol_version}, not 2026-07-28")
+            yield connection
 
-    def _client(self, mode: str) -> Client:
+    def _connection(self, mode: str) -> Connection:
         upstream = self.pool.upstream
         transport: Any
         if upstream.url is not None:
-            transport = streamable_http_client(upstream.url)
+            transport = _http(upstream.url, lambda: connection.forget())
         else:
             env = dict(os.environ if upstream.env is None else upstream.env)
             command, *args = upstream.command
@@ -371,24 +426,29 @@ class Lane:
             if not isinstance(message, Exception):
                 await relay.notified(self, message)
 
-        return Client(
-            _Watched(transport, lambda: self.lost(ENDED)),
-            mode=mode,
-            cache=None,
-            client_info=Implementation(name="mcp-elicit-gateway", version=version("mcp-elicit")),
-            elicitation_callback=on_elicit,
-            logging_callback=on_log,
-            message_handler=on_message,
+        connection = Connection(
+            Client(
+                _Watched(transport, lambda: self.lost(connection, ENDED)),
+                mode=mode,
+                cache=None,
+                client_info=Implementation(name="mcp-elicit-gateway", version=version("mcp-elicit")),
+                elicitation_callback=on_elicit,
+                logging_callback=on_log,
+                message_handler=on_message,
+            )
         )
+        return connection
 
-    async def _serve(self, client: Client, up: Callable[[], None]) -> None:
-        """Until the connection ends. On a 2026-07-28 session the upstream's list changes come on a listen stream,
-        open before the lane says it is up, so that no change made by a call it carries is missed."""
+    async def _serve(self, client: Client) -> None:
+        """Up until the connection ends. On a 2026-07-28 session the upstream's list changes come on a listen
+        stream, open before the lane says it is up, so that no change made by a call it carries is missed."""
         capabilities = client.server_capabilities
         async with anyio.create_task_group() as tasks:
-            if self.modern and self.number == 0 and any(listed_changes(capabilities)):
+            if self.modern and self is self.pool.first and any(listed_changes(capabilities)):
                 await tasks.start(self._listen, client, capabilities)
-            up()
+            if not self._lost.is_set():
+                self.status, self.problem = "up", ""
+                self._settled.set()
             await self._lost.wait()
             tasks.cancel_scope.cancel()
 
@@ -433,17 +493,19 @@ def listed_changes(capabilities: ServerCapabilities) -> tuple[bool, bool, bool]:
 
 
 class Pool:
-    """The upstream's lanes: the first connected at start, more as calls need them, up to `sessions`."""
+    """The upstream's lanes: the first connected at start, more as calls need them, up to its session limit."""
 
     def __init__(self, upstream: Upstream, relay: Relay) -> None:
         self.upstream = upstream
         self.relay = relay
         self.lanes: list[Lane] = []
+        self._opened = 0
         self._tasks: anyio.abc.TaskGroup | None = None
         self._freed = anyio.Event()
 
     @property
     def first(self) -> Lane:
+        """The lane that relays list changes (every session of the upstream hears them; one notice is enough)."""
         return self.lanes[0]
 
     @asynccontextmanager
@@ -452,7 +514,8 @@ class Pool:
         refused: str | None = None
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
-            lane = await self._open()
+            lane = self._open()
+            await lane.settled()
             if lane.status != "up":
                 refused = f"upstream {lane.label} {lane.problem}"
                 tasks.cancel_scope.cancel()
@@ -467,22 +530,24 @@ class Pool:
         if refused is not None:  # raised here, not in the task group, so that it is not wrapped in a group
             raise UpstreamUnavailable(refused)
 
-    async def _open(self) -> Lane:
+    def _open(self) -> Lane:
+        """A new lane, its supervisor started in the pool's task group (where no caller's cancellation reaches)."""
         assert self._tasks is not None
-        lane = Lane(self, len(self.lanes))
+        lane = Lane(self, self._opened)
+        self._opened += 1
         self.lanes.append(lane)
-        await self._tasks.start(lane.supervise)
+        self._tasks.start_soon(lane.supervise)
         return lane
 
     @asynccontextmanager
-    async def carrying(self, call: Call) -> AsyncIterator[tuple[Lane, Client]]:
-        """A lane for `call` and its client, with the call on it until the block ends."""
+    async def carrying(self, call: Call) -> AsyncIterator[tuple[Lane, Connection]]:
+        """A lane for `call` and its connection, with the call on it until the block ends."""
         lane = await self._claim(call)
         try:
-            client = await lane.ready(call.deadline, call.what)
+            connection = await lane.ready(call.deadline, call.what)
             lane.calls.append(call)
             try:
-                yield lane, client
+                yield lane, connection
             finally:
                 lane.calls.remove(call)
         finally:
@@ -494,7 +559,7 @@ class Pool:
 
     async def _claim(self, call: Call) -> Lane:
         """A lane free for the call's holder (any lane up, for a call that draws no question), claimed for it;
-        a new lane while there are fewer than `sessions`; else the wait for one to be freed."""
+        a new lane while there are fewer than the upstream's session limit; else the wait for one to be freed."""
         while True:
             free = [lane for lane in self.lanes if call.holder is None or lane.holder in (None, call.holder)]
             if free:
@@ -503,8 +568,8 @@ class Pool:
                     lane.holder = call.holder
                     lane.claims += 1
                 return lane
-            if len(self.lanes) < self.upstream.sessions and self._tasks is not None:
-                await self._open()
+            if len(self.lanes) < self.upstream.session_limit and self._tasks is not None:
+                self._open()
                 continue
             if self._freed.is_set():
                 self._freed = anyio.Event()
@@ -514,8 +579,8 @@ class Pool:
             if watch.cancelled_caught:
                 raise MCPError(
                     REQUEST_TIMEOUT,
-                    f"upstream {self.first.label} is busy: {call.what} waited {self.upstream.timeout:g} s for one of "
-                    f"its {self.upstream.sessions} session(s), each carrying calls of another client",
+                    f"upstream {self.upstream.name!r} is busy: {call.what} waited {self.upstream.timeout:g} s for one "
+                    f"of its {self.upstream.session_limit} session(s), each carrying calls of another client",
                     {"upstream": self.upstream.name},
                 )
 
@@ -564,8 +629,28 @@ def _described(error: BaseException) -> str:
     return f"{kind}: {said}" if said else kind
 
 
+@asynccontextmanager
+async def _http(url: str, forgotten: Callable[[], None]) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport, saying when the upstream answers 404 to a request that names the
+    session: the protocol's sign that the server no longer knows it (it restarted, or ended the session)."""
+
+    async def answered(response: httpx2.Response) -> None:
+        if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
+            forgotten()
+
+    # The SDK's own defaults: a response stream may stay open long without a byte.
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with (
+        httpx2.AsyncClient(timeout=timeout, event_hooks={"response": [answered]}) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
+
+
 class _Watched:
-    """A transport whose read side says when it ends: for stdio, the upstream process exited."""
+    """A transport that says when it is over: its read side ended (for stdio, the upstream process exited), or
+    the read was cancelled, which happens only when the client is torn down (the transport failed, or the
+    connection was given up). Either is said before the client fails the requests still waiting."""
 
     def __init__(self, inner: Any, ended: Callable[[], None]) -> None:
         self._inner = inner
@@ -596,6 +681,9 @@ class _WatchedRead:
         try:
             item: SessionMessage | Exception = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._ended()
+            raise
+        except anyio.get_cancelled_exc_class():
             self._ended()
             raise
         return item

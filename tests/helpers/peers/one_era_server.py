@@ -9,7 +9,8 @@ that do not check for the handshake answer. `--era 2026-07-28` speaks only the s
 Hand-written on purpose: the SDK's servers serve every era at once, so none of them can stand for a server
 that does not know the other. Its tool `echo` answers its arguments; `malformed` answers a result no protocol
 version accepts (content that is not a list), as a buggy server would; `announce` says, before answering, that
-its tool list changed (a notice only the handshake era has), which it declares it does. Run it as
+its tool list changed (a notice only the handshake era has), which it declares it does; `later` answers at
+once, and logs `LATE` just before it answers the next request, as a task a call left running does. Run it as
 `python -m tests.helpers.peers.one_era_server [--era ...]`.
 """
 
@@ -27,7 +28,11 @@ TOOLS = [
     {"name": "echo", "description": "Say the arguments back.", "inputSchema": {"type": "object"}},
     {"name": "malformed", "description": "Answer a result that is not one.", "inputSchema": {"type": "object"}},
     {"name": "announce", "description": "Say that the tool list changed.", "inputSchema": {"type": "object"}},
+    {"name": "later", "description": "Log a line after answering.", "inputSchema": {"type": "object"}},
 ]
+LATE = "a line logged after its call ended"
+pending: list[dict[str, Any]] = []
+"""Notices to write before the next answer."""
 MODERN_RESULT = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 
@@ -65,6 +70,9 @@ def tool_call(method: object, params: dict[str, Any], shape: dict[str, Any]) -> 
     name = params.get("name")
     if name == "malformed":
         return {"result": {**shape, "content": "not a list"}}
+    if name == "later":
+        pending.append({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": LATE}})
+        return {"result": {**shape, "content": [{"type": "text", "text": "later"}]}}
     if name == "announce":
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) + "\n")
         return {"result": {**shape, "content": [{"type": "text", "text": "announced"}]}}
@@ -85,6 +93,9 @@ def main() -> None:
         request = json.loads(line)
         if "id" not in request:
             continue
+        for notice in pending:
+            sys.stdout.write(json.dumps(notice) + "\n")
+        pending.clear()
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], **answer(request)}) + "\n")
         sys.stdout.flush()
 

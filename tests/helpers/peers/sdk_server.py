@@ -11,7 +11,10 @@ a line and raises: the SDK answers only "Error executing tool crash" and logs th
 the process (`pid`), and writes `cancelled` there if the call is cancelled. `die` ends the process in the
 middle of a call. `count` reports progress, `say` logs a message to the client, `change` announces that the
 tool list changed (the way its protocol era does), `link` sends a URL-mode request and then says the flow is
-complete (`notifications/elicitation/complete`), `meta` returns the `_meta` its request came with, and `quiz`
+complete (`notifications/elicitation/complete`), `finish` says so of a URL flow by its id (as a server does
+once the person is done on its page, often after the call that asked ended), `refuse` fails with the generic
+JSON-RPC error `-32000` (`REFUSAL`), as servers do for their own errors, `meta` returns the `_meta` its request
+came with, and `quiz`
 asks the 2026-07-28 way, with an `InputRequiredResult` (which only a 2026-07-28 session can carry). The
 `greeting` prompt completes its `name`, and there is a note resource with a template. Run it as
 `python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process use. A peer of its own
@@ -94,6 +97,22 @@ async def link(ctx: Context) -> str:
     answer = await ctx.elicit_url("Link your account", CONNECT_URL, LINK_ID)
     await ctx.request_context.session.send_elicit_complete(LINK_ID)
     return answer.action
+
+
+@server.tool()
+async def finish(ctx: Context, elicitation_id: str) -> str:
+    """Say that the URL flow `elicitation_id` is complete."""
+    await ctx.request_context.session.send_elicit_complete(elicitation_id)
+    return "completed"
+
+
+REFUSAL = "quota exceeded"
+
+
+@server.tool()
+async def refuse() -> str:
+    """Fail with the generic server error code, -32000."""
+    raise MCPError(-32000, REFUSAL)
 
 
 @server.tool()
