@@ -386,7 +386,7 @@ class Gateway:
             return ErrorData(code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {whose}: {refusal}")
         if isinstance(params, ElicitRequestURLParams) and params.elicitation_id is not None:
             self._urls.asked((lane, params.elicitation_id), session)
-        related = ServerMessageMetadata(related_request_id=first.ctx.request_id) if len(calls) == 1 else None
+        related = ServerMessageMetadata(related_request_id=first.ctx.request_id)  # arrives, whatever streams are open
         with ExitStack() as paused:
             for call in calls:
                 paused.enter_context(call.deadline.paused())
