@@ -458,8 +458,11 @@ class AsyncStore(AsyncStoreBase):
 
         `written_after`: a mark from `last_audit_seq`, taken before the caller wrote; a seal that can vouch only
         for what was written after it signs nothing while any unsealed row comes from before it (`earlier`
-        says which), since those may be rows a checkpoint covered, unsealed and edited by hand."""
-        return await self._batch(
+        says which), since those may be rows a checkpoint covered, unsealed and edited by hand.
+
+        Cancelled with its caller, it stores all of its checkpoint or nothing (a call that waits on a database
+        that does not answer can be given up on)."""
+        return await self._abandonable(
             lambda core: core.seal_audit(
                 keys, batch=batch, extends=extends, running=running, written_after=written_after
             )
