@@ -8,10 +8,12 @@ its subject. A durable answer is a call like any other, through `mcp_elicit.test
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from pathlib import Path
 
 import anyio
+import psycopg
 import pytest
 from mcp import Client
 from pydantic import BaseModel
@@ -19,8 +21,12 @@ from pydantic import BaseModel
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.model.audit_keys import AuditSigningKeys
 from mcp_elicit.server import Accepted, AuditSealing, Elicitation, Flow, RequestState, Timing
+from mcp_elicit.server.audit_sealer import AuditSealer
 from mcp_elicit.server.background import Shared
+from mcp_elicit.store import open_store, utc_now
+from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.testing import Harness, accept
+from tests.helpers.records import Records
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +150,39 @@ async def test_a_legacy_answer_is_durable_before_the_body_works_on(tmp_path: Pat
     operation = elicitation.store.get_operation(decision.operation_id, decision.principal)
     assert operation.status is OperationStatus.COMPLETED
     elicitation.close()
+
+
+@pytest.mark.engines("postgres")  # SQLite's calls run inline on the loop: only a driver that waits can be given up on
+async def test_the_last_seal_gives_up_on_a_store_that_does_not_answer(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last seal, as the app stops, waits on a database that does not answer (here a lock another session
+    holds, as a server down keeps the pool waiting): it gives up after its timeout, saying what it left."""
+    keys = AuditSigningKeys([bytes(range(32))])
+    store = open_store(store_url)
+    try:
+        Records(store, utc_now).form()
+        sealer = AuditSealer(AsyncStore(store), keys, timedelta(hours=1), stop_timeout=timedelta(seconds=0.5))
+        with psycopg.connect(store_url) as other:
+            other.execute("LOCK TABLE elicit_audit_checkpoints IN ACCESS EXCLUSIVE MODE")
+
+            async def release_late() -> None:
+                await anyio.sleep(10)
+                other.rollback()
+
+            async with store.serving(), anyio.create_task_group() as group:
+                group.start_soon(release_late)
+                started = anyio.current_time()
+                with caplog.at_level(logging.WARNING, logger="mcp_elicit.server.audit_sealer"):
+                    assert await sealer.stop() is None, "it waited for the lock to go"
+                assert anyio.current_time() - started < 5
+                group.cancel_scope.cancel()
+            other.rollback()
+        [warning] = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.server.audit_sealer"]
+        assert warning.startswith("the last audit seal of postgresql://") and warning.endswith(
+            "did not end within 0.5 s: the rows written since no checkpoint of its own are left unsealed until the"
+            " next seal"
+        )
+        assert store.verify_audit(keys.public()).unsealed == 2, "nothing was sealed"
+    finally:
+        store.close()

@@ -20,7 +20,16 @@ from mcp_elicit.model import DecisionStatus, System
 from mcp_elicit.model.audit_chain import GENESIS, ChainedRow
 from mcp_elicit.model.audit_keys import AuditKeyError, AuditPublicKeys, AuditSigningKeys, key_id
 from mcp_elicit.store import SCHEMA_VERSION, Store, open_store, utc_now
-from mcp_elicit.store.audit import AUTO, Anchor, AuditReport, AuditSealRefused, BreakKind, SealResult
+from mcp_elicit.store.audit import (
+    DEFAULT_MAX_EXPOSURE,
+    NAMED_UNREADABLE,
+    Anchor,
+    AuditReport,
+    AuditSealRefused,
+    BreakKind,
+    EarlierRows,
+    SealResult,
+)
 from mcp_elicit.store.postgres import SEAL_LOCK
 from tests.helpers.audit_tamper import Statement, chain_rows, cut_back, rehashed, run_sql
 from tests.helpers.clock import FakeClock
@@ -510,7 +519,8 @@ def test_rows_left_uncovered_past_the_max_exposure_are_a_break(
     kind, chain, _, _ = only_break(report)
     assert kind is BreakKind.EXPOSED and chain in (decision.elicitation_id, decision.operation_id)
     assert "2 rows are covered by no checkpoint" in str(report.breaks[0])
-    assert store.verify_audit(PUBLIC).sound, "no max exposure given, none checked"
+    assert store.verify_audit(PUBLIC, max_exposure=None).sound, "no max exposure, none checked"
+    assert only_break(store.verify_audit(PUBLIC))[0] is BreakKind.EXPOSED, f"{DEFAULT_MAX_EXPOSURE} by default"
     seal_all(store)
     assert store.verify_audit(PUBLIC, max_exposure=window).sound
 
@@ -652,35 +662,81 @@ def test_checkpoints_say_whether_a_served_apps_sealer_runs(store: Store, records
     assert store.verify_audit(PUBLIC).sound
 
 
-def test_by_default_verify_holds_rows_to_the_max_exposure_while_a_sealer_runs(
-    store: Store, records: Records, clock: FakeClock
+def test_rows_unsealed_by_a_rollback_to_any_checkpoint_are_a_break_past_the_max_exposure(
+    store_url: str, store: Store, records: Records, clock: FakeClock
 ) -> None:
-    """A served app's sealer covers every row within seconds: while the last checkpoint says one runs, a row
-    uncovered for longer than the default max exposure is a break; once it says none runs (sealed by hand, or
-    the sealer stopped), that row is a warning. A max exposure given holds either way."""
+    """A served app's sealer ran, stopped (its checkpoint says so), ran again and sealed a decision. Whoever can
+    write to the database deletes the checkpoints back to the one written as the sealer stopped, or every one,
+    and edits the rows left unsealed: nothing the checkpoints say loosens the default max exposure, so verify
+    calls the rows a break once they are older than it. Within it, only an anchor tells."""
     records.form()
-    clock.advance(timedelta(minutes=11))
-    unsealed = store.verify_audit(PUBLIC, max_exposure=AUTO)
-    assert unsealed.sound and len(unsealed.warnings) == 1 and unsealed.unsealed == 2
-    assert "2 rows are covered by no checkpoint" in unsealed.warnings[0] and "no checkpoint yet" in unsealed.warnings[0]
     store.seal_audit(KEYS, running=True)
     records.form()
-    clock.advance(timedelta(minutes=9))
-    assert store.verify_audit(PUBLIC, max_exposure=AUTO).sound, "within the max exposure"
-    clock.advance(timedelta(minutes=2))
-    report = store.verify_audit(PUBLIC, max_exposure=AUTO)
-    kind, _, _, _ = only_break(report)
-    assert kind is BreakKind.EXPOSED and "while the last checkpoint says a served app's sealer runs" in str(
-        report.breaks[0]
-    )
-    store.seal_audit(KEYS, running=False)
+    stopped = store.seal_audit(KEYS, running=False)
+    assert stopped.anchor is not None
+    started = store.seal_audit(KEYS, running=True)
+    victim = records.form()
+    last = store.seal_audit(KEYS, running=True, extends=started.anchor).anchor
+    assert last is not None and store.verify_audit(PUBLIC).sound
+    cut_back(store_url, stopped.anchor.checkpoint_id + 1)
+    edit = "UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s"
+    run_sql(store_url, [(edit, (victim.elicitation_id,))])
+    oldest = min(row.entry.seq for row in store.audit_export() if row.row_hash is None)
+    recent = store.verify_audit(PUBLIC)
+    assert recent.sound and recent.last_checkpoint is not None and not recent.last_checkpoint.sealer_running
+    assert only_break(store.verify_audit(PUBLIC, anchors=[last]))[0] is BreakKind.ANCHOR_BROKEN
+    clock.advance(DEFAULT_MAX_EXPOSURE + timedelta(seconds=1))
+    report = store.verify_audit(PUBLIC)
+    kind, chain, _, _ = only_break(report)
+    assert (kind, chain) == (BreakKind.EXPOSED, victim.operation_id), str(report.breaks[0])
+    assert f"2 rows are covered by no checkpoint, the oldest (seq {oldest}, written " in str(report.breaks[0])
+    assert f"or the checkpoints after {stopped.anchor.checkpoint_id} were deleted" in str(report.breaks[0])
+    cut_back(store_url, 1)
+    wiped = store.verify_audit(PUBLIC)
+    assert wiped.last_checkpoint is None and only_break(wiped)[0] is BreakKind.EXPOSED
+    assert "6 rows are covered by no checkpoint, the oldest (seq 1," in str(wiped.breaks[0])
+    assert "or every checkpoint was deleted and the rows unsealed" in str(wiped.breaks[0])
+
+
+def test_a_seal_after_a_mark_signs_nothing_while_an_unsealed_row_from_before_it_waits(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    """What a command that wrote audit rows seals: only with every unsealed row written after the mark it took
+    before writing. An older one may be a row a checkpoint covered, unsealed and edited by hand."""
+    assert store.last_audit_seq() == 0
+    before = records.form()
+    written_at = clock()
+    clock.advance(timedelta(minutes=3))
+    mark = store.last_audit_seq()
+    assert mark == 2
     records.form()
-    clock.advance(timedelta(minutes=11))
-    stopped = store.verify_audit(PUBLIC, max_exposure=AUTO)
-    assert stopped.sound and "the last checkpoint says no served app's sealer runs" in stopped.warnings[0]
-    given = store.verify_audit(PUBLIC, max_exposure=timedelta(minutes=10))
-    assert only_break(given)[0] is BreakKind.EXPOSED and not given.warnings
-    assert store.verify_audit(PUBLIC).sound and not store.verify_audit(PUBLIC).warnings, "no max exposure: none"
+    held = store.seal_audit(KEYS, written_after=mark)
+    assert (held.checkpoint_id, held.rows, held.more) == (None, 0, False)
+    assert held.earlier == EarlierRows(rows=2, seq=1, oldest_at=written_at), before
+    assert store.verify_audit(PUBLIC).unsealed == 4, "nothing was sealed"
+    assert seal_all(store) == 1, "a seal by hand, the operator's word, seals them all"
+    mark = store.last_audit_seq()
+    records.form()
+    sealed = store.seal_audit(KEYS, written_after=mark)
+    assert (sealed.checkpoint_id, sealed.rows, sealed.earlier) == (2, 2, None)
+    assert store.seal_audit(KEYS, written_after=mark).earlier is None
+
+
+def test_verify_names_the_unreadable_unsealed_rows_behind_a_readable_one(
+    store_url: str, store: Store, records: Records
+) -> None:
+    """The oldest unsealed row reads well; rows after it do not: each is a break, the first few named, all
+    counted, whatever stands before them."""
+    records.form()
+    bad = [records.form() for _ in range(4)]
+    seqs = _unreadable(store_url, [d.elicitation_id for d in bad] + [d.operation_id for d in bad])
+    report = store.verify_audit(PUBLIC)
+    assert report.unreadable_unsealed == 8 and report.unsealed == 10 and report.oldest_unsealed_at is not None
+    named = [str(b) for b in report.breaks]
+    assert len(named) == NAMED_UNREADABLE + 1 and all(b.kind is BreakKind.EDITED for b in report.breaks)
+    for seq, said in zip(seqs[:NAMED_UNREADABLE], named, strict=False):
+        assert f"an unsealed row (seq {seq}) cannot be read" in said
+    assert named[-1] == f"and {8 - NAMED_UNREADABLE} more unsealed rows cannot be read (edited)"
 
 
 @pytest.mark.engines("sqlite")
@@ -692,6 +748,8 @@ def test_by_default_verify_holds_rows_to_the_max_exposure_while_a_sealer_runs(
         ("details", "'not json'"),
         ("details", """'{"x": NaN}'"""),
         ("details", """'{"x": "\\udfff"}'"""),
+        ("reason", "CAST(X'EDA080' AS TEXT)"),
+        ("actor", "CAST(X'FF' AS TEXT)"),
     ],
 )
 def test_a_sealed_row_the_store_cannot_read_is_an_edited_break(trail: Trail, column: str, value: str) -> None:
@@ -701,3 +759,37 @@ def test_a_sealed_row_the_store_cannot_read_is_an_edited_break(trail: Trail, col
     kind, chain, place, _ = only_break(report)
     assert (kind, chain) == (BreakKind.EDITED, trail.chain), str(report.breaks[0])
     assert "cannot be read" in str(report.breaks[0]) and place == 3
+
+
+@pytest.mark.engines("sqlite")  # PostgreSQL refuses text that is not in its encoding
+@pytest.mark.parametrize("column", ["reason", "subject_id", "details", "from_status"])
+def test_a_seal_reads_past_an_unsealed_row_whose_text_is_not_utf8(
+    store_url: str, store: Store, records: Records, column: str
+) -> None:
+    """Bytes that are not UTF-8 stored as text by hand: the row is unreadable where it stands, not the whole
+    statement, so sealing goes on past it and verify names it."""
+    bad, good = records.form(), records.form()
+    [[(seq,)]] = run_sql(
+        store_url,
+        [(f"UPDATE elicit_audit SET {column} = CAST(X'EDA080' AS TEXT) WHERE subject_id = %s RETURNING seq",
+          (bad.elicitation_id,))],
+    )  # fmt: skip
+    result = store.seal_audit(KEYS)
+    assert (result.unreadable, result.rows, result.checkpoint_id) == ((seq,), 3, 1)
+    report = store.verify_audit(PUBLIC)
+    assert report.rows_sealed == 3 and report.unreadable_unsealed == 1
+    [found] = report.breaks
+    assert f"an unsealed row (seq {seq}) cannot be read: audit row {seq}: column {column} holds text that is not" in (
+        str(found)
+    )
+    assert good.elicitation_id not in str(found)
+
+
+@pytest.mark.engines("sqlite")  # PostgreSQL refuses text that is not in its encoding
+def test_a_checkpoint_the_store_cannot_read_is_an_edited_break(trail: Trail) -> None:
+    run_sql(trail.url, [("UPDATE elicit_audit_checkpoints SET root = CAST(X'EDA080' AS TEXT) WHERE checkpoint_id = 1",
+                         ())])  # fmt: skip
+    report = trail.store.verify_audit(PUBLIC)
+    kind, _, _, checkpoint = only_break(report)
+    assert (kind, checkpoint) == (BreakKind.CHECKPOINT_EDITED, 1)
+    assert "it cannot be read: audit checkpoint 1: column root holds text that is not UTF-8" in str(report.breaks[0])

@@ -20,7 +20,7 @@ import pytest
 
 from mcp_elicit.model import Decision, DecisionStatus, Operation, Operator
 from mcp_elicit.server.tasks.state import META_JOURNAL, TaskMeta
-from mcp_elicit.store import Store, StoreCorrupt, UnreadableRow, open_store
+from mcp_elicit.store import Store, StoreCorrupt, StoreUnavailable, UnreadableRow, open_store
 from tests.helpers.clock import FakeClock
 from tests.helpers.corrupt_rows import corrupt, corrupt_operation
 from tests.helpers.records import Records
@@ -102,6 +102,59 @@ def test_a_corrupt_sqlite_decision_names_its_id_and_column(
         assert {d.elicitation_id for d in listed} == {first.elicitation_id, third.elicitation_id}
         assert [(row.row_id, row.column) for row in skipped] == [(bad.elicitation_id, column)]
         assert store.get_decision(first.elicitation_id, EVERYONE) == first
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "why"),
+    [
+        ("message", "column message holds text that is not UTF-8 where text belongs"),
+        ("content", "column content holds text that is not UTF-8 where JSON text belongs"),
+        ("status", "column status holds text that is not UTF-8, not one of: requested"),
+    ],
+)
+def test_sqlite_text_that_is_not_utf8_names_its_row_and_column(
+    tmp_path: Path, clock: FakeClock, column: str, why: str
+) -> None:
+    """Bytes that are not UTF-8 stored as text (by hand, or another program): SQLite's driver would fail the whole
+    statement (every listing, not only this row's); the store names the row and the column, and lists the rest."""
+    path = tmp_path / "elicit.db"
+    first, bad, third = three_decisions(f"sqlite://{path}", clock)
+    sqlite_write(
+        path, f"UPDATE elicit_decisions SET {column} = CAST(? AS TEXT) WHERE elicitation_id = ?", b"\xed\xa0\x80",
+        bad.elicitation_id, ignore_checks=True,
+    )  # fmt: skip
+    store = open_store(f"sqlite://{path}", clock=clock)
+    try:
+        with pytest.raises(UnreadableRow, match=f"decision {bad.elicitation_id}: {why}"):
+            store.get_decision(bad.elicitation_id, EVERYONE)
+        skipped: list[UnreadableRow] = []
+        listed = store.list_decisions(EVERYONE, on_unreadable=skipped.append)
+        assert {d.elicitation_id for d in listed} == {first.elicitation_id, third.elicitation_id}
+        assert [(row.row_id, row.column) for row in skipped] == [(bad.elicitation_id, column)]
+    finally:
+        store.close()
+
+
+def test_sqlite_text_that_is_not_utf8_in_a_write_is_corrupt_not_unavailable(tmp_path: Path, clock: FakeClock) -> None:
+    """A statement that writes (the sweep's `UPDATE ... RETURNING`) is never run twice: it fails, as a corrupt store
+    naming the column, not as one that is down for a while, and changes nothing."""
+    path = tmp_path / "elicit.db"
+    _, bad, _ = three_decisions(f"sqlite://{path}", clock)
+    sqlite_write(
+        path, "UPDATE elicit_decisions SET elicitation_id = CAST(? AS TEXT) WHERE elicitation_id = ?", b"\xff",
+        bad.elicitation_id,
+    )  # fmt: skip
+    clock.advance(timedelta(days=2))
+    store = open_store(f"sqlite://{path}", clock=clock)
+    try:
+        with pytest.raises(StoreCorrupt, match="column elicitation_id holds text that is not UTF-8") as caught:
+            store.sweep_expired()
+        assert not isinstance(caught.value, StoreUnavailable)
+        assert {d.status for d in store.list_decisions(EVERYONE, on_unreadable=lambda _: None)} == {
+            DecisionStatus.REQUESTED
+        }
     finally:
         store.close()
 

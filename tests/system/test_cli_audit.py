@@ -68,15 +68,14 @@ def test_seal_then_verify_is_sound_and_states_the_exposure_window(store_url: str
     before = cli("audit", "verify", "--max-exposure", "off", store=store_url, env=keys_env(OLD))
     assert before.returncode == 0, before.stderr
     assert "no checkpoint yet" in before.stdout and "7 rows written since" in before.stdout
-    unsealed = cli("audit", "verify", store=store_url, env=keys_env(OLD))
-    assert unsealed.returncode == 0, "nothing says a sealer runs: rows waiting for a seal by hand are no break"
-    assert unsealed.stderr.startswith("warning: 7 rows are covered by no checkpoint, the first (seq 1, written ")
-    assert "no checkpoint yet, so they wait for a seal by hand (`mcp-elicit audit seal` covers them" in " ".join(
-        unsealed.stderr.split()
-    )
-    exposed = cli("audit", "verify", "--max-exposure", "10m", store=store_url, env=keys_env(OLD))
+    exposed = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert exposed.returncode == 1, "the rows were written days ago (the test clock) and no checkpoint covers them"
-    assert "7 rows are covered by no checkpoint" in exposed.stderr and "(not covered in time)" in exposed.stderr
+    said = " ".join(exposed.stderr.split())
+    assert "7 rows are covered by no checkpoint, the oldest (seq 1, written " in said, said
+    assert "for longer than 0:10:00, the max exposure" in said and "(not covered in time)" in said
+    assert "note: a store sealed only by hand (`mcp-elicit audit seal`) takes --max-exposure longer" in said
+    by_hand = cli("audit", "verify", "--max-exposure", "1000d", store=store_url, env=keys_env(OLD))
+    assert by_hand.returncode == 0 and by_hand.stderr == "", by_hand.stderr
     sealed = cli("audit", "seal", store=store_url, env=keys_env(OLD))
     assert sealed.returncode == 0, sealed.stderr
     assert re.fullmatch(r"sealed 7 rows in 1 checkpoint; last checkpoint 1:[0-9a-f]{64}", sealed.stdout.strip())
@@ -85,7 +84,7 @@ def test_seal_then_verify_is_sound_and_states_the_exposure_window(store_url: str
     verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert verified.returncode == 0 and verified.stderr == "", verified.stderr
     assert verified.stdout.startswith("sound: 4 chains, 7 rows sealed\nlast checkpoint 1 at ")
-    assert "it says no served app's sealer runs (sealed by hand, or the sealer stopped)" in verified.stdout
+    assert "it was written as a served app's sealer stopped, or by hand" in verified.stdout
     assert "every row is covered by a checkpoint" in verified.stdout
     assert f"anchor: {sealed.stdout.split()[-1]} (keep it outside the database" in verified.stdout
 
@@ -176,6 +175,7 @@ def test_commands_that_write_audit_rows_seal_them_when_the_keys_are_set(store_ur
         grant = recorded_grant(store, ALICE).grant_id
     finally:
         store.close()
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0, "what came before, by hand"
     bad = cli("decisions", "cancel", waiting, store=store_url, env={"MCP_ELICIT_AUDIT_KEYS": "not base64"})
     assert bad.returncode == 2 and "MCP_ELICIT_AUDIT_KEYS" in bad.stderr, bad.stderr
     assert "requested" in cli("decisions", "show", waiting, store=store_url).stdout, "nothing was cancelled"
@@ -186,11 +186,82 @@ def test_commands_that_write_audit_rows_seal_them_when_the_keys_are_set(store_ur
     assert cli("grants", "revoke", grant, store=store_url, env=NO_KEYS).returncode == 0
     left = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert "1 rows written since, not yet covered" in left.stdout, "no keys, no seal: " + left.stdout
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
     swept = cli("decisions", "sweep", store=store_url, env=keys_env(OLD))
     assert swept.returncode == 0 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
+    assert swept.stderr == "", swept.stderr
     covered = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert "every row is covered by a checkpoint" in covered.stdout, covered.stdout
     assert overdue in cli("audit", "export", store=store_url).stdout
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_a_command_that_writes_audit_rows_does_not_sign_rows_from_before_it(store_url: str, clock: FakeClock) -> None:
+    """The latest checkpoints deleted, the rows they covered unsealed and edited (the attack an anchor finds):
+    the next cron `decisions sweep` with the keys set leaves them, and what it wrote, unsealed and says why,
+    so that verify still calls them a break, instead of signing the edit."""
+    ids = written(store_url, clock)
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
+    cut_back(store_url, 1)
+    [edited] = run_sql(
+        store_url,
+        [("UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s RETURNING seq",
+          (ids["decision"],))],
+    )  # fmt: skip
+    swept = cli("decisions", "sweep", store=store_url, env=keys_env(OLD))
+    assert swept.returncode == 0 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
+    said = " ".join(swept.stderr.split())
+    assert said.startswith(
+        "warning: the audit rows this command wrote were not sealed: 7 unsealed rows were written before it "
+        "started, the first seq 1, the oldest written "
+    ), said
+    assert " d before. A server running on this store seals them" in said and "run `mcp-elicit audit verify`" in said
+    verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
+    assert verified.returncode == 1, verified.stdout
+    assert "10 rows are covered by no checkpoint, the oldest (seq 1, " in " ".join(verified.stderr.split())
+    export = [json.loads(line) for line in cli("audit", "export", store=store_url).stdout.splitlines()]
+    assert all(row["row_hash"] is None for row in export) and {seq for (seq,) in edited} <= {r["seq"] for r in export}
+
+
+@pytest.mark.engines("sqlite", "postgres")
+def test_a_refused_seal_after_a_command_wrote_exits_3(store_url: str, clock: FakeClock) -> None:
+    """A checkpoint deleted with its heads left: the command's change is made, its seal refused, the exit code
+    says so (the command's help names it)."""
+    written(store_url, clock)
+    store = open_store(store_url)
+    try:
+        waiting = Records(store, utc_now).form().elicitation_id
+    finally:
+        store.close()
+    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
+    run_sql(store_url, [("DELETE FROM elicit_audit_checkpoints WHERE checkpoint_id = 1", ())])
+    refused = cli("decisions", "cancel", waiting, store=store_url, env=keys_env(OLD))
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert f"Cancelled {waiting}" in refused.stdout
+    said = " ".join(refused.stderr.split())
+    assert said.startswith("refused: the change was made and audited, but the audit trail of "), said
+    assert "was not sealed: the heads of checkpoint 1 are stored without it" in said
+    assert "cancelled" in cli("decisions", "show", waiting, store=store_url).stdout
+    for command in (("decisions", "cancel"), ("decisions", "sweep"), ("grants", "revoke")):
+        shown = " ".join(cli(*command, "--help").stdout.split())
+        assert "Exit 3: the change was made, but with MCP_ELICIT_AUDIT_KEYS set the audit trail" in shown, shown
+
+
+def test_verify_names_a_sealed_row_whose_text_is_not_utf8(sqlite_url: str, clock: FakeClock) -> None:
+    """SQLite holds any bytes as text: a sealed row edited into bytes that are not UTF-8 is named, exit 1."""
+    ids = written(sqlite_url, clock)
+    assert cli("audit", "seal", store=sqlite_url, env=keys_env(OLD)).returncode == 0
+    [[(seq,)]] = run_sql(
+        sqlite_url,
+        [("UPDATE elicit_audit SET reason = CAST(X'EDA080' AS TEXT) WHERE subject_id = %s AND chain_seq = 2"
+          " RETURNING seq", (ids["decision"],))],
+    )  # fmt: skip
+    result = cli("audit", "verify", store=sqlite_url, env=keys_env(OLD))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        f"chain {ids['decision']}, chain_seq 2: the row (seq {seq}) cannot be read: audit row {seq}: column reason"
+        " holds text that is not UTF-8 where text belongs" in " ".join(result.stderr.split())
+    )
 
 
 @pytest.mark.engines("sqlite", "postgres")
@@ -320,7 +391,7 @@ def test_the_served_app_seals_by_itself_and_publishes_its_keys(tmp_path: Path, s
             assert time.monotonic() < deadline, result.stdout + log.read_text(errors="replace")
             time.sleep(0.5)
         assert f"key {AuditSigningKeys([NEW]).public().ids()[0]}" in result.stdout, "the newest key signs"
-        assert "it says a served app's sealer runs" in result.stdout
+        assert "it was written while a served app's sealer ran" in result.stdout
         ready = httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=30).json()
         assert ready["checks"]["audit"] == "ok", ready
         assert re.search(r"audit checkpoint \d+:[0-9a-f]{64} sealed \d+ rows", log.read_text(errors="replace"))
@@ -330,4 +401,4 @@ def test_the_served_app_seals_by_itself_and_publishes_its_keys(tmp_path: Path, s
     stopped = cli("audit", "verify", store=sqlite_url, env=keys_env(NEW, OLD))
     assert stopped.returncode == 0 and stopped.stderr == "", stopped.stderr
     assert "every row is covered by a checkpoint" in stopped.stdout, "the rows written just before it stopped too"
-    assert "it says no served app's sealer runs (sealed by hand, or the sealer stopped)" in stopped.stdout
+    assert "it was written as a served app's sealer stopped, or by hand" in stopped.stdout

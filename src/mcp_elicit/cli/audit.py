@@ -1,20 +1,20 @@
 """`mcp-elicit audit ...`: verify the audit trail's tamper evidence, export it, seal it, print its public keys.
 
 The served app seals the trail every few seconds when `MCP_ELICIT_AUDIT_KEYS` is set, and once more as it
-stops (see `mcp_elicit.server.audit_sealer`); the commands that write audit rows seal them when it is set;
-`seal` does one round by hand (cron, a store no server runs on). `verify` checks every chain, head and
+stops (see `mcp_elicit.server.audit_sealer`); the commands that write audit rows seal what they wrote when it is
+set; `seal` does one round by hand (cron, a store no server runs on). `verify` checks every chain, head and
 checkpoint (see `mcp_elicit.store.audit`) against public keys it takes from `--keys` (the published document,
 as a file or its URL) or derives from `MCP_ELICIT_AUDIT_KEYS`, never from the store: whoever can write to the
 database could store a key of their own there. Its guarantee holds relative to an anchor, a checkpoint's
 `ID:ROOT` kept outside the database (verify prints the latest, the served app logs each): `--anchor` (or
 `--anchors FILE`) requires those checkpoints to be there as they were, so that deleting the latest checkpoints
-and resealing rewritten rows is found. Rows left uncovered longer than `--max-exposure` are a break too; by
-default (`auto`) only while the last checkpoint says a served app's sealer runs, which would have covered them
-within seconds: a trail sealed by hand, or whose sealer stopped, gets a warning on stderr instead (exit 0).
+and resealing rewritten rows is found. A row left covered by no checkpoint longer than `--max-exposure` (10
+minutes unless given) is a break too, whatever the checkpoints say; a store sealed only by hand takes a window
+at its sealing's cadence, or `off`.
 
-Exit codes: 0 done (for `verify`: the trail is sound, warnings or not); 1 `verify` found a break, the first
-named on stderr, or `seal` refused to sign over a trail edited by hand; 2 a usage error (no keys, a keys
-document or anchor that cannot be read, a bad `--since` or `--max-exposure`) or a store that cannot be used.
+Exit codes: 0 done (for `verify`: the trail is sound); 1 `verify` found a break, the first named on stderr, or
+`seal` refused to sign over a trail edited by hand; 2 a usage error (no keys, a keys document or anchor that
+cannot be read, a bad `--since` or `--max-exposure`) or a store that cannot be used.
 """
 
 from __future__ import annotations
@@ -30,19 +30,11 @@ import typer
 
 from mcp_elicit.cli import _render
 from mcp_elicit.cli._sealing import seal_all
-from mcp_elicit.cli.decisions import StoreOption, _left_unsealed, _say, _signing_keys, _store, err
+from mcp_elicit.cli._store import StoreOption, err, left_unsealed, operator_store, say, signing_keys
 from mcp_elicit.model import JSONObject
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.settings import variable
-from mcp_elicit.store.audit import (
-    AUTO,
-    DEFAULT_MAX_EXPOSURE,
-    Anchor,
-    AuditReport,
-    AuditSealRefused,
-    MaxExposure,
-    SealedRow,
-)
+from mcp_elicit.store.audit import DEFAULT_MAX_EXPOSURE, Anchor, AuditReport, AuditSealRefused, BreakKind, SealedRow
 
 app = typer.Typer(help="Verify, export and seal the tamper-evident audit trail.", no_args_is_help=True)
 
@@ -56,9 +48,9 @@ _DEFAULT = f"{int(DEFAULT_MAX_EXPOSURE.total_seconds() // 60)}m"
 
 
 def _needed_signing_keys(command: str) -> AuditSigningKeys:
-    keys = _signing_keys()
+    keys = signing_keys()
     if keys is None:
-        _say(err, "error:", "red", f"{command} needs the audit's signing keys: set {_KEYS_VARIABLE} (or its _FILE)")
+        say(err, "error:", "red", f"{command} needs the audit's signing keys: set {_KEYS_VARIABLE} (or its _FILE)")
         raise typer.Exit(USAGE)
     return keys
 
@@ -76,19 +68,19 @@ def _published(source: str) -> AuditPublicKeys:
             document = json.loads(Path(source).read_text(encoding="utf-8"))
         return AuditPublicKeys.from_document(document)
     except (OSError, ValueError) as error:
-        _say(err, "error:", "red", f"cannot read the audit keys from {source}: {error}")
+        say(err, "error:", "red", f"cannot read the audit keys from {source}: {error}")
         raise typer.Exit(USAGE) from None
     except Exception as error:  # an HTTP failure of any kind
-        _say(err, "error:", "red", f"cannot fetch the audit keys from {source}: {type(error).__name__}: {error}")
+        say(err, "error:", "red", f"cannot fetch the audit keys from {source}: {type(error).__name__}: {error}")
         raise typer.Exit(USAGE) from None
 
 
-def _max_exposure(value: str) -> MaxExposure:
-    if value in ("off", AUTO):
-        return None if value == "off" else AUTO
+def _max_exposure(value: str) -> timedelta | None:
+    if value == "off":
+        return None
     found = _DURATION.fullmatch(value.strip())
     if found is None or int(found[1]) < 1:
-        raise typer.BadParameter(f"{value!r} is not a duration: 90s, 10m, 2h, 1d (or auto, off)")
+        raise typer.BadParameter(f"{value!r} is not a duration: 90s, 10m, 2h, 1d (or off)")
     return timedelta(**{_UNITS[found[2]]: int(found[1])})
 
 
@@ -98,13 +90,13 @@ def _anchors(given: list[str], path: Path | None) -> list[Anchor]:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
-            _say(err, "error:", "red", f"cannot read the anchors from {path}: {error}")
+            say(err, "error:", "red", f"cannot read the anchors from {path}: {error}")
             raise typer.Exit(USAGE) from None
         lines += [line for line in (raw.split("#", 1)[0].strip() for raw in text.splitlines()) if line]
     try:
         return [Anchor.parse(line) for line in lines]
     except ValueError as error:
-        _say(err, "error:", "red", str(error))
+        say(err, "error:", "red", str(error))
         raise typer.Exit(USAGE) from None
 
 
@@ -142,11 +134,12 @@ def verify(
         typer.Option(
             "--max-exposure",
             metavar="DURATION",
-            help=f"A row covered by no checkpoint for longer than this is a break: 90s, 10m, 2h, 1d, off, or auto: "
-            f"{_DEFAULT} while the last checkpoint says a served app's sealer runs (it seals every few seconds, "
-            f"and once more as it stops); otherwise rows uncovered longer than {_DEFAULT} are a warning, exit 0.",
+            help="A row covered by no checkpoint for longer than this is a break, whatever the checkpoints say: "
+            "90s, 10m, 2h, 1d, or off. A served app seals every few seconds and as it stops, and the commands "
+            "that write audit rows seal them; a store sealed only by hand (`mcp-elicit audit seal`) takes a window "
+            "longer than its sealing's cadence, or off.",
         ),
-    ] = AUTO,
+    ] = _DEFAULT,
 ) -> None:
     """Check every chain, head, checkpoint and anchor: exit 0 when the trail is sound, 1 naming the first break."""
     exposure = _max_exposure(max_exposure)
@@ -154,28 +147,30 @@ def verify(
     if keys is not None:
         public = _published(keys)
     else:
-        signing = _signing_keys()
+        signing = signing_keys()
         if signing is None:
-            _say(err, "error:", "red", f"give --keys FILE|URL (the published audit keys), or set {_KEYS_VARIABLE}")
+            say(err, "error:", "red", f"give --keys FILE|URL (the published audit keys), or set {_KEYS_VARIABLE}")
             raise typer.Exit(USAGE)
         public = signing.public()
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         report = opened.verify_audit(public, anchors=anchors, max_exposure=exposure)
         url = opened.display_url
     if not report.sound:
         first = report.breaks[0]
         more = len(report.breaks) - 1
         also = f" (and {more} more break{'s' if more > 1 else ''} after it)" if more else ""
-        _say(err, "broken:", "red", f"the audit trail of {url} was tampered with at {first}{also}")
+        say(err, "broken:", "red", f"the audit trail of {url} was tampered with at {first}{also}")
+        if first.kind is BreakKind.EXPOSED:
+            say(
+                err,
+                "note:",
+                "yellow",
+                "a store sealed only by hand (`mcp-elicit audit seal`) takes --max-exposure longer than its sealing's"
+                " cadence, or off; otherwise the rows were left unsealed, by a sealer that stopped or refused, or by"
+                " whoever deleted the checkpoints that covered them: compare the last checkpoint with your anchors",
+            )
         raise typer.Exit(BROKEN)
     typer.echo(_sound(report))
-    for warning in report.warnings:
-        _say(
-            err,
-            "warning:",
-            "yellow",
-            f"{warning} (`mcp-elicit audit seal` covers them; --max-exposure {_DEFAULT} makes this a break)",
-        )
 
 
 def _sound(report: AuditReport) -> str:
@@ -187,9 +182,9 @@ def _sound(report: AuditReport) -> str:
         when = last.sealed_at.astimezone(UTC).isoformat(timespec="seconds")
         lines.append(f"last checkpoint {last.checkpoint_id} at {when}, root {last.root}, key {report.last_key_id}")
         lines.append(
-            "it says a served app's sealer runs (rows are held to the max exposure)"
+            "it was written while a served app's sealer ran"
             if last.sealer_running
-            else "it says no served app's sealer runs (sealed by hand, or the sealer stopped)"
+            else "it was written as a served app's sealer stopped, or by hand"
         )
         lines.append(f"anchor: {report.anchor} (keep it outside the database; give it to --anchor next time)")
     if report.anchors:
@@ -213,13 +208,13 @@ def _sound(report: AuditReport) -> str:
 def seal(store: StoreOption = None) -> None:
     """Chain the rows written since the last seal and sign a checkpoint (what a served app does every few seconds)."""
     keys = _needed_signing_keys("audit seal")
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         try:
             sealed = seal_all(opened, keys)
         except AuditSealRefused as error:
-            _say(err, "refused:", "red", f"not sealing the audit trail of {opened.display_url}: {error}")
+            say(err, "refused:", "red", f"not sealing the audit trail of {opened.display_url}: {error}")
             raise typer.Exit(BROKEN) from None
-    _left_unsealed(sealed.unreadable)
+    left_unsealed(sealed)
     count, plural = sealed.checkpoints, "s" if sealed.checkpoints > 1 else ""
     if not count:
         typer.echo("nothing to seal: every row is sealed (or another instance is sealing now)")
@@ -264,7 +259,7 @@ def export(
     sealed yet.
     """
     start = _since(since)
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         after = 0
         while True:
             page = opened.audit_export(after=after, limit=PAGE, since=start, operation_id=operation)

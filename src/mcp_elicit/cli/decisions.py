@@ -2,12 +2,14 @@
 
 Exit codes: 0 done; 1 the decision is not found (or the id prefix names several), already ended, or the
 cancel lost a race; 2 the store cannot be used, a stored row included, or the audit's signing keys are set but
-cannot be read. Everything printed, errors too, passes through `printable`: stored text reaches the terminal as
-text, never as control sequences or markup.
+cannot be read; 3 (`cancel`, `sweep`) the change was made, but the audit trail was found edited by hand and not
+sealed. Everything printed, errors too, passes through `printable`: stored text reaches the terminal as text,
+never as control sequences or markup.
 
 `cancel` and `sweep` (and `grants revoke`) write audit rows: with the audit's signing keys set
-(`MCP_ELICIT_AUDIT_KEYS`) they seal them before they return, as a served app would (see `_sealing`); a seal that
-fails is said on stderr and leaves the exit code as the command's own outcome set it.
+(`MCP_ELICIT_AUDIT_KEYS`) they seal the rows written after they started before they return, as a served app
+would, and nothing while an older row waits unsealed (see `_sealing`); a store that fails then is said on stderr
+and leaves the exit code as the command's own outcome set it, a seal refused over an edited trail exits 3.
 
 `ls` reads the store a page at a time (keyset pages, `Store.decision_page`) and, into a pipe or as JSON,
 writes each page before reading the next: a listing of any length holds one page in memory.
@@ -19,132 +21,33 @@ import getpass
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import islice
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
 from mcp_elicit.cli import _render
-from mcp_elicit.cli._sealing import seal_all, signing_keys
+from mcp_elicit.cli._store import SEAL_REFUSED_HELP, AmbiguousId, Exit, StoreOption, err, operator_store, out, say
 from mcp_elicit.model import Decision, DecisionStatus, Operator
-from mcp_elicit.model.audit_keys import AuditSigningKeys
 from mcp_elicit.printable import hidden, printable
-from mcp_elicit.settings import SettingsError
 from mcp_elicit.store import (
-    ENV_VAR,
     DecisionFilter,
     NotFound,
     RecordExpired,
     Store,
-    StoreError,
     TransitionConflict,
     UnreadableRow,
-    open_store,
     utc_now,
 )
-from mcp_elicit.store.audit import AuditSealRefused
 
 app = typer.Typer(help="List, inspect, audit, cancel and expire decisions.", no_args_is_help=True)
 
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        envvar=ENV_VAR,
-        help="Store URL: sqlite:///path/to/file.db or postgresql://user@host/db. Default: the embedded SQLite file.",
-        show_default=False,
-    ),
-]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
 PAGE = 500
 """Decisions `ls` reads at a time, whatever `--limit` says."""
 _JSON = json.JSONEncoder(ensure_ascii=False)
-
-out = Console(soft_wrap=False)
-err = Console(stderr=True)
-
-
-class Exit:
-    NOT_FOUND = 1
-    AMBIGUOUS = 1
-    CONFLICT = 1
-    STORE = 2
-    USAGE = 2
-
-
-class AmbiguousId(Exception):
-    """A shortened id that matches more than one decision: a reference to give again, not a store fault."""
-
-
-def _say(console: Console, label: str, style: str, message: str) -> None:
-    console.print(Text.assemble((label, style), " ", printable(message)), soft_wrap=True)
-
-
-def _signing_keys() -> AuditSigningKeys | None:
-    """The audit's signing keys, None when they are not set; a setting that cannot be read exits 2."""
-    try:
-        return signing_keys()
-    except SettingsError as error:
-        for problem in error.problems:
-            _say(err, "error:", "red", problem)
-        raise typer.Exit(Exit.USAGE) from None
-
-
-@contextmanager
-def _store(url: str | None, *, writes: bool = False) -> Iterator[Store]:
-    """The store at `url`, its errors turned into exit codes. A command that `writes` audit rows seals them after
-    (not after a store error) when the audit's signing keys are set, read before anything is written."""
-    keys = _signing_keys() if writes else None
-    try:
-        store = open_store(url)
-    except StoreError as error:
-        _say(err, "error:", "red", str(error))
-        raise typer.Exit(Exit.STORE) from None
-    failed = False
-    try:
-        yield store
-    except AmbiguousId as error:
-        _say(err, "ambiguous id:", "red", str(error))
-        raise typer.Exit(Exit.AMBIGUOUS) from None
-    except NotFound as error:
-        _say(err, "not found:", "red", str(error))
-        raise typer.Exit(Exit.NOT_FOUND) from None
-    except StoreError as error:
-        failed = True
-        _say(err, "error:", "red", str(error))
-        raise typer.Exit(Exit.STORE) from None
-    finally:
-        try:
-            if keys is not None and not failed:
-                _seal_written(store, keys)
-        finally:
-            store.close()
-
-
-def _seal_written(store: Store, keys: AuditSigningKeys) -> None:
-    """Seal what the command wrote; a seal that fails is said, and leaves the command's own outcome as it was."""
-    try:
-        sealed = seal_all(store, keys)
-    except AuditSealRefused as error:
-        _say(err, "error:", "red", f"the audit rows written were not sealed: {error}")
-        return
-    except StoreError as error:
-        _say(err, "warning:", "yellow", f"the audit rows written were not sealed now ({error})")
-        return
-    _left_unsealed(sealed.unreadable)
-
-
-def _left_unsealed(unreadable: set[int]) -> None:
-    """Say which unsealed audit rows a seal left because the store cannot read them."""
-    if unreadable:
-        listed = ", ".join(str(seq) for seq in sorted(unreadable))
-        _say(
-            err, "error:", "red", f"audit rows the store cannot read were left unsealed (edited by hand?): seq {listed}"
-        )
 
 
 def _find(store: Store, reference: str, caller: Operator) -> Decision:
@@ -174,7 +77,7 @@ def _unreadable_exit(store: Store, rows: list[UnreadableRow], *notes: str) -> No
         return
     count = "1 row" if len(rows) == 1 else f"{len(rows)} rows"
     left = "is" if len(rows) == 1 else "are"
-    _say(err, "error:", "red", f"{count} of {store.display_url} could not be read and {left} left out:")
+    say(err, "error:", "red", f"{count} of {store.display_url} could not be read and {left} left out:")
     for row in rows:
         err.print(Text(f"  {printable(str(row))}"), soft_wrap=True)
     for note in notes:
@@ -301,7 +204,7 @@ def list_decisions(
     that cannot be read is named on stderr and every other is listed (a decision whose operation cannot be
     read, without its task status); the exit code is then 2.
     """
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         listing = _Listing(
             opened, _operator(None), DecisionFilter(status=status, principal_id=principal, operation_id=operation),
             after, limit,
@@ -389,7 +292,7 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Show one decision, with sensitive answers redacted; one that approvers decide, with their votes."""
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         decision = _find(opened, elicitation_id, _operator(None))
         votes = opened.votes(decision.elicitation_id) if decision.approvers is not None else None
         if as_json:
@@ -413,7 +316,7 @@ def audit(
     transition (`details` as JSON), as `ls` writes. `--json`: a JSON array. An audit row that cannot be read
     is named on stderr and the others are shown; the exit code is then 2.
     """
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         caller = _operator(None)
         unreadable: list[UnreadableRow] = []
         try:
@@ -454,7 +357,7 @@ def _audited(store: Store, reference: str, caller: Operator) -> str:
     return named[0][1]
 
 
-@app.command("cancel")
+@app.command("cancel", epilog=SEAL_REFUSED_HELP)
 def cancel(
     elicitation_id: Annotated[str, typer.Argument(help="The decision to cancel.")],
     store: StoreOption = None,
@@ -472,7 +375,7 @@ def cancel(
     from mcp_elicit.server.tasks.state import task_status
 
     actor = _operator(operator)
-    with _store(store, writes=True) as opened:
+    with operator_store(store, writes=True) as opened:
         decision: Decision | None = None
         try:
             operation_id = opened.get_operation(elicitation_id, actor).operation_id
@@ -483,15 +386,15 @@ def cancel(
             _cancel_task(opened, operation_id, actor, reason, as_json)
             return
         if decision is None:
-            _say(err, "not cancelled:", "yellow", f"{elicitation_id} is an operation, not a task: cancel its decisions")
+            say(err, "not cancelled:", "yellow", f"{elicitation_id} is an operation, not a task: cancel its decisions")
             raise typer.Exit(Exit.NOT_FOUND)
         if decision.is_terminal:
-            _say(err, "not cancelled:", "yellow", f"{decision.elicitation_id} already ended as {decision.status.value}")
+            say(err, "not cancelled:", "yellow", f"{decision.elicitation_id} already ended as {decision.status.value}")
             raise typer.Exit(Exit.CONFLICT)
         try:
             cancelled = opened.transition(decision, DecisionStatus.CANCELLED, caller=actor, reason=reason)
         except (TransitionConflict, RecordExpired) as error:
-            _say(err, "not cancelled:", "yellow", str(error))
+            say(err, "not cancelled:", "yellow", str(error))
             raise typer.Exit(Exit.CONFLICT) from None
         if as_json:
             _render.print_json(out, _render.decision_json(cancelled))
@@ -505,7 +408,7 @@ def _cancel_task(store: Store, operation_id: str, actor: Operator, reason: str, 
     try:
         cancelled = cancel_task(store, operation_id, actor, reason)
     except (TransitionConflict, RecordExpired) as error:
-        _say(err, "not cancelled:", "yellow", f"the task {operation_id} already ended ({error})")
+        say(err, "not cancelled:", "yellow", f"the task {operation_id} already ended ({error})")
         raise typer.Exit(Exit.CONFLICT) from None
     if as_json:
         _render.print_json(out, {"task": cancelled.operation_id, "status": cancelled.status.value})
@@ -513,10 +416,10 @@ def _cancel_task(store: Store, operation_id: str, actor: Operator, reason: str, 
         out.print(Text(printable(f"Cancelled the task {operation_id} and its open questions.")))
 
 
-@app.command("sweep")
+@app.command("sweep", epilog=SEAL_REFUSED_HELP)
 def sweep(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """Expire every overdue waiting decision and open operation; purge spent single-use tokens."""
-    with _store(store, writes=True) as opened:
+    with operator_store(store, writes=True) as opened:
         result = opened.sweep_expired()
         if as_json:
             _render.print_json(

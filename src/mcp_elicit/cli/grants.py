@@ -5,7 +5,9 @@ always (see `mcp_elicit.approvals.Grants`). One grant of a principal, client, to
 (a later approval of the same calls replaces the earlier grant, which is listed as revoked), so revoking it takes
 effect at once: the next call it would have covered is asked again. Exit codes as for `decisions`: 0 done; 1 the
 grant is not found (or the id prefix names several) or already ended (revoked, expired); 2 the store cannot be
-used, a stored row included. Everything printed passes through `printable`.
+used, a stored row included; 3 the grant was revoked, but the audit trail was found edited by hand and not
+sealed (with `MCP_ELICIT_AUDIT_KEYS` set, `revoke` seals what it wrote, as `decisions cancel` does). Everything
+printed passes through `printable`.
 """
 
 from __future__ import annotations
@@ -19,22 +21,8 @@ import typer
 from rich.text import Text
 
 from mcp_elicit.cli import _render
-from mcp_elicit.cli.decisions import (
-    PAGE,
-    AmbiguousId,
-    Exit,
-    JsonOption,
-    StoreOption,
-    _emit,
-    _json_line,
-    _operator,
-    _say,
-    _store,
-    _to_terminal,
-    _unreadable_exit,
-    err,
-    out,
-)
+from mcp_elicit.cli._store import SEAL_REFUSED_HELP, AmbiguousId, Exit, StoreOption, err, operator_store, out, say
+from mcp_elicit.cli.decisions import PAGE, JsonOption, _emit, _json_line, _operator, _to_terminal, _unreadable_exit
 from mcp_elicit.model import Grant, Operator
 from mcp_elicit.printable import printable
 from mcp_elicit.store import GrantEnded, GrantFilter, NotFound, Store, UnreadableRow, utc_now
@@ -120,7 +108,7 @@ def list_grants(
     with the cursor of the next page (on stderr unless at a terminal). A row that cannot be read is named on
     stderr and every other is listed; the exit code is then 2.
     """
-    with _store(store) as opened:
+    with operator_store(store) as opened:
         now = utc_now()
         listing = _Listing(opened, GrantFilter(principal_id=principal, active=not everything), after, limit)
         pages = listing.pages()
@@ -172,7 +160,7 @@ def _write_json(pages: Iterator[list[Grant]], now: datetime) -> int:
     return written
 
 
-@app.command("revoke")
+@app.command("revoke", epilog=SEAL_REFUSED_HELP)
 def revoke(
     grant_id: Annotated[str, typer.Argument(help="The grant's id, or a unique start of it.")],
     store: StoreOption = None,
@@ -185,12 +173,12 @@ def revoke(
     """Revoke a standing grant: from now on, the calls it covered are asked again. A grant that already ended
     (revoked before, or expired) is left as it is, and the exit code is 1."""
     actor = _operator(operator)
-    with _store(store, writes=True) as opened:
+    with operator_store(store, writes=True) as opened:
         grant = _find(opened, grant_id, actor)
         try:
             revoked = opened.revoke_grant(grant.grant_id, caller=actor, reason=reason)
         except GrantEnded as ended:
-            _say(err, "not revoked:", "yellow", str(ended))
+            say(err, "not revoked:", "yellow", str(ended))
             raise typer.Exit(Exit.CONFLICT) from None
         if as_json:
             _render.print_json(out, _render.grant_json(revoked, utc_now()))

@@ -108,8 +108,9 @@ class CheckpointClaim:
     at migration, not within seconds of being written."""
     sealer_running: bool
     """Whether a served app's sealer, which seals every few seconds, runs on the store: True from that sealer while
-    it runs, False from it as it stops; a seal by hand repeats what the checkpoint before it said. Verify holds
-    rows to its default max exposure only while the last checkpoint says True."""
+    it runs, False from it as it stops; a seal by hand repeats what the checkpoint before it said. Information
+    verify prints, never a reason to check less: whoever can write to the database can delete the checkpoints
+    back to one that says False."""
 
     def message(self) -> bytes:
         """The bytes signed: a canonical JSON object, labelled so that no other signed document can pass for it."""

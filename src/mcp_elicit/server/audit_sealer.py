@@ -8,11 +8,13 @@ rows of a store migrated to schema 11) is sealed batch after batch at once.
 Guarantees: while the server's event loop runs, a row is covered by a signed checkpoint within about
 `checkpoint_interval` of its commit, and the checkpoints say that a sealer runs (`sealer_running`); when the
 app's last lifespan ends, after its background work stopped, the sealer seals once more what was written and
-its checkpoint says that it stopped. The exposure window is what no checkpoint recorded outside the database
-(an anchor) covers yet; `mcp-elicit audit verify` fails on rows left uncovered past its max exposure while the
-checkpoints say a sealer runs (a crash leaves that said). A seal that fails (the store away) is logged and tried
-again at the next tick; on PostgreSQL one instance seals at a time, the others find the seal taken and skip it,
-and an instance still running says so again at its next tick after another one stopped.
+its checkpoint says that it stopped. That last seal runs shielded from the shutdown's cancellation, for at most
+`STOP_TIMEOUT`: a store that does not answer (PostgreSQL down, its pool waiting for a connection) does not hold
+the shutdown up; what it left unsealed is logged as a WARNING, and the next seal covers it. The exposure window
+is what no checkpoint recorded outside the database (an anchor) covers yet; `mcp-elicit audit verify` fails on
+rows left uncovered past its max exposure (10 minutes by default). A seal that fails (the store away) is logged
+and tried again at the next tick; on PostgreSQL one instance seals at a time, the others find the seal taken and
+skip it, and an instance still running says so again at its next tick after another one stopped.
 
 Each checkpoint's id and root are logged at INFO: a record outside the database that `audit verify --anchor`
 takes. The sealer remembers the last checkpoint it signed and refuses (an ERROR, and `refused` says why) to sign
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_INTERVAL = timedelta(seconds=5)
 JITTER = 0.2
+STOP_TIMEOUT = timedelta(seconds=5)
+"""How long the last seal, as the app stops, may take."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +75,19 @@ class AuditSealer:
     """Seals one store every jittered interval for as long as `run` runs, and once more at `stop`."""
 
     def __init__(
-        self, store: AsyncStore, keys: AuditSigningKeys, interval: timedelta, *, batch: int = SEAL_BATCH
+        self,
+        store: AsyncStore,
+        keys: AuditSigningKeys,
+        interval: timedelta,
+        *,
+        batch: int = SEAL_BATCH,
+        stop_timeout: timedelta = STOP_TIMEOUT,
     ) -> None:
         self._store = store
         self._keys = keys
         self._interval = interval.total_seconds()
         self._batch = batch
+        self._stop_timeout = stop_timeout.total_seconds()
         self._signed: Anchor | None = None
         self.refused: str | None = None
         """Why the sealer stopped signing (the trail was edited by hand), or None while it signs."""
@@ -96,8 +107,16 @@ class AuditSealer:
 
     async def stop(self) -> SealResult | None:
         """The last round, once `run` stopped: seal what was written since the last one, and say in the
-        checkpoints that this sealer stopped (so that verify does not expect it to seal what is written after)."""
-        return await self._seal(running=False)
+        checkpoints that this sealer stopped; shielded from cancellation, and given up after `stop_timeout`."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._stop_timeout):
+            return await self._seal(running=False)
+        since = "no checkpoint of its own" if self._signed is None else f"checkpoint {self._signed}, the last it signed"
+        log.warning(
+            "the last audit seal of %s did not end within %s s: the rows written since %s are left unsealed"
+            " until the next seal",
+            self._store.sync.display_url, self._stop_timeout, since,
+        )  # fmt: skip
+        return None
 
     async def _seal(self, *, running: bool) -> SealResult | None:
         if self.refused is not None:

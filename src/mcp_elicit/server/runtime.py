@@ -349,8 +349,7 @@ class Elicitation:
                 finally:
                     self._lifespans -= 1
                     if not self._lifespans and self.audit_sealer is not None:
-                        with anyio.CancelScope(shield=True):
-                            await self.audit_sealer.stop()
+                        await self.audit_sealer.stop()
 
         return lifespan
 

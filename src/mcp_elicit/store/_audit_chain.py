@@ -21,21 +21,22 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from mcp_elicit.model import AuditEntry
 from mcp_elicit.model.audit_chain import EMPTY_ROOT, GENESIS, CheckpointClaim, Head, checkpoint_root
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys, Signature
-from mcp_elicit.store._core import AUDIT_COLUMNS, Core, _marks
+from mcp_elicit.store._core import AUDIT_COLUMNS, Core, _Cells, _marks
 from mcp_elicit.store._engine import Transaction, Tx
 from mcp_elicit.store.audit import (
+    DEFAULT_MAX_EXPOSURE,
     SEAL_BATCH,
     Anchor,
     AuditJudge,
     AuditReport,
     AuditSealRefused,
-    MaxExposure,
+    EarlierRows,
     SealedRow,
     SealResult,
     StoredCheckpoint,
@@ -48,6 +49,7 @@ _CHECKPOINT_COLUMNS = (
     "checkpoint_id, sealed_at, prev_root, root, chains, rows_sealed, migrated_through, sealer_running, key_id,"
     " signature"
 )
+_CHECKPOINT_NAMES = tuple(_CHECKPOINT_COLUMNS.split(", "))
 _LAST_CHECKPOINT = (
     "SELECT checkpoint_id, root, sealer_running FROM elicit_audit_checkpoints ORDER BY checkpoint_id DESC LIMIT 1"
 )
@@ -89,10 +91,11 @@ class AuditChainCore(Core):
         batch: int = SEAL_BATCH,
         extends: Anchor | None = None,
         running: bool | None = None,
+        written_after: int | None = None,
     ) -> SealResult:
         if batch < 1:
             raise ValueError(f"a seal chains at least one row, not {batch}")
-        plan = await self._plan_seal(keys, batch, extends, running)
+        plan = await self._plan_seal(keys, batch, extends, running, written_after)
         if isinstance(plan, SealResult):
             return plan
         claim, unreadable = plan.claim, plan.unreadable
@@ -122,7 +125,7 @@ class AuditChainCore(Core):
         )  # fmt: skip
 
     async def _plan_seal(
-        self, keys: AuditSigningKeys, batch: int, extends: Anchor | None, running: bool | None
+        self, keys: AuditSigningKeys, batch: int, extends: Anchor | None, running: bool | None, after: int | None
     ) -> _Plan | SealResult:
         """The next seal, read from one snapshot and signed: every read, check and hash of a seal, so that the
         write lock is held only to store it; or the result of a seal with nothing to sign."""
@@ -133,6 +136,10 @@ class AuditChainCore(Core):
             last = await tx.one(_LAST_CHECKPOINT)
             number = 1 if last is None else int(last[0]) + 1
             await self._check_signed(tx, extends, number)
+            if after is not None:
+                earlier = await self._earlier(tx, after)
+                if earlier is not None:
+                    return SealResult(rows=0, earlier=earlier)
             async with tx.stream(
                 f"SELECT {AUDIT_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq", size=batch
             ) as pages:
@@ -196,6 +203,23 @@ class AuditChainCore(Core):
                 f"the heads of checkpoint {orphan[0]} are stored without it: checkpoints were deleted; not signing"
             )
 
+    async def _earlier(self, tx: Tx, after: int) -> EarlierRows | None:
+        found = await tx.one(
+            "SELECT count(*), min(seq), min(at) FROM elicit_audit WHERE row_hash IS NULL AND seq <= %s", (after,)
+        )
+        if not found[0]:
+            return None
+        try:
+            oldest: datetime | None = self._from_time(found[2])
+        except StoreCorrupt:
+            oldest = None
+        return EarlierRows(int(found[0]), int(found[1]), oldest)
+
+    async def last_audit_seq(self) -> int:
+        async with self._read() as tx:
+            found = await tx.one("SELECT coalesce(max(seq), 0) FROM elicit_audit")
+        return int(found[0])
+
     async def _heads(self, tx: Tx, chains: Sequence[str], sql: str) -> dict[str, Head]:
         heads: dict[str, Head] = {}
         for start in range(0, len(chains), _IN_CHUNK):
@@ -209,7 +233,7 @@ class AuditChainCore(Core):
         keys: AuditPublicKeys,
         *,
         anchors: Sequence[Anchor] = (),
-        max_exposure: MaxExposure = None,
+        max_exposure: timedelta | None = DEFAULT_MAX_EXPOSURE,
     ) -> AuditReport:
         async with self._snapshot() as tx:
             origin = await tx.one("SELECT migrated_through FROM elicit_audit_origin")
@@ -238,11 +262,12 @@ class AuditChainCore(Core):
                         rows.append(self._stored_row(row))
             if chain is not None:
                 judge.chain(chain, rows)
-            unsealed = await tx.one("SELECT count(*) FROM elicit_audit WHERE row_hash IS NULL")
-            oldest = await tx.one(
-                f"SELECT {_CHAINED_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq LIMIT 1"
-            )
-            judge.unsealed(int(unsealed[0]), None if oldest is None else self._stored_row(oldest))
+            async with tx.stream(
+                f"SELECT {_CHAINED_COLUMNS} FROM elicit_audit WHERE row_hash IS NULL ORDER BY seq"
+            ) as pages:
+                async for page in pages:
+                    for row in page:
+                        judge.unsealed(self._stored_row(row))
         return judge.report()
 
     async def _feed_checkpoints(self, tx: Tx, judge: AuditJudge) -> None:
@@ -258,13 +283,21 @@ class AuditChainCore(Core):
             async for page in pages:
                 for row in page:
                     if current is not None and row[0] != current[0]:
-                        judge.checkpoint(self._checkpoint(current, delta))
+                        self._judge_checkpoint(judge, current, delta)
                         delta = {}
                     current = row
                     if row[_HEAD] is not None:
                         delta[str(row[_HEAD])] = Head(int(row[_HEAD + 1]), str(row[_HEAD + 2]))
         if current is not None:
-            judge.checkpoint(self._checkpoint(current, delta))
+            self._judge_checkpoint(judge, current, delta)
+
+    def _judge_checkpoint(self, judge: AuditJudge, row: Sequence[Any], delta: dict[str, Head]) -> None:
+        try:
+            checkpoint = self._checkpoint(row, delta)
+        except StoreCorrupt as error:
+            judge.unreadable_checkpoint(row[0] if type(row[0]) is int else None, str(error))
+        else:
+            judge.checkpoint(checkpoint)
 
     def _stored_row(self, row: Sequence[Any]) -> SealedRow | UnreadableAuditRow:
         """The row as stored, or what makes it unreadable: a chain_seq that is not a number is as bad as any."""
@@ -283,11 +316,12 @@ class AuditChainCore(Core):
         return SealedRow(entry=self._audit_entry(row[:9]), chain_seq=row[9], prev_hash=row[10], row_hash=row[11])
 
     def _checkpoint(self, row: Sequence[Any], delta: dict[str, Head]) -> StoredCheckpoint:
+        c = _Cells("audit checkpoint", _CHECKPOINT_NAMES, row)
         claim = CheckpointClaim(
-            checkpoint_id=int(row[0]), sealed_at=self._from_time(row[1]), prev_root=row[2], root=row[3],
-            chains=int(row[4]), rows_sealed=int(row[5]), migrated_through=int(row[6]), sealer_running=bool(row[7]),
+            checkpoint_id=c.integer(0), sealed_at=c.read(1, self._from_time), prev_root=c.text(2), root=c.text(3),
+            chains=c.integer(4), rows_sealed=c.integer(5), migrated_through=c.integer(6), sealer_running=bool(row[7]),
         )  # fmt: skip
-        return StoredCheckpoint(claim=claim, signature=Signature(row[8], row[9]), delta=delta)
+        return StoredCheckpoint(claim=claim, signature=Signature(c.text(8), c.text(9)), delta=delta)
 
     async def audit_export(
         self, *, after: int = 0, limit: int = 1000, since: datetime | None = None, operation_id: str | None = None

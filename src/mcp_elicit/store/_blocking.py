@@ -28,7 +28,14 @@ from mcp_elicit.model import (
 )
 from mcp_elicit.model.audit_keys import AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.store._facade import StoreBase
-from mcp_elicit.store.audit import SEAL_BATCH, Anchor, AuditReport, MaxExposure, SealedRow, SealResult
+from mcp_elicit.store.audit import (
+    DEFAULT_MAX_EXPOSURE,
+    SEAL_BATCH,
+    Anchor,
+    AuditReport,
+    SealedRow,
+    SealResult,
+)
 from mcp_elicit.store.errors import UnreadableRow
 from mcp_elicit.store.protocol import (
     Claim,
@@ -418,6 +425,7 @@ class Store(StoreBase):
         batch: int = SEAL_BATCH,
         extends: Anchor | None = None,
         running: bool | None = None,
+        written_after: int | None = None,
     ) -> SealResult:
         """Chain up to `batch` unsealed audit rows, oldest first (past rows it cannot read), and sign a checkpoint
         over the heads they moved with the ring's first key (see `mcp_elicit.store.audit`); read and signed in a
@@ -428,17 +436,36 @@ class Store(StoreBase):
 
         `running`: True from a served app's sealer as it runs, False from it as it stops, None for a seal by
         hand; the checkpoint says so (`CheckpointClaim.sealer_running`, a seal by hand repeating the last one's),
-        and is signed with no row to chain when the last checkpoint says otherwise."""
-        return self._run(lambda core: core.seal_audit(keys, batch=batch, extends=extends, running=running))
+        and is signed with no row to chain when the last checkpoint says otherwise.
+
+        `written_after`: a mark from `last_audit_seq`, taken before the caller wrote; a seal that can vouch only
+        for what was written after it signs nothing while any unsealed row comes from before it (`earlier`
+        says which), since those may be rows a checkpoint covered, unsealed and edited by hand.
+
+        Cancelled with its caller, it stores all of its checkpoint or nothing (a call that waits on a database
+        that does not answer can be given up on)."""
+        return self._run(
+            lambda core: core.seal_audit(
+                keys, batch=batch, extends=extends, running=running, written_after=written_after
+            )
+        )
+
+    def last_audit_seq(self) -> int:
+        """The `seq` of the newest audit row, 0 when there is none: the mark for `seal_audit(written_after=)`."""
+        return self._run(lambda core: core.last_audit_seq())
 
     def verify_audit(
-        self, keys: AuditPublicKeys, *, anchors: Sequence[Anchor] = (), max_exposure: MaxExposure = None
+        self,
+        keys: AuditPublicKeys,
+        *,
+        anchors: Sequence[Anchor] = (),
+        max_exposure: timedelta | None = DEFAULT_MAX_EXPOSURE,
     ) -> AuditReport:
         """Check every chain, head and checkpoint in one snapshot, checkpoints' signatures with `keys`, which must
         come from where the verifier trusts (the published keys, the signing keys), never from this store; each
         of `anchors` (checkpoints recorded outside the store) must be there with its root; rows covered by no
-        checkpoint for longer than `max_exposure` are a break (`AUTO`: `DEFAULT_MAX_EXPOSURE` while the last
-        checkpoint says a served app's sealer runs, a warning of the report otherwise)."""
+        checkpoint for longer than `max_exposure` (by the time each says it was written; None: no window) are
+        a break, whatever the checkpoints say."""
         return self._run(lambda core: core.verify_audit(keys, anchors=anchors, max_exposure=max_exposure))
 
     def audit_export(

@@ -36,7 +36,7 @@ from mcp_elicit.model import (
     redact_text,
 )
 from mcp_elicit.store import hooks
-from mcp_elicit.store._engine import BadValue, Transaction, Tx
+from mcp_elicit.store._engine import BadValue, NotUTF8, Transaction, Tx
 from mcp_elicit.store._schema import LATEST_VERSION
 from mcp_elicit.store._unit import UNIT, Unit, after_commit
 from mcp_elicit.store.errors import MigrationPending, NotFound, SchemaTooNew, StoreCorrupt, UnreadableRow
@@ -499,7 +499,7 @@ def _marks(count: int) -> str:
 
 _SHAPES: dict[type, str] = {
     str: "text", int: "an integer", float: "a real number", bytes: "a blob", memoryview: "a blob", bool: "a boolean",
-    datetime: "a timestamp", type(None): "NULL",
+    datetime: "a timestamp", type(None): "NULL", NotUTF8: "text that is not UTF-8",
 }  # fmt: skip
 
 

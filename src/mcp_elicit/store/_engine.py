@@ -83,3 +83,9 @@ class BadValue(StoreCorrupt):
     The row codecs turn it into `UnreadableRow`, which names the row and the column; where no row is at
     hand it is raised as it is: a store error saying what is wrong, not a `TypeError` far from the store.
     """
+
+
+class NotUTF8(bytes):
+    """Stored text that is not UTF-8 (written by hand, or by another program), as an engine whose driver would
+    otherwise fail the whole statement hands it to the row codecs: they refuse it as a value of the wrong kind,
+    for that row alone."""

@@ -139,6 +139,16 @@ class AsyncStoreBase:
                 return await program(engine)
         return await anyio.to_thread.run_sync(self.sync._run, program)
 
+    async def _abandonable(self, program: Program[R]) -> R:
+        """A long call its caller may give up on half-way, since it reads and then writes in one transaction that
+        commits whole or not at all (an audit seal): as `_batch`, but cancelled with its caller on the async
+        engine (psycopg drops the connection, and the database the transaction), and in a worker thread left to
+        end by itself. A caller that must not hang on a database that does not answer bounds it."""
+        engine = None if _IN_WORKER.get() else self.sync.asynchronous
+        if engine is not None:
+            return await program(engine)
+        return await anyio.to_thread.run_sync(self.sync._run, program, abandon_on_cancel=True)
+
     async def call_blocking(self, function: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call `function`, blocking code of the caller's own that uses the store (a page's lookup, the vault
         sealing a secret before storing it): inline where the store's calls run inline, else in a worker

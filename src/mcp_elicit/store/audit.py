@@ -9,11 +9,14 @@ Guarantee, relative to a checkpoint recorded outside the database (an anchor: th
 sealer's log line): every row that checkpoint covered is as it was when sealed. A row edited, deleted,
 inserted or moved inside a chain, a head edited, a chain deleted or truncated or rewritten with recomputed
 hashes, a checkpoint not signed by one of the public keys verify is given, and the anchored checkpoint gone or
-changed are found. Exposure: rows written after the last anchor. Without an anchor, whoever can write to the
-database can delete the latest checkpoints with what they sealed and let the sealer sign the rewritten rows
-again; the running sealer refuses to (it remembers the last checkpoint it signed, and checks the heads it
-extends against the checkpoints), and verify fails when rows stay uncovered longer than `max_exposure` (by
-default while the last checkpoint says a served app's sealer runs: see `MaxExposure`).
+changed are found. Exposure: the rows not sealed yet and every row sealed after the last anchor, since
+whoever can write to the database can delete the latest checkpoints (back to any of them, or all) with what
+they sealed, edit the rows left unsealed, and have them signed again. The running sealer refuses to (it
+remembers the last checkpoint it signed, and checks the heads it extends against the checkpoints), a seal given
+`written_after` signs no row from before its caller's mark, and verify fails when a row stays covered by no
+checkpoint longer than `max_exposure`, whatever the checkpoints say: nothing stored in the database, which that
+writer controls, loosens a check. That window runs from the time a row says it was written, which the same
+writer can set: a rewrite sealed again, or dated to look recent, is what only an anchor finds.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Final, Literal
 
 from mcp_elicit.model import AuditEntry
 from mcp_elicit.model.audit_chain import EMPTY_ROOT, GENESIS, ChainedRow, CheckpointClaim, Head, checkpoint_root
@@ -33,14 +35,11 @@ from mcp_elicit.store.errors import StoreCorrupt
 SEAL_BATCH = 5000
 """Rows a seal chains at most in one transaction (and one checkpoint)."""
 DEFAULT_MAX_EXPOSURE = timedelta(minutes=10)
-"""How long verify lets a row stay covered by no checkpoint, by default, while a served app's sealer runs."""
-AUTO: Final = "auto"
-MaxExposure = timedelta | Literal["auto"] | None
-"""How long verify lets a row stay covered by no checkpoint before it calls that a break: a duration, None (as
-long as it takes), or `AUTO` (`mcp-elicit audit verify`'s default): `DEFAULT_MAX_EXPOSURE` while the last
-checkpoint says a served app's sealer runs on the store (`CheckpointClaim.sealer_running`), which covers every
-row within seconds; otherwise (sealed by hand only, or that sealer stopped, having sealed what was written
-before) rows uncovered for longer are a warning of the report, not a break."""
+"""How long verify lets a row stay covered by no checkpoint, by default, before it calls that a break. A served
+app seals every few seconds and once more as it stops, and the commands that write audit rows seal what they
+wrote, so a healthy trail stays far inside it; a trail sealed only by hand needs a window at its cadence."""
+NAMED_UNREADABLE = 5
+"""Unsealed rows the store cannot read that verify names one by one (it counts them all)."""
 
 
 class AuditSealRefused(StoreCorrupt):
@@ -87,10 +86,24 @@ class SealResult:
     more: bool = False
     """Whether unsealed rows may be left that this seal did not take (a full batch, or another seal came between
     its reading and its writing): seal again."""
+    earlier: EarlierRows | None = None
+    """Given `written_after`, the unsealed rows written before that mark, when there are any: this seal signed
+    nothing."""
 
     @property
     def anchor(self) -> Anchor | None:
         return None if self.checkpoint_id is None or self.root is None else Anchor(self.checkpoint_id, self.root)
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierRows:
+    """Unsealed rows a seal was not asked to vouch for: written before the mark its caller took."""
+
+    rows: int
+    seq: int
+    """The first of them."""
+    oldest_at: datetime | None
+    """When the oldest of them says it was written; None when that cannot be read."""
 
 
 class BreakKind(StrEnum):
@@ -187,8 +200,8 @@ class AuditReport:
     anchors: int = 0
     """Anchors checked (and found as they were, when the report is sound)."""
     oldest_unsealed_at: datetime | None = None
-    warnings: tuple[str, ...] = ()
-    """What is not a break but wants a look: rows uncovered past the default max exposure while no sealer runs."""
+    unreadable_unsealed: int = 0
+    """Unsealed rows the store cannot read (each a break; the first `NAMED_UNREADABLE` are named)."""
 
     @property
     def sound(self) -> bool:
@@ -212,7 +225,7 @@ class _Walk:
 
 class AuditJudge:
     """Recomputes the evidence fed to it in order: checkpoints (`checkpoint`, in id order), then the heads
-    (`heads`), then each chain's rows (`chain`, any chain order), then the unsealed rows (`unsealed`).
+    (`heads`), then each chain's rows (`chain`, any chain order), then each unsealed row (`unsealed`, by `seq`).
 
     Checkpoints come first (nothing a forged checkpoint says counts); one break per chain, the first found; a
     broken anchor is named before anything else. Memory holds one chain's rows, and a head per chain.
@@ -225,7 +238,7 @@ class AuditJudge:
         migrated_through: int,
         anchors: Sequence[Anchor] = (),
         now: datetime | None = None,
-        max_exposure: MaxExposure = None,
+        max_exposure: timedelta | None = None,
     ) -> None:
         self._keys = keys
         self._migrated_through = migrated_through
@@ -242,9 +255,8 @@ class AuditJudge:
         self._last: StoredCheckpoint | None = None
         self._heads: dict[str, Head] = {}
         self._seen: set[str] = set()
-        self._rows = self._migrated = self._unsealed = 0
-        self._oldest: datetime | None = None
-        self._warnings: list[str] = []
+        self._rows = self._migrated = self._unsealed = self._unreadable = 0
+        self._oldest: SealedRow | None = None
 
     def checkpoint(self, checkpoint: StoredCheckpoint) -> None:
         claim = checkpoint.claim
@@ -264,6 +276,17 @@ class AuditJudge:
             return
         self._prev_root = claim.root
         self._expected += 1
+
+    def unreadable_checkpoint(self, number: int | None, why: str) -> None:
+        """A checkpoint the store cannot read (edited by hand), in its place: nothing after it counts."""
+        anchored = None if number is None else self._anchors.pop(number, None)
+        if anchored is not None:
+            what = f"it cannot be read ({why}); the anchor kept outside the store says its root is {anchored}"
+            self._anchor_breaks.append(AuditBreak(BreakKind.ANCHOR_BROKEN, what, checkpoint_id=number))
+        if self._replaying:
+            what = f"it cannot be read: {why}"
+            self._breaks.append(AuditBreak(BreakKind.CHECKPOINT_EDITED, what, checkpoint_id=number))
+            self._replaying = False
 
     def _checkpoint_break(self, checkpoint: StoredCheckpoint) -> AuditBreak | None:
         claim, signature, expected = checkpoint.claim, checkpoint.signature, self._expected
@@ -308,37 +331,34 @@ class AuditJudge:
         if found is not None:
             self._breaks.append(found)
 
-    def unsealed(self, count: int, oldest: SealedRow | UnreadableAuditRow | None) -> None:
-        """How many rows no seal chained yet, and the first of them (by `seq`)."""
-        self._unsealed = count
-        if isinstance(oldest, UnreadableAuditRow):
-            what = f"an unsealed row (seq {oldest.seq}) cannot be read: {oldest.why}"
-            self._breaks.append(AuditBreak(BreakKind.EDITED, what, oldest.chain))
+    def unsealed(self, row: SealedRow | UnreadableAuditRow) -> None:
+        """Each row no seal chained yet, in `seq` order."""
+        self._unsealed += 1
+        if isinstance(row, SealedRow):
+            if self._oldest is None:
+                self._oldest = row
             return
-        if oldest is None:
-            return
-        self._oldest = oldest.entry.at
-        given = self._max_exposure
-        limit = DEFAULT_MAX_EXPOSURE if given == AUTO else given
-        if self._now is None or not isinstance(limit, timedelta) or self._now - oldest.entry.at <= limit:
-            return
-        first = (
-            f"{count:,} rows are covered by no checkpoint, the first (seq {oldest.entry.seq}, written "
-            f"{oldest.entry.at.isoformat(timespec='seconds')}) for longer than {limit}"
+        self._unreadable += 1
+        if self._unreadable <= NAMED_UNREADABLE:
+            what = f"an unsealed row (seq {row.seq}) cannot be read: {row.why}"
+            self._breaks.append(AuditBreak(BreakKind.EDITED, what, row.chain))
+
+    def _exposed(self) -> AuditBreak | None:
+        oldest, limit = self._oldest, self._max_exposure
+        if oldest is None or self._now is None or limit is None or self._now - oldest.entry.at <= limit:
+            return None
+        entry, last = oldest.entry, self._last
+        why = (
+            "no sealer ran, it refused to sign, or every checkpoint was deleted and the rows unsealed"
+            if last is None
+            else f"no sealer ran since checkpoint {last.claim.checkpoint_id}, it refused to sign, or the checkpoints "
+            f"after {last.claim.checkpoint_id} were deleted and their rows unsealed"
         )
-        last = self._last
-        if given != AUTO:
-            what = f"{first}, the max exposure: no sealer runs, it refused to sign, or rows were unsealed by hand"
-        elif last is not None and last.claim.sealer_running:
-            what = (
-                f"{first}, while the last checkpoint says a served app's sealer runs: it stopped without saying so"
-                " (a crash), it refused to sign, or rows a checkpoint covered were unsealed by hand"
-            )
-        else:
-            said = "no checkpoint yet" if last is None else "the last checkpoint says no served app's sealer runs"
-            self._warnings.append(f"{first}: {said}, so they wait for a seal by hand")
-            return
-        self._breaks.append(AuditBreak(BreakKind.EXPOSED, what, oldest.entry.subject_id))
+        what = (
+            f"{self._unsealed:,} rows are covered by no checkpoint, the oldest (seq {entry.seq}, written "
+            f"{entry.at.isoformat(timespec='seconds')}) for longer than {limit}, the max exposure: {why}"
+        )
+        return AuditBreak(BreakKind.EXPOSED, what, entry.subject_id)
 
     def report(self) -> AuditReport:
         for chain in sorted((set(self._heads) | set(self._covered)) - self._seen):
@@ -350,12 +370,19 @@ class AuditJudge:
                 f"gone: the anchor kept outside the store names it (root {root}); the store's checkpoints end at {end}"
             )
             self._anchor_breaks.append(AuditBreak(BreakKind.ANCHOR_BROKEN, what, checkpoint_id=number))
+        if self._unreadable > NAMED_UNREADABLE:
+            what = f"and {self._unreadable - NAMED_UNREADABLE:,} more unsealed rows cannot be read"
+            self._breaks.append(AuditBreak(BreakKind.EDITED, what))
+        exposed = self._exposed()
+        if exposed is not None:
+            self._breaks.append(exposed)
+        oldest = self._oldest
         return AuditReport(
             breaks=[*self._anchor_breaks, *self._breaks], chains=len(self._seen), rows_sealed=self._rows,
             unsealed=self._unsealed, last_checkpoint=None if last is None else last.claim,
             last_key_id=None if last is None else last.signature.key_id, migrated_through=self._migrated_through,
-            migrated_rows=self._migrated, anchors=self._anchor_count, oldest_unsealed_at=self._oldest,
-            warnings=tuple(self._warnings),
+            migrated_rows=self._migrated, anchors=self._anchor_count,
+            oldest_unsealed_at=None if oldest is None else oldest.entry.at, unreadable_unsealed=self._unreadable,
         )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -36,7 +37,7 @@ from mcp_elicit.model import JSONValue
 from mcp_elicit.store import _schema
 from mcp_elicit.store._blocking import Store
 from mcp_elicit.store._core import CLOCK, json_text, shape
-from mcp_elicit.store._engine import BadValue, ForeignKeyViolation, Tx, UniqueViolation
+from mcp_elicit.store._engine import BadValue, ForeignKeyViolation, NotUTF8, Tx, UniqueViolation
 from mcp_elicit.store._sql import SQLCore
 from mcp_elicit.store._sweep import SWEEP_REASON, Sweepable
 from mcp_elicit.store.errors import (
@@ -154,10 +155,17 @@ class _SQLiteTx:
         return self._connection.execute(_qmark(sql), params).rowcount
 
     async def one(self, sql: str, params: Sequence[object] = ()) -> Any:
-        return self._connection.execute(_qmark(sql), params).fetchone()
+        try:
+            return self._connection.execute(_qmark(sql), params).fetchone()
+        except sqlite3.OperationalError as error:
+            rows = _read_again(self._connection, error, sql, params)
+            return rows[0] if rows else None
 
     async def all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        return self._connection.execute(_qmark(sql), params).fetchall()
+        try:
+            return self._connection.execute(_qmark(sql), params).fetchall()
+        except sqlite3.OperationalError as error:
+            return _read_again(self._connection, error, sql, params)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(_qmark(sql), rows)
@@ -177,7 +185,10 @@ class _SQLiteTx:
 
 
 class _Snapshot:
-    """A deferred `BEGIN` ... `ROLLBACK`: in WAL mode its reads see one snapshot, and writers go on meanwhile."""
+    """A deferred `BEGIN` ... `ROLLBACK`: in WAL mode its reads see one snapshot, and writers go on meanwhile.
+
+    Its reads are the audit's bulk reads (a seal, verify), streamed: they decode text with `_text`, so that a row
+    whose text is not UTF-8 is one unreadable row, not a stream that stops half-way."""
 
     __slots__ = ("_connection", "_path")
 
@@ -190,9 +201,11 @@ class _Snapshot:
             self._connection.execute("BEGIN")
         except sqlite3.Error as error:
             raise _translate(error, self._path) from None
+        self._connection.text_factory = _text
         return _SQLiteTx(self._connection)
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        self._connection.text_factory = str
         if self._connection.in_transaction:
             self._connection.execute("ROLLBACK")
         if isinstance(error, sqlite3.Error):
@@ -521,6 +534,35 @@ class SQLiteStore(Store):
         self._engine.close()
 
 
+def _text(raw: bytes) -> str | NotUTF8:
+    """A text value as `str`; bytes that are not UTF-8 (`CAST(X'EDA080' AS TEXT)`) as `NotUTF8`, which the row
+    codecs refuse for its row, where the driver's own decoding fails the whole statement, and with it every read
+    and seal that meets the row. Only where such a row was met, or in a snapshot: the driver's own decoding is
+    faster, and a listing reads thousands of texts."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return NotUTF8(raw)
+
+
+def _read_again(
+    connection: sqlite3.Connection, error: sqlite3.OperationalError, sql: str, params: Sequence[object]
+) -> list[Any]:
+    """The rows of a read that met text that is not UTF-8, read again with that text decoded as `NotUTF8`, so that
+    the codecs name the row; any other error, or a statement that writes (never run twice), raised as it was."""
+    if not _not_utf8(error) or sql.lstrip()[:6].upper() != "SELECT":
+        raise error
+    connection.text_factory = _text
+    try:
+        return connection.execute(_qmark(sql), params).fetchall()
+    finally:
+        connection.text_factory = str
+
+
+def _not_utf8(error: sqlite3.Error) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and str(error).startswith("Could not decode to UTF-8")
+
+
 async def _pages(cursor: sqlite3.Cursor, size: int) -> AsyncIterator[list[Any]]:
     while rows := cursor.fetchmany(size):
         yield rows
@@ -560,6 +602,10 @@ def _translate(error: sqlite3.Error, path: Path) -> StoreError:
         if "FOREIGN KEY" in message:
             return ForeignKeyViolation(message)
         return StoreCorrupt(f"{path}: a stored value broke a constraint: {message}")
+    if _not_utf8(error):
+        column = re.match(r"Could not decode to UTF-8 column '([^']*)'", message)
+        where = f"column {column[1]}" if column else "a column"
+        return StoreCorrupt(f"{path}: {where} holds text that is not UTF-8 (edited by hand?); it was left as it is")
     if isinstance(error, sqlite3.OperationalError):
         return _not_now(error, path)
     if isinstance(error, sqlite3.DatabaseError):
