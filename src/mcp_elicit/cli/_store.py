@@ -20,7 +20,6 @@ from rich.text import Text
 from mcp_elicit.cli._sealing import SLACK, Sealed, seal_all
 from mcp_elicit.model.audit_keys import AuditSigningKeys
 from mcp_elicit.printable import printable
-from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, NotFound, Store, StoreError, open_store, utc_now
 from mcp_elicit.store.audit import AuditSealRefused, EarlierRows
 
@@ -64,7 +63,9 @@ def say(console: Console, label: str, style: str, message: str) -> None:
 
 def signing_keys() -> AuditSigningKeys | None:
     """The keys of `MCP_ELICIT_AUDIT_KEYS` (or its `_FILE`), None when it is not set; a setting that cannot be
-    read exits 2."""
+    read exits 2. Read only by commands that write: the settings model costs a listing its start-up time."""
+    from mcp_elicit.settings import Settings, SettingsError
+
     try:
         seeds = Settings.read(only=["audit_keys"]).audit_keys
         return None if seeds is None else AuditSigningKeys(seeds)
