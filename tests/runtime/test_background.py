@@ -25,6 +25,7 @@ from mcp_elicit.server.audit_sealer import AuditSealer
 from mcp_elicit.server.background import Shared
 from mcp_elicit.store import open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
+from mcp_elicit.store.postgres import SEAL_LOCK
 from mcp_elicit.testing import Harness, accept
 from tests.helpers.records import Records
 
@@ -180,9 +181,47 @@ async def test_the_last_seal_gives_up_on_a_store_that_does_not_answer(
             other.rollback()
         [warning] = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.server.audit_sealer"]
         assert warning.startswith("the last audit seal of postgresql://") and warning.endswith(
-            "did not end within 0.5 s: the rows written since no checkpoint of its own are left unsealed until the"
-            " next seal"
+            "did not end (or never got its turn) within 0.5 s: the rows written since no checkpoint of its own are"
+            " left unsealed until the next seal"
         )
         assert store.verify_audit(keys.public()).unsealed == 2, "nothing was sealed"
+    finally:
+        store.close()
+
+
+@pytest.mark.engines("postgres")  # SQLite's write lock serializes seals: a seal there always has its turn
+async def test_the_last_seal_waits_for_its_turn_held_by_another_session(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A periodic seal cancelled as the app stops may leave its session holding the seal's lock a moment: the
+    last seal is not skipped in silence, it asks again until it gets its turn, or says what it left."""
+    keys = AuditSigningKeys([bytes(range(32))])
+    store = open_store(store_url)
+    try:
+        Records(store, utc_now).form()
+        with psycopg.connect(store_url, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (SEAL_LOCK,))
+            taken = store.seal_audit(keys)
+            assert (taken.rows, taken.turn) == (0, False), "the seal says it did not get its turn"
+            sealer = AuditSealer(AsyncStore(store), keys, timedelta(hours=1), stop_timeout=timedelta(seconds=0.5))
+            async with store.serving():
+                with caplog.at_level(logging.WARNING, logger="mcp_elicit.server.audit_sealer"):
+                    assert await sealer.stop() is None, "it never got its turn"
+            [warning] = [r.getMessage() for r in caplog.records if r.name == "mcp_elicit.server.audit_sealer"]
+            assert "never got its turn) within 0.5 s: the rows written since no checkpoint" in warning, warning
+            assert store.verify_audit(keys.public()).unsealed == 2
+
+            async def release_soon() -> None:
+                await anyio.sleep(1)
+                other.execute("SELECT pg_advisory_unlock(%s)", (SEAL_LOCK,))
+
+            sealer = AuditSealer(AsyncStore(store), keys, timedelta(hours=1))
+            async with store.serving(), anyio.create_task_group() as group:
+                group.start_soon(release_soon)
+                result = await sealer.stop()
+            assert result is not None and result.turn and result.rows == 2, result
+        report = store.verify_audit(keys.public())
+        assert report.unsealed == 0 and report.last_checkpoint is not None
+        assert not report.last_checkpoint.sealer_running
     finally:
         store.close()

@@ -9,8 +9,10 @@ Guarantees: while the server's event loop runs, a row is covered by a signed che
 `checkpoint_interval` of its commit, and the checkpoints say that a sealer runs (`sealer_running`); when the
 app's last lifespan ends, after its background work stopped, the sealer seals once more what was written and
 its checkpoint says that it stopped. That last seal runs shielded from the shutdown's cancellation, for at most
-`STOP_TIMEOUT`: a store that does not answer (PostgreSQL down, its pool waiting for a connection) does not hold
-the shutdown up; what it left unsealed is logged as a WARNING, and the next seal covers it. The exposure window
+`STOP_TIMEOUT`, and while another seal holds the turn (on PostgreSQL, a periodic seal cancelled as the app stops
+whose session still holds the lock) it asks again until it gets it: a store that does not answer (PostgreSQL
+down, its pool waiting for a connection), or a turn never given, does not hold the shutdown up; what it left
+unsealed is logged as a WARNING, and the next seal covers it. The exposure window
 is what no checkpoint recorded outside the database (an anchor) covers yet; `mcp-elicit audit verify` fails on
 rows left uncovered past its max exposure (10 minutes by default). A seal that fails (the store away) is logged
 and tried again at the next tick; on PostgreSQL one instance seals at a time, the others find the seal taken and
@@ -45,6 +47,9 @@ DEFAULT_CHECKPOINT_INTERVAL = timedelta(seconds=5)
 JITTER = 0.2
 STOP_TIMEOUT = timedelta(seconds=5)
 """How long the last seal, as the app stops, may take."""
+TURN_RETRY = 0.05
+"""How long the last seal waits before asking again for a turn another seal holds (on PostgreSQL, a periodic
+seal just cancelled whose session has not let the lock go yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,16 +114,16 @@ class AuditSealer:
         """The last round, once `run` stopped: seal what was written since the last one, and say in the
         checkpoints that this sealer stopped; shielded from cancellation, and given up after `stop_timeout`."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._stop_timeout):
-            return await self._seal(running=False)
+            return await self._seal(running=False, wait_turn=True)
         since = "no checkpoint of its own" if self._signed is None else f"checkpoint {self._signed}, the last it signed"
         log.warning(
-            "the last audit seal of %s did not end within %s s: the rows written since %s are left unsealed"
-            " until the next seal",
+            "the last audit seal of %s did not end (or never got its turn) within %s s: the rows written since %s"
+            " are left unsealed until the next seal",
             self._store.sync.display_url, self._stop_timeout, since,
         )  # fmt: skip
         return None
 
-    async def _seal(self, *, running: bool) -> SealResult | None:
+    async def _seal(self, *, running: bool, wait_turn: bool = False) -> SealResult | None:
         if self.refused is not None:
             log.error("not sealing the audit trail of %s: %s", self._store.sync.display_url, self.refused)
             return None
@@ -129,6 +134,9 @@ class AuditSealer:
                     self._keys, batch=self._batch, extends=self._signed, running=running
                 )
                 unreadable.update(result.unreadable)
+                if wait_turn and not result.turn:
+                    await anyio.sleep(TURN_RETRY)
+                    continue
                 if result.anchor is not None:
                     self._signed = result.anchor
                     log.info("audit checkpoint %s sealed %d rows", result.anchor, result.rows)

@@ -101,7 +101,7 @@ class AuditChainCore(Core):
         claim, unreadable = plan.claim, plan.unreadable
         async with self._write() as tx:
             if not await self._seal_turn(tx):
-                return SealResult(rows=0, unreadable=unreadable)
+                return SealResult(rows=0, unreadable=unreadable, turn=False)
             if _anchor(await tx.one(_LAST_CHECKPOINT)) != plan.after:
                 return SealResult(rows=0, unreadable=unreadable, more=True)
             await tx.executemany(

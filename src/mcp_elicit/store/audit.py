@@ -89,6 +89,9 @@ class SealResult:
     earlier: EarlierRows | None = None
     """Given `written_after`, the unsealed rows written before that mark, when there are any: this seal signed
     nothing."""
+    turn: bool = True
+    """False when another seal held the turn (on PostgreSQL, another instance, or a seal just cancelled whose
+    session still holds the lock): this seal signed nothing, and a caller that must seal now tries again."""
 
     @property
     def anchor(self) -> Anchor | None:
