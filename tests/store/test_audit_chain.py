@@ -793,3 +793,25 @@ def test_a_checkpoint_the_store_cannot_read_is_an_edited_break(trail: Trail) -> 
     kind, _, _, checkpoint = only_break(report)
     assert (kind, checkpoint) == (BreakKind.CHECKPOINT_EDITED, 1)
     assert "it cannot be read: audit checkpoint 1: column root holds text that is not UTF-8" in str(report.breaks[0])
+
+
+@pytest.mark.engines("sqlite")  # PostgreSQL refuses text that is not in its encoding
+@pytest.mark.parametrize(
+    ("edits", "named"),
+    [
+        (["UPDATE elicit_audit_checkpoints SET root = CAST(X'EDA080' AS TEXT)"
+          " WHERE checkpoint_id = (SELECT max(checkpoint_id) FROM elicit_audit_checkpoints)"],
+         "the root of checkpoint 2 cannot be read as text"),
+        (["UPDATE elicit_audit_heads SET row_hash = CAST(X'EDA080' AS TEXT) WHERE chain = %s",
+          "UPDATE elicit_audit_checkpoint_heads SET row_hash = CAST(X'EDA080' AS TEXT) WHERE chain = %s"],
+         "the head of chain {chain} cannot be read as text"),
+    ],
+    ids=["checkpoint root", "head"],
+)  # fmt: skip
+def test_a_seal_refuses_to_build_on_a_hash_that_is_not_text(trail: Trail, edits: list[str], named: str) -> None:
+    """A root or head edited into bytes that are not UTF-8 reads back as bytes: a seal refuses it rather than
+    signing on top of its `str()`."""
+    run_sql(trail.url, [(sql, (trail.chain,) if "%s" in sql else ()) for sql in edits])
+    trail.store.note(trail.store.get_decision(trail.chain, ALICE), actor=System("checker"), reason="one more")
+    with pytest.raises(AuditSealRefused, match=named.format(chain=trail.chain)):
+        trail.store.seal_audit(KEYS)

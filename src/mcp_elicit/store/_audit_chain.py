@@ -174,7 +174,7 @@ class AuditChainCore(Core):
             heads[entry.subject_id] = Head(place, digest)
             sealed.append((place, previous, digest, entry.seq))
         delta = {chain: heads[chain] for chain in chains}
-        prev_root = EMPTY_ROOT if last is None else str(last[1])
+        prev_root = EMPTY_ROOT if last is None else _text(last[1], f"the root of checkpoint {last[0]}")
         claim = CheckpointClaim(
             checkpoint_id=number, sealed_at=self._clock(), prev_root=prev_root, root=checkpoint_root(prev_root, delta),
             chains=len(delta), rows_sealed=len(entries), migrated_through=int(origin[0]),
@@ -221,11 +221,12 @@ class AuditChainCore(Core):
         return int(found[0])
 
     async def _heads(self, tx: Tx, chains: Sequence[str], sql: str) -> dict[str, Head]:
+        """The heads a seal extends, as stored: one whose hash is not text (edited by hand) refuses the seal."""
         heads: dict[str, Head] = {}
         for start in range(0, len(chains), _IN_CHUNK):
             chunk = chains[start : start + _IN_CHUNK]
             rows = await tx.all(sql.format(marks=_marks(len(chunk))), chunk)
-            heads.update({row[0]: Head(int(row[1]), str(row[2])) for row in rows})
+            heads.update({row[0]: Head(int(row[1]), _text(row[2], f"the head of chain {row[0]}")) for row in rows})
         return heads
 
     async def verify_audit(
@@ -362,3 +363,11 @@ def _anchor(last: Sequence[Any] | None) -> Anchor | None:
 
 def _said(head: Head | None) -> str:
     return "none" if head is None else f"chain_seq {head.chain_seq}"
+
+
+def _text(value: object, what: str) -> str:
+    """A hash a seal builds on, refused unless it reads back as text: signing on top of `str()` of bytes would
+    sign over an edit."""
+    if not isinstance(value, str):
+        raise AuditSealRefused(f"{what} cannot be read as text (edited by hand?): not sealing over it")
+    return value
