@@ -815,3 +815,33 @@ def test_a_seal_refuses_to_build_on_a_hash_that_is_not_text(trail: Trail, edits:
     trail.store.note(trail.store.get_decision(trail.chain, ALICE), actor=System("checker"), reason="one more")
     with pytest.raises(AuditSealRefused, match=named.format(chain=trail.chain)):
         trail.store.seal_audit(KEYS)
+
+
+def test_the_exposure_runs_from_the_earliest_unsealed_row_and_a_row_dated_ahead_is_a_break(
+    store: Store, records: Records, clock: FakeClock
+) -> None:
+    """On PostgreSQL a lower `seq` may say a later time than a higher one (and a hand edit can date any row):
+    the exposure is measured from the earliest time any unsealed row says, and a row dated ahead of the clock,
+    which no max exposure would ever catch, is a break naming it."""
+    window = timedelta(minutes=10)
+    records.form()
+    clock.advance(-timedelta(minutes=11))
+    early = records.form()
+    clock.advance(timedelta(minutes=11))
+    report = store.verify_audit(PUBLIC, max_exposure=window)
+    kind, chain, _, _ = only_break(report)
+    assert (kind, chain) == (BreakKind.EXPOSED, early.operation_id), str(report.breaks[0])
+    assert "4 rows are covered by no checkpoint, the oldest (seq 3, " in str(report.breaks[0])
+    assert report.oldest_unsealed_at == clock() - timedelta(minutes=11)
+    seal_all(store)
+    clock.advance(timedelta(hours=1))
+    ahead = records.form()
+    clock.advance(-timedelta(hours=1))
+    assert not store.verify_audit(PUBLIC, max_exposure=None).sound, "no max exposure, still dated ahead"
+    report = store.verify_audit(PUBLIC, max_exposure=window)
+    kind, chain, _, _ = only_break(report)
+    assert (kind, chain) == (BreakKind.EDITED, ahead.operation_id), str(report.breaks[0])
+    assert "an unsealed row (seq 5) says it was written " in str(report.breaks[0])
+    assert "by more than 0:05:00 (and 1 more unsealed rows)" in str(report.breaks[0])
+    clock.advance(timedelta(minutes=56))
+    assert store.verify_audit(PUBLIC, max_exposure=window).sound, "within the slack"

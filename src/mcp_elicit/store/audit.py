@@ -38,6 +38,8 @@ DEFAULT_MAX_EXPOSURE = timedelta(minutes=10)
 """How long verify lets a row stay covered by no checkpoint, by default, before it calls that a break. A served
 app seals every few seconds and once more as it stops, and the commands that write audit rows seal what they
 wrote, so a healthy trail stays far inside it; a trail sealed only by hand needs a window at its cadence."""
+FUTURE_SLACK = timedelta(minutes=5)
+"""How far ahead of verify's clock an unsealed row may be dated (clocks of other hosts) before it is a break."""
 NAMED_UNREADABLE = 5
 """Unsealed rows the store cannot read that verify names one by one (it counts them all)."""
 
@@ -260,6 +262,8 @@ class AuditJudge:
         self._seen: set[str] = set()
         self._rows = self._migrated = self._unsealed = self._unreadable = 0
         self._oldest: SealedRow | None = None
+        self._future = 0
+        self._first_future: SealedRow | None = None
 
     def checkpoint(self, checkpoint: StoredCheckpoint) -> None:
         claim = checkpoint.claim
@@ -335,11 +339,16 @@ class AuditJudge:
             self._breaks.append(found)
 
     def unsealed(self, row: SealedRow | UnreadableAuditRow) -> None:
-        """Each row no seal chained yet, in `seq` order."""
+        """Each row no seal chained yet, in `seq` order: the exposure runs from the earliest time any of them
+        says (a row with a lower `seq` may say a later time), and one dated ahead of the clock is a break."""
         self._unsealed += 1
         if isinstance(row, SealedRow):
-            if self._oldest is None:
+            if self._oldest is None or row.entry.at < self._oldest.entry.at:
                 self._oldest = row
+            if self._now is not None and row.entry.at > self._now + FUTURE_SLACK:
+                self._future += 1
+                if self._future == 1:
+                    self._first_future = row
             return
         self._unreadable += 1
         if self._unreadable <= NAMED_UNREADABLE:
@@ -363,6 +372,20 @@ class AuditJudge:
         )
         return AuditBreak(BreakKind.EXPOSED, what, entry.subject_id)
 
+    def _dated_ahead(self) -> AuditBreak | None:
+        """An unsealed row dated ahead of the clock would stay inside any max exposure for as long as it says."""
+        row = self._first_future
+        if row is None or self._now is None:
+            return None
+        entry = row.entry
+        more = "" if self._future == 1 else f" (and {self._future - 1:,} more unsealed rows)"
+        what = (
+            f"an unsealed row (seq {entry.seq}) says it was written {entry.at.isoformat(timespec='seconds')}, later "
+            f"than now ({self._now.isoformat(timespec='seconds')}) by more than {FUTURE_SLACK}{more}: dated ahead, it "
+            "would escape the max exposure"
+        )
+        return AuditBreak(BreakKind.EDITED, what, entry.subject_id)
+
     def report(self) -> AuditReport:
         for chain in sorted((set(self._heads) | set(self._covered)) - self._seen):
             self._judged(chain, _Walk())
@@ -379,6 +402,9 @@ class AuditJudge:
         exposed = self._exposed()
         if exposed is not None:
             self._breaks.append(exposed)
+        future = self._dated_ahead()
+        if future is not None:
+            self._breaks.append(future)
         oldest = self._oldest
         return AuditReport(
             breaks=[*self._anchor_breaks, *self._breaks], chains=len(self._seen), rows_sealed=self._rows,
