@@ -198,8 +198,9 @@ def test_commands_that_write_audit_rows_seal_them_when_the_keys_are_set(store_ur
 @pytest.mark.engines("sqlite", "postgres")
 def test_a_command_that_writes_audit_rows_does_not_sign_rows_from_before_it(store_url: str, clock: FakeClock) -> None:
     """The latest checkpoints deleted, the rows they covered unsealed and edited (the attack an anchor finds):
-    the next cron `decisions sweep` with the keys set leaves them, and what it wrote, unsealed and says why,
-    so that verify still calls them a break, instead of signing the edit."""
+    the next cron `decisions sweep` with the keys set leaves them, and what it wrote, unsealed, says why and
+    exits 3 (a cron job that never seals again is not silent), so that verify still calls them a break, instead
+    of signing the edit."""
     ids = written(store_url, clock)
     assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
     cut_back(store_url, 1)
@@ -209,13 +210,15 @@ def test_a_command_that_writes_audit_rows_does_not_sign_rows_from_before_it(stor
           (ids["decision"],))],
     )  # fmt: skip
     swept = cli("decisions", "sweep", store=store_url, env=keys_env(OLD))
-    assert swept.returncode == 0 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
+    assert swept.returncode == 3 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
     said = " ".join(swept.stderr.split())
     assert said.startswith(
-        "warning: the audit rows this command wrote were not sealed: 7 unsealed rows were written before it "
-        "started, the first seq 1, the oldest written "
+        "not sealed: the change was made and audited, but the audit rows this command wrote were not sealed: 7 "
+        "unsealed rows were written before it started, the first seq 1, the oldest written "
     ), said
-    assert " d before. A server running on this store seals them" in said and "run `mcp-elicit audit verify`" in said
+    assert " d before. A server running on this store seals them" in said
+    assert "run `mcp-elicit audit verify` (with `--anchor ID:ROOT` if you keep anchors;" in said
+    assert said.endswith("then `mcp-elicit audit seal` once you know why they wait."), said
     verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert verified.returncode == 1, verified.stdout
     assert "10 rows are covered by no checkpoint, the oldest (seq 1, " in " ".join(verified.stderr.split())
@@ -245,6 +248,7 @@ def test_a_refused_seal_after_a_command_wrote_exits_3(store_url: str, clock: Fak
     for command in (("decisions", "cancel"), ("decisions", "sweep"), ("grants", "revoke")):
         shown = " ".join(cli(*command, "--help").stdout.split())
         assert "Exit 3: the change was made, but with MCP_ELICIT_AUDIT_KEYS set the audit trail" in shown, shown
+        assert "holding unsealed rows older than the command" in shown and "then `mcp-elicit audit seal`" in shown
 
 
 def test_verify_names_a_sealed_row_whose_text_is_not_utf8(sqlite_url: str, clock: FakeClock) -> None:

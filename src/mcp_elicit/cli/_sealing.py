@@ -5,9 +5,9 @@ cancel`, `decisions sweep`, `grants revoke`) seals right after, when the audit's
 served app would within seconds, but only the rows it can vouch for: those written after the mark it took
 before writing (`Store.last_audit_seq`). While any unsealed row comes from before the mark it seals nothing: such
 a row may be one a checkpoint covered, unsealed and edited by hand after the latest checkpoints were deleted,
-and signing it would hide the edit. The command says so when that row is older than the command by more than
-`SLACK` (rows a running server wrote just before are its sealer's to cover, with the command's own). Nothing
-here prints; the commands say what happened.
+and signing it would hide the edit. The command says so, and exits 3, when that row is older than the command by
+more than `SLACK` (rows a running server wrote just before are its sealer's to cover, with the command's own).
+Nothing here prints; the commands say what happened.
 """
 
 from __future__ import annotations

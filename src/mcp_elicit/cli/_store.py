@@ -3,7 +3,9 @@ exit codes, the audit's signing keys, and the store opened with its errors turne
 
 A command that writes audit rows opens the store with `writes=True`: with the audit's signing keys set it takes
 a mark before it writes and, once it is done, seals the rows written after that mark (see `_sealing`). A seal
-refused over a trail edited by hand exits `Exit.SEAL_REFUSED` after the command's own change was made.
+refused over a trail edited by hand, or held back by unsealed rows well older than the command, exits
+`Exit.SEAL_REFUSED` after the command's own change was made: a store sealed only by these commands from cron
+would otherwise stay unsealed for good after one failure, with every run exiting 0.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ class Exit:
     STORE = 2
     USAGE = 2
     SEAL_REFUSED = 3
-    """The command's change was made (and audited), but sealing the audit trail was refused: it was edited."""
+    """The command's change was made (and audited), but sealing the audit trail was refused: it was edited, or
+    rows older than the command wait unsealed (a store sealed only by these commands would never seal again)."""
 
 
 SEAL_REFUSED_HELP = (
     f"Exit {Exit.SEAL_REFUSED}: the change was made, but with MCP_ELICIT_AUDIT_KEYS set the audit trail was found "
-    "edited by hand and not sealed (run `mcp-elicit audit verify`)."
+    "edited by hand, or holding unsealed rows older than the command, and was not sealed (run `mcp-elicit audit "
+    "verify`, with `--anchor` if you keep anchors, then `mcp-elicit audit seal`)."
 )
 
 
@@ -125,14 +129,16 @@ def _seal_written(store: Store, keys: AuditSigningKeys, mark: int, started: date
     if earlier is not None and _suspect(earlier, started):
         say(
             err,
-            "warning:",
-            "yellow",
-            f"the audit rows this command wrote were not sealed: {earlier.rows:,} unsealed rows were written before "
-            f"it started, the first seq {earlier.seq}, the oldest {_age(earlier.oldest_at, started)}. A server "
-            "running on this store seals them and these within seconds (nothing is lost); otherwise run "
-            "`mcp-elicit audit verify` (they may be rows a checkpoint covered, unsealed and edited by hand), and "
-            "`mcp-elicit audit seal` once you know why they wait.",
+            "not sealed:",
+            "red",
+            f"the change was made and audited, but the audit rows this command wrote were not sealed: "
+            f"{earlier.rows:,} unsealed rows were written before it started, the first seq {earlier.seq}, the oldest "
+            f"{_age(earlier.oldest_at, started)}. A server running on this store seals them and these within seconds "
+            "(nothing is lost); otherwise no command that writes seals again until they are: run `mcp-elicit audit "
+            "verify` (with `--anchor ID:ROOT` if you keep anchors; they may be rows a checkpoint covered, unsealed and "
+            "edited by hand), then `mcp-elicit audit seal` once you know why they wait.",
         )
+        raise typer.Exit(Exit.SEAL_REFUSED)
 
 
 def _suspect(earlier: EarlierRows, started: datetime) -> bool:

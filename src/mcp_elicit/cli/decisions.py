@@ -9,7 +9,8 @@ never as control sequences or markup.
 `cancel` and `sweep` (and `grants revoke`) write audit rows: with the audit's signing keys set
 (`MCP_ELICIT_AUDIT_KEYS`) they seal the rows written after they started before they return, as a served app
 would, and nothing while an older row waits unsealed (see `_sealing`); a store that fails then is said on stderr
-and leaves the exit code as the command's own outcome set it, a seal refused over an edited trail exits 3.
+and leaves the exit code as the command's own outcome set it; a seal refused over an edited trail, or held back by
+unsealed rows well older than the command, exits 3.
 
 `ls` reads the store a page at a time (keyset pages, `Store.decision_page`) and, into a pipe or as JSON,
 writes each page before reading the next: a listing of any length holds one page in memory.
