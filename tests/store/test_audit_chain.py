@@ -585,7 +585,9 @@ def _reads_past(store_url: str, store: Store, records: Records, details: str) ->
     assert f"an unsealed row (seq {seqs[0]}) cannot be read" in str(report.breaks[0])
 
 
-def test_streams_past_a_page_follow_one_another_and_one_left_midway_is_closed(store_url: str, store: Store) -> None:
+def test_streams_past_a_page_follow_one_another_and_one_left_midway_is_closed(
+    store_url: str, store: Store, clock: FakeClock
+) -> None:
     """Verify streams the checkpoints, then the rows, in one snapshot, each longer than a page of the stream (1000
     rows); a seal streams the unsealed rows and leaves the stream after its batch, more rows left. Over and
     over on one store (one pool on PostgreSQL, the async engine's too): no cursor of one is in another's way."""
@@ -593,7 +595,7 @@ def test_streams_past_a_page_follow_one_another_and_one_left_midway_is_closed(st
         "INSERT INTO elicit_audit (subject_kind, subject_id, from_status, to_status, actor, reason, details, at)"
         " VALUES ('operation', %s, NULL, 'open', 'system:test', 'written', '{}', %s)"
     )
-    at = utc_now() if not store_url.startswith("sqlite") else int(utc_now().timestamp() * 1_000_000)
+    at = clock() if not store_url.startswith("sqlite") else int(clock().timestamp() * 1_000_000)
     run_sql(store_url, [(insert, (f"chain-{n % 1250}", at)) for n in range(2500)])
     for sealed in range(1, 4):
         result = store.seal_audit(KEYS, batch=700)
