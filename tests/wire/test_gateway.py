@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from mcp_types import (
 
 from mcp_elicit.client import Accept, Consent, ElicitingClient, FormReply, FormRequest, UrlReply, UrlRequest
 from mcp_elicit.client.handler import Mode
-from mcp_elicit.gateway import Gateway, Upstream, UpstreamUnavailable
+from mcp_elicit.gateway import Gateway, UpstreamUnavailable
 from mcp_elicit.store import open_store
 from mcp_elicit.store.sqlite import SQLiteStore
 from tests.helpers.gateway import (
@@ -50,10 +49,13 @@ from tests.helpers.gateway import (
     Person,
     Served,
     connected,
+    over_http,
     relayed,
+    said,
     sdk_over_http,
     stdio,
     text,
+    until,
 )
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.peers.sdk_server import CONNECT_URL, LINK_ID
@@ -63,26 +65,11 @@ from tests.helpers.server import Options, build
 pytestmark = pytest.mark.anyio
 
 
-def over_http(url: str, **options: Any) -> Upstream:
-    return Upstream("sdk", url=url, **options)
-
-
 def shown(model: Any) -> Any:
     """A result as its client sees it, less the stamp that says who answered."""
     dumped = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     dumped.pop("_meta", None)
     return dumped
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait for what another thread or process writes to a file."""
-    with anyio.fail_after(timeout):
-        while not condition():
-            await anyio.sleep(0.02)
-
-
-def said(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
 
 
 async def every_family(client: Client) -> list[Any]:

@@ -22,27 +22,26 @@ from mcp_types import (
     LoggingMessageNotificationParams,
 )
 
-from mcp_elicit.gateway import Gateway, Upstream
-from tests.helpers.gateway import ONE_ERA, SDK_SERVER, Person, Served, connected, relayed, sdk_over_http, stdio, text
+from mcp_elicit.gateway import Gateway
+from tests.helpers.gateway import (
+    ONE_ERA,
+    SDK_SERVER,
+    Person,
+    Served,
+    connected,
+    over_http,
+    relayed,
+    said,
+    sdk_over_http,
+    stdio,
+    text,
+    until,
+)
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.peers.sdk_server import REFUSAL
 from tests.helpers.peers.sdk_server import server as sdk_server
 
 pytestmark = pytest.mark.anyio
-
-
-def over_http(url: str, **options: Any) -> Upstream:
-    return Upstream("sdk", url=url, **options)
-
-
-async def until(condition: Any, timeout: float = 10) -> None:
-    with anyio.fail_after(timeout):
-        while not condition():
-            await anyio.sleep(0.02)
-
-
-def said(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
 
 
 async def test_an_upstreams_own_error_minus_32000_is_its_answer_and_its_connection_lives_on(tmp_path: Path) -> None:
