@@ -19,12 +19,12 @@ from mcp.server.stdio import stdio_server
 from rich.console import Console
 from rich.markup import escape
 
+from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnavailable
-from mcp_elicit.logging import LOG_FORMAT_ENV, LogFormat
+from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 err = Console(stderr=True)
 log = logging.getLogger(__name__)
 
@@ -78,10 +78,7 @@ def gateway(
     name: Annotated[
         str | None, typer.Option(help="What errors and logs call the upstream (default: the --upstream text).")
     ] = None,
-    log_format: Annotated[
-        LogFormat,
-        typer.Option(envvar=LOG_FORMAT_ENV, help="Log lines on stderr: text, or json (one object per line, with ids)."),
-    ] = LogFormat.TEXT,
+    log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Relay an MCP server (any language, stdio or streamable HTTP) to MCP clients of either protocol era.
 
@@ -119,8 +116,7 @@ async def _serve(relay: Gateway, transport: Transport, host: str, port: int) -> 
         else:
             app = relay.server.streamable_http_app(host=host)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
-            where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-            log.info("serving MCP on %s/mcp", where)
+            log.info("serving MCP on %s/mcp", http_address(host, port))
             await uvicorn.Server(config).serve()
 
 

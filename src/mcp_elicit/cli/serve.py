@@ -13,7 +13,8 @@ import uvicorn
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_elicit.logging import LOG_FORMAT_ENV, LogFormat
+from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
+from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.reference import Workspace, build_reference_server
 from mcp_elicit.reference.deployment import HttpSettings, build_http_deployment, http_settings
@@ -22,7 +23,6 @@ from mcp_elicit.settings import Settings, SettingsError, variable
 from mcp_elicit.store import ENV_VAR, StoreError, default_store_path
 from mcp_elicit.web import Health
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 err = Console(stderr=True)
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def public_url_of(public_url: str | None, host: str, port: int) -> str:
     """The public URL given, or the address serve listens on."""
     if public_url:
         return public_url
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return http_address(host, port)
 
 
 def serve(
@@ -60,10 +60,7 @@ def serve(
     public_url: Annotated[
         str | None, typer.Option(help="HTTP: the URL clients and browsers reach this server at (default: host:port).")
     ] = None,
-    log_format: Annotated[
-        LogFormat,
-        typer.Option(envvar=LOG_FORMAT_ENV, help="Log lines on stderr: text, or json (one object per line, with ids)."),
-    ] = LogFormat.TEXT,
+    log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Run the reference server: deploy, procure, delete_files and create_ticket, all asking before acting.
 
