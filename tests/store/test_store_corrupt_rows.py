@@ -125,16 +125,10 @@ def test_sqlite_text_that_is_not_utf8_names_its_row_and_column(
         path, f"UPDATE elicit_decisions SET {column} = CAST(? AS TEXT) WHERE elicitation_id = ?", b"\xed\xa0\x80",
         bad.elicitation_id, ignore_checks=True,
     )  # fmt: skip
-    store = open_store(f"sqlite://{path}", clock=clock)
-    try:
-        with pytest.raises(UnreadableRow, match=f"decision {bad.elicitation_id}: {why}"):
-            store.get_decision(bad.elicitation_id, EVERYONE)
-        skipped: list[UnreadableRow] = []
-        listed = store.list_decisions(EVERYONE, on_unreadable=skipped.append)
-        assert {d.elicitation_id for d in listed} == {first.elicitation_id, third.elicitation_id}
-        assert [(row.row_id, row.column) for row in skipped] == [(bad.elicitation_id, column)]
-    finally:
-        store.close()
+    named_and_listed_past(
+        open_store(f"sqlite://{path}", clock=clock), (first, bad, third), column,
+        f"decision {bad.elicitation_id}: {why}",
+    )  # fmt: skip
 
 
 def test_sqlite_text_that_is_not_utf8_in_a_write_is_corrupt_not_unavailable(tmp_path: Path, clock: FakeClock) -> None:
@@ -192,16 +186,10 @@ def test_a_corrupt_postgres_decision_names_its_id_and_column(
         connection.execute(
             f"UPDATE elicit_decisions SET {column} = %s::jsonb WHERE elicitation_id = %s", (value, bad.elicitation_id)
         )
-    store = open_store(pg_schema_url, clock=clock)
-    try:
-        with pytest.raises(UnreadableRow, match=f"decision {bad.elicitation_id}: column {column} holds {why}"):
-            store.get_decision(bad.elicitation_id, EVERYONE)
-        skipped: list[UnreadableRow] = []
-        listed = store.list_decisions(EVERYONE, on_unreadable=skipped.append)
-        assert {d.elicitation_id for d in listed} == {first.elicitation_id, third.elicitation_id}
-        assert [(row.row_id, row.column) for row in skipped] == [(bad.elicitation_id, column)]
-    finally:
-        store.close()
+    named_and_listed_past(
+        open_store(pg_schema_url, clock=clock), (first, bad, third), column,
+        f"decision {bad.elicitation_id}: column {column} holds {why}",
+    )  # fmt: skip
 
 
 @pytest.mark.postgres
@@ -395,3 +383,20 @@ def test_a_damaged_oauth_client_registration_names_its_client_and_column(store_u
     with pytest.raises(ValueError, match=r"^an OAuth client's metadata is a JSON object, not a JSON list$"):
         store.oauth_client_put("client-2", ["http://127.0.0.1:1/cb"])  # type: ignore[arg-type]
     assert store.oauth_client_get("client-2") is None
+
+
+def named_and_listed_past(
+    store: Store, decisions: tuple[Decision, Decision, Decision], column: str, match: str
+) -> None:
+    """The middle decision's row is unreadable in `column`: reading it names the row (`match`), and a listing
+    skips it, reports it, and lists the other two. The store is closed after."""
+    first, bad, third = decisions
+    try:
+        with pytest.raises(UnreadableRow, match=match):
+            store.get_decision(bad.elicitation_id, EVERYONE)
+        skipped: list[UnreadableRow] = []
+        listed = store.list_decisions(EVERYONE, on_unreadable=skipped.append)
+        assert {d.elicitation_id for d in listed} == {first.elicitation_id, third.elicitation_id}
+        assert [(row.row_id, row.column) for row in skipped] == [(bad.elicitation_id, column)]
+    finally:
+        store.close()
