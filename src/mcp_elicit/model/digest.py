@@ -37,12 +37,8 @@ def json_path(path: tuple[str | int, ...]) -> str:
     return shown or "the parameters"
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-"""One encoder for every digest: `json.dumps` with options builds a new one per call."""
-
-
 def canonical_json(value: object) -> str:
-    return _CANONICAL.encode(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def request_digest(method: str, params: Mapping[str, object]) -> str:
