@@ -490,6 +490,25 @@ def _shown(value: JSONValue) -> str:
     return text if len(text) <= _SHOWN_CHANGE else text[: _SHOWN_CHANGE - 1] + "…"
 
 
+def editable_arguments(input_schema: Mapping[str, Any]) -> list[str]:
+    """The arguments of a tool with this input schema that a person can edit on the approval form (those
+    `Gate.bind` takes as `editable`): plain strings, numbers, integers, booleans and string enums that do not look
+    secret, in the schema's order."""
+    properties = input_schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return []
+    editable = []
+    for name, prop in properties.items():
+        if name in _CONTROLS or not isinstance(prop, Mapping):
+            continue
+        try:
+            _editable_field(name, name, _resolved(prop, input_schema.get("$defs")))
+        except GateRefused:
+            continue
+        editable.append(name)
+    return editable
+
+
 def _resolved(prop: Mapping[str, Any], definitions: object) -> Mapping[str, Any]:
     """The property with a local `$ref` (pydantic's for an Enum, alone or in `allOf`) replaced by what it names."""
     reference = prop.get("$ref")

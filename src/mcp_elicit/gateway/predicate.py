@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from simpleeval import EvalWithCompoundTypes, InvalidExpression
 
@@ -95,8 +95,8 @@ class PredicateError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Predicate:
-    """A compiled `when`: `predicate(arguments)` says whether the gate applies to a call with these arguments."""
+class Expression:
+    """A compiled expression over a call's arguments: `expression(arguments)` is its value (a grant's scope)."""
 
     source: str
     names: frozenset[str]
@@ -104,7 +104,7 @@ class Predicate:
     _tree: ast.AST
 
     @classmethod
-    def compile(cls, source: str) -> Predicate:
+    def compile(cls, source: str) -> Self:
         text = source.strip()
         if not text:
             raise PredicateError("the predicate is empty")
@@ -124,15 +124,24 @@ class Predicate:
         """The names it reads that are not among `known` (a tool's input schema's properties), sorted."""
         return sorted(self.names - set(known))
 
-    def __call__(self, arguments: Mapping[str, Any]) -> bool:
+    def __call__(self, arguments: Mapping[str, Any]) -> Any:
         names = {name: arguments.get(name) for name in self.names}
         names[ARGUMENTS] = _Arguments(arguments)
         evaluator = EvalWithCompoundTypes(functions=dict(FUNCTIONS), names=names)
         evaluator.functions = dict(FUNCTIONS)  # without the list/dict/set constructors it adds
         try:
-            result = evaluator.eval(self.source, previously_parsed=self._tree)
+            return evaluator.eval(self.source, previously_parsed=self._tree)
         except (InvalidExpression, ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as error:
             raise PredicateError(f"{self.source!r} could not be decided: {type(error).__name__}: {error}") from None
+
+
+class Predicate(Expression):
+    """A compiled `when`: `predicate(arguments)` says whether the gate applies to a call with these arguments."""
+
+    __slots__ = ()
+
+    def __call__(self, arguments: Mapping[str, Any]) -> bool:
+        result = super().__call__(arguments)
         if not isinstance(result, bool):
             raise PredicateError(f"{self.source!r} gave {type(result).__name__} {result!r}, not true or false")
         return result
