@@ -27,6 +27,7 @@ from mcp_elicit.approvals.gate import (
     GrantOffer,
     Grants,
     Rejected,
+    editable_arguments,
 )
 from mcp_elicit.approvals.limits import ApprovalLimited, ApprovalLimits
 from mcp_elicit.model import ApproverRule
@@ -55,4 +56,5 @@ __all__ = [
     "PolicyApproval",
     "Rejected",
     "Ruling",
+    "editable_arguments",
 ]

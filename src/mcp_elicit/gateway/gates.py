@@ -26,15 +26,15 @@ from mcp_types import Tool
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from mcp_elicit.approvals.gate import (
+from mcp_elicit.approvals import (
     DEFAULT_APPROVAL_TTL,
     Gate,
     GatedTool,
     GateRefused,
     Grants,
-    Validate,
     editable_arguments,
 )
+from mcp_elicit.approvals.gate import Validate
 from mcp_elicit.gateway.predicate import Expression, Predicate
 from mcp_elicit.model import ApproverRule
 
