@@ -133,6 +133,89 @@ async def test_a_stalled_holders_step_result_is_refused_and_it_returns_what_the_
 
 
 @pytest.mark.parametrize("era", ERAS)
+async def test_an_at_most_once_step_a_stalled_holder_started_is_never_run_again(
+    servers: Callable[..., Elicitation], era: str
+) -> None:
+    """As above, but `charge` runs at most once: B, taking the operation over from the stalled A, finds the
+    mark A made durable before charging and no result, so it does not charge again. The operation fails saying
+    the outcome is unknown, naming the step and the operation; A's late result is fenced out and A ends with it."""
+    stalled = servers()
+    ahead = servers(clock=lambda: utc_now() + 2 * LEASE)
+    ran = Counter[str]()
+    a_charging, b_done = anyio.Event(), anyio.Event()
+
+    def register(elicitation: Elicitation, name: str) -> None:
+        async def charge() -> str:
+            ran[name] += 1
+            if name == "a":
+                a_charging.set()
+                with anyio.fail_after(10):
+                    await b_done.wait()
+            return f"charged by {name}"
+
+        @elicitation.tool()
+        async def pay(flow: Flow, amount: int) -> str:
+            return await flow.step("charge", charge, returns=str, at_most_once=True)
+
+    register(stalled, "a")
+    register(ahead, "b")
+    results: dict[str, str] = {}
+
+    async def on_a() -> None:
+        results["a"] = said(await call(stalled, era, "pay", {"amount": 5}))
+
+    async def on_b() -> None:
+        with anyio.fail_after(10):
+            await a_charging.wait()
+        results["b"] = said(await call(ahead, era, "pay", {"amount": 5}))
+        b_done.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(on_a)
+        group.start_soon(on_b)
+
+    assert ran == {"a": 1}, (ran, results)
+    store = stalled.store
+    found = operation_id(store, "pay", {"amount": 5})
+    unknown = f"charge was started by an earlier attempt of operation {found} that ended before its outcome"
+    assert results["b"].startswith("tool error:") and unknown in results["b"], results
+    # A's own result lost to the fence; it returns the end B gave the operation, not a charge of its own.
+    assert "ended its operation as failed while this call waited" in results["a"], results
+    operation = store.get_operation(found, LOCAL)
+    assert operation.status is OperationStatus.FAILED
+    assert [e.name for e in store.journal(found, caller=LOCAL)] == ["mcp-elicit/started/charge"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_at_most_once_step_runs_once_and_its_result_is_replayed(
+    servers: Callable[..., Elicitation], era: str
+) -> None:
+    """Nothing died: the step runs once, and the call and its identical twin return its result; the mark stays
+    beside the result in the journal."""
+    elicitation = servers()
+    ran = Counter[str]()
+
+    async def charge() -> str:
+        ran["charge"] += 1
+        return "charged"
+
+    @elicitation.tool()
+    async def pay(flow: Flow, amount: int) -> str:
+        answer = await flow.ask("Pay?", Go)
+        return await flow.step("charge", charge, returns=str, at_most_once=True) if answer else "stopped"
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content={"go": True})
+
+    assert said(await call(elicitation, era, "pay", {"amount": 3}, person)) == "charged"
+    assert said(await call(elicitation, era, "pay", {"amount": 3}, person)) == "charged"
+    assert ran == {"charge": 1}
+    found = operation_id(elicitation.store, "pay", {"amount": 3})
+    names = {e.name for e in elicitation.store.journal(found, caller=LOCAL)}
+    assert names == {"charge", "mcp-elicit/started/charge"}
+
+
+@pytest.mark.parametrize("era", ERAS)
 async def test_the_run_lease_is_never_held_while_a_person_thinks(servers: Callable[..., Elicitation], era: str) -> None:
     """The commit that puts the question out gives the lease up: on a live call it comes back with the answer's
     commit, on 2026-07-28 the retry, on any server, takes it without waiting for it to lapse."""

@@ -13,7 +13,7 @@ from mcp_elicit.server.answers import (
 )
 from mcp_elicit.server.audit_sealer import AuditSealing
 from mcp_elicit.server.config import RequestState, Timing
-from mcp_elicit.server.execution import DEFAULT_LEASE, ClientRefused
+from mcp_elicit.server.execution import DEFAULT_LEASE, ClientRefused, OutcomeUnknown
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.forms import Email, FormSpec, InvalidAnswer, SecretField, Titled, UnsupportedField, form_spec
@@ -51,6 +51,7 @@ __all__ = [
     "InvalidAnswer",
     "Mail",
     "Notifications",
+    "OutcomeUnknown",
     "RequestState",
     "ResumePolicy",
     "Retry",

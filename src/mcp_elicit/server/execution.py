@@ -37,6 +37,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CreateMessageRequest, CreateMessageResult, ElicitResult, ListRootsRequest, ListRootsResult
 from pydantic import TypeAdapter
 
@@ -100,6 +101,24 @@ MAX_UNUSABLE_ANSWERS = 3
 """How often one question is asked again because its recorded answer no longer fits the model."""
 RESERVED_JOURNAL_PREFIX = "mcp-elicit/"
 """Journal names under this prefix belong to the library (`sample` and `roots` answers), never to a step."""
+
+STARTED_PREFIX = f"{RESERVED_JOURNAL_PREFIX}started/"
+"""The journal mark of a step that runs at most once, made durable before it starts."""
+
+
+class OutcomeUnknown(ToolError):
+    """A step that runs at most once was started by a run that ended before recording its result: it may have
+    taken effect, so it is not run again. The operation fails with this error, and an identical call after that
+    starts over (a gated call is asked again)."""
+
+    def __init__(self, step: str, operation_id: str) -> None:
+        self.step = step
+        self.operation_id = operation_id
+        super().__init__(
+            f"{step} was started by an earlier attempt of operation {operation_id} that ended before its outcome "
+            "was recorded: whether it took effect is unknown, so it is not run again; check before calling again"
+        )
+
 
 ClientQuery = CreateMessageRequest | ListRootsRequest
 """A question to the client itself, not to the person: its model (sampling) or its roots."""
@@ -714,12 +733,16 @@ class Execution:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         adapter: TypeAdapter[Any],
+        *,
+        at_most_once: bool = False,
     ) -> Any:
         entry = await self._recorded(name)
         if entry is None:
             entry = await self._take_turn(name)
         if entry is not None:
             return adapter.validate_python(entry.value)
+        if at_most_once:
+            await self._mark_started(name)
         fence = self._fence
         self._unjournaled.add(name)
         if inspect.iscoroutinefunction(function):
@@ -743,6 +766,20 @@ class Execution:
         assert self._journal is not None
         self._journal[name] = JournalEntry(name, value, self.now())
         return adapter.validate_python(value)
+
+    async def _mark_started(self, name: str) -> None:
+        """Make it durable that step `name` starts now, with what this run holds (an answer that lets it run), so
+        that a run after this one died knows it may have taken effect; `OutcomeUnknown` if a run before this one
+        left that mark and no result. The lease is this run's, so its journal is the operation's."""
+        mark = f"{STARTED_PREFIX}{name}"
+        store, operation_id, principal, _ = self._ids()
+        if await self._recorded(mark) is not None:
+            raise OutcomeUnknown(name, operation_id)
+        fence = self._fence
+        self._writes.hold(lambda: store.journal_record(operation_id, mark, True, caller=principal, fence=fence))
+        await self.commit()
+        assert self._journal is not None
+        self._journal[mark] = JournalEntry(mark, True, self.now())
 
     async def _recorded(self, name: str) -> JournalEntry | None:
         """The journal entry `name`, from the operation's journal as read once (nothing, for a new operation)."""

@@ -100,18 +100,25 @@ class Flow:
         function: Callable[..., Awaitable[R]] | Callable[..., R],
         *args: Any,
         returns: type[R] | None = None,
+        at_most_once: bool = False,
         **kwargs: Any,
     ) -> R:
         """Run `function` once for this operation and journal its result; later runs get the journal.
 
         A coroutine function is awaited; any other callable runs in a worker thread, and an awaitable it
         returns (a wrapper typed `-> Awaitable[X]`, a lambda calling an async function) is awaited in turn.
+
+        A step runs again when its call died between running it and recording its result (see `Execution`);
+        `at_most_once=True` makes it durable that the step starts before it does (with this call's pending
+        writes, or one commit of its own), and a run that finds a step started and unrecorded raises
+        `OutcomeUnknown` instead of running it again: for an effect that must not happen twice and that no
+        idempotency key protects (the gateway forwarding an approved call).
         """
         self._run.check()
         if name.startswith(RESERVED_JOURNAL_PREFIX):
             raise ValueError(f"step names starting with {RESERVED_JOURNAL_PREFIX!r} are reserved: got {name!r}")
         adapter: TypeAdapter[Any] = TypeAdapter(returns if returns is not None else _return_type(function))
-        return cast(R, await self._run.step(name, function, args, kwargs, adapter))
+        return cast(R, await self._run.step(name, function, args, kwargs, adapter, at_most_once=at_most_once))
 
     # -- questions ------------------------------------------------------------------------------
 

@@ -164,6 +164,7 @@ UNAVAILABLE_PAUSE = timedelta(milliseconds=500)
 """How long a call whose store was unavailable waits before its one run again."""
 MAX_STALE_RUNS = 10
 """Runs of one call whose commit found records changed meanwhile: each such loss is another call's progress."""
+_ENDED_UNREPLAYED = (OperationStatus.FAILED, OperationStatus.CANCELLED, OperationStatus.EXPIRED)
 _CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(CallToolResult)
 _ARGUMENTS: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 
@@ -220,6 +221,9 @@ class _ServedCall:
     the tool runs, and a denial is recorded as one (the task's disposition)."""
     holder: str = field(default_factory=new_holder)
     """One holder for every run of the call: a run after a stale one still holds the claims that one took."""
+    ran_on: list[str] = field(default_factory=list)
+    """The operations this call's runs attached to: a run after a stale one returns the end another call gave
+    that operation (a failure, a cancellation), never starts it afresh."""
 
 
 class Elicitation:
@@ -967,7 +971,10 @@ class Elicitation:
             return _ended(ended.operation, entry)
         fresh = False
         if resumed is None:
-            found = await self._attach(served, writes)
+            try:
+                found = await self._attach(served, writes)
+            except OperationEnded as ended:
+                return _ended(ended.operation, entry)
             if isinstance(found, Replayed):
                 await writes.commit()
                 return found
@@ -981,6 +988,7 @@ class Elicitation:
                 )
         else:
             operation, listed = resumed.operation, resumed.decisions
+        served.ran_on.append(operation.operation_id)
         telemetry.in_operation(operation)
         decisions = {d.key: d for d in reversed(listed)}
         run = Execution(
@@ -1187,6 +1195,8 @@ class Elicitation:
                 raise KeyRefused(IdempotencyKeyConflict(key, f"the same {_KINDS[target.method]} with other arguments"))
             if operation.status is OperationStatus.OPEN and now < operation.expires_at:
                 return _Found(operation, fresh=False)
+            if operation.operation_id in served.ran_on and operation.status in _ENDED_UNREPLAYED:
+                raise OperationEnded(operation)
             if (
                 operation.status is OperationStatus.COMPLETED
                 and replay_since is not None
