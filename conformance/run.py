@@ -195,6 +195,36 @@ def start_server(log_path: Path, port_file: Path) -> tuple[subprocess.Popen[byte
     raise SystemExit(f"the adapter server did not listen within {STARTUP_TIMEOUT:.0f}s; see {log_path}")
 
 
+def start_gateway(log_path: Path, upstream: str) -> tuple[subprocess.Popen[bytes], int]:
+    """`mcp-elicit gateway` over streamable HTTP in front of the adapter, once it accepts connections."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "mcp_elicit", "gateway", "--upstream", upstream]
+    command += [
+        "--transport",
+        "streamable-http",
+        "--port",
+        str(port),
+        "--store",
+        f"sqlite:///{log_path.parent.resolve()}/gateway.db",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, cwd=HERE.parent, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the gateway exited with {process.returncode}; see {log_path}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            time.sleep(0.1)
+        else:
+            return process, port
+    stop_server(process)
+    raise SystemExit(f"the gateway did not listen within {STARTUP_TIMEOUT:.0f}s; see {log_path}")
+
+
 def stop_server(process: subprocess.Popen[bytes]) -> None:
     """SIGINT, which uvicorn and the adapter's cleanup (store, scratch directory) answer; SIGKILL after 10 s."""
     if process.poll() is not None:
@@ -266,7 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--expected", type=Path, default=HERE / "expected-failures.json")
     parser.add_argument("--spec-version", action="append", choices=SPEC_VERSIONS, dest="spec_versions")
     parser.add_argument("--only", choices=PARTS, help="run only the server suite or only the client scenarios")
+    parser.add_argument(
+        "--through-gateway",
+        action="store_true",
+        help="run the server suite against `mcp-elicit gateway` relaying the adapter (its own expected failures)",
+    )
     arguments = parser.parse_args(argv)
+    if arguments.through_gateway and arguments.expected == HERE / "expected-failures.json":
+        arguments.expected = HERE / "expected-failures-gateway.json"
     versions: list[str] = arguments.spec_versions or list(SPEC_VERSIONS)
     parts = (arguments.only,) if arguments.only else PARTS
     expected = load_expected(arguments.expected)
@@ -276,10 +313,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     if "server" in parts:
         process, port = start_server(results / "server.log", results / "port")
+        gateway = None
         try:
             url = f"http://127.0.0.1:{port}/mcp"
+            if arguments.through_gateway:
+                gateway, port = start_gateway(results / "gateway.log", url)
+                url = f"http://127.0.0.1:{port}/mcp"
             outcomes = [run_suite(arguments.node, arguments.cli, url, v, expected, results) for v in versions]
         finally:
+            if gateway is not None:
+                stop_server(gateway)
             stop_server(process)
     clients: list[ClientOutcome] = []
     if "client" in parts:
