@@ -1,0 +1,116 @@
+"""The gateway's approval gates at work: which gate a call meets, and a gated call run through the core's runtime.
+
+Binding. The `[[gate]]` tables are bound to the tools the upstream lists, at start and again whenever its tool
+list changes. What does not fit (a gate naming a tool the upstream does not list, editable arguments or a `when`
+that the tool's schema does not have) is said each time, and the gate stays armed: a call of that tool is
+refused, naming the gate and why, until the upstream lists the tool so that the gate fits. Nothing a gate
+guards runs unasked because the upstream changed.
+
+A gated call runs through `Elicitation.run_tool` with the bound gate, so the approval is a durable decision of
+the call's operation, bound to the caller and to the digest of the call's arguments, asked on whatever the
+client's era offers (a live `elicitation/create`, a 2026-07-28 round, the web page), recorded and audited. The
+arguments forwarded are the ones approved (edited only where the gate allows, checked against the tool's input
+schema). The forward is a step that runs at most once: its start is durable before the request leaves, so a
+gateway that dies after forwarding and before recording the upstream's answer never forwards it again; the
+identical call then fails with `OutcomeUnknown`, naming the operation and the upstream tool.
+
+Does not guarantee: that the upstream ran the call when the outcome is unknown, nor that it did not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolRequestParams, CallToolResult, ErrorData, InputRequiredResult, Tool
+
+from mcp_elicit.approvals import GatedTool, GateRefused
+from mcp_elicit.gateway.gates import GateTable
+from mcp_elicit.server import Elicitation, Fallback, Flow
+
+log = logging.getLogger(__name__)
+
+Forward = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Sends the call upstream with these arguments: `{"result": ...}` (the upstream's result as it came) or
+`{"error": ...}` (the error it answered with); any exception is an outcome the gateway does not know (the
+connection ended, the request timed out), and the call is not forwarded again."""
+
+
+class Gates:
+    """The gates of one upstream's tools, by tool name, each bound to the tool as it is listed now."""
+
+    def __init__(self, tables: Sequence[GateTable], upstream: str) -> None:
+        seen: dict[str, GateTable] = {}
+        for table in tables:
+            if table.tool in seen:
+                raise ValueError(f"upstream {upstream!r}: tool {table.tool!r} has two [[gate]] tables; merge them")
+            seen[table.tool] = table
+        self.upstream = upstream
+        self.tables = seen
+        self._bound: dict[str, GatedTool | str] = {
+            name: f"the upstream has not listed tool {name!r} yet" for name in seen
+        }
+
+    def __bool__(self) -> bool:
+        return bool(self.tables)
+
+    def bind(self, tools: Iterable[Tool]) -> list[str]:
+        """Bind every gate to its tool as `tools` (the upstream's whole list) has it; what does not fit, one line
+        per gate. Such a gate stays armed (its tool's calls are refused)."""
+        listed = {tool.name: tool for tool in tools}
+        problems = []
+        for name, table in self.tables.items():
+            tool = listed.get(name)
+            if tool is None:
+                problem = f"the gate of tool {name!r}: upstream {self.upstream!r} does not list that tool"
+                self._bound[name] = problem
+                problems.append(problem)
+                continue
+            try:
+                self._bound[name] = table.bind(tool)
+            except GateRefused as refused:
+                problem = f"upstream {self.upstream!r}: {refused}"
+                self._bound[name] = problem
+                problems.append(problem)
+        for problem in problems:
+            log.warning("%s; its calls are refused until it fits", problem)
+        return problems
+
+    def gate_of(self, tool: str) -> GatedTool | None:
+        """The bound gate of `tool`, None for a tool no gate names; `GateRefused` for a gate that is armed but could
+        not be bound (its calls are refused, saying why)."""
+        bound = self._bound.get(tool)
+        if bound is None or isinstance(bound, GatedTool):
+            return bound
+        raise GateRefused(f"{bound}; the call was not forwarded, because the gate cannot ask for its approval")
+
+    def fallback_of(self, tool: str) -> Fallback:
+        return Fallback(self.tables[tool].fallback)
+
+
+async def run_gated(
+    elicitation: Elicitation,
+    ctx: ServerRequestContext[Any, Any],
+    params: CallToolRequestParams,
+    gated: GatedTool,
+    *,
+    upstream: str,
+    forward: Forward,
+    fallback: Fallback = Fallback.ERROR,
+) -> CallToolResult | InputRequiredResult:
+    """The call, asked for approval through the runtime (every era), then forwarded once with the approved
+    arguments. An error the upstream answers with fails the operation as a tool error naming it (the call ran
+    upstream and was refused there): an identical call after that is a new request for approval."""
+    step = f"forward {params.name!r} to upstream {upstream!r}"
+
+    async def body(flow: Flow) -> CallToolResult:
+        outcome = await flow.step(step, forward, flow.arguments, returns=dict[str, Any], at_most_once=True)
+        if "error" in outcome:
+            error = ErrorData.model_validate(outcome["error"])
+            raise ToolError(f"upstream {upstream!r} answered {params.name!r} with error {error.code}: {error.message}")
+        return CallToolResult.model_validate(outcome["result"])
+
+    return await elicitation.run_tool(ctx, params, body, gate=gated, fallback=fallback)
