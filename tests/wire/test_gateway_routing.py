@@ -29,6 +29,7 @@ from mcp_types import (
 
 from mcp_elicit.gateway import Gateway, Upstream, UpstreamUnavailable
 from tests.helpers.gateway import ERAS, ONE_ERA, ROOT, Person, connected, sdk_over_http, text
+from tests.helpers.peers.sdk_server import INSTRUCTIONS
 
 pytestmark = pytest.mark.anyio
 
@@ -83,6 +84,7 @@ async def test_lists_carry_each_upstreams_prefix_and_page_across_upstreams(era: 
         with pytest.raises(MCPError) as forged:
             await list_tools(client, base64.urlsafe_b64encode(json.dumps({"era": "0", "nope": "1"}).encode()).decode())
         declared = client.server_capabilities
+        instructions = client.instructions
     # Every upstream's first page on the first page (a client that never pages sees both), the rest after.
     assert [tool.name for tool in first.tools] == [f"sdk_{name}" for name in SDK_TOOLS] + ["era_echo", "era_malformed"]
     assert [tool.name for tool in second.tools] == ["era_announce", "era_later"]
@@ -96,6 +98,7 @@ async def test_lists_carry_each_upstreams_prefix_and_page_across_upstreams(era: 
     # What either upstream serves, and list changes because the one-era peer announces them.
     assert declared.prompts is not None and declared.resources is not None and declared.completions is not None
     assert declared.tools is not None and declared.tools.list_changed
+    assert instructions == f"Upstream 'sdk' (names prefixed sdk_): {INSTRUCTIONS}"  # the one-era peer gives none
 
 
 async def test_calls_prompts_reads_and_completions_go_to_the_upstream_of_their_prefix() -> None:
