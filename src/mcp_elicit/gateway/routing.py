@@ -14,7 +14,8 @@ too, and nothing is remembered between requests.
 
 The first page of a list asks every upstream that serves it, at once, and holds all their first pages, so a
 client that never pages (most) sees every upstream; the gateway's cursor (base64 of a JSON object) holds,
-for each upstream with more, that upstream's own cursor, and the next page asks just those.
+for each upstream with more, that upstream's own cursor, and the next page asks just those. A merged list
+carries the gateway's cache hints for 2026-07-28 clients (stale at once, private), not its parts'.
 """
 
 from __future__ import annotations
@@ -164,7 +165,9 @@ class Routes:
                     items.append(_renamed(item, field, prefix))
                 if isinstance(result.get("nextCursor"), str):
                     more[prefix] = result["nextCursor"]
-            merged: dict[str, Any] = {key: items, **_freshness(results)}
+            merged: dict[str, Any] = {key: items}
+            if any("resultType" in result for result in results):
+                merged["resultType"] = "complete"  # for a 2026-07-28 client; its cache hints are the gateway's
             if more:
                 merged["nextCursor"] = base64.urlsafe_b64encode(json.dumps(more).encode()).decode()
             return merged
@@ -294,18 +297,3 @@ def _renamed(item: Any, field: str, prefix: str) -> Any:
         return item
     value = item[field]
     return {**item, field: f"{prefix}{SEPARATOR}{value}" if field == "name" else _prefixed_uri(prefix, value)}
-
-
-def _freshness(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The merged list's `resultType` and 2026-07-28 cache hints: fresh as long as the stalest part, public only
-    if every part is; hints that some part lacks are left to the gateway's own (stale at once, private)."""
-    merged: dict[str, Any] = {}
-    if any("resultType" in result for result in results):
-        merged["resultType"] = "complete"
-    ttls = [result.get("ttlMs") for result in results]
-    if ttls and all(isinstance(ttl, int) for ttl in ttls):
-        merged["ttlMs"] = min(ttl for ttl in ttls if isinstance(ttl, int))
-    scopes = [result.get("cacheScope") for result in results]
-    if scopes and all(scope in ("public", "private") for scope in scopes):
-        merged["cacheScope"] = "public" if all(scope == "public" for scope in scopes) else "private"
-    return merged
