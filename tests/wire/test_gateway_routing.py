@@ -28,8 +28,9 @@ from mcp_types import (
 )
 
 from mcp_elicit.gateway import Gateway, Upstream, UpstreamUnavailable
-from tests.helpers.gateway import ERAS, ONE_ERA, ROOT, Person, connected, sdk_over_http, text
+from tests.helpers.gateway import ERAS, ONE_ERA, ROOT, Person, Served, connected, sdk_over_http, text
 from tests.helpers.peers.sdk_server import INSTRUCTIONS
+from tests.helpers.peers.sdk_server import server as sdk_server
 
 pytestmark = pytest.mark.anyio
 
@@ -83,6 +84,8 @@ async def test_lists_carry_each_upstreams_prefix_and_page_across_upstreams(era: 
         templates = await client.list_resource_templates()
         with pytest.raises(MCPError) as forged:
             await list_tools(client, base64.urlsafe_b64encode(json.dumps({"era": "0", "nope": "1"}).encode()).decode())
+        with pytest.raises(MCPError) as garbled:
+            await list_tools(client, "not a cursor")
         declared = client.server_capabilities
         instructions = client.instructions
     # Every upstream's first page on the first page (a client that never pages sees both), the rest after.
@@ -93,8 +96,9 @@ async def test_lists_carry_each_upstreams_prefix_and_page_across_upstreams(era: 
     assert [prompt.name for prompt in prompts.prompts] == ["sdk_greeting"]
     assert [resource.uri for resource in resources.resources] == ["note://sdk/readme"]
     assert [template.uri_template for template in templates.resource_templates] == ["note://sdk/{name}"]
-    assert forged.value.code == INVALID_PARAMS
-    assert "the cursor" in forged.value.error.message and "is not one this gateway gave" in forged.value.error.message
+    assert (forged.value.code, garbled.value.code) == (INVALID_PARAMS, INVALID_PARAMS)
+    assert garbled.value.error.message == "tools/list: the cursor 'not a cursor' is not one this gateway gave"
+    assert forged.value.error.message.endswith("is not one this gateway gave")
     # What either upstream serves, and list changes because the one-era peer announces them.
     assert declared.prompts is not None and declared.resources is not None and declared.completions is not None
     assert declared.tools is not None and declared.tools.list_changed
@@ -174,6 +178,34 @@ async def test_a_list_change_of_the_second_upstream_reaches_clients_of_both_eras
                 with anyio.fail_after(10):
                     event = await changes.__anext__()
             assert isinstance(event, ToolsListChanged)
+
+
+async def test_an_upstream_that_went_away_is_left_out_of_lists_and_announced_when_it_is_back() -> None:
+    back = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            back.set()
+
+    sdk = Served(lambda: sdk_server.streamable_http_app(host="127.0.0.1"))
+    sdk.start()
+    try:
+        gateway = Gateway([Upstream("sdk", url=sdk.url, prefix="sdk", timeout=5), paged()])
+        async with gateway.running(), connected(gateway, "legacy", message_handler=on_message) as client:
+            sdk.stop()
+            with pytest.raises(MCPError) as gone:
+                await client.call_tool("sdk_pid", {})
+            away = await list_tools(client)
+            assert text(await client.call_tool("era_echo", {})) == "{}"  # the other upstream serves on
+            sdk.start()
+            with anyio.fail_after(30):  # the gateway connects again on its own schedule (a backoff)
+                await back.wait()
+            again = await list_tools(client)
+    finally:
+        sdk.stop()
+    assert gone.value.error.message.startswith("upstream 'sdk' ")
+    assert [tool.name for tool in away.tools] == ["era_echo", "era_malformed"]
+    assert [tool.name for tool in again.tools][:2] == ["sdk_book", "sdk_reserve"]
 
 
 async def test_an_upstream_that_cannot_start_is_named_and_none_serves() -> None:

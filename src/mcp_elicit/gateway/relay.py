@@ -238,6 +238,13 @@ class Gateway:
         declared = [client.server_capabilities for client in clients]
         capabilities = declared[0] if len(declared) == 1 else _union(declared)
         self.announces = listed_changes(capabilities)
+        if self.routes is not None:
+            # An upstream's restart may change its lists, and a listing while it was away left it out.
+            self.announces = (
+                capabilities.tools is not None,
+                capabilities.prompts is not None,
+                capabilities.resources is not None,
+            )
         relaying = self._relaying
         if self.routes is None:
             self.server.instructions = clients[0].instructions
@@ -394,6 +401,10 @@ class Gateway:
                 await self._send_level(lane, client, self._level)
             except MCPError as error:
                 log.warning("upstream %s refused the log level %s: %s", lane.label, self._level, error)
+        if self.routes is not None and self._running and lane is lane.pool.first:
+            for event, announced in zip(_EVENTS.values(), self.announces, strict=True):
+                if announced:
+                    await self.event(event)
 
     async def elicit(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData:
         """The upstream's question, asked of the client whose calls the lane carries.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
@@ -34,6 +35,8 @@ from mcp_types import INVALID_PARAMS, ServerCapabilities
 from pydantic import BaseModel
 
 from mcp_elicit.gateway.upstream import Pool
+
+log = logging.getLogger(__name__)
 
 SEPARATOR: Final = "_"
 PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -156,17 +159,17 @@ class Routes:
             serving = [prefix for prefix in self._by_prefix if family in self._serves.get(prefix, ())]
             cursor = raw.get("cursor")
             positions = dict.fromkeys(serving) if cursor is None else self._positions(method, cursor, serving)
-            asked = [prefix for prefix in serving if prefix in positions]
-            results = await self._each(ctx, method, raw, {prefix: positions[prefix] for prefix in asked})
+            asked = {prefix: positions[prefix] for prefix in serving if prefix in positions}
+            results = await self._each(ctx, method, raw, asked)
             items: list[Any] = []
             more: dict[str, str] = {}
-            for prefix, result in zip(asked, results, strict=True):
+            for prefix, result in results.items():
                 for item in result.get(key) or ():
                     items.append(_renamed(item, field, prefix))
                 if isinstance(result.get("nextCursor"), str):
                     more[prefix] = result["nextCursor"]
             merged: dict[str, Any] = {key: items}
-            if any("resultType" in result for result in results):
+            if any("resultType" in result for result in results.values()):
                 merged["resultType"] = "complete"  # for a 2026-07-28 client; its cache hints are the gateway's
             if more:
                 merged["nextCursor"] = base64.urlsafe_b64encode(json.dumps(more).encode()).decode()
@@ -190,8 +193,10 @@ class Routes:
 
     async def _each(
         self, ctx: ServerRequestContext[Any, Any], method: str, raw: Mapping[str, Any], cursors: dict[str, str | None]
-    ) -> list[dict[str, Any]]:
-        """The request sent to each upstream at once (with its own cursor); the first error fails it all."""
+    ) -> dict[str, dict[str, Any]]:
+        """The request sent to each upstream at once (with its own cursor). One that fails it is left out, as
+        FastMCP's mounts leave out a server that fails, so that the others stay usable; it is announced as
+        changed when it connects again. Only when every one fails does the listing fail, with the first error."""
         results: dict[str, dict[str, Any]] = {}
         errors: list[MCPError] = []
 
@@ -209,9 +214,11 @@ class Routes:
         async with anyio.create_task_group() as tasks:
             for prefix in cursors:
                 tasks.start_soon(one, prefix)
-        if errors:
+        if errors and not results:
             raise errors[0]
-        return [results[prefix] for prefix in cursors]
+        for error in errors:
+            log.warning("%s left out an upstream: %s", method, error.error.message)
+        return {prefix: results[prefix] for prefix in cursors if prefix in results}
 
     def _naming(self, method: str, *, asks: bool) -> Handler:
         family = _FAMILIES[method]
@@ -281,9 +288,6 @@ class Routes:
                 prefix, ref["name"] = self._named(str(ref.get("name")), "prompts", "prompt")
             else:
                 prefix, ref["uri"] = self._located(str(ref.get("uri")), "resources", "resource template")
-            if "completions" not in self._serves.get(prefix, ()):
-                upstream = self._by_prefix[prefix].upstream.name
-                raise MCPError(INVALID_PARAMS, f"{method}: upstream {upstream!r} serves no completions")
             return await self._forward(
                 ctx, method, {**raw, "ref": ref}, method, asks=False, pool=self._by_prefix[prefix]
             )
