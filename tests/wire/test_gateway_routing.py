@@ -99,7 +99,7 @@ async def test_lists_carry_each_upstreams_prefix_and_page_across_upstreams(era: 
     assert (forged.value.code, garbled.value.code) == (INVALID_PARAMS, INVALID_PARAMS)
     assert garbled.value.error.message == "tools/list: the cursor 'not a cursor' is not one this gateway gave"
     assert forged.value.error.message.endswith("is not one this gateway gave")
-    # What either upstream serves, and list changes because the one-era peer announces them.
+    # What either upstream serves; list changes, as a gateway of several announces them (an upstream may restart).
     assert declared.prompts is not None and declared.resources is not None and declared.completions is not None
     assert declared.tools is not None and declared.tools.list_changed
     assert instructions == f"Upstream 'sdk' (names prefixed sdk_): {INSTRUCTIONS}"  # the one-era peer gives none
