@@ -32,16 +32,16 @@ timeout = 12.5
 """
 
 
-def test_a_good_file_gives_its_upstreams_each_under_its_prefix(tmp_path: Path) -> None:
+def test_a_good_file_gives_its_upstreams_each_under_its_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "servers").mkdir()
-    config = tmp_path / "gateway.toml"
-    config.write_text(GOOD)
-    everything, billing, files = read_config(config).upstreams
+    (tmp_path / "gateway.toml").write_text(GOOD)
+    monkeypatch.chdir(tmp_path)
+    everything, billing, files = read_config(Path("gateway.toml")).upstreams
     assert everything == Upstream(
         "everything",
         command=("npx", "-y", "@modelcontextprotocol/server-everything"),
         env={"API_KEY": "k-123"},
-        cwd=str(tmp_path / "servers"),  # relative to the file, wherever the gateway starts
+        cwd=str(tmp_path / "servers"),  # relative to the file, and absolute: the same wherever the upstream starts
         prefix="everything",  # the name, by default
     )
     assert billing == Upstream(

@@ -164,7 +164,7 @@ def parse_config(text: str, source: Path) -> GatewayConfig:
         raise ConfigError(
             "\n".join(f"{source}: {_said(error)}" for error in invalid.errors(include_url=False))
         ) from None
-    directory = source.parent
+    directory = source.absolute().parent
     for index, table in enumerate(config.upstream):
         path = f"upstream[{index}]"
         try:
