@@ -109,7 +109,7 @@ class _Raw(RootModel[dict[str, Any]]):
 
 
 class GatewayServer(Server[Any]):
-    """The SDK's lowlevel server, declaring what the upstream declares.
+    """The SDK's lowlevel server, declaring what the upstream declares (what any upstream declares, of several).
 
     Capabilities derive from the handlers the gateway registers once it knows the upstream's; the one override
     is the list-change flags, which the SDK takes from `NotificationOptions` on the handshake (passed by no
@@ -184,7 +184,8 @@ class Gateway:
         """`None` for one upstream relayed as it is."""
         self.server = GatewayServer(self)
         self.announces = (False, False, False)
-        """Which lists (tools, prompts, resources) the upstream said it announces changes of."""
+        """Which lists (tools, prompts, resources) the gateway announces changes of: those the upstream said it
+        does; behind several upstreams, every list served."""
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._connections: dict[Hashable, ServerSession] = {}
