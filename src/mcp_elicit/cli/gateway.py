@@ -65,7 +65,7 @@ def gateway(
         typer.Option(
             "--config",
             envvar=CONFIG_ENV,
-            help="A gateway.toml: its [[upstream]] tables relay several servers, each under its prefix.",
+            help="A gateway.toml, whose upstream tables name servers to relay, each under its prefix.",
             show_default=False,
         ),
     ] = None,
