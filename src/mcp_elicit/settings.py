@@ -10,9 +10,9 @@ command needs, and the objects built from the text (`LocalUsers.from_text`, `Vau
 `Webhook`, `Mail`), are the business of the code that uses them. Every problem names its variable, never a
 secret's value.
 
-The command line's `--store` option and `serve --log-format` take `MCP_ELICIT_STORE` and
-`MCP_ELICIT_LOG_FORMAT` through the command line parser, so that `mcp-elicit decisions ls` starts without
-loading this module.
+The command line's `--store` option, `gateway --config` and `serve --log-format` take `MCP_ELICIT_STORE`,
+`MCP_ELICIT_GATEWAY_CONFIG` and `MCP_ELICIT_LOG_FORMAT` through the command line parser, so that
+`mcp-elicit decisions ls` starts without loading this module.
 """
 
 from __future__ import annotations
@@ -190,6 +190,8 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_MAIL_TO`: the recipients' addresses, comma-separated."""
     token: Secret = None
     """`MCP_ELICIT_TOKEN`: the bearer token `mcp-elicit call` sends to an http(s) server."""
+    gateway_config: str | None = None
+    """`MCP_ELICIT_GATEWAY_CONFIG`: the gateway's configuration file, `gateway.toml` (`mcp-elicit gateway --config`)."""
 
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -16,11 +16,13 @@ from tests.helpers.cli_terminal import COMMAND
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_SERVER = f"{shlex.quote(sys.executable)} -m tests.helpers.peers.sdk_server"
+ONE_ERA = [sys.executable, "-m", "tests.helpers.peers.one_era_server"]
 
 
-def run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run(*args: str, tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_ELICIT_")}
     env.update(COLUMNS="200", MCP_ELICIT_STORE=f"sqlite://{tmp_path / 'gateway.db'}", TMPDIR=str(tmp_path))
+    env.update(variables)
     return subprocess.run(
         [COMMAND, *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120, cwd=ROOT
     )
@@ -55,3 +57,37 @@ def test_a_gateway_that_cannot_start_says_why_and_exits_2(tmp_path: Path) -> Non
     unparsed = run("gateway", "--upstream", "ftp://tools.example/mcp", tmp_path=tmp_path)
     assert unparsed.returncode == 2, unparsed.stderr
     assert "error: --upstream: 'ftp://tools.example/mcp': an upstream URL is http:// or https://" in unparsed.stderr
+
+
+def test_a_config_file_relays_several_upstreams_each_under_its_prefix(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    sdk = f'[[upstream]]\nname = "sdk"\ncommand = {json.dumps(SDK_SERVER)}\n'
+    one_era = f'[[upstream]]\nname = "one-era"\nprefix = "era"\ncommand = {json.dumps(ONE_ERA)}\n'
+    config.write_text(f"{sdk}\n{one_era}cwd = {json.dumps(str(ROOT))}\n")
+    gateway = shlex.join([COMMAND, "gateway", "--config", str(config)])
+    echoed = run("call", gateway, "era_echo", "--arg", "to=era", tmp_path=tmp_path)
+    assert echoed.returncode == 0, echoed.stderr
+    assert '{"to": "era"}' in echoed.stdout
+
+
+def test_a_config_that_cannot_work_is_said_before_anything_starts_and_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[[upstream]]\nname = "sdk"\ncommand = {json.dumps(SDK_SERVER)}\nsesions = 2\n')
+    typo = run("gateway", "--config", str(config), tmp_path=tmp_path)
+    assert typo.returncode == 2, typo.stderr
+    assert (
+        f"error: {config}: upstream[0].sesions: unknown key; expected one of: name, command, url, prefix, era, "
+        "timeout, sessions, env, cwd"
+    ) in " ".join(typo.stderr.split())
+    config.write_text(f'[[upstream]]\nname = "sdk"\ncommand = {json.dumps(SDK_SERVER)}\n')
+    both = run("gateway", "--upstream", SDK_SERVER, tmp_path=tmp_path, MCP_ELICIT_GATEWAY_CONFIG=str(config))
+    assert both.returncode == 2, both.stderr
+    assert (
+        f"error: --upstream and the [[upstream]] tables of {config} (MCP_ELICIT_GATEWAY_CONFIG) both name "
+        "upstreams: give --upstream, or the tables"
+    ) in " ".join(both.stderr.split())
+    described = run("gateway", "--config", str(config), "--era", "legacy", tmp_path=tmp_path)
+    assert described.returncode == 2, described.stderr
+    assert (
+        f"error: --era describes --upstream; the [[upstream]] tables of {config} say it for each upstream (its key era)"
+    ) in " ".join(described.stderr.split())

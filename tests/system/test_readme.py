@@ -4,7 +4,8 @@ the line before it.
 Complete Python blocks run for real in a subprocess: a server block is started and a real client (the SDK's, or
 the client kit) lists its tools and answers what they ask; a plain program runs against a store the test
 prepared. Complete shell blocks run line by line with a fresh shell whose PATH lacks the virtual environment,
-JSON blocks are host configurations whose server is started and listed, and the deployment guide's files
+JSON blocks are host configurations whose server is started and listed, TOML blocks are the gateway's
+configuration files, read by its parser, and the deployment guide's files
 (included from docs/config/) are checked by the programs that read them. Fragments are only syntax-checked,
 and continue a complete example of their page: a page whose first block is a fragment fails. The same program
 shown on two pages runs once.
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_elicit.client import ElicitingClient, ScriptedHandler, Stdio
+from mcp_elicit.gateway.config import parse_config
 from mcp_elicit.model import Operator, Principal
 from mcp_elicit.reference.demo_stack import (
     Credentials,
@@ -192,12 +195,14 @@ def parses(block: Block) -> None:
         assert checked.returncode == 0, f"{block}: {checked.stderr}"
     elif block.lang == "json":
         json.loads(block.code)
+    elif block.lang == "toml":
+        tomllib.loads(block.code)
 
 
 @pytest.mark.parametrize("block", [b for b in ALL if not b.fragment], ids=str)
 def test_unmarked_blocks_are_of_a_kind_the_test_runs(block: Block) -> None:
     if block.source is None:
-        runnable = block.lang in ("python", "sh", "json")
+        runnable = block.lang in ("python", "sh", "json", "toml")
     else:
         runnable = block.source in CHECKS or Path(block.source).name in EXAMPLES_RUN
     assert runnable, f"{block} is not run: mark it {FRAGMENT} or make it runnable"
@@ -577,6 +582,19 @@ async def test_host_configuration_starts_the_server(block: Block, tmp_path: Path
             async with Client(parameters) as client:
                 tools = {tool.name for tool in (await client.list_tools()).tools}
         assert {"deploy", "procure", "delete_files", "create_ticket"} <= tools
+
+
+# -- TOML blocks: the gateway's configuration files --------------------------------------------------------
+
+
+@pytest.mark.parametrize("block", complete("toml"), ids=str)
+def test_a_gateway_configuration_is_accepted_by_the_gateway(block: Block, tmp_path: Path) -> None:
+    """Read as `mcp-elicit gateway --config` reads it, from a directory that holds the directories it names."""
+    for table in tomllib.loads(block.code).get("upstream", []):
+        if "cwd" in table:
+            (tmp_path / table["cwd"]).mkdir(parents=True, exist_ok=True)
+    config = parse_config(block.code, tmp_path / "gateway.toml")
+    assert config.upstreams, f"{block} names no upstream"
 
 
 # -- the deployment guide's files, checked by the programs that read them -----------------------------------

@@ -5,6 +5,7 @@ gateway to the Python SDK's client, on both eras.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -17,8 +18,8 @@ from mcp_types import (
     TextResourceContents,
 )
 
-from mcp_elicit.gateway import Gateway
-from tests.helpers.gateway import Person, connected, everything, set_level, text
+from mcp_elicit.gateway import Gateway, Upstream
+from tests.helpers.gateway import Person, connected, everything, sdk_over_http, set_level, text
 
 pytestmark = pytest.mark.anyio
 
@@ -94,3 +95,27 @@ async def test_a_2026_client_is_relayed_and_the_upstream_told_it_cannot_be_asked
     assert "the gateway cannot ask the client of tools/call 'trigger-elicitation-request' on the live call" in "".join(
         texts(refused)
     )
+
+
+async def test_behind_a_gateway_of_several_its_names_carry_its_prefix_and_it_alone_is_given_the_log_level() -> None:
+    logged = anyio.Event()
+
+    async def hear(params: LoggingMessageNotificationParams) -> None:
+        logged.set()
+
+    with sdk_over_http() as url:
+        # The SDK peer serves no logging: `logging/setLevel` is not sent to it (it would refuse it).
+        gateway = Gateway([replace(everything(), prefix="everything"), Upstream("sdk", url=url, prefix="sdk")])
+        async with gateway.running(), connected(gateway, "legacy", logging_callback=hear) as client:
+            assert text(await client.call_tool("everything_get-sum", {"a": 2, "b": 3})) == "The sum of 2 and 3 is 5."
+            resources = (await client.list_resources()).resources
+            listed = [str(resource.uri) for resource in resources if str(resource.uri).startswith("demo://")]
+            read = await client.read_resource(listed[0])
+            assert client.server_capabilities.logging is not None
+            await set_level(client, "debug")
+            await client.call_tool("everything_toggle-simulated-logging", {})  # logs once at once, then every 5 s
+            with anyio.fail_after(10):
+                await logged.wait()
+            await client.call_tool("everything_toggle-simulated-logging", {})
+    assert listed and all(uri.startswith("demo://everything/") for uri in listed)
+    assert [str(contents.uri) for contents in read.contents] == [listed[0]]

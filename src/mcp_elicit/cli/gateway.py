@@ -1,15 +1,19 @@
-"""`mcp-elicit gateway --upstream COMMAND|URL`: an MCP server of any kind, relayed to any client.
+"""`mcp-elicit gateway --upstream COMMAND|URL [--config gateway.toml]`: MCP servers of any kind, relayed to any
+client.
 
-Over stdio by default, so that a host launches the gateway where it launched the server. The upstream is
-started (or reached) before the gateway answers anyone: one it cannot start or reach is said at once, exit 2.
-A stdio upstream is started like a command typed at the shell, with this environment, and its stderr is this
-command's.
+Over stdio by default, so that a host launches the gateway where it launched the server. `--upstream` names one
+upstream, relayed as it is; the `[[upstream]]` tables of the config file name one or more, each under its
+prefix. Everything that can be checked is checked before anything starts (a config error exits 2 naming the
+key), and every upstream is started (or reached) before the gateway answers anyone: one it cannot start or
+reach is said at once, exit 2. A stdio upstream is started like a command typed at the shell, with this
+environment, and its stderr is this command's.
 """
 
 from __future__ import annotations
 
 import logging
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import anyio
@@ -18,9 +22,11 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 from rich.console import Console
 from rich.markup import escape
+from typer._click.core import ParameterSource  # the click typer builds on (its own copy)
 
 from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnavailable
+from mcp_elicit.gateway.config import CONFIG_ENV, ConfigError, read_config
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
@@ -40,14 +46,29 @@ class Era(StrEnum):
     V2026_07_28 = "2026-07-28"
 
 
+_UPSTREAM_OPTIONS = ("era", "timeout", "sessions", "name")
+"""The options that describe `--upstream`; an `[[upstream]]` table has keys of its own for them."""
+
+
 def gateway(
+    context: typer.Context,
     upstream: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--upstream",
             help='The server to relay: a command line run over stdio ("npx -y some-server") or an http(s):// URL.',
+            show_default=False,
         ),
-    ],
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar=CONFIG_ENV,
+            help="A gateway.toml, whose upstream tables name servers to relay, each under its prefix.",
+            show_default=False,
+        ),
+    ] = None,
     transport: Annotated[
         Transport, typer.Option(help="How clients reach the gateway: stdio (launched by a host) or streamable-http.")
     ] = Transport.STDIO,
@@ -80,24 +101,49 @@ def gateway(
     ] = None,
     log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
-    """Relay an MCP server (any language, stdio or streamable HTTP) to MCP clients of either protocol era.
+    """Relay MCP servers (any language, stdio or streamable HTTP) to MCP clients of either protocol era.
 
-    Every request is relayed as it came; the upstream is restarted if it exits, a request it leaves unanswered
+    Every request is relayed as it came; an upstream is restarted if it exits, a request it leaves unanswered
     for TIMEOUT seconds fails, and its questions (elicitation) reach a client that can be asked on the call.
     """
     configure_logging(log_format)
     if transport is Transport.HTTP and host not in LOOPBACK:
         _fail(f"the gateway has no sign-in: it listens on loopback only ({', '.join(LOOPBACK)}), not on {host}")
-    try:
-        spec = Upstream.parse(upstream, name=name, era=era.value, timeout=timeout or None, sessions=sessions)
-    except ValueError as error:
-        _fail(f"--upstream: {error}")
+    upstreams: tuple[Upstream, ...] = ()
+    if config is not None:
+        try:
+            upstreams = read_config(config).upstreams
+        except ConfigError as error:
+            _fail(str(error))
+    given = "--config" if context.get_parameter_source("config") is not ParameterSource.ENVIRONMENT else CONFIG_ENV
+    if upstream is not None and upstreams:
+        _fail(
+            f"--upstream and the [[upstream]] tables of {config} ({given}) both name upstreams: give --upstream, "
+            "or the tables"
+        )
+    if upstream is not None:
+        try:
+            upstreams = (
+                Upstream.parse(upstream, name=name, era=era.value, timeout=timeout or None, sessions=sessions),
+            )
+        except ValueError as error:
+            _fail(f"--upstream: {error}")
+    elif not upstreams:
+        whose = f"; {config} ({given}) has no [[upstream]] table" if config is not None else ""
+        _fail(f"no upstream: give --upstream COMMAND|URL, or --config with [[upstream]] tables{whose}")
+    else:
+        for option in _UPSTREAM_OPTIONS:
+            if context.get_parameter_source(option) not in (ParameterSource.DEFAULT, None):
+                _fail(
+                    f"--{option} describes --upstream; the [[upstream]] tables of {config} say it for each upstream "
+                    f"(its key {option})"
+                )
     try:
         opened = open_store(store)
     except (StoreError, OSError, ValueError) as error:
         _fail(str(error))
-    log.info("store %s; relaying upstream %r", opened.display_url, spec.name)
-    relay = Gateway(spec, store=opened)
+    log.info("store %s; relaying %s", opened.display_url, _named(upstreams))
+    relay = Gateway(upstreams, store=opened)
     try:
         anyio.run(_serve, relay, transport, host, port)
     except UpstreamUnavailable as error:
@@ -118,6 +164,12 @@ async def _serve(relay: Gateway, transport: Transport, host: str, port: int) -> 
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
             log.info("serving MCP on %s/mcp", http_address(host, port))
             await uvicorn.Server(config).serve()
+
+
+def _named(upstreams: tuple[Upstream, ...]) -> str:
+    if len(upstreams) == 1 and upstreams[0].prefix is None:
+        return f"upstream {upstreams[0].name!r}"
+    return "upstreams " + ", ".join(f"{each.name!r} (prefix {each.prefix})" for each in upstreams)
 
 
 def _fail(message: str) -> NoReturn:

@@ -1,9 +1,10 @@
 """`mcp-elicit gateway`: any MCP server, in any language, behind mcp-elicit.
 
-What it does today: it relays every request family of one upstream server (stdio or streamable HTTP) to a
-client of either protocol era, supervises the upstream (restarts it with a backoff, times out a hang, refuses
-a malformed result), and relays the upstream's `elicitation/create` to a client that can be asked on the live
-call. A relayed call writes nothing to the store.
+What it does today: it relays every request family of one upstream server (stdio or streamable HTTP), or of
+several each under its prefix (`routing`, named in a `gateway.toml`: `config`), to a client of either protocol
+era, supervises each upstream (restarts it with a backoff, times out a hang, refuses a malformed result), and
+relays an upstream's `elicitation/create` to a client that can be asked on the live call. A relayed call writes
+nothing to the store.
 """
 
 from mcp_elicit.gateway.relay import Gateway, GatewayServer

@@ -12,7 +12,7 @@ touches no store.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from importlib.metadata import version
 from typing import Any, get_args
@@ -68,6 +68,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 
+from mcp_elicit.gateway.routing import Handler, Routes
 from mcp_elicit.gateway.upstream import (
     ENDED,
     FORGOTTEN,
@@ -78,6 +79,7 @@ from mcp_elicit.gateway.upstream import (
     Pool,
     Upstream,
     listed_changes,
+    running,
     timed_out,
 )
 from mcp_elicit.store import Store
@@ -106,11 +108,8 @@ class _Raw(RootModel[dict[str, Any]]):
     """A result as the upstream sent it (after the SDK checked it against the session's protocol version)."""
 
 
-Handler = Callable[[ServerRequestContext[Any, Any], BaseModel], Awaitable[dict[str, Any]]]
-
-
 class GatewayServer(Server[Any]):
-    """The SDK's lowlevel server, declaring what the upstream declares.
+    """The SDK's lowlevel server, declaring what the upstream declares (what any upstream declares, of several).
 
     Capabilities derive from the handlers the gateway registers once it knows the upstream's; the one override
     is the list-change flags, which the SDK takes from `NotificationOptions` on the handshake (passed by no
@@ -167,20 +166,26 @@ class GatewayServer(Server[Any]):
 
 
 class Gateway:
-    """One upstream server relayed to any MCP client, on either protocol era.
+    """Upstream servers relayed to any MCP client, on either protocol era: one as it is, or several (or one
+    with a prefix) each under its prefix (`mcp_elicit.gateway.routing`).
 
-    `server` is what to serve (stdio, streamable HTTP, or in process for tests); it connects to the upstream
+    `server` is what to serve (stdio, streamable HTTP, or in process for tests); it connects to the upstreams
     when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
     state; nothing this gateway does writes to it: a relayed call never touches it.
     """
 
-    def __init__(self, upstream: Upstream, *, store: Store | None = None) -> None:
-        self.upstream = upstream
+    def __init__(self, upstreams: Upstream | Sequence[Upstream], *, store: Store | None = None) -> None:
+        given = (upstreams,) if isinstance(upstreams, Upstream) else tuple(upstreams)
+        if not given:
+            raise ValueError("a gateway needs an upstream")
         self.store = store
-        self.pool = Pool(upstream, self)
+        self.pools = tuple(Pool(upstream, self) for upstream in given)
+        self.routes = Routes(self.pools, self._forward) if len(given) > 1 or given[0].prefix is not None else None
+        """`None` for one upstream relayed as it is."""
         self.server = GatewayServer(self)
         self.announces = (False, False, False)
-        """Which lists (tools, prompts, resources) the upstream said it announces changes of."""
+        """Which lists (tools, prompts, resources) the gateway announces changes of: those the upstream said it
+        does; behind several upstreams, every list served."""
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._connections: dict[Hashable, ServerSession] = {}
@@ -190,15 +195,28 @@ class Gateway:
         self._level: LoggingLevel | None = None
         self._running = False
 
+    @property
+    def pool(self) -> Pool:
+        """The pool of a gateway of one upstream (a gateway of several has `pools`)."""
+        if len(self.pools) > 1:
+            raise RuntimeError("this gateway relays several upstreams: see its pools")
+        return self.pools[0]
+
+    @property
+    def upstream(self) -> Upstream:
+        """The upstream of a gateway of one."""
+        return self.pool.upstream
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Gateway]:
-        """Connected to the upstream, serving what it serves; `UpstreamUnavailable` if it cannot be reached."""
+        """Connected to every upstream, serving what they serve; `UpstreamUnavailable` naming each that cannot
+        be reached."""
         if self._running:
             raise RuntimeError("this gateway is running already")
-        async with self.pool.running():
-            client = self.pool.first.client
-            assert client is not None
-            self._serve_like(client)
+        async with running(self.pools):
+            clients = [pool.first.client for pool in self.pools]
+            assert all(client is not None for client in clients)
+            self._serve_like([client for client in clients if client is not None])
             self._running = True
             try:
                 yield self
@@ -215,24 +233,39 @@ class Gateway:
         async with self.running():
             yield self
 
-    def _serve_like(self, client: Client) -> None:
-        """Handlers for the request families the upstream serves, so that capabilities say the same."""
-        capabilities = client.server_capabilities
+    def _serve_like(self, clients: Sequence[Client]) -> None:
+        """Handlers for the request families the upstreams serve (any of them), so that capabilities say the
+        same."""
+        declared = [client.server_capabilities for client in clients]
+        capabilities = declared[0] if len(declared) == 1 else _union(declared)
         self.announces = listed_changes(capabilities)
-        self.server.instructions = client.instructions
+        if self.routes is not None:
+            # An upstream's restart may change its lists, and a listing while it was away left it out.
+            self.announces = (
+                capabilities.tools is not None,
+                capabilities.prompts is not None,
+                capabilities.resources is not None,
+            )
+        relaying = self._relaying
+        if self.routes is None:
+            self.server.instructions = clients[0].instructions
+        else:
+            self.routes.serve_like(declared)
+            self.server.instructions = self.routes.instructions([client.instructions for client in clients])
+            relaying = self.routes.relaying
         add = self.server.add_request_handler
         if capabilities.tools is not None:
-            add("tools/list", PaginatedRequestParams, self._relaying("tools/list"))
-            add("tools/call", CallToolRequestParams, self._relaying("tools/call", asks=True, named="name"))
+            add("tools/list", PaginatedRequestParams, relaying("tools/list"))
+            add("tools/call", CallToolRequestParams, relaying("tools/call", asks=True, named="name"))
         if capabilities.prompts is not None:
-            add("prompts/list", PaginatedRequestParams, self._relaying("prompts/list"))
-            add("prompts/get", GetPromptRequestParams, self._relaying("prompts/get", asks=True, named="name"))
+            add("prompts/list", PaginatedRequestParams, relaying("prompts/list"))
+            add("prompts/get", GetPromptRequestParams, relaying("prompts/get", asks=True, named="name"))
         if capabilities.resources is not None:
-            add("resources/list", PaginatedRequestParams, self._relaying("resources/list"))
-            add("resources/templates/list", PaginatedRequestParams, self._relaying("resources/templates/list"))
-            add("resources/read", ReadResourceRequestParams, self._relaying("resources/read", asks=True, named="uri"))
+            add("resources/list", PaginatedRequestParams, relaying("resources/list"))
+            add("resources/templates/list", PaginatedRequestParams, relaying("resources/templates/list"))
+            add("resources/read", ReadResourceRequestParams, relaying("resources/read", asks=True, named="uri"))
         if capabilities.completions is not None:
-            add("completion/complete", CompleteRequestParams, self._relaying("completion/complete"))
+            add("completion/complete", CompleteRequestParams, relaying("completion/complete"))
         if capabilities.logging is not None:
             add("logging/setLevel", SetLevelRequestParams, self._set_level)
         if any(self.announces):
@@ -248,12 +281,20 @@ class Gateway:
         return relay
 
     async def _forward(
-        self, ctx: ServerRequestContext[Any, Any], method: str, raw: Mapping[str, Any], what: str, *, asks: bool
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        method: str,
+        raw: Mapping[str, Any],
+        what: str,
+        *,
+        asks: bool,
+        pool: Pool | None = None,
     ) -> dict[str, Any]:
+        pool = pool or self.pools[0]
         holder = _holder(ctx) if asks else None
         if holder is not None:
             self._remember(holder, ctx.session)
-        call = Call(ctx, what, holder, Deadline(self.upstream.timeout))
+        call = Call(ctx, what, holder, Deadline(pool.upstream.timeout))
 
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             # Asked for on every request, as a sign of life that renews the timeout; passed on to a client that
@@ -261,7 +302,7 @@ class Gateway:
             call.deadline.renew()
             await ctx.session.report_progress(progress, total, message)
 
-        async with self.pool.carrying(call) as (lane, connection):
+        async with pool.carrying(call) as (lane, connection):
             resent = False
             while True:
                 request = _Forwarded(method=method, params=_outgoing(raw, modern=lane.modern))
@@ -283,17 +324,17 @@ class Gateway:
                     raise MCPError(
                         INTERNAL_ERROR,
                         f"upstream {lane.label} {said} while {what} was in flight; the gateway connects to it again",
-                        {"upstream": self.upstream.name},
+                        {"upstream": pool.upstream.name},
                     ) from None
                 except ValidationError as invalid:
                     log.warning("upstream %s returned an invalid result for %s: %s", lane.label, what, invalid)
                     raise MCPError(
                         INTERNAL_ERROR,
                         f"upstream {lane.label} returned an invalid result for {what}",
-                        {"upstream": self.upstream.name},
+                        {"upstream": pool.upstream.name},
                     ) from None
                 if watch.cancelled_caught:
-                    raise timed_out(lane, what, self.upstream.timeout)
+                    raise timed_out(lane, what, pool.upstream.timeout)
                 return self._returned(ctx, lane, what, result)
 
     def _returned(
@@ -304,7 +345,7 @@ class Gateway:
                 INTERNAL_ERROR,
                 f"upstream {lane.label} answered {what} by asking for input the 2026-07-28 way (InputRequiredResult), "
                 f"which a {ctx.protocol_version} client cannot receive; this gateway does not bridge that",
-                {"upstream": self.upstream.name},
+                {"upstream": lane.pool.upstream.name},
             )
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
             result = {**result, "resultType": "complete"}  # a handshake upstream's result, which has none
@@ -316,13 +357,15 @@ class Gateway:
         return result
 
     async def _set_level(self, ctx: ServerRequestContext[Any, Any], params: SetLevelRequestParams) -> dict[str, Any]:
-        """Every handshake session with the upstream gets the level (and sessions opened later, on connecting)."""
+        """Every handshake session with an upstream that serves logging gets the level (and sessions opened later,
+        on connecting)."""
         self._level = params.level
         refused: MCPError | None = None
-        for lane in self.pool.lanes:
-            if lane.client is not None and not lane.modern:
+        for lane in [lane for pool in self.pools for lane in pool.lanes]:
+            client = lane.client
+            if client is not None and not lane.modern and client.server_capabilities.logging is not None:
                 try:
-                    await self._send_level(lane, lane.client, params.level)
+                    await self._send_level(lane, client, params.level)
                 except MCPError as error:
                     refused = refused or error
         if refused is not None:
@@ -331,10 +374,11 @@ class Gateway:
 
     async def _send_level(self, lane: Lane, client: Client, level: LoggingLevel) -> None:
         request = _Forwarded(method="logging/setLevel", params={"level": level})
-        with Deadline(self.upstream.timeout).watching() as watch:
+        timeout = lane.pool.upstream.timeout
+        with Deadline(timeout).watching() as watch:
             await client.session.send_request(request, _Raw)
         if watch.cancelled_caught:
-            raise timed_out(lane, "logging/setLevel", self.upstream.timeout)
+            raise timed_out(lane, "logging/setLevel", timeout)
 
     async def _initialized(self, ctx: ServerRequestContext[Any, Any], params: NotificationParams) -> None:
         holder = _holder(ctx)
@@ -358,6 +402,10 @@ class Gateway:
                 await self._send_level(lane, client, self._level)
             except MCPError as error:
                 log.warning("upstream %s refused the log level %s: %s", lane.label, self._level, error)
+        if self.routes is not None and self._running and lane is lane.pool.first:
+            for event, announced in zip(_EVENTS.values(), self.announces, strict=True):
+                if announced:
+                    await self.event(event)
 
     async def elicit(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData:
         """The upstream's question, asked of the client whose calls the lane carries.
@@ -444,10 +492,25 @@ class Gateway:
                 self._connections.pop(holder, None)  # ended, or stalled past the notice timeout: forgotten
 
     async def _changed(self, lane: Lane, notification: ServerNotification) -> None:
-        if lane is not self.pool.first:
+        if lane is not lane.pool.first:
             return  # every session of the upstream hears it; one notice is enough
         event = _EVENTS[type(notification)]
         await self.event(event)
+
+
+def _union(declared: Sequence[ServerCapabilities]) -> ServerCapabilities:
+    """What any of the upstreams serves: each family from the first that serves it, list changes announced if
+    any of them announces them."""
+    union: dict[str, Any] = {}
+    for capabilities in declared:
+        for family, value in capabilities:
+            if value is None:
+                continue
+            if family not in union:
+                union[family] = value.model_copy() if isinstance(value, BaseModel) else value
+            elif getattr(value, "list_changed", False):
+                union[family].list_changed = True
+    return ServerCapabilities(**union)
 
 
 def _holder(ctx: ServerRequestContext[Any, Any]) -> Hashable:

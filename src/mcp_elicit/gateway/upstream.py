@@ -27,7 +27,7 @@ import logging
 import math
 import os
 import shlex
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -84,8 +84,8 @@ class UpstreamUnavailable(Exception):
 class Upstream:
     """Where the upstream server is and how to talk to it.
 
-    Exactly one of `command` (a stdio server's argv, started with the gateway's own environment unless `env`
-    is given, as a command typed at the shell would be) and `url` (a streamable HTTP endpoint).
+    Exactly one of `command` (a stdio server's argv, started with the gateway's own environment, as a command
+    typed at the shell would be) and `url` (a streamable HTTP endpoint).
     """
 
     name: str
@@ -102,8 +102,13 @@ class Upstream:
     `HTTP_SESSIONS` for an HTTP upstream and 1 for a command, where one process often means one state that more
     processes would split."""
     env: Mapping[str, str] | None = None
+    """Variables a stdio upstream gets on top of the gateway's environment (an API key, say): without the rest
+    of it, `PATH` among them, most commands would not start."""
     cwd: str | None = None
     """The directory a stdio upstream starts in (default: the gateway's)."""
+    prefix: str | None = None
+    """What its tool and prompt names and resource URIs carry behind a gateway of several upstreams
+    (`mcp_elicit.gateway.routing`); `None` for the one upstream of a gateway, relayed as it is."""
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
@@ -411,7 +416,7 @@ class Lane:
         if upstream.url is not None:
             transport = _http(upstream.url, lambda: connection.forget())
         else:
-            env = dict(os.environ if upstream.env is None else upstream.env)
+            env = {**os.environ, **(upstream.env or {})}
             command, *args = upstream.command
             transport = stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=upstream.cwd))
         relay = self.pool.relay
@@ -511,24 +516,8 @@ class Pool:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Self]:
         """The pool with its first lane up; `UpstreamUnavailable` if that lane could not connect."""
-        refused: str | None = None
-        async with anyio.create_task_group() as tasks:
-            self._tasks = tasks
-            lane = self._open()
-            await lane.settled()
-            if lane.status != "up":
-                refused = f"upstream {lane.label} {lane.problem}"
-                tasks.cancel_scope.cancel()
-            else:
-                try:
-                    yield self
-                finally:
-                    self._tasks = None
-                    for each in self.lanes:
-                        each.stop()
-                    tasks.cancel_scope.cancel()
-        if refused is not None:  # raised here, not in the task group, so that it is not wrapped in a group
-            raise UpstreamUnavailable(refused)
+        async with running((self,)):
+            yield self
 
     def _open(self) -> Lane:
         """A new lane, its supervisor started in the pool's task group (where no caller's cancellation reaches)."""
@@ -583,6 +572,42 @@ class Pool:
                     f"of its {self.upstream.session_limit} session(s), each carrying calls of another client",
                     {"upstream": self.upstream.name},
                 )
+
+
+@asynccontextmanager
+async def running(pools: Sequence[Pool]) -> AsyncIterator[None]:
+    """Every pool with its first lane up, all started at once; `UpstreamUnavailable` as soon as one could not
+    connect, naming it (and any other that failed by then), and then none of them runs."""
+    refused: list[str] = []
+    async with anyio.create_task_group() as tasks:
+        firsts = []
+        for pool in pools:
+            pool._tasks = tasks
+            firsts.append(pool._open())
+        with anyio.CancelScope() as waiting:
+            async with anyio.create_task_group() as waits:
+                for lane in firsts:
+                    waits.start_soon(_settle, lane, waiting)
+        refused = [f"upstream {lane.label} {lane.problem}" for lane in firsts if lane.status in ("down", "stopped")]
+        if refused:
+            tasks.cancel_scope.cancel()
+        else:
+            try:
+                yield
+            finally:
+                for pool in pools:
+                    pool._tasks = None
+                    for lane in pool.lanes:
+                        lane.stop()
+                tasks.cancel_scope.cancel()
+    if refused:  # raised here, not in the task group, so that it is not wrapped in a group
+        raise UpstreamUnavailable("; ".join(refused))
+
+
+async def _settle(lane: Lane, waiting: anyio.CancelScope) -> None:
+    await lane.settled()
+    if lane.status != "up":
+        waiting.cancel()
 
 
 def timed_out(lane: Lane, what: str, timeout: float | None, *, waiting: bool = False) -> MCPError:

@@ -10,8 +10,9 @@ Hand-written on purpose: the SDK's servers serve every era at once, so none of t
 that does not know the other. Its tool `echo` answers its arguments; `malformed` answers a result no protocol
 version accepts (content that is not a list), as a buggy server would; `announce` says, before answering, that
 its tool list changed (a notice only the handshake era has), which it declares it does; `later` answers at
-once, and logs `LATE` just before it answers the next request, as a task a call left running does. Run it as
-`python -m tests.helpers.peers.one_era_server [--era ...]`.
+once, and logs `LATE` just before it answers the next request, as a task a call left running does. `--page N`
+lists its tools N at a time, the cursor being the offset of the next page, as servers with long lists do. Run it
+as `python -m tests.helpers.peers.one_era_server [--era ...] [--page N]`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ TOOLS = [
 LATE = "a line logged after its call ended"
 pending: list[dict[str, Any]] = []
 """Notices to write before the next answer."""
+page = len(TOOLS)
 MODERN_RESULT = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 
@@ -46,7 +48,7 @@ def handshake(request: dict[str, Any]) -> dict[str, Any]:
     if method == "ping":
         return {"result": {}}
     if method == "tools/list":
-        return {"result": {"tools": TOOLS}}
+        return {"result": listed(params)}
     return tool_call(method, params, {})
 
 
@@ -60,8 +62,16 @@ def modern(request: dict[str, Any]) -> dict[str, Any]:
         discovered = {"supportedVersions": [MODERN_VERSION], "capabilities": {"tools": {}}, "_meta": info}
         return {"result": {**MODERN_RESULT, **discovered}}
     if method == "tools/list":
-        return {"result": {**MODERN_RESULT, "tools": TOOLS}}
+        return {"result": {**MODERN_RESULT, **listed(params)}}
     return tool_call(method, params, MODERN_RESULT)
+
+
+def listed(params: dict[str, Any]) -> dict[str, Any]:
+    start = int(params.get("cursor") or 0)
+    result: dict[str, Any] = {"tools": TOOLS[start : start + page]}
+    if start + page < len(TOOLS):
+        result["nextCursor"] = str(start + page)
+    return result
 
 
 def tool_call(method: object, params: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
@@ -84,8 +94,12 @@ def tool_call(method: object, params: dict[str, Any], shape: dict[str, Any]) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    global page
     parser.add_argument("--era", choices=["2025-11-25", MODERN_VERSION], default="2025-11-25")
-    answer = modern if parser.parse_args().era == MODERN_VERSION else handshake
+    parser.add_argument("--page", type=int, default=len(TOOLS))
+    options = parser.parse_args()
+    answer = modern if options.era == MODERN_VERSION else handshake
+    page = options.page
     print("one-era server listening on stdio", file=sys.stderr, flush=True)
     for line in sys.stdin:
         if not line.strip():

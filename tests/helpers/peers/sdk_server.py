@@ -16,7 +16,7 @@ once the person is done on its page, often after the call that asked ended), `re
 JSON-RPC error `-32000` (`REFUSAL`), as servers do for their own errors, `meta` returns the `_meta` its request
 came with, and `quiz`
 asks the 2026-07-28 way, with an `InputRequiredResult` (which only a 2026-07-28 session can carry). The
-`greeting` prompt completes its `name`, and there is a note resource with a template. Run it as
+`greeting` prompt completes its `name`, there is a note resource with a template, and it gives `INSTRUCTIONS`. Run it as
 `python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process use. A peer of its own
 (not `tests.helpers.server`): it stands for tools written for the SDK, without mcp-elicit.
 """
@@ -55,7 +55,9 @@ class Seats(BaseModel):
 CRASH_LOG = "opening the ledger"
 CONNECT_URL = "https://accounts.example/connect"
 
-server = MCPServer("sdk-server")
+INSTRUCTIONS = "Book seats, then read the notes."
+
+server = MCPServer("sdk-server", instructions=INSTRUCTIONS)
 log = logging.getLogger("tests.helpers.peers.sdk_server")
 
 
