@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from importlib.metadata import version
 from typing import Any, get_args
 
@@ -68,6 +68,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 
+from mcp_elicit.gateway.questions import Ended, Questions, fresh_holder
 from mcp_elicit.gateway.upstream import (
     ENDED,
     FORGOTTEN,
@@ -80,6 +81,8 @@ from mcp_elicit.gateway.upstream import (
     listed_changes,
     timed_out,
 )
+from mcp_elicit.server.config import RequestState
+from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Store
 
 log = logging.getLogger(__name__)
@@ -93,6 +96,9 @@ _REMEMBERED = 1024
 notices): the most recently seen; older ones are forgotten."""
 NOTICE_TIMEOUT = 2.0
 """Seconds a notification to one client may take before it is given up."""
+UPSTREAM_STATE = "upstream:"
+"""What the `requestState` of a round a 2026-07-28 upstream put out starts with, in the gateway's sealed state:
+the gateway's own rounds carry their operation's state instead."""
 URL_FLOW_TTL = 3600.0
 """Seconds after a URL question is relayed during which the upstream's notice that it is complete is passed
 on (to the client asked): a sign-in or payment is done within the hour, or not through this gateway."""
@@ -174,11 +180,19 @@ class Gateway:
     state; nothing this gateway does writes to it: a relayed call never touches it.
     """
 
-    def __init__(self, upstream: Upstream, *, store: Store | None = None) -> None:
+    def __init__(
+        self, upstream: Upstream, *, store: Store | None = None, request_state: RequestState | None = None
+    ) -> None:
         self.upstream = upstream
         self.store = store
         self.pool = Pool(upstream, self)
         self.server = GatewayServer(self)
+        self.questions: Questions | None = None
+        """Where the upstream's questions on a `tools/call` become durable decisions (with a store only)."""
+        if store is not None:
+            elicitation = Elicitation(store, request_state=request_state or RequestState(single_process=True))
+            elicitation.install(self.server)
+            self.questions = Questions(elicitation, self.send, self.ask_live)
         self.announces = (False, False, False)
         """Which lists (tools, prompts, resources) the upstream said it announces changes of."""
         self._bus = InMemorySubscriptionBus()
@@ -195,7 +209,10 @@ class Gateway:
         """Connected to the upstream, serving what it serves; `UpstreamUnavailable` if it cannot be reached."""
         if self._running:
             raise RuntimeError("this gateway is running already")
-        async with self.pool.running():
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.pool.running())
+            if self.questions is not None:
+                await stack.enter_async_context(self.questions.running())
             client = self.pool.first.client
             assert client is not None
             self._serve_like(client)
@@ -223,7 +240,8 @@ class Gateway:
         add = self.server.add_request_handler
         if capabilities.tools is not None:
             add("tools/list", PaginatedRequestParams, self._relaying("tools/list"))
-            add("tools/call", CallToolRequestParams, self._relaying("tools/call", asks=True, named="name"))
+            calling = self._calling if self.questions is not None else None
+            add("tools/call", CallToolRequestParams, calling or self._relaying("tools/call", asks=True, named="name"))
         if capabilities.prompts is not None:
             add("prompts/list", PaginatedRequestParams, self._relaying("prompts/list"))
             add("prompts/get", GetPromptRequestParams, self._relaying("prompts/get", asks=True, named="name"))
@@ -254,12 +272,23 @@ class Gateway:
         if holder is not None:
             self._remember(holder, ctx.session)
         call = Call(ctx, what, holder, Deadline(self.upstream.timeout))
+        lane, result = await self.send(call, method, raw)
+        return self._returned(ctx, lane, what, result)
+
+    async def send(self, call: Call, method: str, raw: Mapping[str, Any]) -> tuple[Lane, dict[str, Any]]:
+        """`call` sent upstream as it came, on a lane it may ride, and the upstream's raw result; an error of the
+        upstream's or of the relay (`MCPError`, naming the upstream and the call) otherwise. Progress renews the
+        call's clock and goes to the downstream request the call belongs to now (`call.ctx`)."""
+        what = call.what
 
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             # Asked for on every request, as a sign of life that renews the timeout; passed on to a client that
             # asked for it (to any other, reporting it does nothing).
             call.deadline.renew()
-            await ctx.session.report_progress(progress, total, message)
+            try:
+                await call.ctx.session.report_progress(progress, total, message)
+            except Exception as error:  # a downstream request that ended meanwhile (a 2026-07-28 round) hears none
+                log.debug("progress of %s not passed on: %s", what, type(error).__name__)
 
         async with self.pool.carrying(call) as (lane, connection):
             resent = False
@@ -294,7 +323,31 @@ class Gateway:
                     ) from None
                 if watch.cancelled_caught:
                     raise timed_out(lane, what, self.upstream.timeout)
-                return self._returned(ctx, lane, what, result)
+                return lane, result
+
+    async def _calling(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
+        """A `tools/call` whose questions the gateway keeps durable (see `mcp_elicit.gateway.questions`)."""
+        assert self.questions is not None
+        raw = ctx.params or {}
+        what = f"tools/call {raw.get('name')!r}"
+        state = params.request_state
+        if state is not None and state.startswith(UPSTREAM_STATE):
+            # The retry of a round a 2026-07-28 upstream put out: its state goes back to it as it gave it.
+            raw = {**raw, "requestState": state.removeprefix(UPSTREAM_STATE)}
+            return await self._forward(ctx, "tools/call", raw, what, asks=True)
+        holder = _holder(ctx)
+        if holder == NO_BACK_CHANNEL and not self.pool.first.modern:
+            holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's alone
+        else:
+            self._remember(holder, ctx.session)
+        outcome = await self.questions.call_tool(
+            ctx, params, raw, Call(ctx, what, holder, Deadline(self.upstream.timeout))
+        )
+        if isinstance(outcome, Ended):
+            assert outcome.lane is not None
+            assert outcome.result is not None
+            return self._returned(ctx, outcome.lane, what, outcome.result)
+        return outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _returned(
         self, ctx: ServerRequestContext[Any, Any], lane: Lane, what: str, result: dict[str, Any]
@@ -308,6 +361,9 @@ class Gateway:
             )
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
             result = {**result, "resultType": "complete"}  # a handshake upstream's result, which has none
+        state = result.get("requestState")
+        if self.questions is not None and isinstance(state, str):
+            result = {**result, "requestState": UPSTREAM_STATE + state}  # sealed by the gateway's boundary
         meta = result.get("_meta")
         if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
             # The gateway's own identity is stamped on 2026-07-28 results, as its discovery says.
@@ -372,13 +428,25 @@ class Gateway:
             log.warning("upstream %s asked a question with no call in flight; refused", lane.label)
             return ErrorData(code=INVALID_REQUEST, message="no call of the gateway's clients is in flight to ask on")
         first = calls[0]
-        whose = " or ".join(dict.fromkeys(call.what for call in calls))
-        session = first.ctx.session
+        with ExitStack() as paused:
+            for call in calls:
+                paused.enter_context(call.deadline.paused())
+            if first.asked is not None:
+                return await first.asked(lane, params)
+            whose = " or ".join(dict.fromkeys(call.what for call in calls))
+            return await self.ask_live(lane, first.ctx, whose, params)
+
+    async def ask_live(
+        self, lane: Lane, ctx: ServerRequestContext[Any, Any], whose: str, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        """The upstream's question asked of the client of `ctx` on that request, and the client's answer (or why
+        it cannot be asked), for the upstream."""
+        session = ctx.session
         if not session.can_send_request:
             return ErrorData(
                 code=INVALID_REQUEST,
                 message=f"the gateway cannot ask the client of {whose} on the live call: its connection "
-                f"(protocol {first.ctx.protocol_version}) carries no requests from server to client, and this "
+                f"(protocol {ctx.protocol_version}) carries no requests from server to client, and this "
                 "gateway does not relay questions another way",
             )
         refusal = _unaskable(session.client_capabilities, params)
@@ -386,16 +454,13 @@ class Gateway:
             return ErrorData(code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {whose}: {refusal}")
         if isinstance(params, ElicitRequestURLParams) and params.elicitation_id is not None:
             self._urls.asked((lane, params.elicitation_id), session)
-        related = ServerMessageMetadata(related_request_id=first.ctx.request_id)  # arrives, whatever streams are open
-        with ExitStack() as paused:
-            for call in calls:
-                paused.enter_context(call.deadline.paused())
-            try:
-                return await session.send_request(ElicitRequest(params=params), ElicitResult, metadata=related)
-            except MCPError as error:
-                return error.error
-            except ValidationError:
-                return ErrorData(code=INTERNAL_ERROR, message="the client's answer is not an elicitation result")
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)  # arrives, whatever streams are open
+        try:
+            return await session.send_request(ElicitRequest(params=params), ElicitResult, metadata=related)
+        except MCPError as error:
+            return error.error
+        except ValidationError:
+            return ErrorData(code=INTERNAL_ERROR, message="the client's answer is not an elicitation result")
 
     async def logged(self, lane: Lane, params: LoggingMessageNotificationParams) -> None:
         """A log message, to the one client it can belong to; dropped when that cannot be told.

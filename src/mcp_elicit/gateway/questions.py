@@ -1,0 +1,309 @@
+"""Durable questions of a relayed `tools/call`: what the gateway does when the upstream asks during a call.
+
+Why this shape: a call that asks nothing must stay a plain relay (no store, no operation), and nobody knows
+whether a call will ask until the upstream does. So every `tools/call` is sent upstream as an `UpstreamCall`,
+owned by the gateway (its task group, not the downstream request's scope), whose events are the upstream's
+questions and its end. While no question comes the downstream request just waits for the end and returns the
+result. The first question switches the call into `Elicitation.run_tool`: its body attaches to the upstream
+call, kept in memory under the operation's id, walks its events in order and asks each question with the
+`Flow`, on whichever era the client speaks (live `elicitation/create` on 2025, an `InputRequiredResult` round on
+2026-07-28), hands the answer to the upstream request waiting for it, and returns the upstream's result. A
+2026-07-28 retry goes straight to `run_tool`: its body finds the same upstream call and walks it from the start,
+the questions asked before coming back with their recorded answers. Identical calls share one operation (the
+runtime's single flight) and so one upstream call; the upstream call a twin started before it asked is cancelled.
+
+A question is keyed by its position in the call and a digest of what was asked (message and schema, or message
+and URL): a re-run upstream (after a gateway restart, the upstream call lost with the process) that asks the
+same thing gets the recorded answer, and one that asks something else is a new question.
+
+What does not survive a restart: the upstream call itself. A retry whose upstream call is gone starts it again
+(the upstream's tool body runs again) and answers what it asks from the recorded decisions while they match.
+An upstream call whose question nobody answers gives up after the question's TTL: the upstream is told `cancel`
+and its request is cancelled, so that it does not hold its session forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    InputRequiredResult,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcp_elicit.gateway.upstream import Call, Lane
+from mcp_elicit.model.form_schema import UnsupportedSchema
+from mcp_elicit.server.answers import Accepted, Declined
+from mcp_elicit.server.flow import DEFAULT_FORM_TTL, Flow
+from mcp_elicit.server.runtime import Elicitation
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+log = logging.getLogger(__name__)
+
+TOOLS_CALL = "tools/call"
+Send = Callable[[Call, str, Mapping[str, Any]], Awaitable[tuple[Lane, dict[str, Any]]]]
+AskLive = Callable[
+    [Lane, ServerRequestContext[Any, Any], str, ElicitRequestParams], Awaitable[ElicitResult | ErrorData]
+]
+
+
+@dataclass(eq=False)
+class Question:
+    """The upstream asked: the request's params, the lane it came on, and the answer once given (first wins)."""
+
+    params: ElicitRequestParams
+    lane: Lane
+    answer: ElicitResult | ErrorData | None = None
+    _given: anyio.Event = field(default_factory=anyio.Event)
+
+    def give(self, answer: ElicitResult | ErrorData) -> None:
+        if self.answer is None:
+            self.answer = answer
+            self._given.set()
+
+    async def answered(self) -> ElicitResult | ErrorData:
+        await self._given.wait()
+        assert self.answer is not None
+        return self.answer
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The upstream answered the call: its raw result, or the error it (or the relay) ended it with."""
+
+    result: dict[str, Any] | None
+    error: MCPError | None = None
+    lane: Lane | None = None
+
+
+Event = Question | Ended
+
+
+class UpstreamCall:
+    """One `tools/call` in flight upstream, and what happened on it so far, in order."""
+
+    def __init__(self, call: Call, linger: float) -> None:
+        self.call = call
+        self.events: list[Event] = []
+        self.claimed = False
+        """An operation keeps it: an identical call's retry attaches to it rather than cancelling it."""
+        self._linger = linger
+        self._grew = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._why = ""
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.events) and isinstance(self.events[-1], Ended)
+
+    async def run(self, send: Send, raw: Mapping[str, Any]) -> None:
+        ended: Ended | None = None
+        with self._scope:
+            try:
+                lane, result = await send(self.call, TOOLS_CALL, raw)
+                ended = Ended(result, lane=lane)
+            except MCPError as error:
+                ended = Ended(None, error)
+        if ended is None:
+            ended = Ended(None, MCPError(INTERNAL_ERROR, f"{self.call.what} was cancelled upstream: {self._why}"))
+        self._post(ended)
+
+    def cancel(self, why: str) -> None:
+        """The upstream request is cancelled (the SDK tells the upstream); its end is an error saying `why`."""
+        self._why = why
+        self._scope.cancel()
+
+    async def asked(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        """What the upstream gets for its question: the answer the call's operation gives, or, once the question
+        waited its TTL unanswered, `cancel` (and the upstream request is cancelled)."""
+        question = Question(params, lane)
+        self._post(question)
+        with anyio.move_on_after(self._linger):
+            return await question.answered()
+        log.info("%s: nobody answered the upstream's question in time; the upstream call is cancelled", self.call.what)
+        question.give(ElicitResult(action="cancel"))
+        self.cancel(f"nobody answered its question within {self._linger:g} s")
+        return ElicitResult(action="cancel")
+
+    async def event(self, position: int) -> Event:
+        """The call's event at `position` (0: the first), once it happened."""
+        while len(self.events) <= position:
+            grew = self._grew
+            await grew.wait()
+        return self.events[position]
+
+    def _post(self, event: Event) -> None:
+        self.events.append(event)
+        grew, self._grew = self._grew, anyio.Event()
+        grew.set()
+
+
+class Questions:
+    """The gateway's durable `tools/call`: plain relay until the upstream asks, then `Elicitation.run_tool`."""
+
+    def __init__(self, elicitation: Elicitation, send: Send, ask_live: AskLive, *, ttl: timedelta = DEFAULT_FORM_TTL):
+        self.elicitation = elicitation
+        self.ttl = ttl
+        """How long a relayed question stays open: its decision's TTL, and how long its upstream call waits."""
+        self._send = send
+        self._ask_live = ask_live
+        self._calls: dict[str, UpstreamCall] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._serving: anyio.Event | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Questions]:
+        """Upstream calls run in this task group, so that one outlives the downstream request that started it."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield self
+            finally:
+                self._tasks = None
+                tasks.cancel_scope.cancel()
+
+    async def call_tool(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: CallToolRequestParams,
+        raw: Mapping[str, Any],
+        call: Call,
+    ) -> CallToolResult | InputRequiredResult | Ended:
+        """The call's outcome: the upstream's end when it asked nothing, else what `run_tool` made of it."""
+        if params.request_state is not None or params.input_responses:
+            return await self._durable(ctx, params, raw, call, None)
+        started = self._start(call, raw)
+        try:
+            first = await started.event(0)
+        except BaseException:
+            started.cancel("its client gave up")  # cancelled, or went away: so does the upstream
+            raise
+        if isinstance(first, Ended):
+            if first.error is not None:
+                raise first.error
+            return first
+        return await self._durable(ctx, params, raw, call, started)
+
+    async def _served(self) -> None:
+        """The runtime's background work (wake-ups on store changes, leases, the sweeper), started by the first call
+        that asks: until one does, the gateway does not touch its store at all."""
+        if self._serving is None:
+            assert self._tasks is not None, "the gateway is not running"
+            self._serving = anyio.Event()
+            self._tasks.start_soon(self._background, self._serving)
+        await self._serving.wait()
+
+    async def _background(self, started: anyio.Event) -> None:
+        async with self.elicitation.lifespan()(None):
+            started.set()
+            await anyio.sleep_forever()
+
+    def _start(self, call: Call, raw: Mapping[str, Any]) -> UpstreamCall:
+        assert self._tasks is not None, "the gateway is not running"
+        started = UpstreamCall(call, self.ttl.total_seconds())
+        call.asked = started.asked
+        self._tasks.start_soon(started.run, self._send, raw)
+        return started
+
+    async def _durable(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: CallToolRequestParams,
+        raw: Mapping[str, Any],
+        call: Call,
+        pending: UpstreamCall | None,
+    ) -> CallToolResult | InputRequiredResult:
+        async def body(flow: Flow) -> CallToolResult:
+            upstream = self._attached(flow.operation_id, call, raw, pending)
+            upstream.call.ctx = ctx  # progress and log messages go to the request the call is on now
+            position = 0
+            while True:
+                event = await upstream.event(position)
+                if isinstance(event, Ended):
+                    if self._calls.get(flow.operation_id) is upstream:
+                        del self._calls[flow.operation_id]
+                    if event.error is not None:
+                        raise event.error
+                    assert event.result is not None
+                    return CallToolResult.model_validate(event.result)
+                event.give(await self._answer(flow, ctx, event, position, call.what))
+                position += 1
+
+        try:
+            await self._served()
+            result = await self.elicitation.run_tool(ctx, params, body)
+        finally:
+            if pending is not None and not pending.claimed:
+                pending.cancel("an identical call's upstream call answers it")
+        return result
+
+    def _attached(
+        self, operation_id: str, call: Call, raw: Mapping[str, Any], pending: UpstreamCall | None
+    ) -> UpstreamCall:
+        """The upstream call of the operation: the one in memory, else the one this request started, else a new one
+        (the first attempt's was lost with a restart, or ended in an error)."""
+        kept = self._calls.get(operation_id)
+        if kept is not None:
+            return kept
+        if pending is not None and not pending.claimed:
+            chosen = pending
+        else:
+            log.info("%s: its upstream call is gone (the gateway restarted); calling the upstream again", call.what)
+            chosen = self._start(call, raw)
+        chosen.claimed = True
+        self._calls[operation_id] = chosen
+        return chosen
+
+    async def _answer(
+        self, flow: Flow, ctx: ServerRequestContext[Any, Any], question: Question, position: int, what: str
+    ) -> ElicitResult | ErrorData:
+        params = question.params
+        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        key = question_key(position, wire)
+        if isinstance(params, ElicitRequestFormParams):
+            try:
+                answer = await flow.ask_schema(params.message, params.requested_schema, key=key, ttl=self.ttl)
+            except UnsupportedSchema as unsupported:
+                return ErrorData(code=INVALID_PARAMS, message=f"the gateway cannot ask this form: {unsupported}")
+            if isinstance(answer, Accepted):
+                return ElicitResult.model_validate({"action": "accept", "content": answer.data})
+            return ElicitResult(action="decline" if isinstance(answer, Declined) else "cancel")
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return await self._ask_live(question.lane, ctx, what, params)
+        return ErrorData(
+            code=INVALID_PARAMS,
+            message="the gateway does not relay URL-mode questions to 2026-07-28 clients yet",
+        )
+
+
+def question_key(position: int, asked: Mapping[str, Any]) -> str:
+    """The decision key of the upstream's question at `position`: a changed question is a new decision."""
+    shown = {name: asked.get(name) for name in ("mode", "message", "requestedSchema", "url")}
+    digest = hashlib.sha256(json.dumps(shown, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"q{position + 1}.{digest[:16]}"
+
+
+def fresh_holder() -> Hashable:
+    """A lane holder of one call alone: whatever the upstream asks on its lane is that call's."""
+    return object()

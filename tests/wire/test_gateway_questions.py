@@ -1,0 +1,130 @@
+"""What the gateway makes of an upstream's question during a `tools/call`, with a store: a durable decision of the
+call's operation, asked the way the client's era asks (live on 2025, an `InputRequiredResult` round on 2026-07-28),
+answered back to the waiting upstream request, and listed for operators; a call that asks nothing stays a plain
+relay with no operation.
+
+The upstream is the SDK's own `MCPServer` peer on loopback HTTP in this process, asking with `ctx.elicit` on a
+handshake session; the clients are the SDK's `Client` of each era, in process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.client.session import ClientRequestContext
+from mcp_types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult
+
+from mcp_elicit.gateway import Gateway
+from mcp_elicit.model import Decision, DecisionStatus, Operator
+from mcp_elicit.store import Store, open_store
+from tests.helpers.gateway import ERAS, Person, connected, over_http, sdk_over_http, text
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = Operator("test")
+
+
+def decisions(store: Store) -> list[Decision]:
+    """Every decision in the store, as `mcp-elicit decisions ls` lists them."""
+    return store.list_decisions(OPERATOR)
+
+
+class Answers:
+    """Answers each question with the next of `answers` (an action, or the content of an acceptance)."""
+
+    def __init__(self, *answers: str | dict[str, Any]) -> None:
+        self._answers = list(answers)
+        self.asked: list[ElicitRequestParams] = []
+
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        self.asked.append(params)
+        answer = self._answers.pop(0)
+        if isinstance(answer, str):
+            return ElicitResult(action=answer)  # type: ignore[arg-type]
+        return ElicitResult(action="accept", content=answer)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_form_question_of_a_handshake_upstream_is_a_durable_decision_on_either_era(
+    era: str, tmp_path: Path
+) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    person = Person({"seats": 3})
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url), store=store)
+            async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
+                booked = await client.call_tool("book", {"city": "Oslo"})
+        [decision] = decisions(store)
+        operation = store.get_operation(decision.operation_id, OPERATOR)
+    finally:
+        store.close()
+    assert text(booked) == "booked 3 to Oslo"
+    [asked] = person.asked
+    assert isinstance(asked, ElicitRequestFormParams) and asked.message == "How many seats to Oslo?"
+    assert asked.requested_schema["properties"]["seats"]["maximum"] == 9  # the upstream's schema, as it came
+    assert decision.status is DecisionStatus.ACCEPTED and decision.content == {"seats": 3}
+    assert decision.key.startswith("q1.") and decision.message == "How many seats to Oslo?"
+    assert (operation.method, operation.target, operation.status.value) == ("tools/call", "book", "completed")
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_declined_or_dismissed_question_reaches_the_upstream_as_such(
+    era: str, action: str, tmp_path: Path
+) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    person = Answers(action)
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url), store=store)
+            async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
+                refused = await client.call_tool("book", {"city": "Rome"})
+        [decision] = decisions(store)
+    finally:
+        store.close()
+    assert text(refused) == f"not booked ({action})"
+    assert decision.status is (DecisionStatus.DECLINED if action == "decline" else DecisionStatus.CANCELLED)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_answer_that_does_not_fit_the_upstreams_schema_is_asked_again_never_passed_on(
+    era: str, tmp_path: Path
+) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    person = Answers({"seats": 12}, {"seats": "two"}, {"seats": 2})
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url), store=store)
+            async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
+                booked = await client.call_tool("book", {"city": "Lima"})
+    finally:
+        store.close()
+    assert text(booked) == "booked 2 to Lima"  # the upstream's own check (at most 9) never saw the 12
+    first, second, third = person.asked
+    assert "previous answer could not be used" not in first.message
+    assert "seats: must be at most 9" in second.message and "previous answer could not be used" in second.message
+    assert "seats:" in third.message
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_call_that_asks_nothing_starts_no_operation(era: str, tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url), store=store)
+            async with gateway.running(), connected(gateway, era, elicitation_callback=Person({"seats": 1})) as client:
+                counted = await client.call_tool("count", {"to": 2})
+                asked = await client.call_tool("book", {"city": "Oslo"})
+        with sqlite3.connect(tmp_path / "gateway.db") as reader:
+            operations = [
+                row[0] for row in reader.execute("SELECT target FROM elicit_operations WHERE method = 'tools/call'")
+            ]
+    finally:
+        store.close()
+    assert text(counted) == "counted to 2"
+    assert text(asked) == "booked 1 to Oslo"
+    assert operations == ["book"]
