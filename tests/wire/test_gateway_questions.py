@@ -10,21 +10,38 @@ handshake session; the clients are the SDK's `Client` of each era, in process.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp import Client
 from mcp.client.session import ClientRequestContext
-from mcp_types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult
+from mcp_types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitResult,
+    InputRequiredResult,
+)
 
 from mcp_elicit.gateway import Gateway
 from mcp_elicit.model import Decision, DecisionStatus, Operator
+from mcp_elicit.server import Timing
 from mcp_elicit.store import Store, open_store
 from tests.helpers.gateway import ERAS, Person, connected, over_http, sdk_over_http, text
+from tests.helpers.http_harness import free_port, serving
+from tests.helpers.peers.asking_server import server as asking_server
 
 pytestmark = pytest.mark.anyio
 
 OPERATOR = Operator("test")
+QUICK = Timing(long_poll=timedelta(milliseconds=200))
+"""A 2026-07-28 call waiting on a question another call put out is held this long per round, not 5 s."""
 
 
 def decisions(store: Store) -> list[Decision]:
@@ -128,3 +145,73 @@ async def test_a_call_that_asks_nothing_starts_no_operation(era: str, tmp_path: 
     assert text(counted) == "counted to 2"
     assert text(asked) == "booked 1 to Oslo"
     assert operations == ["book"]
+
+
+@asynccontextmanager
+async def asking(store: Store, era: str, **client: Any) -> AsyncIterator[Client]:
+    """A gateway in front of the asking peer (on loopback HTTP in this process) and a client of `era`."""
+    with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gateway = Gateway(over_http(f"{base}/mcp"), store=store, timing=QUICK)
+        async with gateway.running(), connected(gateway, era, **client) as downstream:
+            yield downstream
+
+
+async def test_a_2026_round_and_its_retries_answer_the_upstream_request_still_waiting(tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    ledger = tmp_path / "ledger"
+    arguments = {"item": "pens", "ledger": str(ledger)}
+    try:
+        async with asking(store, "2026-07-28", elicitation_callback=Answers()) as client:  # driven by hand below
+            first = await client.session.call_tool("order", arguments, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult) and first.input_requests and first.request_state
+            [(quantity_key, how_many)] = first.input_requests.items()
+            second = await client.session.call_tool(
+                "order",
+                arguments,
+                input_responses={quantity_key: ElicitResult(action="accept", content={"quantity": 2})},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(second, InputRequiredResult) and second.input_requests and second.request_state
+            [(colour_key, which)] = second.input_requests.items()
+            third = await client.session.call_tool(
+                "order",
+                arguments,
+                input_responses={colour_key: ElicitResult(action="accept", content={"colour": "blue"})},
+                request_state=second.request_state,
+                allow_input_required=True,
+            )
+        asked = sorted((decision.key, decision.status.value) for decision in decisions(store))
+    finally:
+        store.close()
+    assert isinstance(third, CallToolResult) and text(third) == "ordered 2 blue pens"
+    assert isinstance(how_many, ElicitRequest) and how_many.params.message == "How many pens?"
+    assert isinstance(which, ElicitRequest) and which.params.message == "Which colour of pens?"
+    assert not first.request_state.startswith("{")  # sealed by the gateway, never its plaintext
+    assert ledger.read_text() == "start pens\n"  # one upstream call carried all three downstream requests
+    assert asked == sorted([(quantity_key, "accepted"), (colour_key, "accepted")])
+    assert quantity_key.startswith("q1.") and colour_key.startswith("q2.")
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_identical_calls_at_once_share_one_operation_and_its_answers(era: str, tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    ledger = tmp_path / "ledger"
+    arguments = {"item": "cups", "ledger": str(ledger)}
+    person = Answers({"quantity": 4}, {"colour": "red"}, {"quantity": 4}, {"colour": "red"})
+    results: list[str] = []
+
+    async def order(client: Client) -> None:
+        results.append(text(await client.call_tool("order", arguments)))
+
+    try:
+        async with asking(store, era, elicitation_callback=person) as client, anyio.create_task_group() as tasks:
+            tasks.start_soon(order, client)
+            tasks.start_soon(order, client)
+        operations = {decision.operation_id for decision in decisions(store)}
+        recorded = len(decisions(store))
+    finally:
+        store.close()
+    assert results == ["ordered 4 red cups"] * 2
+    assert len(operations) == 1 and recorded == 2
+    assert len(person.asked) == 2  # each question once, though two calls needed its answer

@@ -23,6 +23,8 @@ from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnavailable
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
+from mcp_elicit.server import RequestState
+from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
 
 err = Console(stderr=True)
@@ -93,11 +95,18 @@ def gateway(
     except ValueError as error:
         _fail(f"--upstream: {error}")
     try:
+        ring = Settings.read(only=["state_keys"]).state_keys
+    except SettingsError as error:
+        _fail("; ".join(error.problems))
+    try:
         opened = open_store(store)
     except (StoreError, OSError, ValueError) as error:
         _fail(str(error))
     log.info("store %s; relaying upstream %r", opened.display_url, spec.name)
-    relay = Gateway(spec, store=opened)
+    # Without a key ring the 2026-07-28 rounds are sealed with a key of this process: a round outlives it only
+    # with MCP_ELICIT_STATE_KEYS set.
+    state = RequestState(keys=list(ring), single_process=False) if ring else RequestState(single_process=True)
+    relay = Gateway(spec, store=opened, request_state=state)
     try:
         anyio.run(_serve, relay, transport, host, port)
     except UpstreamUnavailable as error:

@@ -81,7 +81,7 @@ from mcp_elicit.gateway.upstream import (
     listed_changes,
     timed_out,
 )
-from mcp_elicit.server.config import RequestState
+from mcp_elicit.server.config import RequestState, Timing
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Store
 
@@ -177,11 +177,19 @@ class Gateway:
 
     `server` is what to serve (stdio, streamable HTTP, or in process for tests); it connects to the upstream
     when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
-    state; nothing this gateway does writes to it: a relayed call never touches it.
+    state: the upstream's questions during a `tools/call` become decisions there (`mcp_elicit.gateway.questions`),
+    sealed into 2026-07-28 rounds with `request_state`'s keys and lasting as `timing` says; a call that asks
+    nothing never touches it. Without a store, questions are relayed live only, to a client that can be asked
+    on its call.
     """
 
     def __init__(
-        self, upstream: Upstream, *, store: Store | None = None, request_state: RequestState | None = None
+        self,
+        upstream: Upstream,
+        *,
+        store: Store | None = None,
+        request_state: RequestState | None = None,
+        timing: Timing | None = None,
     ) -> None:
         self.upstream = upstream
         self.store = store
@@ -190,7 +198,8 @@ class Gateway:
         self.questions: Questions | None = None
         """Where the upstream's questions on a `tools/call` become durable decisions (with a store only)."""
         if store is not None:
-            elicitation = Elicitation(store, request_state=request_state or RequestState(single_process=True))
+            state = request_state or RequestState(single_process=True)
+            elicitation = Elicitation(store, request_state=state, timing=timing)
             elicitation.install(self.server)
             self.questions = Questions(elicitation, self.send, self.ask_live)
         self.announces = (False, False, False)
@@ -336,10 +345,9 @@ class Gateway:
             raw = {**raw, "requestState": state.removeprefix(UPSTREAM_STATE)}
             return await self._forward(ctx, "tools/call", raw, what, asks=True)
         holder = _holder(ctx)
-        if holder == NO_BACK_CHANNEL and not self.pool.first.modern:
-            holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's alone
-        else:
-            self._remember(holder, ctx.session)
+        self._remember(holder, ctx.session)
+        if not self.pool.first.modern:
+            holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's, and no other's
         outcome = await self.questions.call_tool(
             ctx, params, raw, Call(ctx, what, holder, Deadline(self.upstream.timeout))
         )

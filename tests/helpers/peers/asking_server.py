@@ -1,0 +1,61 @@
+"""A server of the SDK's own kind whose tools ask their person during the call (`ctx.elicit`), the legacy way, and
+write down each time their body runs: what a gateway's durable questions are tested against.
+
+`order` appends `start <item>` to the file `ledger` names, asks how many (a form with `quantity` from 1 to 9),
+then asks which colour (a second form), and answers `ordered <quantity> <colour> <item>`, or says how the person
+refused. `pay` appends `start pay` and sends the person to `PAY_URL` (URL mode, elicitation id `pay-<amount>`),
+answering how they answered. The ledger lets a test count how often the upstream's body ran: once per upstream
+call, never for a retry that attaches to one. Run it as `python -m tests.helpers.peers.asking_server`; `server` is
+the same server for in-process use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel, Field
+
+
+class Quantity(BaseModel):
+    quantity: int = Field(ge=1, le=9, description="How many")
+
+
+class Colour(BaseModel):
+    colour: Literal["red", "blue"]
+
+
+PAY_URL = "https://payments.example/checkout"
+
+server = MCPServer("asking-server")
+
+
+def _ran(ledger: str, what: str) -> None:
+    with Path(ledger).open("a") as file:
+        file.write(f"start {what}\n")
+
+
+@server.tool()
+async def order(ctx: Context, item: str, ledger: str) -> str:
+    """Ask how many and which colour, then order them."""
+    _ran(ledger, item)
+    how_many = await ctx.elicit(f"How many {item}?", Quantity)
+    if how_many.action != "accept":
+        return f"not ordered ({how_many.action})"
+    colour = await ctx.elicit(f"Which colour of {item}?", Colour)
+    if colour.action != "accept":
+        return f"not ordered ({colour.action} at colour)"
+    return f"ordered {how_many.data.quantity} {colour.data.colour} {item}"
+
+
+@server.tool()
+async def pay(ctx: Context, amount: int, ledger: str) -> str:
+    """Send the person to the payment page."""
+    _ran(ledger, "pay")
+    answer = await ctx.elicit_url(f"Pay {amount} EUR", PAY_URL, f"pay-{amount}")
+    return f"payment {answer.action}"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
