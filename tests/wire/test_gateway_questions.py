@@ -156,8 +156,12 @@ async def asking(store: Store, era: str, **client: Any) -> AsyncIterator[Client]
             yield downstream
 
 
-async def test_a_2026_round_and_its_retries_answer_the_upstream_request_still_waiting(tmp_path: Path) -> None:
-    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+# On both engines: a round's commits, its nonce spent once and the answers recorded are the store's, whichever.
+@pytest.mark.engines("sqlite", "postgres")
+async def test_a_2026_round_and_its_retries_answer_the_upstream_request_still_waiting(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = open_store(store_url)
     ledger = tmp_path / "ledger"
     arguments = {"item": "pens", "ledger": str(ledger)}
     try:

@@ -23,7 +23,7 @@ from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnavailable
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
-from mcp_elicit.server import RequestState
+from mcp_elicit.server import IdentityPolicy, RequestState
 from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
 
@@ -106,7 +106,9 @@ def gateway(
     # Without a key ring the 2026-07-28 rounds are sealed with a key of this process: a round outlives it only
     # with MCP_ELICIT_STATE_KEYS set.
     state = RequestState(keys=list(ring), single_process=False) if ring else RequestState(single_process=True)
-    relay = Gateway(spec, store=opened, request_state=state)
+    # Over HTTP it listens on loopback only and signs no one in: every caller is the one loopback principal.
+    identity = IdentityPolicy(allow_unauthenticated_loopback=transport is Transport.HTTP)
+    relay = Gateway(spec, store=opened, request_state=state, identity=identity)
     try:
         anyio.run(_serve, relay, transport, host, port)
     except UpstreamUnavailable as error:

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOOLS_CALL = "tools/call"
+_ROUND_FIELDS = frozenset({"requestState", "inputResponses"})
 Send = Callable[[Call, str, Mapping[str, Any]], Awaitable[tuple[Lane, dict[str, Any]]]]
 AskLive = Callable[
     [Lane, ServerRequestContext[Any, Any], str, ElicitRequestParams], Awaitable[ElicitResult | ErrorData]
@@ -192,6 +193,8 @@ class Questions:
     ) -> CallToolResult | InputRequiredResult | Ended:
         """The call's outcome: the upstream's end when it asked nothing, else what `run_tool` made of it."""
         if params.request_state is not None or params.input_responses:
+            # The retry of one of the gateway's own rounds: what it carries for that round is not the upstream's.
+            raw = {name: value for name, value in raw.items() if name not in _ROUND_FIELDS}
             return await self._durable(ctx, params, raw, call, None)
         started = self._start(call, raw)
         try:

@@ -82,6 +82,7 @@ from mcp_elicit.gateway.upstream import (
     timed_out,
 )
 from mcp_elicit.server.config import RequestState, Timing
+from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Store
 
@@ -178,8 +179,8 @@ class Gateway:
     `server` is what to serve (stdio, streamable HTTP, or in process for tests); it connects to the upstream
     when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
     state: the upstream's questions during a `tools/call` become decisions there (`mcp_elicit.gateway.questions`),
-    sealed into 2026-07-28 rounds with `request_state`'s keys and lasting as `timing` says; a call that asks
-    nothing never touches it. Without a store, questions are relayed live only, to a client that can be asked
+    sealed into 2026-07-28 rounds with `request_state`'s keys, lasting as `timing` says, and bound to the principal
+    `identity` says a call runs for; a call that asks nothing never touches it. Without a store, questions are relayed live only, to a client that can be asked
     on its call.
     """
 
@@ -190,6 +191,7 @@ class Gateway:
         store: Store | None = None,
         request_state: RequestState | None = None,
         timing: Timing | None = None,
+        identity: IdentityPolicy | None = None,
     ) -> None:
         self.upstream = upstream
         self.store = store
@@ -199,7 +201,7 @@ class Gateway:
         """Where the upstream's questions on a `tools/call` become durable decisions (with a store only)."""
         if store is not None:
             state = request_state or RequestState(single_process=True)
-            elicitation = Elicitation(store, request_state=state, timing=timing)
+            elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
             elicitation.install(self.server)
             self.questions = Questions(elicitation, self.send, self.ask_live)
         self.announces = (False, False, False)
