@@ -180,8 +180,8 @@ class Gateway:
     when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
     state: the upstream's questions during a `tools/call` become decisions there (`mcp_elicit.gateway.questions`),
     sealed into 2026-07-28 rounds with `request_state`'s keys, lasting as `timing` says, and bound to the principal
-    `identity` says a call runs for; a call that asks nothing never touches it. Without a store, questions are relayed live only, to a client that can be asked
-    on its call.
+    `identity` says a call runs for; a call that asks nothing never touches it. Without a store, questions are
+    relayed live only, to a client that can be asked on its call.
     """
 
     def __init__(
