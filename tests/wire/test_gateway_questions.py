@@ -22,9 +22,11 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp_types import (
     CallToolResult,
+    ElicitCompleteNotification,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitRequestParams,
+    ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
 )
@@ -33,8 +35,9 @@ from mcp_elicit.gateway import Gateway
 from mcp_elicit.model import Decision, DecisionStatus, Operator
 from mcp_elicit.server import Timing
 from mcp_elicit.store import Store, open_store
-from tests.helpers.gateway import ERAS, Person, connected, over_http, sdk_over_http, text
+from tests.helpers.gateway import ERAS, Person, connected, over_http, sdk_over_http, text, until
 from tests.helpers.http_harness import free_port, serving
+from tests.helpers.peers.asking_server import PAY_URL
 from tests.helpers.peers.asking_server import server as asking_server
 
 pytestmark = pytest.mark.anyio
@@ -219,3 +222,49 @@ async def test_identical_calls_at_once_share_one_operation_and_its_answers(era: 
     assert results == ["ordered 4 red cups"] * 2
     assert len(operations) == 1 and recorded == 2
     assert len(person.asked) == 2  # each question once, though two calls needed its answer
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_url_question_points_at_the_upstreams_page_and_its_completion_is_recorded(
+    era: str, tmp_path: Path
+) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    person = Answers("accept")
+    notices: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ElicitCompleteNotification):
+            notices.append(message.params.elicitation_id)
+
+    try:
+        async with asking(store, era, elicitation_callback=person, message_handler=on_message) as client:
+            paid = await client.call_tool("pay", {"amount": 5, "ledger": str(tmp_path / "ledger")})
+            [decision] = decisions(store)
+            await until(
+                lambda: store.get_decision(decision.elicitation_id, OPERATOR).status.value == "external_completed"
+            )
+            if era == "legacy":
+                await until(lambda: bool(notices))
+    finally:
+        store.close()
+    assert text(paid) == "payment accept"
+    [asked] = person.asked
+    assert isinstance(asked, ElicitRequestURLParams) and (asked.url, asked.message) == (PAY_URL, "Pay 5 EUR")
+    assert (decision.mode.value, decision.url) == ("url", PAY_URL)
+    if era == "legacy":  # asked with the decision's id, and told its flow is complete under that id
+        assert asked.elicitation_id == decision.elicitation_id and notices == [decision.elicitation_id]
+    else:
+        assert asked.elicitation_id is None and notices == []
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_declined_url_question_reaches_the_upstream_as_declined(era: str, tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    try:
+        async with asking(store, era, elicitation_callback=Answers("decline")) as client:
+            refused = await client.call_tool("pay", {"amount": 7, "ledger": str(tmp_path / "ledger")})
+        [decision] = decisions(store)
+    finally:
+        store.close()
+    assert text(refused) == "payment decline"
+    assert decision.status is DecisionStatus.DECLINED

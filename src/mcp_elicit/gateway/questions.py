@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
@@ -50,11 +51,15 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, Remembered
 from mcp_elicit.gateway.upstream import Call, Lane
+from mcp_elicit.model import DecisionStatus, Principal
 from mcp_elicit.model.form_schema import UnsupportedSchema
-from mcp_elicit.server.answers import Accepted, Declined
-from mcp_elicit.server.flow import DEFAULT_FORM_TTL, Flow
+from mcp_elicit.server.answers import Accepted, Consented, Declined
+from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.store import StoreError
+from mcp_elicit.store.aio import AsyncStore
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -64,9 +69,6 @@ log = logging.getLogger(__name__)
 TOOLS_CALL = "tools/call"
 _ROUND_FIELDS = frozenset({"requestState", "inputResponses"})
 Send = Callable[[Call, str, Mapping[str, Any]], Awaitable[tuple[Lane, dict[str, Any]]]]
-AskLive = Callable[
-    [Lane, ServerRequestContext[Any, Any], str, ElicitRequestParams], Awaitable[ElicitResult | ErrorData]
-]
 
 
 @dataclass(eq=False)
@@ -163,14 +165,17 @@ class UpstreamCall:
 class Questions:
     """The gateway's durable `tools/call`: plain relay until the upstream asks, then `Elicitation.run_tool`."""
 
-    def __init__(self, elicitation: Elicitation, send: Send, ask_live: AskLive, *, ttl: timedelta = DEFAULT_FORM_TTL):
+    def __init__(self, elicitation: Elicitation, send: Send, *, ttl: timedelta = DEFAULT_FORM_TTL):
         self.elicitation = elicitation
         self.ttl = ttl
         """How long a relayed question stays open: its decision's TTL, and how long its upstream call waits."""
         self._send = send
-        self._ask_live = ask_live
+        self.url_ttl = DEFAULT_URL_TTL
+        """How long a relayed URL question stays open, and how long its completion notice is waited for."""
         self._calls: dict[str, UpstreamCall] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._store = AsyncStore(elicitation.store)
+        self._flows: Remembered[tuple[Lane, str], _Flow] = Remembered(self.url_ttl.total_seconds())
         self._serving: anyio.Event | None = None
 
     @asynccontextmanager
@@ -250,7 +255,7 @@ class Questions:
                         raise event.error
                     assert event.result is not None
                     return CallToolResult.model_validate(event.result)
-                event.give(await self._answer(flow, ctx, event, position, call.what))
+                event.give(await self._answer(flow, ctx, event, position))
                 position += 1
 
         try:
@@ -279,7 +284,7 @@ class Questions:
         return chosen
 
     async def _answer(
-        self, flow: Flow, ctx: ServerRequestContext[Any, Any], question: Question, position: int, what: str
+        self, flow: Flow, ctx: ServerRequestContext[Any, Any], question: Question, position: int
     ) -> ElicitResult | ErrorData:
         params = question.params
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -292,12 +297,50 @@ class Questions:
             if isinstance(answer, Accepted):
                 return ElicitResult.model_validate({"action": "accept", "content": answer.data})
             return ElicitResult(action="decline" if isinstance(answer, Declined) else "cancel")
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return await self._ask_live(question.lane, ctx, what, params)
-        return ErrorData(
-            code=INVALID_PARAMS,
-            message="the gateway does not relay URL-mode questions to 2026-07-28 clients yet",
-        )
+        answered = await flow.relay_url(params.message, params.url, key=key, ttl=self.url_ttl)
+        if isinstance(answered, Consented):
+            if params.elicitation_id is not None:
+                told = ctx.session if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS else None
+                self._flows.watch(
+                    (question.lane, params.elicitation_id), _Flow(answered.elicitation_id, flow.principal, told)
+                )
+            return ElicitResult(action="accept")
+        return ElicitResult(action="decline" if isinstance(answered, Declined) else "cancel")
+
+    async def completed(self, lane: Lane, elicitation_id: str) -> bool:
+        """The upstream said its URL flow `elicitation_id` is complete: whether it was one of a durable question,
+        whose decision is then recorded complete and whose client, if it was asked on a live call, told so under
+        the decision's id (the one it was asked with)."""
+        found = self._flows.answered((lane, elicitation_id))
+        if found is None:
+            return False
+        try:
+            decision = await self._store.get_decision(found.decision, found.principal)
+            if decision.status is DecisionStatus.EXTERNAL_PENDING:
+                await self._store.transition(
+                    decision,
+                    DecisionStatus.EXTERNAL_COMPLETED,
+                    caller=found.principal,
+                    reason="the relayed server said the flow is complete",
+                )
+        except StoreError as error:
+            log.warning("decision %s: its completion was not recorded: %s", found.decision, error)
+        if found.session is not None:
+            with anyio.move_on_after(NOTICE_TIMEOUT):
+                try:
+                    await found.session.send_elicit_complete(found.decision)
+                except Exception as error:  # the client went away; the decision says it all the same
+                    log.debug("completion of %s not told: %s", found.decision, type(error).__name__)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Flow:
+    """A URL question the person consented to: its decision, whose it is, and the live session asked, if any."""
+
+    decision: str
+    principal: Principal
+    session: ServerSession | None
 
 
 def question_key(position: int, asked: Mapping[str, Any]) -> str:

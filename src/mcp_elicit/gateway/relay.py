@@ -69,6 +69,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 
 from mcp_elicit.gateway.questions import Ended, Questions, fresh_holder
+from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, REMEMBERED, Remembered
 from mcp_elicit.gateway.upstream import (
     ENDED,
     FORGOTTEN,
@@ -92,11 +93,6 @@ GATEWAY_NAME = "mcp-elicit-gateway"
 STREAM = "stream"
 """The holder of a stdio (or in-memory) connection: a process serves one such connection at a time."""
 _CONNECTION_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY})
-_REMEMBERED = 1024
-"""Handshake downstream connections kept for list-change notices (and URL questions kept for their completion
-notices): the most recently seen; older ones are forgotten."""
-NOTICE_TIMEOUT = 2.0
-"""Seconds a notification to one client may take before it is given up."""
 UPSTREAM_STATE = "upstream:"
 """What the `requestState` of a round a 2026-07-28 upstream put out starts with, in the gateway's sealed state:
 the gateway's own rounds carry their operation's state instead."""
@@ -203,7 +199,7 @@ class Gateway:
             state = request_state or RequestState(single_process=True)
             elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
             elicitation.install(self.server)
-            self.questions = Questions(elicitation, self.send, self.ask_live)
+            self.questions = Questions(elicitation, self.send)
         self.announces = (False, False, False)
         """Which lists (tools, prompts, resources) the upstream said it announces changes of."""
         self._bus = InMemorySubscriptionBus()
@@ -211,7 +207,7 @@ class Gateway:
         self._connections: dict[Hashable, ServerSession] = {}
         """Each handshake connection's latest request session (the SDK makes one per request; any of them
         reaches the connection)."""
-        self._urls = _Asked()
+        self._urls: Remembered[tuple[Lane, str], ServerSession] = Remembered(URL_FLOW_TTL)
         self._level: LoggingLevel | None = None
         self._running = False
 
@@ -413,7 +409,7 @@ class Gateway:
             return
         self._connections.pop(holder, None)
         self._connections[holder] = session
-        while len(self._connections) > _REMEMBERED:
+        while len(self._connections) > REMEMBERED:
             del self._connections[next(iter(self._connections))]
 
     # -- what the upstream sends on a lane (the `Relay` of `mcp_elicit.gateway.upstream`) ---------------------
@@ -444,9 +440,9 @@ class Gateway:
             if first.asked is not None:
                 return await first.asked(lane, params)
             whose = " or ".join(dict.fromkeys(call.what for call in calls))
-            return await self.ask_live(lane, first.ctx, whose, params)
+            return await self._ask_live(lane, first.ctx, whose, params)
 
-    async def ask_live(
+    async def _ask_live(
         self, lane: Lane, ctx: ServerRequestContext[Any, Any], whose: str, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
         """The upstream's question asked of the client of `ctx` on that request, and the client's answer (or why
@@ -463,7 +459,7 @@ class Gateway:
         if refusal is not None:
             return ErrorData(code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {whose}: {refusal}")
         if isinstance(params, ElicitRequestURLParams) and params.elicitation_id is not None:
-            self._urls.asked((lane, params.elicitation_id), session)
+            self._urls.watch((lane, params.elicitation_id), session)
         related = ServerMessageMetadata(related_request_id=ctx.request_id)  # arrives, whatever streams are open
         try:
             return await session.send_request(ElicitRequest(params=params), ElicitResult, metadata=related)
@@ -505,11 +501,12 @@ class Gateway:
         elif isinstance(notification, ElicitCompleteNotification):
             # To the client that was asked, often after its call ended; a notice for a question the gateway did
             # not relay (or relayed too long ago) is dropped.
-            session = self._urls.answered((lane, notification.params.elicitation_id))
-            if session is None:
-                log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
-            else:
+            elicitation_id = notification.params.elicitation_id
+            session = self._urls.answered((lane, elicitation_id))
+            if session is not None:
                 await _tell(session, notification)
+            elif self.questions is None or not await self.questions.completed(lane, elicitation_id):
+                log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
 
     async def event(self, event: ServerEvent) -> None:
         await self._bus.publish(event)
@@ -577,30 +574,6 @@ async def _tell(session: ServerSession, notice: ServerNotification, *, related_r
         return True
     log.debug("could not pass %s on within %g s", notice.method, NOTICE_TIMEOUT)
     return False
-
-
-class _Asked:
-    """The URL questions relayed, by lane and elicitation id, each with the session its client was asked on: a
-    `notifications/elicitation/complete` goes to that client, often once its call has ended."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[tuple[Lane, str], tuple[ServerSession, float]] = {}
-
-    def asked(self, key: tuple[Lane, str], session: ServerSession) -> None:
-        now = anyio.current_time()
-        self._sessions.pop(key, None)
-        self._sessions[key] = (session, now + URL_FLOW_TTL)
-        while self._sessions:
-            oldest = next(iter(self._sessions))
-            if len(self._sessions) <= _REMEMBERED and self._sessions[oldest][1] > now:
-                break
-            del self._sessions[oldest]
-
-    def answered(self, key: tuple[Lane, str]) -> ServerSession | None:
-        found = self._sessions.pop(key, None)
-        if found is None or found[1] <= anyio.current_time():
-            return None
-        return found[0]
 
 
 _EVENTS: dict[type[BaseModel], ServerEvent] = {

@@ -3,7 +3,8 @@ write down each time their body runs: what a gateway's durable questions are tes
 
 `order` appends `start <item>` to the file `ledger` names, asks how many (a form with `quantity` from 1 to 9),
 then asks which colour (a second form), and answers `ordered <quantity> <colour> <item>`, or says how the person
-refused. `pay` appends `start pay` and sends the person to `PAY_URL` (URL mode, elicitation id `pay-<amount>`),
+refused. `pay` appends `start pay`, sends the person to `PAY_URL` (URL mode, elicitation id `pay-<amount>`) and, once
+they consent, says that flow is complete (`notifications/elicitation/complete`, as its page would once paid),
 answering how they answered. The ledger lets a test count how often the upstream's body ran: once per upstream
 call, never for a retry that attaches to one. Run it as `python -m tests.helpers.peers.asking_server`; `server` is
 the same server for in-process use.
@@ -54,6 +55,8 @@ async def pay(ctx: Context, amount: int, ledger: str) -> str:
     """Send the person to the payment page."""
     _ran(ledger, "pay")
     answer = await ctx.elicit_url(f"Pay {amount} EUR", PAY_URL, f"pay-{amount}")
+    if answer.action == "accept":
+        await ctx.request_context.session.send_elicit_complete(f"pay-{amount}")  # as its page does once paid
     return f"payment {answer.action}"
 
 
