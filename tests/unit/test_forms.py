@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import enum
 import math
+import re
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -932,5 +933,5 @@ def test_a_relayed_schema_is_asked_as_it_came_and_its_answers_checked_by_every_r
 def test_a_relayed_schema_outside_the_restricted_subset_is_refused_naming_why() -> None:
     with pytest.raises(UnsupportedSchema, match="pattern"):
         schema_form({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[0-9]+$"}}}, "q1.x")
-    with pytest.raises(UnsupportedSchema, match="property .address. uses .properties."):
+    with pytest.raises(UnsupportedSchema, match=re.escape("property 'address' uses 'properties'")):
         schema_form({"type": "object", "properties": {"address": {"type": "object", "properties": {}}}}, "q1.y")

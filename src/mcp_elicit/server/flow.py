@@ -227,7 +227,8 @@ class Flow:
     ) -> RelayedUrlAnswer:
         """Put another server's URL question (its own page, its own flow) to the person, for relays: `Consented`
         once they agree to open `url`, which is the answer that server waits for; it alone learns whether the flow
-        completed. The answer is durable when this returns. Not for tools: a tool's URL question goes to this server's own page (`ask_url`)."""
+        completed. The answer is durable when this returns. Not for tools: a tool's URL question goes to this
+        server's own page (`ask_url`)."""
         self._run.check()
         name = self._claim_key(key, key)
         return await self._run.relay_url(message, name, ttl, url)
