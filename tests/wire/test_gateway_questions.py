@@ -268,3 +268,28 @@ async def test_a_declined_url_question_reaches_the_upstream_as_declined(era: str
         store.close()
     assert text(refused) == "payment decline"
     assert decision.status is DecisionStatus.DECLINED
+
+
+async def test_an_upstream_call_whose_question_nobody_answers_lets_go_of_its_session_at_the_ttl(tmp_path: Path) -> None:
+    """One session with the upstream: the call waiting on an unanswered question holds it until the question's TTL,
+    and then gives up (the upstream is told `cancel` and its request is cancelled), so the next call gets it."""
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    ledger = str(tmp_path / "ledger")
+    try:
+        with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+            upstream = over_http(f"{base}/mcp", sessions=1, timeout=30)
+            gateway = Gateway(upstream, store=store, timing=QUICK, question_ttl=timedelta(seconds=1))
+            async with gateway.running():
+                async with connected(gateway, "2026-07-28", elicitation_callback=Answers()) as forgetful:
+                    left = await forgetful.session.call_tool(
+                        "order", {"item": "pots", "ledger": ledger}, allow_input_required=True
+                    )
+                person = Answers({"quantity": 1}, {"colour": "blue"})
+                async with connected(gateway, "legacy", elicitation_callback=person) as other:
+                    ordered = await other.call_tool("order", {"item": "pans", "ledger": ledger})
+        statuses = {decision.message: decision.status for decision in decisions(store)}
+    finally:
+        store.close()
+    assert isinstance(left, InputRequiredResult)
+    assert text(ordered) == "ordered 1 blue pans"
+    assert statuses["How many pots?"] in (DecisionStatus.REQUESTED, DecisionStatus.EXPIRED)  # nobody answered it

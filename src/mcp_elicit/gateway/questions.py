@@ -106,7 +106,7 @@ Event = Question | Ended
 class UpstreamCall:
     """One `tools/call` in flight upstream, and what happened on it so far, in order."""
 
-    def __init__(self, call: Call, linger: float) -> None:
+    def __init__(self, call: Call, linger: Callable[[ElicitRequestParams], float]) -> None:
         self.call = call
         self.events: list[Event] = []
         self.claimed = False
@@ -142,11 +142,12 @@ class UpstreamCall:
         waited its TTL unanswered, `cancel` (and the upstream request is cancelled)."""
         question = Question(params, lane)
         self._post(question)
-        with anyio.move_on_after(self._linger):
+        waits = self._linger(params)
+        with anyio.move_on_after(waits):
             return await question.answered()
         log.info("%s: nobody answered the upstream's question in time; the upstream call is cancelled", self.call.what)
         question.give(ElicitResult(action="cancel"))
-        self.cancel(f"nobody answered its question within {self._linger:g} s")
+        self.cancel(f"nobody answered its question within {waits:g} s")
         return ElicitResult(action="cancel")
 
     async def event(self, position: int) -> Event:
@@ -213,6 +214,10 @@ class Questions:
             return first
         return await self._durable(ctx, params, raw, call, started)
 
+    def _lingers(self, params: ElicitRequestParams) -> float:
+        """How long an upstream call waits for the answer to `params`: as long as its decision stays open."""
+        return (self.ttl if isinstance(params, ElicitRequestFormParams) else self.url_ttl).total_seconds()
+
     async def _served(self) -> None:
         """The runtime's background work (wake-ups on store changes, leases, the sweeper), started by the first call
         that asks: until one does, the gateway does not touch its store at all."""
@@ -229,7 +234,7 @@ class Questions:
 
     def _start(self, call: Call, raw: Mapping[str, Any]) -> UpstreamCall:
         assert self._tasks is not None, "the gateway is not running"
-        started = UpstreamCall(call, self.ttl.total_seconds())
+        started = UpstreamCall(call, self._lingers)
         call.asked = started.asked
         self._tasks.start_soon(started.run, self._send, raw)
         return started

@@ -12,6 +12,7 @@ touches no store.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from importlib.metadata import version
@@ -83,6 +84,7 @@ from mcp_elicit.gateway.upstream import (
     timed_out,
 )
 from mcp_elicit.server.config import RequestState, Timing
+from mcp_elicit.server.flow import DEFAULT_FORM_TTL
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Store
@@ -176,7 +178,8 @@ class Gateway:
     when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
     state: the upstream's questions during a `tools/call` become decisions there (`mcp_elicit.gateway.questions`),
     sealed into 2026-07-28 rounds with `request_state`'s keys, lasting as `timing` says, and bound to the principal
-    `identity` says a call runs for; a call that asks nothing never touches it. Without a store, questions are
+    `identity` says a call runs for, open `question_ttl` (a form's; a URL question's is `DEFAULT_URL_TTL`); a call
+    that asks nothing never touches it. Without a store, questions are
     relayed live only, to a client that can be asked on its call.
     """
 
@@ -188,6 +191,7 @@ class Gateway:
         request_state: RequestState | None = None,
         timing: Timing | None = None,
         identity: IdentityPolicy | None = None,
+        question_ttl: timedelta = DEFAULT_FORM_TTL,
     ) -> None:
         self.upstream = upstream
         self.store = store
@@ -199,7 +203,7 @@ class Gateway:
             state = request_state or RequestState(single_process=True)
             elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
             elicitation.install(self.server)
-            self.questions = Questions(elicitation, self.send)
+            self.questions = Questions(elicitation, self.send, ttl=question_ttl)
         self.announces = (False, False, False)
         """Which lists (tools, prompts, resources) the upstream said it announces changes of."""
         self._bus = InMemorySubscriptionBus()
