@@ -12,9 +12,9 @@ touches no store.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
+from datetime import timedelta
 from importlib.metadata import version
 from typing import Any, get_args
 
