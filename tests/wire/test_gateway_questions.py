@@ -37,7 +37,7 @@ from mcp_elicit.server import Timing
 from mcp_elicit.store import Store, open_store
 from tests.helpers.gateway import ERAS, Person, connected, over_http, sdk_over_http, text, until
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.peers.asking_server import PAY_URL
+from tests.helpers.peers.asking_server import PAY_URL, SIGN_IN_URL
 from tests.helpers.peers.asking_server import server as asking_server
 
 pytestmark = pytest.mark.anyio
@@ -293,3 +293,57 @@ async def test_an_upstream_call_whose_question_nobody_answers_lets_go_of_its_ses
     assert isinstance(left, InputRequiredResult)
     assert text(ordered) == "ordered 1 blue pans"
     assert statuses["How many pots?"] in (DecisionStatus.REQUESTED, DecisionStatus.EXPIRED)  # nobody answered it
+
+
+async def test_a_2026_upstreams_round_is_asked_of_a_handshake_client_and_answered_back(tmp_path: Path) -> None:
+    """A handshake client cannot take an `InputRequiredResult`: the gateway asks its questions on the live call and
+    calls the upstream again with the answers and its `requestState`; a 2026-07-28 client gets the round itself."""
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    person = Person({"answer": 42})
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url, era="2026-07-28"), store=store)
+            async with gateway.running():
+                async with connected(gateway, "legacy", elicitation_callback=person) as legacy:
+                    bridged = await legacy.call_tool("quiz", {})
+                async with connected(gateway, "2026-07-28", elicitation_callback=person) as modern:
+                    passed = await modern.call_tool("quiz", {})
+        [decision] = decisions(store)  # the bridged round's; the one passed through is the upstream's own
+    finally:
+        store.close()
+    assert text(bridged) == text(passed) == "answered accept 42 (quiz-1)"
+    assert decision.message == "What is 6 x 7?" and decision.content == {"answer": 42}
+    assert len(person.asked) == 2
+
+
+async def test_a_2026_upstreams_url_request_is_asked_with_an_id_of_the_gateways_and_said_complete(
+    tmp_path: Path,
+) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    person = Answers("accept")
+    notices: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ElicitCompleteNotification):
+            notices.append(message.params.elicitation_id)
+
+    try:
+        with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+            gateway = Gateway(over_http(f"{base}/mcp", era="2026-07-28"), store=store)
+            async with (
+                gateway.running(),
+                connected(gateway, "legacy", elicitation_callback=person, message_handler=on_message) as client,
+            ):
+                signed = await client.call_tool("sign_in", {})
+                await until(lambda: bool(notices))
+        [decision] = decisions(store)
+    finally:
+        store.close()
+    assert text(signed) == "signed in (accept, sign-in-1)"
+    [asked] = person.asked
+    assert isinstance(asked, ElicitRequestURLParams) and (asked.url, asked.message) == (
+        SIGN_IN_URL,
+        "Sign in to Example",
+    )
+    assert asked.elicitation_id == decision.elicitation_id and notices == [decision.elicitation_id]
+    assert decision.status is DecisionStatus.EXTERNAL_COMPLETED  # the upstream's retry no longer asked for it

@@ -43,6 +43,7 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    ElicitRequest,
     ElicitRequestFormParams,
     ElicitRequestParams,
     ElicitResult,
@@ -50,6 +51,7 @@ from mcp_types import (
     InputRequiredResult,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, Remembered
 from mcp_elicit.gateway.upstream import Call, Lane
@@ -100,14 +102,38 @@ class Ended:
     lane: Lane | None = None
 
 
-Event = Question | Ended
+@dataclass(eq=False)
+class Round:
+    """A 2026-07-28 upstream answered with an `InputRequiredResult`, for a client that cannot take one: its input
+    requests, by key as the upstream sent them, and the responses once given (the upstream is called again with
+    them and its `requestState`)."""
+
+    requests: dict[str, Any]
+    responses: dict[str, Any] | None = None
+    _given: anyio.Event = field(default_factory=anyio.Event)
+
+    def give(self, responses: dict[str, Any]) -> None:
+        if self.responses is None:
+            self.responses = responses
+            self._given.set()
+
+    async def answered(self) -> dict[str, Any]:
+        await self._given.wait()
+        assert self.responses is not None
+        return self.responses
+
+
+Event = Question | Round | Ended
 
 
 class UpstreamCall:
     """One `tools/call` in flight upstream, and what happened on it so far, in order."""
 
-    def __init__(self, call: Call, linger: Callable[[ElicitRequestParams], float]) -> None:
+    def __init__(self, call: Call, linger: Callable[[ElicitRequestParams], float], *, bridges: bool) -> None:
         self.call = call
+        self.bridges = bridges
+        """Whether an `InputRequiredResult` of the upstream is a round the gateway answers (the client cannot take
+        one) rather than the call's end, passed on as it came."""
         self.events: list[Event] = []
         self.claimed = False
         """An operation keeps it: an identical call's retry attaches to it rather than cancelling it."""
@@ -124,7 +150,15 @@ class UpstreamCall:
         ended: Ended | None = None
         with self._scope:
             try:
-                lane, result = await send(self.call, TOOLS_CALL, raw)
+                sent = raw
+                while True:
+                    lane, result = await send(self.call, TOOLS_CALL, sent)
+                    if not (self.bridges and result.get("resultType") == "input_required"):
+                        break
+                    responses = await self._round(result)
+                    sent = {**raw, "inputResponses": responses}
+                    if result.get("requestState") is not None:
+                        sent["requestState"] = result["requestState"]
                 ended = Ended(result, lane=lane)
             except MCPError as error:
                 ended = Ended(None, error)
@@ -149,6 +183,17 @@ class UpstreamCall:
         question.give(ElicitResult(action="cancel"))
         self.cancel(f"nobody answered its question within {waits:g} s")
         return ElicitResult(action="cancel")
+
+    async def _round(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        requests = result.get("inputRequests")
+        round_ = Round(dict(requests) if isinstance(requests, Mapping) else {})
+        self._post(round_)
+        waits = self._linger(ElicitRequestFormParams(message="", requested_schema={}))
+        with anyio.move_on_after(waits):
+            return await round_.answered()
+        self.cancel(f"nobody answered its round within {waits:g} s")
+        await anyio.sleep_forever()  # the cancellation just asked for ends this
+        raise AssertionError("unreachable")
 
     async def event(self, position: int) -> Event:
         """The call's event at `position` (0: the first), once it happened."""
@@ -234,7 +279,7 @@ class Questions:
 
     def _start(self, call: Call, raw: Mapping[str, Any]) -> UpstreamCall:
         assert self._tasks is not None, "the gateway is not running"
-        started = UpstreamCall(call, self._lingers)
+        started = UpstreamCall(call, self._lingers, bridges=call.ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS)
         call.asked = started.asked
         self._tasks.start_soon(started.run, self._send, raw)
         return started
@@ -250,9 +295,20 @@ class Questions:
         async def body(flow: Flow) -> CallToolResult:
             upstream = self._attached(flow.operation_id, call, raw, pending)
             upstream.call.ctx = ctx  # progress and log messages go to the request the call is on now
-            position = 0
+            index = asked = 0
+            consented: dict[str, _Flow] = {}
+            """URL questions of the upstream's last round that the person consented to, by request key."""
             while True:
-                event = await upstream.event(position)
+                event = await upstream.event(index)
+                index += 1
+                if consented:
+                    # A 2026-07-28 upstream asks again for a flow it has not seen complete: one it no longer asks
+                    # for is done.
+                    still = event.requests if isinstance(event, Round) else {}
+                    for key, done in consented.items():
+                        if key not in still:
+                            await self._complete(done)
+                    consented = {}
                 if isinstance(event, Ended):
                     if self._calls.get(flow.operation_id) is upstream:
                         del self._calls[flow.operation_id]
@@ -260,8 +316,23 @@ class Questions:
                         raise event.error
                     assert event.result is not None
                     return CallToolResult.model_validate(event.result)
-                event.give(await self._answer(flow, ctx, event, position))
-                position += 1
+                if isinstance(event, Question):
+                    answer, _ = await self._answer(flow, ctx, event.params, asked, event.lane)
+                    event.give(answer)
+                    asked += 1
+                    continue
+                responses: dict[str, Any] = {}
+                for key, request in event.requests.items():
+                    params = _elicitation(request, call.what)
+                    answer, flowing = await self._answer(flow, ctx, params, asked, None)
+                    asked += 1
+                    if isinstance(answer, ErrorData):
+                        upstream.cancel(answer.message)
+                        raise MCPError(INVALID_PARAMS, f"{call.what}: {answer.message}")
+                    responses[key] = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    if flowing is not None:
+                        consented[key] = flowing
+                event.give(responses)
 
         try:
             await self._served()
@@ -289,28 +360,33 @@ class Questions:
         return chosen
 
     async def _answer(
-        self, flow: Flow, ctx: ServerRequestContext[Any, Any], question: Question, position: int
-    ) -> ElicitResult | ErrorData:
-        params = question.params
+        self,
+        flow: Flow,
+        ctx: ServerRequestContext[Any, Any],
+        params: ElicitRequestParams,
+        position: int,
+        lane: Lane | None,
+    ) -> tuple[ElicitResult | ErrorData, _Flow | None]:
+        """The answer for the upstream to its question at `position`, asked through the flow; for a URL question
+        the person consented to, its flow too (whose end the upstream says, if anyone does)."""
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         key = question_key(position, wire)
         if isinstance(params, ElicitRequestFormParams):
             try:
                 answer = await flow.ask_schema(params.message, params.requested_schema, key=key, ttl=self.ttl)
             except UnsupportedSchema as unsupported:
-                return ErrorData(code=INVALID_PARAMS, message=f"the gateway cannot ask this form: {unsupported}")
+                return ErrorData(code=INVALID_PARAMS, message=f"the gateway cannot ask this form: {unsupported}"), None
             if isinstance(answer, Accepted):
-                return ElicitResult.model_validate({"action": "accept", "content": answer.data})
-            return ElicitResult(action="decline" if isinstance(answer, Declined) else "cancel")
+                return ElicitResult.model_validate({"action": "accept", "content": answer.data}), None
+            return ElicitResult(action="decline" if isinstance(answer, Declined) else "cancel"), None
         answered = await flow.relay_url(params.message, params.url, key=key, ttl=self.url_ttl)
-        if isinstance(answered, Consented):
-            if params.elicitation_id is not None:
-                told = ctx.session if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS else None
-                self._flows.watch(
-                    (question.lane, params.elicitation_id), _Flow(answered.elicitation_id, flow.principal, told)
-                )
-            return ElicitResult(action="accept")
-        return ElicitResult(action="decline" if isinstance(answered, Declined) else "cancel")
+        if not isinstance(answered, Consented):
+            return ElicitResult(action="decline" if isinstance(answered, Declined) else "cancel"), None
+        told = ctx.session if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS else None
+        flowing = _Flow(answered.elicitation_id, flow.principal, told)
+        if lane is not None and params.elicitation_id is not None:
+            self._flows.watch((lane, params.elicitation_id), flowing)
+        return ElicitResult(action="accept"), flowing
 
     async def completed(self, lane: Lane, elicitation_id: str) -> bool:
         """The upstream said its URL flow `elicitation_id` is complete: whether it was one of a durable question,
@@ -319,6 +395,10 @@ class Questions:
         found = self._flows.answered((lane, elicitation_id))
         if found is None:
             return False
+        await self._complete(found)
+        return True
+
+    async def _complete(self, found: _Flow) -> None:
         try:
             decision = await self._store.get_decision(found.decision, found.principal)
             if decision.status is DecisionStatus.EXTERNAL_PENDING:
@@ -336,7 +416,6 @@ class Questions:
                     await found.session.send_elicit_complete(found.decision)
                 except Exception as error:  # the client went away; the decision says it all the same
                     log.debug("completion of %s not told: %s", found.decision, type(error).__name__)
-        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +425,22 @@ class _Flow:
     decision: str
     principal: Principal
     session: ServerSession | None
+
+
+def _elicitation(request: object, what: str) -> ElicitRequestParams:
+    """An input request of a 2026-07-28 upstream's round as the question it asks; the gateway asks elicitation only
+    (sampling and roots are the client's own, which a relay does not ask for another server)."""
+    method = request.get("method") if isinstance(request, Mapping) else None
+    if method != "elicitation/create":
+        raise MCPError(
+            INVALID_PARAMS,
+            f"{what}: the upstream asked for {method or 'something that is not a request'} in its round, which this "
+            "gateway relays only as elicitation/create",
+        )
+    try:
+        return ElicitRequest.model_validate(request).params
+    except ValidationError:
+        raise MCPError(INVALID_PARAMS, f"{what}: the upstream's round asks a malformed elicitation/create") from None
 
 
 def question_key(position: int, asked: Mapping[str, Any]) -> str:

@@ -3,11 +3,12 @@ write down each time their body runs: what a gateway's durable questions are tes
 
 `order` appends `start <item>` to the file `ledger` names, asks how many (a form with `quantity` from 1 to 9),
 then asks which colour (a second form), and answers `ordered <quantity> <colour> <item>`, or says how the person
-refused. `pay` appends `start pay`, sends the person to `PAY_URL` (URL mode, elicitation id `pay-<amount>`) and, once
-they consent, says that flow is complete (`notifications/elicitation/complete`, as its page would once paid),
-answering how they answered. The ledger lets a test count how often the upstream's body ran: once per upstream
-call, never for a retry that attaches to one. Run it as `python -m tests.helpers.peers.asking_server`; `server` is
-the same server for in-process use.
+refused. `pay` appends `start pay`, sends the person to `PAY_URL` (URL mode, elicitation id `pay-<amount>`) and,
+once they consent, says that flow is complete (`notifications/elicitation/complete`, as its page would once
+paid), answering how they answered. `sign_in` asks the 2026-07-28 way instead, with an `InputRequiredResult`
+whose URL request goes to `SIGN_IN_URL` (only a 2026-07-28 session can carry it). The ledger lets a test count
+how often the upstream's body ran: once per upstream call, never for a retry that attaches to one. Run it as
+`python -m tests.helpers.peers.asking_server`; `server` is the same server for in-process use.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ElicitRequest, ElicitRequestURLParams, ElicitResult, InputRequiredResult
 from pydantic import BaseModel, Field
 
 
@@ -28,6 +30,7 @@ class Colour(BaseModel):
 
 
 PAY_URL = "https://payments.example/checkout"
+SIGN_IN_URL = "https://accounts.example/sign-in"
 
 server = MCPServer("asking-server")
 
@@ -58,6 +61,17 @@ async def pay(ctx: Context, amount: int, ledger: str) -> str:
     if answer.action == "accept":
         await ctx.request_context.session.send_elicit_complete(f"pay-{amount}")  # as its page does once paid
     return f"payment {answer.action}"
+
+
+@server.tool()
+async def sign_in(ctx: Context) -> str | InputRequiredResult:
+    """Ask the 2026-07-28 way (an `InputRequiredResult`) for the person to sign in at `SIGN_IN_URL`, until the retry
+    says they consented; then say how they answered."""
+    answer = (ctx.input_responses or {}).get("login")
+    if not isinstance(answer, ElicitResult):
+        login = ElicitRequest(params=ElicitRequestURLParams(message="Sign in to Example", url=SIGN_IN_URL))
+        return InputRequiredResult(input_requests={"login": login}, request_state="sign-in-1")
+    return f"signed in ({answer.action}, {ctx.request_state})"
 
 
 if __name__ == "__main__":
