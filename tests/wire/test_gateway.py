@@ -375,7 +375,7 @@ async def test_an_input_required_result_of_a_2026_upstream_goes_to_a_2026_client
     assert unbridged.value.code == INTERNAL_ERROR
     assert unbridged.value.error.message == (
         "upstream 'sdk' answered tools/call 'quiz' by asking for input the 2026-07-28 way (InputRequiredResult), "
-        "which a 2025-11-25 client cannot receive; this gateway does not bridge that"
+        "which a 2025-11-25 client cannot receive; a gateway without a store does not bridge that"
     )
 
 

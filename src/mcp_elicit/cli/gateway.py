@@ -58,7 +58,9 @@ def gateway(
     store: Annotated[
         str | None,
         typer.Option(
-            "--store", envvar=ENV_VAR, help="Store URL (default: the embedded SQLite file); relayed calls write none."
+            "--store",
+            envvar=ENV_VAR,
+            help="Store URL (default: the embedded SQLite file): where the upstream's questions become decisions.",
         ),
     ] = None,
     era: Annotated[
@@ -85,7 +87,8 @@ def gateway(
     """Relay an MCP server (any language, stdio or streamable HTTP) to MCP clients of either protocol era.
 
     Every request is relayed as it came; the upstream is restarted if it exits, a request it leaves unanswered
-    for TIMEOUT seconds fails, and its questions (elicitation) reach a client that can be asked on the call.
+    for TIMEOUT seconds fails, and what it asks during a tool call becomes a durable decision, asked of the client
+    the way its protocol era asks (rounds are sealed with MCP_ELICIT_STATE_KEYS when set).
     """
     configure_logging(log_format)
     if transport is Transport.HTTP and host not in LOOPBACK:

@@ -2,8 +2,9 @@
 
 What it does today: it relays every request family of one upstream server (stdio or streamable HTTP) to a
 client of either protocol era, supervises the upstream (restarts it with a backoff, times out a hang, refuses
-a malformed result), and relays the upstream's `elicitation/create` to a client that can be asked on the live
-call. A relayed call writes nothing to the store.
+a malformed result), and turns what the upstream asks during a `tools/call` into durable decisions, asked the
+way the client's era asks, whichever era the upstream speaks (`mcp_elicit.gateway.questions`). A call that asks
+nothing writes nothing to the store.
 """
 
 from mcp_elicit.gateway.relay import Gateway, GatewayServer

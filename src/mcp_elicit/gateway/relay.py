@@ -366,7 +366,7 @@ class Gateway:
             raise MCPError(
                 INTERNAL_ERROR,
                 f"upstream {lane.label} answered {what} by asking for input the 2026-07-28 way (InputRequiredResult), "
-                f"which a {ctx.protocol_version} client cannot receive; this gateway does not bridge that",
+                f"which a {ctx.protocol_version} client cannot receive; a gateway without a store does not bridge that",
                 {"upstream": self.upstream.name},
             )
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
