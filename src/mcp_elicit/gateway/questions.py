@@ -129,7 +129,7 @@ Event = Question | Round | Ended
 class UpstreamCall:
     """One `tools/call` in flight upstream, and what happened on it so far, in order."""
 
-    def __init__(self, call: Call, linger: Callable[[ElicitRequestParams], float], *, bridges: bool) -> None:
+    def __init__(self, call: Call, *, form_ttl: float, url_ttl: float, bridges: bool) -> None:
         self.call = call
         self.bridges = bridges
         """Whether an `InputRequiredResult` of the upstream is a round the gateway answers (the client cannot take
@@ -137,7 +137,10 @@ class UpstreamCall:
         self.events: list[Event] = []
         self.claimed = False
         """An operation keeps it: an identical call's retry attaches to it rather than cancelling it."""
-        self._linger = linger
+        self._form_ttl = form_ttl
+        self._url_ttl = url_ttl
+        """How long the upstream request waits for the answer to a form (or a round), or a URL question: as long as
+        its decision stays open."""
         self._grew = anyio.Event()
         self._scope = anyio.CancelScope()
         self._why = ""
@@ -176,7 +179,7 @@ class UpstreamCall:
         waited its TTL unanswered, `cancel` (and the upstream request is cancelled)."""
         question = Question(params, lane)
         self._post(question)
-        waits = self._linger(params)
+        waits = self._form_ttl if isinstance(params, ElicitRequestFormParams) else self._url_ttl
         with anyio.move_on_after(waits):
             return await question.answered()
         log.info("%s: nobody answered the upstream's question in time; the upstream call is cancelled", self.call.what)
@@ -188,7 +191,7 @@ class UpstreamCall:
         requests = result.get("inputRequests")
         round_ = Round(dict(requests) if isinstance(requests, Mapping) else {})
         self._post(round_)
-        waits = self._linger(ElicitRequestFormParams(message="", requested_schema={}))
+        waits = self._form_ttl
         with anyio.move_on_after(waits):
             return await round_.answered()
         self.cancel(f"nobody answered its round within {waits:g} s")
@@ -259,10 +262,6 @@ class Questions:
             return first
         return await self._durable(ctx, params, raw, call, started)
 
-    def _lingers(self, params: ElicitRequestParams) -> float:
-        """How long an upstream call waits for the answer to `params`: as long as its decision stays open."""
-        return (self.ttl if isinstance(params, ElicitRequestFormParams) else self.url_ttl).total_seconds()
-
     async def _served(self) -> None:
         """The runtime's background work (wake-ups on store changes, leases, the sweeper), started by the first call
         that asks: until one does, the gateway does not touch its store at all."""
@@ -279,7 +278,12 @@ class Questions:
 
     def _start(self, call: Call, raw: Mapping[str, Any]) -> UpstreamCall:
         assert self._tasks is not None, "the gateway is not running"
-        started = UpstreamCall(call, self._lingers, bridges=call.ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS)
+        started = UpstreamCall(
+            call,
+            form_ttl=self.ttl.total_seconds(),
+            url_ttl=self.url_ttl.total_seconds(),
+            bridges=call.ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS,
+        )
         call.asked = started.asked
         self._tasks.start_soon(started.run, self._send, raw)
         return started

@@ -344,7 +344,10 @@ class Gateway:
         state = params.request_state
         if state is not None and state.startswith(UPSTREAM_STATE):
             # The retry of a round a 2026-07-28 upstream put out: its state goes back to it as it gave it.
-            raw = {**raw, "requestState": state.removeprefix(UPSTREAM_STATE)}
+            kept = state.removeprefix(UPSTREAM_STATE)
+            raw = {name: value for name, value in raw.items() if name != "requestState"}
+            if kept:
+                raw["requestState"] = kept
             return await self._forward(ctx, "tools/call", raw, what, asks=True)
         holder = _holder(ctx)
         self._remember(holder, ctx.session)
@@ -371,9 +374,11 @@ class Gateway:
             )
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
             result = {**result, "resultType": "complete"}  # a handshake upstream's result, which has none
-        state = result.get("requestState")
-        if self.questions is not None and isinstance(state, str):
-            result = {**result, "requestState": UPSTREAM_STATE + state}  # sealed by the gateway's boundary
+        if self.questions is not None and result.get("resultType") == "input_required":
+            # Sealed by the gateway's boundary, and marked as the upstream's (a round without state too, so that its
+            # retry is told from one of the gateway's own rounds).
+            state = result.get("requestState")
+            result = {**result, "requestState": UPSTREAM_STATE + (state if isinstance(state, str) else "")}
         meta = result.get("_meta")
         if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
             # The gateway's own identity is stamped on 2026-07-28 results, as its discovery says.
