@@ -37,7 +37,8 @@ from mcp_elicit.server import Timing
 from mcp_elicit.store import Store, open_store
 from tests.helpers.gateway import ERAS, Person, connected, over_http, sdk_over_http, text, until
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.peers.asking_server import PAY_URL, SIGN_IN_URL
+from tests.helpers.peers.asking_server import DRIVE_URL, PAY_URL, SIGN_IN_URL
+from tests.helpers.peers.asking_server import connected as asking_connected
 from tests.helpers.peers.asking_server import server as asking_server
 
 pytestmark = pytest.mark.anyio
@@ -347,3 +348,32 @@ async def test_a_2026_upstreams_url_request_is_asked_with_an_id_of_the_gateways_
     )
     assert asked.elicitation_id == decision.elicitation_id and notices == [decision.elicitation_id]
     assert decision.status is DecisionStatus.EXTERNAL_COMPLETED  # the upstream's retry no longer asked for it
+
+
+async def test_a_minus_32042_of_a_handshake_upstream_is_a_round_for_a_2026_client_and_the_call_goes_again(
+    tmp_path: Path,
+) -> None:
+    """`-32042` does not exist at 2026-07-28: the gateway makes its URL flows a round, and once the retry brings the
+    person's consent and the upstream said the flow is complete, sends the call upstream again."""
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    try:
+        async with asking(store, "2026-07-28", elicitation_callback=Answers()) as client:
+            first = await client.session.call_tool("files", {}, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult) and first.input_requests and first.request_state
+            [(key, connect)] = first.input_requests.items()
+            assert text(await client.call_tool("drive_connected", {})) == "connected"  # the person, on its page
+            listed = await client.session.call_tool(
+                "files",
+                {},
+                input_responses={key: ElicitResult(action="accept")},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+        [decision] = decisions(store)
+    finally:
+        asking_connected.clear()
+        store.close()
+    assert isinstance(connect, ElicitRequest) and isinstance(connect.params, ElicitRequestURLParams)
+    assert (connect.params.url, connect.params.elicitation_id) == (DRIVE_URL, None)
+    assert isinstance(listed, CallToolResult) and text(listed) == "files: notes.txt"
+    assert decision.status is DecisionStatus.EXTERNAL_COMPLETED

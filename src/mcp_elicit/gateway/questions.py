@@ -37,18 +37,21 @@ import anyio
 import anyio.abc
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    URL_ELICITATION_REQUIRED,
     CallToolRequestParams,
     CallToolResult,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitRequestParams,
+    ElicitRequestURLParams,
     ElicitResult,
     ErrorData,
     InputRequiredResult,
+    TextContent,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -123,14 +126,47 @@ class Round:
         return self.responses
 
 
-Event = Question | Round | Ended
+@dataclass(eq=False)
+class Required:
+    """A 2025-11-25 upstream refused the call with `-32042` until the person completes these URL flows, for a client
+    that cannot receive that error (2026-07-28); each flow's completion notice, once the upstream sends it, and
+    whether the person consented to them all (the upstream is then called again)."""
+
+    flows: list[ElicitRequestURLParams]
+    done: dict[str, anyio.Event]
+    consented: bool | None = None
+    _given: anyio.Event = field(default_factory=anyio.Event)
+
+    def give(self, consented: bool) -> None:
+        if self.consented is None:
+            self.consented = consented
+            self._given.set()
+
+    async def answered(self) -> bool:
+        await self._given.wait()
+        assert self.consented is not None
+        return self.consented
+
+
+Event = Question | Round | Required | Ended
 
 
 class UpstreamCall:
     """One `tools/call` in flight upstream, and what happened on it so far, in order."""
 
-    def __init__(self, call: Call, *, form_ttl: float, url_ttl: float, bridges: bool) -> None:
+    def __init__(
+        self,
+        call: Call,
+        *,
+        form_ttl: float,
+        url_ttl: float,
+        bridges: bool,
+        expect: Callable[[str], anyio.Event] | None = None,
+    ) -> None:
         self.call = call
+        self._expect = expect
+        """For a client that cannot receive `-32042` (2026-07-28): the notice of completion of an upstream's URL flow
+        by its id, awaited before the call is sent again."""
         self.bridges = bridges
         """Whether an `InputRequiredResult` of the upstream is a round the gateway answers (the client cannot take
         one) rather than the call's end, passed on as it came."""
@@ -155,7 +191,14 @@ class UpstreamCall:
             try:
                 sent = raw
                 while True:
-                    lane, result = await send(self.call, TOOLS_CALL, sent)
+                    try:
+                        lane, result = await send(self.call, TOOLS_CALL, sent)
+                    except MCPError as error:
+                        if self._expect is None or error.code != URL_ELICITATION_REQUIRED:
+                            raise
+                        if not await self._required(error):
+                            raise
+                        continue  # the flows it required are done (or waited for): the call goes again
                     if not (self.bridges and result.get("resultType") == "input_required"):
                         break
                     responses = await self._round(result)
@@ -186,6 +229,25 @@ class UpstreamCall:
         question.give(ElicitResult(action="cancel"))
         self.cancel(f"nobody answered its question within {waits:g} s")
         return ElicitResult(action="cancel")
+
+    async def _required(self, error: MCPError) -> bool:
+        """Whether the person consented to every URL flow a `-32042` of the upstream names (the call is then sent
+        again); an error that names none is the upstream's answer."""
+        assert self._expect is not None
+        try:
+            flows = UrlElicitationRequiredError.from_error(error.error).elicitations
+        except (ValidationError, KeyError, TypeError):
+            return False
+        if not flows:
+            return False
+        ids = [flow.elicitation_id for flow in flows if flow.elicitation_id is not None]
+        required = Required(flows, {elicitation_id: self._expect(elicitation_id) for elicitation_id in ids})
+        self._post(required)
+        with anyio.move_on_after(self._url_ttl):
+            return await required.answered()
+        self.cancel(f"nobody consented to the URL flows it required within {self._url_ttl:g} s")
+        await anyio.sleep_forever()  # the cancellation just asked for ends this
+        raise AssertionError("unreachable")
 
     async def _round(self, result: Mapping[str, Any]) -> dict[str, Any]:
         requests = result.get("inputRequests")
@@ -226,6 +288,9 @@ class Questions:
         self._store = AsyncStore(elicitation.store)
         self._flows: Remembered[tuple[Lane, str], _Flow] = Remembered(self.url_ttl.total_seconds())
         self._serving: anyio.Event | None = None
+        self._expected: Remembered[str, anyio.Event] = Remembered(self.url_ttl.total_seconds())
+        """Completion notices awaited for the URL flows of an upstream's `-32042`, by the upstream's elicitation id
+        (its lane is unknown: the error came as the call's answer)."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Questions]:
@@ -262,6 +327,11 @@ class Questions:
             return first
         return await self._durable(ctx, params, raw, call, started)
 
+    def _expect(self, elicitation_id: str) -> anyio.Event:
+        done = anyio.Event()
+        self._expected.watch(elicitation_id, done)
+        return done
+
     async def _served(self) -> None:
         """The runtime's background work (wake-ups on store changes, leases, the sweeper), started by the first call
         that asks: until one does, the gateway does not touch its store at all."""
@@ -278,11 +348,13 @@ class Questions:
 
     def _start(self, call: Call, raw: Mapping[str, Any]) -> UpstreamCall:
         assert self._tasks is not None, "the gateway is not running"
+        modern = call.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         started = UpstreamCall(
             call,
             form_ttl=self.ttl.total_seconds(),
             url_ttl=self.url_ttl.total_seconds(),
-            bridges=call.ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS,
+            bridges=not modern,
+            expect=self._expect if modern else None,
         )
         call.asked = started.asked
         self._tasks.start_soon(started.run, self._send, raw)
@@ -320,6 +392,12 @@ class Questions:
                         raise event.error
                     assert event.result is not None
                     return CallToolResult.model_validate(event.result)
+                if isinstance(event, Required):
+                    refused = await self._consent_to(flow, ctx, event, asked, call.what)
+                    asked += len(event.flows)
+                    if refused is not None:
+                        return refused
+                    continue
                 if isinstance(event, Question):
                     answer, _ = await self._answer(flow, ctx, event.params, asked, event.lane)
                     event.give(answer)
@@ -363,6 +441,31 @@ class Questions:
         self._calls[operation_id] = chosen
         return chosen
 
+    async def _consent_to(
+        self, flow: Flow, ctx: ServerRequestContext[Any, Any], required: Required, position: int, what: str
+    ) -> CallToolResult | None:
+        """Ask the person for the URL flows an upstream's `-32042` requires, then wait (at most the runtime's long
+        poll) for the upstream's notices that they are done, recorded as each decision's completion; the call goes
+        upstream again then, and an upstream that still requires them says so again. A flow the person declined
+        ends the call as a tool error, since nothing else reaches a client that cannot receive `-32042`."""
+        consented: list[tuple[str, _Flow | None]] = []
+        for offset, params in enumerate(required.flows):
+            answer, flowing = await self._answer(flow, ctx, params, position + offset, None)
+            if not isinstance(answer, ElicitResult) or answer.action != "accept":
+                required.give(False)
+                said = f"{what} needs {params.url} to be completed first, and the person did not agree to open it"
+                return CallToolResult(content=[TextContent(type="text", text=said)], is_error=True)
+            if params.elicitation_id is not None:
+                consented.append((params.elicitation_id, flowing))
+        with anyio.move_on_after(self.elicitation.timing.long_poll.total_seconds()):
+            for elicitation_id, _ in consented:
+                await required.done[elicitation_id].wait()
+        for elicitation_id, flowing in consented:
+            if flowing is not None and required.done[elicitation_id].is_set():
+                await self._complete(flowing)
+        required.give(True)
+        return None
+
     async def _answer(
         self,
         flow: Flow,
@@ -397,9 +500,13 @@ class Questions:
         whose decision is then recorded complete and whose client, if it was asked on a live call, told so under
         the decision's id (the one it was asked with)."""
         found = self._flows.answered((lane, elicitation_id))
-        if found is None:
+        if found is not None:
+            await self._complete(found)
+            return True
+        awaited = self._expected.answered(elicitation_id)
+        if awaited is None:
             return False
-        await self._complete(found)
+        awaited.set()
         return True
 
     async def _complete(self, found: _Flow) -> None:

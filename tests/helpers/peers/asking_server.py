@@ -6,8 +6,10 @@ then asks which colour (a second form), and answers `ordered <quantity> <colour>
 refused. `pay` appends `start pay`, sends the person to `PAY_URL` (URL mode, elicitation id `pay-<amount>`) and,
 once they consent, says that flow is complete (`notifications/elicitation/complete`, as its page would once
 paid), answering how they answered. `sign_in` asks the 2026-07-28 way instead, with an `InputRequiredResult`
-whose URL request goes to `SIGN_IN_URL` (only a 2026-07-28 session can carry it). The ledger lets a test count
-how often the upstream's body ran: once per upstream call, never for a retry that attaches to one. Run it as
+whose URL request goes to `SIGN_IN_URL` (only a 2026-07-28 session can carry it). `files` refuses with `-32042`
+(URL flow `DRIVE_FLOW` at `DRIVE_URL`) until `drive_connected`, standing for the drive's page, marks it done and
+says so with `notifications/elicitation/complete`. The ledger lets a test count how often the upstream's body
+ran: once per upstream call, never for a retry that attaches to one. Run it as
 `python -m tests.helpers.peers.asking_server`; `server` is the same server for in-process use.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types import ElicitRequest, ElicitRequestURLParams, ElicitResult, InputRequiredResult
 from pydantic import BaseModel, Field
 
@@ -31,6 +34,9 @@ class Colour(BaseModel):
 
 PAY_URL = "https://payments.example/checkout"
 SIGN_IN_URL = "https://accounts.example/sign-in"
+DRIVE_URL = "https://drive.example/connect"
+DRIVE_FLOW = "drive-1"
+connected: set[str] = set()
 
 server = MCPServer("asking-server")
 
@@ -72,6 +78,23 @@ async def sign_in(ctx: Context) -> str | InputRequiredResult:
         login = ElicitRequest(params=ElicitRequestURLParams(message="Sign in to Example", url=SIGN_IN_URL))
         return InputRequiredResult(input_requests={"login": login}, request_state="sign-in-1")
     return f"signed in ({answer.action}, {ctx.request_state})"
+
+
+@server.tool()
+async def files() -> str:
+    """List the files of the connected drive; `-32042` (the 2025-11-25 way) until the drive is connected."""
+    if DRIVE_FLOW not in connected:
+        flow = ElicitRequestURLParams(message="Connect your drive", url=DRIVE_URL, elicitation_id=DRIVE_FLOW)
+        raise UrlElicitationRequiredError([flow])
+    return "files: notes.txt"
+
+
+@server.tool()
+async def drive_connected(ctx: Context) -> str:
+    """What the drive's page does once the person connected it: remember it, and say the flow is complete."""
+    connected.add(DRIVE_FLOW)
+    await ctx.request_context.session.send_elicit_complete(DRIVE_FLOW)
+    return "connected"
 
 
 if __name__ == "__main__":
