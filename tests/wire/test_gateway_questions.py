@@ -377,3 +377,38 @@ async def test_a_minus_32042_of_a_handshake_upstream_is_a_round_for_a_2026_clien
     assert (connect.params.url, connect.params.elicitation_id) == (DRIVE_URL, None)
     assert isinstance(listed, CallToolResult) and text(listed) == "files: notes.txt"
     assert decision.status is DecisionStatus.EXTERNAL_COMPLETED
+
+
+async def test_an_operator_cancelling_the_question_answers_the_waiting_upstream_request_cancel(tmp_path: Path) -> None:
+    """`mcp-elicit decisions cancel` on a question a 2026-07-28 client left open: the upstream request waiting on it
+    is told `cancel` without waiting for a retry or the TTL, so its session is free for the next call, and the retry
+    gets what the upstream made of that."""
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    ledger = str(tmp_path / "ledger")
+    arguments = {"item": "bowls", "ledger": ledger}
+    try:
+        with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+            gateway = Gateway(over_http(f"{base}/mcp", sessions=1, timeout=30), store=store, timing=QUICK)
+            async with (
+                gateway.running(),
+                connected(gateway, "2026-07-28", elicitation_callback=Answers()) as first,
+            ):
+                left = await first.session.call_tool("order", arguments, allow_input_required=True)
+                [decision] = decisions(store)
+                store.transition(decision, DecisionStatus.CANCELLED, caller=OPERATOR, reason="cancelled by test")
+                person = Answers({"quantity": 1}, {"colour": "red"})
+                async with connected(gateway, "legacy", elicitation_callback=person) as other:
+                    ordered = await other.call_tool("order", {"item": "jugs", "ledger": ledger})
+                assert isinstance(left, InputRequiredResult) and left.input_requests and left.request_state
+                [key] = left.input_requests
+                retried = await first.session.call_tool(
+                    "order",
+                    arguments,
+                    input_responses={key: ElicitResult(action="accept", content={"quantity": 2})},
+                    request_state=left.request_state,
+                    allow_input_required=True,
+                )
+    finally:
+        store.close()
+    assert text(ordered) == "ordered 1 red jugs"  # the session was free well before the 30 s a turn may wait
+    assert isinstance(retried, CallToolResult) and text(retried) == "not ordered (cancel)"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -83,6 +83,8 @@ class Question:
     params: ElicitRequestParams
     lane: Lane
     answer: ElicitResult | ErrorData | None = None
+    key: str | None = None
+    """The key of its decision, once the call's operation asked it."""
     _given: anyio.Event = field(default_factory=anyio.Event)
 
     def give(self, answer: ElicitResult | ErrorData) -> None:
@@ -162,8 +164,13 @@ class UpstreamCall:
         url_ttl: float,
         bridges: bool,
         expect: Callable[[str], anyio.Event] | None = None,
+        watch: Callable[[UpstreamCall, Question], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self.call = call
+        self.operation: tuple[str, Principal] | None = None
+        """The operation that keeps the call (its id, whose it is), once one does."""
+        self._watch = watch
+        """What answers a question whose decision was closed elsewhere (an operator, the inbox) meanwhile."""
         self._expect = expect
         """For a client that cannot receive `-32042` (2026-07-28): the notice of completion of an upstream's URL flow
         by its id, awaited before the call is sent again."""
@@ -224,7 +231,12 @@ class UpstreamCall:
         self._post(question)
         waits = self._form_ttl if isinstance(params, ElicitRequestFormParams) else self._url_ttl
         with anyio.move_on_after(waits):
-            return await question.answered()
+            async with anyio.create_task_group() as watching:
+                if self._watch is not None:
+                    watching.start_soon(self._watch, self, question)
+                answer = await question.answered()
+                watching.cancel_scope.cancel()
+            return answer
         log.info("%s: nobody answered the upstream's question in time; the upstream call is cancelled", self.call.what)
         question.give(ElicitResult(action="cancel"))
         self.cancel(f"nobody answered its question within {waits:g} s")
@@ -327,6 +339,29 @@ class Questions:
             return first
         return await self._durable(ctx, params, raw, call, started)
 
+    async def _watch(self, upstream: UpstreamCall, question: Question) -> None:
+        """Answer `question` for the upstream once its decision closed without an answer of the person's through this
+        gateway (an operator's `decisions cancel`, a decline in the inbox, its expiry): looked at every long poll
+        while it waits, so that an upstream request does not wait for a retry that will not come."""
+        every = self.elicitation.timing.long_poll.total_seconds()
+        while True:
+            await anyio.sleep(every)
+            if question.key is None or upstream.operation is None:
+                continue
+            operation_id, principal = upstream.operation
+            try:
+                found = await self._store.list_decisions(principal, operation_id=operation_id)
+            except StoreError as error:
+                log.info("%s: its question's decision could not be looked at: %s", upstream.call.what, error)
+                continue
+            asked = [d for d in found if d.key == question.key or d.key.startswith(f"{question.key}#")]
+            if not asked or not all(d.status in _CLOSED for d in asked):
+                continue
+            last = max(asked, key=lambda decision: decision.created_at)
+            log.info("%s: its question's decision is %s; the upstream is told", upstream.call.what, last.status)
+            question.give(ElicitResult(action="decline" if last.status is DecisionStatus.DECLINED else "cancel"))
+            return
+
     def _expect(self, elicitation_id: str) -> anyio.Event:
         done = anyio.Event()
         self._expected.watch(elicitation_id, done)
@@ -355,6 +390,7 @@ class Questions:
             url_ttl=self.url_ttl.total_seconds(),
             bridges=not modern,
             expect=self._expect if modern else None,
+            watch=self._watch,
         )
         call.asked = started.asked
         self._tasks.start_soon(started.run, self._send, raw)
@@ -369,7 +405,7 @@ class Questions:
         pending: UpstreamCall | None,
     ) -> CallToolResult | InputRequiredResult:
         async def body(flow: Flow) -> CallToolResult:
-            upstream = self._attached(flow.operation_id, call, raw, pending)
+            upstream = self._attached(flow.operation_id, flow.principal, call, raw, pending)
             upstream.call.ctx = ctx  # progress and log messages go to the request the call is on now
             index = asked = 0
             consented: dict[str, _Flow] = {}
@@ -399,6 +435,7 @@ class Questions:
                         return refused
                     continue
                 if isinstance(event, Question):
+                    event.key = question_key(asked, _wire(event.params))
                     answer, _ = await self._answer(flow, ctx, event.params, asked, event.lane)
                     event.give(answer)
                     asked += 1
@@ -425,7 +462,12 @@ class Questions:
         return result
 
     def _attached(
-        self, operation_id: str, call: Call, raw: Mapping[str, Any], pending: UpstreamCall | None
+        self,
+        operation_id: str,
+        principal: Principal,
+        call: Call,
+        raw: Mapping[str, Any],
+        pending: UpstreamCall | None,
     ) -> UpstreamCall:
         """The upstream call of the operation: the one in memory, else the one this request started, else a new one
         (the first attempt's was lost with a restart, or ended in an error)."""
@@ -438,6 +480,7 @@ class Questions:
             log.info("%s: its upstream call is gone (the gateway restarted); calling the upstream again", call.what)
             chosen = self._start(call, raw)
         chosen.claimed = True
+        chosen.operation = (operation_id, principal)
         self._calls[operation_id] = chosen
         return chosen
 
@@ -476,8 +519,7 @@ class Questions:
     ) -> tuple[ElicitResult | ErrorData, _Flow | None]:
         """The answer for the upstream to its question at `position`, asked through the flow; for a URL question
         the person consented to, its flow too (whose end the upstream says, if anyone does)."""
-        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
-        key = question_key(position, wire)
+        key = question_key(position, _wire(params))
         if isinstance(params, ElicitRequestFormParams):
             try:
                 answer = await flow.ask_schema(params.message, params.requested_schema, key=key, ttl=self.ttl)
@@ -552,6 +594,13 @@ def _elicitation(request: object, what: str) -> ElicitRequestParams:
         return ElicitRequest.model_validate(request).params
     except ValidationError:
         raise MCPError(INVALID_PARAMS, f"{what}: the upstream's round asks a malformed elicitation/create") from None
+
+
+_CLOSED = frozenset({DecisionStatus.DECLINED, DecisionStatus.CANCELLED, DecisionStatus.EXPIRED})
+
+
+def _wire(params: ElicitRequestParams) -> dict[str, Any]:
+    return params.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def question_key(position: int, asked: Mapping[str, Any]) -> str:
