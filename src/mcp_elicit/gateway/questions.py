@@ -16,10 +16,18 @@ A question is keyed by its position in the call and a digest of what was asked (
 and URL): a re-run upstream (after a gateway restart, the upstream call lost with the process) that asks the
 same thing gets the recorded answer, and one that asks something else is a new question.
 
+The events besides a handshake upstream's question (`Question`): a 2026-07-28 upstream's `InputRequiredResult`
+for a client that cannot take one (`Round`: its elicitation requests are asked the same way and the upstream is
+called again with the responses and its `requestState`), and a 2025-11-25 upstream's `-32042` for a client that
+has no such error (`Required`: its URL flows become a round, and the call goes upstream again once the person
+consented and the upstream said they are complete). A URL question's answer is the person's consent (the
+upstream runs the flow); its decision is completed when the upstream says so.
+
 What does not survive a restart: the upstream call itself. A retry whose upstream call is gone starts it again
 (the upstream's tool body runs again) and answers what it asks from the recorded decisions while they match.
 An upstream call whose question nobody answers gives up after the question's TTL: the upstream is told `cancel`
-and its request is cancelled, so that it does not hold its session forever.
+and its request is cancelled, so that it does not hold its session forever; a question whose decision is closed
+elsewhere meanwhile (an operator, the inbox) is answered to the upstream within a long poll.
 """
 
 from __future__ import annotations
@@ -187,10 +195,6 @@ class UpstreamCall:
         self._grew = anyio.Event()
         self._scope = anyio.CancelScope()
         self._why = ""
-
-    @property
-    def ended(self) -> bool:
-        return bool(self.events) and isinstance(self.events[-1], Ended)
 
     async def run(self, send: Send, raw: Mapping[str, Any]) -> None:
         ended: Ended | None = None
