@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import enum
 import math
+import re
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import AnyUrl, BaseModel, Field, HttpUrl, RootModel, SecretStr, model_validator
 
+from mcp_elicit.model.form_schema import UnsupportedSchema
 from mcp_elicit.model.json import JSONValue
 from mcp_elicit.model.redaction import REDACTED, redact_content
 from mcp_elicit.server.forms import (
@@ -23,6 +25,7 @@ from mcp_elicit.server.forms import (
     Titled,
     UnsupportedField,
     form_spec,
+    schema_form,
 )
 from tests.helpers.restricted_schema import assert_restricted_schema, spec_variants_of
 
@@ -897,3 +900,38 @@ def test_legacy_enum_names_refused_on_lists() -> None:
             picks: Annotated[list[Literal["a", "b"]], Titled({"a": "A", "b": "B"}, legacy_enum_names=True)]
 
         form_spec(Many)
+
+
+RELAYED = {
+    "type": "object",
+    "title": "Seats",
+    "properties": {
+        "seats": {"type": "integer", "minimum": 1, "maximum": 9, "description": "How many seats"},
+        "email": {"type": "string", "format": "email"},
+        "pin_code": {"type": "string", "title": "Card PIN"},
+    },
+    "required": ["seats"],
+}
+
+
+def test_a_relayed_schema_is_asked_as_it_came_and_its_answers_checked_by_every_rule_it_shows() -> None:
+    form = schema_form(RELAYED, "q1.abc")
+    assert form.schema == RELAYED and form.key == "q1.abc"
+    assert form.validate({"seats": 3, "email": "ada@example.org"}) == {"seats": 3, "email": "ada@example.org"}
+    with pytest.raises(InvalidAnswer) as too_many:
+        form.validate({"seats": 12})
+    assert too_many.value.problems == ["seats: must be at most 9"]
+    with pytest.raises(InvalidAnswer) as wrong:
+        form.validate({"seats": "3", "email": "not an address", "extra": True})
+    assert wrong.value.problems == [
+        "unknown field 'extra'",
+        "seats: must be an integer, not a string",
+    ]
+    assert form.sensitive_fields == ("pin_code",)  # kept out of audit and logs: the upstream asked it in a form
+
+
+def test_a_relayed_schema_outside_the_restricted_subset_is_refused_naming_why() -> None:
+    with pytest.raises(UnsupportedSchema, match="pattern"):
+        schema_form({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[0-9]+$"}}}, "q1.x")
+    with pytest.raises(UnsupportedSchema, match=re.escape("property 'address' uses 'properties'")):
+        schema_form({"type": "object", "properties": {"address": {"type": "object", "properties": {}}}}, "q1.y")

@@ -29,6 +29,8 @@ from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnava
 from mcp_elicit.gateway.config import CONFIG_ENV, ConfigError, read_config
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
+from mcp_elicit.server import IdentityPolicy, RequestState
+from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
 
 err = Console(stderr=True)
@@ -77,7 +79,9 @@ def gateway(
     store: Annotated[
         str | None,
         typer.Option(
-            "--store", envvar=ENV_VAR, help="Store URL (default: the embedded SQLite file); relayed calls write none."
+            "--store",
+            envvar=ENV_VAR,
+            help="Store URL (default: the embedded SQLite file): where the upstream's questions become decisions.",
         ),
     ] = None,
     era: Annotated[
@@ -104,7 +108,8 @@ def gateway(
     """Relay MCP servers (any language, stdio or streamable HTTP) to MCP clients of either protocol era.
 
     Every request is relayed as it came; an upstream is restarted if it exits, a request it leaves unanswered
-    for TIMEOUT seconds fails, and its questions (elicitation) reach a client that can be asked on the call.
+    for TIMEOUT seconds fails, and what it asks during a tool call becomes a durable decision, asked of the client
+    the way its protocol era asks (rounds are sealed with MCP_ELICIT_STATE_KEYS when set).
     """
     configure_logging(log_format)
     if transport is Transport.HTTP and host not in LOOPBACK:
@@ -139,11 +144,20 @@ def gateway(
                     f"(its key {option})"
                 )
     try:
+        ring = Settings.read(only=["state_keys"]).state_keys
+    except SettingsError as error:
+        _fail("; ".join(error.problems))
+    try:
         opened = open_store(store)
     except (StoreError, OSError, ValueError) as error:
         _fail(str(error))
     log.info("store %s; relaying %s", opened.display_url, _named(upstreams))
-    relay = Gateway(upstreams, store=opened)
+    # Without a key ring the 2026-07-28 rounds are sealed with a key of this process: a round outlives it only
+    # with MCP_ELICIT_STATE_KEYS set.
+    state = RequestState(keys=list(ring), single_process=False) if ring else RequestState(single_process=True)
+    # Over HTTP it listens on loopback only and signs no one in: every caller is the one loopback principal.
+    identity = IdentityPolicy(allow_unauthenticated_loopback=transport is Transport.HTTP)
+    relay = Gateway(upstreams, store=opened, request_state=state, identity=identity)
     try:
         anyio.run(_serve, relay, transport, host, port)
     except UpstreamUnavailable as error:

@@ -3,8 +3,8 @@
 What it does today: it relays every request family of one upstream server (stdio or streamable HTTP), or of
 several each under its prefix (`routing`, named in a `gateway.toml`: `config`), to a client of either protocol
 era, supervises each upstream (restarts it with a backoff, times out a hang, refuses a malformed result), and
-relays an upstream's `elicitation/create` to a client that can be asked on the live call. A relayed call writes
-nothing to the store.
+turns what an upstream asks during a `tools/call` into durable decisions, asked the way the client's era asks,
+whichever era the upstream speaks (`questions`). A call that asks nothing writes nothing to the store.
 """
 
 from mcp_elicit.gateway.relay import Gateway, GatewayServer

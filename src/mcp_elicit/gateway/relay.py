@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
+from datetime import timedelta
 from importlib.metadata import version
 from typing import Any, get_args
 
@@ -68,6 +69,8 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 
+from mcp_elicit.gateway.questions import TOOLS_CALL, Ended, Questions, fresh_holder
+from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, REMEMBERED, Remembered
 from mcp_elicit.gateway.routing import Handler, Routes
 from mcp_elicit.gateway.upstream import (
     ENDED,
@@ -82,6 +85,10 @@ from mcp_elicit.gateway.upstream import (
     running,
     timed_out,
 )
+from mcp_elicit.server.config import RequestState, Timing
+from mcp_elicit.server.flow import DEFAULT_FORM_TTL
+from mcp_elicit.server.identity import IdentityPolicy
+from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import Store
 
 log = logging.getLogger(__name__)
@@ -90,11 +97,9 @@ GATEWAY_NAME = "mcp-elicit-gateway"
 STREAM = "stream"
 """The holder of a stdio (or in-memory) connection: a process serves one such connection at a time."""
 _CONNECTION_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY})
-_REMEMBERED = 1024
-"""Handshake downstream connections kept for list-change notices (and URL questions kept for their completion
-notices): the most recently seen; older ones are forgotten."""
-NOTICE_TIMEOUT = 2.0
-"""Seconds a notification to one client may take before it is given up."""
+UPSTREAM_STATE = "upstream:"
+"""What the `requestState` of a round a 2026-07-28 upstream put out starts with, in the gateway's sealed state:
+the gateway's own rounds carry their operation's state instead."""
 URL_FLOW_TTL = 3600.0
 """Seconds after a URL question is relayed during which the upstream's notice that it is complete is passed
 on (to the client asked): a sign-in or payment is done within the hour, or not through this gateway."""
@@ -171,10 +176,23 @@ class Gateway:
 
     `server` is what to serve (stdio, streamable HTTP, or in process for tests); it connects to the upstreams
     when it starts (its lifespan), unless `running()` already did. `store` is where the gateway keeps durable
-    state; nothing this gateway does writes to it: a relayed call never touches it.
+    state: the upstream's questions during a `tools/call` become decisions there (`mcp_elicit.gateway.questions`),
+    sealed into 2026-07-28 rounds with `request_state`'s keys, lasting as `timing` says, and bound to the principal
+    `identity` says a call runs for, open `question_ttl` (a form's; a URL question's is `DEFAULT_URL_TTL`); a call
+    that asks nothing never touches it. Without a store, questions are
+    relayed live only, to a client that can be asked on its call.
     """
 
-    def __init__(self, upstreams: Upstream | Sequence[Upstream], *, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        upstreams: Upstream | Sequence[Upstream],
+        *,
+        store: Store | None = None,
+        request_state: RequestState | None = None,
+        timing: Timing | None = None,
+        identity: IdentityPolicy | None = None,
+        question_ttl: timedelta = DEFAULT_FORM_TTL,
+    ) -> None:
         given = (upstreams,) if isinstance(upstreams, Upstream) else tuple(upstreams)
         if not given:
             raise ValueError("a gateway needs an upstream")
@@ -183,6 +201,13 @@ class Gateway:
         self.routes = Routes(self.pools, self._forward) if len(given) > 1 or given[0].prefix is not None else None
         """`None` for one upstream relayed as it is."""
         self.server = GatewayServer(self)
+        self.questions: Questions | None = None
+        """Where the upstream's questions on a `tools/call` become durable decisions (with a store only)."""
+        if store is not None:
+            state = request_state or RequestState(single_process=True)
+            elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
+            elicitation.install(self.server)
+            self.questions = Questions(elicitation, self.send, ttl=question_ttl)
         self.announces = (False, False, False)
         """Which lists (tools, prompts, resources) the gateway announces changes of: those the upstream said it
         does; behind several upstreams, every list served."""
@@ -191,7 +216,7 @@ class Gateway:
         self._connections: dict[Hashable, ServerSession] = {}
         """Each handshake connection's latest request session (the SDK makes one per request; any of them
         reaches the connection)."""
-        self._urls = _Asked()
+        self._urls: Remembered[tuple[Lane, str], ServerSession] = Remembered(URL_FLOW_TTL)
         self._level: LoggingLevel | None = None
         self._running = False
 
@@ -213,7 +238,10 @@ class Gateway:
         be reached."""
         if self._running:
             raise RuntimeError("this gateway is running already")
-        async with running(self.pools):
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(running(self.pools))
+            if self.questions is not None:
+                await stack.enter_async_context(self.questions.running())
             clients = [pool.first.client for pool in self.pools]
             assert all(client is not None for client in clients)
             self._serve_like([client for client in clients if client is not None])
@@ -294,13 +322,27 @@ class Gateway:
         holder = _holder(ctx) if asks else None
         if holder is not None:
             self._remember(holder, ctx.session)
-        call = Call(ctx, what, holder, Deadline(pool.upstream.timeout))
+        call = Call(ctx, what, holder, Deadline(pool.upstream.timeout), pool=pool)
+        if method == TOOLS_CALL and self.questions is not None:
+            return await self._calling(ctx, raw, call)
+        lane, result = await self.send(call, method, raw)
+        return self._returned(ctx, lane, what, result)
+
+    async def send(self, call: Call, method: str, raw: Mapping[str, Any]) -> tuple[Lane, dict[str, Any]]:
+        """`call` sent upstream as it came, on a lane of its pool it may ride, and the upstream's raw result; an
+        error of the upstream's or of the relay (`MCPError`, naming the upstream and the call) otherwise. Progress
+        renews the call's clock and goes to the downstream request the call belongs to now (`call.ctx`)."""
+        what = call.what
+        pool = call.pool or self.pools[0]
 
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             # Asked for on every request, as a sign of life that renews the timeout; passed on to a client that
             # asked for it (to any other, reporting it does nothing).
             call.deadline.renew()
-            await ctx.session.report_progress(progress, total, message)
+            try:
+                await call.ctx.session.report_progress(progress, total, message)
+            except Exception as error:  # a downstream request that ended meanwhile (a 2026-07-28 round) hears none
+                log.debug("progress of %s not passed on: %s", what, type(error).__name__)
 
         async with pool.carrying(call) as (lane, connection):
             resent = False
@@ -335,7 +377,31 @@ class Gateway:
                     ) from None
                 if watch.cancelled_caught:
                     raise timed_out(lane, what, pool.upstream.timeout)
-                return self._returned(ctx, lane, what, result)
+                return lane, result
+
+    async def _calling(self, ctx: ServerRequestContext[Any, Any], raw: Mapping[str, Any], call: Call) -> dict[str, Any]:
+        """A `tools/call` whose questions the gateway keeps durable (see `mcp_elicit.gateway.questions`); `raw` is
+        what goes upstream (the tool's name as the upstream has it), `ctx.params` what the client sent."""
+        assert self.questions is not None
+        pool = call.pool or self.pools[0]
+        params = CallToolRequestParams.model_validate(ctx.params or {})
+        state = params.request_state
+        if state is not None and state.startswith(UPSTREAM_STATE):
+            # The retry of a round a 2026-07-28 upstream put out: its state goes back to it as it gave it.
+            kept = state.removeprefix(UPSTREAM_STATE)
+            raw = {name: value for name, value in raw.items() if name != "requestState"}
+            if kept:
+                raw["requestState"] = kept
+            lane, result = await self.send(call, TOOLS_CALL, raw)
+            return self._returned(ctx, lane, call.what, result)
+        if not pool.first.modern:
+            call.holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's, and no other's
+        outcome = await self.questions.call_tool(ctx, params, raw, call)
+        if isinstance(outcome, Ended):
+            assert outcome.lane is not None
+            assert outcome.result is not None
+            return self._returned(ctx, outcome.lane, call.what, outcome.result)
+        return outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _returned(
         self, ctx: ServerRequestContext[Any, Any], lane: Lane, what: str, result: dict[str, Any]
@@ -344,11 +410,16 @@ class Gateway:
             raise MCPError(
                 INTERNAL_ERROR,
                 f"upstream {lane.label} answered {what} by asking for input the 2026-07-28 way (InputRequiredResult), "
-                f"which a {ctx.protocol_version} client cannot receive; this gateway does not bridge that",
+                f"which a {ctx.protocol_version} client cannot receive; a gateway without a store does not bridge that",
                 {"upstream": lane.pool.upstream.name},
             )
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
             result = {**result, "resultType": "complete"}  # a handshake upstream's result, which has none
+        if self.questions is not None and result.get("resultType") == "input_required":
+            # Sealed by the gateway's boundary, and marked as the upstream's (a round without state too, so that its
+            # retry is told from one of the gateway's own rounds).
+            state = result.get("requestState")
+            result = {**result, "requestState": UPSTREAM_STATE + (state if isinstance(state, str) else "")}
         meta = result.get("_meta")
         if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
             # The gateway's own identity is stamped on 2026-07-28 results, as its discovery says.
@@ -391,7 +462,7 @@ class Gateway:
             return
         self._connections.pop(holder, None)
         self._connections[holder] = session
-        while len(self._connections) > _REMEMBERED:
+        while len(self._connections) > REMEMBERED:
             del self._connections[next(iter(self._connections))]
 
     # -- what the upstream sends on a lane (the `Relay` of `mcp_elicit.gateway.upstream`) ---------------------
@@ -420,30 +491,39 @@ class Gateway:
             log.warning("upstream %s asked a question with no call in flight; refused", lane.label)
             return ErrorData(code=INVALID_REQUEST, message="no call of the gateway's clients is in flight to ask on")
         first = calls[0]
-        whose = " or ".join(dict.fromkeys(call.what for call in calls))
-        session = first.ctx.session
+        with ExitStack() as paused:
+            for call in calls:
+                paused.enter_context(call.deadline.paused())
+            if first.asked is not None:
+                return await first.asked(lane, params)
+            whose = " or ".join(dict.fromkeys(call.what for call in calls))
+            return await self._ask_live(lane, first.ctx, whose, params)
+
+    async def _ask_live(
+        self, lane: Lane, ctx: ServerRequestContext[Any, Any], whose: str, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        """The upstream's question asked of the client of `ctx` on that request, and the client's answer (or why
+        it cannot be asked), for the upstream."""
+        session = ctx.session
         if not session.can_send_request:
             return ErrorData(
                 code=INVALID_REQUEST,
                 message=f"the gateway cannot ask the client of {whose} on the live call: its connection "
-                f"(protocol {first.ctx.protocol_version}) carries no requests from server to client, and this "
+                f"(protocol {ctx.protocol_version}) carries no requests from server to client, and this "
                 "gateway does not relay questions another way",
             )
         refusal = _unaskable(session.client_capabilities, params)
         if refusal is not None:
             return ErrorData(code=INVALID_REQUEST, message=f"the gateway cannot ask the client of {whose}: {refusal}")
         if isinstance(params, ElicitRequestURLParams) and params.elicitation_id is not None:
-            self._urls.asked((lane, params.elicitation_id), session)
-        related = ServerMessageMetadata(related_request_id=first.ctx.request_id)  # arrives, whatever streams are open
-        with ExitStack() as paused:
-            for call in calls:
-                paused.enter_context(call.deadline.paused())
-            try:
-                return await session.send_request(ElicitRequest(params=params), ElicitResult, metadata=related)
-            except MCPError as error:
-                return error.error
-            except ValidationError:
-                return ErrorData(code=INTERNAL_ERROR, message="the client's answer is not an elicitation result")
+            self._urls.watch((lane, params.elicitation_id), session)
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)  # arrives, whatever streams are open
+        try:
+            return await session.send_request(ElicitRequest(params=params), ElicitResult, metadata=related)
+        except MCPError as error:
+            return error.error
+        except ValidationError:
+            return ErrorData(code=INTERNAL_ERROR, message="the client's answer is not an elicitation result")
 
     async def logged(self, lane: Lane, params: LoggingMessageNotificationParams) -> None:
         """A log message, to the one client it can belong to; dropped when that cannot be told.
@@ -478,11 +558,12 @@ class Gateway:
         elif isinstance(notification, ElicitCompleteNotification):
             # To the client that was asked, often after its call ended; a notice for a question the gateway did
             # not relay (or relayed too long ago) is dropped.
-            session = self._urls.answered((lane, notification.params.elicitation_id))
-            if session is None:
-                log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
-            else:
+            elicitation_id = notification.params.elicitation_id
+            session = self._urls.answered((lane, elicitation_id))
+            if session is not None:
                 await _tell(session, notification)
+            elif self.questions is None or not await self.questions.completed(lane, elicitation_id):
+                log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
 
     async def event(self, event: ServerEvent) -> None:
         await self._bus.publish(event)
@@ -565,30 +646,6 @@ async def _tell(session: ServerSession, notice: ServerNotification, *, related_r
         return True
     log.debug("could not pass %s on within %g s", notice.method, NOTICE_TIMEOUT)
     return False
-
-
-class _Asked:
-    """The URL questions relayed, by lane and elicitation id, each with the session its client was asked on: a
-    `notifications/elicitation/complete` goes to that client, often once its call has ended."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[tuple[Lane, str], tuple[ServerSession, float]] = {}
-
-    def asked(self, key: tuple[Lane, str], session: ServerSession) -> None:
-        now = anyio.current_time()
-        self._sessions.pop(key, None)
-        self._sessions[key] = (session, now + URL_FLOW_TTL)
-        while self._sessions:
-            oldest = next(iter(self._sessions))
-            if len(self._sessions) <= _REMEMBERED and self._sessions[oldest][1] > now:
-                break
-            del self._sessions[oldest]
-
-    def answered(self, key: tuple[Lane, str]) -> ServerSession | None:
-        found = self._sessions.pop(key, None)
-        if found is None or found[1] <= anyio.current_time():
-            return None
-        return found[0]
 
 
 _EVENTS: dict[type[BaseModel], ServerEvent] = {

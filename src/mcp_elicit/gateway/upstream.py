@@ -27,7 +27,7 @@ import logging
 import math
 import os
 import shlex
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -202,6 +202,11 @@ class Call:
     """The downstream connection the upstream's questions on this call go to; `None` for a request that draws
     none, which may share any lane."""
     deadline: Deadline
+    asked: Callable[[Lane, ElicitRequestParams], Awaitable[ElicitResult | ErrorData]] | None = None
+    """Where the upstream's questions on this call go when the gateway keeps them durable (its own operation),
+    instead of to the client on the live call."""
+    pool: Pool | None = None
+    """The upstream it goes to, behind a gateway of several (else the one)."""
 
 
 @dataclass(eq=False)

@@ -43,5 +43,14 @@ class Failed:
     """The out-of-band flow behind a URL decision ended in failure (for example, refused at the provider)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Consented:
+    """The person agreed to open a URL whose flow another server runs (a relayed question): consent, which is not
+    completion; only that server learns how the flow ends. `elicitation_id` names the decision."""
+
+    elicitation_id: str
+
+
 Answer = Accepted[T] | Declined | Cancelled | Expired
 UrlAnswer = Completed | Failed | Declined | Cancelled | Expired
+RelayedUrlAnswer = Consented | Declined | Cancelled | Expired

@@ -69,7 +69,18 @@ from mcp_elicit.model import (
     new_grant,
     new_url_decision,
 )
-from mcp_elicit.server.answers import Accepted, Answer, Cancelled, Completed, Declined, Expired, Failed, UrlAnswer
+from mcp_elicit.server.answers import (
+    Accepted,
+    Answer,
+    Cancelled,
+    Completed,
+    Consented,
+    Declined,
+    Expired,
+    Failed,
+    RelayedUrlAnswer,
+    UrlAnswer,
+)
 from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.fallback import ANSWERS_ARGUMENT, Fallback
 from mcp_elicit.server.forms import FormSpec, InvalidAnswer, built_form
@@ -327,6 +338,8 @@ class Execution:
         self._taking = anyio.Lock()
         self._backing: Backing | None = None
         """The backend deciding this call's approval out of band, the tool and the call's arguments (JSON)."""
+        self._relayed: set[str] = set()
+        """URL decisions of another server's questions (`relay_url`): consent answers them."""
 
     def _ids(self) -> tuple[AsyncStore, str, Principal, str]:
         """What a write made on this call's behalf names: the store, the operation, the caller, this call."""
@@ -996,6 +1009,41 @@ class Execution:
         if not decision.is_terminal:
             decision = await self._put_to_person(decision, None)
         return _url_answer(decision)
+
+    async def relay_url(self, message: str, name: str, ttl: timedelta, url: str) -> RelayedUrlAnswer:
+        """Put another server's URL question to the person; their consent is the answer (that server runs the flow
+        and learns how it ends). The decision moves to `external_pending` with the consent: completion is recorded
+        only if that server says so (`complete_relayed`), else the decision expires at its TTL."""
+        decision = self._decisions.get(name)
+        if decision is None:
+            decision = self._create(
+                new_url_decision(
+                    self._origin(name, (), ResumePolicy.AUTO),
+                    message=message,
+                    url=url,
+                    now=self.now(),
+                    ttl=self._within_operation(ttl),
+                )
+            )
+        self._relayed.add(decision.elicitation_id)
+        if decision.status is DecisionStatus.REQUESTED:
+            decision = await self._put_to_person(decision, None)
+        if decision.status is DecisionStatus.ACCEPTED_URL:
+            decision = await self.record(
+                decision, DecisionStatus.EXTERNAL_PENDING, reason="the relayed server runs the flow"
+            )
+        await self.commit()  # durable before the relayed server acts on it (and says the flow is complete)
+        if decision.status in (
+            DecisionStatus.EXTERNAL_PENDING,
+            DecisionStatus.EXTERNAL_COMPLETED,
+            DecisionStatus.EXTERNAL_FAILED,
+        ):
+            return Consented(decision.elicitation_id)
+        return _closed_answer(decision)
+
+    def awaits_completion(self, decision: Decision) -> bool:
+        """Whether the person's consent to this URL decision is not yet its answer: true but for a relayed one."""
+        return decision.elicitation_id not in self._relayed
 
     async def query(self, name: str, need: Need, query: ClientQuery, answer: type[A]) -> A:
         journal = f"{RESERVED_JOURNAL_PREFIX}input/{name}"

@@ -38,11 +38,11 @@ from mcp_types import (
 from pydantic import TypeAdapter
 from typing_extensions import TypeForm
 
-from mcp_elicit.model import GRANT_FIELD, NOTE_FIELD, REJECT_FIELD, ApproverRule, Principal, ResumePolicy
-from mcp_elicit.server.answers import Answer, UrlAnswer
+from mcp_elicit.model import GRANT_FIELD, NOTE_FIELD, REJECT_FIELD, ApproverRule, JSONValue, Principal, ResumePolicy
+from mcp_elicit.server.answers import Answer, RelayedUrlAnswer, UrlAnswer
 from mcp_elicit.server.eras.capabilities import Need
 from mcp_elicit.server.execution import RESERVED_JOURNAL_PREFIX, Execution
-from mcp_elicit.server.forms import form_spec
+from mcp_elicit.server.forms import form_spec, schema_form
 
 T = TypeVar("T")
 K = TypeVar("K", bound=str | enum.Enum)
@@ -204,6 +204,41 @@ class Flow:
         default = f"{form.key}_form" if form.key in (URL_KEY, SAMPLE_KEY, ROOTS_KEY) else form.key
         name = self._claim_key(key, default)
         return await self._run.ask_form(message, form, name, ttl, approvers)
+
+    async def ask_schema(
+        self,
+        message: str,
+        requested_schema: Mapping[str, Any],
+        *,
+        key: str,
+        ttl: timedelta = DEFAULT_FORM_TTL,
+    ) -> Answer[dict[str, JSONValue]]:
+        """Ask a form whose `requestedSchema` came from elsewhere (a question another server asks, relayed as it
+        came); `Accepted.data` is the answer's content, checked against every rule of that schema.
+
+        For relays, not for tools: a tool asks with a type (`ask`), whose schema the library renders and whose
+        answer it reads back into that type. The schema must be the spec's restricted form schema
+        (`UnsupportedSchema` names what is not, before anything is stored); the key is required, since only the
+        relay knows what makes two of its questions the same one. The answer is durable when this returns, since
+        the server that asked acts on it next.
+        """
+        self._run.check()
+        form = schema_form(requested_schema, key)
+        name = self._claim_key(key, key)
+        answer = await self._run.ask_form(message, form, name, ttl)
+        await self._run.commit()  # durable before the server that asked acts on it
+        return answer
+
+    async def relay_url(
+        self, message: str, url: str, *, key: str, ttl: timedelta = DEFAULT_URL_TTL
+    ) -> RelayedUrlAnswer:
+        """Put another server's URL question (its own page, its own flow) to the person, for relays: `Consented`
+        once they agree to open `url`, which is the answer that server waits for; it alone learns whether the flow
+        completed. The answer is durable when this returns. Not for tools: a tool's URL question goes to this
+        server's own page (`ask_url`)."""
+        self._run.check()
+        name = self._claim_key(key, key)
+        return await self._run.relay_url(message, name, ttl, url)
 
     async def ask_url(
         self,

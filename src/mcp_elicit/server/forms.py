@@ -136,6 +136,7 @@ __all__ = [
     "UnsupportedField",
     "check_asks",
     "form_spec",
+    "schema_form",
 ]
 
 T = TypeVar("T")
@@ -399,6 +400,29 @@ def built_form(
     checked by the one form reader, its answers read and written back by the asker's own functions (`read`
     may raise pydantic's `ValidationError`, whose problems are then the answer's)."""
     return FormSpec(_Asked(name), key, (), schema, parse_form(schema), read, write)
+
+
+def schema_form(schema: object, key: str) -> FormSpec[dict[str, JSONValue]]:
+    """A form for a `requestedSchema` as another server sent it (a relayed question): read by the one form reader,
+    so a schema outside the restricted subset raises `UnsupportedSchema` here, and an answer is checked against
+    every rule the schema shows (types, choices, lengths, bounds, formats) and kept as it came. Fields whose name,
+    title or description looks like a secret are marked sensitive, so audit and logs redact them."""
+    form = parse_form(schema)
+    fields = cast(dict[str, JSONValue], dict(cast(Mapping[str, Any], schema)))
+    name = _Asked("the relayed question")
+
+    def read(content: dict[str, Any]) -> dict[str, JSONValue]:
+        problems = problem_lines(form.problems(content))
+        if problems:
+            raise InvalidAnswer(name, problems)
+        return content
+
+    secret = tuple(
+        field.name
+        for field in form.fields
+        if looks_secret(field.name, field.description) or (field.title is not None and looks_secret(field.title))
+    )
+    return FormSpec(name, key, secret, json.loads(json.dumps(fields)), form, read, dict)
 
 
 def check_asks(asks: Iterable[object], where: str) -> None:

@@ -310,7 +310,7 @@ class LegacyAsker:
         session, request_id = self._session, self._request_id
         if decision.status is DecisionStatus.REQUESTED:
             decision = await self._carried(run, decision, partial(self._consent, run))
-            if decision.is_terminal:
+            if decision.is_terminal or not run.awaits_completion(decision):
                 return decision
         deadline = None
         while not decision.is_terminal and decision.expires_at != deadline:  # the flow may extend its TTL

@@ -271,7 +271,7 @@ class MrtrAsker:
         response, reason = self._response_for(decision)
         if response is not None:
             decision, note = await self._apply(run, decision, form, response, reason)
-            if decision.is_terminal:
+            if decision.is_terminal or (decision.mode is Mode.URL and not run.awaits_completion(decision)):
                 return decision
         reask_at: datetime | None = None
         if decision.status is DecisionStatus.REQUESTED:
