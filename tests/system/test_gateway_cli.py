@@ -91,3 +91,11 @@ def test_a_config_that_cannot_work_is_said_before_anything_starts_and_exits_2(tm
     assert (
         f"error: --era describes --upstream; the [[upstream]] tables of {config} say it for each upstream (its key era)"
     ) in " ".join(described.stderr.split())
+    config.write_text(
+        f'[[upstream]]\nname = "sdk"\ncommand = {json.dumps(SDK_SERVER)}\n[[gate]]\ntool = "book"\nupstream = "skd"\n'
+    )
+    misnamed = run("gateway", "--config", str(config), tmp_path=tmp_path)
+    assert misnamed.returncode == 2, misnamed.stderr
+    assert f"error: {config}: gate[0].upstream: expected one of the upstreams (sdk), not 'skd'" in " ".join(
+        misnamed.stderr.split()
+    )

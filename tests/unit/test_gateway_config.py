@@ -74,16 +74,33 @@ SECOND = '[[upstream]]\nname = "b"\nurl = "http://127.0.0.1:8000/mcp"\n'
             "upstream[0].comand: unknown key; expected one of: name, command, url, prefix, era, timeout, sessions, "
             "env, cwd",
         ),
-        ('servers = ["a"]\n', "servers: unknown key; expected one of: upstream"),
+        ('servers = ["a"]\n', "servers: unknown key; expected one of: upstream, gate"),
         (
-            '[[gate]]\ntool = "get-sum"\n',
-            "gate: approval gates ([[gate]] tables) are not in this release of the gateway",
+            '[[gate]]\ntool = "get-sum"\nwhne = "a > 1"\n',
+            "gate[0].whne: unknown key; expected one of: tool, upstream, "
+            "when, editable, message, ttl, grants, approvers, fallback",
         ),
+        ('[[gate]]\nwhen = "a > 1"\n', "gate[0].tool: missing; every [[gate]] table has one"),
+        (
+            '[[gate]]\ntool = "t"\nwhen = "a.b > 1"\n',
+            "gate[0].when: 'a.b > 1': attributes and methods are not "
+            "available (.b); use a function such as lower(x) (column 1)",
+        ),
+        (
+            '[[gate]]\ntool = "t"\ngrants = { sesion = "1h" }\n',
+            "gate[0].grants.sesion: unknown key; expected one of: session, always, scope",
+        ),
+        (
+            '[[gate]]\ntool = "t"\napprovers = { roles = ["ops"], quorum = "2" }\n',
+            "gate[0].approvers.quorum: Input should be a valid integer",
+        ),
+        ("gate = 3\n", "gate: expected [[gate]] tables (an array of tables)"),
         ("upstream = 1\n", "upstream: expected [[upstream]] tables (an array of tables)"),
         ("upstream = [1]\n", "upstream[0]: expected a table"),
         (
             'command = "x"\n[[upstream]]\nname = "a"\nsessions = true\n',
-            "upstream[0].sessions: expected a valid integer\n{file}: command: unknown key; expected one of: upstream",
+            "upstream[0].sessions: expected a valid integer\n{file}: command: unknown key; expected one of: upstream, "
+            "gate",
         ),
         (
             '[[upstream]]\ncommand = "x"\n',

@@ -26,7 +26,7 @@ from typer._click.core import ParameterSource  # the click typer builds on (its 
 
 from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnavailable
-from mcp_elicit.gateway.config import CONFIG_ENV, ConfigError, read_config
+from mcp_elicit.gateway.config import CONFIG_ENV, ConfigError, GateTable, read_config
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.server import IdentityPolicy, RequestState
@@ -115,11 +115,13 @@ def gateway(
     if transport is Transport.HTTP and host not in LOOPBACK:
         _fail(f"the gateway has no sign-in: it listens on loopback only ({', '.join(LOOPBACK)}), not on {host}")
     upstreams: tuple[Upstream, ...] = ()
+    gates: list[GateTable] = []
     if config is not None:
         try:
-            upstreams = read_config(config).upstreams
+            read = read_config(config)
         except ConfigError as error:
             _fail(str(error))
+        upstreams, gates = read.upstreams, read.gate
     given = "--config" if context.get_parameter_source("config") is not ParameterSource.ENVIRONMENT else CONFIG_ENV
     if upstream is not None and upstreams:
         _fail(
@@ -157,7 +159,11 @@ def gateway(
     state = RequestState(keys=list(ring), single_process=False) if ring else RequestState(single_process=True)
     # Over HTTP it listens on loopback only and signs no one in: every caller is the one loopback principal.
     identity = IdentityPolicy(allow_unauthenticated_loopback=transport is Transport.HTTP)
-    relay = Gateway(upstreams, store=opened, request_state=state, identity=identity)
+    try:
+        relay = Gateway(upstreams, store=opened, request_state=state, identity=identity, gates=gates)
+    except ValueError as error:
+        opened.close()
+        _fail(f"{config}: {error}")
     try:
         anyio.run(_serve, relay, transport, host, port)
     except UpstreamUnavailable as error:

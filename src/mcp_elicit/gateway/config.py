@@ -5,8 +5,8 @@ gives.
 
 Strict on purpose: a key the model does not know is refused, so that a typo never becomes a default silently,
 and values keep their TOML types (`timeout = "60"` is refused, not read as a number). The file holds the tables
-the gateway reads today, `[[upstream]]`; the next ones (`[[gate]]`, approval gates per upstream tool) come as
-new optional tables, so that a file written now stays valid.
+the gateway reads, `[[upstream]]` (the servers relayed) and `[[gate]]` (approval gates per upstream tool,
+`mcp_elicit.gateway.gates`); tables added later come as new optional ones, so that a file written now stays valid.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from typing import Annotated, Any, Final, Self
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
+from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.routing import PREFIX, PREFIX_RULE, SEPARATOR, clashing
 from mcp_elicit.gateway.upstream import DEFAULT_TIMEOUT, Upstream, UpstreamEra
 
-__all__ = ["CONFIG_ENV", "ConfigError", "GatewayConfig", "UpstreamTable", "parse_config", "read_config"]
+__all__ = ["CONFIG_ENV", "ConfigError", "GateTable", "GatewayConfig", "UpstreamTable", "parse_config", "read_config"]
 
 CONFIG_ENV: Final = "MCP_ELICIT_GATEWAY_CONFIG"
-_LATER: Final = {"gate": "approval gates ([[gate]] tables) are not in this release of the gateway"}
-"""Tables of the design that this release does not read yet: refused with a word of their own."""
 _TOML_PLACE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 
 
@@ -118,11 +117,13 @@ class UpstreamTable(BaseModel):
 
 
 class GatewayConfig(BaseModel):
-    """The whole file: its `[[upstream]]` tables (none: the upstream comes from the command line)."""
+    """The whole file: its `[[upstream]]` tables (none: the upstream comes from the command line) and its `[[gate]]`
+    tables."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     upstream: list[UpstreamTable] = Field(default_factory=list)
+    gate: list[GateTable] = Field(default_factory=list)
 
     _upstreams: list[Upstream] = PrivateAttr(default_factory=list)
 
@@ -155,9 +156,6 @@ def parse_config(text: str, source: Path) -> GatewayConfig:
         where = f"{source}:{place[1]}:{place[2]}" if place and place[1] else str(source)
         said = _TOML_PLACE.sub("", said)
         raise ConfigError(f"{where}: not valid TOML: {said[:1].lower()}{said[1:]}") from None
-    for key, why in _LATER.items():
-        if key in data:
-            raise ConfigError(f"{source}: {key}: {why}")
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as invalid:
@@ -200,13 +198,19 @@ def _said(error: ErrorDetails) -> str:
     for part in location:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
     kind = error["type"]
-    table: Any = UpstreamTable if location[:1] == ("upstream",) and len(location) > 1 else GatewayConfig
+    kinds: dict[str, Any] = {"upstream": UpstreamTable, "gate": GateTable}
+    table: Any = kinds.get(str(location[0]), GatewayConfig) if len(location) > 2 else GatewayConfig
+    if len(location) > 3 and location[2] in ("grants", "approvers"):
+        table = GateTable.model_fields[str(location[2])].annotation
+        table = next(arg for arg in getattr(table, "__args__", (table,)) if arg is not type(None))
     if kind == "extra_forbidden":
         return f"{path}: unknown key; expected one of: {', '.join(table.model_fields)}"
     if kind == "missing":
-        return f"{path}: missing; every [[upstream]] table has one ({PREFIX_RULE})"
-    if path == "upstream" and kind == "list_type":
-        return "upstream: expected [[upstream]] tables (an array of tables)"
+        if location[:1] == ("upstream",):
+            return f"{path}: missing; every [[upstream]] table has one ({PREFIX_RULE})"
+        return f"{path}: missing; every [[{location[0]}]] table has one"
+    if path in kinds and kind == "list_type":
+        return f"{path}: expected [[{path}]] tables (an array of tables)"
     if kind in ("model_type", "dict_type") and len(location) == 2:
         return f"{path}: expected a table"
     message = str(error.get("ctx", {}).get("error", error["msg"]))
@@ -214,6 +218,8 @@ def _said(error: ErrorDetails) -> str:
         message = f"expected {PREFIX_RULE}"
     elif kind == "greater_than_equal":
         message = f"expected a number of at least {error.get('ctx', {}).get('ge'):g}"
+    elif location[:1] == ("gate",):
+        message = message.removeprefix("Value error, ")
     elif not message.startswith("expected"):
         message = "expected " + message.removeprefix("Input should be ").removeprefix("Value error, ")
     return f"{path}: {message}"

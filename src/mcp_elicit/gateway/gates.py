@@ -66,7 +66,7 @@ Duration = Annotated[timedelta, BeforeValidator(duration)]
 
 
 class _Table(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class GrantsTable(_Table):

@@ -29,6 +29,7 @@ from mcp_types import CallToolRequestParams, CallToolResult, ErrorData, InputReq
 
 from mcp_elicit.approvals import GatedTool, GateRefused
 from mcp_elicit.gateway.gates import GateTable
+from mcp_elicit.gateway.upstream import Upstream
 from mcp_elicit.server import Elicitation, Fallback, Flow
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,23 @@ Forward = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 """Sends the call upstream with these arguments: `{"result": ...}` (the upstream's result as it came) or
 `{"error": ...}` (the error it answered with); any exception is an outcome the gateway does not know (the
 connection ended, the request timed out), and the call is not forwarded again."""
+
+
+def assign_gates(tables: Sequence[GateTable], upstreams: Sequence[Upstream]) -> dict[str, list[GateTable]]:
+    """The `[[gate]]` tables of each upstream, by its name; `ValueError` naming the table (`gate[2].upstream`) whose
+    upstream is not one of them, or that names none when there are several."""
+    names = [upstream.name for upstream in upstreams]
+    assigned: dict[str, list[GateTable]] = {}
+    for index, table in enumerate(tables):
+        if table.upstream is None and len(names) > 1:
+            raise ValueError(f"gate[{index}].upstream: missing; with several upstreams a gate names its upstream")
+        name = table.upstream if table.upstream is not None else names[0]
+        if name not in names:
+            raise ValueError(
+                f"gate[{index}].upstream: expected one of the upstreams ({', '.join(names)}), not {name!r}"
+            )
+        assigned.setdefault(name, []).append(table)
+    return assigned
 
 
 class Gates:

@@ -19,6 +19,7 @@ from importlib.metadata import version
 from typing import Any, get_args
 
 import anyio
+import anyio.abc
 from mcp import Client
 from mcp.client.subscriptions import ServerEvent
 from mcp.server.caching import CacheableMethod, CacheHint
@@ -64,11 +65,15 @@ from mcp_types import (
     ServerNotification,
     SetLevelRequestParams,
     SubscriptionsListenRequestParams,
+    Tool,
     ToolListChangedNotification,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 
+from mcp_elicit.approvals import GatedTool, GateRefused
+from mcp_elicit.gateway.gates import GateTable
+from mcp_elicit.gateway.gating import Gates, assign_gates, run_gated
 from mcp_elicit.gateway.questions import TOOLS_CALL, Ended, Questions, fresh_holder
 from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, REMEMBERED, Remembered
 from mcp_elicit.gateway.routing import Handler, Routes
@@ -86,6 +91,7 @@ from mcp_elicit.gateway.upstream import (
     timed_out,
 )
 from mcp_elicit.server.config import RequestState, Timing
+from mcp_elicit.server.fallback import Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import Elicitation
@@ -192,10 +198,15 @@ class Gateway:
         timing: Timing | None = None,
         identity: IdentityPolicy | None = None,
         question_ttl: timedelta = DEFAULT_FORM_TTL,
+        gates: Sequence[GateTable] = (),
     ) -> None:
         given = (upstreams,) if isinstance(upstreams, Upstream) else tuple(upstreams)
         if not given:
             raise ValueError("a gateway needs an upstream")
+        if gates and store is None:
+            raise ValueError("approval gates need a store: their approvals are decisions")
+        self._gates = {name: Gates(tables, name) for name, tables in assign_gates(gates, given).items()}
+        """Each upstream's gates, by its name; an upstream without gates has none here."""
         self.store = store
         self.pools = tuple(Pool(upstream, self) for upstream in given)
         self.routes = Routes(self.pools, self._forward) if len(given) > 1 or given[0].prefix is not None else None
@@ -208,6 +219,11 @@ class Gateway:
             elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
             elicitation.install(self.server)
             self.questions = Questions(elicitation, self.send, ttl=question_ttl)
+            for index, table in enumerate(gates):
+                try:
+                    elicitation.check_fallback(Fallback(table.fallback))
+                except ValueError as error:
+                    raise ValueError(f"gate[{index}].fallback: {error}") from None
         self.announces = (False, False, False)
         """Which lists (tools, prompts, resources) the gateway announces changes of: those the upstream said it
         does; behind several upstreams, every list served."""
@@ -219,6 +235,7 @@ class Gateway:
         self._urls: Remembered[tuple[Lane, str], ServerSession] = Remembered(URL_FLOW_TTL)
         self._level: LoggingLevel | None = None
         self._running = False
+        self._tasks: anyio.abc.TaskGroup | None = None
 
     @property
     def pool(self) -> Pool:
@@ -245,11 +262,17 @@ class Gateway:
             clients = [pool.first.client for pool in self.pools]
             assert all(client is not None for client in clients)
             self._serve_like([client for client in clients if client is not None])
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            self._tasks = tasks
+            for pool in self.pools:
+                await self._bind(pool)
             self._running = True
             try:
                 yield self
             finally:
                 self._running = False
+                self._tasks = None
+                tasks.cancel_scope.cancel()
                 self._listen.close()
 
     @asynccontextmanager
@@ -350,8 +373,10 @@ class Gateway:
                 request = _Forwarded(method=method, params=_outgoing(raw, modern=lane.modern))
                 try:
                     with call.deadline.watching() as watch:
+                        call.sent = True
                         sent = connection.client.session.send_request(request, _Raw, progress_callback=progress)
                         result = (await sent).root
+                        call.answered = True
                 except MCPError as error:
                     if connection.forgotten and error.code != CONNECTION_CLOSED and not resent:
                         # Refused unseen, by an upstream that no longer knows the session: sent once more on a new one.
@@ -360,6 +385,7 @@ class Gateway:
                         resent = True
                         continue
                     if connection.ended is None and not connection.forgotten:
+                        call.answered = True
                         raise  # the upstream's own answer (whatever its code), or the transport's for this request
                     lane.lost(connection, FORGOTTEN if connection.forgotten else ENDED)
                     said = "ended its session" if connection.ended == FORGOTTEN else "closed the connection"
@@ -396,11 +422,64 @@ class Gateway:
             return self._returned(ctx, lane, call.what, result)
         if not pool.first.modern:
             call.holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's, and no other's
+        gates = self._gates.get(pool.upstream.name)
+        if gates:
+            name = str(raw.get("name"))
+            try:
+                gated = gates.gate_of(name)
+            except GateRefused as refused:
+                log.warning("%s refused: %s", call.what, refused)
+                return _tool_error(ctx, str(refused))
+            if gated is not None and gated.gate.applies(dict(raw.get("arguments") or {}), name):
+                return await self._gated(ctx, params, raw, call, gated, gates.fallback_of(name))
         outcome = await self.questions.call_tool(ctx, params, raw, call)
         if isinstance(outcome, Ended):
             assert outcome.lane is not None
             assert outcome.result is not None
             return self._returned(ctx, outcome.lane, call.what, outcome.result)
+        return outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    async def _gated(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: CallToolRequestParams,
+        raw: Mapping[str, Any],
+        call: Call,
+        gated: GatedTool,
+        fallback: Fallback,
+    ) -> dict[str, Any]:
+        """A call its gate applies to: approved through the runtime, then forwarded once with the arguments
+        approved (`mcp_elicit.gateway.gating`)."""
+        assert self.questions is not None
+        pool = call.pool or self.pools[0]
+        # The retry of a round of the gateway's carries the gateway's round fields, never the upstream's.
+        sent = {key: value for key, value in raw.items() if key not in ("inputResponses", "requestState")}
+
+        async def forward(arguments: dict[str, Any]) -> dict[str, Any]:
+            call.sent = call.answered = False
+            try:
+                lane, result = await self.send(call, TOOLS_CALL, {**sent, "arguments": arguments})
+            except MCPError as error:
+                if call.answered or not call.sent:  # the upstream's answer, or never sent: the outcome is known
+                    return {"error": error.error.model_dump(mode="json", exclude_none=True)}
+                raise
+            if result.get("resultType") == "input_required":
+                said = (
+                    f"upstream {lane.label} asked for input during the approved call {call.what}, which the gateway "
+                    "does not relay for a gated tool"
+                )
+                return {"error": {"code": INTERNAL_ERROR, "message": said}}
+            return {"result": {key: value for key, value in result.items() if key != "resultType"}}
+
+        outcome = await run_gated(
+            self.questions.elicitation,
+            ctx,
+            params,
+            gated,
+            upstream=pool.upstream.name,
+            forward=forward,
+            fallback=fallback,
+        )
         return outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _returned(
@@ -468,6 +547,8 @@ class Gateway:
     # -- what the upstream sends on a lane (the `Relay` of `mcp_elicit.gateway.upstream`) ---------------------
 
     async def connected(self, lane: Lane, client: Client) -> None:
+        if self._running and lane is lane.pool.first:
+            self._bind_soon([lane.pool])  # a restarted upstream may list its tools differently
         if self._level is not None and client.server_capabilities.logging is not None and not lane.modern:
             try:
                 await self._send_level(lane, client, self._level)
@@ -565,7 +646,44 @@ class Gateway:
             elif self.questions is None or not await self.questions.completed(lane, elicitation_id):
                 log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
 
+    async def _bind(self, pool: Pool) -> None:
+        """Bind the upstream's gates to its tools as it lists them now (at start, on a change, on reconnecting);
+        what does not fit is logged, and such a gate refuses its tool's calls. A listing that fails leaves the
+        gates as they were bound."""
+        gates = self._gates.get(pool.upstream.name)
+        client = pool.first.client
+        if not gates or client is None:
+            return
+        tools: list[Tool] = []
+        cursor: str | None = None
+        with Deadline(pool.upstream.timeout).watching() as watch:
+            try:
+                while True:
+                    listed = await client.list_tools(cursor=cursor)
+                    tools.extend(listed.tools)
+                    cursor = listed.next_cursor
+                    if not cursor:
+                        break
+            except (MCPError, ValidationError) as error:
+                log.warning("upstream %s: its tools could not be listed to bind its gates: %s", pool.first.label, error)
+                return
+        if watch.cancelled_caught:
+            log.warning("upstream %s: its tools could not be listed in time to bind its gates", pool.first.label)
+            return
+        gates.bind(tools)
+
+    def _bind_soon(self, pools: Sequence[Pool]) -> None:
+        """Bind again in the background: the upstream's notice arrives on its own session, which must not wait for
+        the listing it would then answer."""
+        if self._tasks is None:
+            return
+        for pool in pools:
+            if pool.upstream.name in self._gates:
+                self._tasks.start_soon(self._bind, pool)
+
     async def event(self, event: ServerEvent) -> None:
+        if isinstance(event, ToolsListChanged):
+            self._bind_soon(self.pools)
         await self._bus.publish(event)
         notice = event_to_notification(event, {})
         for holder, session in list(self._connections.items()):
@@ -592,6 +710,13 @@ def _union(declared: Sequence[ServerCapabilities]) -> ServerCapabilities:
             elif getattr(value, "list_changed", False):
                 union[family].list_changed = True
     return ServerCapabilities(**union)
+
+
+def _tool_error(ctx: ServerRequestContext[Any, Any], message: str) -> dict[str, Any]:
+    result: dict[str, Any] = {"content": [{"type": "text", "text": message}], "isError": True}
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        result["resultType"] = "complete"
+    return result
 
 
 def _holder(ctx: ServerRequestContext[Any, Any]) -> Hashable:
