@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.where
 	$(BIN)/python -m bench.overlap
 	$(BIN)/python -m bench.tasks
+	$(BIN)/python -m bench.gateway
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.fastmcp_flows
 	$(BIN)/python -m bench.gateway

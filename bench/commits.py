@@ -4,7 +4,10 @@ The two bodies of `bench._overhead_server`'s mcp-elicit tools, each a whole in-p
 and server over the SDK's in-memory transport, the person answering at once): `step-ask-step`, a journaled
 step, a one-field form, another step, the shape the target (issue "Performance at scale": at most 4 commits
 per call on every era and store) is about; and `ask-only`, one form decision. Every call starts a new
-operation (its argument never repeats), so no replay or attach makes it look cheap.
+operation (its argument never repeats), so no replay or attach makes it look cheap. And `gateway-gated`: a call of
+`mcp-elicit gateway` (in process, its upstream `bench._gateway_upstream` a stdio process) whose `[[gate]]` guards
+`echo`, approved at once: at most `ask-only`'s commits and one more, the commit that takes the run lease and
+marks the forward before it leaves (issue 26: at most once).
 
 Counted below our own code, so the figures are what reaches the database:
 
@@ -35,6 +38,8 @@ import argparse
 import asyncio
 import logging
 import re
+import shlex
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
@@ -48,10 +53,13 @@ from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from bench._common import add_backend_arguments, pg_schema, select_backends, verdict
-from bench._overhead_server import ANSWER, BODIES, COUNTED, Body, build
+from bench._overhead_server import ANSWER, ASK_ONLY, BODIES, COUNTED, Body, build
 from bench.overhead import text_of
 from mcp_elicit.client import Accept, ElicitingClient, Era, FormRequest, Mode, UrlReply, UrlRequest
+from mcp_elicit.gateway import Gateway, Upstream
+from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.server import Elicitation
+from mcp_elicit.store import Store, open_store
 from mcp_elicit.store.postgres import PostgresStore
 from mcp_elicit.store.sqlite import SQLiteStore
 
@@ -209,7 +217,8 @@ class Calls:
     async def run(self, client: ElicitingClient, body: Body, calls: int) -> None:
         for _ in range(calls):
             self._last += 1
-            result = await client.call_tool(body.elicit_tool, {"n": self._last})
+            arguments: dict[str, Any] = {"message": f"echo {self._last}"} if body is GATED else {"n": self._last}
+            result = await client.call_tool(body.elicit_tool, arguments)
             if text_of(result) != body.expected(self._last):
                 raise RuntimeError(f"{body.elicit_tool} returned {text_of(result)!r}")
 
@@ -237,7 +246,30 @@ async def measure(backend: str, store_url: str, calls: int, warmup: int, tally: 
                 async with counting(elicitation.store) as count:
                     await tally.run(client, body, calls)
                 rows.append(Row(backend, era, body, calls, count))
+        async with gated(store_url, era) as (client, store):
+            await tally.run(client, GATED, warmup)
+            async with counting(store) as count:
+                await tally.run(client, GATED, calls)
+            rows.append(Row(backend, era, GATED, calls, count))
     return rows
+
+
+GATED = Body("gateway-gated", "echo", "", "", lambda n: f"echo {n}")
+"""A call of the gateway's upstream tool `echo` behind `[[gate]] tool = "echo"`, approved at once: one approval
+decision and the forward's at-most-once mark."""
+
+
+@asynccontextmanager
+async def gated(store_url: str, era: Era) -> AsyncIterator[tuple[ElicitingClient, Store]]:
+    """`mcp-elicit gateway` in process with `echo` of `bench._gateway_upstream` (a stdio process) gated."""
+    store = open_store(store_url)
+    upstream = Upstream.parse(f"{shlex.quote(sys.executable)} -m bench._gateway_upstream", name="bench")
+    gateway = Gateway(upstream, store=store, gates=[GateTable(tool="echo", editable=[])])
+    try:
+        async with gateway.running(), ElicitingClient(gateway.server, Answering(), era=era) as client:
+            yield client, store
+    finally:
+        store.close()
 
 
 @asynccontextmanager
@@ -268,8 +300,13 @@ def print_table(rows: list[Row], calls: int, warmup: int) -> None:
     header = f"{'backend':<10}{'era':<12}{'body':<15}{'commits':>9}{'statements':>12}{'target':>8}  result"
     print(header)
     print("-" * len(header))
+    asked = {(row.backend, row.era): row.commits for row in rows if row.body is ASK_ONLY}
+    gated = [row for row in rows if row.body is GATED]
     for row in rows:
         target, result = (f"<= {TARGET_COMMITS}", verdict(row.met)) if row.targeted else ("-", "info")
+        if row.body is GATED:
+            most = asked[row.backend, row.era] + 1
+            target, result = f"<= {most:g}", verdict(row.commits <= most)
         print(
             f"{row.backend:<10}{row.era:<12}{row.body.name:<15}{row.commits:>9.1f}{row.statements:>12.1f}"
             f"{target:>8}  {result}"
@@ -280,6 +317,12 @@ def print_table(rows: list[Row], calls: int, warmup: int) -> None:
         f"\nstep-ask-step at most {TARGET_COMMITS} commits per call on every era and store: "
         f"{verdict(all(row.met for row in targeted))} (most: {worst.commits:.1f}, {worst.backend} {worst.era})"
     )
+    if gated:
+        held = all(row.commits <= asked[row.backend, row.era] + 1 for row in gated)
+        print(
+            "gateway gated call at most one decision's commits (ask-only) + 1, the commit that takes the run lease "
+            f"and marks the forward before it leaves: {verdict(held)}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -751,11 +751,9 @@ class Execution:
     ) -> Any:
         entry = await self._recorded(name)
         if entry is None:
-            entry = await self._take_turn(name)
+            entry = await self._take_turn(name, at_most_once=at_most_once)
         if entry is not None:
             return adapter.validate_python(entry.value)
-        if at_most_once:
-            await self._mark_started(name)
         fence = self._fence
         self._unjournaled.add(name)
         if inspect.iscoroutinefunction(function):
@@ -780,20 +778,6 @@ class Execution:
         self._journal[name] = JournalEntry(name, value, self.now())
         return adapter.validate_python(value)
 
-    async def _mark_started(self, name: str) -> None:
-        """Make it durable that step `name` starts now, with what this run holds (an answer that lets it run), so
-        that a run after this one died knows it may have taken effect; `OutcomeUnknown` if a run before this one
-        left that mark and no result. The lease is this run's, so its journal is the operation's."""
-        mark = f"{STARTED_PREFIX}{name}"
-        store, operation_id, principal, _ = self._ids()
-        if await self._recorded(mark) is not None:
-            raise OutcomeUnknown(name, operation_id)
-        fence = self._fence
-        self._writes.hold(lambda: store.journal_record(operation_id, mark, True, caller=principal, fence=fence))
-        await self.commit()
-        assert self._journal is not None
-        self._journal[mark] = JournalEntry(mark, True, self.now())
-
     async def _recorded(self, name: str) -> JournalEntry | None:
         """The journal entry `name`, from the operation's journal as read once (nothing, for a new operation)."""
         if self._journal is None:
@@ -801,26 +785,55 @@ class Execution:
             self._journal = {e.name: e for e in await store.journal(operation_id, caller=principal)}
         return self._journal.get(name)
 
-    async def _take_turn(self, name: str) -> JournalEntry | None:
+    async def _take_turn(self, name: str, *, at_most_once: bool = False) -> JournalEntry | None:
         """Commit what is held, taking the run lease with it unless this run holds it; then the step's result if
-        the lease's previous holder recorded it meanwhile, else nothing: the step is this run's to run."""
+        the lease's previous holder recorded it meanwhile, else nothing: the step is this run's to run.
+
+        `at_most_once`: the same commit makes it durable that the step starts (`STARTED_PREFIX`), fenced on the
+        lease, so that a run after this one died knows it may have taken effect; `OutcomeUnknown` if a run before
+        this one left that mark and no result. Once the lease is this run's, its journal is the operation's."""
         async with self._taking:  # a task's `gather` runs its steps side by side: one of them takes the lease
             if self._holds_lease:
+                if at_most_once:
+                    await self._hold_mark(name)
                 await self.commit()
                 return None
-            return await self._take_lease(name)
+            return await self._take_lease(name, mark=at_most_once)
 
-    async def _take_lease(self, name: str | None, *, wait: bool = True) -> JournalEntry | None:
+    async def _hold_mark(self, name: str) -> None:
+        """The mark that step `name` starts, with the next commit (this run holds the lease)."""
+        mark = f"{STARTED_PREFIX}{name}"
+        store, operation_id, principal, _ = self._ids()
+        if await self._recorded(mark) is not None:
+            raise OutcomeUnknown(name, operation_id)
+        fence = self._fence
+        self._writes.hold(lambda: store.journal_record(operation_id, mark, True, caller=principal, fence=fence))
+        assert self._journal is not None
+        self._journal[mark] = JournalEntry(mark, True, self.now())
+
+    async def _take_lease(self, name: str | None, *, wait: bool = True, mark: bool = False) -> JournalEntry | None:
         store, operation_id, principal, holder = self._ids()
         backoff = Backoff()
+        started = f"{STARTED_PREFIX}{name}"
+        unknown = False
 
         async def take() -> Claim:
+            nonlocal unknown
             claim = await store.claim(
                 operation_id, RUN_LEASE, holder=holder, lease_until=self.lease_end(), caller=principal
             )
             if claim.held_by(holder) and not self._unseen:
                 # The journal as the lease's previous holders left it: this commit's snapshot is after theirs.
                 self._journal = {e.name: e for e in await store.journal(operation_id, caller=principal)}
+            if mark and name is not None and claim.held_by(holder):
+                assert self._journal is not None
+                if name in self._journal:
+                    return claim
+                if started in self._journal:
+                    unknown = True
+                else:
+                    entry = await store.journal_record(operation_id, started, True, caller=principal, fence=claim)
+                    self._journal[started] = entry
             return claim
 
         while True:
@@ -831,6 +844,8 @@ class Execution:
                     self._lease = self._leases.keep(operation_id, RUN_LEASE, holder, principal)
             if claim.held_by(holder):
                 assert self._journal is not None
+                if unknown and name is not None:
+                    raise OutcomeUnknown(name, operation_id)
                 return None if name is None else self._journal.get(name)
             if not wait:
                 return None

@@ -109,8 +109,8 @@ class Flow:
         returns (a wrapper typed `-> Awaitable[X]`, a lambda calling an async function) is awaited in turn.
 
         A step runs again when its call died between running it and recording its result (see `Execution`);
-        `at_most_once=True` makes it durable that the step starts before it does (with this call's pending
-        writes, or one commit of its own), and a run that finds a step started and unrecorded raises
+        `at_most_once=True` makes it durable that the step starts before it does (with the commit that takes the
+        run lease for it, no commit of its own), and a run that finds a step started and unrecorded raises
         `OutcomeUnknown` instead of running it again: for an effect that must not happen twice and that no
         idempotency key protects (the gateway forwarding an approved call).
         """
