@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.overlap
 	$(BIN)/python -m bench.tasks
 	$(BIN)/python -m bench.gateway
+	$(BIN)/python -m bench.gateway_gated
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.fastmcp_flows
 	$(BIN)/python -m bench.gateway
