@@ -187,3 +187,18 @@ async def test_a_gate_stays_armed_while_its_tool_is_not_listed(upstream: Upstrea
 def test_one_tool_gated_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="tool 'pay' has two"):
         Gates([GateTable(tool="pay"), GateTable(tool="pay", when="amount > 1")], "bank")
+
+
+def test_a_gate_that_cannot_be_bound_to_its_tools_schema_stays_armed_and_says_why() -> None:
+    gates = Gates([GateTable(tool="odd")], "bank", "bank")
+    odd = Tool(name="odd", input_schema={"$schema": 5, "type": "object", "properties": {"x": {"type": "string"}}})
+    [problem] = gates.bind([odd])
+    assert problem.startswith("upstream 'bank': ")
+    with pytest.raises(GateRefused):
+        gates.gate_of("odd")
+
+
+def test_a_gate_written_with_the_prefixed_name_is_told_the_name_to_use() -> None:
+    gates = Gates([GateTable(tool="bank_transfer")], "bank", "bank")
+    [problem] = gates.bind([Tool(name="transfer", input_schema={"type": "object"})])
+    assert "a gate names the tool as its upstream does: 'transfer'" in problem

@@ -142,3 +142,40 @@ def test_a_tool_whose_input_schema_is_not_a_schema_cannot_be_gated() -> None:
     broken = Tool(name="pay", input_schema={"type": "object", "properties": {"amount": {"type": "money"}}})
     with pytest.raises(GateRefused, match="not a valid JSON Schema"):
         gates('[[gate]]\ntool = "pay"\neditable = []')[0].bind(broken)
+
+
+def test_when_reads_the_tools_default_for_an_argument_the_call_leaves_out() -> None:
+    deploy = Tool(
+        name="deploy",
+        input_schema={"type": "object", "properties": {"env": {"type": "string", "default": "prod"}, "app": {}}},
+    )
+    bound = gates('[[gate]]\ntool = "deploy"\nwhen = "env == \'prod\'"')[0].bind(deploy)
+    assert bound.gate.applies({"app": "api"}, "deploy")  # the upstream runs it in prod: gated
+    assert not bound.gate.applies({"app": "api", "env": "staging"}, "deploy")
+
+
+def test_arguments_a_form_cannot_show_are_left_out_of_all_not_refused() -> None:
+    nullable = Tool(
+        name="note",
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": ["string", "null"]}, "count": {"type": "integer"}},
+        },
+    )
+    assert list(gates('[[gate]]\ntool = "note"')[0].bind(nullable).fields) == ["count"]
+
+
+def test_the_name_a_gate_is_shown_and_its_grants_kept_under_is_the_one_its_clients_see() -> None:
+    (gate,) = gates('[[gate]]\ntool = "pay"')
+    assert gate.bind(PAY).tool == "pay"
+    assert gate.bind(PAY, "billing_pay").tool == "billing_pay"
+    assert "Tool: billing_pay" in gate.bind(PAY, "billing_pay").message({"amount": 1})
+
+
+@pytest.mark.parametrize("ttl", [1e300, float("inf"), "999999999999d", -5, "3651d"])
+def test_a_duration_out_of_range_is_refused_with_its_key(ttl: object) -> None:
+    with pytest.raises(ValidationError) as refused:
+        GateTable.model_validate({"tool": "pay", "ttl": ttl})
+    error = refused.value.errors()[0]
+    assert error["loc"] == ("ttl",)
+    assert "a duration from 0 to 3650 days" in error["msg"] or "a duration such as" in error["msg"]

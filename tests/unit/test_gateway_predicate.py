@@ -81,3 +81,12 @@ def test_a_call_it_cannot_decide_raises_so_that_the_gate_applies(
     with pytest.raises(PredicateError) as undecided:
         predicate(arguments)
     assert said in str(undecided.value)
+
+
+def test_formatting_with_percent_is_refused_so_no_call_builds_a_huge_text() -> None:
+    predicate = Predicate.compile("amount % 100 == 0")
+    assert predicate({"amount": 300})
+    with pytest.raises(PredicateError, match="takes numbers, not str and int"):
+        predicate({"amount": "%01000000000d"})
+    with pytest.raises(PredicateError, match="takes numbers"):
+        Predicate.compile("note // 2 == 1")({"note": "x"})

@@ -5,6 +5,7 @@ upstream is read from its answer ("The sum of a and b is ...")."""
 
 from __future__ import annotations
 
+import json
 import logging
 import tomllib
 from collections.abc import AsyncIterator, Iterator
@@ -15,14 +16,19 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, TextContent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from mcp_elicit.approvals import APPROVAL_KEY, GRANT_FIELD, REJECT_FIELD
-from mcp_elicit.gateway import Gateway
+from mcp_elicit.gateway import Gateway, Upstream
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.model import Operator
 from mcp_elicit.store import Store, open_store
-from tests.helpers.gateway import ERAS, connected, everything
+from tests.helpers.gateway import ERAS, Served, connected, everything
 
 pytestmark = pytest.mark.anyio
 
@@ -135,3 +141,51 @@ async def test_a_gate_whose_tool_the_upstream_does_not_list_is_reported_and_stay
     assert any("when reads ['c'], not arguments of the tool" in line for line in reported), reported
     assert refused.is_error
     assert "when reads ['c']" in said(refused)[0] and "the call was not forwarded" in said(refused)[0]
+
+
+PAID: list[dict[str, Any]] = []
+PAY_TOOL = {"name": "pay", "inputSchema": {"type": "object", "properties": {"amount": {"type": "integer"}}}}
+
+
+async def _paying_upstream(request: Request) -> Response:
+    """A streamable HTTP upstream whose `pay` runs, then its response stream ends before the answer (a proxy's
+    timeout, a crash mid-response): the SDK's client then makes up an error of its own."""
+    if request.method != "POST":
+        return Response(status_code=405)
+    body = json.loads(await request.body())
+    if "id" not in body:
+        return Response(status_code=202)
+    method, number = body["method"], body["id"]
+    if method == "initialize":
+        info = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "b", "version": "1"},
+        }
+        return JSONResponse({"jsonrpc": "2.0", "id": number, "result": info}, headers={"mcp-session-id": "s1"})
+    if method == "tools/list":
+        return JSONResponse({"jsonrpc": "2.0", "id": number, "result": {"tools": [PAY_TOOL]}})
+    if method == "tools/call":
+        PAID.append(body["params"]["arguments"])
+        return Response(b"", media_type="text/event-stream")
+    return JSONResponse({"jsonrpc": "2.0", "id": number, "error": {"code": -32601, "message": "no such method"}})
+
+
+async def test_an_answer_lost_after_the_upstream_ran_the_call_is_an_unknown_outcome_never_a_second_run(
+    store: Store,
+) -> None:
+    served = Served(lambda: Starlette(routes=[Route("/mcp", _paying_upstream, methods=["GET", "POST", "DELETE"])]))
+    served.start()
+    approver = Approver({})
+    gateway = Gateway(Upstream("bank", url=served.url, era="legacy"), store=store, gates=[GateTable(tool="pay")])
+    try:
+        async with gateway.running(), connected(gateway, "legacy", elicitation_callback=approver) as client:
+            with pytest.raises(MCPError):
+                await client.call_tool("pay", {"amount": 500})
+            again = await client.call_tool("pay", {"amount": 500})
+    finally:
+        served.stop()
+    assert again.is_error
+    assert "forward 'pay' to upstream 'bank' was started by an earlier attempt" in said(again)[0]
+    assert PAID == [{"amount": 500}]
+    assert len(approver.asked) == 1

@@ -525,7 +525,7 @@ def _resolved(prop: Mapping[str, Any], definitions: object) -> Mapping[str, Any]
 
 def _editable_field(where: str, name: str, prop: Mapping[str, Any]) -> JSONObject:
     kind = prop.get("type")
-    if kind not in _KEPT:
+    if not isinstance(kind, str) or kind not in _KEPT:
         shape = "optional (it may be null)" if "anyOf" in prop or isinstance(kind, list) else f"of type {kind!r}"
         raise GateRefused(
             f"{where} is {shape}: only plain strings, numbers, integers, booleans and string enums can be "

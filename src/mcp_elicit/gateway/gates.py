@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -41,6 +41,8 @@ from mcp_elicit.model import ApproverRule
 log = logging.getLogger(__name__)
 
 ALL: Literal["all"] = "all"
+LONGEST = timedelta(days=3650)
+"""No duration in the file is longer: a clock plus one must stay a date."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(?:(\d+)([smhd]))+")
 _PART = re.compile(r"(\d+)([smhd])")
@@ -51,15 +53,23 @@ def duration(value: object) -> object:
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):
-        return timedelta(seconds=value)
+        return _bounded(value, value)
     if isinstance(value, str):
         text = value.strip().lower()
         if _DURATION.fullmatch(text):
-            return timedelta(seconds=sum(int(n) * _UNITS[unit] for n, unit in _PART.findall(text)))
+            return _bounded(sum(int(n) * _UNITS[unit] for n, unit in _PART.findall(text)), value)
         raise PydanticCustomError(
             "duration", "a duration such as '90s', '15m', '8h', '30d' or '1h30m', not {given}", {"given": repr(value)}
         )
     return value
+
+
+def _bounded(seconds: float, given: object) -> timedelta:
+    if not 0 <= seconds <= LONGEST.total_seconds():
+        raise PydanticCustomError(
+            "duration", "a duration from 0 to {days} days, not {given}", {"days": LONGEST.days, "given": repr(given)}
+        )
+    return timedelta(seconds=seconds)
 
 
 Duration = Annotated[timedelta, BeforeValidator(duration)]
@@ -146,9 +156,12 @@ class GateTable(_Table):
         self.gate_for(())
         return self
 
-    def gate_for(self, editable: tuple[str, ...] | list[str]) -> Gate:
+    def gate_for(self, editable: tuple[str, ...] | list[str], defaults: Mapping[str, Any] | None = None) -> Gate:
+        """The gate; `defaults` are the tool's argument defaults, which `when` reads for an argument the call leaves
+        out (the upstream runs with them)."""
+        when = None if self.when is None else Predicate.compile(self.when)
         return Gate(
-            when=None if self.when is None else Predicate.compile(self.when),
+            when=None if when is None else _with_defaults(when, dict(defaults or {})),
             editable=editable,
             message=self.message,
             ttl=self.ttl,
@@ -156,8 +169,11 @@ class GateTable(_Table):
             approvers=None if self.approvers is None else self.approvers.rule(),
         )
 
-    def bind(self, tool: Tool) -> GatedTool:
-        """This gate on the upstream's `tool` as it lists it now; `GateRefused` saying what does not fit."""
+    def bind(self, tool: Tool, named: str | None = None) -> GatedTool:
+        """This gate on the upstream's `tool` as it lists it now; `GateRefused` saying what does not fit. `named` is
+        what the person is shown and grants are kept under (default: the tool's name): behind a gateway, the
+        upstream's name with it, so that a grant for one upstream's tool never lets another's through."""
+        named = named or tool.name
         schema = tool.input_schema
         properties = schema.get("properties")
         known = list(properties) if isinstance(properties, Mapping) else []
@@ -169,12 +185,24 @@ class GateTable(_Table):
             missing = [name for name in editable if name not in known]
             if missing:
                 raise GateRefused(f"{where}: editable names {missing}, not arguments of the tool (it has {known})")
-        gate = self.gate_for(editable)
+        defaults = {
+            name: prop["default"]
+            for name, prop in (properties.items() if isinstance(properties, Mapping) else ())
+            if isinstance(prop, Mapping) and "default" in prop
+        }
+        gate = self.gate_for(editable, defaults)
         if self.when is not None:
             unknown = Predicate.compile(self.when).unknown(known)
             if unknown:
                 raise GateRefused(f"{where}: when reads {unknown}, not arguments of the tool (it has {known})")
-        return gate.bind(tool.name, schema, schema_validator(tool.name, schema))
+        return gate.bind(named, schema, schema_validator(tool.name, schema))
+
+
+def _with_defaults(when: Predicate, defaults: dict[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
+    def applies(arguments: Mapping[str, Any]) -> bool:
+        return when({**defaults, **arguments})
+
+    return applies
 
 
 def schema_validator(tool: str, schema: Mapping[str, Any]) -> Validate:

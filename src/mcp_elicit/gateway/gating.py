@@ -29,6 +29,7 @@ from mcp_types import CallToolRequestParams, CallToolResult, ErrorData, InputReq
 
 from mcp_elicit.approvals import GatedTool, GateRefused
 from mcp_elicit.gateway.gates import GateTable
+from mcp_elicit.gateway.routing import SEPARATOR
 from mcp_elicit.gateway.upstream import Upstream
 from mcp_elicit.server import Elicitation, Fallback, Flow
 
@@ -60,13 +61,16 @@ def assign_gates(tables: Sequence[GateTable], upstreams: Sequence[Upstream]) -> 
 class Gates:
     """The gates of one upstream's tools, by tool name, each bound to the tool as it is listed now."""
 
-    def __init__(self, tables: Sequence[GateTable], upstream: str) -> None:
+    def __init__(self, tables: Sequence[GateTable], upstream: str, prefix: str | None = None) -> None:
         seen: dict[str, GateTable] = {}
         for table in tables:
             if table.tool in seen:
                 raise ValueError(f"upstream {upstream!r}: tool {table.tool!r} has two [[gate]] tables; merge them")
             seen[table.tool] = table
         self.upstream = upstream
+        self.prefix = prefix
+        """How the gateway's clients see the upstream's names (`prefix_tool`): the name a gate is shown and its
+        grants kept under, so that a grant for one upstream's tool never lets another's through."""
         self.tables = seen
         self._bound: dict[str, GatedTool | str] = {
             name: f"the upstream has not listed tool {name!r} yet" for name in seen
@@ -84,13 +88,21 @@ class Gates:
             tool = listed.get(name)
             if tool is None:
                 problem = f"the gate of tool {name!r}: upstream {self.upstream!r} does not list that tool"
+                unprefixed = name.removeprefix(f"{self.prefix}{SEPARATOR}") if self.prefix else name
+                if unprefixed != name and unprefixed in listed:
+                    problem += f" (a gate names the tool as its upstream does: {unprefixed!r})"
                 self._bound[name] = problem
                 problems.append(problem)
                 continue
             try:
-                self._bound[name] = table.bind(tool)
+                shown = f"{self.prefix}{SEPARATOR}{name}" if self.prefix else name
+                self._bound[name] = table.bind(tool, shown)
             except GateRefused as refused:
                 problem = f"upstream {self.upstream!r}: {refused}"
+                self._bound[name] = problem
+                problems.append(problem)
+            except Exception as error:  # a schema no one foresaw: the gate stays armed, the gateway runs on
+                problem = f"upstream {self.upstream!r}: the gate of tool {name!r} cannot be bound to it: {error!r}"
                 self._bound[name] = problem
                 problems.append(problem)
         for problem in problems:

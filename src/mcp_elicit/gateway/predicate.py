@@ -15,11 +15,12 @@ number with a missing argument, an index out of range) or that yields anything b
 from __future__ import annotations
 
 import ast
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from simpleeval import EvalWithCompoundTypes, InvalidExpression
+from simpleeval import DEFAULT_OPERATORS, EvalWithCompoundTypes, InvalidExpression
 
 ARGUMENTS = "args"
 """The name of all the call's arguments, for one whose name is not an identifier: `args["max-price"]`."""
@@ -90,6 +91,21 @@ _NODES: tuple[type[ast.AST], ...] = (
 )
 
 
+def _numeric(operation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`%` and `//` of numbers only: `"%0999999999d" % 1` would build a gigabyte of text (simpleeval bounds `*` and
+    `+` of strings, not formatting)."""
+
+    def checked(left: Any, right: Any) -> Any:
+        if not (isinstance(left, int | float) and isinstance(right, int | float)):
+            raise TypeError(f"{operation.__name__} takes numbers, not {type(left).__name__} and {type(right).__name__}")
+        return operation(left, right)
+
+    return checked
+
+
+_OPERATORS = {**DEFAULT_OPERATORS, ast.Mod: _numeric(operator.mod), ast.FloorDiv: _numeric(operator.floordiv)}
+
+
 class PredicateError(ValueError):
     """A `when` that cannot be read (said at start), or that could not decide a call (the gate then applies)."""
 
@@ -127,7 +143,7 @@ class Expression:
     def __call__(self, arguments: Mapping[str, Any]) -> Any:
         names = {name: arguments.get(name) for name in self.names}
         names[ARGUMENTS] = _Arguments(arguments)
-        evaluator = EvalWithCompoundTypes(functions=dict(FUNCTIONS), names=names)
+        evaluator = EvalWithCompoundTypes(operators=dict(_OPERATORS), functions=dict(FUNCTIONS), names=names)
         evaluator.functions = dict(FUNCTIONS)  # without the list/dict/set constructors it adds
         try:
             return evaluator.eval(self.source, previously_parsed=self._tree)

@@ -171,7 +171,7 @@ class UpstreamCall:
         form_ttl: float,
         url_ttl: float,
         bridges: bool,
-        expect: Callable[[str], anyio.Event] | None = None,
+        expect: Callable[[str, str], anyio.Event] | None = None,
         watch: Callable[[UpstreamCall, Question], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self.call = call
@@ -193,6 +193,8 @@ class UpstreamCall:
         """How long the upstream request waits for the answer to a form (or a round), or a URL question: as long as
         its decision stays open."""
         self._grew = anyio.Event()
+        self.walked = anyio.Event()
+        """A run of the operation read the call's end: nothing needs it in memory any more."""
         self._scope = anyio.CancelScope()
         self._why = ""
 
@@ -221,6 +223,9 @@ class UpstreamCall:
                 ended = Ended(None, error)
         if ended is None:
             ended = Ended(None, MCPError(INTERNAL_ERROR, f"{self.call.what} was cancelled upstream: {self._why}"))
+        for event in self.events:
+            if isinstance(event, Question):
+                event.give(ElicitResult(action="cancel"))  # a question still waiting is over with its call
         self._post(ended)
 
     def cancel(self, why: str) -> None:
@@ -257,7 +262,8 @@ class UpstreamCall:
         if not flows:
             return False
         ids = [flow.elicitation_id for flow in flows if flow.elicitation_id is not None]
-        required = Required(flows, {elicitation_id: self._expect(elicitation_id) for elicitation_id in ids})
+        upstream = self.call.pool.upstream.name if self.call.pool is not None else ""
+        required = Required(flows, {elicitation_id: self._expect(upstream, elicitation_id) for elicitation_id in ids})
         self._post(required)
         with anyio.move_on_after(self._url_ttl):
             return await required.answered()
@@ -304,9 +310,9 @@ class Questions:
         self._store = AsyncStore(elicitation.store)
         self._flows: Remembered[tuple[Lane, str], _Flow] = Remembered(self.url_ttl.total_seconds())
         self._serving: anyio.Event | None = None
-        self._expected: Remembered[str, anyio.Event] = Remembered(self.url_ttl.total_seconds())
-        """Completion notices awaited for the URL flows of an upstream's `-32042`, by the upstream's elicitation id
-        (its lane is unknown: the error came as the call's answer)."""
+        self._expected: Remembered[tuple[str, str], anyio.Event] = Remembered(self.url_ttl.total_seconds())
+        """Completion notices awaited for the URL flows of an upstream's `-32042`, by the upstream's name and its
+        elicitation id (its lane is unknown: the error came as the call's answer)."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Questions]:
@@ -366,9 +372,9 @@ class Questions:
             question.give(ElicitResult(action="decline" if last.status is DecisionStatus.DECLINED else "cancel"))
             return
 
-    def _expect(self, elicitation_id: str) -> anyio.Event:
+    def _expect(self, upstream: str, elicitation_id: str) -> anyio.Event:
         done = anyio.Event()
-        self._expected.watch(elicitation_id, done)
+        self._expected.watch((upstream, elicitation_id), done)
         return done
 
     async def _served(self) -> None:
@@ -397,8 +403,20 @@ class Questions:
             watch=self._watch,
         )
         call.asked = started.asked
-        self._tasks.start_soon(started.run, self._send, raw)
+        self._tasks.start_soon(self._run, started, raw)
         return started
+
+    async def _run(self, started: UpstreamCall, raw: Mapping[str, Any]) -> None:
+        """The upstream call, then, once the form TTL passed without a retry walking it to its end (an abandoned
+        round, a client gone), forgotten: nothing of it stays in memory past its questions' life."""
+        await started.run(self._send, raw)
+        if not started.claimed:
+            return
+        with anyio.move_on_after(self.ttl.total_seconds()):
+            await started.walked.wait()
+        for operation_id, kept in list(self._calls.items()):
+            if kept is started:
+                del self._calls[operation_id]
 
     async def _durable(
         self,
@@ -428,6 +446,7 @@ class Questions:
                 if isinstance(event, Ended):
                     if self._calls.get(flow.operation_id) is upstream:
                         del self._calls[flow.operation_id]
+                    upstream.walked.set()
                     if event.error is not None:
                         raise event.error
                     assert event.result is not None
@@ -549,7 +568,7 @@ class Questions:
         if found is not None:
             await self._complete(found)
             return True
-        awaited = self._expected.answered(elicitation_id)
+        awaited = self._expected.answered((lane.pool.upstream.name, elicitation_id))
         if awaited is None:
             return False
         awaited.set()

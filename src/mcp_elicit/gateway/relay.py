@@ -37,8 +37,10 @@ from mcp_types import (
     CLIENT_INFO_META_KEY,
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     LOG_LEVEL_META_KEY,
+    METHOD_NOT_FOUND,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
     CallToolRequestParams,
@@ -205,7 +207,8 @@ class Gateway:
             raise ValueError("a gateway needs an upstream")
         if gates and store is None:
             raise ValueError("approval gates need a store: their approvals are decisions")
-        self._gates = {name: Gates(tables, name) for name, tables in assign_gates(gates, given).items()}
+        prefixes = {upstream.name: upstream.prefix for upstream in given}
+        self._gates = {name: Gates(tables, name, prefixes[name]) for name, tables in assign_gates(gates, given).items()}
         """Each upstream's gates, by its name; an upstream without gates has none here."""
         self.store = store
         self.pools = tuple(Pool(upstream, self) for upstream in given)
@@ -236,6 +239,7 @@ class Gateway:
         self._level: LoggingLevel | None = None
         self._running = False
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._binding: dict[str, anyio.Lock] = {}
 
     @property
     def pool(self) -> Pool:
@@ -376,7 +380,6 @@ class Gateway:
                         call.sent = True
                         sent = connection.client.session.send_request(request, _Raw, progress_callback=progress)
                         result = (await sent).root
-                        call.answered = True
                 except MCPError as error:
                     if connection.forgotten and error.code != CONNECTION_CLOSED and not resent:
                         # Refused unseen, by an upstream that no longer knows the session: sent once more on a new one.
@@ -385,7 +388,6 @@ class Gateway:
                         resent = True
                         continue
                     if connection.ended is None and not connection.forgotten:
-                        call.answered = True
                         raise  # the upstream's own answer (whatever its code), or the transport's for this request
                     lane.lost(connection, FORGOTTEN if connection.forgotten else ENDED)
                     said = "ended its session" if connection.ended == FORGOTTEN else "closed the connection"
@@ -411,8 +413,19 @@ class Gateway:
         assert self.questions is not None
         pool = call.pool or self.pools[0]
         params = CallToolRequestParams.model_validate(ctx.params or {})
+        gates = self._gates.get(pool.upstream.name)
+        gated: GatedTool | None = None
+        if gates:
+            name = str(raw.get("name"))
+            try:
+                gated = gates.gate_of(name)
+            except GateRefused as refused:
+                log.warning("%s refused: %s", call.what, refused)
+                return _tool_error(ctx, str(refused))
+            if gated is not None and not gated.gate.applies(dict(raw.get("arguments") or {}), name):
+                gated = None
         state = params.request_state
-        if state is not None and state.startswith(UPSTREAM_STATE):
+        if gated is None and state is not None and state.startswith(UPSTREAM_STATE):
             # The retry of a round a 2026-07-28 upstream put out: its state goes back to it as it gave it.
             kept = state.removeprefix(UPSTREAM_STATE)
             raw = {name: value for name, value in raw.items() if name != "requestState"}
@@ -422,16 +435,8 @@ class Gateway:
             return self._returned(ctx, lane, call.what, result)
         if not pool.first.modern:
             call.holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's, and no other's
-        gates = self._gates.get(pool.upstream.name)
-        if gates:
-            name = str(raw.get("name"))
-            try:
-                gated = gates.gate_of(name)
-            except GateRefused as refused:
-                log.warning("%s refused: %s", call.what, refused)
-                return _tool_error(ctx, str(refused))
-            if gated is not None and gated.gate.applies(dict(raw.get("arguments") or {}), name):
-                return await self._gated(ctx, params, raw, call, gated, gates.fallback_of(name))
+        if gates and gated is not None:
+            return await self._gated(ctx, params, raw, call, gated, gates.fallback_of(str(raw.get("name"))))
         outcome = await self.questions.call_tool(ctx, params, raw, call)
         if isinstance(outcome, Ended):
             assert outcome.lane is not None
@@ -456,13 +461,13 @@ class Gateway:
         sent = {key: value for key, value in raw.items() if key not in ("inputResponses", "requestState")}
 
         async def forward(arguments: dict[str, Any]) -> dict[str, Any]:
-            call.sent = call.answered = False
+            call.sent = False
             try:
                 lane, result = await self.send(call, TOOLS_CALL, {**sent, "arguments": arguments})
             except MCPError as error:
-                if call.answered or not call.sent:  # the upstream's answer, or never sent: the outcome is known
+                if not call.sent or _refused_by_upstream(error):  # never sent, or refused: the outcome is known
                     return {"error": error.error.model_dump(mode="json", exclude_none=True)}
-                raise
+                raise  # the connection, a proxy, a timeout: whether the upstream ran it is not known
             if result.get("resultType") == "input_required":
                 said = (
                     f"upstream {lane.label} asked for input during the approved call {call.what}, which the gateway "
@@ -651,8 +656,17 @@ class Gateway:
         what does not fit is logged, and such a gate refuses its tool's calls. A listing that fails leaves the
         gates as they were bound."""
         gates = self._gates.get(pool.upstream.name)
+        if not gates:
+            return
+        async with self._binding.setdefault(pool.upstream.name, anyio.Lock()):  # in order: the latest list last
+            try:
+                await self._bind_listed(pool, gates)
+            except Exception:  # a gate that cannot be bound stays armed; the gateway runs on
+                log.exception("upstream %s: its gates could not be bound", pool.first.label)
+
+    async def _bind_listed(self, pool: Pool, gates: Gates) -> None:
         client = pool.first.client
-        if not gates or client is None:
+        if client is None:
             return
         tools: list[Tool] = []
         cursor: str | None = None
@@ -710,6 +724,14 @@ def _union(declared: Sequence[ServerCapabilities]) -> ServerCapabilities:
             elif getattr(value, "list_changed", False):
                 union[family].list_changed = True
     return ServerCapabilities(**union)
+
+
+def _refused_by_upstream(error: MCPError) -> bool:
+    """Whether `error` can only be the upstream's own answer to a request it received: a code the SDK's client never
+    makes up (it makes up -32000 and -32001 for a connection or stream that ended, -32603 for an HTTP error such as
+    a proxy's 502, -32700 for a body it cannot parse), so the request reached the upstream and was refused."""
+    code = error.code
+    return code in (INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS) or not -32768 <= code <= -32000
 
 
 def _tool_error(ctx: ServerRequestContext[Any, Any], message: str) -> dict[str, Any]:

@@ -209,8 +209,6 @@ class Call:
     """The upstream it goes to, behind a gateway of several (else the one)."""
     sent: bool = False
     """The request left for the upstream (its last attempt): from then on, its outcome is the upstream's."""
-    answered: bool = False
-    """The upstream answered it (a result, or an error of its own): its outcome is known."""
 
 
 @dataclass(eq=False)
