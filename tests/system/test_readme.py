@@ -594,7 +594,10 @@ def test_a_gateway_configuration_is_accepted_by_the_gateway(block: Block, tmp_pa
         if "cwd" in table:
             (tmp_path / table["cwd"]).mkdir(parents=True, exist_ok=True)
     config = parse_config(block.code, tmp_path / "gateway.toml")
-    assert config.upstreams, f"{block} names no upstream"
+    assert config.upstreams or config.gate, f"{block} names no upstream and no gate"
+    for index, gate in enumerate(config.gate):  # as the gateway assigns them (a gates-only file: --upstream's)
+        names = [upstream.name for upstream in config.upstreams] or [gate.upstream or "--upstream"]
+        assert gate.upstream is None or gate.upstream in names, f"{block}: gate[{index}] names no upstream of it"
 
 
 # -- the deployment guide's files, checked by the programs that read them -----------------------------------
