@@ -7,6 +7,9 @@ turns what an upstream asks during a `tools/call` into durable decisions, asked 
 whichever era the upstream speaks (`questions`). A call that asks nothing writes nothing to the store.
 """
 
+from mcp_elicit.gateway.config import ConfigError, GatewayConfig, read_config
+from mcp_elicit.gateway.gates import GateTable
+from mcp_elicit.gateway.predicate import Predicate, PredicateError
 from mcp_elicit.gateway.relay import Gateway, GatewayServer
 from mcp_elicit.gateway.upstream import (
     DEFAULT_TIMEOUT,
@@ -21,9 +24,15 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "ERAS",
     "HTTP_SESSIONS",
+    "ConfigError",
+    "GateTable",
     "Gateway",
+    "GatewayConfig",
     "GatewayServer",
+    "Predicate",
+    "PredicateError",
     "Upstream",
     "UpstreamEra",
     "UpstreamUnavailable",
+    "read_config",
 ]
