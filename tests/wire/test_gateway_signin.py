@@ -28,9 +28,10 @@ from mcp_types import ElicitResult, InputRequiredResult, InputResponses
 from pydantic import AnyUrl
 
 from mcp_elicit.cli.login import SignInStorage
-from mcp_elicit.gateway import Upstream
+from mcp_elicit.gateway import Gateway, Upstream
 from mcp_elicit.gateway.deployment import GatewayDeployment, build_gateway_deployment
 from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.server import Fallback
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web.deployment import sign_in_settings
 from tests.helpers.deployment import b64
@@ -232,3 +233,22 @@ async def test_two_principals_never_share_an_upstream_session(store_url: str, tm
                 await bob.call_tool("whoami", {})
                 assert len(pool.lanes) == 2  # bob's call opened a session of its own rather than ride alice's
                 release.write_text("go")
+
+
+def test_what_a_signed_in_gateway_is_built_from_is_checked_when_it_is_built(store_url: str) -> None:
+    upstream = Upstream("sdk", url="http://127.0.0.1:9/mcp")
+    store = open_store(store_url)
+    try:
+        deployment = build_gateway_deployment(
+            upstream, store=store, settings=sign_in_settings(ENVIRON, "http://127.0.0.1:9")
+        )
+        questions = deployment.gateway.questions
+        assert questions is not None
+        with pytest.raises(ValueError, match="takes the store, request state, timing and identity from it"):
+            Gateway(upstream, elicitation=questions.elicitation, store=store)
+        with pytest.raises(ValueError, match="the web fallback needs a store"):
+            Gateway(upstream, fallback=Fallback.WEB)
+        with pytest.raises(ValueError, match="needs resource_server_url=, the URL of its MCP endpoint"):
+            deployment.auth.http_app(deployment.gateway.server)
+    finally:
+        store.close()
