@@ -204,6 +204,7 @@ def start_gateway(log_path: Path, upstream: str) -> tuple[subprocess.Popen[bytes
     command += [
         "--transport",
         "streamable-http",
+        "--dev-loopback",
         "--port",
         str(port),
         "--store",

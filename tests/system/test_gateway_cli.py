@@ -46,17 +46,34 @@ def test_a_gateway_that_cannot_start_says_why_and_exits_2(tmp_path: Path) -> Non
         "error: upstream 'no-such-command-anywhere --port 1' could not be started: FileNotFoundError: [Errno 2] No "
         "such file or directory"
     ) in " ".join(missing.stderr.split())
-    exposed = run(
-        "gateway", "--upstream", SDK_SERVER, "--transport", "streamable-http", "--host", "0.0.0.0", tmp_path=tmp_path
-    )
-    assert exposed.returncode == 2, exposed.stderr
-    assert (
-        "error: the gateway has no sign-in: it listens on loopback only (127.0.0.1, ::1, localhost), not on 0.0.0.0"
-        in (" ".join(exposed.stderr.split()))
-    )
     unparsed = run("gateway", "--upstream", "ftp://tools.example/mcp", tmp_path=tmp_path)
     assert unparsed.returncode == 2, unparsed.stderr
     assert "error: --upstream: 'ftp://tools.example/mcp': an upstream URL is http:// or https://" in unparsed.stderr
+
+
+def test_an_http_gateway_without_sign_in_settings_names_each_missing_one_and_exits_2(tmp_path: Path) -> None:
+    http = ("gateway", "--upstream", SDK_SERVER, "--transport", "streamable-http", "--host", "0.0.0.0")
+    exposed = run(*http, "--public-url", "http://gateway.example", tmp_path=tmp_path)
+    assert exposed.returncode == 2, exposed.stderr
+    first, *listed = exposed.stderr.strip().splitlines()
+    assert first == (
+        "error: mcp-elicit gateway --transport streamable-http signs its clients in, and cannot start; fix 4 "
+        "settings in its environment (or pass --dev-loopback to serve loopback without sign-in):"
+    )
+    assert [line.split()[1].rstrip(":") for line in listed] == [
+        "the",  # the public URL, plain http outside loopback
+        "MCP_ELICIT_USERS",
+        "MCP_ELICIT_AUTH_KEYS",
+        "MCP_ELICIT_STATE_KEYS",
+    ]
+    assert "http://gateway.example is plain http outside loopback" in listed[0]
+    assert "MCP_ELICIT_VAULT_KEYS" not in exposed.stderr  # the gateway keeps no credentials
+    unsigned = run(*http, "--dev-loopback", tmp_path=tmp_path)
+    assert unsigned.returncode == 2, unsigned.stderr
+    assert (
+        "error: --dev-loopback signs no one in: it listens on loopback only (127.0.0.1, ::1, localhost), not on "
+        "0.0.0.0; without it the gateway signs its clients in"
+    ) in " ".join(unsigned.stderr.split())
 
 
 def test_a_config_file_relays_several_upstreams_each_under_its_prefix(tmp_path: Path) -> None:

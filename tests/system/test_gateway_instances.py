@@ -86,7 +86,7 @@ async def test_an_approval_asked_by_one_instance_is_answered_to_the_other_which_
     with ExitStack() as running:
         for number, port in enumerate(ports, start=1):
             command = [COMMAND, "gateway", "--upstream", UPSTREAM, "--config", str(config)]
-            command += ["--transport", "streamable-http", "--port", str(port)]
+            command += ["--transport", "streamable-http", "--port", str(port), "--dev-loopback"]
             running.enter_context(started(command, tmp_path / f"gateway-{number}.log", port, env))
         running.enter_context(started([balancer, "-f", str(haproxy_cfg)], tmp_path / "haproxy.log", front, env))
         async with Client(url, mode="2026-07-28", elicitation_callback=never_asked) as client:

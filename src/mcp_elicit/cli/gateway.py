@@ -7,11 +7,16 @@ prefix. Everything that can be checked is checked before anything starts (a conf
 key), and every upstream is started (or reached) before the gateway answers anyone: one it cannot start or
 reach is said at once, exit 2. A stdio upstream is started like a command typed at the shell, with this
 environment, and its stderr is this command's.
+
+Over streamable HTTP it signs its clients in as `mcp-elicit serve --transport http` does, from the same
+environment (`mcp_elicit.gateway.deployment`), every missing or wrong setting named before anything starts; or,
+with `--dev-loopback`, it listens on loopback only and every caller is one development principal.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -27,11 +32,13 @@ from typer._click.core import ParameterSource  # the click typer builds on (its 
 from mcp_elicit.cli._listening import LOOPBACK, LogFormatOption, http_address
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, Gateway, Upstream, UpstreamUnavailable
 from mcp_elicit.gateway.config import CONFIG_ENV, ConfigError, GateTable, read_config
+from mcp_elicit.gateway.deployment import GatewayDeployment, build_gateway_deployment
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.server import IdentityPolicy, RequestState
 from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
+from mcp_elicit.web.deployment import SignInSettings, sign_in_settings
 
 err = Console(stderr=True)
 log = logging.getLogger(__name__)
@@ -74,8 +81,19 @@ def gateway(
     transport: Annotated[
         Transport, typer.Option(help="How clients reach the gateway: stdio (launched by a host) or streamable-http.")
     ] = Transport.STDIO,
-    host: Annotated[str, typer.Option(help="streamable-http: the loopback address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="streamable-http: the address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="streamable-http: the port to listen on.")] = 8000,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            help="streamable-http: the URL clients and browsers reach the gateway at (default: host:port).",
+            show_default=False,
+        ),
+    ] = None,
+    dev_loopback: Annotated[
+        bool,
+        typer.Option(help="streamable-http on loopback without sign-in, every caller one development principal."),
+    ] = False,
     store: Annotated[
         str | None,
         typer.Option(
@@ -112,8 +130,14 @@ def gateway(
     the way its protocol era asks (rounds are sealed with MCP_ELICIT_STATE_KEYS when set).
     """
     configure_logging(log_format)
-    if transport is Transport.HTTP and host not in LOOPBACK:
-        _fail(f"the gateway has no sign-in: it listens on loopback only ({', '.join(LOOPBACK)}), not on {host}")
+    signed_in = transport is Transport.HTTP and not dev_loopback
+    if transport is Transport.HTTP and dev_loopback and host not in LOOPBACK:
+        _fail(
+            f"--dev-loopback signs no one in: it listens on loopback only ({', '.join(LOOPBACK)}), not on {host}; "
+            "without it the gateway signs its clients in"
+        )
+    if transport is Transport.STDIO and (dev_loopback or public_url is not None):
+        _fail(f"--{'dev-loopback' if dev_loopback else 'public-url'} is for --transport streamable-http")
     upstreams: tuple[Upstream, ...] = ()
     gates: list[GateTable] = []
     if config is not None:
@@ -145,34 +169,57 @@ def gateway(
                     f"--{option} describes --upstream; the [[upstream]] tables of {config} say it for each upstream "
                     f"(its key {option})"
                 )
+    settings: SignInSettings | None = None
     try:
-        ring = Settings.read(only=["state_keys"]).state_keys
+        if signed_in:
+            settings = sign_in_settings(os.environ, public_url or http_address(host, port))
+        else:
+            ring = Settings.read(only=["state_keys"]).state_keys
     except SettingsError as error:
+        if signed_in:
+            count = f"{len(error.problems)} setting{'s' if len(error.problems) > 1 else ''}"
+            _fail(
+                "mcp-elicit gateway --transport streamable-http signs its clients in, and cannot start; fix "
+                f"{count} in its environment (or pass --dev-loopback to serve loopback without sign-in):",
+                *error.problems,
+            )
         _fail("; ".join(error.problems))
     try:
         opened = open_store(store)
     except (StoreError, OSError, ValueError) as error:
         _fail(str(error))
     log.info("store %s; relaying %s", opened.display_url, _named(upstreams))
-    # Without a key ring the 2026-07-28 rounds are sealed with a key of this process: a round outlives it only
-    # with MCP_ELICIT_STATE_KEYS set.
-    state = RequestState(keys=list(ring), single_process=False) if ring else RequestState(single_process=True)
-    # Over HTTP it listens on loopback only and signs no one in: every caller is the one loopback principal.
-    identity = IdentityPolicy(allow_unauthenticated_loopback=transport is Transport.HTTP)
+    deployment = None
     try:
-        relay = Gateway(upstreams, store=opened, request_state=state, identity=identity, gates=gates)
+        if settings is not None:
+            deployment = build_gateway_deployment(upstreams, store=opened, settings=settings, gates=gates)
+            relay = deployment.gateway
+        else:
+            # Without a key ring the 2026-07-28 rounds are sealed with a key of this process: a round outlives it
+            # only with MCP_ELICIT_STATE_KEYS set.
+            state = RequestState(keys=list(ring), single_process=False) if ring else RequestState(single_process=True)
+            # --dev-loopback signs no one in: every caller is the one loopback principal.
+            identity = IdentityPolicy(allow_unauthenticated_loopback=transport is Transport.HTTP)
+            relay = Gateway(upstreams, store=opened, request_state=state, identity=identity, gates=gates)
     except ValueError as error:
         opened.close()
         _fail(f"{config}: {error}")
     try:
-        anyio.run(_serve, relay, transport, host, port)
+        anyio.run(_serve, relay, deployment, transport, host, port, public_url)
     except UpstreamUnavailable as error:
         _fail(f"{error}")
     finally:
         opened.close()
 
 
-async def _serve(relay: Gateway, transport: Transport, host: str, port: int) -> None:
+async def _serve(
+    relay: Gateway,
+    deployment: GatewayDeployment | None,
+    transport: Transport,
+    host: str,
+    port: int,
+    public_url: str | None,
+) -> None:
     async with relay.running():
         if transport is Transport.STDIO:
             # It ends with its input, and the upstream with it. SIGTERM ends it at once, as it does `serve`: a
@@ -180,9 +227,9 @@ async def _serve(relay: Gateway, transport: Transport, host: str, port: int) -> 
             async with stdio_server() as (read, write):
                 await relay.server.run(read, write, relay.server.create_initialization_options())
         else:
-            app = relay.server.streamable_http_app(host=host)
+            app = deployment.http_app(host) if deployment is not None else relay.server.streamable_http_app(host=host)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
-            log.info("serving MCP on %s/mcp", http_address(host, port))
+            log.info("serving MCP on %s/mcp", public_url or http_address(host, port))
             await uvicorn.Server(config).serve()
 
 
@@ -192,6 +239,9 @@ def _named(upstreams: tuple[Upstream, ...]) -> str:
     return "upstreams " + ", ".join(f"{each.name!r} (prefix {each.prefix})" for each in upstreams)
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, *items: str) -> NoReturn:
+    """Say why the gateway cannot run, with one line per item (each a problem to fix), and exit 2."""
     err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    for item in items:
+        err.print(f"  - {escape(item)}", soft_wrap=True)
     raise typer.Exit(2)

@@ -69,6 +69,7 @@ from mcp_elicit.gateway.upstream import Call, Lane
 from mcp_elicit.model import DecisionStatus, Principal
 from mcp_elicit.model.form_schema import UnsupportedSchema
 from mcp_elicit.server.answers import Accepted, Consented, Declined
+from mcp_elicit.server.fallback import Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.store import StoreError
@@ -298,8 +299,17 @@ class UpstreamCall:
 class Questions:
     """The gateway's durable `tools/call`: plain relay until the upstream asks, then `Elicitation.run_tool`."""
 
-    def __init__(self, elicitation: Elicitation, send: Send, *, ttl: timedelta = DEFAULT_FORM_TTL):
+    def __init__(
+        self,
+        elicitation: Elicitation,
+        send: Send,
+        *,
+        ttl: timedelta = DEFAULT_FORM_TTL,
+        fallback: Fallback = Fallback.ERROR,
+    ):
         self.elicitation = elicitation
+        self.fallback = fallback
+        """What a client that cannot be asked gets: an error saying so, or the link to the question's web page."""
         self.ttl = ttl
         """How long a relayed question stays open: its decision's TTL, and how long its upstream call waits."""
         self._send = send
@@ -478,7 +488,7 @@ class Questions:
 
         try:
             await self._served()
-            result = await self.elicitation.run_tool(ctx, params, body)
+            result = await self.elicitation.run_tool(ctx, params, body, fallback=self.fallback)
         finally:
             if pending is not None and not pending.claimed:
                 pending.cancel("an identical call's upstream call answers it")

@@ -189,6 +189,11 @@ class Gateway:
     `identity` says a call runs for, open `question_ttl` (a form's; a URL question's is `DEFAULT_URL_TTL`); a call
     that asks nothing never touches it. Without a store, questions are
     relayed live only, to a client that can be asked on its call.
+
+    `elicitation` is the runtime to keep them with instead of one made from those (a signed-in deployment's, with
+    its public URL for the decision pages: `mcp_elicit.gateway.deployment`); `fallback` says what a client that
+    cannot be asked gets. With an identity (`identity`, or the given runtime's), every request is bound to its
+    principal on the way upstream too: a lane carries one principal's calls at a time (`Pool`).
     """
 
     def __init__(
@@ -201,12 +206,24 @@ class Gateway:
         identity: IdentityPolicy | None = None,
         question_ttl: timedelta = DEFAULT_FORM_TTL,
         gates: Sequence[GateTable] = (),
+        elicitation: Elicitation | None = None,
+        fallback: Fallback = Fallback.ERROR,
     ) -> None:
         given = (upstreams,) if isinstance(upstreams, Upstream) else tuple(upstreams)
         if not given:
             raise ValueError("a gateway needs an upstream")
+        if elicitation is not None and (store, request_state, timing, identity) != (None, None, None, None):
+            raise ValueError(
+                "a gateway given its elicitation takes the store, request state, timing and identity from it"
+            )
+        if elicitation is not None:
+            store, identity = elicitation.store, elicitation.identity
+        if fallback is not Fallback.ERROR and store is None:
+            raise ValueError(f"the {fallback} fallback needs a store: without one, questions are relayed live only")
         if gates and store is None:
             raise ValueError("approval gates need a store: their approvals are decisions")
+        self.identity = identity
+        """Whose each request is, upstream as well as in the store; `None`: lanes are not bound to principals."""
         prefixes = {upstream.name: upstream.prefix for upstream in given}
         self._gates = {name: Gates(tables, name, prefixes[name]) for name, tables in assign_gates(gates, given).items()}
         """Each upstream's gates, by its name; an upstream without gates has none here."""
@@ -218,10 +235,12 @@ class Gateway:
         self.questions: Questions | None = None
         """Where the upstream's questions on a `tools/call` become durable decisions (with a store only)."""
         if store is not None:
-            state = request_state or RequestState(single_process=True)
-            elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
+            if elicitation is None:
+                state = request_state or RequestState(single_process=True)
+                elicitation = Elicitation(store, request_state=state, timing=timing, identity=identity)
+            elicitation.check_fallback(fallback)
             elicitation.install(self.server)
-            self.questions = Questions(elicitation, self.send, ttl=question_ttl)
+            self.questions = Questions(elicitation, self.send, ttl=question_ttl, fallback=fallback)
             for index, table in enumerate(gates):
                 try:
                     elicitation.check_fallback(Fallback(table.fallback))
@@ -349,7 +368,8 @@ class Gateway:
         holder = _holder(ctx) if asks else None
         if holder is not None:
             self._remember(holder, ctx.session)
-        call = Call(ctx, what, holder, Deadline(pool.upstream.timeout), pool=pool)
+        principal = None if self.identity is None else self.identity.principal_for(ctx.request).principal_id
+        call = Call(ctx, what, holder, Deadline(pool.upstream.timeout), pool=pool, principal=principal)
         if method == TOOLS_CALL and self.questions is not None:
             return await self._calling(ctx, raw, call)
         lane, result = await self.send(call, method, raw)

@@ -10,6 +10,10 @@ from clients that cannot be asked anything on the live call (2026-07-28, or HTTP
 one holder: they all get the same answer, a refusal. Requests that never draw a question (lists, completion,
 `logging/setLevel`) ride any lane that is up.
 
+A lane also carries the calls of one principal at a time (the signed-in user a call runs for, when the gateway
+knows one), whether they draw questions or not: two principals' requests are never in flight on one upstream
+session, so nothing the upstream keeps per session while a call runs, or says on it, reaches another person.
+
 Why a supervisor: an upstream process that exits, or an HTTP upstream that goes away, must not take the
 gateway with it. The supervisor notices the end of the connection (the read side of the transport ending, or
 the transport failing; never an error code in an answer, since `-32000` is also a common code of servers' own
@@ -209,6 +213,8 @@ class Call:
     """The upstream it goes to, behind a gateway of several (else the one)."""
     sent: bool = False
     """The request left for the upstream (its last attempt): from then on, its outcome is the upstream's."""
+    principal: str | None = None
+    """The id of the principal the call runs for; `None` where the gateway binds no lanes to principals."""
 
 
 @dataclass(eq=False)
@@ -259,6 +265,9 @@ class Lane:
     holder: Hashable | None = None
     claims: int = 0
     """Calls of `holder` on the lane or waiting for it to come up."""
+    principal: str | None = None
+    occupants: int = 0
+    """Calls of `principal` on the lane or waiting for it to come up."""
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _lost: anyio.Event = field(default_factory=anyio.Event)
 
@@ -552,17 +561,31 @@ class Pool:
                 if not lane.claims:
                     lane.holder = None
                     self._freed.set()
+            if call.principal is not None:
+                lane.occupants -= 1
+                if not lane.occupants:
+                    lane.principal = None
+                    self._freed.set()
 
     async def _claim(self, call: Call) -> Lane:
-        """A lane free for the call's holder (any lane up, for a call that draws no question), claimed for it;
-        a new lane while there are fewer than the upstream's session limit; else the wait for one to be freed."""
+        """A lane free for the call's holder (any lane up, for a call that draws no question) and its principal,
+        claimed for them; a new lane while there are fewer than the upstream's session limit; else the wait for
+        one to be freed."""
         while True:
-            free = [lane for lane in self.lanes if call.holder is None or lane.holder in (None, call.holder)]
+            free = [
+                lane
+                for lane in self.lanes
+                if (call.holder is None or lane.holder in (None, call.holder))
+                and lane.principal in (None, call.principal)
+            ]
             if free:
                 lane = next((lane for lane in free if lane.status == "up"), free[0])
                 if call.holder is not None:
                     lane.holder = call.holder
                     lane.claims += 1
+                if call.principal is not None:
+                    lane.principal = call.principal
+                    lane.occupants += 1
                 return lane
             if len(self.lanes) < self.upstream.session_limit and self._tasks is not None:
                 self._open()

@@ -16,13 +16,9 @@ PostgreSQL store serve each other's calls, tokens and callbacks. `/healthz` and 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TypeVar
-from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
@@ -32,28 +28,27 @@ from mcp_elicit.reference.app import PAY_INVOICE, SERVER_NAME, build_reference_s
 from mcp_elicit.reference.app import TOKEN_VAULT as TOKEN_VAULT_NAME
 from mcp_elicit.reference.payments import example_payments
 from mcp_elicit.reference.workspace import Workspace
-from mcp_elicit.server import AuditSealing, DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
+from mcp_elicit.server import Elicitation
 from mcp_elicit.settings import Settings, SettingsError, variable
-from mcp_elicit.web import (
-    ApiKeyEntry,
-    ApproverRoles,
-    ExternalFlow,
-    Health,
-    LocalAuthorizationServer,
-    LocalUsers,
-    OAuthConnect,
-    UrlPages,
-    Vault,
-    VaultKeyRing,
+from mcp_elicit.web import ApiKeyEntry, ExternalFlow, LocalAuthorizationServer, OAuthConnect, Vault, VaultKeyRing
+from mcp_elicit.web.deployment import (
+    Problems,
+    SignInSettings,
+    read_sign_in,
+    sign_in_elicitation,
+    sign_in_routes,
 )
-from mcp_elicit.web.audit_keys import audit_keys_routes
-from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
 from mcp_elicit.web.routes import add_routes
 
+__all__ = [
+    "Deployment",
+    "HttpSettings",
+    "ProviderSettings",
+    "build_http_deployment",
+    "http_settings",
+]
+
 _PROVIDER = ("provider_url", "provider_client_id", "provider_client_secret", "provider_webhook_secret")
-_PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,24 +60,13 @@ class ProviderSettings:
     """Signs the provider's payment webhooks; None: the provider's payments are not used."""
 
 
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
-    """What `mcp-elicit serve --transport http` runs with (its environment and public URL), all of it checked."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpSettings(SignInSettings):
+    """What `mcp-elicit serve --transport http` runs with: the sign-in settings every deployment has, and the
+    reference server's vault and provider."""
 
-    public_url: str
-    users: LocalUsers
-    auth_keys: list[bytes] = field(repr=False)
-    state_keys: list[bytes] = field(repr=False)
     vault_keys: VaultKeyRing = field(repr=False)
     provider: ProviderSettings | None = None
-    operators: frozenset[str] = frozenset()
-    """Usernames of the configured users who see and may cancel everyone's decisions in the inbox."""
-    notifications: Notifications | None = None
-    """The webhook of `MCP_ELICIT_WEBHOOK_URL` and the mail target of `MCP_ELICIT_SMTP_HOST`, when either is set."""
-    approver_roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Who holds each approver role: usernames of the configured users (`MCP_ELICIT_APPROVER_ROLES`)."""
-    audit: AuditSealing | None = None
-    """The audit's signing keys (`MCP_ELICIT_AUDIT_KEYS`): when set, the trail is sealed every 5 s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,94 +82,26 @@ class Deployment:
         return self.auth.http_app(self.server, host=host)
 
 
-def key_ring(environ: Mapping[str, str] | None, name: str) -> list[bytes]:
-    """The key ring of the setting `name` (`auth_keys`, `state_keys`), which must be set."""
-    keys: tuple[bytes, ...] | None = getattr(Settings.read(environ, only=[name]), name)
-    if keys is None:
-        raise SettingsError(
-            [f"{variable(name)} is not set: give comma-separated base64 keys of at least 32 bytes, the newest first"]
-        )
-    return list(keys)
-
-
-def public_url_problems(url: str) -> list[str]:
-    """What keeps `url` from being the deployment's public URL: the https origin (http on loopback only)."""
-    try:
-        parts = urlsplit(url)
-        host, _ = parts.hostname, parts.port
-    except ValueError as error:
-        return [f"the public URL {url!r} cannot be parsed ({error}); {_PUBLIC_URL_FORM}"]
-    if parts.scheme not in ("http", "https") or not host:
-        return [f"the public URL {url!r} is not an http(s) URL; {_PUBLIC_URL_FORM}"]
-    problems = []
-    if parts.scheme == "http" and host not in _LOOPBACK:
-        problems.append(
-            f"the public URL {url} is plain http outside loopback, so sign-in and tokens would cross the network "
-            "in clear; serve it behind TLS and pass --public-url https://..."
-        )
-    if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
-        problems.append(
-            f"the public URL {url} carries a path, query, fragment or credentials; "
-            "it is the origin alone: scheme, host and port"
-        )
-    return problems
-
-
 def http_settings(environ: Mapping[str, str], public_url: str) -> HttpSettings:
     """Every setting, read and checked before anything is opened; all the problems at once, not the first.
 
     Each problem names its setting and says what to do. `mcp-elicit doctor` reports the same ones.
     """
-    problems = public_url_problems(public_url)
+    problems = Problems()
+    vault_keys: VaultKeyRing | None = None
+    provider: ProviderSettings | None = None
 
-    def read(parse: Callable[[], _T]) -> _T | None:
-        try:
-            return parse()
-        except SettingsError as error:
-            problems.extend(error.problems)
-        except ValueError as error:
-            problems.append(str(error))
-        return None
+    def reference_settings() -> None:
+        nonlocal vault_keys, provider
+        vault_keys = problems.read(lambda: VaultKeyRing.from_env(environ))
+        provider = problems.read(lambda: _provider_settings(environ))
 
-    users = read(lambda: LocalUsers.from_env(environ))
-    auth_keys = read(lambda: key_ring(environ, "auth_keys"))
-    state_keys = read(lambda: key_ring(environ, "state_keys"))
-    vault_keys = read(lambda: VaultKeyRing.from_env(environ))
-    provider = read(lambda: _provider_settings(environ))
-    operators = read(lambda: _operators(environ, users)) if users is not None else None
-    notifications = read(lambda: Notifications.from_env(environ))
-    approvers = read(lambda: _approver_roles(environ, users)) if users is not None else None
-    audit = read(lambda: AuditSealing.from_env(environ))
-    if users is None or auth_keys is None or state_keys is None or vault_keys is None or problems:
-        raise SettingsError(problems)
-    found = (users, auth_keys, state_keys, vault_keys, provider, operators or frozenset(), notifications)
-    return HttpSettings(public_url.rstrip("/"), *found, approver_roles=approvers or {}, audit=audit)
-
-
-def _approver_roles(environ: Mapping[str, str], users: LocalUsers) -> dict[str, tuple[str, ...]]:
-    members = Settings.read(environ, only=["approver_roles"]).approver_roles
-    unknown = sorted({name for people in members.values() for name in people if name not in users})
-    if unknown:
-        raise SettingsError(
-            [
-                f"{variable('approver_roles')} names {', '.join(unknown)}, not among the users of "
-                f"{variable('users')}; add them there"
-            ]
-        )
-    return members
-
-
-def _operators(environ: Mapping[str, str], users: LocalUsers) -> frozenset[str]:
-    names = Settings.read(environ, only=["operators"]).operators
-    unknown = [name for name in names if name not in users]
-    if unknown:
-        raise SettingsError(
-            [
-                f"{variable('operators')} names {', '.join(unknown)}, not among the users of {variable('users')}; "
-                "add them there"
-            ]
-        )
-    return frozenset(names)
+    found = read_sign_in(environ, public_url, problems, then=reference_settings)
+    problems.check()
+    assert found is not None
+    assert vault_keys is not None
+    shared = {each.name: getattr(found, each.name) for each in fields(SignInSettings)}
+    return HttpSettings(**shared, vault_keys=vault_keys, provider=provider)
 
 
 def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
@@ -215,18 +131,7 @@ def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
 def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpSettings) -> Deployment:
     """Everything `mcp-elicit serve --transport http` runs, checked before anything listens."""
     public_url = settings.public_url
-    # The auth key ring signs the notifications' links to decision pages too (each key under a label of its own):
-    # the first signs, every key checks, so a rotation keeps the links already sent working.
-    links = DecisionLinks(public_url, settings.auth_keys)
-    notifications = settings.notifications
-    elicitation = Elicitation(
-        store,
-        request_state=RequestState(keys=settings.state_keys),
-        public_base_url=public_url,
-        identity=IdentityPolicy(),
-        notifications=None if notifications is None else replace(notifications, links=links),
-        audit=settings.audit,
-    )
+    elicitation = sign_in_elicitation(store, settings)
     auth = LocalAuthorizationServer(
         public_url, settings.users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
     )
@@ -259,23 +164,6 @@ def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpS
         server_kwargs=auth.mcp_server_kwargs(f"{public_url}/mcp"),
         payments=PAY_INVOICE in flows,
     )
-    auth.add_routes(server)
-    page_key = hmac.new(settings.auth_keys[0], b"mcp-elicit url pages", hashlib.sha256).digest()
-    pages = UrlPages(
-        elicitation=elicitation,
-        sign_in=auth,
-        vault=vault,
-        flows=flows,
-        page_key=page_key,
-        server_title=server.name,
-        public_base_url=public_url,
-        links=links,
-        inbox=INBOX_PATH,
-        approver_roles=ApproverRoles(settings.approver_roles),
-    )
-    auth.sign_in_reason = pages.sign_in_reason
-    inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))
-    published = [] if settings.audit is None else audit_keys_routes(settings.audit.keys.public())
-    add_routes(server, [*pages.routes(), *inbox.routes(), *published])
-    Health(elicitation).add_routes(server)
+    routes = sign_in_routes(settings, elicitation, auth, server_title=server.name, vault=vault, flows=flows)
+    add_routes(server, routes)
     return Deployment(server=server, elicitation=elicitation, public_url=public_url, auth=auth)

@@ -93,6 +93,7 @@ from mcp.server.auth.provider import (
     AuthorizationParams,
     AuthorizeError,
     OAuthAuthorizationServerProvider,
+    ProviderTokenVerifier,
     RefreshToken,
     RegistrationError,
     TokenError,
@@ -100,6 +101,7 @@ from mcp.server.auth.provider import (
 )
 from mcp.server.auth.routes import build_metadata, cors_middleware, validate_issuer_url
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyHttpUrl, AnyUrl, ValidationError
@@ -411,22 +413,37 @@ class LocalAuthorizationServer(OAuthAuthorizationServerProvider[AuthorizationCod
         """
         return {"auth_server_provider": self, "auth": self.auth_settings(resource_server_url)}
 
-    def http_app(self, server: MCPServer, **kwargs: Any) -> Starlette:
+    def http_app(
+        self, server: MCPServer | Server[Any], *, resource_server_url: str | None = None, **kwargs: Any
+    ) -> Starlette:
         """`server.streamable_http_app(**kwargs)`, its OAuth metadata listing only the grants served here.
 
-        The SDK's metadata always lists `refresh_token`, which this server never issues, and a client plans its
-        sessions on what the metadata says. That route comes before any custom route, so it is replaced here.
+        An `MCPServer` was created with `mcp_server_kwargs()`; a lowlevel `Server` (the gateway's), which keeps no
+        settings, gets them here for its MCP endpoint `resource_server_url`, and its custom routes as
+        `custom_starlette_routes=`. The SDK's metadata always lists `refresh_token`, which this server never
+        issues, and a client plans its sessions on what the metadata says. That route comes before any custom
+        route, so it is replaced here.
         """
-        settings = server.settings.auth
-        if settings is None or str(settings.issuer_url).rstrip("/") != self.issuer:
-            raise ValueError("the server does not use this authorization server: create it with mcp_server_kwargs()")
+        if isinstance(server, MCPServer):
+            settings = server.settings.auth
+            if settings is None or str(settings.issuer_url).rstrip("/") != self.issuer:
+                raise ValueError(
+                    "the server does not use this authorization server: create it with mcp_server_kwargs()"
+                )
+            app = server.streamable_http_app(**kwargs)
+        else:
+            if resource_server_url is None:
+                raise ValueError("a lowlevel server's app needs resource_server_url=, the URL of its MCP endpoint")
+            settings = self.auth_settings(resource_server_url)
+            app = server.streamable_http_app(
+                auth=settings, auth_server_provider=self, token_verifier=ProviderTokenVerifier(self), **kwargs
+            )
         metadata = build_metadata(
             settings.issuer_url,
             settings.service_documentation_url,
             settings.client_registration_options or ClientRegistrationOptions(),
             settings.revocation_options or RevocationOptions(),
         ).model_copy(update={"grant_types_supported": list(SERVED_GRANT_TYPES)})
-        app = server.streamable_http_app(**kwargs)
         served = Route(
             METADATA_PATH,
             endpoint=cors_middleware(MetadataHandler(metadata).handle, ["GET", "OPTIONS"]),

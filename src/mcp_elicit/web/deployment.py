@@ -1,0 +1,237 @@
+"""What every signed-in HTTP deployment shares: its settings, read and checked at once, and the pages it serves.
+
+`mcp-elicit serve --transport http` (`mcp_elicit.reference.deployment`) and `mcp-elicit gateway --transport
+streamable-http --public-url ...` (`mcp_elicit.gateway.deployment`) sign their clients in the same way, from the
+same environment: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (signs MCP tokens, browser sessions
+and the links to decision pages), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_OPERATORS` (who
+operates the decision inbox), `MCP_ELICIT_APPROVER_ROLES`, the notification targets and `MCP_ELICIT_AUDIT_KEYS`.
+Each reads them here, so the two never disagree on a setting or on what is wrong with it, and serves the same
+sign-in, decision pages, inbox and health routes beside its MCP endpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from starlette.routing import Route
+
+from mcp_elicit.server import AuditSealing, DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
+from mcp_elicit.settings import Settings, SettingsError, variable
+from mcp_elicit.store import Store
+from mcp_elicit.web.audit_keys import audit_keys_routes
+from mcp_elicit.web.authserver import LocalAuthorizationServer, LocalUsers
+from mcp_elicit.web.flows import ExternalFlow
+from mcp_elicit.web.health import Health
+from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
+from mcp_elicit.web.pages import UrlPages
+from mcp_elicit.web.roles import ApproverRoles
+from mcp_elicit.web.vault import Vault
+
+__all__ = [
+    "Problems",
+    "SignInSettings",
+    "key_ring",
+    "public_url_problems",
+    "read_sign_in",
+    "sign_in_elicitation",
+    "sign_in_routes",
+    "sign_in_settings",
+]
+
+_PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class SignInSettings:
+    """A signed-in deployment's environment and public URL, all of it checked."""
+
+    public_url: str
+    users: LocalUsers
+    auth_keys: list[bytes] = field(repr=False)
+    state_keys: list[bytes] = field(repr=False)
+    operators: frozenset[str] = frozenset()
+    """Usernames of the configured users who see and may cancel everyone's decisions in the inbox."""
+    notifications: Notifications | None = None
+    """The webhook of `MCP_ELICIT_WEBHOOK_URL` and the mail target of `MCP_ELICIT_SMTP_HOST`, when either is set."""
+    approver_roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Who holds each approver role: usernames of the configured users (`MCP_ELICIT_APPROVER_ROLES`)."""
+    audit: AuditSealing | None = None
+    """The audit's signing keys (`MCP_ELICIT_AUDIT_KEYS`): when set, the trail is sealed every 5 s."""
+
+    @property
+    def links(self) -> DecisionLinks:
+        """Links to decision pages, signed with the auth key ring (each key under a label of its own): the first
+        signs, every key checks, so a rotation keeps the links already sent working."""
+        return DecisionLinks(self.public_url, self.auth_keys)
+
+
+class Problems:
+    """Settings read one after another with every problem kept, so that all of them are said at once."""
+
+    def __init__(self, found: list[str] | None = None) -> None:
+        self.found = found or []
+
+    def read(self, parse: Callable[[], _T]) -> _T | None:
+        """What `parse` read, or None with its problems kept."""
+        try:
+            return parse()
+        except SettingsError as error:
+            self.found.extend(error.problems)
+        except ValueError as error:
+            self.found.append(str(error))
+        return None
+
+    def check(self) -> None:
+        if self.found:
+            raise SettingsError(self.found)
+
+
+def key_ring(environ: Mapping[str, str] | None, name: str) -> list[bytes]:
+    """The key ring of the setting `name` (`auth_keys`, `state_keys`), which must be set."""
+    keys: tuple[bytes, ...] | None = getattr(Settings.read(environ, only=[name]), name)
+    if keys is None:
+        raise SettingsError(
+            [f"{variable(name)} is not set: give comma-separated base64 keys of at least 32 bytes, the newest first"]
+        )
+    return list(keys)
+
+
+def public_url_problems(url: str) -> list[str]:
+    """What keeps `url` from being the deployment's public URL: the https origin (http on loopback only)."""
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port
+    except ValueError as error:
+        return [f"the public URL {url!r} cannot be parsed ({error}); {_PUBLIC_URL_FORM}"]
+    if parts.scheme not in ("http", "https") or not host:
+        return [f"the public URL {url!r} is not an http(s) URL; {_PUBLIC_URL_FORM}"]
+    problems = []
+    if parts.scheme == "http" and host not in _LOOPBACK:
+        problems.append(
+            f"the public URL {url} is plain http outside loopback, so sign-in and tokens would cross the network "
+            "in clear; serve it behind TLS and pass --public-url https://..."
+        )
+    if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
+        problems.append(
+            f"the public URL {url} carries a path, query, fragment or credentials; "
+            "it is the origin alone: scheme, host and port"
+        )
+    return problems
+
+
+def read_sign_in(
+    environ: Mapping[str, str], public_url: str, problems: Problems, *, then: Callable[[], None] = lambda: None
+) -> SignInSettings | None:
+    """The sign-in settings, or None with their problems kept in `problems`; `then` reads a deployment's own
+    settings after the key rings, so that the problems come in the order of the configuration page."""
+    problems.found.extend(public_url_problems(public_url))
+    users = problems.read(lambda: LocalUsers.from_env(environ))
+    auth_keys = problems.read(lambda: key_ring(environ, "auth_keys"))
+    state_keys = problems.read(lambda: key_ring(environ, "state_keys"))
+    then()
+    operators = problems.read(lambda: _operators(environ, users)) if users is not None else None
+    notifications = problems.read(lambda: Notifications.from_env(environ))
+    approvers = problems.read(lambda: _approver_roles(environ, users)) if users is not None else None
+    audit = problems.read(lambda: AuditSealing.from_env(environ))
+    if users is None or auth_keys is None or state_keys is None:
+        return None
+    return SignInSettings(
+        public_url.rstrip("/"),
+        users,
+        auth_keys,
+        state_keys,
+        operators or frozenset(),
+        notifications,
+        approvers or {},
+        audit,
+    )
+
+
+def sign_in_settings(environ: Mapping[str, str], public_url: str) -> SignInSettings:
+    """Every sign-in setting, read and checked before anything is opened; all the problems at once, not the first.
+
+    Each problem names its setting and says what to do.
+    """
+    problems = Problems()
+    found = read_sign_in(environ, public_url, problems)
+    problems.check()
+    assert found is not None
+    return found
+
+
+def sign_in_elicitation(store: str | Store | None, settings: SignInSettings) -> Elicitation:
+    """The runtime of a signed-in deployment: its decisions bound to the principal of each verified access token,
+    its rounds sealed with the shared key ring, its decision pages under the public URL."""
+    notifications = settings.notifications
+    return Elicitation(
+        store,
+        request_state=RequestState(keys=settings.state_keys),
+        public_base_url=settings.public_url,
+        identity=IdentityPolicy(),
+        notifications=None if notifications is None else replace(notifications, links=settings.links),
+        audit=settings.audit,
+    )
+
+
+def sign_in_routes(
+    settings: SignInSettings,
+    elicitation: Elicitation,
+    auth: LocalAuthorizationServer,
+    *,
+    server_title: str,
+    vault: Vault | None = None,
+    flows: Mapping[str, ExternalFlow] | None = None,
+) -> list[Route]:
+    """The routes served beside the MCP endpoint, without bearer authorization (a browser carries no MCP token):
+    sign-in and sign-out, the decision pages (and `flows`' pages), the inbox, the audit's public keys when the
+    trail is sealed, `/healthz` and `/readyz`."""
+    page_key = hmac.new(settings.auth_keys[0], b"mcp-elicit url pages", hashlib.sha256).digest()
+    pages = UrlPages(
+        elicitation=elicitation,
+        sign_in=auth,
+        vault=vault,
+        flows=flows or {},
+        page_key=page_key,
+        server_title=server_title,
+        public_base_url=settings.public_url,
+        links=settings.links,
+        inbox=INBOX_PATH,
+        approver_roles=ApproverRoles(settings.approver_roles),
+    )
+    auth.sign_in_reason = pages.sign_in_reason
+    inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))
+    published = [] if settings.audit is None else audit_keys_routes(settings.audit.keys.public())
+    return [*auth.routes(), *pages.routes(), *inbox.routes(), *published, *Health(elicitation).routes()]
+
+
+def _approver_roles(environ: Mapping[str, str], users: LocalUsers) -> dict[str, tuple[str, ...]]:
+    members = Settings.read(environ, only=["approver_roles"]).approver_roles
+    unknown = sorted({name for people in members.values() for name in people if name not in users})
+    if unknown:
+        raise SettingsError(
+            [
+                f"{variable('approver_roles')} names {', '.join(unknown)}, not among the users of "
+                f"{variable('users')}; add them there"
+            ]
+        )
+    return members
+
+
+def _operators(environ: Mapping[str, str], users: LocalUsers) -> frozenset[str]:
+    names = Settings.read(environ, only=["operators"]).operators
+    unknown = [name for name in names if name not in users]
+    if unknown:
+        raise SettingsError(
+            [
+                f"{variable('operators')} names {', '.join(unknown)}, not among the users of {variable('users')}; "
+                "add them there"
+            ]
+        )
+    return frozenset(names)
