@@ -28,11 +28,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO, TypeVar
 
 import anyio
 from mcp import Client
@@ -230,32 +230,60 @@ def print_report(outcomes: list[Outcome], calls: int, pairs: int) -> None:
         print(f"gateway writes nothing to its store on {o.pair.era}: {verdict(not o.written)} ({changed})")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=DESCRIPTION)
-    parser.add_argument("--calls", type=int, default=200, help="calls per side per block (default %(default)s)")
-    parser.add_argument("--pairs", type=int, default=6, help="blocks per side, taking turns (default %(default)s)")
+class Contested(Protocol):
+    @property
+    def met(self) -> bool: ...
+
+
+Result = TypeVar("Result", bound=Contested)
+
+
+def run_eras(
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    description: str,
+    calls: int,
+    pairs: int,
+    contest: Callable[[Pair, int, int, Path, TextIO], Awaitable[Result]],
+    report: Callable[[list[Result], int, int], None],
+) -> int:
+    """The command line both gateway benchmarks share: each era pair's contest in a directory of their own (the
+    processes' stderr in a log there, named if the run fails), then the report; exit 1 if a target was missed."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--calls", type=int, default=calls, help="calls per side per block (default %(default)s)")
+    parser.add_argument("--pairs", type=int, default=pairs, help="blocks per side, taking turns (default %(default)s)")
     parser.add_argument("--era", choices=[*(pair.era for pair in PAIRS), "both"], default="both")
     args = parser.parse_args(argv)
     if args.calls < 1 or args.pairs < 1:
         parser.error("--calls and --pairs must be at least 1")
-    caller = Caller()
     outcomes = []
     directory = Path(tempfile.mkdtemp(prefix="mcp-elicit-bench-gateway-"))
-    log_path = directory / "relays.log"
+    log_path = directory / "processes.log"
     try:
         with log_path.open("w") as log:
             for pair in PAIRS:
                 if args.era in ("both", pair.era):
                     print(f"running {pair.era} ...", flush=True)
-                    outcomes.append(
-                        anyio.run(contest, pair, args.calls, args.pairs, directory / "gateway.db", log, caller)
-                    )
+                    outcomes.append(anyio.run(contest, pair, args.calls, args.pairs, directory, log))
     except Exception:
-        print(f"the relays' stderr: {log_path}", file=sys.stderr)
+        print(f"the processes' stderr: {log_path}", file=sys.stderr)
         raise
-    print_report(outcomes, args.calls, args.pairs)
+    report(outcomes, args.calls, args.pairs)
     shutil.rmtree(directory)
     return 0 if all(o.met for o in outcomes) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    caller = Caller()
+
+    async def contested(pair: Pair, calls: int, pairs: int, directory: Path, log: TextIO) -> Outcome:
+        return await contest(pair, calls, pairs, directory / "gateway.db", log, caller)
+
+    return run_eras(
+        argv, prog="python -m bench.gateway", description=DESCRIPTION, calls=200, pairs=6, contest=contested,
+        report=print_report,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

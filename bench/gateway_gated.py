@@ -18,12 +18,9 @@ The target: `gated` p50 at most `floor` p50 + that. The sides take turns block b
 
 from __future__ import annotations
 
-import argparse
 import gc
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -31,14 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import anyio
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult
 
 from bench._common import verdict
-from bench.gateway import PAIRS, ROOT, UPSTREAM, Pair, ms, percentile, text_of
+from bench.gateway import ROOT, UPSTREAM, Pair, ms, percentile, run_eras, text_of
 
 DESCRIPTION = "A gated call through mcp-elicit gateway against the floor relay plus one durable decision."
 FLOOR, GATED, BARE, DECIDED = "floor", "gated", "bare", "decided"
@@ -158,29 +154,15 @@ def print_report(outcomes: list[Outcome], calls: int, pairs: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gateway_gated", description=DESCRIPTION)
-    parser.add_argument("--calls", type=int, default=60, help="calls per side per block (default %(default)s)")
-    parser.add_argument("--pairs", type=int, default=4, help="blocks per side, taking turns (default %(default)s)")
-    parser.add_argument("--era", choices=[*(pair.era for pair in PAIRS), "both"], default="both")
-    args = parser.parse_args(argv)
-    if args.calls < 1 or args.pairs < 1:
-        parser.error("--calls and --pairs must be at least 1")
     caller = Caller()
-    outcomes = []
-    directory = Path(tempfile.mkdtemp(prefix="mcp-elicit-bench-gated-"))
-    log_path = directory / "servers.log"
-    try:
-        with log_path.open("w") as log:
-            for pair in PAIRS:
-                if args.era in ("both", pair.era):
-                    print(f"running {pair.era} ...", flush=True)
-                    outcomes.append(anyio.run(contest, pair, args.calls, args.pairs, directory, log, caller))
-    except Exception:
-        print(f"the servers' stderr: {log_path}", file=sys.stderr)
-        raise
-    print_report(outcomes, args.calls, args.pairs)
-    shutil.rmtree(directory)
-    return 0 if all(o.met for o in outcomes) else 1
+
+    async def contested(pair: Pair, calls: int, pairs: int, directory: Path, log: TextIO) -> Outcome:
+        return await contest(pair, calls, pairs, directory, log, caller)
+
+    return run_eras(
+        argv, prog="python -m bench.gateway_gated", description=DESCRIPTION, calls=60, pairs=4, contest=contested,
+        report=print_report,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
