@@ -15,8 +15,7 @@ from mcp import Client
 from mcp_types import CallToolResult, ElicitRequestURLParams, InputRequiredResult, Result
 from playwright.async_api import Page, Response, ViewportSize, async_playwright
 
-from mcp_elicit.store import open_store
-from tests.helpers.deployment import Deployment, mcp_on_a, processes
+from tests.helpers.deployment import Deployment, mcp_on_a, module_deployment
 from tests.helpers.environment import IN_CI
 from tests.helpers.person import Person
 
@@ -51,8 +50,7 @@ class Screenshots:
         self.taken.append(path)
 
 
-@pytest.fixture
-def chromium() -> Path:
+def require_chromium() -> Path:
     if not os.access(CHROMIUM, os.X_OK):
         message = f"Debian's Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
         if IN_CI:
@@ -62,11 +60,15 @@ def chromium() -> Path:
 
 
 @pytest.fixture
-def deployment(chromium: Path, store_url: str, tmp_path: Path) -> Iterator[Deployment]:
-    """The processes start only once Chromium is known to be there, on a store already migrated here: two
-    `serve` processes migrating one fresh SQLite file at once were seen to fail with "database is locked"."""
-    open_store(store_url).close()
-    with processes(store_url, tmp_path) as running:
+def chromium() -> Path:
+    return require_chromium()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """The processes start only once Chromium is known to be there."""
+    require_chromium()
+    with module_deployment(tmp_path_factory) as running:
         yield running
 
 

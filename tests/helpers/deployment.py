@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcp_elicit.store import open_store
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.oauth_client import code_for, pkce, redeem, registered
 
@@ -37,6 +39,19 @@ class Deployment:
 def processes(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
     with ExitStack() as sinks:
         yield from _processes(store_url, tmp_path, sinks)
+
+
+@contextmanager
+def module_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One deployment for all the tests of a module, on a SQLite store migrated before the processes start (two
+    `serve` processes migrating one fresh file at once were seen to fail with "database is locked"). The tests
+    share it as clients do a deployment: each signs in with a client registration of its own, so its calls are
+    operations of their own, and finds its decisions by the id in their URL, never by listing the store."""
+    run_dir = tmp_path_factory.mktemp("deployment")
+    store_url = f"sqlite://{run_dir / 'elicit.db'}"
+    open_store(store_url).close()
+    with processes(store_url, run_dir) as running:
+        yield running
 
 
 def _processes(store_url: str, tmp_path: Path, sinks: ExitStack) -> Iterator[Deployment]:

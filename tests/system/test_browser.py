@@ -147,7 +147,7 @@ async def test_api_key_in_chromium_reaches_the_vault_not_the_tool_result(
     assert CANARY not in retried.model_dump_json()
     store = open_store(deployment.store_url)
     try:
-        [decision] = store.list_decisions(Operator())
+        decision = store.get_decision(url.rsplit("/", 1)[-1], Operator())
         assert decision.status is DecisionStatus.EXTERNAL_COMPLETED
         trail = store.audit_trail(decision.elicitation_id, Operator())
     finally:

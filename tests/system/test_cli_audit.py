@@ -16,10 +16,10 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_elicit.model import DecisionStatus, System
+from mcp_elicit.model import DecisionStatus, Operator, System
 from mcp_elicit.model.audit_keys import KEYS_PATH, AuditPublicKeys, AuditSigningKeys
 from mcp_elicit.server.audit_sealer import AuditSealer
-from mcp_elicit.store import open_store, utc_now
+from mcp_elicit.store import Store, open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
 from tests.helpers.audit_tamper import cut_back, run_sql
 from tests.helpers.cli_terminal import COMMAND
@@ -164,35 +164,50 @@ def test_the_sealer_reads_past_more_unreadable_rows_than_its_batch_and_names_the
         store.close()
 
 
+def sealed_by_hand(store_url: str) -> None:
+    """What `audit seal` does (its own tests run it), for a test whose subject is another command."""
+    store = open_store(store_url)
+    try:
+        while store.seal_audit(AuditSigningKeys([OLD])).more:
+            pass
+    finally:
+        store.close()
+
+
+def left_unsealed(store: Store) -> int:
+    report = store.verify_audit(AuditSigningKeys([OLD]).public(), max_exposure=None)
+    assert report.sound, report.breaks
+    return report.unsealed
+
+
 @pytest.mark.engines("sqlite", "postgres")
 def test_commands_that_write_audit_rows_seal_them_when_the_keys_are_set(store_url: str, clock: FakeClock) -> None:
     """`decisions cancel` and `sweep`, `grants revoke` seal what they wrote with the keys set; without them the
-    rows wait; keys set but unreadable stop the command before it writes anything."""
+    rows wait; keys set but unreadable stop the command before it writes anything. The commands are the subject
+    and run as installed; the seals by hand and the checks read the store in process."""
     overdue = written(store_url, clock)["other_decision"]
     store = open_store(store_url)
     try:
         waiting = Records(store, utc_now).form().elicitation_id
         grant = recorded_grant(store, ALICE).grant_id
+        sealed_by_hand(store_url)
+        bad = cli("decisions", "cancel", waiting, store=store_url, env={"MCP_ELICIT_AUDIT_KEYS": "not base64"})
+        assert bad.returncode == 2 and "MCP_ELICIT_AUDIT_KEYS" in bad.stderr, bad.stderr
+        assert store.get_decision(waiting, Operator()).status is DecisionStatus.REQUESTED, "nothing was cancelled"
+        assert left_unsealed(store) == 0, "nothing was written"
+        cancelled = cli("decisions", "cancel", waiting, store=store_url, env=keys_env(OLD))
+        assert cancelled.returncode == 0 and cancelled.stderr == "", cancelled.stderr
+        assert left_unsealed(store) == 0, "the cancel sealed what it wrote"
+        assert cli("grants", "revoke", grant, store=store_url, env=NO_KEYS).returncode == 0
+        assert left_unsealed(store) == 1, "no keys, no seal"
+        sealed_by_hand(store_url)
+        swept = cli("decisions", "sweep", store=store_url, env=keys_env(OLD))
+        assert swept.returncode == 0 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
+        assert swept.stderr == "", swept.stderr
+        assert left_unsealed(store) == 0, "the sweep sealed what it wrote"
+        assert store.get_decision(overdue, Operator()).status is DecisionStatus.EXPIRED
     finally:
         store.close()
-    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0, "what came before, by hand"
-    bad = cli("decisions", "cancel", waiting, store=store_url, env={"MCP_ELICIT_AUDIT_KEYS": "not base64"})
-    assert bad.returncode == 2 and "MCP_ELICIT_AUDIT_KEYS" in bad.stderr, bad.stderr
-    assert "requested" in cli("decisions", "show", waiting, store=store_url).stdout, "nothing was cancelled"
-    cancelled = cli("decisions", "cancel", waiting, store=store_url, env=keys_env(OLD))
-    assert cancelled.returncode == 0 and cancelled.stderr == "", cancelled.stderr
-    covered = cli("audit", "verify", store=store_url, env=keys_env(OLD))
-    assert covered.returncode == 0 and "every row is covered by a checkpoint" in covered.stdout, covered.stdout
-    assert cli("grants", "revoke", grant, store=store_url, env=NO_KEYS).returncode == 0
-    left = cli("audit", "verify", store=store_url, env=keys_env(OLD))
-    assert "1 rows written since, not yet covered" in left.stdout, "no keys, no seal: " + left.stdout
-    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
-    swept = cli("decisions", "sweep", store=store_url, env=keys_env(OLD))
-    assert swept.returncode == 0 and "Expired 1 decision(s)" in swept.stdout, swept.stdout + swept.stderr
-    assert swept.stderr == "", swept.stderr
-    covered = cli("audit", "verify", store=store_url, env=keys_env(OLD))
-    assert "every row is covered by a checkpoint" in covered.stdout, covered.stdout
-    assert overdue in cli("audit", "export", store=store_url).stdout
 
 
 @pytest.mark.engines("sqlite", "postgres")
@@ -202,7 +217,7 @@ def test_a_command_that_writes_audit_rows_does_not_sign_rows_from_before_it(stor
     exits 3 (a cron job that never seals again is not silent), so that verify still calls them a break, instead
     of signing the edit."""
     ids = written(store_url, clock)
-    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
+    sealed_by_hand(store_url)
     cut_back(store_url, 1)
     [edited] = run_sql(
         store_url,
@@ -222,29 +237,36 @@ def test_a_command_that_writes_audit_rows_does_not_sign_rows_from_before_it(stor
     verified = cli("audit", "verify", store=store_url, env=keys_env(OLD))
     assert verified.returncode == 1, verified.stdout
     assert "10 rows are covered by no checkpoint, the oldest (seq 1, " in " ".join(verified.stderr.split())
-    export = [json.loads(line) for line in cli("audit", "export", store=store_url).stdout.splitlines()]
-    assert all(row["row_hash"] is None for row in export) and {seq for (seq,) in edited} <= {r["seq"] for r in export}
+    store = open_store(store_url)
+    try:
+        export = store.audit_export()
+    finally:
+        store.close()
+    assert all(row.row_hash is None for row in export) and {seq for (seq,) in edited} <= {r.entry.seq for r in export}
 
 
 @pytest.mark.engines("sqlite", "postgres")
 def test_a_refused_seal_after_a_command_wrote_exits_3(store_url: str, clock: FakeClock) -> None:
     """A checkpoint deleted with its heads left: the command's change is made, its seal refused, the exit code
-    says so (the command's help names it)."""
+    says so (the command's help names it: the next test)."""
     written(store_url, clock)
     store = open_store(store_url)
     try:
         waiting = Records(store, utc_now).form().elicitation_id
+        sealed_by_hand(store_url)
+        run_sql(store_url, [("DELETE FROM elicit_audit_checkpoints WHERE checkpoint_id = 1", ())])
+        refused = cli("decisions", "cancel", waiting, store=store_url, env=keys_env(OLD))
+        assert refused.returncode == 3, refused.stdout + refused.stderr
+        assert f"Cancelled {waiting}" in refused.stdout
+        said = " ".join(refused.stderr.split())
+        assert said.startswith("refused: the change was made and audited, but the audit trail of "), said
+        assert "was not sealed: the heads of checkpoint 1 are stored without it" in said
+        assert store.get_decision(waiting, Operator()).status is DecisionStatus.CANCELLED
     finally:
         store.close()
-    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
-    run_sql(store_url, [("DELETE FROM elicit_audit_checkpoints WHERE checkpoint_id = 1", ())])
-    refused = cli("decisions", "cancel", waiting, store=store_url, env=keys_env(OLD))
-    assert refused.returncode == 3, refused.stdout + refused.stderr
-    assert f"Cancelled {waiting}" in refused.stdout
-    said = " ".join(refused.stderr.split())
-    assert said.startswith("refused: the change was made and audited, but the audit trail of "), said
-    assert "was not sealed: the heads of checkpoint 1 are stored without it" in said
-    assert "cancelled" in cli("decisions", "show", waiting, store=store_url).stdout
+
+
+def test_the_help_of_each_command_that_seals_names_exit_3() -> None:
     for command in (("decisions", "cancel"), ("decisions", "sweep"), ("grants", "revoke")):
         shown = " ".join(cli(*command, "--help").stdout.split())
         assert "Exit 3: the change was made, but with MCP_ELICIT_AUDIT_KEYS set the audit trail" in shown, shown
@@ -271,7 +293,7 @@ def test_verify_names_a_sealed_row_whose_text_is_not_utf8(sqlite_url: str, clock
 @pytest.mark.engines("sqlite", "postgres")
 def test_verify_exits_1_naming_the_first_break(store_url: str, clock: FakeClock) -> None:
     ids = written(store_url, clock)
-    assert cli("audit", "seal", store=store_url, env=keys_env(OLD)).returncode == 0
+    sealed_by_hand(store_url)
     run_sql(
         store_url,
         [("UPDATE elicit_audit SET actor = 'principal:mallory' WHERE subject_id = %s AND chain_seq = 4",

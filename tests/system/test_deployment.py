@@ -7,7 +7,6 @@ import base64
 import os
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +19,7 @@ from mcp_types import CallToolResult, ElicitCompleteNotification, ElicitResult, 
 
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.store import open_store
-from tests.helpers.deployment import Deployment, mcp_on_a, processes
+from tests.helpers.deployment import Deployment, mcp_on_a, module_deployment
 from tests.helpers.oauth_client import code_for, hidden_fields, pkce, redeem, registered
 from tests.helpers.person import Person
 from tests.helpers.results import text
@@ -54,9 +53,9 @@ async def connect_in_browser(browser: httpx2.AsyncClient, deployment: Deployment
     return done.text
 
 
-@pytest.fixture
-def deployment(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
-    with processes(store_url, tmp_path) as running:
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    with module_deployment(tmp_path_factory) as running:
         yield running
 
 
@@ -80,7 +79,7 @@ async def test_modern_call_on_a_browser_on_b_retry_finishes(deployment: Deployme
     assert text(done) == "Connected as alice (Alice Liddell)."
     store = open_store(deployment.store_url)
     try:
-        [decision] = store.list_decisions(Operator())
+        decision = store.get_decision(url.rsplit("/", 1)[-1], Operator())
         assert decision.status is DecisionStatus.EXTERNAL_COMPLETED
         trail = store.audit_trail(decision.elicitation_id, Operator())
     finally:
@@ -170,7 +169,7 @@ async def test_a_canary_api_key_never_reaches_mcp_messages_results_logs_or_audit
         assert canary.encode() not in log.read_bytes(), log.name
     store = open_store(deployment.store_url)
     try:
-        [decision] = store.list_decisions(Operator())
+        decision = store.get_decision(url.rsplit("/", 1)[-1], Operator())
         trail = store.audit_trail(decision.elicitation_id, Operator())
         assert trail and all(canary not in f"{e.reason} {e.details} {e.actor}" for e in trail)
         vaulted = store.vault_get(f"{deployment.public}#alice", "example-api-key")

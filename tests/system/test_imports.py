@@ -1,9 +1,11 @@
 """Every module of the package imports on its own, and the layers point down: no import circle anywhere.
 
 A circle hides while something else happens to import its modules in a working order; imported first, one
-of its modules fails with "partially initialized module". So each module is imported first, alone: one
-fresh interpreter forgets every `mcp_elicit` module before each import (third-party modules stay loaded,
-which keeps it fast and cannot hide a circle of ours).
+of its modules fails with "partially initialized module". So each module is imported first, alone: in a fork
+of one interpreter that has forgotten every `mcp_elicit` module (third-party modules stay loaded, which keeps
+it fast and cannot hide a circle of ours). Importing `a.b.c` imports `a`, then `a.b`, before `c`'s own code
+runs, so `c` is imported in a fork of the fork that imported `a.b`: the state a fresh interpreter reaches at
+that point, without running `a` and `a.b` again for each module below them.
 """
 
 from __future__ import annotations
@@ -47,17 +49,47 @@ def _fresh(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
 
 
 EACH_FIRST = """
-import importlib, json, sys, traceback
+import importlib, json, os, sys, traceback
 
-failed = {}
-for name in json.loads(sys.argv[1]):
-    for loaded in [m for m in sys.modules if m == "mcp_elicit" or m.startswith("mcp_elicit.")]:
-        del sys.modules[loaded]
+def failed(name, error):
+    os.write(1, (json.dumps({name: error}) + "\\n").encode())
+
+def first(name, below):
+    child = os.fork()
+    if child == 0:
+        status = 1
+        try:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                failed(name, traceback.format_exc(limit=-3))
+            else:
+                for inner, further in below.items():
+                    first(inner, further)
+            status = 0
+        finally:
+            os._exit(status)
+    status = os.waitpid(child, 0)[1]
+    if status:
+        failed(name, f"the fork importing it ended with wait status {status}")
+
+names = json.loads(sys.argv[1])
+for name in names:
     try:
         importlib.import_module(name)
     except Exception:
-        failed[name] = traceback.format_exc(limit=-3)
-print(json.dumps(failed))
+        pass
+for loaded in [m for m in sys.modules if m == "mcp_elicit" or m.startswith("mcp_elicit.")]:
+    del sys.modules[loaded]
+tree = {}
+for name in names:
+    parts = name.split(".")
+    node = tree
+    for depth in range(1, len(parts) + 1):
+        node = node.setdefault(".".join(parts[:depth]), {})
+sys.stdout.flush()
+for name, below in tree.items():
+    first(name, below)
 """
 
 
@@ -66,7 +98,9 @@ def test_every_module_imports_first_and_alone() -> None:
     assert "mcp_elicit.store._sql" in modules and "mcp_elicit.telemetry.store" in modules
     ran = _fresh(EACH_FIRST, json.dumps(modules))
     assert ran.returncode == 0, ran.stderr
-    failed: dict[str, str] = json.loads(ran.stdout.splitlines()[-1])
+    failed: dict[str, str] = {}
+    for line in ran.stdout.splitlines():
+        failed.update(json.loads(line))
     assert failed == {}, "\n".join(f"{name}:\n{error}" for name, error in failed.items())
 
 
