@@ -1,5 +1,6 @@
-"""The decision reference of `bench.gateway_gated`: an mcp-elicit server over stdio whose `echo` asks the person one
-question (a yes/no form, a durable decision) before it answers, on its own SQLite store (`--store`).
+"""The decision reference of `bench.gateway_gated`: an mcp-elicit server over stdio whose `echo` runs only once the
+person approved the call (`Gate()`: one durable approval decision, the one a gateway's gate asks), on its own
+SQLite store (`--store`).
 
 What one durable decision costs a call is this server's `echo` against the SDK's bare `echo`
 (`bench._gateway_upstream`), both called directly, in the same run.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from mcp_elicit.approvals import Gate
 from mcp_elicit.server import Elicitation, Flow, RequestState
 
 
@@ -19,11 +21,10 @@ def main() -> None:
     elicitation = Elicitation(args.store, request_state=RequestState(keys=[b"b" * 32]))
     server = elicitation.server("gateway-bench-decision")
 
-    @elicitation.tool()
+    @elicitation.tool(gate=Gate())
     async def echo(flow: Flow, message: str) -> str:
-        """Say `message` back, once the person said yes."""
-        go = await flow.ask("Echo it?", bool)
-        return message if go else "no"
+        """Say `message` back, once the person approved it."""
+        return message
 
     server.run("stdio")
 

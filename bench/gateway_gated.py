@@ -9,10 +9,10 @@ each era:
 - `gated`: `mcp-elicit gateway` in front of the same upstream, its `echo` behind `[[gate]] tool = "echo"`
   (nothing editable), on a SQLite store of its own: every call is approved by the person, then forwarded once;
 - `bare`: the SDK upstream called directly;
-- `decided`: an mcp-elicit server (`bench._decision_server`) whose `echo` asks one yes/no question first, on a
-  SQLite store of its own.
+- `decided`: an mcp-elicit server (`bench._decision_server`) whose `echo` is gated (`Gate()`): one durable
+  approval decision, as the gateway's gate asks it, on a SQLite store of its own.
 
-One durable decision costs `decided - bare` (p50s): the question's round trip to the person and its records.
+One durable decision costs `decided - bare` (p50s): the approval's round trip to the person and its records.
 The target: `gated` p50 at most `floor` p50 + that. The sides take turns block by block as in `bench.gateway`.
 """
 
@@ -81,10 +81,9 @@ def parameters(side: str, pair: Pair, directory: Path) -> StdioServerParameters:
 
 
 async def yes(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-    """The person, answering at once: yes to the decision server's question, approve to the gateway's gate."""
+    """The person, approving at once as the call stands (no edit, no note)."""
     assert isinstance(params, ElicitRequestFormParams)
-    fields = params.requested_schema.get("properties", {})
-    return ElicitResult(action="accept", content={name: True for name in fields if name == "value"})
+    return ElicitResult(action="accept", content={})
 
 
 class Caller:
