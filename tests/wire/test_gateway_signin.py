@@ -10,7 +10,7 @@ served over loopback HTTP as the upstream, a real store.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ from pydantic import AnyUrl
 from mcp_elicit.cli.login import SignInStorage
 from mcp_elicit.gateway import Gateway, Upstream
 from mcp_elicit.gateway.deployment import GatewayDeployment, build_gateway_deployment
+from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Fallback
 from mcp_elicit.store import Store, open_store
@@ -80,12 +81,13 @@ class Signed:
 
 
 @contextmanager
-def signed_in_gateway(store_url: str, upstream: Upstream) -> Iterator[Signed]:
+def signed_in_gateway(store_url: str, upstream: Upstream, gates: Sequence[GateTable] = ()) -> Iterator[Signed]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     store = open_store(store_url)
     try:
-        deployment = build_gateway_deployment(upstream, store=store, settings=sign_in_settings(ENVIRON, base))
+        settings = sign_in_settings(ENVIRON, base)
+        deployment = build_gateway_deployment(upstream, store=store, settings=settings, gates=gates)
         with serving(deployment.http_app("127.0.0.1"), port):
             yield Signed(base, deployment, store)
     finally:
@@ -192,6 +194,26 @@ async def test_a_client_that_cannot_be_asked_gets_the_page_and_operators_see_it_
     assert text(again) == "booked 2 to Oslo"
     [decision] = signed.store.list_decisions(Operator())
     assert decision.status is DecisionStatus.ACCEPTED and decision.principal_id == signed.principal("alice")
+
+
+async def test_a_gate_whose_fallback_is_the_web_is_approved_on_its_page_and_then_forwarded_once(
+    store_url: str,
+) -> None:
+    gate = GateTable(tool="pid", fallback="web")
+    with sdk_over_http() as upstream, signed_in_gateway(store_url, over_http(upstream), [gate]) as signed:
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:  # declares no elicitation
+            refused = await alice.call_tool("pid", {})
+            url = page_url(refused)
+            async with signed_in_browser(signed, "alice") as person:
+                page = await person.get(url)
+                assert page.status_code == 200 and "Tool: pid" in page.text
+                answered = await submit(person, url, page.text, "accept")
+                assert answered.status_code in (200, 303), answered.text
+            ran = await alice.call_tool("pid", {})
+        [approval] = signed.store.list_decisions(Operator())
+    assert text(ran).isdigit()
+    assert approval.status is DecisionStatus.ACCEPTED and approval.principal_id == signed.principal("alice")
 
 
 held = MCPServer("held-upstream")
