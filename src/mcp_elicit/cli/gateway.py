@@ -85,7 +85,11 @@ def gateway(
         ),
     ] = None,
     era: Annotated[
-        Era, typer.Option(help="How to talk to the upstream: auto (the handshake, else discovery), legacy, 2026-07-28.")
+        Era,
+        typer.Option(
+            help="How to talk to the upstream: auto (2026-07-28 if it speaks it, else the handshake), legacy, "
+            "2026-07-28."
+        ),
     ] = Era.AUTO,
     timeout: Annotated[
         float,
