@@ -254,7 +254,8 @@ def run_suite(node: Path, cli: Path, url: str, spec_version: str, expected: list
         named = [str(node), str(cli), "server", "--url", url, "--scenario", scenario, "--force"]
         named += ["--spec-version", spec_version, "--expected-failures", str(baseline), "-o", str(output)]
         print(f"\n##### conformance server --scenario {scenario} --force --spec-version {spec_version}", flush=True)
-        exit_code = exit_code or subprocess.run(named, check=False).returncode  # noqa: S603
+        named_exit = subprocess.run(named, check=False).returncode  # noqa: S603
+        exit_code = exit_code or named_exit  # every scenario runs, whichever failed before
     outcome = Outcome(spec_version, exit_code)
     for directory in sorted(output.iterdir()) if output.is_dir() else []:
         match = RESULT_DIR.match(directory.name)
