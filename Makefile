@@ -105,9 +105,18 @@ tools: $(TOOLS_STAMP)
 ## fails on any failure not in conformance/expected-failures.json and on any listed one that passes. Then the
 ## suite's client scenarios (CLIENT_SCENARIOS in conformance/run.py) against conformance/client.py, built on
 ## the client kit: every one must exit 0 with no failed check. CONFORMANCE_ARGS=--only client runs just those.
+## Then the server suite again through `mcp-elicit gateway` relaying the adapter, held to
+## conformance/expected-failures-gateway.json, its results in test-artifacts/conformance-gateway
+## (CONFORMANCE_GATEWAY_ARGS are its own, e.g. --spec-version 2026-07-28). Both run; either failing fails the target.
+CONFORMANCE_RUN = $(BIN)/python -m conformance.run \
+	--node $(TOOLS)/node_modules/$(firstword $(subst @, ,$(CONFORMANCE_NODE)))/bin/node \
+	--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js
 conformance: $(STAMP) $(TOOLS_STAMP)
-	$(BIN)/python -m conformance.run --node $(TOOLS)/node_modules/$(firstword $(subst @, ,$(CONFORMANCE_NODE)))/bin/node \
-		--cli $(TOOLS)/node_modules/@modelcontextprotocol/conformance/dist/index.js $(CONFORMANCE_ARGS)
+	status=0; \
+	$(CONFORMANCE_RUN) $(CONFORMANCE_ARGS) || status=1; \
+	$(CONFORMANCE_RUN) --only server --through-gateway --results test-artifacts/conformance-gateway \
+		$(CONFORMANCE_GATEWAY_ARGS) || status=1; \
+	exit $$status
 
 ## Mutation testing of the core, on demand (not in CI): mutmut changes the modules [tool.mutmut] in pyproject.toml
 ## names, one small change at a time, and runs the fast SQLite tests listed there against each change,

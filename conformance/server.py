@@ -34,7 +34,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import Message, UserMessage
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -47,7 +46,6 @@ from mcp_types import (
     EmbeddedResource,
     EmptyResult,
     ImageContent,
-    JSONRPCMessage,
     MissingRequiredClientCapabilityErrorData,
     SamplingCapability,
     SetLevelRequestParams,
@@ -71,6 +69,7 @@ from mcp_elicit.server import (
     Timing,
     Titled,
 )
+from mcp_elicit.server.sse_events import MemoryEventStore
 from mcp_elicit.server.tasks import TaskStart
 
 SERVER_NAME = "mcp-elicit-conformance"
@@ -599,31 +598,6 @@ def _prompts(server: MCPServer) -> None:
 
 
 # -- serving --------------------------------------------------------------------------------------------------
-
-
-class MemoryEventStore(EventStore):
-    """Keeps every SSE event of this process so a client can resume a stream the server closed (SEP-1699).
-
-    Unbounded and linear: it lives for one suite run of a few hundred events.
-    """
-
-    def __init__(self) -> None:
-        self._events: list[tuple[StreamId, EventId, JSONRPCMessage | None]] = []
-
-    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        event_id = str(len(self._events) + 1)
-        self._events.append((stream_id, event_id, message))
-        return event_id
-
-    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
-        found = next((i for i, (_, event_id, _) in enumerate(self._events) if event_id == last_event_id), None)
-        if found is None:
-            return None
-        stream_id = self._events[found][0]
-        for stream, event_id, message in self._events[found + 1 :]:
-            if stream == stream_id and message is not None:
-                await send_callback(EventMessage(message, event_id))
-        return stream_id
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -34,7 +34,9 @@ ASKING = f"{shlex.quote(sys.executable)} -m tests.helpers.peers.asking_server"
 def gateway(port: int, store: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_ELICIT_")}
     env.update(MCP_ELICIT_STORE=store, MCP_ELICIT_STATE_KEYS=b64(b"gateway-restart-test-key-0123456"))
-    command = [COMMAND, "gateway", "--upstream", ASKING, "--transport", "streamable-http", "--dev-loopback"]
+    # The asking peer asks with `elicitation/create` on the live call: a handshake session, which the gateway holds.
+    command = [COMMAND, "gateway", "--upstream", ASKING, "--era", "legacy", "--transport", "streamable-http"]
+    command += ["--dev-loopback"]
     command += ["--port", str(port)]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
     try:

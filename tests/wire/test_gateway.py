@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
@@ -60,6 +62,7 @@ from tests.helpers.gateway import (
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.peers.sdk_server import CONNECT_URL, LINK_ID
 from tests.helpers.peers.sdk_server import server as sdk_server
+from tests.helpers.raw_http import handshake
 from tests.helpers.server import Options, build
 
 pytestmark = pytest.mark.anyio
@@ -107,7 +110,7 @@ async def test_every_request_family_comes_back_as_the_upstream_gave_it(era: str)
 async def test_a_question_of_the_upstream_reaches_a_handshake_client_on_its_call() -> None:
     person = Person({"seats": 3})
     with sdk_over_http() as url:
-        async with relayed(over_http(url), "legacy", elicitation_callback=person) as client:
+        async with relayed(over_http(url, era="legacy"), "legacy", elicitation_callback=person) as client:
             booked = await client.call_tool("book", {"city": "Oslo"})
             consented = await client.call_tool("connect", {})
             person.answer = None
@@ -121,10 +124,11 @@ async def test_a_question_of_the_upstream_reaches_a_handshake_client_on_its_call
 
 async def test_the_upstream_is_told_why_a_client_cannot_be_asked() -> None:
     with sdk_over_http() as url:
-        async with relayed(over_http(url), "2026-07-28", elicitation_callback=Person({"seats": 1})) as modern:
+        handshake = over_http(url, era="legacy")
+        async with relayed(handshake, "2026-07-28", elicitation_callback=Person({"seats": 1})) as modern:
             with pytest.raises(MCPError) as no_back_channel:
                 await modern.call_tool("book", {"city": "Oslo"})
-        async with relayed(over_http(url), "legacy") as undeclared:  # no callback: no elicitation capability
+        async with relayed(handshake, "legacy") as undeclared:  # no callback: no elicitation capability
             with pytest.raises(MCPError) as not_declared:
                 await undeclared.call_tool("book", {"city": "Oslo"})
     # The SDK's `ctx.elicit` raises the gateway's refusal, which the peer's tool lets through as its error.
@@ -269,7 +273,8 @@ async def test_a_question_to_the_person_stops_the_upstreams_clock() -> None:
         return ElicitResult(action="accept", content={"seats": 2})
 
     with sdk_over_http() as url:
-        async with relayed(over_http(url, timeout=2), "legacy", elicitation_callback=slow_person) as client:
+        handshake = over_http(url, timeout=2, era="legacy")
+        async with relayed(handshake, "legacy", elicitation_callback=slow_person) as client:
             assert text(await client.call_tool("book", {"city": "Oslo"})) == "booked 2 to Oslo"
 
 
@@ -347,7 +352,7 @@ async def test_an_http_upstream_that_goes_away_fails_calls_until_it_is_back() ->
 async def test_clients_over_streamable_http_are_relayed_and_asked_on_their_own_session(era: str) -> None:
     person = Person({"seats": 4})
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url))
+        gateway = Gateway(over_http(url, era="legacy"))
         with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
             mode = "legacy" if era == "legacy" else "2026-07-28"
             async with Client(f"{base}/mcp", mode=mode, elicitation_callback=person) as client:
@@ -426,7 +431,7 @@ async def test_the_questions_of_two_clients_at_once_each_reach_their_own_client(
         booked[city] = text(await client.call_tool("book", {"city": city}))
 
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url, sessions=2))
+        gateway = Gateway(over_http(url, sessions=2, era="legacy"))
         with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
             async with (
                 Client(f"{base}/mcp", mode="legacy", elicitation_callback=person(1)) as first,
@@ -440,14 +445,22 @@ async def test_the_questions_of_two_clients_at_once_each_reach_their_own_client(
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_the_calls_own_meta_goes_upstream_and_the_downstream_connections_does_not(era: str) -> None:
+    """Each era's client through an upstream session of its own era: the handshake, and 2026-07-28."""
     with sdk_over_http() as url:
-        async with relayed(over_http(url), era) as client:
+        async with relayed(over_http(url, era="legacy" if era == "legacy" else "2026-07-28"), era) as client:
             meta: dict[str, Any] = {"trace": "t-1", "io.example/tenant": "acme"}
             seen = json.loads(text(await client.call_tool("meta", {}, meta=meta)))  # type: ignore[arg-type]
-    # The upstream session stamps what is its own (on a handshake session: the gateway's progress token, asked
-    # for on every request); the client's envelope, which a handshake server would refuse, stays behind.
-    assert isinstance(seen.pop("progress_token"), int)
+    # The upstream session stamps what is its own: the gateway's progress token (asked for on every request), and on
+    # 2026-07-28 the gateway's own envelope; the client's envelope stays behind.
+    stamped = {
+        key: seen.pop(key) for key in list(seen) if key.startswith(("progress_token", "io.modelcontextprotocol/"))
+    }
     assert seen == {"trace": "t-1", "io.example/tenant": "acme"}
+    assert isinstance(stamped.pop("progress_token"), int)
+    if era == "legacy":
+        assert stamped == {}
+    else:
+        assert stamped["io.modelcontextprotocol/clientInfo"]["name"] == "mcp-elicit-gateway"
 
 
 async def test_a_url_flow_the_upstream_says_is_complete_is_said_complete_to_the_client() -> None:
@@ -461,7 +474,7 @@ async def test_a_url_flow_the_upstream_says_is_complete_is_said_complete_to_the_
 
     with sdk_over_http() as url:
         async with relayed(
-            over_http(url), "legacy", elicitation_callback=Person({}), message_handler=on_message
+            over_http(url, era="legacy"), "legacy", elicitation_callback=Person({}), message_handler=on_message
         ) as client:
             assert text(await client.call_tool("link", {})) == "accept"
             with anyio.fail_after(10):
@@ -474,7 +487,7 @@ async def test_the_clients_refusal_reaches_the_upstream_as_it_gave_it() -> None:
         return ErrorData(code=INVALID_REQUEST, message="the person is away")
 
     with sdk_over_http() as url:
-        async with relayed(over_http(url), "legacy", elicitation_callback=away) as client:
+        async with relayed(over_http(url, era="legacy"), "legacy", elicitation_callback=away) as client:
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("book", {"city": "Oslo"})
     assert (refused.value.code, refused.value.error.message) == (INVALID_REQUEST, "the person is away")
@@ -499,7 +512,7 @@ class KitPerson:
 async def test_a_client_is_never_sent_a_mode_of_question_it_did_not_declare() -> None:
     forms, links = KitPerson(("form",)), KitPerson(("url",))
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url))
+        gateway = Gateway(over_http(url, era="legacy"))
         async with gateway.running():
             async with ElicitingClient(gateway.server, forms, era="2025-11-25") as forms_only:
                 no_link = text(await forms_only.call_tool("connect", {}))
@@ -560,7 +573,7 @@ async def test_a_call_waiting_longer_than_the_timeout_for_a_session_another_clie
         return ElicitResult(action="accept", content={"seats": 1})
 
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url, timeout=2, sessions=1))
+        gateway = Gateway(over_http(url, timeout=2, sessions=1, era="legacy"))
         with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
             async with (
                 Client(f"{base}/mcp", mode="legacy", elicitation_callback=slow) as first,
@@ -605,3 +618,51 @@ async def test_mcp_elicits_own_server_asks_through_the_gateway_on_both_eras(era:
     assert text(applied) == "applied billing (go)"
     [question] = person.asked
     assert isinstance(question, ElicitRequestFormParams) and question.message == "Apply plan for billing?"
+
+
+async def test_a_client_whose_stream_drops_mid_call_resumes_it_and_gets_the_result(tmp_path: Path) -> None:
+    """The gateway's streamable HTTP app keeps its SSE events: a call's stream opens with a priming event (an id, no
+    data) and a `retry` field, and a client that lost it reconnects with `Last-Event-ID` and gets the result."""
+    marker = tmp_path / "held"
+    call = {"name": "hold", "arguments": {"marker": str(marker), "seconds": 1}}
+    with sdk_over_http() as url:
+        gateway = Gateway(over_http(url))
+        with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+            session = handshake(f"{base}/mcp", "2025-11-25", {})
+            body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            async with httpx2.AsyncClient(timeout=30) as http:
+                async with http.stream("POST", f"{base}/mcp", json=body, headers=session) as posted:
+                    first = await anext(sse_events(posted))  # then the client drops the stream
+                resumed = {**session, "last-event-id": first["id"]}
+                async with http.stream("GET", f"{base}/mcp", headers=resumed) as again:
+                    with anyio.fail_after(20):
+                        async for event in sse_events(again):
+                            if event.get("data") and json.loads(event["data"]).get("id") == 2:
+                                result = json.loads(event["data"])["result"]
+                                break
+    assert first["data"] == "" and first["retry"] == "1000"
+    assert result["content"][0]["text"] == "held 1.0 s"
+    assert said(marker) == "holding"  # the upstream's call ran on: the dropped stream did not cancel it
+
+
+async def sse_events(response: httpx2.Response) -> AsyncIterator[dict[str, str]]:
+    """The events of an SSE response, each as its fields (`id`, `retry`, `data`, ...)."""
+    event: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if not line:
+            if event:
+                yield event
+            event = {}
+            continue
+        name, _, value = line.partition(":")
+        event[name] = f"{event[name]}\n{value.lstrip()}" if name in event else value.lstrip()
+
+
+async def test_a_tool_whose_arguments_go_in_headers_is_called_on_a_2026_http_upstream() -> None:
+    """A 2026-07-28 HTTP upstream requires the `Mcp-Param-*` headers of arguments its tool annotates with
+    `x-mcp-header`; the SDK's client sends them for tools its session listed, which the gateway lists on connecting,
+    whether or not its own client listed anything."""
+    with sdk_over_http() as url:
+        async with relayed(over_http(url), "2026-07-28") as client:
+            forecast = await client.session.call_tool("weather", {"region": "Oslo"})
+    assert text(forecast) == "sunny in Oslo"

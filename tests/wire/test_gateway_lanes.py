@@ -97,7 +97,7 @@ async def test_a_client_giving_up_while_a_session_starts_does_not_stop_it(tmp_pa
         *SDK_SERVER,
     )
     marker = tmp_path / "held"
-    gateway = Gateway(stdio(command, sessions=2, timeout=10))
+    gateway = Gateway(stdio(command, sessions=2, timeout=10, era="legacy"))
     async with (
         gateway.running(),
         connected(gateway, "legacy") as holder,
@@ -125,7 +125,7 @@ async def test_the_time_a_call_waits_for_a_session_is_not_the_upstreams_to_answe
         return ElicitResult(action="accept", content={"seats": 1})
 
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url, timeout=2, sessions=1))
+        gateway = Gateway(over_http(url, timeout=2, sessions=1, era="legacy"))
         async with (
             gateway.running(),
             connected(gateway, "legacy", elicitation_callback=slow) as asking,
@@ -150,7 +150,7 @@ async def test_a_question_stops_the_clock_of_every_call_its_client_has_on_the_se
 
     results: dict[str, str] = {}
     with sdk_over_http() as url:
-        async with relayed(over_http(url, timeout=2), "legacy", elicitation_callback=slow) as client:
+        async with relayed(over_http(url, timeout=2, era="legacy"), "legacy", elicitation_callback=slow) as client:
 
             async def call(name: str, arguments: dict[str, Any]) -> None:
                 results[name] = text(await client.call_tool(name, arguments))
@@ -172,7 +172,7 @@ async def test_a_url_flow_said_complete_after_its_call_reaches_the_client_that_w
             heard.set()
 
     with sdk_over_http() as url:
-        gateway = Gateway(over_http(url, sessions=1))
+        gateway = Gateway(over_http(url, sessions=1, era="legacy"))
         async with (
             gateway.running(),
             connected(gateway, "legacy", elicitation_callback=Person({}), message_handler=on_message) as asked,
@@ -208,3 +208,52 @@ async def test_a_log_line_that_comes_after_its_call_is_told_to_no_other_client()
             assert "later" in {tool.name for tool in (await second.list_tools()).tools}
             assert text(await second.call_tool("echo", {})) == "{}"
     assert heard == {"first": [], "second": []}
+
+
+async def test_calls_of_every_client_share_one_2026_session_of_a_dual_era_upstream(tmp_path: Path) -> None:
+    """`auto` speaks 2026-07-28 with an upstream that speaks both: such a session carries no questions from the
+    upstream, so a call held upstream keeps no other client's call waiting for a session, with one session only."""
+    marker = tmp_path / "held"
+    with sdk_over_http() as url:
+        gateway = Gateway(over_http(url, timeout=2, sessions=1, era="2026-07-28"))
+        async with (
+            gateway.running(),
+            connected(gateway, "legacy") as holding,
+            connected(gateway, "2026-07-28") as other,
+            anyio.create_task_group() as tasks,
+        ):
+            tasks.start_soon(holding.call_tool, "hold", {"marker": str(marker), "seconds": 60})
+            await until(lambda: said(marker) == "holding")
+            counted = await other.call_tool("count", {"to": 1})  # on a handshake session: busy after 2 s
+            again = await holding.call_tool("count", {"to": 1})  # and the holder's own second call, alongside
+            lanes = [(lane.era, lane.holder) for lane in gateway.pool.lanes]
+            tasks.cancel_scope.cancel()
+    assert (text(counted), text(again)) == ("counted to 1", "counted to 1")
+    assert lanes == [("2026-07-28", None)]
+
+
+async def test_a_log_message_on_a_shared_2026_session_reaches_the_one_call_that_opted_in(tmp_path: Path) -> None:
+    """A 2026-07-28 upstream logs only on a request that opted in to the level: with another client's call on the
+    session meanwhile, the message is that call's, and never the other client's."""
+    heard: dict[str, list[Any]] = {"quiet": [], "listening": []}
+
+    def hearing(who: str) -> Any:
+        async def hear(params: LoggingMessageNotificationParams) -> None:
+            heard[who].append(params.data)
+
+        return hear
+
+    marker = tmp_path / "held"
+    with sdk_over_http() as url:
+        gateway = Gateway(over_http(url, era="2026-07-28"))
+        async with (
+            gateway.running(),
+            connected(gateway, "2026-07-28", logging_callback=hearing("quiet")) as quiet,
+            connected(gateway, "2026-07-28", logging_callback=hearing("listening"), log_level="info") as listening,
+            anyio.create_task_group() as tasks,
+        ):
+            tasks.start_soon(quiet.call_tool, "hold", {"marker": str(marker), "seconds": 60})
+            await until(lambda: said(marker) == "holding")  # the quiet client's call is first on the session
+            assert text(await listening.call_tool("say", {"message": "hello"})) == "said"
+            tasks.cancel_scope.cancel()
+    assert heard == {"quiet": [], "listening": ["hello"]}

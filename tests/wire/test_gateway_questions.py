@@ -4,7 +4,8 @@ answered back to the waiting upstream request, and listed for operators; a call 
 relay with no operation.
 
 The upstream is the SDK's own `MCPServer` peer on loopback HTTP in this process, asking with `ctx.elicit` on a
-handshake session; the clients are the SDK's `Client` of each era, in process.
+handshake session (`auto`, or pinned with `era="legacy"`), or asking in its results on a 2026-07-28 session (pinned
+with `era="2026-07-28"`); the clients are the SDK's `Client` of each era, in process.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CallToolResult,
+    CreateMessageRequestParams,
+    CreateMessageResult,
     ElicitCompleteNotification,
     ElicitRequest,
     ElicitRequestFormParams,
@@ -29,9 +33,14 @@ from mcp_types import (
     ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
+    InputResponse,
+    ListRootsResult,
+    Root,
+    TextContent,
 )
+from pydantic import FileUrl
 
-from mcp_elicit.gateway import Gateway
+from mcp_elicit.gateway import Gateway, UpstreamEra
 from mcp_elicit.model import Decision, DecisionStatus, Operator
 from mcp_elicit.server import Timing
 from mcp_elicit.store import Store, open_store
@@ -76,7 +85,7 @@ async def test_a_form_question_of_a_handshake_upstream_is_a_durable_decision_on_
     person = Person({"seats": 3})
     try:
         with sdk_over_http() as url:
-            gateway = Gateway(over_http(url), store=store)
+            gateway = Gateway(over_http(url, era="legacy"), store=store)
             async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
                 booked = await client.call_tool("book", {"city": "Oslo"})
         [decision] = decisions(store)
@@ -101,7 +110,7 @@ async def test_a_declined_or_dismissed_question_reaches_the_upstream_as_such(
     person = Answers(action)
     try:
         with sdk_over_http() as url:
-            gateway = Gateway(over_http(url), store=store)
+            gateway = Gateway(over_http(url, era="legacy"), store=store)
             async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
                 refused = await client.call_tool("book", {"city": "Rome"})
         [decision] = decisions(store)
@@ -119,7 +128,7 @@ async def test_an_answer_that_does_not_fit_the_upstreams_schema_is_asked_again_n
     person = Answers({"seats": 12}, {"seats": "two"}, {"seats": 2})
     try:
         with sdk_over_http() as url:
-            gateway = Gateway(over_http(url), store=store)
+            gateway = Gateway(over_http(url, era="legacy"), store=store)
             async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
                 booked = await client.call_tool("book", {"city": "Lima"})
     finally:
@@ -136,7 +145,7 @@ async def test_a_call_that_asks_nothing_starts_no_operation(era: str, tmp_path: 
     store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
     try:
         with sdk_over_http() as url:
-            gateway = Gateway(over_http(url), store=store)
+            gateway = Gateway(over_http(url, era="legacy"), store=store)
             async with gateway.running(), connected(gateway, era, elicitation_callback=Person({"seats": 1})) as client:
                 counted = await client.call_tool("count", {"to": 2})
                 asked = await client.call_tool("book", {"city": "Oslo"})
@@ -155,7 +164,7 @@ async def test_a_call_that_asks_nothing_starts_no_operation(era: str, tmp_path: 
 async def asking(store: Store, era: str, **client: Any) -> AsyncIterator[Client]:
     """A gateway in front of the asking peer (on loopback HTTP in this process) and a client of `era`."""
     with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
-        gateway = Gateway(over_http(f"{base}/mcp"), store=store, timing=QUICK)
+        gateway = Gateway(over_http(f"{base}/mcp", era="legacy"), store=store, timing=QUICK)
         async with gateway.running(), connected(gateway, era, **client) as downstream:
             yield downstream
 
@@ -278,7 +287,7 @@ async def test_an_upstream_call_whose_question_nobody_answers_lets_go_of_its_ses
     ledger = str(tmp_path / "ledger")
     try:
         with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
-            upstream = over_http(f"{base}/mcp", sessions=1, timeout=30)
+            upstream = over_http(f"{base}/mcp", sessions=1, timeout=30, era="legacy")
             gateway = Gateway(upstream, store=store, timing=QUICK, question_ttl=timedelta(seconds=1))
             async with gateway.running():
                 async with connected(gateway, "2026-07-28", elicitation_callback=Answers()) as forgetful:
@@ -388,7 +397,7 @@ async def test_an_operator_cancelling_the_question_answers_the_waiting_upstream_
     arguments = {"item": "bowls", "ledger": ledger}
     try:
         with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
-            gateway = Gateway(over_http(f"{base}/mcp", sessions=1, timeout=30), store=store, timing=QUICK)
+            gateway = Gateway(over_http(f"{base}/mcp", sessions=1, timeout=30, era="legacy"), store=store, timing=QUICK)
             async with (
                 gateway.running(),
                 connected(gateway, "2026-07-28", elicitation_callback=Answers()) as first,
@@ -412,3 +421,83 @@ async def test_an_operator_cancelling_the_question_answers_the_waiting_upstream_
         store.close()
     assert text(ordered) == "ordered 1 red jugs"  # the session was free well before the 30 s a turn may wait
     assert isinstance(retried, CallToolResult) and text(retried) == "not ordered (cancel)"
+
+
+class Model:
+    """A client's model and workspace: answers every sampling request with `4`, and lists one root."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def sample(self, context: ClientRequestContext, params: CreateMessageRequestParams) -> CreateMessageResult:
+        self.asked.append("sampling")
+        return CreateMessageResult(role="assistant", content=TextContent(type="text", text="4"), model="test-model")
+
+    async def roots(self, context: ClientRequestContext) -> ListRootsResult:
+        self.asked.append("roots")
+        return ListRootsResult(roots=[Root(uri=FileUrl("file:///home/ada/project"))])
+
+
+@pytest.mark.parametrize(
+    ("era", "upstream_era"),
+    [("legacy", "legacy"), ("legacy", "2026-07-28"), ("2026-07-28", "2026-07-28")],
+    ids=["handshake-upstream", "2026-upstream-bridged", "2026-upstream-passed-through"],
+)
+async def test_the_upstreams_sampling_and_roots_requests_reach_the_clients_model_and_workspace(
+    era: str, upstream_era: UpstreamEra, tmp_path: Path
+) -> None:
+    """What the upstream asks of the client itself is answered by the client, whichever era either side speaks: a
+    handshake upstream's request on the lane goes to the client's live call, a 2026-07-28 upstream's round is sent
+    to a 2025 client request by request, and reaches a 2026-07-28 client as it is. Nothing of it is recorded."""
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    model = Model()
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url, era=upstream_era), store=store)
+            async with (
+                gateway.running(),
+                connected(gateway, era, sampling_callback=model.sample, list_roots_callback=model.roots) as client,
+            ):
+                sampled = await client.call_tool("sample", {})
+                rooted = await client.call_tool("roots", {})
+                spoke = gateway.pool.first.era
+        recorded = decisions(store)
+    finally:
+        store.close()
+    assert (text(sampled), text(rooted)) == ("the model said 4", "file:///home/ada/project")
+    assert model.asked == ["sampling", "roots"]
+    assert spoke == ("2025-11-25" if upstream_era == "legacy" else "2026-07-28")
+    assert recorded == []
+
+
+async def test_a_sampling_request_the_client_cannot_take_is_refused_to_the_upstream_saying_why(tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url, era="2026-07-28"), store=store)
+            async with gateway.running(), connected(gateway, "legacy") as client:  # it declared no sampling
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool("sample", {})
+    finally:
+        store.close()
+    assert refused.value.error.message == (
+        "tools/call 'sample': the gateway cannot send sampling/createMessage to the client of tools/call 'sample': "
+        "it declared no sampling capability"
+    )
+
+
+async def test_a_2026_clients_input_responses_go_to_a_2026_upstream_as_they_came(tmp_path: Path) -> None:
+    """The gateway puts out no round of its own between a 2026-07-28 client and a 2026-07-28 upstream: responses the
+    client sends, with the upstream's state or none, are the upstream's to read."""
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    answer: dict[str, InputResponse] = {"answer": ElicitResult(action="accept", content={"answer": 42})}
+    try:
+        with sdk_over_http() as url:
+            gateway = Gateway(over_http(url, era="2026-07-28"), store=store)
+            async with gateway.running(), connected(gateway, "2026-07-28") as client:
+                unasked = await client.session.call_tool("quiz", {}, input_responses=answer, allow_input_required=True)
+        recorded = decisions(store)
+    finally:
+        store.close()
+    assert isinstance(unasked, CallToolResult) and text(unasked) == "answered accept 42 (None)"
+    assert recorded == []

@@ -27,7 +27,7 @@ from mcp_types import (
     ToolListChangedNotification,
 )
 
-from mcp_elicit.gateway import Gateway, Upstream, UpstreamUnavailable
+from mcp_elicit.gateway import Gateway, Upstream, UpstreamEra, UpstreamUnavailable
 from tests.helpers.gateway import ERAS, ONE_ERA, ROOT, Person, Served, connected, sdk_over_http, text
 from tests.helpers.peers.sdk_server import INSTRUCTIONS
 from tests.helpers.peers.sdk_server import server as sdk_server
@@ -51,6 +51,9 @@ SDK_TOOLS = [
     "say",
     "change",
     "quiz",
+    "sample",
+    "roots",
+    "weather",
 ]
 
 
@@ -59,10 +62,11 @@ def paged() -> Upstream:
 
 
 @asynccontextmanager
-async def two(era: str, **client: Any) -> AsyncIterator[Client]:
-    """A running gateway in front of both peers, and a client of `era` connected to it."""
+async def two(era: str, sdk_era: UpstreamEra = "auto", **client: Any) -> AsyncIterator[Client]:
+    """A running gateway in front of both peers (the SDK's speaking `sdk_era`), and a client of `era` connected to
+    it."""
     with sdk_over_http() as url:
-        gateway = Gateway([Upstream("sdk", url=url, prefix="sdk"), paged()])
+        gateway = Gateway([Upstream("sdk", url=url, prefix="sdk", era=sdk_era), paged()])
         async with gateway.running(), connected(gateway, era, **client) as downstream:
             yield downstream
 
@@ -107,7 +111,7 @@ async def test_lists_carry_each_upstreams_prefix_and_page_across_upstreams(era: 
 
 async def test_calls_prompts_reads_and_completions_go_to_the_upstream_of_their_prefix() -> None:
     person = Person({"seats": 2})
-    async with two("legacy", elicitation_callback=person) as client:
+    async with two("legacy", "legacy", elicitation_callback=person) as client:  # `book` asks on the live call
         echoed = await client.call_tool("era_echo", {"to": "era"})
         booked = await client.call_tool("sdk_book", {"city": "Oslo"})
         prompt = await client.get_prompt("sdk_greeting", {"name": "Ada"})

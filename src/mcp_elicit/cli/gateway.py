@@ -103,7 +103,11 @@ def gateway(
         ),
     ] = None,
     era: Annotated[
-        Era, typer.Option(help="How to talk to the upstream: auto (the handshake, else discovery), legacy, 2026-07-28.")
+        Era,
+        typer.Option(
+            help="How to talk to the upstream: auto (the handshake, else discovery), legacy, or 2026-07-28 (for an "
+            "upstream that asks in its results)."
+        ),
     ] = Era.AUTO,
     timeout: Annotated[
         float,

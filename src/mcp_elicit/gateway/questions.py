@@ -17,8 +17,9 @@ and URL): a re-run upstream (after a gateway restart, the upstream call lost wit
 same thing gets the recorded answer, and one that asks something else is a new question.
 
 The events besides a handshake upstream's question (`Question`): a 2026-07-28 upstream's `InputRequiredResult`
-for a client that cannot take one (`Round`: its elicitation requests are asked the same way and the upstream is
-called again with the responses and its `requestState`), and a 2025-11-25 upstream's `-32042` for a client that
+for a client that cannot take one (`Round`: its elicitation requests are asked the same way, its sampling and
+roots requests sent to the client on its live call, and the upstream is called again with the responses and its
+`requestState`), and a 2025-11-25 upstream's `-32042` for a client that
 has no such error (`Required`: its URL flows become a round, and the call goes upstream again once the person
 consented and the upstream said they are complete). A URL question's answer is the person's consent (the
 upstream runs the flow); its decision is completed when the upstream says so.
@@ -52,6 +53,8 @@ from mcp_types import (
     URL_ELICITATION_REQUIRED,
     CallToolRequestParams,
     CallToolResult,
+    CreateMessageResult,
+    CreateMessageResultWithTools,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitRequestParams,
@@ -59,11 +62,13 @@ from mcp_types import (
     ElicitResult,
     ErrorData,
     InputRequiredResult,
+    ListRootsResult,
     TextContent,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from mcp_elicit.gateway.live import CLIENT_METHODS, ask_client, client_request
 from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, Remembered
 from mcp_elicit.gateway.upstream import Call, Lane
 from mcp_elicit.model import DecisionStatus, Principal
@@ -343,7 +348,10 @@ class Questions:
         call: Call,
     ) -> CallToolResult | InputRequiredResult | Ended:
         """The call's outcome: the upstream's end when it asked nothing, else what `run_tool` made of it."""
-        if params.request_state is not None or params.input_responses:
+        # A 2026-07-28 upstream's rounds reach a 2026-07-28 client as they are, and the gateway puts out none of its
+        # own: what the call carries for a round (even without its state) is the upstream's.
+        theirs = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and call.pool is not None and call.pool.first.modern
+        if not theirs and (params.request_state is not None or params.input_responses):
             # The retry of one of the gateway's own rounds: what it carries for that round is not the upstream's.
             raw = {name: value for name, value in raw.items() if name not in _ROUND_FIELDS}
             return await self._durable(ctx, params, raw, call, None)
@@ -475,6 +483,13 @@ class Questions:
                     continue
                 responses: dict[str, Any] = {}
                 for key, request in event.requests.items():
+                    if isinstance(request, Mapping) and request.get("method") in CLIENT_METHODS:
+                        given = await _asked_of_client(ctx, request, call.what)
+                        if isinstance(given, ErrorData):
+                            upstream.cancel(given.message)
+                            raise MCPError(given.code, f"{call.what}: {given.message}", given.data)
+                        responses[key] = given.model_dump(mode="json", by_alias=True, exclude_none=True)
+                        continue
                     params = _elicitation(request, call.what)
                     answer, flowing = await self._answer(flow, ctx, params, asked, None)
                     asked += 1
@@ -613,15 +628,26 @@ class _Flow:
     session: ServerSession | None
 
 
+async def _asked_of_client(
+    ctx: ServerRequestContext[Any, Any], request: Mapping[str, Any], what: str
+) -> CreateMessageResult | CreateMessageResultWithTools | ListRootsResult | ErrorData:
+    """A sampling or roots request of a 2026-07-28 upstream's round, sent to the 2025 client on its live call."""
+    try:
+        sent = client_request(request)
+    except ValueError as malformed:
+        raise MCPError(INVALID_PARAMS, f"{what}: {malformed}") from None
+    return await ask_client(ctx, sent, what)
+
+
 def _elicitation(request: object, what: str) -> ElicitRequestParams:
-    """An input request of a 2026-07-28 upstream's round as the question it asks; the gateway asks elicitation only
-    (sampling and roots are the client's own, which a relay does not ask for another server)."""
+    """An input request of a 2026-07-28 upstream's round as the question it asks (the requests of the client's own,
+    sampling and roots, are sent to it as they are: `mcp_elicit.gateway.live`)."""
     method = request.get("method") if isinstance(request, Mapping) else None
     if method != "elicitation/create":
         raise MCPError(
             INVALID_PARAMS,
             f"{what}: the upstream asked for {method or 'something that is not a request'} in its round, which this "
-            "gateway relays only as elicitation/create",
+            f"gateway does not relay (it relays elicitation/create, {', '.join(CLIENT_METHODS)})",
         )
     try:
         return ElicitRequest.model_validate(request).params

@@ -28,6 +28,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
+from mcp.server.streamable_http import EventStore
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -46,6 +47,9 @@ from mcp_types import (
     CallToolRequestParams,
     ClientCapabilities,
     CompleteRequestParams,
+    CreateMessageRequest,
+    CreateMessageResult,
+    CreateMessageResultWithTools,
     ElicitCompleteNotification,
     ElicitRequest,
     ElicitRequestFormParams,
@@ -54,6 +58,8 @@ from mcp_types import (
     ElicitResult,
     ErrorData,
     GetPromptRequestParams,
+    ListRootsRequest,
+    ListRootsResult,
     LoggingLevel,
     LoggingMessageNotification,
     LoggingMessageNotificationParams,
@@ -70,12 +76,14 @@ from mcp_types import (
     Tool,
     ToolListChangedNotification,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
+from starlette.applications import Starlette
 
 from mcp_elicit.approvals import GatedTool, GateRefused
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.gating import Gates, assign_gates, run_gated
+from mcp_elicit.gateway.live import ask_client
 from mcp_elicit.gateway.questions import TOOLS_CALL, Ended, Questions, fresh_holder
 from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, REMEMBERED, Remembered
 from mcp_elicit.gateway.routing import Handler, Routes
@@ -97,6 +105,7 @@ from mcp_elicit.server.fallback import Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL
 from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.server.sse_events import RETRY_INTERVAL_MS, MemoryEventStore
 from mcp_elicit.store import Store
 
 log = logging.getLogger(__name__)
@@ -127,7 +136,9 @@ class GatewayServer(Server[Any]):
     Capabilities derive from the handlers the gateway registers once it knows the upstream's; the one override
     is the list-change flags, which the SDK takes from `NotificationOptions` on the handshake (passed by no
     one on streamable HTTP) and from `subscriptions/listen` alone on 2026-07-28, where it would also claim
-    resource subscriptions, which this gateway does not relay.
+    resource subscriptions, which this gateway does not relay. Served over streamable HTTP it keeps its SSE events
+    (`mcp_elicit.server.sse_events`): a call waiting on an upstream, or on a person, outlives its client's stream
+    dropping.
     """
 
     def __init__(self, gateway: Gateway) -> None:
@@ -140,6 +151,15 @@ class GatewayServer(Server[Any]):
             cache_hints=dict.fromkeys(get_args(CacheableMethod), CacheHint(ttl_ms=0, scope="private")),
         )
         self._gateway = gateway
+
+    def streamable_http_app(
+        self, *, event_store: EventStore | None = None, retry_interval: int | None = None, **options: Any
+    ) -> Starlette:
+        return super().streamable_http_app(
+            event_store=event_store or MemoryEventStore(),
+            retry_interval=RETRY_INTERVAL_MS if retry_interval is None else retry_interval,
+            **options,
+        )
 
     def create_initialization_options(
         self,
@@ -381,6 +401,7 @@ class Gateway:
         renews the call's clock and goes to the downstream request the call belongs to now (`call.ctx`)."""
         what = call.what
         pool = call.pool or self.pools[0]
+        raw = _upstreams_state(raw)
 
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             # Asked for on every request, as a sign of life that renews the timeout; passed on to a client that
@@ -394,7 +415,8 @@ class Gateway:
         async with pool.carrying(call) as (lane, connection):
             resent = False
             while True:
-                request = _Forwarded(method=method, params=_outgoing(raw, modern=lane.modern))
+                params = _outgoing(raw, modern=lane.modern, level=self._opted_in(call) if lane.modern else None)
+                request = _Forwarded(method=method, params=params)
                 try:
                     with call.deadline.watching() as watch:
                         call.sent = True
@@ -605,6 +627,20 @@ class Gateway:
             whose = " or ".join(dict.fromkeys(call.what for call in calls))
             return await self._ask_live(lane, first.ctx, whose, params)
 
+    async def ask_client(
+        self, lane: Lane, request: CreateMessageRequest | ListRootsRequest
+    ) -> CreateMessageResult | CreateMessageResultWithTools | ListRootsResult | ErrorData:
+        """A handshake upstream's request of the client's own (its model, its roots), sent to the client whose call
+        the lane carries, on that call, as a question is (`elicit`); not recorded (`mcp_elicit.gateway.live`)."""
+        calls = lane.asking()
+        if not calls:
+            log.warning("upstream %s sent %s with no call in flight; refused", lane.label, request.method)
+            return ErrorData(code=INVALID_REQUEST, message="no call of the gateway's clients is in flight to ask on")
+        with ExitStack() as paused:
+            for call in calls:
+                paused.enter_context(call.deadline.paused())
+            return await ask_client(calls[0].ctx, request, " or ".join(dict.fromkeys(call.what for call in calls)))
+
     async def _ask_live(
         self, lane: Lane, ctx: ServerRequestContext[Any, Any], whose: str, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
@@ -641,13 +677,17 @@ class Gateway:
         """
         notice = LoggingMessageNotification(params=params)
         calls = lane.asking()
+        if lane.modern:
+            # A 2026-07-28 upstream logs only on requests that opted in at that level: no other call is its author.
+            calls = [call for call in calls if params.level in _levels(self._opted_in(call))]
         if len(calls) == 1:
             call = calls[0]
             if params.level in allowed_log_levels(call.ctx.protocol_version, call.ctx.meta):
                 await _tell(call.ctx.session, notice, related_request_id=call.ctx.request_id)
             return
         session: ServerSession | None = None
-        if calls and lane.holder != NO_BACK_CHANNEL:
+        holders = {call.holder for call in calls}
+        if calls and len(holders) == 1 and NO_BACK_CHANNEL not in holders:
             session = calls[0].ctx.session  # several calls of one connection: told on the connection
         elif not calls and list(self._connections) == [STREAM]:
             session = self._connections[STREAM]
@@ -655,6 +695,17 @@ class Gateway:
             log.debug("upstream %s logged with no one client to tell; dropped", lane.label)
             return
         await _tell(session, notice)
+
+    def _opted_in(self, call: Call) -> LoggingLevel | None:
+        """The log level a call sends to a 2026-07-28 upstream, which logs on a request only at the level it names:
+        a 2026-07-28 client's own; for a 2025 client's call that can be logged to, the level it set with
+        `logging/setLevel` (every level until it does, as on the handshake)."""
+        if call.holder is None:
+            return None
+        if call.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            level = (call.ctx.meta or {}).get(LOG_LEVEL_META_KEY)
+            return next((known for known in get_args(LoggingLevel) if known == level), None)
+        return self._level or "debug"
 
     async def notified(self, lane: Lane, notification: ServerNotification) -> None:
         if isinstance(
@@ -770,21 +821,40 @@ def _holder(ctx: ServerRequestContext[Any, Any]) -> Hashable:
     return ("http", session_id) if session_id else STREAM
 
 
-def _outgoing(raw: Mapping[str, Any], *, modern: bool) -> dict[str, Any] | None:
-    """The params to send upstream: the downstream connection's own `_meta` keys left out."""
+def _outgoing(raw: Mapping[str, Any], *, modern: bool, level: LoggingLevel | None = None) -> dict[str, Any] | None:
+    """The params to send upstream: the downstream connection's own `_meta` keys left out, and on a 2026-07-28
+    session the log level the call opts in to (`level`)."""
     params = dict(raw)
     meta = params.get("_meta")
-    if isinstance(meta, Mapping):
-        kept = {
-            key: value
-            for key, value in meta.items()
-            if key not in _CONNECTION_KEYS and key != "progressToken" and (modern or key != LOG_LEVEL_META_KEY)
-        }
-        if kept:
-            params["_meta"] = kept
-        else:
-            del params["_meta"]
+    kept = {
+        key: value
+        for key, value in (meta.items() if isinstance(meta, Mapping) else ())
+        if key not in _CONNECTION_KEYS and key not in ("progressToken", LOG_LEVEL_META_KEY)
+    }
+    if modern and level is not None:
+        kept[LOG_LEVEL_META_KEY] = level
+    if kept:
+        params["_meta"] = kept
+    else:
+        params.pop("_meta", None)
     return params or None
+
+
+def _upstreams_state(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`raw` with the `requestState` of a round the upstream put out as the upstream gave it (`_returned` marks it
+    inside the gateway's own), for any request that carries one (`prompts/get` and `resources/read` too)."""
+    state = raw.get("requestState")
+    if not isinstance(state, str) or not state.startswith(UPSTREAM_STATE):
+        return raw
+    kept = {name: value for name, value in raw.items() if name != "requestState"}
+    if state != UPSTREAM_STATE:
+        kept["requestState"] = state.removeprefix(UPSTREAM_STATE)
+    return kept
+
+
+def _levels(level: LoggingLevel | None) -> frozenset[LoggingLevel]:
+    """The levels a 2026-07-28 upstream may log at on a request that opted in to `level`."""
+    return allowed_log_levels(LATEST_MODERN_VERSION, {LOG_LEVEL_META_KEY: level} if level is not None else None)
 
 
 def _unaskable(capabilities: ClientCapabilities | None, params: ElicitRequestParams) -> str | None:

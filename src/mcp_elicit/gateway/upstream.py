@@ -8,7 +8,8 @@ that lane belongs to that connection. Which of its calls a question belongs to c
 several in flight on the lane: the question is then asked on none of them, and stops the clock of all. Calls
 from clients that cannot be asked anything on the live call (2026-07-28, or HTTP without a back channel) share
 one holder: they all get the same answer, a refusal. Requests that never draw a question (lists, completion,
-`logging/setLevel`) ride any lane that is up.
+`logging/setLevel`) ride any lane that is up. A 2026-07-28 session carries no requests from the upstream at all
+(it asks in its results), so it has no holder: calls of every client share it.
 
 A lane also carries the calls of one principal at a time (the signed-in user a call runs for, when the gateway
 knows one), whether they draw questions or not: two principals' requests are never in flight on one upstream
@@ -45,7 +46,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
-from mcp.client.subscriptions import ServerEvent, SubscriptionLost
+from mcp.client.subscriptions import ServerEvent, SubscriptionLost, ToolsListChanged
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -53,15 +54,23 @@ from mcp_types import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     REQUEST_TIMEOUT,
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    CreateMessageResultWithTools,
     ElicitRequestParams,
     ElicitResult,
     ErrorData,
     Implementation,
+    ListRootsRequest,
+    ListRootsResult,
     LoggingMessageNotificationParams,
+    PaginatedRequestParams,
     ServerCapabilities,
     ServerNotification,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +105,12 @@ class Upstream:
     command: tuple[str, ...] = ()
     url: str | None = None
     era: UpstreamEra = "auto"
-    """`auto`: the `initialize` handshake first, `server/discover` if the upstream refuses it. A dual-era
-    server asks with `elicitation/create` only on a handshake session, which is what a live relay needs."""
+    """`auto`: the `initialize` handshake first, `server/discover` if the upstream refuses it. A dual-era server
+    built on the SDKs asks with `elicitation/create` (the SDK's `ctx.elicit`) on a handshake session only: on a
+    2026-07-28 session its tools' questions fail. The gateway bridges a handshake upstream's questions for
+    2026-07-28 clients. `2026-07-28` pins discovery, for an upstream that asks in its results (`InputRequiredResult`):
+    such a session is stateless, so a 2026-07-28 client gets the rounds as they are, no upstream request waits in the
+    gateway's memory for a person, and calls of every client share one session."""
     timeout: float | None = DEFAULT_TIMEOUT
     """Seconds a request may go without an answer or progress before it is abandoned (`None`: never). A
     question relayed to the person stops the clock."""
@@ -240,6 +253,10 @@ class Relay(Protocol):
 
     async def elicit(self, lane: Lane, params: ElicitRequestParams) -> ElicitResult | ErrorData: ...
 
+    async def ask_client(
+        self, lane: Lane, request: CreateMessageRequest | ListRootsRequest
+    ) -> CreateMessageResult | CreateMessageResultWithTools | ListRootsResult | ErrorData: ...
+
     async def logged(self, lane: Lane, params: LoggingMessageNotificationParams) -> None: ...
 
     async def notified(self, lane: Lane, notification: ServerNotification) -> None: ...
@@ -280,17 +297,22 @@ class Lane:
     def client(self) -> Client | None:
         return self.connection.client if self.connection is not None else None
 
+    spoke: str | None = None
+    """The protocol version of its last connection, kept while it connects again."""
+
     @property
     def era(self) -> str | None:
-        return self.client.protocol_version if self.client is not None else None
+        return self.client.protocol_version if self.client is not None else self.spoke
 
     @property
     def modern(self) -> bool:
+        """A 2026-07-28 session: it carries no requests from the upstream, so it needs no holder, and calls of any
+        client share it."""
         return self.era in MODERN_PROTOCOL_VERSIONS
 
     def asking(self) -> list[Call]:
-        """The calls the upstream's next question (or log message) may belong to: those of the lane's holder in
-        flight. Nothing the upstream sends on a handshake session says which of them it is."""
+        """The calls the upstream's next question (or log message) may belong to: those in flight that can be asked
+        or logged to (on a handshake session, the holder's). Nothing the upstream sends says which of them it is."""
         return [call for call in self.calls if call.holder is not None]
 
     def lost(self, connection: Connection, why: str) -> None:
@@ -338,6 +360,7 @@ class Lane:
                         connected = True
                         self.connection = connection
                         client = connection.client
+                        self.spoke = client.protocol_version
                         log.info("upstream %s connected (protocol %s)", self.label, client.protocol_version)
                         await self.pool.relay.connected(self, client)
                         await self._serve(client)
@@ -440,6 +463,18 @@ class Lane:
         async def on_elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
             return await relay.elicit(self, params)
 
+        async def on_sample(
+            context: ClientRequestContext, params: CreateMessageRequestParams
+        ) -> CreateMessageResult | CreateMessageResultWithTools | ErrorData:
+            answer = await relay.ask_client(self, CreateMessageRequest(params=params))
+            assert not isinstance(answer, ListRootsResult)
+            return answer
+
+        async def on_roots(context: ClientRequestContext) -> ListRootsResult | ErrorData:
+            answer = await relay.ask_client(self, ListRootsRequest())
+            assert isinstance(answer, ListRootsResult | ErrorData)
+            return answer
+
         async def on_log(params: LoggingMessageNotificationParams) -> None:
             await relay.logged(self, params)
 
@@ -454,6 +489,8 @@ class Lane:
                 cache=None,
                 client_info=Implementation(name="mcp-elicit-gateway", version=version("mcp-elicit")),
                 elicitation_callback=on_elicit,
+                sampling_callback=on_sample,
+                list_roots_callback=on_roots,
                 logging_callback=on_log,
                 message_handler=on_message,
             )
@@ -464,6 +501,8 @@ class Lane:
         """Up until the connection ends. On a 2026-07-28 session the upstream's list changes come on a listen
         stream, open before the lane says it is up, so that no change made by a call it carries is missed."""
         capabilities = client.server_capabilities
+        if self.modern and capabilities.tools is not None:
+            await self.learn_tools(client)
         async with anyio.create_task_group() as tasks:
             if self.modern and self is self.pool.first and any(listed_changes(capabilities)):
                 await tasks.start(self._listen, client, capabilities)
@@ -472,6 +511,24 @@ class Lane:
                 self._settled.set()
             await self._lost.wait()
             tasks.cancel_scope.cancel()
+
+    async def learn_tools(self, client: Client) -> None:
+        """The upstream's tools listed through the SDK's client on a 2026-07-28 session, on connecting and when the
+        list changes: it mirrors the arguments a tool annotates with `x-mcp-header` into the `Mcp-Param-*` headers an
+        HTTP upstream requires of its `tools/call`, for the tools its session listed, and the gateway relays its
+        clients' listings as they came, past it. Not listed in time, a call of such a tool is refused upstream."""
+        params: PaginatedRequestParams | None = None
+        with anyio.move_on_after(self.pool.upstream.timeout or math.inf):
+            try:
+                while True:
+                    listed = await client.session.list_tools(params=params)
+                    if not listed.next_cursor:
+                        return
+                    params = PaginatedRequestParams(cursor=listed.next_cursor)
+            except (MCPError, ValidationError) as error:
+                log.info("upstream %s: its tools could not be listed: %s", self.label, error)
+                return
+        log.info("upstream %s did not list its tools in time", self.label)
 
     async def _listen(
         self,
@@ -495,6 +552,10 @@ class Lane:
                         task_status.started()
                     async for event in subscription:
                         await self.pool.relay.event(event)
+                        if isinstance(event, ToolsListChanged):
+                            for lane in self.pool.lanes:
+                                if lane.modern and lane.client is not None:
+                                    await lane.learn_tools(lane.client)
             except (MCPError, SubscriptionLost, TimeoutError) as error:
                 log.info("upstream %s: its list-change stream ended (%s); listening again", self.label, error)
             if not told:
@@ -547,7 +608,7 @@ class Pool:
     @asynccontextmanager
     async def carrying(self, call: Call) -> AsyncIterator[tuple[Lane, Connection]]:
         """A lane for `call` and its connection, with the call on it until the block ends."""
-        lane = await self._claim(call)
+        lane, claimed = await self._claim(call)
         try:
             connection = await lane.ready(call.deadline, call.what)
             lane.calls.append(call)
@@ -556,7 +617,7 @@ class Pool:
             finally:
                 lane.calls.remove(call)
         finally:
-            if call.holder is not None:
+            if claimed:
                 lane.claims -= 1
                 if not lane.claims:
                     lane.holder = None
@@ -567,26 +628,27 @@ class Pool:
                     lane.principal = None
                     self._freed.set()
 
-    async def _claim(self, call: Call) -> Lane:
-        """A lane free for the call's holder (any lane up, for a call that draws no question) and its principal,
-        claimed for them; a new lane while there are fewer than the upstream's session limit; else the wait for
-        one to be freed."""
+    async def _claim(self, call: Call) -> tuple[Lane, bool]:
+        """A lane free for the call's holder (any lane up, for a call that draws no question or on a 2026-07-28
+        session) and its principal, and whether it was claimed for the holder; a new lane while there are fewer
+        than the upstream's session limit; else the wait for one to be freed."""
         while True:
             free = [
                 lane
                 for lane in self.lanes
-                if (call.holder is None or lane.holder in (None, call.holder))
+                if (call.holder is None or lane.modern or lane.holder in (None, call.holder))
                 and lane.principal in (None, call.principal)
             ]
             if free:
                 lane = next((lane for lane in free if lane.status == "up"), free[0])
-                if call.holder is not None:
+                claimed = call.holder is not None and not lane.modern
+                if claimed:
                     lane.holder = call.holder
                     lane.claims += 1
                 if call.principal is not None:
                     lane.principal = call.principal
                     lane.occupants += 1
-                return lane
+                return lane, claimed
             if len(self.lanes) < self.upstream.session_limit and self._tasks is not None:
                 self._open()
                 continue

@@ -15,7 +15,11 @@ complete (`notifications/elicitation/complete`), `finish` says so of a URL flow 
 once the person is done on its page, often after the call that asked ended), `refuse` fails with the generic
 JSON-RPC error `-32000` (`REFUSAL`), as servers do for their own errors, `meta` returns the `_meta` its request
 came with, and `quiz`
-asks the 2026-07-28 way, with an `InputRequiredResult` (which only a 2026-07-28 session can carry). The
+asks the 2026-07-28 way, with an `InputRequiredResult` (which only a 2026-07-28 session can carry). `sample` asks
+the client's model what `QUESTION` is, and `roots` asks for the client's roots, each the way its session's era
+asks: a request on the live call on the handshake, an `InputRequiredResult` on 2026-07-28. `weather` takes a
+`region` its schema mirrors into the `Mcp-Param-Region` header (`x-mcp-header`), which the SDK's server requires
+of a 2026-07-28 call over HTTP. The
 `greeting` prompt completes its `name`, there is a note resource with a template, and it gives `INSTRUCTIONS`. Run it as
 `python -m tests.helpers.peers.sdk_server`; `server` is the same server for in-process use. A peer of its own
 (not `tests.helpers.server`): it stands for tools written for the SDK, without mcp-elicit.
@@ -29,21 +33,30 @@ import os
 import signal
 import warnings
 from pathlib import Path
+from typing import Annotated
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
     Completion,
     CompletionArgument,
     CompletionContext,
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
+    ListRootsRequest,
+    ListRootsResult,
     PromptReference,
     ResourceTemplateReference,
+    SamplingMessage,
+    TextContent,
 )
 from pydantic import BaseModel, Field
 
@@ -205,6 +218,47 @@ async def quiz(ctx: Context) -> str | InputRequiredResult:
     if not isinstance(answer, ElicitResult):
         return InputRequiredResult(input_requests={"answer": QUIZ}, request_state="quiz-1")
     return f"answered {answer.action} {(answer.content or {}).get('answer')} ({ctx.request_state})"
+
+
+QUESTION = "What is 2 + 2?"
+
+
+@server.tool()
+async def sample(ctx: Context) -> str | InputRequiredResult:
+    """Ask the client's model, and say what it answered."""
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=QUESTION))
+    if ctx.protocol_version == "2026-07-28":
+        answer = (ctx.input_responses or {}).get("model")
+        if not isinstance(answer, CreateMessageResult):
+            asked = CreateMessageRequest(params=CreateMessageRequestParams(messages=[message], max_tokens=10))
+            return InputRequiredResult(input_requests={"model": asked})
+    else:
+        session = ctx.request_context.session
+        with warnings.catch_warnings():  # deprecated at 2026-07-28, and still served on the handshake
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            answer = await session.create_message([message], max_tokens=10, related_request_id=ctx.request_id)
+    said = answer.content
+    return f"the model said {said.text if isinstance(said, TextContent) else said}"
+
+
+@server.tool()
+async def roots(ctx: Context) -> str | InputRequiredResult:
+    """Ask for the client's roots, and say them."""
+    if ctx.protocol_version == "2026-07-28":
+        answer = (ctx.input_responses or {}).get("roots")
+        if not isinstance(answer, ListRootsResult):
+            return InputRequiredResult(input_requests={"roots": ListRootsRequest()})
+    else:
+        request = ListRootsRequest()
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)
+        answer = await ctx.request_context.session.send_request(request, ListRootsResult, metadata=related)
+    return " ".join(str(root.uri) for root in answer.roots)
+
+
+@server.tool()
+async def weather(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    """The weather in `region`."""
+    return f"sunny in {region}"
 
 
 @server.prompt()
