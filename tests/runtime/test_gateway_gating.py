@@ -19,8 +19,9 @@ from pydantic import Field
 import mcp_elicit.testing as scripted
 from mcp_elicit import Elicitation, RequestState
 from mcp_elicit.approvals import APPROVAL_KEY, REJECT_FIELD, GateRefused
+from mcp_elicit.gateway import upstream as relayed
 from mcp_elicit.gateway.gates import GateTable
-from mcp_elicit.gateway.gating import Gates, run_gated
+from mcp_elicit.gateway.gating import Gates, assign_gates, run_gated
 from mcp_elicit.model import OperationStatus
 from mcp_elicit.store import open_store
 from mcp_elicit.testing import ControlledClock, Harness
@@ -36,6 +37,7 @@ class Upstream:
         self.server = MCPServer("bank")
         self.received: list[dict[str, Any]] = []
         self.fail = False
+        self.refuse = False
 
         @self.server.tool()
         def transfer(account: str, amount: Annotated[int, Field(multiple_of=5)]) -> str:
@@ -49,6 +51,8 @@ class Upstream:
             return (await client.list_tools()).tools
 
     async def forward(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse:  # as the relay reports a JSON-RPC error the upstream answered with
+            return {"error": {"code": -32602, "message": "the bank refuses these arguments"}}
         async with Client(self.server) as client:
             try:
                 result = await client.call_tool("transfer", arguments)
@@ -202,3 +206,28 @@ def test_a_gate_written_with_the_prefixed_name_is_told_the_name_to_use() -> None
     gates = Gates([GateTable(tool="bank_transfer")], "bank", "bank")
     [problem] = gates.bind([Tool(name="transfer", input_schema={"type": "object"})])
     assert "a gate names the tool as its upstream does: 'transfer'" in problem
+
+
+async def test_an_error_the_upstream_answered_with_fails_the_call_naming_it(
+    elicit: Harness, upstream: Upstream
+) -> None:
+    upstream.refuse = True
+    called = await elicit.call("transfer", {"account": "acme", "amount": 500}, answers=approve())
+    assert "upstream 'bank' answered 'transfer' with error -32602: the bank refuses these arguments" in called.error
+
+
+def test_gates_are_assigned_to_the_upstream_they_name() -> None:
+    bank, shop = (relayed.Upstream(name, command=(f"{name}-server",)) for name in ("bank", "shop"))
+    assigned = assign_gates([GateTable(tool="pay", upstream="shop"), GateTable(tool="transfer", upstream="bank")],
+                            [bank, shop])  # fmt: skip
+    assert {name: [table.tool for table in tables] for name, tables in assigned.items()} == {
+        "shop": ["pay"],
+        "bank": ["transfer"],
+    }
+    assert [table.tool for table in assign_gates([GateTable(tool="pay")], [bank])["bank"]] == ["pay"]
+    with pytest.raises(ValueError, match=r"gate\[0\]\.upstream: missing; with several upstreams"):
+        assign_gates([GateTable(tool="pay")], [bank, shop])
+    with pytest.raises(
+        ValueError, match=r"gate\[0\]\.upstream: expected one of the upstreams \(bank, shop\), not 'tills'"
+    ):
+        assign_gates([GateTable(tool="pay", upstream="tills")], [bank, shop])

@@ -19,6 +19,7 @@ from mcp_elicit.gateway.predicate import Predicate, PredicateError
         ('args["max-price"] > 10', {"max-price": 11}, True),
         ('args["max-price"] is None', {}, True),
         ("startswith(lower(path), '/etc/')", {"path": "/ETC/passwd"}, True),
+        ("endswith(upper(name), '.TXT')", {"name": "notes.txt"}, True),
         ("len(recipients) > 2 or 'ceo@example.com' in recipients", {"recipients": ["ceo@example.com"]}, True),
         ("items[0]['qty'] * price > 50", {"items": [{"qty": 3}], "price": 20}, True),
         ("amount > 100 if currency == 'EUR' else amount > 90", {"currency": "USD", "amount": 95}, True),
@@ -56,6 +57,7 @@ def test_it_names_the_arguments_it_reads() -> None:
         ("b'x' == amount", "bytes literals are not available"),
         ("amount > 1; True", "not an expression"),
         ("(" * 500 + "1" + ")" * 500, "nest"),
+        ("-" * 200_000 + "1", "nests too deeply"),
     ],
 )
 def test_what_it_cannot_read_is_refused_at_start(source: str, said: str) -> None:
