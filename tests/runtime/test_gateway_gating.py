@@ -5,6 +5,7 @@ upstream's tool list. The upstream records what reached it, so "forwarded once, 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -19,6 +20,7 @@ from pydantic import Field
 import mcp_elicit.testing as scripted
 from mcp_elicit import Elicitation, RequestState
 from mcp_elicit.approvals import APPROVAL_KEY, REJECT_FIELD, GateRefused
+from mcp_elicit.gateway import Gateway
 from mcp_elicit.gateway import upstream as relayed
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.gating import Gates, assign_gates, run_gated
@@ -231,3 +233,24 @@ def test_gates_are_assigned_to_the_upstream_they_name() -> None:
         ValueError, match=r"gate\[0\]\.upstream: expected one of the upstreams \(bank, shop\), not 'tills'"
     ):
         assign_gates([GateTable(tool="pay", upstream="tills")], [bank, shop])
+
+
+def test_a_gateway_refuses_gates_it_cannot_keep(tmp_path: Path) -> None:
+    bank = relayed.Upstream("bank", command=("bank-server",))
+    with pytest.raises(ValueError, match="approval gates need a store"):
+        Gateway(bank, gates=[GateTable(tool="pay")])
+    store = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    try:
+        with pytest.raises(ValueError, match=r"gate\[0\]\.fallback: Fallback.WEB sends the person"):
+            Gateway(bank, store=store, gates=[GateTable(tool="pay", fallback="web")])  # no pages without sign-in
+        gateway = Gateway(bank, store=store, gates=[GateTable(tool="pay")])
+        assert gateway.upstream is bank
+        with pytest.raises(RuntimeError, match="relays several upstreams"):
+            _ = Gateway(
+                [
+                    relayed.Upstream("bank", command=("bank-server",), prefix="bank"),
+                    relayed.Upstream("shop", url="http://127.0.0.1:9/mcp", prefix="shop"),
+                ]
+            ).pool
+    finally:
+        store.close()
