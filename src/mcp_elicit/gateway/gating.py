@@ -29,7 +29,7 @@ from mcp_types import CallToolRequestParams, CallToolResult, ErrorData, InputReq
 
 from mcp_elicit.approvals import GatedTool, GateRefused
 from mcp_elicit.gateway.gates import GateTable
-from mcp_elicit.gateway.routing import SEPARATOR
+from mcp_elicit.gateway.routing import SEPARATOR, prefixed
 from mcp_elicit.gateway.upstream import Upstream
 from mcp_elicit.server import Elicitation, Fallback, Flow
 
@@ -95,8 +95,7 @@ class Gates:
                 problems.append(problem)
                 continue
             try:
-                shown = f"{self.prefix}{SEPARATOR}{name}" if self.prefix else name
-                self._bound[name] = table.bind(tool, shown)
+                self._bound[name] = table.bind(tool, prefixed(self.prefix, name))
             except GateRefused as refused:
                 problem = f"upstream {self.upstream!r}: {refused}"
                 self._bound[name] = problem

@@ -468,11 +468,7 @@ class Gateway:
                 gated = None
         state = params.request_state
         if gated is None and state is not None and state.startswith(UPSTREAM_STATE):
-            # The retry of a round a 2026-07-28 upstream put out: its state goes back to it as it gave it.
-            kept = state.removeprefix(UPSTREAM_STATE)
-            raw = {name: value for name, value in raw.items() if name != "requestState"}
-            if kept:
-                raw["requestState"] = kept
+            # The retry of a round a 2026-07-28 upstream put out: `send` gives its state back as the upstream gave it.
             lane, result = await self.send(call, TOOLS_CALL, raw)
             return self._returned(ctx, lane, call.what, result)
         if not pool.first.modern:

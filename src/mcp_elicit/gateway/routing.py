@@ -295,9 +295,14 @@ class Routes:
         return complete
 
 
+def prefixed(prefix: str | None, name: str) -> str:
+    """A tool's or prompt's name as the gateway's clients see it behind an upstream with `prefix` (none: as it is)."""
+    return f"{prefix}{SEPARATOR}{name}" if prefix else name
+
+
 def _renamed(item: Any, field: str, prefix: str) -> Any:
     """A listed item (or read content) with its name or URI prefixed; an item without one, as it is."""
     if not isinstance(item, dict) or not isinstance(item.get(field), str):
         return item
     value = item[field]
-    return {**item, field: f"{prefix}{SEPARATOR}{value}" if field == "name" else _prefixed_uri(prefix, value)}
+    return {**item, field: prefixed(prefix, value) if field == "name" else _prefixed_uri(prefix, value)}
