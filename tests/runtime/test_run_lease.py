@@ -80,13 +80,12 @@ def operation_id(store: Store, tool: str, arguments: dict[str, Any]) -> str:
     return operation.operation_id
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_a_stalled_holders_step_result_is_refused_and_it_returns_what_the_new_holder_recorded(
-    servers: Callable[..., Elicitation], era: str
-) -> None:
-    """Server A runs `charge` and stalls past its lease; server B, whose clock says the lease lapsed, takes the
-    operation over, runs `charge` itself and completes. A's late result is refused by the fence, so A runs
-    again and returns B's result: one recorded outcome, whatever A computed."""
+async def stalled_race(
+    servers: Callable[..., Elicitation], era: str, *, at_most_once: bool
+) -> tuple[Elicitation, Counter[str], dict[str, str]]:
+    """Server A runs `charge` of `pay` and stalls in it past its lease; server B, whose clock says the lease
+    lapsed, calls the identical `pay` meanwhile; A's charge ends once B's call did. A, how often each server
+    charged, and what each call returned."""
     stalled = servers()
     ahead = servers(clock=lambda: utc_now() + 2 * LEASE)
     ran = Counter[str]()
@@ -103,7 +102,7 @@ async def test_a_stalled_holders_step_result_is_refused_and_it_returns_what_the_
 
         @elicitation.tool()
         async def pay(flow: Flow, amount: int) -> str:
-            return await flow.step("charge", charge, returns=str)
+            return await flow.step("charge", charge, returns=str, at_most_once=at_most_once)
 
     register(stalled, "a")
     register(ahead, "b")
@@ -121,6 +120,17 @@ async def test_a_stalled_holders_step_result_is_refused_and_it_returns_what_the_
     async with anyio.create_task_group() as group:
         group.start_soon(on_a)
         group.start_soon(on_b)
+    return stalled, ran, results
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_stalled_holders_step_result_is_refused_and_it_returns_what_the_new_holder_recorded(
+    servers: Callable[..., Elicitation], era: str
+) -> None:
+    """Server A runs `charge` and stalls past its lease; server B, whose clock says the lease lapsed, takes the
+    operation over, runs `charge` itself and completes. A's late result is refused by the fence, so A runs
+    again and returns B's result: one recorded outcome, whatever A computed."""
+    stalled, ran, results = await stalled_race(servers, era, at_most_once=False)
 
     assert results == {"a": "charged by b", "b": "charged by b"}
     assert ran == {"a": 1, "b": 1}  # a lapsed lease is the one way a step runs twice
@@ -139,40 +149,7 @@ async def test_an_at_most_once_step_a_stalled_holder_started_is_never_run_again(
     """As above, but `charge` runs at most once: B, taking the operation over from the stalled A, finds the
     mark A made durable before charging and no result, so it does not charge again. The operation fails saying
     the outcome is unknown, naming the step and the operation; A's late result is fenced out and A ends with it."""
-    stalled = servers()
-    ahead = servers(clock=lambda: utc_now() + 2 * LEASE)
-    ran = Counter[str]()
-    a_charging, b_done = anyio.Event(), anyio.Event()
-
-    def register(elicitation: Elicitation, name: str) -> None:
-        async def charge() -> str:
-            ran[name] += 1
-            if name == "a":
-                a_charging.set()
-                with anyio.fail_after(10):
-                    await b_done.wait()
-            return f"charged by {name}"
-
-        @elicitation.tool()
-        async def pay(flow: Flow, amount: int) -> str:
-            return await flow.step("charge", charge, returns=str, at_most_once=True)
-
-    register(stalled, "a")
-    register(ahead, "b")
-    results: dict[str, str] = {}
-
-    async def on_a() -> None:
-        results["a"] = said(await call(stalled, era, "pay", {"amount": 5}))
-
-    async def on_b() -> None:
-        with anyio.fail_after(10):
-            await a_charging.wait()
-        results["b"] = said(await call(ahead, era, "pay", {"amount": 5}))
-        b_done.set()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(on_a)
-        group.start_soon(on_b)
+    stalled, ran, results = await stalled_race(servers, era, at_most_once=True)
 
     assert ran == {"a": 1}, (ran, results)
     store = stalled.store
