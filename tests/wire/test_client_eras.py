@@ -4,6 +4,7 @@ at 2025-06-18, as a stdio subprocess, over loopback HTTP), and stdio servers tha
 - 2025-06-18 has no URL mode: the kit declares form mode only, and refuses a URL request unseen.
 - A client pinned to an era is refused by a server that does not speak it, naming what it does.
 - A server that dies (SIGKILL) or stops ends the `async with` block with one `ConnectionLost`.
+- A block cancelled from outside ends its task with a cancellation whose context chain ends.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import uvicorn
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, TextContent
 
@@ -235,3 +238,51 @@ async def test_an_exception_of_the_block_comes_out_as_it_is() -> None:
             await client.call_tool("pid", {})
             raise LookupError("the host's own failure")
     assert type(raised.value) is LookupError
+
+
+def context_chain(error: BaseException) -> tuple[list[BaseException], bool]:
+    """`error` and its `__context__`s, in order, and whether the chain loops back on itself."""
+    chain: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None:
+        if any(seen is link for seen in chain):
+            return chain, True
+        chain.append(link)
+        link = link.__context__
+    return chain, False
+
+
+async def test_a_block_cancelled_mid_call_ends_its_task_with_a_cancellation_whose_context_chain_ends() -> None:
+    """Cancelled from outside while a call is held, the kit's task ends in a cancellation whose `__context__`
+    chain ends. When a task ends, anyio walks that chain through every cancellation in it: a chain that loops
+    back on itself held the event loop there, past every timeout (a balancer test cancelled on a loaded machine).
+    """
+    held = MCPServer("held")
+    holding = anyio.Event()
+
+    @held.tool()
+    async def hold() -> str:
+        holding.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    ended: list[tuple[BaseException, bool]] = []
+
+    async def host() -> None:
+        try:
+            async with ElicitingClient(held, NoPersonHandler(), era="2025-11-25") as client:
+                await client.call_tool("hold", {})
+        except BaseException as raised:
+            chain, looped = context_chain(raised)
+            ended.append((raised, looped))
+            if looped:
+                chain[-1].__context__ = None  # so that the task can end and the assertion below say why
+            raise
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(host)
+        await holding.wait()
+        group.cancel_scope.cancel()
+    [(raised, looped)] = ended
+    assert isinstance(raised, anyio.get_cancelled_exc_class())
+    assert not looped, f"{raised!r}: its __context__ chain loops back on itself"

@@ -39,15 +39,15 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
 import httpx2
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client import ClientRequestContext, ClientSession, Transport
 from mcp.client._memory import InMemoryTransport  # the SDK's in-process transport, as Client builds it itself
@@ -231,7 +231,7 @@ class ElicitingClient:
         self._modes = frozenset(self.handler.modes)
         stack = AsyncExitStack()
         try:
-            group = await stack.enter_async_context(anyio.create_task_group())
+            group = await stack.enter_async_context(_task_group())
             stack.callback(group.cancel_scope.cancel)
             group.start_soon(self._watch.run)
             transport = KitTransport(
@@ -292,8 +292,6 @@ class ElicitingClient:
         try:
             await stack.__aexit__(type(handed) if handed is not None else None, handed, None)
         except BaseException as closing:
-            if closing is handed:
-                raise
             if raised is not None and handed is None:
                 log.debug("closing the connection failed after the block raised %r", raised, exc_info=closing)
                 return
@@ -668,6 +666,22 @@ class ElicitingClient:
 
 
 _ACTIVE = (FlowStatus.AWAITING_CONSENT, FlowStatus.OPEN)
+
+
+@asynccontextmanager
+async def _task_group() -> AsyncIterator[TaskGroup]:
+    """The kit's task group, entered as a generator so that an exception it is handed is never raised again.
+
+    The exit stack closes the connection before the group, and in a cancelled task that close ends in a
+    cancellation of its own, which the stack hands to the group. anyio's group raises a cancellation it is
+    handed (`raise exc_val`), and the raise sets that exception's `__context__` to the one the block raised;
+    the stack takes what comes out for a new exception and points the end of its context chain at the one it
+    handed in, which is itself. A cancellation that is its own context holds anyio's event loop for good when
+    the task ends (`task_done` follows the chain). Through a generator, the same exception coming back out
+    of the group means "not suppressed", as under a nested `async with`: the stack sees nothing raised.
+    """
+    async with anyio.create_task_group() as group:
+        yield group
 
 
 class _Connection:
