@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -32,6 +32,7 @@ from mcp_types import (
     ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
+    RequestParamsMeta,
 )
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,6 +44,7 @@ from mcp_elicit.gateway.deployment import build_gateway_deployment
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.reference.provider import ProviderClient, ProviderConfig, ProviderUser, provider_app
+from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
 from mcp_elicit.web import VaultKeyRing
 from mcp_elicit.web.deployment import sign_in_settings
@@ -51,6 +53,7 @@ from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.results import error_text
 from tests.helpers.signed_gateway import ENVIRON, Signed, bearer, signed_in_browser, signed_in_gateway
+from tests.helpers.web_answers import page_url, submit
 
 pytestmark = pytest.mark.anyio
 
@@ -318,6 +321,25 @@ async def test_a_gated_tool_is_connected_first_then_approved_then_called(store_u
             assert approval.message.startswith("Approve this call?")
             keys = sorted(decision.key for decision in signed.store.list_decisions(Operator()))
     assert keys == [APPROVAL_KEY, "connect.accounts"]
+
+
+async def test_a_call_with_an_idempotency_key_keeps_it_for_itself_not_for_its_connection(store_url: str) -> None:
+    """The connection's operation stays open when its person connects on the page (their client cannot be sent to
+    it); the gated call made again with its key then starts its own operation under that key."""
+    accounts = Accounts()
+    keyed = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: "whoami-1"})
+    with serving(accounts.app(), free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream, [GateTable(tool="whoami", fallback="web")]) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice, signed_in_browser(signed, "alice") as browser:
+                told = error_text(await alice.call_tool("whoami", {}, meta=keyed))
+                await enter_key(signed, "alice", page_in(told), key=ALICE)
+                approval = page_url(await alice.call_tool("whoami", {}, meta=keyed))
+                page = await browser.get(approval)
+                answered = await submit(browser, approval, page.text, "accept")
+                assert answered.status_code in (200, 303), answered.text
+                assert text(await alice.call_tool("whoami", {}, meta=keyed)) == "alice"
 
 
 def oauth_upstream(provider: str) -> MCPServer:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from dataclasses import replace
+from typing import Any, Final, cast
 from urllib.parse import quote, unquote
 
 from mcp.server.context import ServerRequestContext
-from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult, TextContent
+from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult, RequestParamsMeta, TextContent
 
 from mcp_elicit.gateway.credentials import CONNECT_TOOL, connect_key, vault_name
 from mcp_elicit.gateway.routing import prefixed
@@ -33,7 +34,7 @@ from mcp_elicit.model import Principal
 from mcp_elicit.server.answers import Completed
 from mcp_elicit.server.fallback import Fallback
 from mcp_elicit.server.flow import Flow
-from mcp_elicit.server.runtime import Elicitation
+from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY, Elicitation
 from mcp_elicit.store.aio import AsyncStore
 from mcp_elicit.web.vault import Vault, VaultError
 
@@ -151,7 +152,11 @@ class Connecting:
             said += "." if tool == own else f": {tool} was not called."
             return CallToolResult(content=[TextContent(type="text", text=said)], is_error=True)
 
-        outcome = await self.elicitation.run_tool(ctx, connecting, body, fallback=Fallback.WEB)
+        # The call's idempotency key names the call, which goes on once connected: not the connection's operation.
+        meta = cast(
+            RequestParamsMeta, {key: value for key, value in (ctx.meta or {}).items() if key != IDEMPOTENCY_META_KEY}
+        )
+        outcome = await self.elicitation.run_tool(replace(ctx, meta=meta), connecting, body, fallback=Fallback.WEB)
         if isinstance(outcome, InputRequiredResult):
             said = f"{CONNECT_STATE}{quote(replacing, safe='')}:{outcome.request_state or ''}"
             return outcome.model_copy(update={"request_state": said})
