@@ -48,7 +48,7 @@ from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
 from mcp_elicit.web import VaultKeyRing
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.gateway import SDK_SERVER, Person, stdio, text
+from tests.helpers.gateway import SDK_SERVER, Person, over_http, sdk_over_http, stdio, text
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.results import error_text
@@ -186,6 +186,33 @@ async def test_each_person_connects_once_and_their_calls_carry_their_own_key(
     for key in KEYS:
         assert key.encode() not in stored
         assert key not in caplog.text
+
+
+async def test_behind_several_upstreams_the_connect_tool_and_the_tools_carry_the_prefix(store_url: str) -> None:
+    accounts = Accounts()
+    with serving(accounts.app(), free_port()) as base, sdk_over_http() as sdk:
+        credential = Credential(kind="api_key", title="Accounts")
+        upstreams = [
+            Upstream("accounts", url=f"{base}/mcp", credential=credential, prefix="accounts"),
+            over_http(sdk, prefix="sdk"),
+        ]
+        with signed_in_gateway(store_url, upstreams) as signed:
+            token = await signed.token("alice")
+            async with anyio.create_task_group() as tasks:
+                person = Connecting(partial(enter_key, signed, "alice", key=ALICE), tasks)
+                async with bearer(signed.mcp, token, "legacy", person) as alice:
+                    listed = [tool.name for tool in (await alice.list_tools()).tools]
+                    assert listed[0] == "accounts_connect" and "sdk_pid" in listed and "accounts_whoami" not in listed
+                    assert text(await alice.call_tool("sdk_pid", {})).isdigit()  # no credential: asks nothing
+                    assert person.asked == []
+                    assert text(await alice.call_tool("accounts_whoami", {})) == "alice"
+                    listed = [tool.name for tool in (await alice.list_tools()).tools]
+                    assert listed[:2] == ["accounts_connect", "accounts_whoami"]
+            [connect] = person.asked
+            assert connect.message.startswith("accounts_whoami needs your Accounts API key")
+            [decision] = signed.store.list_decisions(Operator())
+            operation = signed.store.get_operation(decision.operation_id, Operator())
+    assert operation.target == "accounts_connect"
 
 
 async def test_a_2026_client_connects_through_a_round_and_its_retry_makes_the_call(store_url: str) -> None:
