@@ -95,7 +95,7 @@ def test_a_config_that_cannot_work_is_said_before_anything_starts_and_exits_2(tm
     assert typo.returncode == 2, typo.stderr
     assert (
         f"error: {config}: upstream[0].sesions: unknown key; expected one of: name, command, url, prefix, era, "
-        "timeout, sessions, env, cwd"
+        "timeout, sessions, env, cwd, credential"
     ) in " ".join(typo.stderr.split())
     config.write_text(f'[[upstream]]\nname = "sdk"\ncommand = {json.dumps(SDK_SERVER)}\n')
     both = run("gateway", "--upstream", SDK_SERVER, tmp_path=tmp_path, MCP_ELICIT_GATEWAY_CONFIG=str(config))
@@ -117,3 +117,36 @@ def test_a_config_that_cannot_work_is_said_before_anything_starts_and_exits_2(tm
     assert f"error: {config}: gate[0].upstream: expected one of the upstreams (sdk), not 'skd'" in " ".join(
         misnamed.stderr.split()
     )
+
+
+def test_a_credential_without_what_it_needs_is_refused_at_start_naming_the_key(tmp_path: Path) -> None:
+    """A person connects a credential on the gateway's pages and it is kept in the vault: a gateway without sign-in, or
+    without the vault's keys, or an OAuth client without its secret, cannot serve it and says so before it starts."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[[upstream]]\nname = "tickets"\nurl = "http://127.0.0.1:9/mcp"\n\n'
+        '[upstream.credential]\nkind = "oauth"\nauthorize_url = "https://id.example/authorize"\n'
+        'token_url = "https://id.example/token"\nclient_id = "gateway"\nclient_secret_env = "TICKETS_CLIENT_SECRET"\n'
+    )
+    stdio = run("gateway", "--config", str(config), tmp_path=tmp_path)
+    assert stdio.returncode == 2, stdio.stderr
+    assert (
+        f"error: {config}: upstream[0].credential: each person connects it on the gateway's pages, which need its "
+        "sign-in: serve the gateway with --transport streamable-http (without --dev-loopback)"
+    ) in " ".join(stdio.stderr.split())
+    signed_in = {
+        "MCP_ELICIT_USERS": "alice:wonderland",
+        "MCP_ELICIT_AUTH_KEYS": "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=",
+        "MCP_ELICIT_STATE_KEYS": "U1NTU1NTU1NTU1NTU1NTU1NTU1NTU1NTU1NTU1NTU1M=",
+    }
+    http = ("gateway", "--config", str(config), "--transport", "streamable-http", "--port", "9")
+    keyless = run(*http, tmp_path=tmp_path, **signed_in)
+    assert keyless.returncode == 2, keyless.stderr
+    assert "MCP_ELICIT_VAULT_KEYS is not set" in " ".join(keyless.stderr.split())
+    vault = "v1:dmF1bHQta2V5LXZhdWx0LWtleS12YXVsdC1rZXktMDE="
+    secretless = run(*http, tmp_path=tmp_path, **signed_in, MCP_ELICIT_VAULT_KEYS=vault)
+    assert secretless.returncode == 2, secretless.stderr
+    assert (
+        f"error: {config}: upstream[0].credential.client_secret_env: expected the name of a variable set in the "
+        "gateway's environment, with the client secret of tickets; TICKETS_CLIENT_SECRET is not set"
+    ) in " ".join(secretless.stderr.split())

@@ -64,6 +64,12 @@ def test_the_only_upstream_may_go_without_a_prefix_and_a_file_may_have_none() ->
 TABLE = '[[upstream]]\nname = "a"\n'
 COMMAND = TABLE + 'command = "node server.js"\n'
 SECOND = '[[upstream]]\nname = "b"\nurl = "http://127.0.0.1:8000/mcp"\n'
+CREDENTIAL = SECOND + "[upstream.credential]\n"
+OAUTH = (
+    CREDENTIAL
+    + 'kind = "oauth"\nauthorize_url = "https://id.example/authorize"\ntoken_url = "https://id.example/token"\n'
+    + 'client_id = "gateway"\n'
+)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +78,7 @@ SECOND = '[[upstream]]\nname = "b"\nurl = "http://127.0.0.1:8000/mcp"\n'
         (
             COMMAND + 'comand = "x"\n',
             "upstream[0].comand: unknown key; expected one of: name, command, url, prefix, era, timeout, sessions, "
-            "env, cwd",
+            "env, cwd, credential",
         ),
         ('servers = ["a"]\n', "servers: unknown key; expected one of: upstream, gate"),
         (
@@ -151,6 +157,55 @@ SECOND = '[[upstream]]\nname = "b"\nurl = "http://127.0.0.1:8000/mcp"\n'
             'upstream[0].prefix: expected a prefix: "" (none) is for the only upstream of a file',
         ),
         (COMMAND + SECOND + SECOND, "upstream[2].name: expected a name of its own; upstream[1] is 'b' too"),
+        (
+            CREDENTIAL + 'header = "X-Key"\n',
+            "upstream[0].credential.kind: missing; every [upstream.credential] table has one",
+        ),
+        (CREDENTIAL + 'kind = "password"\n', "upstream[0].credential.kind: expected 'api_key' or 'oauth'"),
+        (
+            CREDENTIAL + 'kind = "api_key"\nhedaer = "X-Key"\n',
+            "upstream[0].credential.hedaer: unknown key; expected one of: kind, title, header, env, value, "
+            "authorize_url, token_url, client_id, client_secret_env, scope",
+        ),
+        (
+            OAUTH + 'client_secret = "s3cret"\n',
+            "upstream[0].credential.client_secret: not a key: the secret stays out of the file; client_secret_env "
+            "names the variable holding it",
+        ),
+        (OAUTH, 'upstream[0].credential: expected client_secret_env with kind = "oauth"'),
+        (
+            OAUTH.replace("https://id.example/token", "http://id.example/token") + 'client_secret_env = "S"\n',
+            "upstream[0].credential.token_url: expected an https:// URL (plain http on loopback only), not "
+            "'http://id.example/token'",
+        ),
+        (
+            CREDENTIAL + 'kind = "api_key"\nscope = "repo"\n',
+            'upstream[0].credential: expected no scope with kind = "api_key" (they are for "oauth")',
+        ),
+        (
+            CREDENTIAL + 'kind = "api_key"\nvalue = "Bearer secret"\n',
+            "upstream[0].credential.value: expected one {{secret}} where the secret goes, on one line",
+        ),
+        (
+            CREDENTIAL + 'kind = "api_key"\nheader = "X Key"\n',
+            "upstream[0].credential.header: expected a header's name: letters, digits and !#$%&'*+.^_`|~-",
+        ),
+        (
+            CREDENTIAL + 'kind = "api_key"\nenv = "TOKEN"\n',
+            "upstream[0].credential.env: expected with command only: an HTTP upstream's credential goes in header",
+        ),
+        (
+            COMMAND + '[upstream.credential]\nkind = "api_key"\nenv = "1TOKEN"\n',
+            "upstream[0].credential.env: expected a variable's name: letters, digits and _, not starting with a digit",
+        ),
+        (
+            COMMAND + '[upstream.credential]\nkind = "api_key"\n',
+            "upstream[0].credential.env: missing; a command's credential goes in the variable env names",
+        ),
+        (
+            COMMAND + '[upstream.credential]\nkind = "api_key"\nenv = "T"\nheader = "X-Key"\n',
+            "upstream[0].credential.header: expected with url only: a command's credential goes in env",
+        ),
         (
             COMMAND + SECOND + 'prefix = "a_b"\n',
             "upstream[1].prefix: expected a prefix of its own; 'a_b' and the prefix 'a' of upstream[0] could both "

@@ -10,9 +10,7 @@ served over loopback HTTP as the upstream, a real store.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -29,93 +27,28 @@ from pydantic import AnyUrl
 
 from mcp_elicit.cli.login import SignInStorage
 from mcp_elicit.gateway import Gateway, Upstream
-from mcp_elicit.gateway.deployment import GatewayDeployment, build_gateway_deployment
+from mcp_elicit.gateway.deployment import build_gateway_deployment
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Fallback
-from mcp_elicit.store import Store, open_store
+from mcp_elicit.store import open_store
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.deployment import b64
 from tests.helpers.gateway import Person, over_http, sdk_over_http, text, until
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.oauth_client import CALLBACK, SigningInPerson, code_for, pkce, redeem, registered
-from tests.helpers.pages_site import hidden
+from tests.helpers.oauth_client import CALLBACK, SigningInPerson
 from tests.helpers.results import unwrap
+from tests.helpers.signed_gateway import ENVIRON, Signed, bearer, signed_in_browser, signed_in_gateway
 from tests.helpers.web_answers import page_url, submit
 
 pytestmark = pytest.mark.anyio
 
-PASSWORDS = {"alice": "wonderland", "bob": "builder", "carol": "operator"}
-ENVIRON = {
-    "MCP_ELICIT_USERS": ",".join(f"{name}:{password}" for name, password in PASSWORDS.items()),
-    "MCP_ELICIT_AUTH_KEYS": b64(b"A" * 32),
-    "MCP_ELICIT_STATE_KEYS": b64(b"S" * 32),
-    "MCP_ELICIT_OPERATORS": "carol",
-}
 SEATS = {"city": "Oslo"}
-
-
-@dataclass
-class Signed:
-    base: str
-    deployment: GatewayDeployment
-    store: Store
-
-    @property
-    def mcp(self) -> str:
-        return f"{self.base}/mcp"
-
-    def principal(self, username: str) -> str:
-        return f"{self.base}#{username}"
-
-    async def token(self, username: str) -> str:
-        """An access token of `username`, through registration, the authorization page and sign-in."""
-        async with httpx2.AsyncClient(base_url=self.base, follow_redirects=False, timeout=30) as browser:
-            client = await registered(self.base)
-            verifier, challenge = pkce()
-            code = await code_for(browser, self.base, client, challenge, username=username)
-            redeemed = await redeem(self.base, client, code, verifier)
-        assert redeemed.status_code == 200, redeemed.text
-        token: str = redeemed.json()["access_token"]
-        return token
-
-
-@contextmanager
-def signed_in_gateway(store_url: str, upstream: Upstream, gates: Sequence[GateTable] = ()) -> Iterator[Signed]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    store = open_store(store_url)
-    try:
-        settings = sign_in_settings(ENVIRON, base)
-        deployment = build_gateway_deployment(upstream, store=store, settings=settings, gates=gates)
-        with serving(deployment.http_app("127.0.0.1"), port):
-            yield Signed(base, deployment, store)
-    finally:
-        store.close()
 
 
 @pytest.fixture
 def signed(store_url: str) -> Iterator[Signed]:
     with sdk_over_http() as url, signed_in_gateway(store_url, over_http(url)) as gateway:
         yield gateway
-
-
-@asynccontextmanager
-async def bearer(url: str, token: str, era: str, person: Person | None = None) -> AsyncIterator[Client]:
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-        transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=era, elicitation_callback=person) as client:
-            yield client
-
-
-@asynccontextmanager
-async def signed_in_browser(signed: Signed, username: str) -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(base_url=signed.base, follow_redirects=False, timeout=30) as browser:
-        form = await browser.get("/signin", params={"next": "/"})
-        credentials = {"username": username, "password": PASSWORDS[username]}
-        done = await browser.post("/signin", data={**credentials, "next": "/", "csrf": hidden(form.text, "csrf")})
-        assert done.status_code == 303, done.text
-        yield browser
 
 
 async def test_a_client_signs_in_with_the_sdks_oauth_and_its_question_is_bound_to_its_person(signed: Signed) -> None:

@@ -38,7 +38,8 @@ from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.server import IdentityPolicy, RequestState
 from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
-from mcp_elicit.web.deployment import SignInSettings, sign_in_settings
+from mcp_elicit.web.deployment import Problems, SignInSettings, read_sign_in
+from mcp_elicit.web.vault import VaultKeyRing
 
 err = Console(stderr=True)
 log = logging.getLogger(__name__)
@@ -173,10 +174,25 @@ def gateway(
                     f"--{option} describes --upstream; the [[upstream]] tables of {config} say it for each upstream "
                     f"(its key {option})"
                 )
+    credentialed = [index for index, each in enumerate(upstreams) if each.credential is not None]
+    if credentialed and not signed_in:
+        _fail(
+            f"{config}: upstream[{credentialed[0]}].credential: each person connects it on the gateway's pages, which "
+            "need its sign-in: serve the gateway with --transport streamable-http (without --dev-loopback)"
+        )
     settings: SignInSettings | None = None
+    vault_keys: VaultKeyRing | None = None
     try:
         if signed_in:
-            settings = sign_in_settings(os.environ, public_url or http_address(host, port))
+            problems = Problems()
+
+            def vault() -> None:  # read after the key rings, as the configuration guide lists them
+                nonlocal vault_keys
+                if credentialed:
+                    vault_keys = problems.read(lambda: VaultKeyRing.from_env(os.environ))
+
+            settings = read_sign_in(os.environ, public_url or http_address(host, port), problems, then=vault)
+            problems.check()
         else:
             ring = Settings.read(only=["state_keys"]).state_keys
     except SettingsError as error:
@@ -196,7 +212,9 @@ def gateway(
     deployment = None
     try:
         if settings is not None:
-            deployment = build_gateway_deployment(upstreams, store=opened, settings=settings, gates=gates)
+            deployment = build_gateway_deployment(
+                upstreams, store=opened, settings=settings, gates=gates, vault_keys=vault_keys
+            )
             relay = deployment.gateway
         else:
             # Without a key ring the 2026-07-28 rounds are sealed with a key of this process: a round outlives it

@@ -4,7 +4,9 @@ What it does today: it relays every request family of one upstream server (stdio
 several each under its prefix (`routing`, named in a `gateway.toml`: `config`), to a client of either protocol
 era, supervises each upstream (restarts it with a backoff, times out a hang, refuses a malformed result), and
 turns what an upstream asks during a `tools/call` into durable decisions, asked the way the client's era asks,
-whichever era the upstream speaks (`questions`). A call that asks nothing writes nothing to the store.
+whichever era the upstream speaks (`questions`). A call that asks nothing writes nothing to the store. An upstream
+with a credential (`credentials`) is connected by each signed-in person on the gateway's pages and reached with
+their credential, in sessions of theirs alone (`connecting`).
 """
 
 from mcp_elicit.gateway.config import ConfigError, GatewayConfig, read_config

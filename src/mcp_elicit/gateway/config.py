@@ -21,6 +21,7 @@ from typing import Annotated, Any, Final, Self
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
+from mcp_elicit.gateway.credentials import Credential
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.routing import PREFIX, PREFIX_RULE, SEPARATOR, clashing
 from mcp_elicit.gateway.upstream import DEFAULT_TIMEOUT, Upstream, UpstreamEra
@@ -64,6 +65,8 @@ class UpstreamTable(BaseModel):
     """Variables a stdio server gets on top of the gateway's environment."""
     cwd: str | None = None
     """The directory a stdio server starts in; a relative one is taken from the config file's directory."""
+    credential: Credential | None = None
+    """`[upstream.credential]`: what each signed-in person connects before their calls reach it."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -97,6 +100,11 @@ class UpstreamTable(BaseModel):
             for key in ("env", "cwd"):
                 if getattr(self, key) is not None:
                     raise _Problem(key, "expected with command only: an upstream given by url is not started here")
+        if self.credential is not None:
+            problem = self.credential.carried(command=self.command is not None)
+            if problem is not None:
+                key, _, expected = problem.partition(": ")
+                raise _Problem(f"credential.{key}", expected)
         cwd = None
         if self.cwd is not None:
             place = directory / Path(self.cwd).expanduser()
@@ -113,6 +121,7 @@ class UpstreamTable(BaseModel):
             env=self.env,
             cwd=cwd,
             prefix=(self.name if self.prefix is None else self.prefix) or None,
+            credential=self.credential,
         )
 
 
@@ -183,6 +192,15 @@ def parse_config(text: str, source: Path) -> GatewayConfig:
     return config
 
 
+_VARIABLE_RULE: Final = "expected a variable's name: letters, digits and _, not starting with a digit"
+_PATTERNS: Final = {
+    "header": "expected a header's name: letters, digits and !#$%&'*+.^_`|~-",
+    "env": _VARIABLE_RULE,
+    "client_secret_env": _VARIABLE_RULE,
+}
+"""What a key of `[upstream.credential]` holds, said when its value does not fit (every other is a name or prefix)."""
+
+
 class _Problem(Exception):
     """What is wrong with one key of an `[[upstream]]` table, found once its types were right."""
 
@@ -200,12 +218,16 @@ def _said(error: ErrorDetails) -> str:
     kind = error["type"]
     kinds: dict[str, Any] = {"upstream": UpstreamTable, "gate": GateTable}
     table: Any = kinds.get(str(location[0]), GatewayConfig) if len(location) > 2 else GatewayConfig
-    if len(location) > 3 and location[2] in ("grants", "approvers"):
-        table = GateTable.model_fields[str(location[2])].annotation
-        table = next(arg for arg in getattr(table, "__args__", (table,)) if arg is not type(None))
+    inner = table.model_fields.get(str(location[2])) if len(location) > 3 else None
+    if inner is not None:  # a table inside a table: [upstream.credential], a gate's grants or approvers
+        table = next(arg for arg in getattr(inner.annotation, "__args__", (inner.annotation,)) if arg is not type(None))
+    if kind == "extra_forbidden" and table is Credential and location[-1] == "client_secret":
+        return f"{path}: not a key: the secret stays out of the file; client_secret_env names the variable holding it"
     if kind == "extra_forbidden":
         return f"{path}: unknown key; expected one of: {', '.join(table.model_fields)}"
     if kind == "missing":
+        if len(location) > 3:
+            return f"{path}: missing; every [{location[0]}.{location[2]}] table has one"
         if location[:1] == ("upstream",):
             return f"{path}: missing; every [[upstream]] table has one ({PREFIX_RULE})"
         return f"{path}: missing; every [[{location[0]}]] table has one"
@@ -215,7 +237,7 @@ def _said(error: ErrorDetails) -> str:
         return f"{path}: expected a table"
     message = str(error.get("ctx", {}).get("error", error["msg"]))
     if kind == "string_pattern_mismatch":
-        message = f"expected {PREFIX_RULE}"
+        message = _PATTERNS.get(str(location[-1]), f"expected {PREFIX_RULE}")
     elif kind == "greater_than_equal":
         message = f"expected a number of at least {error.get('ctx', {}).get('ge'):g}"
     elif location[:1] == ("gate",):

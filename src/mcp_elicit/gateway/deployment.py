@@ -11,21 +11,26 @@ health routes, served beside the gateway's `/mcp`. What it adds to a plain gatew
 - A client that cannot be asked gets the question's web page (`Fallback.WEB`), where its signed-in person
   answers; operators (`MCP_ELICIT_OPERATORS`) see and answer every pending decision in the inbox.
 - A lane (an upstream session) carries the calls of one principal at a time (`mcp_elicit.gateway.upstream`).
+- An upstream with a credential (`[upstream.credential]`) is connected by each person on the decision pages
+  (`ApiKeyEntry`, `OAuthConnect`), their secret kept in the vault (`MCP_ELICIT_VAULT_KEYS`) and sent with their
+  sessions only (`mcp_elicit.gateway.connecting`).
 
-Does not: hold upstream credentials per principal. Every principal's calls reach the upstream as the gateway
-(its command's environment, its URL), and an upstream session is used by another principal once the first is
+Does not: give an upstream without a credential anything of the person. Their calls reach it as the gateway
+(its command's environment, its URL), and such an upstream session is used by another principal once the first is
 done with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from mcp_elicit.gateway.credentials import connect_key
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.relay import GATEWAY_NAME, Gateway
 from mcp_elicit.gateway.upstream import Upstream
@@ -34,6 +39,8 @@ from mcp_elicit.server.flow import DEFAULT_FORM_TTL
 from mcp_elicit.store import Store
 from mcp_elicit.web.authserver import LocalAuthorizationServer
 from mcp_elicit.web.deployment import SignInSettings, sign_in_elicitation, sign_in_routes
+from mcp_elicit.web.flows import ExternalFlow
+from mcp_elicit.web.vault import Vault, VaultKeyRing
 
 __all__ = ["GatewayDeployment", "build_gateway_deployment"]
 
@@ -64,12 +71,37 @@ def build_gateway_deployment(
     settings: SignInSettings,
     question_ttl: timedelta = DEFAULT_FORM_TTL,
     gates: Sequence[GateTable] = (),
+    vault_keys: VaultKeyRing | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> GatewayDeployment:
-    """The signed-in gateway of `upstreams`, keeping its decisions in `store`; nothing is connected or served yet."""
+    """The signed-in gateway of `upstreams`, keeping its decisions in `store`; nothing is connected or served yet.
+
+    An upstream with a credential needs `vault_keys` (`MCP_ELICIT_VAULT_KEYS`), and an OAuth one its client secret
+    in `environ` (default: this process's environment) under the variable its `client_secret_env` names;
+    `ValueError` naming the upstream's key path (`upstream[1].credential...`, counted as `upstreams` are) else.
+    """
+    given = (upstreams,) if isinstance(upstreams, Upstream) else tuple(upstreams)
+    environ = os.environ if environ is None else environ
+    flows: dict[str, ExternalFlow] = {}
+    for index, upstream in enumerate(given):
+        if upstream.credential is None:
+            continue
+        if vault_keys is None:
+            raise ValueError(
+                f"upstream[{index}].credential: each person's credential is kept in the vault: set "
+                "MCP_ELICIT_VAULT_KEYS (see the configuration guide)"
+            )
+        try:
+            flows[connect_key(upstream.name)] = upstream.credential.flow(upstream.name, environ)
+        except ValueError as error:
+            raise ValueError(f"upstream[{index}].credential.{error}") from None
+    vault = Vault(store, vault_keys) if flows and vault_keys is not None else None
     elicitation = sign_in_elicitation(store, settings)
     auth = LocalAuthorizationServer(
         settings.public_url, settings.users, store, signing_keys=settings.auth_keys, server_name=GATEWAY_NAME
     )
-    gateway = Gateway(upstreams, elicitation=elicitation, fallback=Fallback.WEB, question_ttl=question_ttl, gates=gates)
-    routes = sign_in_routes(settings, elicitation, auth, server_title=GATEWAY_NAME)
+    gateway = Gateway(
+        given, elicitation=elicitation, fallback=Fallback.WEB, question_ttl=question_ttl, gates=gates, vault=vault
+    )
+    routes = sign_in_routes(settings, elicitation, auth, server_title=GATEWAY_NAME, vault=vault, flows=flows)
     return GatewayDeployment(gateway=gateway, auth=auth, routes=routes, public_url=settings.public_url)

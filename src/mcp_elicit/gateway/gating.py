@@ -72,6 +72,8 @@ class Gates:
         """How the gateway's clients see the upstream's names (`prefix_tool`): the name a gate is shown and its
         grants kept under, so that a grant for one upstream's tool never lets another's through."""
         self.tables = seen
+        self.listed = False
+        """Bound to a listing of the upstream's tools at least once."""
         self._bound: dict[str, GatedTool | str] = {
             name: f"the upstream has not listed tool {name!r} yet" for name in seen
         }
@@ -83,6 +85,7 @@ class Gates:
         """Bind every gate to its tool as `tools` (the upstream's whole list) has it; what does not fit, one line
         per gate. Such a gate stays armed (its tool's calls are refused)."""
         listed = {tool.name: tool for tool in tools}
+        self.listed = True
         problems = []
         for name, table in self.tables.items():
             tool = listed.get(name)

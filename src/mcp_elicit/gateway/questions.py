@@ -350,7 +350,7 @@ class Questions:
         """The call's outcome: the upstream's end when it asked nothing, else what `run_tool` made of it."""
         # A 2026-07-28 upstream's rounds reach a 2026-07-28 client as they are, and the gateway puts out none of its
         # own: what the call carries for a round (even without its state) is the upstream's.
-        theirs = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and call.pool is not None and call.pool.first.modern
+        theirs = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and call.pool is not None and call.pool.modern
         if not theirs and (params.request_state is not None or params.input_responses):
             # The retry of one of the gateway's own rounds: what it carries for that round is not the upstream's.
             raw = {name: value for name, value in raw.items() if name not in _ROUND_FIELDS}
@@ -395,7 +395,7 @@ class Questions:
         self._expected.watch((upstream, elicitation_id), done)
         return done
 
-    async def _served(self) -> None:
+    async def served(self) -> None:
         """The runtime's background work (wake-ups on store changes, leases, the sweeper), started by the first call
         that asks: until one does, the gateway does not touch its store at all."""
         if self._serving is None:
@@ -502,7 +502,7 @@ class Questions:
                 event.give(responses)
 
         try:
-            await self._served()
+            await self.served()
             result = await self.elicitation.run_tool(ctx, params, body, fallback=self.fallback)
         finally:
             if pending is not None and not pending.claimed:

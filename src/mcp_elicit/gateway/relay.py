@@ -58,6 +58,7 @@ from mcp_types import (
     ElicitResult,
     ErrorData,
     GetPromptRequestParams,
+    InputRequiredResult,
     ListRootsRequest,
     ListRootsResult,
     LoggingLevel,
@@ -75,12 +76,15 @@ from mcp_types import (
     SubscriptionsListenRequestParams,
     Tool,
     ToolListChangedNotification,
+    ToolsCapability,
 )
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, RootModel, ValidationError
 from starlette.applications import Starlette
 
 from mcp_elicit.approvals import GatedTool, GateRefused
+from mcp_elicit.gateway.connecting import CONNECT_STATE, Connecting
+from mcp_elicit.gateway.credentials import CONNECT_TOOL
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.gating import Gates, assign_gates, run_gated
 from mcp_elicit.gateway.live import ask_client
@@ -107,6 +111,7 @@ from mcp_elicit.server.identity import IdentityPolicy
 from mcp_elicit.server.runtime import Elicitation
 from mcp_elicit.server.sse_events import RETRY_INTERVAL_MS, MemoryEventStore
 from mcp_elicit.store import Store
+from mcp_elicit.web.vault import Vault
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +219,10 @@ class Gateway:
     its public URL for the decision pages: `mcp_elicit.gateway.deployment`); `fallback` says what a client that
     cannot be asked gets. With an identity (`identity`, or the given runtime's), every request is bound to its
     principal on the way upstream too: a lane carries one principal's calls at a time (`Pool`).
+
+    An upstream with a credential (`mcp_elicit.gateway.credentials`) needs such a runtime and `vault`, where each
+    person's secret is kept once they connected it on the pages (`mcp_elicit.gateway.connecting`); it is reached
+    as each person connects it, so it serves tools only (what it serves besides cannot be known at start).
     """
 
     def __init__(
@@ -228,10 +237,23 @@ class Gateway:
         gates: Sequence[GateTable] = (),
         elicitation: Elicitation | None = None,
         fallback: Fallback = Fallback.ERROR,
+        vault: Vault | None = None,
     ) -> None:
         given = (upstreams,) if isinstance(upstreams, Upstream) else tuple(upstreams)
         if not given:
             raise ValueError("a gateway needs an upstream")
+        credentialed = [index for index, upstream in enumerate(given) if upstream.credential is not None]
+        if credentialed and (elicitation is None or elicitation.public_base_url is None):
+            raise ValueError(
+                f"upstream[{credentialed[0]}].credential: each person connects it on the gateway's pages, which need "
+                "its sign-in (mcp-elicit gateway --transport streamable-http, with --public-url; in Python, "
+                "build_gateway_deployment)"
+            )
+        if credentialed and vault is None:
+            raise ValueError(
+                f"upstream[{credentialed[0]}].credential: each person's credential is kept in the vault: give the "
+                "gateway one (MCP_ELICIT_VAULT_KEYS)"
+            )
         if elicitation is not None and (store, request_state, timing, identity) != (None, None, None, None):
             raise ValueError(
                 "a gateway given its elicitation takes the store, request state, timing and identity from it"
@@ -248,7 +270,19 @@ class Gateway:
         self._gates = {name: Gates(tables, name, prefixes[name]) for name, tables in assign_gates(gates, given).items()}
         """Each upstream's gates, by its name; an upstream without gates has none here."""
         self.store = store
-        self.pools = tuple(Pool(upstream, self) for upstream in given)
+        self.connecting: Connecting | None = None
+        """The people's credentials of upstreams that need one (none: no upstream does)."""
+        if credentialed:
+            assert elicitation is not None
+            assert vault is not None
+            self.connecting = Connecting(elicitation, vault, lambda: self.event(ToolsListChanged()))
+        connecting = self.connecting
+        self.pools = tuple(
+            Pool(upstream, self, None if connecting is None else connecting.secrets(upstream.name))
+            if upstream.credential is not None
+            else Pool(upstream, self)
+            for upstream in given
+        )
         self.routes = Routes(self.pools, self._forward) if len(given) > 1 or given[0].prefix is not None else None
         """`None` for one upstream relayed as it is."""
         self.server = GatewayServer(self)
@@ -302,13 +336,19 @@ class Gateway:
             await stack.enter_async_context(running(self.pools))
             if self.questions is not None:
                 await stack.enter_async_context(self.questions.running())
-            clients = [pool.first.client for pool in self.pools]
-            assert all(client is not None for client in clients)
-            self._serve_like([client for client in clients if client is not None])
+            said: list[tuple[ServerCapabilities, str | None]] = []
+            for pool in self.pools:
+                client = pool.first.client if pool.upstream.credential is None else None
+                if client is not None:
+                    said.append((client.server_capabilities, client.instructions))
+                else:  # reached as each person connects it: its tools, which change as they do
+                    said.append((ServerCapabilities(tools=ToolsCapability(list_changed=True)), None))
+            self._serve_like(said)
             tasks = await stack.enter_async_context(anyio.create_task_group())
             self._tasks = tasks
             for pool in self.pools:
-                await self._bind(pool)
+                if pool.upstream.credential is None:
+                    await self._bind(pool)
             self._running = True
             try:
                 yield self
@@ -327,10 +367,10 @@ class Gateway:
         async with self.running():
             yield self
 
-    def _serve_like(self, clients: Sequence[Client]) -> None:
+    def _serve_like(self, said: Sequence[tuple[ServerCapabilities, str | None]]) -> None:
         """Handlers for the request families the upstreams serve (any of them), so that capabilities say the
-        same."""
-        declared = [client.server_capabilities for client in clients]
+        same; `said` is what each upstream declared, and its instructions."""
+        declared = [capabilities for capabilities, _ in said]
         capabilities = declared[0] if len(declared) == 1 else _union(declared)
         self.announces = listed_changes(capabilities)
         if self.routes is not None:
@@ -342,10 +382,10 @@ class Gateway:
             )
         relaying = self._relaying
         if self.routes is None:
-            self.server.instructions = clients[0].instructions
+            self.server.instructions = said[0][1]
         else:
             self.routes.serve_like(declared)
-            self.server.instructions = self.routes.instructions([client.instructions for client in clients])
+            self.server.instructions = self.routes.instructions([instructions for _, instructions in said])
             relaying = self.routes.relaying
         add = self.server.add_request_handler
         if capabilities.tools is not None:
@@ -392,8 +432,34 @@ class Gateway:
         call = Call(ctx, what, holder, Deadline(pool.upstream.timeout), pool=pool, principal=principal)
         if method == TOOLS_CALL and self.questions is not None:
             return await self._calling(ctx, raw, call)
+        if method == "tools/list" and pool.upstream.credential is not None:
+            return await self._listing(ctx, raw, call)
         lane, result = await self.send(call, method, raw)
         return self._returned(ctx, lane, what, result)
+
+    async def _listing(self, ctx: ServerRequestContext[Any, Any], raw: Mapping[str, Any], call: Call) -> dict[str, Any]:
+        """The tools of an upstream with a credential, for the caller: its `connect` tool first, then, once they
+        connected it, the upstream's own as their session lists them (one of the same name is hidden behind it)."""
+        assert self.connecting is not None
+        assert call.pool is not None
+        assert call.principal is not None
+        connect = self.connecting.tool(call.pool)
+        first = raw.get("cursor") is None
+        alone: dict[str, Any] = {"tools": [connect]}
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            alone["resultType"] = "complete"
+        if not await self.connecting.connected(call.pool, call.principal):
+            return alone
+        try:
+            lane, result = await self.send(call, "tools/list", raw)
+        except MCPError as error:  # their session is down (their credential refused, say): they may connect again
+            log.warning("%s of upstream %r failed: %s", call.what, call.pool.upstream.name, error.error.message)
+            return alone
+        listed = result.get("tools") or []
+        tools = [tool for tool in listed if not (isinstance(tool, dict) and tool.get("name") == CONNECT_TOOL)]
+        if len(tools) < len(listed):
+            log.info("upstream %s lists a tool %r, hidden behind the gateway's own", lane.label, CONNECT_TOOL)
+        return self._returned(ctx, lane, call.what, {**result, "tools": [connect, *tools] if first else tools})
 
     async def send(self, call: Call, method: str, raw: Mapping[str, Any]) -> tuple[Lane, dict[str, Any]]:
         """`call` sent upstream as it came, on a lane of its pool it may ride, and the upstream's raw result; an
@@ -455,8 +521,19 @@ class Gateway:
         assert self.questions is not None
         pool = call.pool or self.pools[0]
         params = CallToolRequestParams.model_validate(ctx.params or {})
+        if pool.upstream.credential is not None:
+            connected = await self._connect_first(ctx, params, raw, call)
+            if isinstance(connected, dict):
+                return connected
+            params, raw = connected
         gates = self._gates.get(pool.upstream.name)
         gated: GatedTool | None = None
+        if gates and pool.upstream.credential is not None and not gates.listed:
+            # An upstream reached as each person connects it: its gates are bound to the tools the caller's session
+            # lists, before the call is looked at, so that no gated call goes through unbound.
+            lister = Call(ctx, "tools/list", None, Deadline(pool.upstream.timeout), pool=pool, principal=call.principal)
+            async with pool.carrying(lister) as (lane, _):
+                await self._bind(pool, lane)
         if gates:
             name = str(raw.get("name"))
             try:
@@ -471,7 +548,7 @@ class Gateway:
             # The retry of a round a 2026-07-28 upstream put out: `send` gives its state back as the upstream gave it.
             lane, result = await self.send(call, TOOLS_CALL, raw)
             return self._returned(ctx, lane, call.what, result)
-        if not pool.first.modern:
+        if not pool.modern:
             call.holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's, and no other's
         if gates and gated is not None:
             return await self._gated(ctx, params, raw, call, gated, gates.fallback_of(str(raw.get("name"))))
@@ -481,6 +558,35 @@ class Gateway:
             assert outcome.result is not None
             return self._returned(ctx, outcome.lane, call.what, outcome.result)
         return outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    async def _connect_first(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams, raw: Mapping[str, Any], call: Call
+    ) -> dict[str, Any] | tuple[CallToolRequestParams, Mapping[str, Any]]:
+        """A call of an upstream with a credential: the call as it goes on, once its caller connected the upstream
+        (without the fields of the connect round it retries); else what to answer (a connect round, why it is not
+        connected, the result of the upstream's `connect` tool, which is the gateway's)."""
+        assert self.connecting is not None
+        assert call.pool is not None
+        assert call.principal is not None
+        state = params.request_state
+        if state is not None and state.startswith(UPSTREAM_STATE):
+            return params, raw  # the retry of a round the upstream put out: on the caller's session, connected
+        own = raw.get("name") == CONNECT_TOOL
+        retried = state is not None and state.startswith(CONNECT_STATE)
+        if not (own or retried) and await self.connecting.connected(call.pool, call.principal):
+            return params, raw
+        assert self.questions is not None
+        await self.questions.served()  # the runtime's wake-ups: the page's completion reaches the call at once
+        outcome = await self.connecting.connect(ctx, call.pool, call.principal, params)
+        answered = outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(outcome, InputRequiredResult):
+            return answered
+        if outcome.is_error or own:
+            return answered
+        if retried:
+            params = params.model_copy(update={"request_state": None, "input_responses": None})
+            raw = {key: value for key, value in raw.items() if key not in ("requestState", "inputResponses")}
+        return params, raw
 
     async def _gated(
         self,
@@ -590,14 +696,14 @@ class Gateway:
     # -- what the upstream sends on a lane (the `Relay` of `mcp_elicit.gateway.upstream`) ---------------------
 
     async def connected(self, lane: Lane, client: Client) -> None:
-        if self._running and lane is lane.pool.first:
+        if self._running and lane.pool.tells_changes(lane):
             self._bind_soon([lane.pool])  # a restarted upstream may list its tools differently
         if self._level is not None and client.server_capabilities.logging is not None and not lane.modern:
             try:
                 await self._send_level(lane, client, self._level)
             except MCPError as error:
                 log.warning("upstream %s refused the log level %s: %s", lane.label, self._level, error)
-        if self.routes is not None and self._running and lane is lane.pool.first:
+        if self.routes is not None and self._running and lane.pool.tells_changes(lane):
             for event, announced in zip(_EVENTS.values(), self.announces, strict=True):
                 if announced:
                     await self.event(event)
@@ -718,21 +824,24 @@ class Gateway:
             elif self.questions is None or not await self.questions.completed(lane, elicitation_id):
                 log.debug("upstream %s said a URL question the gateway did not relay is complete", lane.label)
 
-    async def _bind(self, pool: Pool) -> None:
-        """Bind the upstream's gates to its tools as it lists them now (at start, on a change, on reconnecting);
-        what does not fit is logged, and such a gate refuses its tool's calls. A listing that fails leaves the
-        gates as they were bound."""
+    async def _bind(self, pool: Pool, lane: Lane | None = None) -> None:
+        """Bind the upstream's gates to its tools as it lists them now on `lane` (by default the first, or for an
+        upstream with a credential any session of it up), at start, on a change, on reconnecting; what does not fit
+        is logged, and such a gate refuses its tool's calls. A listing that fails leaves the gates as they were
+        bound."""
         gates = self._gates.get(pool.upstream.name)
-        if not gates:
+        if lane is None:
+            lane = next((each for each in pool.lanes if each.status == "up" and pool.tells_changes(each)), None)
+        if not gates or lane is None:
             return
         async with self._binding.setdefault(pool.upstream.name, anyio.Lock()):  # in order: the latest list last
             try:
-                await self._bind_listed(pool, gates)
+                await self._bind_listed(pool, gates, lane)
             except Exception:  # a gate that cannot be bound stays armed; the gateway runs on
-                log.exception("upstream %s: its gates could not be bound", pool.first.label)
+                log.exception("upstream %s: its gates could not be bound", lane.label)
 
-    async def _bind_listed(self, pool: Pool, gates: Gates) -> None:
-        client = pool.first.client
+    async def _bind_listed(self, pool: Pool, gates: Gates, lane: Lane) -> None:
+        client = lane.client
         if client is None:
             return
         tools: list[Tool] = []
@@ -746,10 +855,10 @@ class Gateway:
                     if not cursor:
                         break
             except (MCPError, ValidationError) as error:
-                log.warning("upstream %s: its tools could not be listed to bind its gates: %s", pool.first.label, error)
+                log.warning("upstream %s: its tools could not be listed to bind its gates: %s", lane.label, error)
                 return
         if watch.cancelled_caught:
-            log.warning("upstream %s: its tools could not be listed in time to bind its gates", pool.first.label)
+            log.warning("upstream %s: its tools could not be listed in time to bind its gates", lane.label)
             return
         gates.bind(tools)
 
@@ -772,7 +881,7 @@ class Gateway:
                 self._connections.pop(holder, None)  # ended, or stalled past the notice timeout: forgotten
 
     async def _changed(self, lane: Lane, notification: ServerNotification) -> None:
-        if lane is not lane.pool.first:
+        if not lane.pool.tells_changes(lane):
             return  # every session of the upstream hears it; one notice is enough
         event = _EVENTS[type(notification)]
         await self.event(event)

@@ -14,6 +14,10 @@ one holder: they all get the same answer, a refusal. Requests that never draw a 
 A lane also carries the calls of one principal at a time (the signed-in user a call runs for, when the gateway
 knows one), whether they draw questions or not: two principals' requests are never in flight on one upstream
 session, so nothing the upstream keeps per session while a call runs, or says on it, reaches another person.
+The lanes of an upstream with a credential (`mcp_elicit.gateway.credentials`) belong to one principal for their
+whole life (their `owner`): each connection carries that principal's secret, read from the vault as it connects,
+so it never serves anyone else; none is opened at start (no one's secret is known then), a principal's first call
+opens theirs, and at the upstream's session limit an idle lane of another principal is closed to make room.
 
 Why a supervisor: an upstream process that exits, or an HTTP upstream that goes away, must not take the
 gateway with it. The supervisor notices the end of the connection (the read side of the transport ending, or
@@ -72,6 +76,8 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from mcp_elicit.gateway.credentials import CONNECT_TOOL, Credential
+
 log = logging.getLogger(__name__)
 
 UpstreamEra = Literal["auto", "legacy", "2026-07-28"]
@@ -126,10 +132,17 @@ class Upstream:
     prefix: str | None = None
     """What its tool and prompt names and resource URIs carry behind a gateway of several upstreams
     (`mcp_elicit.gateway.routing`); `None` for the one upstream of a gateway, relayed as it is."""
+    credential: Credential | None = None
+    """What each person connects before their calls reach it, sent with their sessions only
+    (`mcp_elicit.gateway.credentials`); `None`: every call reaches it as the gateway."""
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
             raise ValueError("an upstream is either a command or a URL")
+        if self.credential is not None:
+            problem = self.credential.carried(command=self.url is None)
+            if problem is not None:
+                raise ValueError(f"upstream {self.name!r}: credential.{problem}")
         if self.era not in ERAS:
             raise ValueError(f"era must be one of {', '.join(ERAS)}, not {self.era!r}")
         if self.sessions is not None and self.sessions < 1:
@@ -241,9 +254,15 @@ class Connection:
     forgotten: bool = False
     """The HTTP upstream answered 404 to a request of this session: it restarted or ended the session, and
     ran none of the requests it answered so."""
+    refused: int | None = None
+    """The HTTP status (401, 403) with which the HTTP upstream refused a request of this connection: it does not
+    take the credential the connection carries."""
 
     def forget(self) -> None:
         self.forgotten = True
+
+    def refuse(self, status: int) -> None:
+        self.refused = status
 
 
 class Relay(Protocol):
@@ -267,6 +286,19 @@ class Relay(Protocol):
 Status = Literal["starting", "up", "restarting", "down", "stopped"]
 
 
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """A person's credential of an upstream, as a lane connects with it."""
+
+    value: str = field(repr=False)
+    version: str
+    """Which of their credentials it is (when it was stored): a refused one is told from the next."""
+
+
+Secrets = Callable[[str], Awaitable[Secret | None]]
+"""A principal's credential of an upstream (from the vault), or None when they have not connected it."""
+
+
 @dataclass(eq=False)
 class Lane:
     """One session with the upstream, its supervisor, and the calls it carries."""
@@ -285,8 +317,21 @@ class Lane:
     principal: str | None = None
     occupants: int = 0
     """Calls of `principal` on the lane or waiting for it to come up."""
+    owner: str | None = None
+    """The principal whose credential the lane's connections carry (an upstream with a credential): the only one
+    whose calls it carries, for its whole life."""
+    retired: bool = False
+    """It takes no more calls, and is closed once those on it ended (its owner connected a new credential)."""
+    version: str | None = None
+    """The version of its owner's credential its connection carries."""
+    refused: str | None = None
+    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) when it last connected."""
+    suspect: bool = False
+    """Its owner may be replacing their credential (on the page, where the gateway does not see it done): whether
+    the vault still has the one it carries is looked at before each of their calls."""
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _lost: anyio.Event = field(default_factory=anyio.Event)
+    _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     @property
     def label(self) -> str:
@@ -335,13 +380,27 @@ class Lane:
         waits on it.
         """
         try:
-            await self._supervise()
+            with self._scope:
+                await self._supervise()
         except Exception:
             log.exception("upstream %s: its supervisor failed; the session is given up", self.label)
         finally:
             self.stop()
             if self in self.pool.lanes:
                 self.pool.lanes.remove(self)
+
+    @property
+    def idle(self) -> bool:
+        """No call is on it, nor waiting for it."""
+        return not self.calls and not self.claims and not self.occupants
+
+    def close(self) -> None:
+        """Leave the pool now and end the connection (its supervisor is cancelled): for an idle lane."""
+        self.retired = True
+        if self in self.pool.lanes:
+            self.pool.lanes.remove(self)
+            self.pool.freed()
+        self._scope.cancel()
 
     async def _supervise(self) -> None:
         failures = 0
@@ -424,12 +483,16 @@ class Lane:
     @asynccontextmanager
     async def _connected(self) -> AsyncIterator[Connection]:
         upstream = self.pool.upstream
+        secret = await self._secret()
         async with AsyncExitStack() as stack:
             first = "legacy" if upstream.era != "2026-07-28" else "auto"
             try:
-                connection = self._connection(first)
+                connection = self._connection(first, secret)
                 await stack.enter_async_context(connection.client)
             except Exception as error:  # the SDK's task groups hand a refusal on inside a group
+                if connection.refused is not None and secret is not None:
+                    self.refused = secret.version
+                    raise self._refused_credential(connection.refused) from None
                 refused = _mcp_error(error)
                 if refused is None:
                     raise
@@ -438,7 +501,7 @@ class Lane:
                 # A server of 2026-07-28 alone refuses the handshake (-32022, or an error of its own).
                 log.info("upstream %s refused the handshake (%s); discovering instead", self.label, refused)
                 try:
-                    connection = self._connection("auto")
+                    connection = self._connection("auto", secret)
                     await stack.enter_async_context(connection.client)
                 except Exception as error:
                     refused = _mcp_error(error)
@@ -447,15 +510,41 @@ class Lane:
                     raise _not_started(refused) from None
             if upstream.era == "2026-07-28" and connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 raise UpstreamUnavailable(f"it speaks {connection.client.protocol_version}, not 2026-07-28")
+            self.refused = None
+            self.version = None if secret is None else secret.version
             yield connection
 
-    def _connection(self, mode: str) -> Connection:
+    def _refused_credential(self, status: int) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"it refused the credential of {self.owner} (HTTP {status}); connecting it again (the gateway's tool "
+            f"{CONNECT_TOOL!r} under the upstream's prefix) replaces it"
+        )
+
+    async def _secret(self) -> Secret | None:
+        """The owner's secret, read anew for every connection (a person who connected again is carried with the new
+        one); None for an upstream without a credential."""
+        if self.pool.upstream.credential is None:
+            return None
+        assert self.owner is not None
+        assert self.pool.secrets is not None
+        secret = await self.pool.secrets(self.owner)
+        if secret is None:
+            raise UpstreamUnavailable(f"has no credential of {self.owner}: they have not connected it (or no longer)")
+        return secret
+
+    def _connection(self, mode: str, secret: Secret | None) -> Connection:
         upstream = self.pool.upstream
+        credential = upstream.credential if secret is not None else None
         transport: Any
         if upstream.url is not None:
-            transport = _http(upstream.url, lambda: connection.forget())
+            headers = credential.headers(secret.value) if credential is not None and secret is not None else {}
+            transport = _http(
+                upstream.url, lambda: connection.forget(), headers, lambda status: connection.refuse(status)
+            )
         else:
             env = {**os.environ, **(upstream.env or {})}
+            if credential is not None and secret is not None:
+                env.update(credential.variables(secret.value))
             command, *args = upstream.command
             transport = stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=upstream.cwd))
         relay = self.pool.relay
@@ -504,7 +593,7 @@ class Lane:
         if self.modern and capabilities.tools is not None:
             await self.learn_tools(client)
         async with anyio.create_task_group() as tasks:
-            if self.modern and self is self.pool.first and any(listed_changes(capabilities)):
+            if self.modern and self.pool.tells_changes(self) and any(listed_changes(capabilities)):
                 await tasks.start(self._listen, client, capabilities)
             if not self._lost.is_set():
                 self.status, self.problem = "up", ""
@@ -577,9 +666,13 @@ def listed_changes(capabilities: ServerCapabilities) -> tuple[bool, bool, bool]:
 class Pool:
     """The upstream's lanes: the first connected at start, more as calls need them, up to its session limit."""
 
-    def __init__(self, upstream: Upstream, relay: Relay) -> None:
+    def __init__(self, upstream: Upstream, relay: Relay, secrets: Secrets | None = None) -> None:
+        if upstream.credential is not None and secrets is None:
+            raise ValueError(f"upstream {upstream.name!r} has a credential: its pool needs where to read secrets from")
         self.upstream = upstream
         self.relay = relay
+        self.secrets = secrets
+        """Where a lane of an upstream with a credential reads its owner's secret, as it connects."""
         self.lanes: list[Lane] = []
         self._opened = 0
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -587,8 +680,51 @@ class Pool:
 
     @property
     def first(self) -> Lane:
-        """The lane that relays list changes (every session of the upstream hears them; one notice is enough)."""
+        """The lane that relays list changes (every session of the upstream hears them; one notice is enough), up
+        from the start; an upstream with a credential has none of its own (see `tells_changes`)."""
         return self.lanes[0]
+
+    def tells_changes(self, lane: Lane) -> bool:
+        """Whether what `lane` hears of list changes (and its listing, on connecting) is passed on: the first lane's;
+        for an upstream with a credential, every lane's, each being one person's session, whose lists are that
+        person's."""
+        return self.upstream.credential is not None or lane is self.first
+
+    @property
+    def modern(self) -> bool:
+        """Whether the upstream speaks 2026-07-28, as its sessions said (an upstream with a credential that no one
+        connected yet: as its era is pinned)."""
+        spoken = next((lane for lane in self.lanes if lane.era is not None), None)
+        return spoken.modern if spoken is not None else self.upstream.era == "2026-07-28"
+
+    def carries(self, principal: str) -> bool:
+        """Whether a lane of `principal`'s credential is up, and not suspected of carrying one they replaced: they
+        connected it, and the upstream took it."""
+        lanes = self.owned(principal)
+        return any(lane.status == "up" for lane in lanes) and not any(lane.suspect for lane in lanes)
+
+    def owned(self, principal: str) -> list[Lane]:
+        """The lanes of `principal`'s credential that take calls."""
+        return [lane for lane in self.lanes if lane.owner == principal and not lane.retired]
+
+    def suspect(self, principal: str) -> None:
+        """`principal` may be replacing their credential: their lanes are checked against the vault before each of
+        their calls, until one is found replaced (`renew`)."""
+        for lane in self.owned(principal):
+            lane.suspect = True
+
+    def renew(self, principal: str) -> None:
+        """`principal` connected a new credential: their lanes take no more calls and close once idle, so that their
+        next calls open lanes that carry it."""
+        for lane in list(self.lanes):
+            if lane.owner == principal:
+                lane.retired = True
+                if lane.idle:
+                    lane.close()
+
+    def freed(self) -> None:
+        """A lane may be claimed now: calls waiting for one look again."""
+        self._freed.set()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Self]:
@@ -596,10 +732,11 @@ class Pool:
         async with running((self,)):
             yield self
 
-    def _open(self) -> Lane:
-        """A new lane, its supervisor started in the pool's task group (where no caller's cancellation reaches)."""
+    def _open(self, owner: str | None = None) -> Lane:
+        """A new lane (of `owner`'s credential), its supervisor started in the pool's task group (where no caller's
+        cancellation reaches)."""
         assert self._tasks is not None
-        lane = Lane(self, self._opened)
+        lane = Lane(self, self._opened, owner=owner)
         self._opened += 1
         self.lanes.append(lane)
         self._tasks.start_soon(lane.supervise)
@@ -627,17 +764,24 @@ class Pool:
                 if not lane.occupants:
                     lane.principal = None
                     self._freed.set()
+            if lane.retired and lane.idle:
+                lane.close()
 
     async def _claim(self, call: Call) -> tuple[Lane, bool]:
         """A lane free for the call's holder (any lane up, for a call that draws no question or on a 2026-07-28
         session) and its principal, and whether it was claimed for the holder; a new lane while there are fewer
-        than the upstream's session limit; else the wait for one to be freed."""
+        than the upstream's session limit; else the wait for one to be freed. For an upstream with a credential, a
+        lane of the call's principal's own, and at the limit an idle lane of another's closed to make room."""
+        owned = self.upstream.credential is not None
+        if owned and call.principal is None:
+            raise ValueError(f"upstream {self.upstream.name!r} has a credential: its calls need a principal")
         while True:
             free = [
                 lane
                 for lane in self.lanes
                 if (call.holder is None or lane.modern or lane.holder in (None, call.holder))
-                and lane.principal in (None, call.principal)
+                and (lane.owner == call.principal if owned else lane.principal in (None, call.principal))
+                and not lane.retired
             ]
             if free:
                 lane = next((lane for lane in free if lane.status == "up"), free[0])
@@ -650,7 +794,12 @@ class Pool:
                     lane.occupants += 1
                 return lane, claimed
             if len(self.lanes) < self.upstream.session_limit and self._tasks is not None:
-                self._open()
+                self._open(call.principal if owned else None)
+                continue
+            idle = next((lane for lane in self.lanes if owned and lane.owner != call.principal and lane.idle), None)
+            if idle is not None:
+                log.info("upstream %s: closed, idle, to open a session for another person", idle.label)
+                idle.close()
                 continue
             if self._freed.is_set():
                 self._freed = anyio.Event()
@@ -675,7 +824,8 @@ async def running(pools: Sequence[Pool]) -> AsyncIterator[None]:
         firsts = []
         for pool in pools:
             pool._tasks = tasks
-            firsts.append(pool._open())
+            if pool.upstream.credential is None:  # an upstream with a credential is reached as each person connects it
+                firsts.append(pool._open())
         with anyio.CancelScope() as waiting:
             async with anyio.create_task_group() as waits:
                 for lane in firsts:
@@ -747,18 +897,24 @@ def _described(error: BaseException) -> str:
 
 
 @asynccontextmanager
-async def _http(url: str, forgotten: Callable[[], None]) -> AsyncIterator[Any]:
-    """The SDK's streamable HTTP transport, saying when the upstream answers 404 to a request that names the
-    session: the protocol's sign that the server no longer knows it (it restarted, or ended the session)."""
+async def _http(
+    url: str, forgotten: Callable[[], None], headers: Mapping[str, str], refused: Callable[[int], None]
+) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), saying when
+    the upstream answers 404 to a request that names the session (the protocol's sign that the server no longer
+    knows it: it restarted, or ended the session) and when it answers 401 or 403 (it does not take the
+    credential)."""
 
     async def answered(response: httpx2.Response) -> None:
         if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
             forgotten()
+        elif response.status_code in (401, 403):
+            refused(response.status_code)
 
     # The SDK's own defaults: a response stream may stay open long without a byte.
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
-        httpx2.AsyncClient(timeout=timeout, event_hooks={"response": [answered]}) as http,
+        httpx2.AsyncClient(timeout=timeout, headers=dict(headers), event_hooks={"response": [answered]}) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams

@@ -7,7 +7,8 @@ connection it refuses before sending anything, in FastMCP's words, as a tool err
 URL-mode request with `ctx.elicit_url`, which the SDK sends on any protocol (2025-06-18 included), and says
 how the client answered. `capabilities` returns the client capabilities the server received. `crash` logs
 a line and raises: the SDK answers only "Error executing tool crash" and logs the traceback to stderr.
-`hold` writes a marker file and then sleeps, so that a test knows the call is in flight before it kills
+`digest` gives the SHA-256 of an environment variable of its process. `hold` writes a marker file and then
+sleeps, so that a test knows the call is in flight before it kills
 the process (`pid`), and writes `cancelled` there if the call is cancelled. `die` ends the process in the
 middle of a call. `count` reports progress, `say` logs a message to the client, `change` announces that the
 tool list changed (the way its protocol era does), `link` sends a URL-mode request and then says the flow is
@@ -27,6 +28,7 @@ of a 2026-07-28 call over HTTP. The
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -155,6 +157,14 @@ async def crash() -> str:
 async def pid() -> int:
     """The server's process id."""
     return os.getpid()
+
+
+@server.tool()
+async def digest(variable: str) -> str:
+    """The SHA-256 of the environment variable `variable` (empty: it is not set), so that a test learns which secret
+    the process was started with without the secret coming back."""
+    value = os.environ.get(variable)
+    return "" if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
 @server.tool()
