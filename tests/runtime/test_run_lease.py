@@ -10,7 +10,8 @@ event, which a scripted answer by key cannot do.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -190,6 +191,52 @@ async def test_an_at_most_once_step_runs_once_and_its_result_is_replayed(
     found = operation_id(elicitation.store, "pay", {"amount": 3})
     names = {e.name for e in elicitation.store.journal(found, caller=LOCAL)}
     assert names == {"charge", "mcp-elicit/started/charge"}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_at_most_once_step_is_marked_started_only_once_it_holds_what_it_waits_for(
+    servers: Callable[..., Elicitation], era: str
+) -> None:
+    """`holding` is what the step waits for before its effect (the gateway's session with its upstream): a call
+    cancelled while it waits leaves no mark, so its identical call runs the step rather than failing with an
+    unknown outcome; the mark is made once it holds it, and a run that finds the step journaled never enters it."""
+    elicitation = servers()
+    store = elicitation.store
+    free = anyio.Event()
+    waiting = anyio.Event()
+    held: list[list[str]] = []
+
+    @asynccontextmanager
+    async def slot(operation: str) -> AsyncIterator[None]:
+        waiting.set()
+        await free.wait()
+        held.append([e.name for e in store.journal(operation, caller=LOCAL)])
+        yield
+
+    async def charge(operation: str) -> str:
+        held.append([e.name for e in store.journal(operation, caller=LOCAL)])
+        return "charged"
+
+    @elicitation.tool()
+    async def pay(flow: Flow, amount: int) -> str:
+        answer = await flow.ask("Pay?", Go)
+        operation = flow.operation_id
+        charged = await flow.step("charge", charge, operation, returns=str, at_most_once=True, holding=slot(operation))
+        receipt = await flow.ask("Send the receipt?", Go, key="receipt")
+        return f"{charged if answer else 'stopped'}, receipt {bool(receipt)}"
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content={"go": True})
+
+    with anyio.CancelScope() as giving_up:
+        async with anyio.create_task_group() as calling:
+            calling.start_soon(call, elicitation, era, "pay", {"amount": 9}, person)
+            await waiting.wait()
+            giving_up.cancel()
+    free.set()
+    result = await call(elicitation, era, "pay", {"amount": 9}, person)
+    assert said(result) == "charged, receipt True"
+    assert held == [[], ["mcp-elicit/started/charge"]]  # entered unmarked; marked before the charge; entered once
 
 
 @pytest.mark.parametrize("era", ERAS)

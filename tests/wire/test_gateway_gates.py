@@ -26,7 +26,7 @@ from starlette.routing import Route
 from mcp_elicit.approvals import APPROVAL_KEY, GRANT_FIELD, REJECT_FIELD
 from mcp_elicit.gateway import Gateway, Upstream
 from mcp_elicit.gateway.gates import GateTable
-from mcp_elicit.model import Operator
+from mcp_elicit.model import OperationStatus, Operator
 from mcp_elicit.store import Store, open_store
 from tests.helpers.gateway import ERAS, Served, connected, everything
 
@@ -189,3 +189,5 @@ async def test_an_answer_lost_after_the_upstream_ran_the_call_is_an_unknown_outc
     assert "forward 'pay' to upstream 'bank' was started by an earlier attempt" in said(again)[0]
     assert PAID == [{"amount": 500}]
     assert len(approver.asked) == 1
+    [approval] = store.list_decisions(OPERATOR)
+    assert store.get_operation(approval.operation_id, OPERATOR).status is OperationStatus.FAILED  # checked by a person

@@ -45,6 +45,7 @@ SDK_TOOLS = [
     "capabilities",
     "crash",
     "pid",
+    "digest",
     "hold",
     "die",
     "count",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -248,6 +249,12 @@ async def _serve(
             # stdio upstream then reads the end of its input, and the SDK's servers (and most) stop there.
             async with stdio_server() as (read, write):
                 await relay.server.run(read, write, relay.server.create_initialization_options())
+            # Once its input ended, it stops its stdio upstreams (the SDK closes their input, and ends the process
+            # tree of one still running 2 s later), and SIGTERM does not cut that short: a host sends it 2 s after
+            # closing the gateway's input (the TypeScript SDK's client does, and SIGKILL 2 s after that), and an
+            # upstream that does not end with its input (server-everything, whose timers keep it alive) would
+            # outlive a gateway that died then.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         else:
             app = deployment.http_app(host) if deployment is not None else relay.server.streamable_http_app(host=host)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)

@@ -6,13 +6,16 @@ that the tool's schema does not have) is said each time, and the gate stays arme
 refused, naming the gate and why, until the upstream lists the tool so that the gate fits. Nothing a gate
 guards runs unasked because the upstream changed.
 
-A gated call runs through `Elicitation.run_tool` with the bound gate, so the approval is a durable decision of
-the call's operation, bound to the caller and to the digest of the call's arguments, asked on whatever the
-client's era offers (a live `elicitation/create`, a 2026-07-28 round, the web page), recorded and audited. The
-arguments forwarded are the ones approved (edited only where the gate allows, checked against the tool's input
-schema). The forward is a step that runs at most once: its start is durable before the request leaves, so a
-gateway that dies after forwarding and before recording the upstream's answer never forwards it again; the
-identical call then fails with `OutcomeUnknown`, naming the operation and the upstream tool.
+A gated call runs through `Elicitation.run_tool` with the bound gate (`Questions.call_gated`), so the approval is a
+durable decision of the call's operation, bound to the caller and to the digest of the call's arguments, asked on
+whatever the client's era offers (a live `elicitation/create`, a 2026-07-28 round, the web page), recorded and
+audited. The arguments forwarded are the ones approved (edited only where the gate allows, checked against the
+tool's input schema). The forward is a step that runs at most once: its start is durable once it holds a session
+with the upstream and before the request leaves, so a gateway that dies after forwarding and before recording the
+upstream's answer never forwards it again; the identical call then fails with `OutcomeUnknown`, naming the
+operation and the upstream tool. What the upstream asks during the forward (a 2026-07-28 upstream's round, a
+handshake upstream's `elicitation/create`) is asked through the same operation, and each message that makes the
+upstream go on is a further step that runs at most once (`mcp_elicit.gateway.questions`).
 
 Does not guarantee: that the upstream ran the call when the outcome is unknown, nor that it did not.
 """
@@ -20,25 +23,17 @@ Does not guarantee: that the upstream ran the call when the outcome is unknown, 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
-from mcp.server.context import ServerRequestContext
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolRequestParams, CallToolResult, ErrorData, InputRequiredResult, Tool
+from mcp_types import Tool
 
 from mcp_elicit.approvals import GatedTool, GateRefused
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.routing import SEPARATOR, prefixed
 from mcp_elicit.gateway.upstream import Upstream
-from mcp_elicit.server import Elicitation, Fallback, Flow
+from mcp_elicit.server import Fallback
 
 log = logging.getLogger(__name__)
-
-Forward = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-"""Sends the call upstream with these arguments: `{"result": ...}` (the upstream's result as it came) or
-`{"error": ...}` (the error it answered with); any exception is an outcome the gateway does not know (the
-connection ended, the request timed out), and the call is not forwarded again."""
 
 
 def assign_gates(tables: Sequence[GateTable], upstreams: Sequence[Upstream]) -> dict[str, list[GateTable]]:
@@ -121,28 +116,3 @@ class Gates:
 
     def fallback_of(self, tool: str) -> Fallback:
         return Fallback(self.tables[tool].fallback)
-
-
-async def run_gated(
-    elicitation: Elicitation,
-    ctx: ServerRequestContext[Any, Any],
-    params: CallToolRequestParams,
-    gated: GatedTool,
-    *,
-    upstream: str,
-    forward: Forward,
-    fallback: Fallback = Fallback.ERROR,
-) -> CallToolResult | InputRequiredResult:
-    """The call, asked for approval through the runtime (every era), then forwarded once with the approved
-    arguments. An error the upstream answers with fails the operation as a tool error naming it (the call ran
-    upstream and was refused there): an identical call after that is a new request for approval."""
-    step = f"forward {params.name!r} to upstream {upstream!r}"
-
-    async def body(flow: Flow) -> CallToolResult:
-        outcome = await flow.step(step, forward, flow.arguments, returns=dict[str, Any], at_most_once=True)
-        if "error" in outcome:
-            error = ErrorData.model_validate(outcome["error"])
-            raise ToolError(f"upstream {upstream!r} answered {params.name!r} with error {error.code}: {error.message}")
-        return CallToolResult.model_validate(outcome["result"])
-
-    return await elicitation.run_tool(ctx, params, body, gate=gated, fallback=fallback)

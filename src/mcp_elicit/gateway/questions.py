@@ -24,6 +24,9 @@ has no such error (`Required`: its URL flows become a round, and the call goes u
 consented and the upstream said they are complete). A URL question's answer is the person's consent (the
 upstream runs the flow); its decision is completed when the upstream says so.
 
+A gated call (`call_gated`) runs its forward the same way once approved, as steps that run at most once: a
+question of the upstream ends the forward's step, and handing it the answer is the next step.
+
 What does not survive a restart: the upstream call itself. A retry whose upstream call is gone starts it again
 (the upstream's tool body runs again) and answers what it asks from the recorded decisions while they match.
 An upstream call whose question nobody answers gives up after the question's TTL: the upstream is told `cancel`
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
@@ -68,12 +72,14 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from mcp_elicit.approvals import GatedTool
 from mcp_elicit.gateway.live import CLIENT_METHODS, ask_client, client_request
 from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, Remembered
-from mcp_elicit.gateway.upstream import Call, Lane
+from mcp_elicit.gateway.upstream import Call, Lane, refused_by_upstream
 from mcp_elicit.model import DecisionStatus, Principal
 from mcp_elicit.model.form_schema import UnsupportedSchema
 from mcp_elicit.server.answers import Accepted, Consented, Declined
+from mcp_elicit.server.execution import OutcomeUnknown
 from mcp_elicit.server.fallback import Fallback
 from mcp_elicit.server.flow import DEFAULT_FORM_TTL, DEFAULT_URL_TTL, Flow
 from mcp_elicit.server.runtime import Elicitation
@@ -409,14 +415,16 @@ class Questions:
             started.set()
             await anyio.sleep_forever()
 
-    def _start(self, call: Call, raw: Mapping[str, Any]) -> UpstreamCall:
+    def _start(self, call: Call, raw: Mapping[str, Any], *, gated: bool = False) -> UpstreamCall:
+        """The upstream call, started in the gateway's task group. A gated forward's passes the upstream's rounds
+        and errors on as its end: its body answers them, in steps of its own (`forward_approved`)."""
         assert self._tasks is not None, "the gateway is not running"
-        modern = call.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        modern = call.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and not gated
         started = UpstreamCall(
             call,
             form_ttl=self.ttl.total_seconds(),
             url_ttl=self.url_ttl.total_seconds(),
-            bridges=not modern,
+            bridges=not modern and not gated,
             expect=self._expect if modern else None,
             watch=self._watch,
         )
@@ -454,12 +462,7 @@ class Questions:
                 event = await upstream.event(index)
                 index += 1
                 if consented:
-                    # A 2026-07-28 upstream asks again for a flow it has not seen complete: one it no longer asks
-                    # for is done.
-                    still = event.requests if isinstance(event, Round) else {}
-                    for key, done in consented.items():
-                        if key not in still:
-                            await self._complete(done)
+                    await self._done_unless_asked(consented, event.requests if isinstance(event, Round) else {})
                     consented = {}
                 if isinstance(event, Ended):
                     if self._calls.get(flow.operation_id) is upstream:
@@ -481,24 +484,11 @@ class Questions:
                     event.give(answer)
                     asked += 1
                     continue
-                responses: dict[str, Any] = {}
-                for key, request in event.requests.items():
-                    if isinstance(request, Mapping) and request.get("method") in CLIENT_METHODS:
-                        given = await _asked_of_client(ctx, request, call.what)
-                        if isinstance(given, ErrorData):
-                            upstream.cancel(given.message)
-                            raise MCPError(given.code, f"{call.what}: {given.message}", given.data)
-                        responses[key] = given.model_dump(mode="json", by_alias=True, exclude_none=True)
-                        continue
-                    params = _elicitation(request, call.what)
-                    answer, flowing = await self._answer(flow, ctx, params, asked, None)
-                    asked += 1
-                    if isinstance(answer, ErrorData):
-                        upstream.cancel(answer.message)
-                        raise MCPError(INVALID_PARAMS, f"{call.what}: {answer.message}")
-                    responses[key] = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
-                    if flowing is not None:
-                        consented[key] = flowing
+                try:
+                    responses, consented, asked = await self._respond(flow, ctx, event.requests, asked, call.what)
+                except MCPError as refused:
+                    upstream.cancel(refused.error.message)
+                    raise
                 event.give(responses)
 
         try:
@@ -531,6 +521,207 @@ class Questions:
         chosen.operation = (operation_id, principal)
         self._calls[operation_id] = chosen
         return chosen
+
+    async def call_gated(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: CallToolRequestParams,
+        raw: Mapping[str, Any],
+        call: Call,
+        gated: GatedTool,
+        fallback: Fallback = Fallback.ERROR,
+    ) -> CallToolResult | InputRequiredResult:
+        """A call its gate applies to: asked for approval through the runtime (every era), then forwarded with the
+        arguments approved (`_forward_approved`). An error the upstream answers with fails the operation as a tool
+        error naming it (the call ran upstream and was refused there): an identical call after that is a new
+        request for approval."""
+
+        async def body(flow: Flow) -> CallToolResult:
+            return await self._forward_approved(flow, ctx, call, raw, params.name)
+
+        await self.served()
+        return await self.elicitation.run_tool(ctx, params, body, gate=gated, fallback=fallback)
+
+    async def _forward_approved(
+        self, flow: Flow, ctx: ServerRequestContext[Any, Any], call: Call, raw: Mapping[str, Any], name: str
+    ) -> CallToolResult:
+        """A gated call, once approved: forwarded with the arguments approved, and what the upstream asks on it
+        asked through the flow as decisions of the call's operation, whichever era either side speaks.
+
+        Every message that makes the upstream act is a step that runs at most once, and a step's start is marked
+        only once it holds a session with the upstream (`Flow.step(holding=...)`): the forward (`forward 'name' to
+        upstream 'u'`); for each round a 2026-07-28 upstream answers with, its questions asked, then the call sent
+        again with the same arguments, the responses and the upstream's `requestState` (`..., round N`); for each
+        question a handshake upstream asks on the call (`elicitation/create`), the answer handed to its request
+        waiting for it (`..., answer N`). The round's state and the questions are in the journal, so a retry of a
+        2026-07-28 client re-runs this body and finds them there.
+
+        Why the upstream call of the questions machinery: a handshake upstream's question comes while its request
+        waits, and a 2026-07-28 client can only be asked in a round, which ends the client's request. So the
+        upstream request runs in the gateway's task group (an `UpstreamCall`, the same as an ungated call's), the
+        forward's step ends at its first question (journaled as the question), and the retry's answer step finds
+        the request in memory under the operation's id. What that cannot survive: a gateway restart (or a retry
+        that reaches another instance) while the question is open. The upstream request is gone, and whether it
+        did anything before asking is not known, so nothing is sent again: the call fails with `OutcomeUnknown`.
+        """
+        assert call.pool is not None
+        pool = call.pool
+        step = f"forward {name!r} to upstream {pool.upstream.name!r}"
+        sent = {**{key: value for key, value in raw.items() if key not in _ROUND_FIELDS}, "arguments": flow.arguments}
+        operation = (flow.operation_id, flow.principal)
+        outcome: dict[str, Any] = await flow.step(
+            step,
+            self._forwarded,
+            call,
+            sent,
+            operation,
+            returns=dict[str, Any],
+            at_most_once=True,
+            holding=pool.carrying(call),
+        )
+        asked = answers = rounds = 0
+        consented: dict[str, _Flow] = {}
+        while True:
+            if "asked" in outcome:
+                kept = self._calls.get(flow.operation_id)
+                index = int(outcome["event"])
+                question = kept.events[index] if kept is not None and index < len(kept.events) else None
+                params = ElicitRequest.model_validate({"method": "elicitation/create", "params": outcome["asked"]})
+                key = question_key(asked, outcome["asked"])
+                if isinstance(question, Question):
+                    question.key = key
+                lane = question.lane if isinstance(question, Question) else None
+                answer, _ = await self._answer(flow, ctx, params.params, asked, lane)
+                asked += 1
+                answers += 1
+                outcome = await flow.step(
+                    f"{step}, answer {answers}",
+                    self._answered,
+                    ctx,
+                    step,
+                    index,
+                    answer,
+                    operation,
+                    returns=dict[str, Any],
+                    at_most_once=True,
+                )
+                continue
+            if "error" in outcome:
+                error = ErrorData.model_validate(outcome["error"])
+                said = f"upstream {pool.upstream.name!r} answered {name!r} with error {error.code}: {error.message}"
+                raise ToolError(said)
+            result = dict(outcome["result"])
+            round_ = result.get("inputRequests") if result.get("resultType") == "input_required" else None
+            if consented:
+                await self._done_unless_asked(consented, round_ if isinstance(round_, Mapping) else {})
+            if round_ is None:
+                result.pop("resultType", None)
+                return CallToolResult.model_validate(result)
+            rounds += 1
+            requests = round_ if isinstance(round_, Mapping) else {}
+            responses, consented, asked = await self._respond(flow, ctx, requests, asked, call.what)
+            again = {**sent, "inputResponses": responses}
+            if result.get("requestState") is not None:
+                again["requestState"] = result["requestState"]
+            outcome = await flow.step(
+                f"{step}, round {rounds}",
+                self._forwarded,
+                call,
+                again,
+                operation,
+                returns=dict[str, Any],
+                at_most_once=True,
+                holding=pool.carrying(call),
+            )
+
+    async def _forwarded(self, call: Call, sent: Mapping[str, Any], operation: tuple[str, Principal]) -> dict[str, Any]:
+        """The step that sends a gated call upstream: what came of it (`_outcome`)."""
+        call.sent = False  # this request's own: an earlier round's left long ago
+        started = self._start(call, sent, gated=True)
+        try:
+            return await self._outcome(started, 0, operation)
+        except BaseException:
+            if not started.claimed:
+                started.cancel("its client gave up")  # cancelled, or went away: so does the upstream
+            raise
+
+    async def _answered(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        step: str,
+        index: int,
+        answer: ElicitResult | ErrorData,
+        operation: tuple[str, Principal],
+    ) -> dict[str, Any]:
+        """The step that hands the answer to a handshake upstream's question of a gated call to its request waiting
+        in memory: what came of it next (`_outcome`); `OutcomeUnknown` if the request is gone."""
+        kept = self._calls.get(operation[0])
+        question = kept.events[index] if kept is not None and index < len(kept.events) else None
+        if kept is None or not isinstance(question, Question):
+            raise OutcomeUnknown(step, operation[0])
+        kept.call.ctx = ctx  # progress and log messages go to the request the call is on now
+        question.give(answer)
+        return await self._outcome(kept, index + 1, operation)
+
+    async def _outcome(self, upstream: UpstreamCall, index: int, operation: tuple[str, Principal]) -> dict[str, Any]:
+        """What the gated call's upstream request did next: `{"asked": params, "event": index}` for a question (the
+        request waits in memory for its answer), `{"result": ...}` as the upstream gave it (a round included), or
+        `{"error": ...}` for an error known to be the upstream's answer or to have been made before the request left;
+        any other error is raised (whether the upstream ran the call is not known)."""
+        event = await upstream.event(index)
+        if isinstance(event, Question):
+            upstream.claimed = True
+            upstream.operation = operation
+            self._calls[operation[0]] = upstream
+            return {"asked": _wire(event.params), "event": index}
+        assert isinstance(event, Ended), "a gated forward neither bridges rounds nor waits for URL flows"
+        if self._calls.get(operation[0]) is upstream:
+            del self._calls[operation[0]]
+        upstream.walked.set()
+        if event.error is None:
+            assert event.result is not None
+            return {"result": event.result}
+        if not upstream.call.sent or refused_by_upstream(event.error):
+            return {"error": event.error.error.model_dump(mode="json", exclude_none=True)}
+        raise event.error
+
+    async def _done_unless_asked(self, consented: Mapping[str, _Flow], still: Mapping[str, Any]) -> None:
+        """A 2026-07-28 upstream asks again for a URL flow it has not seen complete: one the person consented to
+        that its next answer no longer asks for is done."""
+        for key, done in consented.items():
+            if key not in still:
+                await self._complete(done)
+
+    async def _respond(
+        self,
+        flow: Flow,
+        ctx: ServerRequestContext[Any, Any],
+        requests: Mapping[str, Any],
+        position: int,
+        what: str,
+    ) -> tuple[dict[str, Any], dict[str, _Flow], int]:
+        """The responses to a 2026-07-28 upstream's round, by its request keys: its questions asked through the flow
+        from `position` on, its sampling and roots requests sent to the client on its live call; the URL questions
+        the person consented to, by request key; and the position of the next question. `MCPError` for a request
+        that cannot be answered."""
+        responses: dict[str, Any] = {}
+        consented: dict[str, _Flow] = {}
+        for key, request in requests.items():
+            if isinstance(request, Mapping) and request.get("method") in CLIENT_METHODS:
+                given = await _asked_of_client(ctx, request, what)
+                if isinstance(given, ErrorData):
+                    raise MCPError(given.code, f"{what}: {given.message}", given.data)
+                responses[key] = given.model_dump(mode="json", by_alias=True, exclude_none=True)
+                continue
+            params = _elicitation(request, what)
+            answer, flowing = await self._answer(flow, ctx, params, position, None)
+            position += 1
+            if isinstance(answer, ErrorData):
+                raise MCPError(INVALID_PARAMS, f"{what}: {answer.message}")
+            responses[key] = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if flowing is not None:
+                consented[key] = flowing
+        return responses, consented, position
 
     async def _consent_to(
         self, flow: Flow, ctx: ServerRequestContext[Any, Any], required: Required, position: int, what: str

@@ -38,10 +38,8 @@ from mcp_types import (
     CLIENT_INFO_META_KEY,
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     INVALID_REQUEST,
     LOG_LEVEL_META_KEY,
-    METHOD_NOT_FOUND,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
     CallToolRequestParams,
@@ -86,7 +84,7 @@ from mcp_elicit.approvals import GatedTool, GateRefused
 from mcp_elicit.gateway.connecting import CONNECT_STATE, Connecting
 from mcp_elicit.gateway.credentials import CONNECT_TOOL
 from mcp_elicit.gateway.gates import GateTable
-from mcp_elicit.gateway.gating import Gates, assign_gates, run_gated
+from mcp_elicit.gateway.gating import Gates, assign_gates
 from mcp_elicit.gateway.live import ask_client
 from mcp_elicit.gateway.questions import TOOLS_CALL, Ended, Questions, fresh_holder
 from mcp_elicit.gateway.remembered import NOTICE_TIMEOUT, REMEMBERED, Remembered
@@ -551,7 +549,9 @@ class Gateway:
         if not pool.modern:
             call.holder = fresh_holder()  # what a handshake upstream asks on the lane is this call's, and no other's
         if gates and gated is not None:
-            return await self._gated(ctx, params, raw, call, gated, gates.fallback_of(str(raw.get("name"))))
+            fallback = gates.fallback_of(str(raw.get("name")))
+            gated_outcome = await self.questions.call_gated(ctx, params, raw, call, gated, fallback)
+            return gated_outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
         outcome = await self.questions.call_tool(ctx, params, raw, call)
         if isinstance(outcome, Ended):
             assert outcome.lane is not None
@@ -587,49 +587,6 @@ class Gateway:
             params = params.model_copy(update={"request_state": None, "input_responses": None})
             raw = {key: value for key, value in raw.items() if key not in ("requestState", "inputResponses")}
         return params, raw
-
-    async def _gated(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        params: CallToolRequestParams,
-        raw: Mapping[str, Any],
-        call: Call,
-        gated: GatedTool,
-        fallback: Fallback,
-    ) -> dict[str, Any]:
-        """A call its gate applies to: approved through the runtime, then forwarded once with the arguments
-        approved (`mcp_elicit.gateway.gating`)."""
-        assert self.questions is not None
-        pool = call.pool or self.pools[0]
-        # The retry of a round of the gateway's carries the gateway's round fields, never the upstream's.
-        sent = {key: value for key, value in raw.items() if key not in ("inputResponses", "requestState")}
-
-        async def forward(arguments: dict[str, Any]) -> dict[str, Any]:
-            call.sent = False
-            try:
-                lane, result = await self.send(call, TOOLS_CALL, {**sent, "arguments": arguments})
-            except MCPError as error:
-                if not call.sent or _refused_by_upstream(error):  # never sent, or refused: the outcome is known
-                    return {"error": error.error.model_dump(mode="json", exclude_none=True)}
-                raise  # the connection, a proxy, a timeout: whether the upstream ran it is not known
-            if result.get("resultType") == "input_required":
-                said = (
-                    f"upstream {lane.label} asked for input during the approved call {call.what}, which the gateway "
-                    "does not relay for a gated tool"
-                )
-                return {"error": {"code": INTERNAL_ERROR, "message": said}}
-            return {"result": {key: value for key, value in result.items() if key != "resultType"}}
-
-        outcome = await run_gated(
-            self.questions.elicitation,
-            ctx,
-            params,
-            gated,
-            upstream=pool.upstream.name,
-            forward=forward,
-            fallback=fallback,
-        )
-        return outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _returned(
         self, ctx: ServerRequestContext[Any, Any], lane: Lane, what: str, result: dict[str, Any]
@@ -900,14 +857,6 @@ def _union(declared: Sequence[ServerCapabilities]) -> ServerCapabilities:
             elif getattr(value, "list_changed", False):
                 union[family].list_changed = True
     return ServerCapabilities(**union)
-
-
-def _refused_by_upstream(error: MCPError) -> bool:
-    """Whether `error` can only be the upstream's own answer to a request it received: a code the SDK's client never
-    makes up (it makes up -32000 and -32001 for a connection or stream that ended, -32603 for an HTTP error such as
-    a proxy's 502, -32700 for a body it cannot parse), so the request reached the upstream and was refused."""
-    code = error.code
-    return code in (INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS) or not -32768 <= code <= -32000
 
 
 def _tool_error(ctx: ServerRequestContext[Any, Any], message: str) -> dict[str, Any]:

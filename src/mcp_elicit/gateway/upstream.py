@@ -57,6 +57,9 @@ from mcp.shared.message import SessionMessage
 from mcp_types import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
     CreateMessageRequest,
     CreateMessageRequestParams,
@@ -241,6 +244,12 @@ class Call:
     """The request left for the upstream (its last attempt): from then on, its outcome is the upstream's."""
     principal: str | None = None
     """The id of the principal the call runs for; `None` where the gateway binds no lanes to principals."""
+    lane: Lane | None = None
+    """The lane the call is on, while it is (`Pool.carrying`)."""
+    claimed: bool = False
+    """Whether its lane was claimed for its holder."""
+    rides: int = 0
+    """The blocks of `Pool.carrying` it is on its lane in: the lane is let go when the last one ends."""
 
 
 @dataclass(eq=False)
@@ -744,28 +753,39 @@ class Pool:
 
     @asynccontextmanager
     async def carrying(self, call: Call) -> AsyncIterator[tuple[Lane, Connection]]:
-        """A lane for `call` and its connection, with the call on it until the block ends."""
-        lane, claimed = await self._claim(call)
+        """A lane for `call` and its connection, with the call on it until the block ends.
+
+        A call on a lane already rides it again, and the lane is let go when the last of its blocks ends: a
+        gated forward takes its lane before its start is marked durable (so that a call cancelled while it waits
+        for a busy upstream has not started), and its upstream request, in the gateway's task group, then rides
+        that lane for as long as it is in flight (`mcp_elicit.gateway.questions`)."""
+        if call.lane is None:
+            call.lane, call.claimed = await self._claim(call)
+            call.lane.calls.append(call)
+        lane = call.lane
+        call.rides += 1
         try:
-            connection = await lane.ready(call.deadline, call.what)
-            lane.calls.append(call)
-            try:
-                yield lane, connection
-            finally:
-                lane.calls.remove(call)
+            yield lane, await lane.ready(call.deadline, call.what)
         finally:
-            if claimed:
-                lane.claims -= 1
-                if not lane.claims:
-                    lane.holder = None
-                    self._freed.set()
-            if call.principal is not None:
-                lane.occupants -= 1
-                if not lane.occupants:
-                    lane.principal = None
-                    self._freed.set()
-            if lane.retired and lane.idle:
-                lane.close()
+            call.rides -= 1
+            if not call.rides:
+                lane.calls.remove(call)
+                call.lane = None
+                self._let_go(lane, call)
+
+    def _let_go(self, lane: Lane, call: Call) -> None:
+        if call.claimed:
+            lane.claims -= 1
+            if not lane.claims:
+                lane.holder = None
+                self._freed.set()
+        if call.principal is not None:
+            lane.occupants -= 1
+            if not lane.occupants:
+                lane.principal = None
+                self._freed.set()
+        if lane.retired and lane.idle:
+            lane.close()
 
     async def _claim(self, call: Call) -> tuple[Lane, bool]:
         """A lane free for the call's holder (any lane up, for a call that draws no question or on a 2026-07-28
@@ -804,6 +824,12 @@ class Pool:
             if self._freed.is_set():
                 self._freed = anyio.Event()
             freed = self._freed
+            log.debug(
+                "%s waits for a session of upstream %r: each of its %d carries calls of another client",
+                call.what,
+                self.upstream.name,
+                self.upstream.session_limit,
+            )
             with call.deadline.watching() as watch:
                 await freed.wait()
             if watch.cancelled_caught:
@@ -859,6 +885,14 @@ def timed_out(lane: Lane, what: str, timeout: float | None, *, waiting: bool = F
     else:
         said = f"did not answer {what} {within} (nor report progress); the request was cancelled"
     return MCPError(REQUEST_TIMEOUT, f"upstream {lane.label} {said}", {"upstream": lane.pool.upstream.name})
+
+
+def refused_by_upstream(error: MCPError) -> bool:
+    """Whether `error` can only be the upstream's own answer to a request it received: a code the SDK's client never
+    makes up (it makes up -32000 and -32001 for a connection or stream that ended, -32603 for an HTTP error such as
+    a proxy's 502, -32700 for a body it cannot parse), so the request reached the upstream and was refused."""
+    code = error.code
+    return code in (INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS) or not -32768 <= code <= -32000
 
 
 def _unavailable(lane: Lane, what: str) -> MCPError:

@@ -29,7 +29,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -748,23 +748,26 @@ class Execution:
         adapter: TypeAdapter[Any],
         *,
         at_most_once: bool = False,
+        holding: AbstractAsyncContextManager[object] | None = None,
     ) -> Any:
         entry = await self._recorded(name)
-        if entry is None:
-            entry = await self._take_turn(name, at_most_once=at_most_once)
         if entry is not None:
             return adapter.validate_python(entry.value)
-        fence = self._fence
-        self._unjournaled.add(name)
-        if inspect.iscoroutinefunction(function):
-            result = await function(*args, **kwargs)
-        else:
-            result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
-            if inspect.isawaitable(result):
-                # A plain callable that hands back the work to await (a wrapper typed `-> Awaitable[X]`, a
-                # lambda calling an async function, an object with an async `__call__`): its result is what
-                # the awaitable gives, not the awaitable itself, which cannot be journaled.
-                result = await result
+        async with holding if holding is not None else nullcontext():
+            entry = await self._take_turn(name, at_most_once=at_most_once)
+            if entry is not None:
+                return adapter.validate_python(entry.value)
+            fence = self._fence
+            self._unjournaled.add(name)
+            if inspect.iscoroutinefunction(function):
+                result = await function(*args, **kwargs)
+            else:
+                result = await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+                if inspect.isawaitable(result):
+                    # A plain callable that hands back the work to await (a wrapper typed `-> Awaitable[X]`, a
+                    # lambda calling an async function, an object with an async `__call__`): its result is what
+                    # the awaitable gives, not the awaitable itself, which cannot be journaled.
+                    result = await result
         value = cast(JSONValue, adapter.dump_python(result, mode="json"))
         check_encodable(value)
         # The result is durable with the call's next commit: before anything leaves the process or the next

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, TypeVar, cast, get_type_hints, overload
 
@@ -101,6 +102,7 @@ class Flow:
         *args: Any,
         returns: type[R] | None = None,
         at_most_once: bool = False,
+        holding: AbstractAsyncContextManager[object] | None = None,
         **kwargs: Any,
     ) -> R:
         """Run `function` once for this operation and journal its result; later runs get the journal.
@@ -113,12 +115,19 @@ class Flow:
         run lease for it, no commit of its own), and a run that finds a step started and unrecorded raises
         `OutcomeUnknown` instead of running it again: for an effect that must not happen twice and that no
         idempotency key protects (the gateway forwarding an approved call).
+
+        `holding` is what the step must wait for before its effect can happen (the gateway's session with its
+        upstream): entered before the step's turn is taken and its start marked, left once the function returned,
+        never entered when the result is journaled already. So a call cancelled while it waits has not started
+        the step, and the mark of an `at_most_once` step means that its effect may have happened.
         """
         self._run.check()
         if name.startswith(RESERVED_JOURNAL_PREFIX):
             raise ValueError(f"step names starting with {RESERVED_JOURNAL_PREFIX!r} are reserved: got {name!r}")
         adapter: TypeAdapter[Any] = TypeAdapter(returns if returns is not None else _return_type(function))
-        return cast(R, await self._run.step(name, function, args, kwargs, adapter, at_most_once=at_most_once))
+        return cast(
+            R, await self._run.step(name, function, args, kwargs, adapter, at_most_once=at_most_once, holding=holding)
+        )
 
     # -- questions ------------------------------------------------------------------------------
 

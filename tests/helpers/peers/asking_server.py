@@ -8,7 +8,9 @@ once they consent, says that flow is complete (`notifications/elicitation/comple
 paid), answering how they answered. `sign_in` asks the 2026-07-28 way instead, with an `InputRequiredResult`
 whose URL request goes to `SIGN_IN_URL` (only a 2026-07-28 session can carry it). `files` refuses with `-32042`
 (URL flow `DRIVE_FLOW` at `DRIVE_URL`) until `drive_connected`, standing for the drive's page, marks it done and
-says so with `notifications/elicitation/complete`. The ledger lets a test count how often the upstream's body
+says so with `notifications/elicitation/complete`. `transfer` asks the 2026-07-28 way for a reference (a form), and
+appends `start transfer <amount>` on every call that reaches it, with `<reference> <requestState>` after it on the
+retry that answers. The ledger lets a test count how often the upstream's body
 ran: once per upstream call, never for a retry that attaches to one. Run it as
 `python -m tests.helpers.peers.asking_server`; `server` is the same server for in-process use.
 """
@@ -20,7 +22,7 @@ from typing import Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import UrlElicitationRequiredError
-from mcp_types import ElicitRequest, ElicitRequestURLParams, ElicitResult, InputRequiredResult
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult, InputRequiredResult
 from pydantic import BaseModel, Field
 
 
@@ -78,6 +80,25 @@ async def sign_in(ctx: Context) -> str | InputRequiredResult:
         login = ElicitRequest(params=ElicitRequestURLParams(message="Sign in to Example", url=SIGN_IN_URL))
         return InputRequiredResult(input_requests={"login": login}, request_state="sign-in-1")
     return f"signed in ({answer.action}, {ctx.request_state})"
+
+
+REFERENCE = ElicitRequest(
+    params=ElicitRequestFormParams(
+        message="Which reference?",
+        requested_schema={"type": "object", "properties": {"reference": {"type": "string"}}, "required": ["reference"]},
+    )
+)
+
+
+@server.tool()
+async def transfer(ctx: Context, amount: int, ledger: str) -> str | InputRequiredResult:
+    """Ask for the transfer's reference with an `InputRequiredResult`, then send `amount` with it."""
+    answer = (ctx.input_responses or {}).get("reference")
+    reference = (answer.content or {}).get("reference") if isinstance(answer, ElicitResult) else None
+    _ran(ledger, f"transfer {amount}" + (f" {reference} {ctx.request_state}" if reference else ""))
+    if not isinstance(answer, ElicitResult):
+        return InputRequiredResult(input_requests={"reference": REFERENCE}, request_state=f"transfer-{amount}")
+    return f"sent {amount} ({answer.action}, {reference})"
 
 
 @server.tool()

@@ -1,0 +1,207 @@
+"""What an upstream asks while the gateway forwards an approved call, on every pair of eras: a 2026-07-28
+upstream's `InputRequiredResult` round and a handshake upstream's `elicitation/create` are asked through the
+call's operation (durable decisions beside its approval), on whichever era the client speaks, and every message
+that makes the upstream go on is sent at most once, with the arguments approved. Also where the mark that a
+forward started is made: once the forward holds a session with the upstream, not before.
+
+The upstreams are real servers: the asking peer (the SDK's `MCPServer`, whose ledger counts what reached it) on
+loopback HTTP, pinned to either era, and a FastMCP server asking with `ctx.elicit` over stdio; the clients are
+the SDK's `Client` of each era, in process.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import Client as FastMCPClient
+from mcp.client.session import ClientRequestContext
+from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, InputRequiredResult
+
+from mcp_elicit.approvals import APPROVAL_KEY
+from mcp_elicit.gateway import Gateway
+from mcp_elicit.gateway.gates import GateTable
+from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
+from mcp_elicit.server import IdentityPolicy, RequestState
+from mcp_elicit.store import Store, open_store
+from tests.helpers.gateway import ERAS, connected, over_http, said, sdk_over_http, stdio, text, until
+from tests.helpers.http_harness import free_port, serving
+from tests.helpers.peers.asking_server import server as asking_server
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = Operator("test")
+ASKING = (sys.executable, "-m", "tests.helpers.peers.asking_server")
+
+
+class Person:
+    """Approves with `approval` (the form's content: an edit, or nothing), and answers each other question with the
+    content its message starts with in `answers`; notes each message."""
+
+    def __init__(self, approval: dict[str, Any], answers: dict[str, dict[str, Any]]) -> None:
+        self.approval = approval
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestFormParams)
+        self.asked.append(params.message)
+        if params.message.startswith("Approve this call?"):
+            return ElicitResult(action="accept", content=self.approval)
+        [content] = [answer for start, answer in self.answers.items() if params.message.startswith(start)]
+        return ElicitResult(action="accept", content=content)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(f"sqlite://{tmp_path / 'gateway.db'}")
+    yield opened
+    opened.close()
+
+
+def ledger_of(path: Path) -> list[str]:
+    return said(path).splitlines()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_2026_upstreams_round_during_an_approved_call_is_asked_and_the_approved_call_sent_again_once(
+    era: str, store: Store, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    person = Person({"amount": 250}, {"Which reference?": {"reference": "INV-7"}})
+    with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gateway = Gateway(over_http(f"{base}/mcp", era="2026-07-28"), store=store, gates=[GateTable(tool="transfer")])
+        async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
+            sent = await client.call_tool("transfer", {"amount": 500, "ledger": str(ledger)})
+    recorded = store.list_decisions(OPERATOR)
+    assert said_lines(sent)[-1] == "sent 250 (accept, INV-7)"
+    assert ledger_of(ledger) == ["start transfer 250", "start transfer 250 INV-7 transfer-250"]
+    assert person.asked[1:] == ["Which reference?"]
+    assert len({decision.operation_id for decision in recorded}) == 1
+    assert sorted(decision.key.split(".")[0] for decision in recorded) == sorted([APPROVAL_KEY, "q1"])
+    assert all(decision.status is DecisionStatus.ACCEPTED for decision in recorded)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_handshake_upstreams_questions_during_an_approved_call_are_decisions_of_its_operation(
+    era: str, store: Store, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    person = Person({}, {"How many pens?": {"quantity": 2}, "Which colour of pens?": {"colour": "blue"}})
+    with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gateway = Gateway(over_http(f"{base}/mcp", era="legacy"), store=store, gates=[GateTable(tool="order")])
+        async with gateway.running(), connected(gateway, era, elicitation_callback=person) as client:
+            ordered = await client.call_tool("order", {"item": "pens", "ledger": str(ledger)})
+    recorded = store.list_decisions(OPERATOR)
+    assert said_lines(ordered)[-1] == "ordered 2 blue pens"
+    assert ledger_of(ledger) == ["start pens"]  # one upstream call carried every answer, across rounds too
+    assert person.asked[1:] == ["How many pens?", "Which colour of pens?"]
+    assert len({decision.operation_id for decision in recorded}) == 1
+    assert sorted(decision.key.split(".")[0] for decision in recorded) == sorted([APPROVAL_KEY, "q1", "q2"])
+
+
+async def test_a_fastmcp_upstreams_ctx_elicit_during_an_approved_call_reaches_a_2026_client(store: Store) -> None:
+    """FastMCP's `Context.elicit` needs the handshake; the gateway asks it of a 2026-07-28 client in a round."""
+    asked: list[str] = []
+
+    async def handler(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        asked.append(message)
+        if message.startswith("Approve this call?"):
+            return ElicitResult(action="accept", content={})
+        return response_type(value=3)
+
+    loopback = IdentityPolicy(allow_unauthenticated_loopback=True)  # as the command serves loopback
+    upstream = stdio((sys.executable, "-m", "tests.helpers.peers.fastmcp_plain"))
+    gateway = Gateway(upstream, store=store, identity=loopback, gates=[GateTable(tool="book", editable=[])])
+    with serving(gateway.server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        async with FastMCPClient(f"{base}/mcp", mode="2026-07-28", elicitation_handler=handler) as client:
+            result = await client.call_tool("book", {"city": "Oslo"})
+    assert result.data == "booked 3 to Oslo"
+    assert asked[1:] == ["How many seats to Oslo?"]
+
+
+async def test_an_approved_call_whose_upstream_request_died_with_the_gateway_is_an_unknown_outcome(
+    store: Store, tmp_path: Path
+) -> None:
+    """The upstream request waiting for the answer lives in the gateway's memory: a gateway started anew cannot hand
+    it the answer, and does not send the approved call again (the upstream may have acted before it asked)."""
+    ledger = tmp_path / "ledger"
+    arguments = {"item": "cups", "ledger": str(ledger)}
+    keys = RequestState(keys=[b"k" * 32])
+
+    def gateway() -> Gateway:
+        upstream = stdio(ASKING, era="legacy")  # a process that ends with the gateway, as a host's does
+        return Gateway(upstream, store=store, request_state=keys, gates=[GateTable(tool="order", editable=[])])
+
+    first = gateway()
+    async with first.running(), connected(first, "2026-07-28", elicitation_callback=Person({}, {})) as client:
+        approval = await client.session.call_tool("order", arguments, allow_input_required=True)
+        assert isinstance(approval, InputRequiredResult) and approval.input_requests and approval.request_state
+        [approval_key] = approval.input_requests
+        question = await client.session.call_tool(
+            "order",
+            arguments,
+            input_responses={approval_key: ElicitResult(action="accept", content={})},
+            request_state=approval.request_state,
+            allow_input_required=True,
+        )
+    assert isinstance(question, InputRequiredResult) and question.input_requests and question.request_state
+    [question_key] = question.input_requests
+    assert ledger_of(ledger) == ["start cups"]  # the forward went, and its request waited for the answer
+    second = gateway()
+    async with second.running(), connected(second, "2026-07-28", elicitation_callback=Person({}, {})) as client:
+        answered = await client.session.call_tool(
+            "order",
+            arguments,
+            input_responses={question_key: ElicitResult(action="accept", content={"quantity": 1})},
+            request_state=question.request_state,
+            allow_input_required=True,
+        )
+    assert isinstance(answered, CallToolResult) and answered.is_error
+    assert "forward 'order' to upstream" in said_lines(answered)[0]
+    assert "whether it took effect is unknown, so it is not run again" in said_lines(answered)[0]
+    assert ledger_of(ledger) == ["start cups"]  # never sent again
+    [operation_id] = {decision.operation_id for decision in store.list_decisions(OPERATOR)}
+    assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.FAILED
+
+
+async def test_a_gated_call_that_gave_up_waiting_for_a_busy_session_has_not_started(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mark that an approved forward started means the request may have left: a call cancelled while every
+    session of the upstream carried another call left none, so the identical call made next runs (on the approval
+    given), never failing with an unknown outcome."""
+    caplog.set_level(logging.DEBUG, "mcp_elicit.gateway.upstream")
+    marker = tmp_path / "held"
+    person = Person({}, {})
+    with sdk_over_http() as url:
+        upstream = over_http(url, era="legacy", sessions=1, timeout=30)
+        gateway = Gateway(upstream, store=store, gates=[GateTable(tool="count", editable=[])])
+        async with gateway.running(), connected(gateway, "legacy", elicitation_callback=person) as client:
+            async with anyio.create_task_group() as holding:
+                holding.start_soon(client.call_tool, "hold", {"marker": str(marker), "seconds": 60})
+                await until(lambda: said(marker) == "holding")  # the one session carries it
+                with anyio.CancelScope() as giving_up:
+                    async with anyio.create_task_group() as calling:
+                        calling.start_soon(_give_up_once_waiting, caplog, giving_up)
+                        await client.call_tool("count", {"to": 2})
+                holding.cancel_scope.cancel()
+            await until(lambda: said(marker) == "cancelled")
+            counted = await client.call_tool("count", {"to": 2})
+    assert giving_up.cancelled_caught
+    assert text(counted) == "counted to 2"
+    assert person.asked == ["Approve this call?\n\nTool: count\nto: 2"]  # the approval given counts for it
+
+
+async def _give_up_once_waiting(caplog: pytest.LogCaptureFixture, scope: anyio.CancelScope) -> None:
+    await until(lambda: any("waits for a session of upstream" in record.getMessage() for record in caplog.records))
+    scope.cancel()
+
+
+def said_lines(result: CallToolResult) -> list[str]:
+    return [block.text for block in result.content if block.type == "text"]
