@@ -128,11 +128,23 @@ def _base_url(text: object) -> object:
     return url
 
 
+def _exact_url(text: object) -> object:
+    """An http(s) URL with a host and neither query nor fragment, kept as written: an issuer is compared with
+    each token's `iss` character for character (Auth0's ends in a slash)."""
+    if not isinstance(text, str):
+        return text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"must be an http(s) URL without query or fragment, not {text!r}")
+    return text
+
+
 KeyRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_key_ring), Field(repr=False)]
 SeedRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_audit_seeds), Field(repr=False)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
 RoleMembers = Annotated[dict[str, tuple[str, ...]], BeforeValidator(_role_members)]
 BaseURL = Annotated[str | None, BeforeValidator(_base_url)]
+ExactURL = Annotated[str | None, BeforeValidator(_exact_url)]
 Secret = Annotated[SecretStr | None, Field(repr=False)]
 
 
@@ -145,6 +157,15 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_STORE`: the store URL (`sqlite:///path/elicit.db`, `postgresql://user@host/db`)."""
     users: Secret = None
     """`MCP_ELICIT_USERS`: who signs in to the local authorization server, `username:password[:display name],...`."""
+    idp_issuer: ExactURL = None
+    """`MCP_ELICIT_IDP_ISSUER`: the external identity provider (OpenID Connect) whose access tokens `gateway` accepts
+    and whose sign-in its pages use, in place of the local authorization server; its `iss` as written."""
+    idp_audience: ExactURL = None
+    """`MCP_ELICIT_IDP_AUDIENCE`: the `aud` its access tokens carry for this server (default: the MCP endpoint)."""
+    idp_client_id: str | None = None
+    """`MCP_ELICIT_IDP_CLIENT_ID`: the pages' OpenID Connect client id at the provider (a confidential client)."""
+    idp_client_secret: Secret = None
+    """`MCP_ELICIT_IDP_CLIENT_SECRET`: that client's secret."""
     auth_keys: KeyRing = None
     """`MCP_ELICIT_AUTH_KEYS`: signs access tokens, codes, browser sessions and page forms; the first signs."""
     state_keys: KeyRing = None

@@ -187,6 +187,7 @@ def test_a_missing_empty_oversized_or_binary_secret_file_is_refused(tmp_path: Pa
 def test_only_a_secret_comes_from_a_file(tmp_path: Path) -> None:
     assert {
         "users",
+        "idp_client_secret",
         "auth_keys",
         "state_keys",
         "vault_keys",
@@ -240,7 +241,7 @@ def test_the_deployment_reads_its_secrets_from_files_and_names_each_problem(tmp_
         "MCP_ELICIT_PROVIDER_CLIENT_SECRET_FILE": str(secret_file(tmp_path, "s3cret\n", name="client")),
     }
     settings = http_settings(environ, "https://elicit.example")
-    assert settings.users.usernames == ["alice"] and settings.auth_keys == [KEY_A]
+    assert settings.users is not None and settings.users.usernames == ["alice"] and settings.auth_keys == [KEY_A]
     assert settings.vault_keys.key_ids == ("v1",)
     assert settings.provider is not None and settings.provider.client_secret == "s3cret"
     secret_file(tmp_path, "alice", name="users")

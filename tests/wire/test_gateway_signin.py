@@ -32,6 +32,7 @@ from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.model import DecisionStatus, Operator
 from mcp_elicit.server import Fallback
 from mcp_elicit.store import open_store
+from mcp_elicit.web import LocalAuthorizationServer
 from mcp_elicit.web.deployment import sign_in_settings
 from tests.helpers.gateway import Person, over_http, sdk_over_http, text, until
 from tests.helpers.http_harness import free_port, serving
@@ -203,6 +204,7 @@ def test_what_a_signed_in_gateway_is_built_from_is_checked_when_it_is_built(stor
             Gateway(upstream, elicitation=questions.elicitation, store=store)
         with pytest.raises(ValueError, match="the web fallback needs a store"):
             Gateway(upstream, fallback=Fallback.WEB)
+        assert isinstance(deployment.auth, LocalAuthorizationServer)
         with pytest.raises(ValueError, match="needs resource_server_url=, the URL of its MCP endpoint"):
             deployment.auth.http_app(deployment.gateway.server)
     finally:

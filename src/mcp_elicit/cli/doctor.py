@@ -94,10 +94,11 @@ def check(environ: Mapping[str, str], *, store: str | None, public_url: str) -> 
 
 
 def _described(settings: HttpSettings) -> list[str]:
-    provider = settings.provider
+    provider, users = settings.provider, settings.users
+    assert users is not None  # serve's settings refuse an identity provider, so its users are set
     return [
         f"public URL {settings.public_url}",
-        f"users: {', '.join(settings.users.usernames)}",
+        f"users: {', '.join(users.usernames)}",
         f"key rings: MCP_ELICIT_AUTH_KEYS {_keys(len(settings.auth_keys))}, "
         f"MCP_ELICIT_STATE_KEYS {_keys(len(settings.state_keys))}, "
         f"MCP_ELICIT_VAULT_KEYS {', '.join(settings.vault_keys.key_ids)} "

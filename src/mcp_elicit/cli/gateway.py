@@ -9,7 +9,8 @@ reach is said at once, exit 2. A stdio upstream is started like a command typed 
 environment, and its stderr is this command's.
 
 Over streamable HTTP it signs its clients in as `mcp-elicit serve --transport http` does, from the same
-environment (`mcp_elicit.gateway.deployment`), every missing or wrong setting named before anything starts; or,
+environment (`mcp_elicit.gateway.deployment`), or with the external identity provider of `MCP_ELICIT_IDP_ISSUER`,
+every missing or wrong setting named before anything starts; or,
 with `--dev-loopback`, it listens on loopback only and every caller is one development principal.
 """
 
@@ -192,7 +193,9 @@ def gateway(
                 if credentialed:
                     vault_keys = problems.read(lambda: VaultKeyRing.from_env(os.environ))
 
-            settings = read_sign_in(os.environ, public_url or http_address(host, port), problems, then=vault)
+            settings = read_sign_in(
+                os.environ, public_url or http_address(host, port), problems, then=vault, identity_provider=True
+            )
             problems.check()
         else:
             ring = Settings.read(only=["state_keys"]).state_keys
@@ -224,6 +227,9 @@ def gateway(
             # --dev-loopback signs no one in: every caller is the one loopback principal.
             identity = IdentityPolicy(allow_unauthenticated_loopback=transport is Transport.HTTP)
             relay = Gateway(upstreams, store=opened, request_state=state, identity=identity, gates=gates)
+    except SettingsError as error:  # the identity provider's discovery document
+        opened.close()
+        _fail("; ".join(error.problems))
     except ValueError as error:
         opened.close()
         _fail(f"{config}: {error}")

@@ -130,10 +130,11 @@ def _provider_settings(environ: Mapping[str, str]) -> ProviderSettings | None:
 
 def build_http_deployment(*, store: str | None, workspace: Path, settings: HttpSettings) -> Deployment:
     """Everything `mcp-elicit serve --transport http` runs, checked before anything listens."""
-    public_url = settings.public_url
+    public_url, users = settings.public_url, settings.users
+    assert users is not None  # http_settings refuses an identity provider, so the users are set
     elicitation = sign_in_elicitation(store, settings)
     auth = LocalAuthorizationServer(
-        public_url, settings.users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
+        public_url, users, elicitation.store, signing_keys=settings.auth_keys, server_name=SERVER_NAME
     )
     vault = Vault(elicitation.store, settings.vault_keys)
     provider = settings.provider

@@ -6,18 +6,22 @@ same environment: `MCP_ELICIT_USERS` (who can sign in), `MCP_ELICIT_AUTH_KEYS` (
 and the links to decision pages), `MCP_ELICIT_STATE_KEYS` (seals requestState), `MCP_ELICIT_OPERATORS` (who
 operates the decision inbox), `MCP_ELICIT_APPROVER_ROLES`, the notification targets and `MCP_ELICIT_AUDIT_KEYS`.
 Each reads them here, so the two never disagree on a setting or on what is wrong with it, and serves the same
-sign-in, decision pages, inbox and health routes beside its MCP endpoint.
+sign-in, decision pages, inbox and health routes beside its MCP endpoint. The gateway alone may sign people in
+with an external identity provider instead of `MCP_ELICIT_USERS` (`MCP_ELICIT_IDP_ISSUER` and its neighbours:
+`external_sign_in`); `serve` refuses those settings.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+import httpx2
 from starlette.routing import Route
 
 from mcp_elicit.server import AuditSealing, DecisionLinks, Elicitation, IdentityPolicy, Notifications, RequestState
@@ -28,13 +32,18 @@ from mcp_elicit.web.authserver import LocalAuthorizationServer, LocalUsers
 from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
+from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksTokenVerifier
+from mcp_elicit.web.oidc import OidcClient, OidcSignIn
 from mcp_elicit.web.pages import UrlPages
 from mcp_elicit.web.roles import ApproverRoles
 from mcp_elicit.web.vault import Vault
 
 __all__ = [
+    "ExternalSignIn",
+    "IdentityProviderSettings",
     "Problems",
     "SignInSettings",
+    "external_sign_in",
     "key_ring",
     "public_url_problems",
     "read_sign_in",
@@ -46,6 +55,20 @@ __all__ = [
 _PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _T = TypeVar("_T")
+_IDP: tuple[str, ...] = ("idp_issuer", "idp_audience", "idp_client_id", "idp_client_secret")
+_CALLBACK_PATH = "/signin/callback"
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityProviderSettings:
+    """The external identity provider a deployment signs people in with, in place of the local authorization
+    server: its access tokens are verified against its published keys, and the pages sign browsers in with it."""
+
+    issuer: str
+    audience: str
+    """What its access tokens carry in `aud` for this deployment: by default the MCP endpoint's URL (RFC 8707)."""
+    client_id: str
+    client_secret: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +76,8 @@ class SignInSettings:
     """A signed-in deployment's environment and public URL, all of it checked."""
 
     public_url: str
-    users: LocalUsers
+    users: LocalUsers | None
+    """Who signs in with the local authorization server; None when `identity_provider` signs people in instead."""
     auth_keys: list[bytes] = field(repr=False)
     state_keys: list[bytes] = field(repr=False)
     operators: frozenset[str] = frozenset()
@@ -64,6 +88,8 @@ class SignInSettings:
     """Who holds each approver role: usernames of the configured users (`MCP_ELICIT_APPROVER_ROLES`)."""
     audit: AuditSealing | None = None
     """The audit's signing keys (`MCP_ELICIT_AUDIT_KEYS`): when set, the trail is sealed every 5 s."""
+    identity_provider: IdentityProviderSettings | None = None
+    """The external identity provider (`MCP_ELICIT_IDP_ISSUER`...) that signs people in, when set."""
 
     @property
     def links(self) -> DecisionLinks:
@@ -127,20 +153,34 @@ def public_url_problems(url: str) -> list[str]:
 
 
 def read_sign_in(
-    environ: Mapping[str, str], public_url: str, problems: Problems, *, then: Callable[[], None] = lambda: None
+    environ: Mapping[str, str],
+    public_url: str,
+    problems: Problems,
+    *,
+    then: Callable[[], None] = lambda: None,
+    identity_provider: bool = False,
 ) -> SignInSettings | None:
     """The sign-in settings, or None with their problems kept in `problems`; `then` reads a deployment's own
-    settings after the key rings, so that the problems come in the order of the configuration page."""
+    settings after the key rings, so that the problems come in the order of the configuration page.
+
+    With `identity_provider` (the gateway), `MCP_ELICIT_IDP_ISSUER` and its neighbours may name an external
+    identity provider in place of `MCP_ELICIT_USERS`; without it (`serve`), they are refused."""
     problems.found.extend(public_url_problems(public_url))
-    users = problems.read(lambda: LocalUsers.from_env(environ))
+    external = _external_wanted(environ)
+    users = None
+    if not external or _set(environ, "users"):
+        users = problems.read(lambda: LocalUsers.from_env(environ))
+    provider = None
+    if external:
+        provider = problems.read(lambda: _identity_provider(environ, public_url, allowed=identity_provider))
     auth_keys = problems.read(lambda: key_ring(environ, "auth_keys"))
     state_keys = problems.read(lambda: key_ring(environ, "state_keys"))
     then()
-    operators = problems.read(lambda: _operators(environ, users)) if users is not None else None
+    operators = problems.read(lambda: _operators(environ, users)) if users is not None or external else None
     notifications = problems.read(lambda: Notifications.from_env(environ))
-    approvers = problems.read(lambda: _approver_roles(environ, users)) if users is not None else None
+    approvers = problems.read(lambda: _approver_roles(environ, users)) if users is not None or external else None
     audit = problems.read(lambda: AuditSealing.from_env(environ))
-    if users is None or auth_keys is None or state_keys is None:
+    if (users is None and provider is None) or auth_keys is None or state_keys is None:
         return None
     return SignInSettings(
         public_url.rstrip("/"),
@@ -151,16 +191,17 @@ def read_sign_in(
         notifications,
         approvers or {},
         audit,
+        provider,
     )
 
 
-def sign_in_settings(environ: Mapping[str, str], public_url: str) -> SignInSettings:
+def sign_in_settings(environ: Mapping[str, str], public_url: str, *, identity_provider: bool = False) -> SignInSettings:
     """Every sign-in setting, read and checked before anything is opened; all the problems at once, not the first.
 
-    Each problem names its setting and says what to do.
+    Each problem names its setting and says what to do. `identity_provider` as for `read_sign_in`.
     """
     problems = Problems()
-    found = read_sign_in(environ, public_url, problems)
+    found = read_sign_in(environ, public_url, problems, identity_provider=identity_provider)
     problems.check()
     assert found is not None
     return found
@@ -183,7 +224,7 @@ def sign_in_elicitation(store: str | Store | None, settings: SignInSettings) -> 
 def sign_in_routes(
     settings: SignInSettings,
     elicitation: Elicitation,
-    auth: LocalAuthorizationServer,
+    auth: LocalAuthorizationServer | OidcSignIn,
     *,
     server_title: str,
     vault: Vault | None = None,
@@ -205,14 +246,129 @@ def sign_in_routes(
         inbox=INBOX_PATH,
         approver_roles=ApproverRoles(settings.approver_roles),
     )
-    auth.sign_in_reason = pages.sign_in_reason
-    inbox = DecisionInbox(pages, InboxSettings(operators=frozenset(map(auth.principal_id, settings.operators))))
+    if isinstance(auth, LocalAuthorizationServer):
+        auth.sign_in_reason = pages.sign_in_reason
+    operators = frozenset(name if "#" in name else auth.principal_id(name) for name in settings.operators)
+    inbox = DecisionInbox(pages, InboxSettings(operators=operators))
     published = [] if settings.audit is None else audit_keys_routes(settings.audit.keys.public())
     return [*auth.routes(), *pages.routes(), *inbox.routes(), *published, *Health(elicitation).routes()]
 
 
-def _approver_roles(environ: Mapping[str, str], users: LocalUsers) -> dict[str, tuple[str, ...]]:
+@dataclass(frozen=True, slots=True)
+class ExternalSignIn:
+    """The external identity provider at work: `verifier` checks the MCP endpoint's bearer tokens, `sign_in` signs
+    browsers in on the pages, and both name a person `issuer#sub`."""
+
+    verifier: JwksTokenVerifier
+    sign_in: OidcSignIn
+
+
+def external_sign_in(settings: SignInSettings, *, timeout: float = 10.0) -> ExternalSignIn:
+    """The verifier and the browser sign-in of `settings.identity_provider`.
+
+    The provider's JWK set URL comes from its discovery document (`{issuer}/.well-known/openid-configuration`),
+    read here once, so that a provider that cannot be reached, or whose document names another issuer, stops the
+    deployment before it listens (`SettingsError` naming `MCP_ELICIT_IDP_ISSUER`), not at a person's first call.
+    """
+    provider = settings.identity_provider
+    if provider is None:
+        raise ValueError("these settings name no identity provider (MCP_ELICIT_IDP_ISSUER)")
+    jwks_url = _discovered_jwks_url(provider.issuer, timeout)
+    verifier = JwksTokenVerifier(
+        ExternalIdentityProvider(issuer=provider.issuer, jwks_url=jwks_url, audience=provider.audience)
+    )
+    client = OidcClient(
+        issuer=provider.issuer,
+        client_id=provider.client_id,
+        client_secret=provider.client_secret,
+        redirect_uri=f"{settings.public_url}{_CALLBACK_PATH}",
+    )
+    return ExternalSignIn(verifier, OidcSignIn(client, settings.auth_keys))
+
+
+def _discovered_jwks_url(issuer: str, timeout: float) -> str:
+    url = f"{issuer.rstrip('/')}/.well-known/openid-configuration"
+    named = f"{variable('idp_issuer')} {issuer}"
+    try:
+        with httpx2.Client(timeout=timeout, follow_redirects=False) as http:
+            answer = http.get(url, headers={"Accept": "application/json"})
+        document = json.loads(answer.content) if answer.status_code == 200 else None
+    except (httpx2.HTTPError, ValueError) as error:
+        raise SettingsError([f"{named}: its discovery document {url} cannot be read ({error})"]) from None
+    if not isinstance(document, dict):
+        raise SettingsError([f"{named}: its discovery document {url} answered HTTP {answer.status_code}"])
+    if document.get("issuer") != issuer:
+        raise SettingsError(
+            [
+                f"{named}: its discovery document {url} names the issuer {document.get('issuer')!r}; set the "
+                "issuer exactly as the provider writes it (mind a trailing slash)"
+            ]
+        )
+    jwks = document.get("jwks_uri")
+    if not isinstance(jwks, str) or not jwks.startswith(("https://", "http://")):
+        raise SettingsError([f"{named}: its discovery document {url} names no jwks_uri"])
+    return jwks
+
+
+def _set(environ: Mapping[str, str], name: str) -> bool:
+    return any((environ.get(variable(name) + tail) or "").strip() for tail in ("", "_FILE"))
+
+
+def _external_wanted(environ: Mapping[str, str]) -> bool:
+    return any(_set(environ, name) for name in _IDP)
+
+
+def _identity_provider(environ: Mapping[str, str], public_url: str, *, allowed: bool) -> IdentityProviderSettings:
+    issuer_variable = variable("idp_issuer")
+    if not allowed:
+        given = ", ".join(variable(name) for name in _IDP if _set(environ, name))
+        raise SettingsError(
+            [
+                f"{given}: an external identity provider signs people in to mcp-elicit gateway only; this command "
+                f"signs them in with its local authorization server ({variable('users')}): unset them"
+            ]
+        )
+    found = Settings.read(environ, only=_IDP)
+    if found.idp_issuer is None:
+        raise SettingsError(
+            [
+                f"{variable(name)} is set, and names an identity provider only with {issuer_variable}: set it to the "
+                "provider's issuer URL, or unset this one"
+                for name in _IDP[1:]
+                if _set(environ, name)
+            ]
+        )
+    problems = []
+    if _set(environ, "users"):
+        problems.append(
+            f"{variable('users')} and {issuer_variable} are both set: the users sign in with the local "
+            "authorization server, which is not served beside an external identity provider; unset one of them"
+        )
+    for name, purpose in (("idp_client_id", "client id"), ("idp_client_secret", "client secret")):
+        if getattr(found, name) is None:
+            problems.append(
+                f"{variable(name)} is not set, and {issuer_variable} needs it: the {purpose} the provider "
+                f"registered for the pages' sign-in (a confidential web client, redirect URI "
+                f"{public_url.rstrip('/')}{_CALLBACK_PATH})"
+            )
+    audience = found.idp_audience or f"{public_url.rstrip('/')}/mcp"  # a plain http public URL is said already
+    for name, url in (("idp_issuer", found.idp_issuer), ("idp_audience", found.idp_audience)):
+        parts = urlsplit(url or "")
+        if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
+            problems.append(f"{variable(name)} {url} is plain http outside loopback; use https")
+    if problems:
+        raise SettingsError(problems)
+    assert found.idp_client_id is not None
+    assert found.idp_client_secret is not None
+    return IdentityProviderSettings(
+        found.idp_issuer, audience, found.idp_client_id, found.idp_client_secret.get_secret_value()
+    )
+
+
+def _approver_roles(environ: Mapping[str, str], users: LocalUsers | None) -> dict[str, tuple[str, ...]]:
     members = Settings.read(environ, only=["approver_roles"]).approver_roles
+    if users is None:
+        return members  # an identity provider's subjects (or principal ids): the provider knows who they are
     unknown = sorted({name for people in members.values() for name in people if name not in users})
     if unknown:
         raise SettingsError(
@@ -224,8 +380,10 @@ def _approver_roles(environ: Mapping[str, str], users: LocalUsers) -> dict[str, 
     return members
 
 
-def _operators(environ: Mapping[str, str], users: LocalUsers) -> frozenset[str]:
+def _operators(environ: Mapping[str, str], users: LocalUsers | None) -> frozenset[str]:
     names = Settings.read(environ, only=["operators"]).operators
+    if users is None:
+        return frozenset(names)  # an identity provider's subjects (or principal ids)
     unknown = [name for name in names if name not in users]
     if unknown:
         raise SettingsError(
