@@ -69,6 +69,15 @@ def test_an_http_gateway_without_sign_in_settings_names_each_missing_one_and_exi
     ]
     assert "http://gateway.example is plain http outside loopback" in listed[0]
     assert "MCP_ELICIT_VAULT_KEYS" not in exposed.stderr  # the gateway keeps no credentials
+    partial = run(*http, "--public-url", "https://gateway.example", tmp_path=tmp_path, MCP_ELICIT_IDP_CLIENT_ID="web")
+    assert partial.returncode == 2, partial.stderr
+    _, *listed = partial.stderr.strip().splitlines()
+    assert [line.split()[1].rstrip(":") for line in listed] == [  # an identity provider in place of the users
+        "MCP_ELICIT_IDP_CLIENT_ID",
+        "MCP_ELICIT_AUTH_KEYS",
+        "MCP_ELICIT_STATE_KEYS",
+    ]
+    assert "names an identity provider only with MCP_ELICIT_IDP_ISSUER" in " ".join(listed[0].split())
     unsigned = run(*http, "--dev-loopback", tmp_path=tmp_path)
     assert unsigned.returncode == 2, unsigned.stderr
     assert (
