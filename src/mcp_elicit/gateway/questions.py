@@ -637,6 +637,7 @@ class Questions:
     async def _forwarded(self, call: Call, sent: Mapping[str, Any], operation: tuple[str, Principal]) -> dict[str, Any]:
         """The step that sends a gated call upstream: what came of it (`_outcome`)."""
         call.sent = False  # this request's own: an earlier round's left long ago
+        call.once = True
         started = self._start(call, sent, gated=True)
         try:
             return await self._outcome(started, 0, operation)
