@@ -775,8 +775,10 @@ class Pool:
         A call on a lane already rides it again, and the lane is let go when the last of its blocks ends: a
         gated forward takes its lane before its start is marked durable (so that a call cancelled while it waits
         for a busy upstream has not started), and its upstream request, in the gateway's task group, then rides
-        that lane for as long as it is in flight (`mcp_elicit.gateway.questions`)."""
+        that lane for as long as it is in flight (`mcp_elicit.gateway.questions`). The call's clock starts anew
+        when it first waits for a lane: a gated call's approval, however long, was not the upstream's time."""
         if call.lane is None:
+            call.deadline.renew()
             call.lane, call.claimed = await self._claim(call)
             call.lane.calls.append(call)
         lane = call.lane
