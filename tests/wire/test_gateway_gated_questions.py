@@ -171,6 +171,47 @@ async def test_an_approved_call_whose_upstream_request_died_with_the_gateway_is_
     assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.FAILED
 
 
+async def test_a_2025_clients_call_again_after_its_upstream_request_died_is_an_unknown_outcome_unasked(
+    store: Store, tmp_path: Path
+) -> None:
+    """The same restart for a 2025 client, whose question was asked live: its identical call after the restart
+    fails with the unknown outcome at once, and the person is not asked a question nothing could take."""
+    ledger = tmp_path / "ledger"
+    arguments = {"item": "cups", "ledger": str(ledger)}
+    asked = anyio.Event()
+
+    async def gone(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestFormParams)
+        if params.message.startswith("Approve this call?"):
+            return ElicitResult(action="accept", content={})
+        asked.set()
+        await anyio.sleep_forever()  # the gateway goes before the person answers
+        raise AssertionError("unreachable")
+
+    def gateway() -> Gateway:
+        upstream = stdio(ASKING, era="legacy")
+        return Gateway(upstream, store=store, gates=[GateTable(tool="order", editable=[])])
+
+    first = gateway()
+    async with (
+        first.running(),
+        connected(first, "legacy", elicitation_callback=gone) as client,
+        anyio.create_task_group() as calling,
+    ):
+        calling.start_soon(client.call_tool, "order", arguments)
+        await asked.wait()
+        calling.cancel_scope.cancel()
+    assert ledger_of(ledger) == ["start cups"]
+    person = Person({}, {"How many cups?": {"quantity": 1}})
+    second = gateway()
+    async with second.running(), connected(second, "legacy", elicitation_callback=person) as client:
+        answered = await client.call_tool("order", arguments)
+    assert answered.is_error
+    assert "whether it took effect is unknown, so it is not run again" in said_lines(answered)[0]
+    assert person.asked == []
+    assert ledger_of(ledger) == ["start cups"]
+
+
 async def test_a_gated_call_that_gave_up_waiting_for_a_busy_session_has_not_started(
     store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
