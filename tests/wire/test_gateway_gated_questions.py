@@ -21,6 +21,7 @@ import anyio
 import pytest
 from fastmcp import Client as FastMCPClient
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, InputRequiredResult
 
 from mcp_elicit.approvals import APPROVAL_KEY
@@ -29,7 +30,7 @@ from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.server import IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
-from tests.helpers.gateway import ERAS, connected, over_http, said, sdk_over_http, stdio, text, until
+from tests.helpers.gateway import ERAS, SDK_SERVER, connected, over_http, said, sdk_over_http, stdio, text, until
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.peers.asking_server import server as asking_server
 
@@ -170,6 +171,47 @@ async def test_an_approved_call_whose_upstream_request_died_with_the_gateway_is_
     assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.FAILED
 
 
+async def test_a_2025_clients_call_again_after_its_upstream_request_died_is_an_unknown_outcome_unasked(
+    store: Store, tmp_path: Path
+) -> None:
+    """The same restart for a 2025 client, whose question was asked live: its identical call after the restart
+    fails with the unknown outcome at once, and the person is not asked a question nothing could take."""
+    ledger = tmp_path / "ledger"
+    arguments = {"item": "cups", "ledger": str(ledger)}
+    asked = anyio.Event()
+
+    async def gone(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestFormParams)
+        if params.message.startswith("Approve this call?"):
+            return ElicitResult(action="accept", content={})
+        asked.set()
+        await anyio.sleep_forever()  # the gateway goes before the person answers
+        raise AssertionError("unreachable")
+
+    def gateway() -> Gateway:
+        upstream = stdio(ASKING, era="legacy")
+        return Gateway(upstream, store=store, gates=[GateTable(tool="order", editable=[])])
+
+    first = gateway()
+    async with (
+        first.running(),
+        connected(first, "legacy", elicitation_callback=gone) as client,
+        anyio.create_task_group() as calling,
+    ):
+        calling.start_soon(client.call_tool, "order", arguments)
+        await asked.wait()
+        calling.cancel_scope.cancel()
+    assert ledger_of(ledger) == ["start cups"]
+    person = Person({}, {"How many cups?": {"quantity": 1}})
+    second = gateway()
+    async with second.running(), connected(second, "legacy", elicitation_callback=person) as client:
+        answered = await client.call_tool("order", arguments)
+    assert answered.is_error
+    assert "whether it took effect is unknown, so it is not run again" in said_lines(answered)[0]
+    assert person.asked == []
+    assert ledger_of(ledger) == ["start cups"]
+
+
 async def test_a_gated_call_that_gave_up_waiting_for_a_busy_session_has_not_started(
     store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -196,6 +238,27 @@ async def test_a_gated_call_that_gave_up_waiting_for_a_busy_session_has_not_star
     assert giving_up.cancelled_caught
     assert text(counted) == "counted to 2"
     assert person.asked == ["Approve this call?\n\nTool: count\nto: 2"]  # the approval given counts for it
+
+
+async def test_a_gated_calls_wait_for_its_session_starts_once_it_was_approved(store: Store) -> None:
+    """An approval that took longer than the upstream's timeout was the person's time, not the upstream's: the
+    approved forward still waits up to its full timeout for the session, here an upstream starting again after it
+    crashed while the person was deciding."""
+    person = Person({}, {})
+    upstream = stdio(SDK_SERVER, era="legacy", timeout=5)
+    gateway = Gateway(upstream, store=store, gates=[GateTable(tool="count", editable=[])])
+    async with gateway.running(), connected(gateway, "legacy") as other:
+
+        async def slowly(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+            await anyio.sleep(5.5)  # the time passing is the point: longer than the upstream's timeout
+            with pytest.raises(MCPError):
+                await other.call_tool("die", {})  # the session goes: the forward waits for the next one
+            return await person(context, params)
+
+        async with connected(gateway, "legacy", elicitation_callback=slowly) as client:
+            counted = await client.call_tool("count", {"to": 2})
+    assert text(counted) == "counted to 2"
+    assert person.asked == ["Approve this call?\n\nTool: count\nto: 2"]
 
 
 async def _give_up_once_waiting(caplog: pytest.LogCaptureFixture, scope: anyio.CancelScope) -> None:

@@ -7,6 +7,7 @@ process, its clients in process or over loopback HTTP.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from mcp_types import (
     ElicitResult,
     LoggingMessageNotificationParams,
 )
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_elicit.gateway import Gateway
 from tests.helpers.gateway import (
@@ -82,6 +84,61 @@ async def test_an_http_upstream_restarted_between_calls_gets_the_next_call_on_a_
         upstream.stop()
     assert text(again) == "counted to 2"
     assert statuses == ["up"]
+
+
+def _answering_404(seen: list[object]) -> ASGIApp:
+    """The SDK peer behind a front that runs each `tools/call` and then answers it with HTTP 404 and a JSON-RPC
+    error of its own for that very request (the session header kept): an answer, not a lost session."""
+    inner = sdk_server.streamable_http_app(host="127.0.0.1")
+
+    async def front(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await inner(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = json.loads(body)
+        if request.get("method") != "tools/call":
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if replayed:
+                    return await receive()  # what comes after the body: the client going away
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await inner(scope, replay, send)
+            return
+        seen.append(request["params"]["name"])
+        session = dict(scope["headers"]).get(b"mcp-session-id", b"")
+        error = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "gone from here"}}
+        headers = [(b"content-type", b"application/json"), (b"mcp-session-id", session)]
+        await send({"type": "http.response.start", "status": 404, "headers": headers})
+        await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+
+    return front
+
+
+async def test_an_http_upstreams_404_that_answers_the_call_is_its_answer_and_the_call_is_not_sent_again() -> None:
+    """A 404 whose body is the upstream's JSON-RPC error for that request was seen by the upstream (it may have run
+    the call): the client gets that error and the call goes upstream once."""
+    seen: list[object] = []
+    upstream = Served(lambda: _answering_404(seen))
+    upstream.start()
+    try:
+        gateway = Gateway(over_http(upstream.url, timeout=5))
+        async with gateway.running(), connected(gateway, "legacy") as client:
+            with pytest.raises(MCPError) as answered:
+                await client.call_tool("count", {"to": 1})
+    finally:
+        upstream.stop()
+    assert (answered.value.code, answered.value.error.message) == (-32601, "gone from here")
+    assert seen == ["count"]
 
 
 async def test_a_client_giving_up_while_a_session_starts_does_not_stop_it(tmp_path: Path) -> None:

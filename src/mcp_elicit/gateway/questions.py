@@ -590,8 +590,12 @@ class Questions:
                 key = question_key(asked, outcome["asked"])
                 if isinstance(question, Question):
                     question.key = key
-                lane = question.lane if isinstance(question, Question) else None
-                answer, _ = await self._answer(flow, ctx, params.params, asked, lane)
+                answer: ElicitResult | ErrorData | None = None
+                if kept is not None:
+                    lane = question.lane if isinstance(question, Question) else None
+                    answer, _ = await self._answer(flow, ctx, params.params, asked, lane)
+                # else its request is gone (a restart): the answer step's journal entry, if any, is what came of it,
+                # and without one nothing can take the answer (`OutcomeUnknown`), so the person is not asked again.
                 asked += 1
                 answers += 1
                 outcome = await flow.step(
@@ -637,6 +641,7 @@ class Questions:
     async def _forwarded(self, call: Call, sent: Mapping[str, Any], operation: tuple[str, Principal]) -> dict[str, Any]:
         """The step that sends a gated call upstream: what came of it (`_outcome`)."""
         call.sent = False  # this request's own: an earlier round's left long ago
+        call.once = True
         started = self._start(call, sent, gated=True)
         try:
             return await self._outcome(started, 0, operation)
@@ -650,14 +655,15 @@ class Questions:
         ctx: ServerRequestContext[Any, Any],
         step: str,
         index: int,
-        answer: ElicitResult | ErrorData,
+        answer: ElicitResult | ErrorData | None,
         operation: tuple[str, Principal],
     ) -> dict[str, Any]:
         """The step that hands the answer to a handshake upstream's question of a gated call to its request waiting
-        in memory: what came of it next (`_outcome`); `OutcomeUnknown` if the request is gone."""
+        in memory: what came of it next (`_outcome`); `OutcomeUnknown` if the request is gone (then there is no
+        answer: nobody was asked)."""
         kept = self._calls.get(operation[0])
         question = kept.events[index] if kept is not None and index < len(kept.events) else None
-        if kept is None or not isinstance(question, Question):
+        if kept is None or not isinstance(question, Question) or answer is None:
             raise OutcomeUnknown(step, operation[0])
         kept.call.ctx = ctx  # progress and log messages go to the request the call is on now
         question.give(answer)

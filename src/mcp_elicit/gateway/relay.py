@@ -36,7 +36,6 @@ from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, T
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
-    CONNECTION_CLOSED,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     LOG_LEVEL_META_KEY,
@@ -487,15 +486,25 @@ class Gateway:
                         sent = connection.client.session.send_request(request, _Raw, progress_callback=progress)
                         result = (await sent).root
                 except MCPError as error:
-                    if connection.forgotten and error.code != CONNECTION_CLOSED and not resent:
-                        # Refused unseen, by an upstream that no longer knows the session: sent once more on a new one.
+                    if connection.unseen(error):
+                        # Refused unseen, by an upstream that no longer knows the session: sent once more on a new
+                        # one, unless the call is a step of its own that runs at most once (a gated forward),
+                        # which then ends knowing that it did not run.
                         lane.lost(connection, FORGOTTEN)
-                        connection = await lane.ready(call.deadline, what)
-                        resent = True
-                        continue
-                    if connection.ended is None and not connection.forgotten:
+                        if not call.once and not resent:
+                            connection = await lane.ready(call.deadline, what)
+                            resent = True
+                            continue
+                        call.sent = False
+                        raise MCPError(
+                            INTERNAL_ERROR,
+                            f"upstream {lane.label} no longer knows the gateway's session (it answered HTTP 404); "
+                            f"{what} did not run there and was not sent again",
+                            {"upstream": pool.upstream.name},
+                        ) from None
+                    if connection.ended is None:
                         raise  # the upstream's own answer (whatever its code), or the transport's for this request
-                    lane.lost(connection, FORGOTTEN if connection.forgotten else ENDED)
+                    lane.lost(connection, ENDED)
                     said = "ended its session" if connection.ended == FORGOTTEN else "closed the connection"
                     raise MCPError(
                         INTERNAL_ERROR,

@@ -32,6 +32,7 @@ is "down" and calls fail at once, naming the reason, until the next attempt.
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import math
 import os
@@ -69,6 +70,7 @@ from mcp_types import (
     ElicitResult,
     ErrorData,
     Implementation,
+    JSONRPCError,
     ListRootsRequest,
     ListRootsResult,
     LoggingMessageNotificationParams,
@@ -92,6 +94,8 @@ asked a question, so a few sessions keep one person's slow answer from holding u
 FIRST_BACKOFF = 0.25
 LAST_BACKOFF = 30.0
 ENDED = "the connection ended (the upstream exited or hung up)"
+_SESSION_TERMINATED = (INVALID_REQUEST, "Session terminated")
+"""The error the SDK's client makes up for a 404 to a request of a session whose body is no JSON-RPC error."""
 FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
 NO_BACK_CHANNEL = "no-back-channel"
 """The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
@@ -241,7 +245,11 @@ class Call:
     pool: Pool | None = None
     """The upstream it goes to, behind a gateway of several (else the one)."""
     sent: bool = False
-    """The request left for the upstream (its last attempt): from then on, its outcome is the upstream's."""
+    """The request left for the upstream (its last attempt): from then on, its outcome is the upstream's (unless
+    the upstream refused it unseen, having lost the session: then it is `False` again)."""
+    once: bool = False
+    """The call is a step that runs at most once (a gated forward): never sent again, even when the upstream
+    refused it unseen."""
     principal: str | None = None
     """The id of the principal the call runs for; `None` where the gateway binds no lanes to principals."""
     lane: Lane | None = None
@@ -261,14 +269,23 @@ class Connection:
     """Why it is over, once the transport said so (its read side ended, or the client was torn down) or the
     gateway gave it up; a call that fails on it then failed with it, not with an answer of the upstream."""
     forgotten: bool = False
-    """The HTTP upstream answered 404 to a request of this session: it restarted or ended the session, and
-    ran none of the requests it answered so."""
+    """The HTTP upstream answered 404 to a request of this session without a JSON-RPC answer of its own to that
+    request: it restarted or ended the session, and ran none of the requests it answered so."""
+    unknown: set[tuple[int, str]] = field(default_factory=set)
+    """The errors (code, message) that the client turned those 404s into: the SDK's own when the body was not
+    a JSON-RPC error, else the one the body said (the SDK's server says `Session not found` with no request id)."""
     refused: int | None = None
     """The HTTP status (401, 403) with which the HTTP upstream refused a request of this connection: it does not
     take the credential the connection carries."""
 
-    def forget(self) -> None:
+    def forget(self, said: ErrorData | None) -> None:
         self.forgotten = True
+        self.unknown.add(_SESSION_TERMINATED if said is None else (said.code, said.message))
+
+    def unseen(self, error: MCPError) -> bool:
+        """Whether `error` is a request's own session-unknown 404 (the upstream never saw it), rather than an
+        answer of the upstream's, even if another request of the session was refused so meanwhile."""
+        return self.forgotten and (error.code, error.error.message) in self.unknown
 
     def refuse(self, status: int) -> None:
         self.refused = status
@@ -548,7 +565,7 @@ class Lane:
         if upstream.url is not None:
             headers = credential.headers(secret.value) if credential is not None and secret is not None else {}
             transport = _http(
-                upstream.url, lambda: connection.forget(), headers, lambda status: connection.refuse(status)
+                upstream.url, lambda said: connection.forget(said), headers, lambda status: connection.refuse(status)
             )
         else:
             env = {**os.environ, **(upstream.env or {})}
@@ -758,8 +775,10 @@ class Pool:
         A call on a lane already rides it again, and the lane is let go when the last of its blocks ends: a
         gated forward takes its lane before its start is marked durable (so that a call cancelled while it waits
         for a busy upstream has not started), and its upstream request, in the gateway's task group, then rides
-        that lane for as long as it is in flight (`mcp_elicit.gateway.questions`)."""
+        that lane for as long as it is in flight (`mcp_elicit.gateway.questions`). The call's clock starts anew
+        when it first waits for a lane: a gated call's approval, however long, was not the upstream's time."""
         if call.lane is None:
+            call.deadline.renew()
             call.lane, call.claimed = await self._claim(call)
             call.lane.calls.append(call)
         lane = call.lane
@@ -932,16 +951,22 @@ def _described(error: BaseException) -> str:
 
 @asynccontextmanager
 async def _http(
-    url: str, forgotten: Callable[[], None], headers: Mapping[str, str], refused: Callable[[int], None]
+    url: str,
+    forgotten: Callable[[ErrorData | None], None],
+    headers: Mapping[str, str],
+    refused: Callable[[int], None],
 ) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), saying when
     the upstream answers 404 to a request that names the session (the protocol's sign that the server no longer
-    knows it: it restarted, or ended the session) and when it answers 401 or 403 (it does not take the
-    credential)."""
+    knows it: it restarted, or ended the session), with the JSON-RPC error its body said if any, and when it
+    answers 401 or 403 (it does not take the credential). A 404 whose body is a JSON-RPC error answering that
+    very request (its id) is the upstream's answer to it (a server may answer `-32601` so), not a lost session."""
 
     async def answered(response: httpx2.Response) -> None:
         if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
-            forgotten()
+            said = await _said(response)
+            if said is None or said.id is None or said.id != _request_id(response.request):
+                forgotten(None if said is None else said.error)
         elif response.status_code in (401, 403):
             refused(response.status_code)
 
@@ -952,6 +977,24 @@ async def _http(
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
+
+
+async def _said(response: httpx2.Response) -> JSONRPCError | None:
+    """The JSON-RPC error a response's body is, if it is one (read here; the SDK reads the same bytes again)."""
+    if not response.headers.get("content-type", "").lower().startswith("application/json"):
+        return None
+    try:
+        return JSONRPCError.model_validate_json(await response.aread())
+    except (httpx2.StreamError, ValidationError):
+        return None
+
+
+def _request_id(request: httpx2.Request) -> object:
+    try:
+        sent = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError):
+        return None
+    return sent.get("id") if isinstance(sent, dict) else None
 
 
 class _Watched:
