@@ -334,7 +334,8 @@ class Lane:
     version: str | None = None
     """The version of its owner's credential its connection carries."""
     refused: str | None = None
-    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) when it last connected."""
+    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) when it last connected, or
+    that could not be sent (`Credential.unfit`): they are asked to connect again."""
     suspect: bool = False
     """Its owner may be replacing their credential (on the page, where the gateway does not see it done): whether
     the vault still has the one it carries is looked at before each of their calls."""
@@ -436,7 +437,7 @@ class Lane:
                 if handshake.cancelled_caught:
                     ended = f"it did not complete the MCP handshake within {timeout:g} s"
             except Exception as error:  # what ended the connection, or kept it from starting, in any form
-                ended = _described(error)
+                ended = _described(error, bare=self.pool.upstream.credential is not None)
             finally:
                 if self.connection is not None:
                     self.lost(self.connection, ended)
@@ -505,10 +506,12 @@ class Lane:
                 refused = _mcp_error(error)
                 if refused is None:
                     raise
+                bare = secret is not None
                 if upstream.era != "auto" or refused.code == CONNECTION_CLOSED:
-                    raise _not_started(refused) from None
+                    raise _not_started(refused, bare=bare) from None
                 # A server of 2026-07-28 alone refuses the handshake (-32022, or an error of its own).
-                log.info("upstream %s refused the handshake (%s); discovering instead", self.label, refused)
+                said = f"error {refused.code}" if bare else str(refused)
+                log.info("upstream %s refused the handshake (%s); discovering instead", self.label, said)
                 try:
                     connection = self._connection("auto", secret)
                     await stack.enter_async_context(connection.client)
@@ -516,7 +519,7 @@ class Lane:
                     refused = _mcp_error(error)
                     if refused is None:
                         raise
-                    raise _not_started(refused) from None
+                    raise _not_started(refused, bare=bare) from None
             if upstream.era == "2026-07-28" and connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 raise UpstreamUnavailable(f"it speaks {connection.client.protocol_version}, not 2026-07-28")
             self.refused = None
@@ -532,13 +535,21 @@ class Lane:
     async def _secret(self) -> Secret | None:
         """The owner's secret, read anew for every connection (a person who connected again is carried with the new
         one); None for an upstream without a credential."""
-        if self.pool.upstream.credential is None:
+        credential = self.pool.upstream.credential
+        if credential is None:
             return None
         assert self.owner is not None
         assert self.pool.secrets is not None
         secret = await self.pool.secrets(self.owner)
         if secret is None:
             raise UpstreamUnavailable(f"has no credential of {self.owner}: they have not connected it (or no longer)")
+        unfit = credential.unfit(secret.value)
+        if unfit is not None:  # refused here, before the HTTP client or the process quotes it in an error
+            self.refused = secret.version
+            raise UpstreamUnavailable(
+                f"cannot carry the credential of {self.owner}: it {unfit}; connecting it again (the gateway's tool "
+                f"{CONNECT_TOOL!r} under the upstream's prefix) replaces it"
+            )
         return secret
 
     def _connection(self, mode: str, secret: Secret | None) -> Connection:
@@ -911,21 +922,32 @@ def _mcp_error(error: BaseException) -> MCPError | None:
     return None
 
 
-def _not_started(refused: MCPError) -> UpstreamUnavailable:
+def _not_started(refused: MCPError, *, bare: bool = False) -> UpstreamUnavailable:
+    """Why the handshake failed; `bare` (the connection carries a person's credential): without the upstream's text,
+    which may quote what the request carried."""
     if refused.code == CONNECTION_CLOSED:
         return UpstreamUnavailable(
             "it closed the connection before the MCP handshake was done (see its own error output)"
         )
+    if bare:
+        return UpstreamUnavailable(f"it refused the MCP handshake (error {refused.code})")
     return UpstreamUnavailable(f"it refused the MCP handshake: {refused.error.message}")
 
 
-def _described(error: BaseException) -> str:
-    """One line for what ended a connection: the innermost errors of a group, each with its type."""
+def _described(error: BaseException, *, bare: bool = False) -> str:
+    """One line for what ended a connection: the innermost errors of a group, each with its type. `bare` (the
+    connection carries a person's credential): the type alone (and a protocol error's code), never the text, which
+    may quote the credential (an HTTP client refusing a header quotes its value); the gateway's own errors, which
+    never do, keep theirs."""
     if isinstance(error, BaseExceptionGroup):
-        return "; ".join(dict.fromkeys(_described(inner) for inner in error.exceptions))
+        return "; ".join(dict.fromkeys(_described(inner, bare=bare) for inner in error.exceptions))
     said = str(error).strip().splitlines()[0] if str(error).strip() else ""
     kind = type(error).__name__
-    if isinstance(error, MCPError | UpstreamUnavailable):
+    if isinstance(error, UpstreamUnavailable):
+        return said or kind
+    if bare:
+        return f"{kind} {error.code}" if isinstance(error, MCPError) else kind
+    if isinstance(error, MCPError):
         return said or kind
     return f"{kind}: {said}" if said else kind
 
