@@ -377,6 +377,40 @@ async def test_a_command_gets_the_key_in_its_environment_and_each_person_a_proce
     assert len(set(pids)) == 3
 
 
+async def test_a_persons_process_inherits_neither_the_gateways_settings_nor_any_client_secret(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mcp-elicit gateway` reads its settings from its environment (the vault's keys, the sign-in keys) and an OAuth
+    client's secret from the variable `client_secret_env` names: a process started for a person, with their key,
+    inherits the rest of that environment, and none of those."""
+    withheld = {**ENVIRON, "MCP_ELICIT_VAULT_KEYS": VAULT_KEYS, "EXAMPLE_CLIENT_SECRET": "provider-secret-4e1"}
+    for name, value in {**withheld, "PEER_REGION": "eu-west"}.items():
+        monkeypatch.setenv(name, value)
+    oauth = Credential(
+        kind="oauth",
+        authorize_url="https://id.example/authorize",
+        token_url="https://id.example/token",
+        client_id="gateway",
+        client_secret_env="EXAMPLE_CLIENT_SECRET",
+    )
+    upstreams = [
+        stdio(SDK_SERVER, credential=Credential(kind="api_key", title="Accounts", env="PEER_TOKEN"), prefix="peer"),
+        Upstream("profiles", url="http://127.0.0.1:9/mcp", credential=oauth, prefix="profiles"),
+    ]
+    with signed_in_gateway(store_url, upstreams, environ=withheld) as signed:
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:
+            await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("peer_pid", {}))), key=ALICE)
+
+            async def digest(variable: str) -> str:
+                return text(await alice.call_tool("peer_digest", {"variable": variable}))
+
+            assert await digest("PEER_TOKEN") == hashlib.sha256(ALICE.encode()).hexdigest()
+            assert await digest("PEER_REGION") == hashlib.sha256(b"eu-west").hexdigest()  # the rest it inherits
+            for name in withheld:
+                assert await digest(name) == "", name  # not set
+
+
 async def test_another_persons_page_cannot_connect_it(store_url: str) -> None:
     async with accounts_gateway(store_url) as (signed, accounts):
         token = await signed.token("alice")

@@ -93,6 +93,8 @@ FIRST_BACKOFF = 0.25
 LAST_BACKOFF = 30.0
 ENDED = "the connection ended (the upstream exited or hung up)"
 FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
+GATEWAY_VARIABLES = "MCP_ELICIT_"
+"""What the names of the gateway's own settings start with: no upstream process inherits them (`inherited`)."""
 NO_BACK_CHANNEL = "no-back-channel"
 """The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
 gets one answer (a refusal) whichever of them it belongs to."""
@@ -106,8 +108,8 @@ class UpstreamUnavailable(Exception):
 class Upstream:
     """Where the upstream server is and how to talk to it.
 
-    Exactly one of `command` (a stdio server's argv, started with the gateway's own environment, as a command
-    typed at the shell would be) and `url` (a streamable HTTP endpoint).
+    Exactly one of `command` (a stdio server's argv, started with the gateway's environment but its own settings
+    and secrets, as `inherited` says) and `url` (a streamable HTTP endpoint).
     """
 
     name: str
@@ -128,8 +130,9 @@ class Upstream:
     `HTTP_SESSIONS` for an HTTP upstream and 1 for a command, where one process often means one state that more
     processes would split."""
     env: Mapping[str, str] | None = None
-    """Variables a stdio upstream gets on top of the gateway's environment (an API key, say): without the rest
-    of it, `PATH` among them, most commands would not start."""
+    """Variables a stdio upstream gets on top of what it inherits of the gateway's environment (`inherited`: all but
+    the gateway's own settings and secrets), given as they are (an `MCP_ELICIT_*` one too, for an upstream built on
+    mcp-elicit): without the rest of it, `PATH` among them, most commands would not start."""
     cwd: str | None = None
     """The directory a stdio upstream starts in (default: the gateway's)."""
     prefix: str | None = None
@@ -562,7 +565,7 @@ class Lane:
                 upstream.url, lambda: connection.forget(), headers, lambda status: connection.refuse(status)
             )
         else:
-            env = {**os.environ, **(upstream.env or {})}
+            env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
             if credential is not None and secret is not None:
                 env.update(credential.variables(secret.value))
             command, *args = upstream.command
@@ -694,6 +697,9 @@ class Pool:
         self.secrets = secrets
         """Where a lane of an upstream with a credential reads its owner's secret, as it connects."""
         self.lanes: list[Lane] = []
+        self.withheld: frozenset[str] = frozenset()
+        """Variables of the gateway's environment its processes never get besides its own settings: the OAuth client
+        secrets of every upstream of the gateway (`running` sets it)."""
         self._opened = 0
         self._tasks: anyio.abc.TaskGroup | None = None
         self._freed = anyio.Event()
@@ -857,10 +863,16 @@ async def running(pools: Sequence[Pool]) -> AsyncIterator[None]:
     """Every pool with its first lane up, all started at once; `UpstreamUnavailable` as soon as one could not
     connect, naming it (and any other that failed by then), and then none of them runs."""
     refused: list[str] = []
+    secrets = frozenset(
+        pool.upstream.credential.client_secret_env
+        for pool in pools
+        if pool.upstream.credential is not None and pool.upstream.credential.client_secret_env is not None
+    )
     async with anyio.create_task_group() as tasks:
         firsts = []
         for pool in pools:
             pool._tasks = tasks
+            pool.withheld = secrets
             if pool.upstream.credential is None:  # an upstream with a credential is reached as each person connects it
                 firsts.append(pool._open())
         with anyio.CancelScope() as waiting:
@@ -887,6 +899,19 @@ async def _settle(lane: Lane, waiting: anyio.CancelScope) -> None:
     await lane.settled()
     if lane.status != "up":
         waiting.cancel()
+
+
+def inherited(environ: Mapping[str, str], withheld: frozenset[str] = frozenset()) -> dict[str, str]:
+    """What a stdio upstream's process inherits of the gateway's environment `environ`: all of it (`PATH` and the
+    rest a command typed at the shell would see) but the gateway's own settings, every `MCP_ELICIT_*` variable (the
+    vault's keys, the sign-in keys, the store's URL), and the variables in `withheld` (OAuth client secrets). The
+    process may be a person's own, started with their credential: what the gateway keeps from them, it keeps from it.
+    """
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.upper().startswith(GATEWAY_VARIABLES) and name not in withheld
+    }
 
 
 def timed_out(lane: Lane, what: str, timeout: float | None, *, waiting: bool = False) -> MCPError:
