@@ -346,6 +346,23 @@ async def test_a_stored_credential_that_cannot_be_sent_is_never_quoted_and_its_p
     assert "TOPSECRET" not in caplog.text
 
 
+async def test_a_credential_the_vault_cannot_open_asks_its_person_to_connect_again(store_url: str) -> None:
+    """An entry sealed with a key the gateway's ring does not hold (rotated away, or a tampered row): the call fails
+    saying so, and the next asks the person to connect again, rather than failing for good."""
+    async with accounts_gateway(store_url) as (signed, _):
+        elsewhere = Vault(signed.store, VaultKeyRing.from_text("v9:" + "b3RoZXIta2V5LW90aGVyLWtleS1vdGhlci1rZXktMDk="))
+        elsewhere.put(Principal(signed.principal("alice"), "gateway"), vault_name("accounts"), ALICE)
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:
+            with pytest.raises(MCPError) as failed:
+                await alice.call_tool("whoami", {})
+            assert "cannot open the credential of" in failed.value.error.message
+            told = error_text(await alice.call_tool("whoami", {}))
+            assert "whoami needs your Accounts API key" in told
+            await enter_key(signed, "alice", page_in(told), key=ALICE)
+            assert text(await alice.call_tool("whoami", {})) == "alice"
+
+
 async def test_connecting_again_replaces_the_key_and_the_next_call_carries_the_new_one(store_url: str) -> None:
     async with accounts_gateway(store_url) as (signed, _):
         token = await signed.token("alice")

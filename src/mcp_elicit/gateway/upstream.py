@@ -302,7 +302,8 @@ Status = Literal["starting", "up", "restarting", "down", "stopped"]
 class Secret:
     """A person's credential of an upstream, as a lane connects with it."""
 
-    value: str = field(repr=False)
+    value: str | None = field(repr=False)
+    """None: one is stored, but the vault cannot open it (a key ring without its key, a tampered row)."""
     version: str
     """Which of their credentials it is (when it was stored): a refused one is told from the next."""
 
@@ -546,6 +547,12 @@ class Lane:
         secret = await self.pool.secrets(self.owner)
         if secret is None:
             raise UpstreamUnavailable(f"has no credential of {self.owner}: they have not connected it (or no longer)")
+        if secret.value is None:  # refused as one the upstream refused: the person is asked to connect again
+            self.refused = secret.version
+            raise UpstreamUnavailable(
+                f"cannot open the credential of {self.owner} in the vault (see its log); connecting it again (the "
+                f"gateway's tool {CONNECT_TOOL!r} under the upstream's prefix) replaces it"
+            )
         unfit = credential.unfit(secret.value)
         if unfit is not None:  # refused here, before the HTTP client or the process quotes it in an error
             self.refused = secret.version
@@ -557,17 +564,18 @@ class Lane:
 
     def _connection(self, mode: str, secret: Secret | None) -> Connection:
         upstream = self.pool.upstream
-        credential = upstream.credential if secret is not None else None
+        value = secret.value if secret is not None else None  # `_secret` gave none without its value
+        credential = upstream.credential if value is not None else None
         transport: Any
         if upstream.url is not None:
-            headers = credential.headers(secret.value) if credential is not None and secret is not None else {}
+            headers = credential.headers(value) if credential is not None and value is not None else {}
             transport = _http(
                 upstream.url, lambda: connection.forget(), headers, lambda status: connection.refuse(status)
             )
         else:
             env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
-            if credential is not None and secret is not None:
-                env.update(credential.variables(secret.value))
+            if credential is not None and value is not None:
+                env.update(credential.variables(value))
             command, *args = upstream.command
             transport = stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=upstream.cwd))
         relay = self.pool.relay
