@@ -39,14 +39,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.gateway import Gateway, Upstream
-from mcp_elicit.gateway.credentials import Credential
+from mcp_elicit.gateway.credentials import Credential, vault_name
 from mcp_elicit.gateway.deployment import build_gateway_deployment
 from mcp_elicit.gateway.gates import GateTable
-from mcp_elicit.model import DecisionStatus, Operator
+from mcp_elicit.model import DecisionStatus, Operator, Principal
 from mcp_elicit.reference.provider import ProviderClient, ProviderConfig, ProviderUser, provider_app
 from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
-from mcp_elicit.web import VaultKeyRing
+from mcp_elicit.web import Vault, VaultKeyRing
 from mcp_elicit.web.deployment import sign_in_settings
 from tests.helpers.gateway import SDK_SERVER, Person, over_http, sdk_over_http, stdio, text
 from tests.helpers.http_harness import free_port, serving
@@ -112,17 +112,27 @@ async def accounts_gateway(
 
 async def enter_key(signed: Signed, username: str, url: str, *, key: str) -> None:
     """`username` opens the connect page in their browser, presses Continue and types the key."""
+    [done] = await type_keys(signed, username, url, key)
+    assert done.status_code == 200 and "stored" in done.text, done.text
+
+
+async def type_keys(signed: Signed, username: str, url: str, *keys: str) -> list[httpx2.Response]:
+    """`username` opens the connect page, presses Continue, and types each of `keys` in turn in the form the page
+    shows after the last; what the page said to each."""
     elicitation_id = url.rsplit("/", 1)[1]
+    said = []
     async with signed_in_browser(signed, username) as browser:
         page = await browser.get(url)
         assert page.status_code == 200, page.text
         assert "enter your Accounts API key" in page.text
         form = await browser.post(f"/elicit/{elicitation_id}/continue", data={"csrf": hidden(page.text, "csrf")})
         assert form.status_code == 200, form.text
-        done = await browser.post(
-            f"/elicit/{elicitation_id}/key", data={"csrf": hidden(form.text, "csrf"), "api_key": key}
-        )
-        assert done.status_code == 200 and "stored" in done.text, done.text
+        for key in keys:
+            form = await browser.post(
+                f"/elicit/{elicitation_id}/key", data={"csrf": hidden(form.text, "csrf"), "api_key": key}
+            )
+            said.append(form)
+    return said
 
 
 def sha256(key: str) -> str:
@@ -287,6 +297,72 @@ async def test_a_key_the_upstream_refuses_fails_the_call_saying_so_and_the_next_
     assert accounts.refused >= 1
 
 
+async def test_a_key_a_header_cannot_carry_is_refused_on_the_page_saying_why_and_never_quoted(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key pasted across two lines (the page strips only its ends), or with a character outside ASCII, would make
+    the HTTP client refuse the header, quoting it: the page refuses it as it is typed, and stores nothing."""
+    caplog.set_level(logging.DEBUG)
+    async with accounts_gateway(store_url) as (signed, accounts):
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:
+            url = page_in(error_text(await alice.call_tool("whoami", {})))
+            broken, accented, done = await type_keys(signed, "alice", url, f"{ALICE}\n{ALICE}", "ak-alicé", ALICE)
+            assert "holds a line break or another control character" in broken.text
+            assert "outside printable ASCII" in accented.text
+            for refused in (broken, accented):
+                assert "Nothing was stored" in refused.text and 'name="api_key"' in refused.text
+                assert ALICE not in refused.text and "ak-alic" not in refused.text
+            assert "stored" in done.text
+            assert text(await alice.call_tool("whoami", {})) == "alice"
+    assert list(accounts.keys_by_session.values()) == [{ALICE}]
+    assert ALICE not in caplog.text
+
+
+async def test_a_stored_credential_that_cannot_be_sent_is_never_quoted_and_its_person_connects_again(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A credential in the vault that a header cannot carry (a provider's token, a key stored before the page
+    checked) fails the call naming why, never the secret (to the client, so the model, nor to the log), and counts
+    as refused: the person is asked to connect again, which replaces it."""
+    caplog.set_level(logging.DEBUG)
+    secret = "sk-TOPSECRET-1\nsk-TOPSECRET-2"
+    async with accounts_gateway(store_url) as (signed, _):
+        vault = Vault(signed.store, VaultKeyRing.from_text(VAULT_KEYS))
+        vault.put(Principal(signed.principal("alice"), "gateway"), vault_name("accounts"), secret)
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:
+            with pytest.raises(MCPError) as failed:
+                await alice.call_tool("whoami", {})
+            said = failed.value.error.message
+            assert "cannot carry the credential of" in said and "holds a line break" in said
+            listed = [tool.name for tool in (await alice.list_tools()).tools]
+            assert listed == ["connect"]
+            told = error_text(await alice.call_tool("whoami", {}))  # asked to connect again
+            assert "whoami needs your Accounts API key" in told
+            await enter_key(signed, "alice", page_in(told), key=ALICE)
+            assert text(await alice.call_tool("whoami", {})) == "alice"
+    assert "TOPSECRET" not in said
+    assert "TOPSECRET" not in caplog.text
+
+
+async def test_a_credential_the_vault_cannot_open_asks_its_person_to_connect_again(store_url: str) -> None:
+    """An entry sealed with a key the gateway's ring does not hold (rotated away, or a tampered row): the call fails
+    saying so, and the next asks the person to connect again, rather than failing for good."""
+    async with accounts_gateway(store_url) as (signed, _):
+        elsewhere = Vault(signed.store, VaultKeyRing.from_text("v9:" + "b3RoZXIta2V5LW90aGVyLWtleS1vdGhlci1rZXktMDk="))
+        elsewhere.put(Principal(signed.principal("alice"), "gateway"), vault_name("accounts"), ALICE)
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:
+            with pytest.raises(MCPError) as failed:
+                await alice.call_tool("whoami", {})
+            assert "cannot open the credential of" in failed.value.error.message
+            told = error_text(await alice.call_tool("whoami", {}))
+            assert "whoami needs your Accounts API key" in told
+            await enter_key(signed, "alice", page_in(told), key=ALICE)
+            assert text(await alice.call_tool("whoami", {})) == "alice"
+
+
 async def test_connecting_again_replaces_the_key_and_the_next_call_carries_the_new_one(store_url: str) -> None:
     async with accounts_gateway(store_url) as (signed, _):
         token = await signed.token("alice")
@@ -316,6 +392,40 @@ async def test_a_command_gets_the_key_in_its_environment_and_each_person_a_proce
                 [lane] = signed.deployment.gateway.pool.lanes
                 assert lane.owner == signed.principal(username)
     assert len(set(pids)) == 3
+
+
+async def test_a_persons_process_inherits_neither_the_gateways_settings_nor_any_client_secret(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mcp-elicit gateway` reads its settings from its environment (the vault's keys, the sign-in keys) and an OAuth
+    client's secret from the variable `client_secret_env` names: a process started for a person, with their key,
+    inherits the rest of that environment, and none of those."""
+    withheld = {**ENVIRON, "MCP_ELICIT_VAULT_KEYS": VAULT_KEYS, "EXAMPLE_CLIENT_SECRET": "provider-secret-4e1"}
+    for name, value in {**withheld, "PEER_REGION": "eu-west"}.items():
+        monkeypatch.setenv(name, value)
+    oauth = Credential(
+        kind="oauth",
+        authorize_url="https://id.example/authorize",
+        token_url="https://id.example/token",
+        client_id="gateway",
+        client_secret_env="EXAMPLE_CLIENT_SECRET",
+    )
+    upstreams = [
+        stdio(SDK_SERVER, credential=Credential(kind="api_key", title="Accounts", env="PEER_TOKEN"), prefix="peer"),
+        Upstream("profiles", url="http://127.0.0.1:9/mcp", credential=oauth, prefix="profiles"),
+    ]
+    with signed_in_gateway(store_url, upstreams, environ=withheld) as signed:
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:
+            await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("peer_pid", {}))), key=ALICE)
+
+            async def digest(variable: str) -> str:
+                return text(await alice.call_tool("peer_digest", {"variable": variable}))
+
+            assert await digest("PEER_TOKEN") == hashlib.sha256(ALICE.encode()).hexdigest()
+            assert await digest("PEER_REGION") == hashlib.sha256(b"eu-west").hexdigest()  # the rest it inherits
+            for name in withheld:
+                assert await digest(name) == "", name  # not set
 
 
 async def test_another_persons_page_cannot_connect_it(store_url: str) -> None:

@@ -259,13 +259,18 @@ async def _serve(
             # tree of one still running 2 s later), and SIGTERM does not cut that short: a host sends it 2 s after
             # closing the gateway's input (the TypeScript SDK's client does, and SIGKILL 2 s after that), and an
             # upstream that does not end with its input (server-everything, whose timers keep it alive) would
-            # outlive a gateway that died then.
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            # outlive a gateway that died then. A handler that does nothing, not SIG_IGN: an ignored signal stays
+            # ignored across exec, so an upstream started meanwhile could not be ended with SIGTERM.
+            signal.signal(signal.SIGTERM, _outlasted)
         else:
             app = deployment.http_app(host) if deployment is not None else relay.server.streamable_http_app(host=host)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
             log.info("serving MCP on %s/mcp", public_url or http_address(host, port))
             await uvicorn.Server(config).serve()
+
+
+def _outlasted(signum: int, frame: object) -> None:
+    """SIGTERM once a stdio gateway's input ended: it goes on stopping its upstreams."""
 
 
 def _named(upstreams: tuple[Upstream, ...]) -> str:

@@ -62,7 +62,7 @@ class UpstreamTable(BaseModel):
     """Seconds a request may go without an answer or progress; 0 for no limit."""
     sessions: Annotated[int, Field(ge=1)] | None = None
     env: dict[str, str] | None = None
-    """Variables a stdio server gets on top of the gateway's environment."""
+    """Variables a stdio server gets on top of what it inherits of the gateway's environment (`upstream.inherited`)."""
     cwd: str | None = None
     """The directory a stdio server starts in; a relative one is taken from the config file's directory."""
     credential: Credential | None = None

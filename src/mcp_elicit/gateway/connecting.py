@@ -59,8 +59,8 @@ class Connecting:
 
     def secrets(self, upstream: str) -> Secrets:
         """Where the lanes of `upstream` read their owner's credential. One that cannot be opened (a key ring without
-        its key, a tampered row; the vault logs why) is none: the person is asked to connect again, which replaces
-        it."""
+        its key, a tampered row; the vault logs why) comes without its value: the lane counts it as refused, and the
+        person is asked to connect again, which replaces it."""
 
         async def secret(principal: str) -> Secret | None:
             version = await self._version(principal, upstream)
@@ -69,7 +69,7 @@ class Connecting:
                     self._vault.get, Principal(principal, _READER), vault_name(upstream)
                 )
             except VaultError:
-                return None
+                return None if version is None else Secret(None, version)
             return None if value is None or version is None else Secret(value, version)
 
         return secret

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect
+from mcp_elicit.web.flows import ApiKeyEntry, ExternalFlow, OAuthConnect, unfit_secret
 
 __all__ = ["CONNECT_TOOL", "SECRET", "Credential", "connect_key", "vault_name"]
 
@@ -79,8 +79,8 @@ class Credential(BaseModel):
     @field_validator("value")
     @classmethod
     def _template(cls, value: str | None) -> str | None:
-        if value is not None and (value.count(SECRET) != 1 or "\r" in value or "\n" in value):
-            raise ValueError(f"expected one {SECRET} where the secret goes, on one line")
+        if value is not None and (value.count(SECRET) != 1 or unfit_secret(value, header=False) is not None):
+            raise ValueError(f"expected one {SECRET} where the secret goes, on one line, without control characters")
         return value
 
     @model_validator(mode="after")
@@ -104,7 +104,18 @@ class Credential(BaseModel):
             return "env: missing; a command's credential goes in the variable env names"
         if not command and self.env is not None:
             return "env: expected with command only: an HTTP upstream's credential goes in header"
+        if not command and self.value is not None and unfit_secret(self.value, header=True) is not None:
+            return "value: expected printable ASCII: it goes in an HTTP header"
         return None
+
+    def unfit(self, secret: str) -> str | None:
+        """What keeps a person's `secret` from being sent (in a header for an HTTP upstream, in a variable for a
+        command), said without quoting it; None when it fits. The page refuses such a key as it is typed; this
+        catches a provider's token, or a key stored before the page checked."""
+        unfit = unfit_secret(secret, header=self.env is None)
+        return (
+            None if unfit is None else f"{unfit}, so it cannot go in {'a header' if self.env is None else 'a variable'}"
+        )
 
     def headers(self, secret: str) -> dict[str, str]:
         """The headers an HTTP upstream's requests carry for the person whose `secret` this is."""
@@ -120,7 +131,7 @@ class Credential(BaseModel):
         `client_secret_env` when the variable it names is not set."""
         title = self.title or upstream
         if self.kind == "api_key":
-            return ApiKeyEntry(vault_name=vault_name(upstream), service_title=title)
+            return ApiKeyEntry(vault_name=vault_name(upstream), service_title=title, header=self.env is None)
         assert self.client_secret_env is not None
         secret = environ.get(self.client_secret_env, "")
         if not secret.strip():

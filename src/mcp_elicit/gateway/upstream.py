@@ -97,6 +97,8 @@ ENDED = "the connection ended (the upstream exited or hung up)"
 _SESSION_TERMINATED = (INVALID_REQUEST, "Session terminated")
 """The error the SDK's client makes up for a 404 to a request of a session whose body is no JSON-RPC error."""
 FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
+GATEWAY_VARIABLES = "MCP_ELICIT_"
+"""What the names of the gateway's own settings start with: no upstream process inherits them (`inherited`)."""
 NO_BACK_CHANNEL = "no-back-channel"
 """The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
 gets one answer (a refusal) whichever of them it belongs to."""
@@ -110,8 +112,8 @@ class UpstreamUnavailable(Exception):
 class Upstream:
     """Where the upstream server is and how to talk to it.
 
-    Exactly one of `command` (a stdio server's argv, started with the gateway's own environment, as a command
-    typed at the shell would be) and `url` (a streamable HTTP endpoint).
+    Exactly one of `command` (a stdio server's argv, started with the gateway's environment but its own settings
+    and secrets, as `inherited` says) and `url` (a streamable HTTP endpoint).
     """
 
     name: str
@@ -132,8 +134,9 @@ class Upstream:
     `HTTP_SESSIONS` for an HTTP upstream and 1 for a command, where one process often means one state that more
     processes would split."""
     env: Mapping[str, str] | None = None
-    """Variables a stdio upstream gets on top of the gateway's environment (an API key, say): without the rest
-    of it, `PATH` among them, most commands would not start."""
+    """Variables a stdio upstream gets on top of what it inherits of the gateway's environment (`inherited`: all but
+    the gateway's own settings and secrets), given as they are (an `MCP_ELICIT_*` one too, for an upstream built on
+    mcp-elicit): without the rest of it, `PATH` among them, most commands would not start."""
     cwd: str | None = None
     """The directory a stdio upstream starts in (default: the gateway's)."""
     prefix: str | None = None
@@ -316,7 +319,8 @@ Status = Literal["starting", "up", "restarting", "down", "stopped"]
 class Secret:
     """A person's credential of an upstream, as a lane connects with it."""
 
-    value: str = field(repr=False)
+    value: str | None = field(repr=False)
+    """None: one is stored, but the vault cannot open it (a key ring without its key, a tampered row)."""
     version: str
     """Which of their credentials it is (when it was stored): a refused one is told from the next."""
 
@@ -351,7 +355,8 @@ class Lane:
     version: str | None = None
     """The version of its owner's credential its connection carries."""
     refused: str | None = None
-    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) when it last connected."""
+    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) when it last connected, or
+    that could not be sent (`Credential.unfit`): they are asked to connect again."""
     suspect: bool = False
     """Its owner may be replacing their credential (on the page, where the gateway does not see it done): whether
     the vault still has the one it carries is looked at before each of their calls."""
@@ -453,7 +458,7 @@ class Lane:
                 if handshake.cancelled_caught:
                     ended = f"it did not complete the MCP handshake within {timeout:g} s"
             except Exception as error:  # what ended the connection, or kept it from starting, in any form
-                ended = _described(error)
+                ended = _described(error, bare=self.pool.upstream.credential is not None)
             finally:
                 if self.connection is not None:
                     self.lost(self.connection, ended)
@@ -522,10 +527,12 @@ class Lane:
                 refused = _mcp_error(error)
                 if refused is None:
                     raise
+                bare = secret is not None
                 if upstream.era != "auto" or refused.code == CONNECTION_CLOSED:
-                    raise _not_started(refused) from None
+                    raise _not_started(refused, bare=bare) from None
                 # A server of 2026-07-28 alone refuses the handshake (-32022, or an error of its own).
-                log.info("upstream %s refused the handshake (%s); discovering instead", self.label, refused)
+                said = f"error {refused.code}" if bare else str(refused)
+                log.info("upstream %s refused the handshake (%s); discovering instead", self.label, said)
                 try:
                     connection = self._connection("auto", secret)
                     await stack.enter_async_context(connection.client)
@@ -533,7 +540,7 @@ class Lane:
                     refused = _mcp_error(error)
                     if refused is None:
                         raise
-                    raise _not_started(refused) from None
+                    raise _not_started(refused, bare=bare) from None
             if upstream.era == "2026-07-28" and connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 raise UpstreamUnavailable(f"it speaks {connection.client.protocol_version}, not 2026-07-28")
             self.refused = None
@@ -549,28 +556,43 @@ class Lane:
     async def _secret(self) -> Secret | None:
         """The owner's secret, read anew for every connection (a person who connected again is carried with the new
         one); None for an upstream without a credential."""
-        if self.pool.upstream.credential is None:
+        credential = self.pool.upstream.credential
+        if credential is None:
             return None
         assert self.owner is not None
         assert self.pool.secrets is not None
         secret = await self.pool.secrets(self.owner)
         if secret is None:
             raise UpstreamUnavailable(f"has no credential of {self.owner}: they have not connected it (or no longer)")
+        if secret.value is None:  # refused as one the upstream refused: the person is asked to connect again
+            self.refused = secret.version
+            raise UpstreamUnavailable(
+                f"cannot open the credential of {self.owner} in the vault (see its log); connecting it again (the "
+                f"gateway's tool {CONNECT_TOOL!r} under the upstream's prefix) replaces it"
+            )
+        unfit = credential.unfit(secret.value)
+        if unfit is not None:  # refused here, before the HTTP client or the process quotes it in an error
+            self.refused = secret.version
+            raise UpstreamUnavailable(
+                f"cannot carry the credential of {self.owner}: it {unfit}; connecting it again (the gateway's tool "
+                f"{CONNECT_TOOL!r} under the upstream's prefix) replaces it"
+            )
         return secret
 
     def _connection(self, mode: str, secret: Secret | None) -> Connection:
         upstream = self.pool.upstream
-        credential = upstream.credential if secret is not None else None
+        value = secret.value if secret is not None else None  # `_secret` gave none without its value
+        credential = upstream.credential if value is not None else None
         transport: Any
         if upstream.url is not None:
-            headers = credential.headers(secret.value) if credential is not None and secret is not None else {}
+            headers = credential.headers(value) if credential is not None and value is not None else {}
             transport = _http(
                 upstream.url, lambda said: connection.forget(said), headers, lambda status: connection.refuse(status)
             )
         else:
-            env = {**os.environ, **(upstream.env or {})}
-            if credential is not None and secret is not None:
-                env.update(credential.variables(secret.value))
+            env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
+            if credential is not None and value is not None:
+                env.update(credential.variables(value))
             command, *args = upstream.command
             transport = stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=upstream.cwd))
         relay = self.pool.relay
@@ -700,6 +722,9 @@ class Pool:
         self.secrets = secrets
         """Where a lane of an upstream with a credential reads its owner's secret, as it connects."""
         self.lanes: list[Lane] = []
+        self.withheld: frozenset[str] = frozenset()
+        """Variables of the gateway's environment its processes never get besides its own settings: the OAuth client
+        secrets of every upstream of the gateway (`running` sets it)."""
         self._opened = 0
         self._tasks: anyio.abc.TaskGroup | None = None
         self._freed = anyio.Event()
@@ -865,10 +890,16 @@ async def running(pools: Sequence[Pool]) -> AsyncIterator[None]:
     """Every pool with its first lane up, all started at once; `UpstreamUnavailable` as soon as one could not
     connect, naming it (and any other that failed by then), and then none of them runs."""
     refused: list[str] = []
+    secrets = frozenset(
+        pool.upstream.credential.client_secret_env
+        for pool in pools
+        if pool.upstream.credential is not None and pool.upstream.credential.client_secret_env is not None
+    )
     async with anyio.create_task_group() as tasks:
         firsts = []
         for pool in pools:
             pool._tasks = tasks
+            pool.withheld = secrets
             if pool.upstream.credential is None:  # an upstream with a credential is reached as each person connects it
                 firsts.append(pool._open())
         with anyio.CancelScope() as waiting:
@@ -895,6 +926,19 @@ async def _settle(lane: Lane, waiting: anyio.CancelScope) -> None:
     await lane.settled()
     if lane.status != "up":
         waiting.cancel()
+
+
+def inherited(environ: Mapping[str, str], withheld: frozenset[str] = frozenset()) -> dict[str, str]:
+    """What a stdio upstream's process inherits of the gateway's environment `environ`: all of it (`PATH` and the
+    rest a command typed at the shell would see) but the gateway's own settings, every `MCP_ELICIT_*` variable (the
+    vault's keys, the sign-in keys, the store's URL), and the variables in `withheld` (OAuth client secrets). The
+    process may be a person's own, started with their credential: what the gateway keeps from them, it keeps from it.
+    """
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.upper().startswith(GATEWAY_VARIABLES) and name not in withheld
+    }
 
 
 def timed_out(lane: Lane, what: str, timeout: float | None, *, waiting: bool = False) -> MCPError:
@@ -930,21 +974,32 @@ def _mcp_error(error: BaseException) -> MCPError | None:
     return None
 
 
-def _not_started(refused: MCPError) -> UpstreamUnavailable:
+def _not_started(refused: MCPError, *, bare: bool = False) -> UpstreamUnavailable:
+    """Why the handshake failed; `bare` (the connection carries a person's credential): without the upstream's text,
+    which may quote what the request carried."""
     if refused.code == CONNECTION_CLOSED:
         return UpstreamUnavailable(
             "it closed the connection before the MCP handshake was done (see its own error output)"
         )
+    if bare:
+        return UpstreamUnavailable(f"it refused the MCP handshake (error {refused.code})")
     return UpstreamUnavailable(f"it refused the MCP handshake: {refused.error.message}")
 
 
-def _described(error: BaseException) -> str:
-    """One line for what ended a connection: the innermost errors of a group, each with its type."""
+def _described(error: BaseException, *, bare: bool = False) -> str:
+    """One line for what ended a connection: the innermost errors of a group, each with its type. `bare` (the
+    connection carries a person's credential): the type alone (and a protocol error's code), never the text, which
+    may quote the credential (an HTTP client refusing a header quotes its value); the gateway's own errors, which
+    never do, keep theirs."""
     if isinstance(error, BaseExceptionGroup):
-        return "; ".join(dict.fromkeys(_described(inner) for inner in error.exceptions))
+        return "; ".join(dict.fromkeys(_described(inner, bare=bare) for inner in error.exceptions))
     said = str(error).strip().splitlines()[0] if str(error).strip() else ""
     kind = type(error).__name__
-    if isinstance(error, MCPError | UpstreamUnavailable):
+    if isinstance(error, UpstreamUnavailable):
+        return said or kind
+    if bare:
+        return f"{kind} {error.code}" if isinstance(error, MCPError) else kind
+    if isinstance(error, MCPError):
         return said or kind
     return f"{kind}: {said}" if said else kind
 

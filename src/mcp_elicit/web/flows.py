@@ -9,6 +9,7 @@ stores nothing secret: the decision itself is the outcome (`external_completed` 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,33 @@ class ApiKeyEntry:
     vault_name: str
     service_title: str
     max_length: int = 4096
+    header: bool = False
+    """The key is sent in an HTTP header: the page takes printable ASCII only (else any character but a control
+    character), so that a key that cannot be sent is refused as it is typed, not by the HTTP client later."""
+
+    def problem(self, key: str) -> str | None:
+        """Why the page refuses `key` (never quoting it); None when it takes it."""
+        if not key:
+            return "The key is empty."
+        if len(key) > self.max_length:
+            return f"The key is longer than {self.max_length} characters."
+        unfit = unfit_secret(key, header=self.header)
+        return None if unfit is None else f"The key {unfit}: paste it again, on one line."
+
+
+def unfit_secret(secret: str, *, header: bool) -> str | None:
+    """What keeps `secret` from being sent as it is: in an HTTP header (`header`: printable ASCII only), or in an
+    environment variable (any character but a control one: a line break, a tab, NUL). Said without quoting it, so the
+    reason may go anywhere (a page, a log line, an error to a client); None when it fits."""
+    if not secret:
+        return "is empty"
+    if secret != secret.strip():
+        return "begins or ends with a space"
+    if any(unicodedata.category(char) in ("Cc", "Zl", "Zp") for char in secret):
+        return "holds a line break or another control character"
+    if header and not all(" " <= char <= "~" for char in secret):
+        return "holds a character outside printable ASCII, which an HTTP header cannot carry"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

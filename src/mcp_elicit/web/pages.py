@@ -647,12 +647,13 @@ class UrlPages:
 
     # -- API key -------------------------------------------------------------------------------------
 
-    def _key_form(self, flow: ApiKeyEntry, decision: Decision, principal: str) -> Response:
+    def _key_form(self, flow: ApiKeyEntry, decision: Decision, principal: str, problem: str = "") -> Response:
         token = self._csrf(decision.elicitation_id, principal)
+        alert = f'<p class="error" role="alert">{text(problem)} Nothing was stored.</p>' if problem else ""
         body = f"""
 <h1>Your {text(flow.service_title)} API key</h1>
 <div class="message">{text(decision.message)}</div>
-<form method="post" action="/elicit/{text(decision.elicitation_id)}/key">
+{alert}<form method="post" action="/elicit/{text(decision.elicitation_id)}/key">
 <input type="hidden" name="csrf" value="{text(token)}">
 <label for="key">API key</label>
 <input id="key" name="api_key" type="password" autocomplete="off" required maxlength="{flow.max_length}">
@@ -676,8 +677,9 @@ class UrlPages:
                 )
             )
         key = str(form.get("api_key", "")).strip()
-        if not key or len(key) > flow.max_length:
-            return self._key_form(flow, decision, principal)
+        problem = flow.problem(key)
+        if problem is not None:
+            return self._key_form(flow, decision, principal, problem)
         await self._reach.call_blocking(self._flow_vault().put, BrowserUser(principal).as_owner(), flow.vault_name, key)
         return await self._complete(
             decision, principal, "API key stored", done=f"Your {flow.service_title} API key is stored on {self._title}."
