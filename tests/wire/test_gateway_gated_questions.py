@@ -153,6 +153,29 @@ async def test_a_minus_32042_of_the_upstream_during_an_approved_call_is_asked_th
     assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.COMPLETED
 
 
+async def test_a_minus_32042_flow_declined_during_an_approved_call_ends_it_naming_the_url_and_nothing_ran(
+    store: Store, tmp_path: Path
+) -> None:
+    """The person refusing to open the page the upstream's `-32042` needs: the call ends as a tool error saying
+    which page, the operation ends with it, and the approved call is not forwarded again."""
+    ledger = tmp_path / "ledger"
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        if isinstance(params, ElicitRequestURLParams):
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content={})
+
+    with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gates = [GateTable(tool="files", editable=[])]
+        gateway = Gateway(over_http(f"{base}/mcp", era="legacy"), store=store, gates=gates)
+        async with gateway.running(), connected(gateway, "legacy", elicitation_callback=person) as client:
+            refused = await client.call_tool("files", {"ledger": str(ledger)})
+    assert refused.is_error and DRIVE_URL in said_lines(refused)[0]
+    assert ledger_of(ledger) == []
+    [operation_id] = {decision.operation_id for decision in store.list_decisions(OPERATOR)}
+    assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.COMPLETED
+
+
 async def test_a_fastmcp_upstreams_ctx_elicit_during_an_approved_call_reaches_a_2026_client(store: Store) -> None:
     """FastMCP's `Context.elicit` needs the handshake; the gateway asks it of a 2026-07-28 client in a round."""
     asked: list[str] = []
