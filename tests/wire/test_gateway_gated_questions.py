@@ -22,7 +22,14 @@ import pytest
 from fastmcp import Client as FastMCPClient
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, InputRequiredResult
+from mcp_types import (
+    CallToolResult,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    InputRequiredResult,
+)
 
 from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.gateway import Gateway
@@ -32,6 +39,8 @@ from mcp_elicit.server import IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from tests.helpers.gateway import ERAS, SDK_SERVER, connected, over_http, said, sdk_over_http, stdio, text, until
 from tests.helpers.http_harness import free_port, serving
+from tests.helpers.peers.asking_server import DRIVE_URL
+from tests.helpers.peers.asking_server import connected as asking_connected
 from tests.helpers.peers.asking_server import server as asking_server
 
 pytestmark = pytest.mark.anyio
@@ -104,6 +113,67 @@ async def test_a_handshake_upstreams_questions_during_an_approved_call_are_decis
     assert person.asked[1:] == ["How many pens?", "Which colour of pens?"]
     assert len({decision.operation_id for decision in recorded}) == 1
     assert sorted(decision.key.split(".")[0] for decision in recorded) == sorted([APPROVAL_KEY, "q1", "q2"])
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_minus_32042_of_the_upstream_during_an_approved_call_is_asked_then_the_call_forwarded_once(
+    era: str, store: Store, tmp_path: Path
+) -> None:
+    """An upstream's `-32042` means the approved call did not run upstream: the URL flow it names is asked as a
+    decision of the call's operation (on either era: `-32042` does not exist at 2026-07-28), and once the person
+    consented and the upstream said the flow is complete, the approved call is forwarded again, once."""
+    ledger = tmp_path / "ledger"
+    asked: list[str] = []
+    with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gates = [GateTable(tool="files", editable=[])]
+        gateway = Gateway(over_http(f"{base}/mcp", era="legacy"), store=store, gates=gates)
+        async with gateway.running(), connected(gateway, era) as page:
+
+            async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+                if isinstance(params, ElicitRequestURLParams):
+                    asked.append(params.url)
+                    assert text(await page.call_tool("drive_connected", {})) == "connected"  # the drive's page
+                    return ElicitResult(action="accept")
+                asked.append(params.message.split("\n")[0])
+                return ElicitResult(action="accept", content={})
+
+            try:
+                async with connected(gateway, era, elicitation_callback=person) as client:
+                    listed = await client.call_tool("files", {"ledger": str(ledger)})
+            finally:
+                asking_connected.clear()
+    recorded = {decision.key.split(".")[0]: decision for decision in store.list_decisions(OPERATOR)}
+    assert text(listed) == "files: notes.txt"
+    assert asked == ["Approve this call?", DRIVE_URL]
+    assert ledger_of(ledger) == ["start files"]  # forwarded again once the flow was done, and only then
+    assert sorted(recorded) == sorted([APPROVAL_KEY, "q1"])
+    assert len({decision.operation_id for decision in recorded.values()}) == 1
+    assert recorded["q1"].status is DecisionStatus.EXTERNAL_COMPLETED
+    [operation_id] = {decision.operation_id for decision in recorded.values()}
+    assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.COMPLETED
+
+
+async def test_a_minus_32042_flow_declined_during_an_approved_call_ends_it_naming_the_url_and_nothing_ran(
+    store: Store, tmp_path: Path
+) -> None:
+    """The person refusing to open the page the upstream's `-32042` needs: the call ends as a tool error saying
+    which page, the operation ends with it, and the approved call is not forwarded again."""
+    ledger = tmp_path / "ledger"
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        if isinstance(params, ElicitRequestURLParams):
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content={})
+
+    with serving(asking_server.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gates = [GateTable(tool="files", editable=[])]
+        gateway = Gateway(over_http(f"{base}/mcp", era="legacy"), store=store, gates=gates)
+        async with gateway.running(), connected(gateway, "legacy", elicitation_callback=person) as client:
+            refused = await client.call_tool("files", {"ledger": str(ledger)})
+    assert refused.is_error and DRIVE_URL in said_lines(refused)[0]
+    assert ledger_of(ledger) == []
+    [operation_id] = {decision.operation_id for decision in store.list_decisions(OPERATOR)}
+    assert store.get_operation(operation_id, OPERATOR).status is OperationStatus.COMPLETED
 
 
 async def test_a_fastmcp_upstreams_ctx_elicit_during_an_approved_call_reaches_a_2026_client(store: Store) -> None:

@@ -25,7 +25,9 @@ consented and the upstream said they are complete). A URL question's answer is t
 upstream runs the flow); its decision is completed when the upstream says so.
 
 A gated call (`call_gated`) runs its forward the same way once approved, as steps that run at most once: a
-question of the upstream ends the forward's step, and handing it the answer is the next step.
+question of the upstream ends the forward's step, and handing it the answer is the next step. An upstream's `-32042`
+there ends the step too, as a known outcome (the call did not run): its URL flows are asked on either era, and
+forwarding the call again is a new step.
 
 What does not survive a restart: the upstream call itself. A retry whose upstream call is gone starts it again
 (the upstream's tool body runs again) and answers what it asks from the recorded decisions while they match.
@@ -151,8 +153,8 @@ class Round:
 @dataclass(eq=False)
 class Required:
     """A 2025-11-25 upstream refused the call with `-32042` until the person completes these URL flows, for a client
-    that cannot receive that error (2026-07-28); each flow's completion notice, once the upstream sends it, and
-    whether the person consented to them all (the upstream is then called again)."""
+    that cannot receive that error (2026-07-28), or during a gated forward; each flow's completion notice, once the
+    upstream sends it, and whether the person consented to them all (the upstream is then called again)."""
 
     flows: list[ElicitRequestURLParams]
     done: dict[str, anyio.Event]
@@ -267,10 +269,7 @@ class UpstreamCall:
         """Whether the person consented to every URL flow a `-32042` of the upstream names (the call is then sent
         again); an error that names none is the upstream's answer."""
         assert self._expect is not None
-        try:
-            flows = UrlElicitationRequiredError.from_error(error.error).elicitations
-        except (ValidationError, KeyError, TypeError):
-            return False
+        flows = _url_flows(error)
         if not flows:
             return False
         ids = [flow.elicitation_id for flow in flows if flow.elicitation_id is not None]
@@ -400,6 +399,12 @@ class Questions:
         done = anyio.Event()
         self._expected.watch((upstream, elicitation_id), done)
         return done
+
+    def _expecting(self, upstream: str, flows: list[ElicitRequestURLParams]) -> dict[str, anyio.Event]:
+        """The completion notices of a gated forward's `-32042` flows, by id: awaited since the forward's step saw
+        the error (a 2026-07-28 client's retry, whose notice may have come between), else from now (a restart)."""
+        ids = [flow.elicitation_id for flow in flows if flow.elicitation_id is not None]
+        return {each: self._expected.get((upstream, each)) or self._expect(upstream, each) for each in ids}
 
     async def served(self) -> None:
         """The runtime's background work (wake-ups on store changes, leases, the sweeper), started by the first call
@@ -553,8 +558,10 @@ class Questions:
         upstream 'u'`); for each round a 2026-07-28 upstream answers with, its questions asked, then the call sent
         again with the same arguments, the responses and the upstream's `requestState` (`..., round N`); for each
         question a handshake upstream asks on the call (`elicitation/create`), the answer handed to its request
-        waiting for it (`..., answer N`). The round's state and the questions are in the journal, so a retry of a
-        2026-07-28 client re-runs this body and finds them there.
+        waiting for it (`..., answer N`); for each `-32042` of the upstream (the call did not run: a known outcome,
+        kept as the step's), its URL flows asked, then the call forwarded again as it was approved (`..., again N`).
+        The round's state and the questions are in the journal, so a retry of a 2026-07-28 client re-runs this body
+        and finds them there.
 
         Why the upstream call of the questions machinery: a handshake upstream's question comes while its request
         waits, and a 2026-07-28 client can only be asked in a round, which ends the client's request. So the
@@ -579,9 +586,28 @@ class Questions:
             at_most_once=True,
             holding=pool.carrying(call),
         )
-        asked = answers = rounds = 0
+        asked = answers = rounds = forwards = 0
         consented: dict[str, _Flow] = {}
         while True:
+            if "required" in outcome:
+                flows = [ElicitRequestURLParams.model_validate(each) for each in outcome["required"]]
+                required = Required(flows, self._expecting(pool.upstream.name, flows))
+                refused = await self._consent_to(flow, ctx, required, asked, call.what)
+                asked += len(flows)
+                if refused is not None:
+                    return refused
+                forwards += 1
+                outcome = await flow.step(
+                    f"{step}, again {forwards}",
+                    self._forwarded,
+                    call,
+                    sent,
+                    operation,
+                    returns=dict[str, Any],
+                    at_most_once=True,
+                    holding=pool.carrying(call),
+                )
+                continue
             if "asked" in outcome:
                 kept = self._calls.get(flow.operation_id)
                 index = int(outcome["event"])
@@ -671,9 +697,10 @@ class Questions:
 
     async def _outcome(self, upstream: UpstreamCall, index: int, operation: tuple[str, Principal]) -> dict[str, Any]:
         """What the gated call's upstream request did next: `{"asked": params, "event": index}` for a question (the
-        request waits in memory for its answer), `{"result": ...}` as the upstream gave it (a round included), or
-        `{"error": ...}` for an error known to be the upstream's answer or to have been made before the request left;
-        any other error is raised (whether the upstream ran the call is not known)."""
+        request waits in memory for its answer), `{"result": ...}` as the upstream gave it (a round included),
+        `{"required": flows}` for a `-32042` naming URL flows (the call did not run; their completion notices are
+        awaited from now), or `{"error": ...}` for an error known to be the upstream's answer or to have been made
+        before the request left; any other error is raised (whether the upstream ran the call is not known)."""
         event = await upstream.event(index)
         if isinstance(event, Question):
             upstream.claimed = True
@@ -687,6 +714,13 @@ class Questions:
         if event.error is None:
             assert event.result is not None
             return {"result": event.result}
+        flows = _url_flows(event.error)
+        if flows:
+            assert upstream.call.pool is not None
+            for each in flows:
+                if each.elicitation_id is not None:
+                    self._expect(upstream.call.pool.upstream.name, each.elicitation_id)
+            return {"required": [_wire(each) for each in flows]}
         if not upstream.call.sent or refused_by_upstream(event.error):
             return {"error": event.error.error.model_dump(mode="json", exclude_none=True)}
         raise event.error
@@ -790,7 +824,7 @@ class Questions:
         if found is not None:
             await self._complete(found)
             return True
-        awaited = self._expected.answered((lane.pool.upstream.name, elicitation_id))
+        awaited = self._expected.get((lane.pool.upstream.name, elicitation_id))
         if awaited is None:
             return False
         awaited.set()
@@ -850,6 +884,16 @@ def _elicitation(request: object, what: str) -> ElicitRequestParams:
         return ElicitRequest.model_validate(request).params
     except ValidationError:
         raise MCPError(INVALID_PARAMS, f"{what}: the upstream's round asks a malformed elicitation/create") from None
+
+
+def _url_flows(error: MCPError) -> list[ElicitRequestURLParams]:
+    """The URL flows a `-32042` names (none for another error, or one that names none readably)."""
+    if error.code != URL_ELICITATION_REQUIRED:
+        return []
+    try:
+        return list(UrlElicitationRequiredError.from_error(error.error).elicitations)
+    except (ValidationError, KeyError, TypeError):
+        return []
 
 
 _CLOSED = frozenset({DecisionStatus.DECLINED, DecisionStatus.CANCELLED, DecisionStatus.EXPIRED})

@@ -18,7 +18,7 @@ NOTICE_TIMEOUT = 2.0
 
 
 class Remembered(Generic[K, V]):
-    """Values by key, each for `ttl` seconds after it was remembered, and taken at most once."""
+    """Values by key, each for `ttl` seconds after it was remembered, and taken at most once (or looked at)."""
 
     def __init__(self, ttl: float) -> None:
         self._ttl = ttl
@@ -36,6 +36,13 @@ class Remembered(Generic[K, V]):
 
     def answered(self, key: K) -> V | None:
         found = self._values.pop(key, None)
+        if found is None or found[1] <= anyio.current_time():
+            return None
+        return found[0]
+
+    def get(self, key: K) -> V | None:
+        """The value of `key` if it is still remembered, left in place (for a value several callers read)."""
+        found = self._values.get(key)
         if found is None or found[1] <= anyio.current_time():
             return None
         return found[0]

@@ -8,11 +8,11 @@ once they consent, says that flow is complete (`notifications/elicitation/comple
 paid), answering how they answered. `sign_in` asks the 2026-07-28 way instead, with an `InputRequiredResult`
 whose URL request goes to `SIGN_IN_URL` (only a 2026-07-28 session can carry it). `files` refuses with `-32042`
 (URL flow `DRIVE_FLOW` at `DRIVE_URL`) until `drive_connected`, standing for the drive's page, marks it done and
-says so with `notifications/elicitation/complete`. `transfer` asks the 2026-07-28 way for a reference (a form), and
-appends `start transfer <amount>` on every call that reaches it, with `<reference> <requestState>` after it on the
-retry that answers. The ledger lets a test count how often the upstream's body
-ran: once per upstream call, never for a retry that attaches to one. Run it as
-`python -m tests.helpers.peers.asking_server`; `server` is the same server for in-process use.
+says so with `notifications/elicitation/complete`; once it lists, it appends `start files` to `ledger` if named.
+`transfer` asks the 2026-07-28 way for a reference (a form), and appends `start transfer <amount>` on every call
+that reaches it, with `<reference> <requestState>` after it on the retry that answers. The ledger lets a test
+count how often the upstream's body ran: once per upstream call, never for a retry that attaches to one. Run it
+as `python -m tests.helpers.peers.asking_server`; `server` is the same server for in-process use.
 """
 
 from __future__ import annotations
@@ -102,11 +102,13 @@ async def transfer(ctx: Context, amount: int, ledger: str) -> str | InputRequire
 
 
 @server.tool()
-async def files() -> str:
+async def files(ledger: str = "") -> str:
     """List the files of the connected drive; `-32042` (the 2025-11-25 way) until the drive is connected."""
     if DRIVE_FLOW not in connected:
         flow = ElicitRequestURLParams(message="Connect your drive", url=DRIVE_URL, elicitation_id=DRIVE_FLOW)
         raise UrlElicitationRequiredError([flow])
+    if ledger:
+        _ran(ledger, "files")
     return "files: notes.txt"
 
 
