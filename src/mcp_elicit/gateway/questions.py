@@ -576,16 +576,20 @@ class Questions:
         step = f"forward {name!r} to upstream {pool.upstream.name!r}"
         sent = {**{key: value for key, value in raw.items() if key not in _ROUND_FIELDS}, "arguments": flow.arguments}
         operation = (flow.operation_id, flow.principal)
-        outcome: dict[str, Any] = await flow.step(
-            step,
-            self._forwarded,
-            call,
-            sent,
-            operation,
-            returns=dict[str, Any],
-            at_most_once=True,
-            holding=pool.carrying(call),
-        )
+
+        async def forward(named: str, request: Mapping[str, Any] = sent) -> dict[str, Any]:
+            return await flow.step(
+                named,
+                self._forwarded,
+                call,
+                request,
+                operation,
+                returns=dict[str, Any],
+                at_most_once=True,
+                holding=pool.carrying(call),
+            )
+
+        outcome = await forward(step)
         asked = answers = rounds = forwards = 0
         consented: dict[str, _Flow] = {}
         while True:
@@ -597,16 +601,7 @@ class Questions:
                 if refused is not None:
                     return refused
                 forwards += 1
-                outcome = await flow.step(
-                    f"{step}, again {forwards}",
-                    self._forwarded,
-                    call,
-                    sent,
-                    operation,
-                    returns=dict[str, Any],
-                    at_most_once=True,
-                    holding=pool.carrying(call),
-                )
+                outcome = await forward(f"{step}, again {forwards}")
                 continue
             if "asked" in outcome:
                 kept = self._calls.get(flow.operation_id)
@@ -653,16 +648,7 @@ class Questions:
             again = {**sent, "inputResponses": responses}
             if result.get("requestState") is not None:
                 again["requestState"] = result["requestState"]
-            outcome = await flow.step(
-                f"{step}, round {rounds}",
-                self._forwarded,
-                call,
-                again,
-                operation,
-                returns=dict[str, Any],
-                at_most_once=True,
-                holding=pool.carrying(call),
-            )
+            outcome = await forward(f"{step}, round {rounds}", again)
 
     async def _forwarded(self, call: Call, sent: Mapping[str, Any], operation: tuple[str, Principal]) -> dict[str, Any]:
         """The step that sends a gated call upstream: what came of it (`_outcome`)."""
