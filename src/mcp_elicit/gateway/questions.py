@@ -613,6 +613,7 @@ class Questions:
             if "error" in outcome:
                 error = ErrorData.model_validate(outcome["error"])
                 said = f"upstream {pool.upstream.name!r} answered {name!r} with error {error.code}: {error.message}"
+                said = error.message if outcome.get("sent") is False else said
                 raise ToolError(said)
             result = dict(outcome["result"])
             round_ = result.get("inputRequests") if result.get("resultType") == "input_required" else None
@@ -672,8 +673,9 @@ class Questions:
     async def _outcome(self, upstream: UpstreamCall, index: int, operation: tuple[str, Principal]) -> dict[str, Any]:
         """What the gated call's upstream request did next: `{"asked": params, "event": index}` for a question (the
         request waits in memory for its answer), `{"result": ...}` as the upstream gave it (a round included), or
-        `{"error": ...}` for an error known to be the upstream's answer or to have been made before the request left;
-        any other error is raised (whether the upstream ran the call is not known)."""
+        `{"error": ...}` for an error known to be the upstream's answer or to have been made before the request left
+        (then with `"sent": False`: the gateway's own error, which says so); any other error is raised (whether the
+        upstream ran the call is not known)."""
         event = await upstream.event(index)
         if isinstance(event, Question):
             upstream.claimed = True
@@ -688,7 +690,8 @@ class Questions:
             assert event.result is not None
             return {"result": event.result}
         if not upstream.call.sent or refused_by_upstream(event.error):
-            return {"error": event.error.error.model_dump(mode="json", exclude_none=True)}
+            error = event.error.error.model_dump(mode="json", exclude_none=True)
+            return {"error": error} if upstream.call.sent else {"error": error, "sent": False}
         raise event.error
 
     async def _done_unless_asked(self, consented: Mapping[str, _Flow], still: Mapping[str, Any]) -> None:
