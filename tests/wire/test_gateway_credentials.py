@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -64,13 +65,16 @@ KEYS = {ALICE: "alice", BOB: "bob"}
 
 class Accounts:
     """The upstream: `whoami` says whose key its request carries (in `header`, after `scheme`); every request without
-    a key it knows is refused with 401 before the MCP server sees it, and each MCP session's keys are noted."""
+    a key it knows (or one it `revoked` since) is refused with 401 before the MCP server sees it, and each MCP
+    session's keys are noted."""
 
     def __init__(self, header: str = "authorization", scheme: str = "Bearer ") -> None:
         self.server = MCPServer("accounts")
         self.header, self.scheme = header, scheme
         self.keys_by_session: dict[str, set[str]] = {}
         self.refused = 0
+        self.revoked: set[str] = set()
+        """Keys it no longer takes, on sessions already up too (an expired token, a revoked key)."""
 
         @self.server.tool()
         async def whoami(ctx: Context) -> str:
@@ -86,7 +90,7 @@ class Accounts:
             if scope["type"] == "http":
                 headers = {name.decode(): value.decode() for name, value in scope["headers"]}
                 key = headers.get(self.header, "").removeprefix(self.scheme)
-                if key not in KEYS:
+                if key not in KEYS or key in self.revoked:
                     self.refused += 1
                     await PlainTextResponse("no such key", 401)(scope, receive, send)
                     return
@@ -295,6 +299,94 @@ async def test_a_key_the_upstream_refuses_fails_the_call_saying_so_and_the_next_
             await enter_key(signed, "alice", page_in(told), key="ak-alice-5b1f0c")
             assert text(await alice.call_tool("whoami", {})) == "alice"
     assert accounts.refused >= 1
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_a_key_revoked_on_a_session_up_fails_the_call_saying_so_and_the_next_call_connects_again(
+    store_url: str, era: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The upstream stops taking the key while the person's session with it is up (an expired token, a revoked key):
+    the call fails naming the refusal (never the key), the listing shows `connect` alone, and the next call asks the
+    person to connect again, whichever era their client speaks."""
+    async with accounts_gateway(store_url) as (signed, accounts):
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, era) as alice:  # declares no elicitation: told the page
+            await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+            assert text(await alice.call_tool("whoami", {})) == "alice"
+            accounts.revoked.add(ALICE)
+            with pytest.raises(MCPError) as refused:
+                await alice.call_tool("whoami", {})
+            said = refused.value.error.message
+            assert "upstream 'accounts' refused the credential of" in said and "HTTP 401" in said, said
+            assert "connecting it again" in said and ALICE not in said
+            assert [tool.name for tool in (await alice.list_tools()).tools] == ["connect"]
+            told = error_text(await alice.call_tool("whoami", {}))  # connect first, again
+            assert "whoami needs your Accounts API key" in told
+            await enter_key(signed, "alice", page_in(told), key=BOB)
+            assert text(await alice.call_tool("whoami", {})) == "bob"
+    assert ALICE not in caplog.text
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_a_gated_call_whose_key_was_revoked_did_not_run_and_the_same_call_connects_again(
+    store_url: str, era: str
+) -> None:
+    """A 401 means the upstream ran nothing: the approved forward it refused is known not to have run (no
+    `OutcomeUnknown`), its tool error says why, and the identical call asks to connect again, then for a new
+    approval."""
+    accounts = Accounts()
+    with serving(accounts.app(), free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream, [GateTable(tool="whoami", fallback="web")]) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, era) as alice, signed_in_browser(signed, "alice") as browser:
+
+                async def approved() -> None:
+                    approval = page_url(await alice.call_tool("whoami", {}))
+                    page = await browser.get(approval)
+                    answered = await submit(browser, approval, page.text, "accept")
+                    assert answered.status_code in (200, 303), answered.text
+
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                await approved()
+                assert text(await alice.call_tool("whoami", {})) == "alice"
+                accounts.revoked.add(ALICE)
+                await approved()
+                said = error_text(await alice.call_tool("whoami", {}))
+                assert "upstream 'accounts' refused the credential of" in said and "HTTP 401" in said, said
+                assert "did not run" in said and ALICE not in said
+                told = error_text(await alice.call_tool("whoami", {}))  # the same call: connect first, again
+                assert "whoami needs your Accounts API key" in told, told
+                await enter_key(signed, "alice", page_in(told), key=BOB)
+                await approved()  # a new operation: approved anew
+                assert text(await alice.call_tool("whoami", {})) == "bob"
+
+
+async def test_a_key_replaced_on_another_instance_is_carried_here_after_a_look_at_the_vault_or_a_refusal(
+    store_url: str,
+) -> None:
+    """Another instance of the gateway (its vault beside this one's, on the same store) stores a new key for the
+    person: a session up here carries the old one until the vault is looked at again (`recheck` seconds), or until the
+    upstream refuses the old one; then the new one, without asking the person to connect again."""
+    async with accounts_gateway(store_url) as (signed, accounts):
+        elsewhere = Vault(signed.store, VaultKeyRing.from_text(VAULT_KEYS))
+        connecting = signed.deployment.gateway.connecting
+        assert connecting is not None
+        token = await signed.token("alice")
+        async with bearer(signed.mcp, token, "legacy") as alice:  # declares no elicitation: a question fails the call
+            await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+            assert text(await alice.call_tool("whoami", {})) == "alice"
+            elsewhere.put(Principal(signed.principal("alice"), "gateway"), vault_name("accounts"), BOB)
+            assert text(await alice.call_tool("whoami", {})) == "alice"  # looked at within `recheck`: kept
+            connecting.recheck = 0.0
+            assert text(await alice.call_tool("whoami", {})) == "bob"  # looked at again: the new one
+            connecting.recheck = math.inf
+            elsewhere.put(Principal(signed.principal("alice"), "gateway"), vault_name("accounts"), ALICE)
+            accounts.revoked.add(BOB)
+            with pytest.raises(MCPError) as refused:
+                await alice.call_tool("whoami", {})
+            assert "refused the credential of" in refused.value.error.message
+            assert text(await alice.call_tool("whoami", {})) == "alice"  # the one stored elsewhere, nothing asked
 
 
 async def test_a_key_a_header_cannot_carry_is_refused_on_the_page_saying_why_and_never_quoted(

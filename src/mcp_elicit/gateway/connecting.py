@@ -13,17 +13,22 @@ carries its state under `CONNECT_STATE` and those arguments, which tells its ret
 itself and lets the retry name the same operation.
 
 The check costs no store read while the person has a session with the upstream up (their secret was read as it
-connected); without one, it reads the vault once.
+connected) and the vault was looked at for them within `RECHECK` seconds; otherwise it reads the vault's row once
+(without opening it). That look is how a credential replaced on another instance of the gateway, which this one does
+not hear of, reaches the sessions here: from the first call after it, or at once if the upstream refuses the old one
+(its refusal marks it refused, and the next call reads the vault).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Final, cast
 from urllib.parse import quote, unquote
 
+import anyio
 from mcp.server.context import ServerRequestContext
 from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult, RequestParamsMeta, TextContent
 
@@ -43,6 +48,9 @@ log = logging.getLogger(__name__)
 CONNECT_STATE: Final = "connect:"
 """What the `requestState` of a connect round starts with: then the credential it replaces (percent-encoded; or
 nothing), `:`, and the runtime's sealed state."""
+RECHECK: Final = 30.0
+"""Seconds a person's session up with an upstream is taken to carry their latest credential without a look at the
+vault: a row read per person and upstream at most that often, for a replacement made on another instance."""
 _READER = "gateway"
 """The client named when the gateway reads a person's vault entry (entries are per person, whatever the client)."""
 
@@ -56,6 +64,10 @@ class Connecting:
         self._store = AsyncStore(elicitation.store)
         self._announce = announce
         """Tells the clients that the tools changed: a person who connects sees the upstream's tools from then on."""
+        self.recheck = RECHECK
+        """Seconds between two looks at the vault for a person whose session is up (`RECHECK`)."""
+        self._checked: dict[tuple[str, str], float] = {}
+        """When the vault was last looked at for a person's credential of an upstream, by (upstream, principal)."""
 
     def secrets(self, upstream: str) -> Secrets:
         """Where the lanes of `upstream` read their owner's credential. One that cannot be opened (a key ring without
@@ -77,10 +89,14 @@ class Connecting:
     async def connected(self, pool: Pool, principal: str) -> bool:
         """Whether `principal` connected the pool's upstream: a session of theirs is up, or the vault has a credential
         of theirs that the upstream did not refuse. A credential stored since their sessions connected (one of them
-        refused, or they were connecting again) is carried from now on: those sessions are closed."""
-        if pool.carries(principal):
+        refused, or they were connecting again, or it was replaced on another instance) is carried from now on: those
+        sessions are closed."""
+        looked = (pool.upstream.name, principal)
+        now = anyio.current_time()
+        if pool.carries(principal) and now - self._checked.get(looked, -math.inf) < self.recheck:
             return True
         version = await self._version(principal, pool.upstream.name)
+        self._checked[looked] = now
         lanes = pool.owned(principal)
         if version is None or any(lane.refused == version for lane in lanes):
             return False

@@ -634,6 +634,7 @@ class Questions:
             if "error" in outcome:
                 error = ErrorData.model_validate(outcome["error"])
                 said = f"upstream {pool.upstream.name!r} answered {name!r} with error {error.code}: {error.message}"
+                said = error.message if outcome.get("sent") is False else said
                 raise ToolError(said)
             result = dict(outcome["result"])
             round_ = result.get("inputRequests") if result.get("resultType") == "input_required" else None
@@ -686,7 +687,8 @@ class Questions:
         request waits in memory for its answer), `{"result": ...}` as the upstream gave it (a round included),
         `{"required": flows}` for a `-32042` naming URL flows (the call did not run; their completion notices are
         awaited from now), or `{"error": ...}` for an error known to be the upstream's answer or to have been made
-        before the request left; any other error is raised (whether the upstream ran the call is not known)."""
+        before the request left (then with `"sent": False`: the gateway's own error, which says so); any other error
+        is raised (whether the upstream ran the call is not known)."""
         event = await upstream.event(index)
         if isinstance(event, Question):
             upstream.claimed = True
@@ -708,7 +710,8 @@ class Questions:
                     self._expect(upstream.call.pool.upstream.name, each.elicitation_id)
             return {"required": [_wire(each) for each in flows]}
         if not upstream.call.sent or refused_by_upstream(event.error):
-            return {"error": event.error.error.model_dump(mode="json", exclude_none=True)}
+            error = event.error.error.model_dump(mode="json", exclude_none=True)
+            return {"error": error} if upstream.call.sent else {"error": error, "sent": False}
         raise event.error
 
     async def _done_unless_asked(self, consented: Mapping[str, _Flow], still: Mapping[str, Any]) -> None:

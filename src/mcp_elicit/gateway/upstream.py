@@ -96,6 +96,8 @@ LAST_BACKOFF = 30.0
 ENDED = "the connection ended (the upstream exited or hung up)"
 _SESSION_TERMINATED = (INVALID_REQUEST, "Session terminated")
 """The error the SDK's client makes up for a 404 to a request of a session whose body is no JSON-RPC error."""
+_HTTP_ERROR = (INTERNAL_ERROR, "Server returned an error response")
+"""The error the SDK's client makes up for any other HTTP error status whose body is no JSON-RPC error."""
 FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
 GATEWAY_VARIABLES = "MCP_ELICIT_"
 """What the names of the gateway's own settings start with: no upstream process inherits them (`inherited`)."""
@@ -279,7 +281,9 @@ class Connection:
     a JSON-RPC error, else the one the body said (the SDK's server says `Session not found` with no request id)."""
     refused: int | None = None
     """The HTTP status (401, 403) with which the HTTP upstream refused a request of this connection: it does not
-    take the credential the connection carries."""
+    take the credential the connection carries (an expired token, a revoked key), and ran none of those requests."""
+    denials: set[tuple[int, str]] = field(default_factory=set)
+    """The errors (code, message) that the client turned those 401s and 403s into, as `unknown` for 404s."""
 
     def forget(self, said: ErrorData | None) -> None:
         self.forgotten = True
@@ -290,8 +294,14 @@ class Connection:
         answer of the upstream's, even if another request of the session was refused so meanwhile."""
         return self.forgotten and (error.code, error.error.message) in self.unknown
 
-    def refuse(self, status: int) -> None:
+    def refuse(self, status: int, said: ErrorData | None) -> None:
         self.refused = status
+        self.denials.add(_HTTP_ERROR if said is None else (said.code, said.message))
+
+    def denied(self, error: MCPError) -> bool:
+        """Whether `error` is a request's own 401 or 403 (the upstream did not take the credential, and ran nothing)
+        rather than an answer of the upstream's."""
+        return self.refused is not None and (error.code, error.error.message) in self.denials
 
 
 class Relay(Protocol):
@@ -355,8 +365,9 @@ class Lane:
     version: str | None = None
     """The version of its owner's credential its connection carries."""
     refused: str | None = None
-    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) when it last connected, or
-    that could not be sent (`Credential.unfit`): they are asked to connect again."""
+    """The version of its owner's credential that the upstream refused (HTTP 401 or 403) as it connected or on a
+    request of its session (`denied`), or that could not be sent (`Credential.unfit`): they are asked to connect
+    again."""
     suspect: bool = False
     """Its owner may be replacing their credential (on the page, where the gateway does not see it done): whether
     the vault still has the one it carries is looked at before each of their calls."""
@@ -553,6 +564,21 @@ class Lane:
             f"{CONNECT_TOOL!r} under the upstream's prefix) replaces it"
         )
 
+    def denied(self, connection: Connection, what: str) -> MCPError:
+        """The upstream refused (401 or 403) a request of `connection`, which was up: it no longer takes the credential
+        (an expired token, a revoked key). That version of the credential is refused from now on, so that its owner's
+        next call asks them to connect again, and the connection is given up; the error says so, never quoting it."""
+        assert connection.refused is not None
+        self.refused = self.version
+        self.lost(connection, f"the upstream refused the credential of {self.owner} (HTTP {connection.refused})")
+        return MCPError(
+            INTERNAL_ERROR,
+            f"upstream {self.label} refused the credential of {self.owner} (HTTP {connection.refused}), so {what} did "
+            f"not run there; connecting it again (the gateway's tool {CONNECT_TOOL!r} under the upstream's prefix) "
+            "replaces it",
+            {"upstream": self.pool.upstream.name},
+        )
+
     async def _secret(self) -> Secret | None:
         """The owner's secret, read anew for every connection (a person who connected again is carried with the new
         one); None for an upstream without a credential."""
@@ -587,7 +613,10 @@ class Lane:
         if upstream.url is not None:
             headers = credential.headers(value) if credential is not None and value is not None else {}
             transport = _http(
-                upstream.url, lambda said: connection.forget(said), headers, lambda status: connection.refuse(status)
+                upstream.url,
+                lambda said: connection.forget(said),
+                headers,
+                lambda status, said: connection.refuse(status, said),
             )
         else:
             env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
@@ -1009,7 +1038,7 @@ async def _http(
     url: str,
     forgotten: Callable[[ErrorData | None], None],
     headers: Mapping[str, str],
-    refused: Callable[[int], None],
+    refused: Callable[[int, ErrorData | None], None],
 ) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), saying when
     the upstream answers 404 to a request that names the session (the protocol's sign that the server no longer
@@ -1023,7 +1052,8 @@ async def _http(
             if said is None or said.id is None or said.id != _request_id(response.request):
                 forgotten(None if said is None else said.error)
         elif response.status_code in (401, 403):
-            refused(response.status_code)
+            said = await _said(response)
+            refused(response.status_code, None if said is None else said.error)
 
     # The SDK's own defaults: a response stream may stay open long without a byte.
     timeout = httpx2.Timeout(30.0, read=300.0)
