@@ -184,7 +184,8 @@ OAUTH = (
         ),
         (
             CREDENTIAL + 'kind = "api_key"\nvalue = "Bearer secret"\n',
-            "upstream[0].credential.value: expected one {{secret}} where the secret goes, on one line, without control characters",
+            "upstream[0].credential.value: expected one {{secret}} where the secret goes, on one line, "
+            "without control characters",
         ),
         (
             CREDENTIAL + 'kind = "api_key"\nheader = "X Key"\n',
