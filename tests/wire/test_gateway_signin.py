@@ -34,7 +34,7 @@ from mcp_elicit.server import Fallback
 from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.gateway import Person, over_http, sdk_over_http, text, until
+from tests.helpers.gateway import SDK_SERVER, Person, over_http, sdk_over_http, stdio, text, until
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.oauth_client import CALLBACK, SigningInPerson
 from tests.helpers.results import unwrap
@@ -189,6 +189,50 @@ async def test_two_principals_never_share_an_upstream_session(store_url: str, tm
                 await bob.call_tool("whoami", {})
                 assert len(pool.lanes) == 2  # bob's call opened a session of its own rather than ride alice's
                 release.write_text("go")
+
+
+@held.tool()
+async def session(ctx: Context) -> str:
+    """The `Mcp-Session-Id` of the session the call came on."""
+    request = ctx.request_context.request
+    assert request is not None
+    return str(request.headers.get("mcp-session-id"))
+
+
+async def sessions_of_each(signed: Signed, tool: str) -> tuple[str, str, str]:
+    """What `tool` says of the session each call reached: alice's, then bob's once hers is idle, then alice's again;
+    and that both still see the upstream's tools."""
+    alice_token, bob_token = await signed.token("alice"), await signed.token("bob")
+    async with bearer(signed.mcp, alice_token, "legacy") as alice, bearer(signed.mcp, bob_token, "legacy") as bob:
+        first = text(await alice.call_tool(tool, {}))
+        assert tool in {listed.name for listed in (await bob.list_tools()).tools}
+        second = text(await bob.call_tool(tool, {}))
+        again = text(await alice.call_tool(tool, {}))
+        assert tool in {listed.name for listed in (await alice.list_tools()).tools}
+    return first, second, again
+
+
+@pytest.mark.parametrize("sessions", [1, 2])
+async def test_a_handshake_upstream_without_a_credential_gives_each_principal_sessions_of_their_own(
+    store_url: str, sessions: int
+) -> None:
+    """Whatever a stdio upstream keeps per session (its process) never passes from alice to bob, even once alice's
+    calls are over; with a second session alice keeps hers, with one the idle one is closed for the other person."""
+    with signed_in_gateway(store_url, stdio(SDK_SERVER, sessions=sessions)) as signed:
+        alices, bobs, alices_again = await sessions_of_each(signed, "pid")
+    assert bobs != alices
+    assert alices_again == alices if sessions == 2 else alices_again not in (alices, bobs)
+
+
+async def test_an_http_upstream_without_a_credential_gives_each_principal_a_session_of_their_own(
+    store_url: str,
+) -> None:
+    with serving(held.streamable_http_app(host="127.0.0.1"), free_port()) as upstream_base:
+        upstream = Upstream("held", url=f"{upstream_base}/mcp", era="legacy")
+        with signed_in_gateway(store_url, upstream) as signed:
+            alices, bobs, alices_again = await sessions_of_each(signed, "session")
+    assert "None" not in (alices, bobs)
+    assert bobs != alices and alices_again == alices
 
 
 def test_what_a_signed_in_gateway_is_built_from_is_checked_when_it_is_built(store_url: str) -> None:

@@ -14,10 +14,18 @@ one holder: they all get the same answer, a refusal. Requests that never draw a 
 A lane also carries the calls of one principal at a time (the signed-in user a call runs for, when the gateway
 knows one), whether they draw questions or not: two principals' requests are never in flight on one upstream
 session, so nothing the upstream keeps per session while a call runs, or says on it, reaches another person.
-The lanes of an upstream with a credential (`mcp_elicit.gateway.credentials`) belong to one principal for their
-whole life (their `owner`): each connection carries that principal's secret, read from the vault as it connects,
-so it never serves anyone else; none is opened at start (no one's secret is known then), a principal's first call
-opens theirs, and at the upstream's session limit an idle lane of another principal is closed to make room.
+Behind a signed-in gateway a handshake session is one principal's for its whole life (its `owner`), too: what
+the upstream keeps per session between calls (a log level, roots, anything a server stores per MCP session)
+never passes from one person to the next. The lanes of an upstream with a credential
+(`mcp_elicit.gateway.credentials`) are opened for their owner, each connection carrying that principal's secret,
+read from the vault as it connects; none is opened at start (no one's secret is known then), and a principal's
+first call opens theirs. Those of an upstream without one are taken by the first principal whose call they carry:
+the first lane, opened at start for what needs no principal (the capabilities, the lists that bind the gates,
+list changes), until then; the gateway's own listings on it (`tells_changes`) are its, not its owner's calls. At
+the upstream's session limit an idle lane of another principal is closed to make room. A 2026-07-28 session
+keeps passing from one principal to the next (one at a time): the upstream keeps nothing between its requests,
+each of which carries all it needs (its log level, its client's capabilities), so there is no state to cross.
+Behind a gateway without sign-in (no principal), sessions are shared as the rest of this says.
 
 Why a supervisor: an upstream process that exits, or an HTTP upstream that goes away, must not take the
 gateway with it. The supervisor notices the end of the connection (the read side of the transport ending, or
@@ -358,8 +366,9 @@ class Lane:
     occupants: int = 0
     """Calls of `principal` on the lane or waiting for it to come up."""
     owner: str | None = None
-    """The principal whose credential the lane's connections carry (an upstream with a credential): the only one
-    whose calls it carries, for its whole life."""
+    """The only principal whose calls the lane carries, for its whole life: whose credential its connections carry
+    (an upstream with a credential), or the first it carried (a handshake session behind a signed-in gateway);
+    `None` while it is no one's (`Pool.personal`)."""
     retired: bool = False
     """It takes no more calls, and is closed once those on it ended (its owner connected a new credential)."""
     version: str | None = None
@@ -768,7 +777,7 @@ class Pool:
         """Whether what `lane` hears of list changes (and its listing, on connecting) is passed on: the first lane's;
         for an upstream with a credential, every lane's, each being one person's session, whose lists are that
         person's."""
-        return self.upstream.credential is not None or lane is self.first
+        return self.upstream.credential is not None or (bool(self.lanes) and lane is self.first)
 
     @property
     def modern(self) -> bool:
@@ -776,6 +785,13 @@ class Pool:
         connected yet: as its era is pinned)."""
         spoken = next((lane for lane in self.lanes if lane.era is not None), None)
         return spoken.modern if spoken is not None else self.upstream.era == "2026-07-28"
+
+    def personal(self, call: Call) -> bool:
+        """Whether `call` rides only lanes of its principal's own (`Lane.owner`): on an upstream with a credential, and
+        on a handshake upstream behind a signed-in gateway (a 2026-07-28 one keeps nothing per session)."""
+        if self.upstream.credential is not None:
+            return True
+        return call.principal is not None and not self.modern
 
     def carries(self, principal: str) -> bool:
         """Whether a lane of `principal`'s credential is up, and not suspected of carrying one they replaced: they
@@ -863,21 +879,26 @@ class Pool:
     async def _claim(self, call: Call) -> tuple[Lane, bool]:
         """A lane free for the call's holder (any lane up, for a call that draws no question or on a 2026-07-28
         session) and its principal, and whether it was claimed for the holder; a new lane while there are fewer
-        than the upstream's session limit; else the wait for one to be freed. For an upstream with a credential, a
-        lane of the call's principal's own, and at the limit an idle lane of another's closed to make room."""
+        than the upstream's session limit; else the wait for one to be freed. For a call that rides lanes of its
+        principal's own (`personal`), one of theirs (or, of an upstream without a credential, one of no one's,
+        which becomes theirs), and at the limit an idle lane of another's closed to make room."""
         owned = self.upstream.credential is not None
         if owned and call.principal is None:
             raise ValueError(f"upstream {self.upstream.name!r} has a credential: its calls need a principal")
         while True:
+            personal = self.personal(call)
+            mine = (call.principal,) if owned or not personal else (call.principal, None)
             free = [
                 lane
                 for lane in self.lanes
                 if (call.holder is None or lane.modern or lane.holder in (None, call.holder))
-                and (lane.owner == call.principal if owned else lane.principal in (None, call.principal))
+                and lane.principal in (None, call.principal)
+                and (lane.owner in mine if personal else not owned)
                 and not lane.retired
             ]
             if free:
-                lane = next((lane for lane in free if lane.status == "up"), free[0])
+                lane = next((lane for lane in free if lane.status == "up" and lane.owner is not None), None)
+                lane = lane or next((lane for lane in free if lane.status == "up"), free[0])
                 claimed = call.holder is not None and not lane.modern
                 if claimed:
                     lane.holder = call.holder
@@ -885,11 +906,13 @@ class Pool:
                 if call.principal is not None:
                     lane.principal = call.principal
                     lane.occupants += 1
+                if personal:
+                    lane.owner = call.principal
                 return lane, claimed
             if len(self.lanes) < self.upstream.session_limit and self._tasks is not None:
-                self._open(call.principal if owned else None)
+                self._open(call.principal if personal else None)
                 continue
-            idle = next((lane for lane in self.lanes if owned and lane.owner != call.principal and lane.idle), None)
+            idle = next((lane for lane in self.lanes if personal and lane.owner != call.principal and lane.idle), None)
             if idle is not None:
                 log.info("upstream %s: closed, idle, to open a session for another person", idle.label)
                 idle.close()
