@@ -10,7 +10,8 @@ health routes, served beside the gateway's `/mcp`. What it adds to a plain gatew
   one is refused to another, and only that principal answers it on the decision page.
 - A client that cannot be asked gets the question's web page (`Fallback.WEB`), where its signed-in person
   answers; operators (`MCP_ELICIT_OPERATORS`) see and answer every pending decision in the inbox.
-- A lane (an upstream session) carries the calls of one principal at a time (`mcp_elicit.gateway.upstream`).
+- A lane (an upstream session) carries the calls of one principal at a time, and a handshake session carries
+  one principal's for its whole life (`mcp_elicit.gateway.upstream`).
 - An upstream with a credential (`[upstream.credential]`) is connected by each person on the decision pages
   (`ApiKeyEntry`, `OAuthConnect`), their secret kept in the vault (`MCP_ELICIT_VAULT_KEYS`) and sent with their
   sessions only (`mcp_elicit.gateway.connecting`).
@@ -21,8 +22,7 @@ tokens (`JwksTokenVerifier`; its protected-resource metadata names the provider)
 with it (`OidcSignIn`), so a decision is bound to `issuer#sub` on both sides.
 
 Does not: give an upstream without a credential anything of the person. Their calls reach it as the gateway
-(its command's environment, its URL), and such an upstream session is used by another principal once the first is
-done with it.
+(its command's environment, its URL), though each person's calls still reach sessions of their own.
 """
 
 from __future__ import annotations

@@ -215,7 +215,8 @@ class Gateway:
     `elicitation` is the runtime to keep them with instead of one made from those (a signed-in deployment's, with
     its public URL for the decision pages: `mcp_elicit.gateway.deployment`); `fallback` says what a client that
     cannot be asked gets. With an identity (`identity`, or the given runtime's), every request is bound to its
-    principal on the way upstream too: a lane carries one principal's calls at a time (`Pool`).
+    principal on the way upstream too: a lane carries one principal's calls at a time, and a handshake session
+    one principal's for its whole life (`Pool`).
 
     An upstream with a credential (`mcp_elicit.gateway.credentials`) needs such a runtime and `vault`, where each
     person's secret is kept once they connected it on the pages (`mcp_elicit.gateway.connecting`); it is reached

@@ -15,16 +15,17 @@ A lane also carries the calls of one principal at a time (the signed-in user a c
 knows one), whether they draw questions or not: two principals' requests are never in flight on one upstream
 session, so nothing the upstream keeps per session while a call runs, or says on it, reaches another person.
 Behind a signed-in gateway a handshake session is one principal's for its whole life (its `owner`), too: what
-the upstream keeps per session between calls (a log level, roots, anything a server stores per MCP session)
-never passes from one person to the next. The lanes of an upstream with a credential
-(`mcp_elicit.gateway.credentials`) are opened for their owner, each connection carrying that principal's secret,
-read from the vault as it connects; none is opened at start (no one's secret is known then), and a principal's
-first call opens theirs. Those of an upstream without one are taken by the first principal whose call they carry:
-the first lane, opened at start for what needs no principal (the capabilities, the lists that bind the gates,
-list changes), until then; the gateway's own listings on it (`tells_changes`) are its, not its owner's calls. At
-the upstream's session limit an idle lane of another principal is closed to make room. A 2026-07-28 session
-keeps passing from one principal to the next (one at a time): the upstream keeps nothing between its requests,
-each of which carries all it needs (its log level, its client's capabilities), so there is no state to cross.
+the upstream keeps per session between calls (the roots it was told, anything a server stores per MCP session)
+never passes from one person to the next (the log level is the gateway's one, sent to every session). The lanes
+of an upstream with a credential (`mcp_elicit.gateway.credentials`) are opened for their owner, each connection
+carrying that principal's secret, read from the vault as it connects; none is opened at start (no one's secret is
+known then), and a principal's first call opens theirs. Those of an upstream without one are taken by the first
+principal whose call they carry: the first lane, opened at start for what needs no principal (the capabilities,
+the lists that bind the gates, list changes), until then; the gateway's own listings on it (`tells_changes`) are
+its, not its owner's calls. At the upstream's session limit an idle lane of another principal is closed to make
+room. A 2026-07-28 session keeps passing from one principal to the next (one at a time): the upstream keeps
+nothing between its requests, each of which carries all it needs (its log level, its client's capabilities), so
+there is no state to cross.
 Behind a gateway without sign-in (no principal), sessions are shared as the rest of this says.
 
 Why a supervisor: an upstream process that exits, or an HTTP upstream that goes away, must not take the
