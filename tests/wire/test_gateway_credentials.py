@@ -11,6 +11,7 @@ the gateway's sign-in and decision pages; the stand-in OAuth provider served in 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -36,7 +37,7 @@ from mcp_types import (
     RequestParamsMeta,
 )
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.gateway import Gateway, Upstream
@@ -683,3 +684,73 @@ def test_what_a_credential_needs_is_checked_when_the_gateway_is_built(store_url:
             )
     finally:
         store.close()
+
+
+class Refusing:
+    """In front of the upstream: the client's standalone GET stream is refused (403), and a `tools/call` is relayed
+    only once that was done, then its answer is lost to a proxy's 502 without a body, after the upstream ran it."""
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+        self.refused_get = anyio.Event()
+        self.ran = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        if scope["method"] == "GET":
+            await PlainTextResponse("forbidden", 403)(scope, receive, send)
+            self.refused_get.set()
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+
+        replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        if json.loads(body).get("method") != "tools/call":
+            await self.inner(scope, replayed, send)
+            return
+        await self.refused_get.wait()
+
+        async def dropped(message: Message) -> None:
+            pass
+
+        await self.inner(scope, replayed, dropped)
+        replay.append({"type": "http.request", "body": body, "more_body": False})
+        self.ran += 1
+        await PlainTextResponse("bad gateway", 502)(scope, receive, send)
+
+
+async def test_a_403_to_the_get_stream_is_not_taken_for_the_refusal_of_a_call_that_then_failed_otherwise(
+    store_url: str,
+) -> None:
+    """A 403 to the SDK's standalone GET stream blames no request: an approved forward whose answer a proxy then lost
+    (502, no body) may have run, so it is not said to have not run, and the person is not asked to connect again."""
+    accounts = Accounts()
+    front = Refusing(accounts.app())
+    with serving(front, free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream, [GateTable(tool="whoami", fallback="web")]) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice, signed_in_browser(signed, "alice") as browser:
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                approval = page_url(await alice.call_tool("whoami", {}))
+                page = await browser.get(approval)
+                answered = await submit(browser, approval, page.text, "accept")
+                assert answered.status_code in (200, 303), answered.text
+                with pytest.raises(MCPError) as failed:  # the upstream's failure as the gateway heard it
+                    await alice.call_tool("whoami", {})
+                said = failed.value.error.message
+                assert front.ran == 1
+                assert "refused the credential" not in said and "did not run" not in said, said
+                again = str((await alice.call_tool("whoami", {})).content)
+                assert "needs your Accounts API key" not in again, again
+    assert front.ran == 1
