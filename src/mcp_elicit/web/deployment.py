@@ -32,7 +32,7 @@ from mcp_elicit.web.authserver import LocalAuthorizationServer, LocalUsers
 from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
-from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksTokenVerifier
+from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksError, JwksTokenVerifier
 from mcp_elicit.web.oidc import OidcClient, OidcSignIn
 from mcp_elicit.web.pages import UrlPages
 from mcp_elicit.web.roles import ApproverRoles
@@ -274,9 +274,14 @@ def external_sign_in(settings: SignInSettings, *, timeout: float = 10.0) -> Exte
     if provider is None:
         raise ValueError("these settings name no identity provider (MCP_ELICIT_IDP_ISSUER)")
     jwks_url = _discovered_jwks_url(provider.issuer, timeout)
-    verifier = JwksTokenVerifier(
-        ExternalIdentityProvider(issuer=provider.issuer, jwks_url=jwks_url, audience=provider.audience)
-    )
+    try:
+        trusted = ExternalIdentityProvider(issuer=provider.issuer, jwks_url=jwks_url, audience=provider.audience)
+    except JwksError as error:  # what the provider's document said, not the gateway's file
+        named = f"{variable('idp_issuer')} {provider.issuer}"
+        raise SettingsError(
+            [f"{named}: its discovery document names a jwks_uri the gateway cannot use: {error}"]
+        ) from None
+    verifier = JwksTokenVerifier(trusted)
     client = OidcClient(
         issuer=provider.issuer,
         client_id=provider.client_id,
