@@ -219,3 +219,15 @@ def test_a_discovery_document_whose_jwks_uri_is_plain_http_is_refused_naming_the
     assert said.startswith(f"MCP_ELICIT_IDP_ISSUER {provider.issuer}: its discovery document "), said
     assert "names a jwks_uri the gateway cannot use" in said, said
     assert "http://idp.example/certs is plain http outside loopback" in said, said
+
+
+def test_an_audience_equal_to_the_pages_client_id_is_refused_naming_both_variables() -> None:
+    """A client id that is a URL may equal the audience (here the default, the gateway's /mcp)."""
+    with pytest.raises(SettingsError) as refused:
+        sign_in_settings(
+            {**environ("https://idp.example/realms/staff"), "MCP_ELICIT_IDP_CLIENT_ID": "https://gateway.example/mcp"},
+            "https://gateway.example",
+            identity_provider=True,
+        )
+    [said] = refused.value.problems
+    assert said.startswith("MCP_ELICIT_IDP_AUDIENCE is MCP_ELICIT_IDP_CLIENT_ID"), said

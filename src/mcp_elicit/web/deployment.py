@@ -361,6 +361,13 @@ def _identity_provider(environ: Mapping[str, str], public_url: str, *, allowed: 
         parts = urlsplit(url or "")
         if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
             problems.append(f"{variable(name)} {url} is plain http outside loopback; use https")
+    if found.idp_client_id is not None and audience == found.idp_client_id:
+        # The pages' ID tokens name their client as audience: with this one, one could pass as an access token.
+        problems.append(
+            f"{variable('idp_audience')} is {variable('idp_client_id')}, the pages' client: the provider's ID "
+            "tokens for the pages name it as their audience, so one would pass as an access token to /mcp; give "
+            "the access tokens an audience of their own (the gateway's /mcp URL by default)"
+        )
     if problems:
         raise SettingsError(problems)
     assert found.idp_client_id is not None
