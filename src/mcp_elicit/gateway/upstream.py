@@ -505,6 +505,8 @@ class Lane:
                 log.warning("upstream %s: %s; connecting again in %.2g s", self.label, ended, delay)
             else:
                 self.status, self.problem = "down", f"could not be started: {ended}"
+                if self.owner is not None and self.refused is not None:
+                    self.pool.refuse(self)  # it would only be refused again, until its owner connects anew
                 self._settled.set()
                 log.warning("upstream %s %s; trying again in %.2g s", self.label, self.problem, delay)
             await anyio.sleep(delay)
