@@ -755,3 +755,45 @@ async def test_a_403_to_the_get_stream_is_not_taken_for_the_refusal_of_a_call_th
                 again = str((await alice.call_tool("whoami", {})).content)
                 assert "needs your Accounts API key" not in again, again
     assert front.ran == 1
+
+
+async def test_a_403_asking_for_more_scope_is_the_upstreams_answer_and_the_key_is_kept(store_url: str) -> None:
+    """A 403 with `insufficient_scope` (the MCP specification's step-up answer) says the key is taken, not for this
+    call: the call fails with the upstream's answer, and the person is not asked for a key that works."""
+    accounts = Accounts()
+    inner = accounts.app()
+    scoped = True
+
+    async def stepping_up(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scoped:
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            if json.loads(body).get("method") == "tools/call":
+                challenge = {"www-authenticate": 'Bearer error="insufficient_scope", scope="accounts:read"'}
+                await PlainTextResponse("more scope", 403, headers=challenge)(scope, receive, send)
+                return
+            replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def replayed() -> Message:
+                return replay.pop() if replay else await receive()
+
+            await inner(scope, replayed, send)
+            return
+        await inner(scope, receive, send)
+
+    with serving(stepping_up, free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice:
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                with pytest.raises(MCPError) as answered:
+                    await alice.call_tool("whoami", {})
+                assert "refused the credential" not in answered.value.error.message, answered.value.error.message
+                assert "whoami" in [tool.name for tool in (await alice.list_tools()).tools]
+                scoped = False
+                assert text(await alice.call_tool("whoami", {})) == "alice"
