@@ -11,6 +11,7 @@ the gateway's sign-in and decision pages; the stand-in OAuth provider served in 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -36,7 +37,7 @@ from mcp_types import (
     RequestParamsMeta,
 )
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_elicit.approvals import APPROVAL_KEY
 from mcp_elicit.gateway import Gateway, Upstream
@@ -292,6 +293,7 @@ async def test_a_key_the_upstream_refuses_fails_the_call_saying_so_and_the_next_
             said = refused.value.error.message
             assert "upstream 'accounts'" in said and "refused the credential" in said and "HTTP 401" in said
             assert "ak-typo" not in said
+            assert signed.deployment.gateway.pool.lanes == []  # closed: not tried again until they connect anew
             listed = [tool.name for tool in (await alice.list_tools()).tools]
             assert listed == ["connect"]  # what they can do now
             told = error_text(await alice.call_tool("whoami", {}))  # connect first, again
@@ -683,3 +685,115 @@ def test_what_a_credential_needs_is_checked_when_the_gateway_is_built(store_url:
             )
     finally:
         store.close()
+
+
+class Refusing:
+    """In front of the upstream: the client's standalone GET stream is refused (403), and a `tools/call` is relayed
+    only once that was done, then its answer is lost to a proxy's 502 without a body, after the upstream ran it."""
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+        self.refused_get = anyio.Event()
+        self.ran = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        if scope["method"] == "GET":
+            await PlainTextResponse("forbidden", 403)(scope, receive, send)
+            self.refused_get.set()
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+
+        replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        if json.loads(body).get("method") != "tools/call":
+            await self.inner(scope, replayed, send)
+            return
+        await self.refused_get.wait()
+
+        async def dropped(message: Message) -> None:
+            pass
+
+        await self.inner(scope, replayed, dropped)
+        replay.append({"type": "http.request", "body": body, "more_body": False})
+        self.ran += 1
+        await PlainTextResponse("bad gateway", 502)(scope, receive, send)
+
+
+async def test_a_403_to_the_get_stream_is_not_taken_for_the_refusal_of_a_call_that_then_failed_otherwise(
+    store_url: str,
+) -> None:
+    """A 403 to the SDK's standalone GET stream blames no request: an approved forward whose answer a proxy then lost
+    (502, no body) may have run, so it is not said to have not run, and the person is not asked to connect again."""
+    accounts = Accounts()
+    front = Refusing(accounts.app())
+    with serving(front, free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream, [GateTable(tool="whoami", fallback="web")]) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice, signed_in_browser(signed, "alice") as browser:
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                approval = page_url(await alice.call_tool("whoami", {}))
+                page = await browser.get(approval)
+                answered = await submit(browser, approval, page.text, "accept")
+                assert answered.status_code in (200, 303), answered.text
+                with pytest.raises(MCPError) as failed:  # the upstream's failure as the gateway heard it
+                    await alice.call_tool("whoami", {})
+                said = failed.value.error.message
+                assert front.ran == 1
+                assert "refused the credential" not in said and "did not run" not in said, said
+                again = str((await alice.call_tool("whoami", {})).content)
+                assert "needs your Accounts API key" not in again, again
+    assert front.ran == 1
+
+
+async def test_a_403_asking_for_more_scope_is_the_upstreams_answer_and_the_key_is_kept(store_url: str) -> None:
+    """A 403 with `insufficient_scope` (the MCP specification's step-up answer) says the key is taken, not for this
+    call: the call fails with the upstream's answer, and the person is not asked for a key that works."""
+    accounts = Accounts()
+    inner = accounts.app()
+    scoped = True
+
+    async def stepping_up(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scoped:
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            if json.loads(body).get("method") == "tools/call":
+                challenge = {"www-authenticate": 'Bearer error="insufficient_scope", scope="accounts:read"'}
+                await PlainTextResponse("more scope", 403, headers=challenge)(scope, receive, send)
+                return
+            replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def replayed() -> Message:
+                return replay.pop() if replay else await receive()
+
+            await inner(scope, replayed, send)
+            return
+        await inner(scope, receive, send)
+
+    with serving(stepping_up, free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice:
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                with pytest.raises(MCPError) as answered:
+                    await alice.call_tool("whoami", {})
+                assert "refused the credential" not in answered.value.error.message, answered.value.error.message
+                assert "whoami" in [tool.name for tool in (await alice.list_tools()).tools]
+                scoped = False
+                assert text(await alice.call_tool("whoami", {})) == "alice"

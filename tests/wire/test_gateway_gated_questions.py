@@ -21,7 +21,8 @@ import anyio
 import pytest
 from fastmcp import Client as FastMCPClient
 from mcp.client.session import ClientRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
     CallToolResult,
     ElicitRequestFormParams,
@@ -39,7 +40,7 @@ from mcp_elicit.server import IdentityPolicy, RequestState
 from mcp_elicit.store import Store, open_store
 from tests.helpers.gateway import ERAS, SDK_SERVER, connected, over_http, said, sdk_over_http, stdio, text, until
 from tests.helpers.http_harness import free_port, serving
-from tests.helpers.peers.asking_server import DRIVE_URL
+from tests.helpers.peers.asking_server import DRIVE_URL, Quantity
 from tests.helpers.peers.asking_server import connected as asking_connected
 from tests.helpers.peers.asking_server import server as asking_server
 
@@ -338,3 +339,43 @@ async def _give_up_once_waiting(caplog: pytest.LogCaptureFixture, scope: anyio.C
 
 def said_lines(result: CallToolResult) -> list[str]:
     return [block.text for block in result.content if block.type == "text"]
+
+
+async def test_a_minus_32042_after_an_answered_question_fails_the_call_and_never_runs_it_again(
+    store: Store, tmp_path: Path
+) -> None:
+    """A `-32042` that ends the upstream request after it asked a question (and may have acted on the answer) is no
+    sign that the call did not run: the call fails, its URL flow is not asked, and the tool is not run again."""
+    ledger = tmp_path / "ledger"
+    acting = MCPServer("acting")
+
+    @acting.tool()
+    async def pens(ctx: Context) -> str:
+        """Ask how many pens, note the order, then want a drive connected."""
+        with ledger.open("a") as file:
+            file.write("start\n")
+        await ctx.elicit("How many pens?", Quantity)
+        with ledger.open("a") as file:
+            file.write("ordered\n")
+        flow = ElicitRequestURLParams(message="Connect your drive", url=DRIVE_URL, elicitation_id="late-1")
+        raise UrlElicitationRequiredError([flow])
+
+    asked: list[str] = []
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        if isinstance(params, ElicitRequestURLParams):
+            asked.append(params.url)
+            return ElicitResult(action="decline")
+        asked.append(params.message.split("\n")[0])
+        return ElicitResult(action="accept", content={} if params.message.startswith("Approve") else {"quantity": 2})
+
+    with serving(acting.streamable_http_app(host="127.0.0.1"), free_port()) as base:
+        gateway = Gateway(over_http(f"{base}/mcp", era="legacy"), store=store, gates=[GateTable(tool="pens")])
+        async with gateway.running(), connected(gateway, "legacy", elicitation_callback=person) as client:
+            try:
+                ended = str((await client.call_tool("pens", {})).content)
+            except MCPError as error:
+                ended = error.error.message
+    assert asked == ["Approve this call?", "How many pens?"], ended
+    assert "may have acted" in ended and "not sent again" in ended, ended
+    assert ledger.read_text().splitlines() == ["start", "ordered"]

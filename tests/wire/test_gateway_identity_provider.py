@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx2
 import pytest
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 
 from mcp_elicit.gateway.deployment import GatewayDeployment, build_gateway_deployment
 from mcp_elicit.gateway.gates import GateTable
@@ -199,3 +200,34 @@ def test_a_provider_whose_discovery_names_another_issuer_stops_the_gateway_befor
                 build_gateway_deployment(over_http(upstream), store=store, settings=settings)
     finally:
         store.close()
+
+
+def test_a_discovery_document_whose_jwks_uri_is_plain_http_is_refused_naming_the_issuer(store_url: str) -> None:
+    idp_port = free_port()
+    provider = Provider(f"http://127.0.0.1:{idp_port}{REALM}")
+    oidc = OidcProvider(provider)
+    oidc.discovery_answer = JSONResponse(oidc.document(jwks_uri="http://idp.example/certs"))
+    store = open_store(store_url)
+    try:
+        with serving(Starlette(routes=oidc.routes()), idp_port), sdk_over_http() as upstream:
+            settings = sign_in_settings(environ(provider.issuer), "http://127.0.0.1:9", identity_provider=True)
+            with pytest.raises(SettingsError) as refused:
+                build_gateway_deployment(over_http(upstream), store=store, settings=settings)
+    finally:
+        store.close()
+    [said] = refused.value.problems
+    assert said.startswith(f"MCP_ELICIT_IDP_ISSUER {provider.issuer}: its discovery document "), said
+    assert "names a jwks_uri the gateway cannot use" in said, said
+    assert "http://idp.example/certs is plain http outside loopback" in said, said
+
+
+def test_an_audience_equal_to_the_pages_client_id_is_refused_naming_both_variables() -> None:
+    """A client id that is a URL may equal the audience (here the default, the gateway's /mcp)."""
+    with pytest.raises(SettingsError) as refused:
+        sign_in_settings(
+            {**environ("https://idp.example/realms/staff"), "MCP_ELICIT_IDP_CLIENT_ID": "https://gateway.example/mcp"},
+            "https://gateway.example",
+            identity_provider=True,
+        )
+    [said] = refused.value.problems
+    assert said.startswith("MCP_ELICIT_IDP_AUDIENCE is MCP_ELICIT_IDP_CLIENT_ID"), said

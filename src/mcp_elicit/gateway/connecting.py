@@ -98,9 +98,13 @@ class Connecting:
         version = await self._version(principal, pool.upstream.name)
         self._checked[looked] = now
         lanes = pool.owned(principal)
-        if version is None or any(lane.refused == version for lane in lanes):
+        refused = pool.refusals.get(principal)
+        if version is None or refused == version or any(lane.refused == version for lane in lanes):
             return False
-        if any(lane.version not in (None, version) or lane.refused is not None for lane in lanes):
+        if refused is not None or any(
+            lane.version not in (None, version) or lane.refused is not None for lane in lanes
+        ):
+            pool.refusals.pop(principal, None)
             pool.renew(principal)
         return True
 

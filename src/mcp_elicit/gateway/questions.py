@@ -685,10 +685,10 @@ class Questions:
     async def _outcome(self, upstream: UpstreamCall, index: int, operation: tuple[str, Principal]) -> dict[str, Any]:
         """What the gated call's upstream request did next: `{"asked": params, "event": index}` for a question (the
         request waits in memory for its answer), `{"result": ...}` as the upstream gave it (a round included),
-        `{"required": flows}` for a `-32042` naming URL flows (the call did not run; their completion notices are
-        awaited from now), or `{"error": ...}` for an error known to be the upstream's answer or to have been made
-        before the request left (then with `"sent": False`: the gateway's own error, which says so); any other error
-        is raised (whether the upstream ran the call is not known)."""
+        `{"required": flows}` for a `-32042` naming URL flows as the request's first event (the call did not run;
+        their completion notices are awaited from now), or `{"error": ...}` for an error known to be the upstream's
+        answer or to have been made before the request left (then with `"sent": False`: the gateway's own error,
+        which says so); any other error is raised (whether the upstream ran the call is not known)."""
         event = await upstream.event(index)
         if isinstance(event, Question):
             upstream.claimed = True
@@ -703,6 +703,17 @@ class Questions:
             assert event.result is not None
             return {"result": event.result}
         flows = _url_flows(event.error)
+        if flows and index:
+            # A `-32042` says the call did not run only as the request's first event: after a question was answered,
+            # the upstream may have acted on it, so the call fails (passing the `-32042` on would have it retried).
+            assert upstream.call.pool is not None
+            name = upstream.call.pool.upstream.name
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"upstream {name!r} ended {upstream.call.what} with error {URL_ELICITATION_REQUIRED} after a question "
+                "of its own was answered: it may have acted on the answer, so it is not sent again",
+                {"upstream": name},
+            )
         if flows:
             assert upstream.call.pool is not None
             for each in flows:

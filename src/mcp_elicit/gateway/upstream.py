@@ -50,6 +50,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterat
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
+from secrets import token_hex
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
@@ -105,8 +106,8 @@ LAST_BACKOFF = 30.0
 ENDED = "the connection ended (the upstream exited or hung up)"
 _SESSION_TERMINATED = (INVALID_REQUEST, "Session terminated")
 """The error the SDK's client makes up for a 404 to a request of a session whose body is no JSON-RPC error."""
-_HTTP_ERROR = (INTERNAL_ERROR, "Server returned an error response")
-"""The error the SDK's client makes up for any other HTTP error status whose body is no JSON-RPC error."""
+_REFUSAL = "mcp_elicit_refusal"
+"""The key, in the data of the error the gateway puts in place of a 401 or 403 to a request, of its token."""
 FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
 GATEWAY_VARIABLES = "MCP_ELICIT_"
 """What the names of the gateway's own settings start with: no upstream process inherits them (`inherited`)."""
@@ -289,10 +290,13 @@ class Connection:
     """The errors (code, message) that the client turned those 404s into: the SDK's own when the body was not
     a JSON-RPC error, else the one the body said (the SDK's server says `Session not found` with no request id)."""
     refused: int | None = None
-    """The HTTP status (401, 403) with which the HTTP upstream refused a request of this connection: it does not
-    take the credential the connection carries (an expired token, a revoked key), and ran none of those requests."""
-    denials: set[tuple[int, str]] = field(default_factory=set)
-    """The errors (code, message) that the client turned those 401s and 403s into, as `unknown` for 404s."""
+    """The HTTP status (401, 403) with which the HTTP upstream refused a JSON-RPC request of this connection: it does
+    not take the credential the connection carries (an expired token, a revoked key), and ran none of those
+    requests."""
+    denials: dict[str, int] = field(default_factory=dict)
+    """The status of each of those refusals, by the token that the error the client made of it carries (`_refusing`):
+    an error is a refusal of its own request only if it carries one of them, never by its code and message, which
+    the client gives any HTTP error (a proxy's 502 too)."""
 
     def forget(self, said: ErrorData | None) -> None:
         self.forgotten = True
@@ -303,14 +307,20 @@ class Connection:
         answer of the upstream's, even if another request of the session was refused so meanwhile."""
         return self.forgotten and (error.code, error.error.message) in self.unknown
 
-    def refuse(self, status: int, said: ErrorData | None) -> None:
+    def refuse(self, status: int) -> str:
+        """A request of this connection was refused with `status`: the token its error carries."""
         self.refused = status
-        self.denials.add(_HTTP_ERROR if said is None else (said.code, said.message))
+        token = token_hex(16)
+        self.denials[token] = status
+        return token
 
-    def denied(self, error: MCPError) -> bool:
-        """Whether `error` is a request's own 401 or 403 (the upstream did not take the credential, and ran nothing)
-        rather than an answer of the upstream's."""
-        return self.refused is not None and (error.code, error.error.message) in self.denials
+    def denied(self, error: MCPError) -> int | None:
+        """The status of `error`'s own request's 401 or 403 (the upstream did not take the credential, and ran
+        nothing), or None: an answer of the upstream's, or another failure (which may follow another request's
+        refusal)."""
+        data = error.error.data
+        token = data.get(_REFUSAL) if isinstance(data, dict) else None
+        return self.denials.get(token) if isinstance(token, str) else None
 
 
 class Relay(Protocol):
@@ -495,6 +505,8 @@ class Lane:
                 log.warning("upstream %s: %s; connecting again in %.2g s", self.label, ended, delay)
             else:
                 self.status, self.problem = "down", f"could not be started: {ended}"
+                if self.owner is not None and self.refused is not None:
+                    self.pool.refuse(self)  # it would only be refused again, until its owner connects anew
                 self._settled.set()
                 log.warning("upstream %s %s; trying again in %.2g s", self.label, self.problem, delay)
             await anyio.sleep(delay)
@@ -574,16 +586,18 @@ class Lane:
             f"{CONNECT_TOOL!r} under the upstream's prefix) replaces it"
         )
 
-    def denied(self, connection: Connection, what: str) -> MCPError:
-        """The upstream refused (401 or 403) a request of `connection`, which was up: it no longer takes the credential
-        (an expired token, a revoked key). That version of the credential is refused from now on, so that its owner's
-        next call asks them to connect again, and the connection is given up; the error says so, never quoting it."""
-        assert connection.refused is not None
+    def denied(self, status: int, what: str) -> MCPError:
+        """The upstream refused (401 or 403, `status`) a request of the lane's connection, which was up: it no longer
+        takes the credential (an expired token, a revoked key). That version of the credential is refused from now on,
+        so that its owner's next call asks them to connect again, and the lane takes no more calls and is closed once
+        those on it ended (each of them ends as the upstream answers it: one that ran was not cut); the error says so,
+        never quoting the credential."""
         self.refused = self.version
-        self.lost(connection, f"the upstream refused the credential of {self.owner} (HTTP {connection.refused})")
+        if self.refused is not None:
+            self.pool.refuse(self)
         return MCPError(
             INTERNAL_ERROR,
-            f"upstream {self.label} refused the credential of {self.owner} (HTTP {connection.refused}), so {what} did "
+            f"upstream {self.label} refused the credential of {self.owner} (HTTP {status}), so {what} did "
             f"not run there; connecting it again (the gateway's tool {CONNECT_TOOL!r} under the upstream's prefix) "
             "replaces it",
             {"upstream": self.pool.upstream.name},
@@ -626,7 +640,7 @@ class Lane:
                 upstream.url,
                 lambda said: connection.forget(said),
                 headers,
-                lambda status, said: connection.refuse(status, said),
+                lambda status: connection.refuse(status),
             )
         else:
             env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
@@ -764,6 +778,9 @@ class Pool:
         self.withheld: frozenset[str] = frozenset()
         """Variables of the gateway's environment its processes never get besides its own settings: the OAuth client
         secrets of every upstream of the gateway (`running` sets it)."""
+        self.refusals: dict[str, str] = {}
+        """The version of each principal's credential that the upstream refused last (`Lane.refused`), kept after
+        the lane that tried it closed: their calls ask them to connect again until they store another."""
         self._opened = 0
         self._tasks: anyio.abc.TaskGroup | None = None
         self._freed = anyio.Event()
@@ -809,6 +826,17 @@ class Pool:
         their calls, until one is found replaced (`renew`)."""
         for lane in self.owned(principal):
             lane.suspect = True
+
+    def refuse(self, lane: Lane) -> None:
+        """The upstream refused the credential `lane` carries (`Lane.refused`): the refusal is kept for its owner, and
+        the lane takes no more calls and is closed once those on it ended (its supervisor stops: it would only be
+        refused again, until its owner connects another credential, which opens a new lane)."""
+        assert lane.owner is not None
+        assert lane.refused is not None
+        self.refusals[lane.owner] = lane.refused
+        lane.retired = True
+        if lane.idle:
+            lane.close()
 
     def renew(self, principal: str) -> None:
         """`principal` connected a new credential: their lanes take no more calls and close once idle, so that their
@@ -1062,27 +1090,30 @@ async def _http(
     url: str,
     forgotten: Callable[[ErrorData | None], None],
     headers: Mapping[str, str],
-    refused: Callable[[int, ErrorData | None], None],
+    refused: Callable[[int], str],
 ) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), saying when
     the upstream answers 404 to a request that names the session (the protocol's sign that the server no longer
     knows it: it restarted, or ended the session), with the JSON-RPC error its body said if any, and when it
-    answers 401 or 403 (it does not take the credential). A 404 whose body is a JSON-RPC error answering that
-    very request (its id) is the upstream's answer to it (a server may answer `-32601` so), not a lost session."""
+    answers 401 or 403 to a request (it does not take the credential: `_Refusing`). A 404 whose body is a JSON-RPC
+    error answering that very request (its id) is the upstream's answer to it (a server may answer `-32601` so), not
+    a lost session."""
 
     async def answered(response: httpx2.Response) -> None:
         if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
             said = await _said(response)
             if said is None or said.id is None or said.id != _request_id(response.request):
                 forgotten(None if said is None else said.error)
-        elif response.status_code in (401, 403):
-            said = await _said(response)
-            refused(response.status_code, None if said is None else said.error)
 
     # The SDK's own defaults: a response stream may stay open long without a byte.
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
-        httpx2.AsyncClient(timeout=timeout, headers=dict(headers), event_hooks={"response": [answered]}) as http,
+        httpx2.AsyncClient(
+            timeout=timeout,
+            headers=dict(headers),
+            event_hooks={"response": [answered]},
+            transport=_Refusing(httpx2.AsyncHTTPTransport(), refused),
+        ) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
@@ -1096,6 +1127,42 @@ async def _said(response: httpx2.Response) -> JSONRPCError | None:
         return JSONRPCError.model_validate_json(await response.aread())
     except (httpx2.StreamError, ValidationError):
         return None
+
+
+class _Refusing(httpx2.AsyncBaseTransport):
+    """HTTP to the upstream, where a 401 or 403 to a POST of a JSON-RPC request (one with an id) becomes a JSON-RPC
+    error answering that request, carrying the token `refused` gives for it: the client hands it to that request's
+    caller alone, and the relay tells it from any other failure (`Connection.denied`). A 401 or 403 to anything else
+    (the client's standalone GET stream, a notification) blames no request; a 403 with `insufficient_scope` (the
+    credential is taken, but not for this: the MCP specification's step-up answer) is the upstream's answer as it
+    is."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, refused: Callable[[int], str]) -> None:
+        self._inner = inner
+        self._refused = refused
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        status = response.status_code
+        if status not in (401, 403) or request.method != "POST":
+            return response
+        request_id = _request_id(request)
+        if not isinstance(request_id, int | str) or (
+            status == 403 and "insufficient_scope" in response.headers.get("www-authenticate", "")
+        ):
+            return response
+        await response.aclose()
+        token = self._refused(status)
+        said = JSONRPCError(
+            jsonrpc="2.0",
+            id=request_id,
+            error=ErrorData(code=INTERNAL_ERROR, message=f"HTTP {status}", data={_REFUSAL: token}),
+        )
+        body = said.model_dump_json(by_alias=True, exclude_none=True).encode()
+        return httpx2.Response(status, headers={"content-type": "application/json"}, content=body, request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _request_id(request: httpx2.Request) -> object:

@@ -32,7 +32,7 @@ from mcp_elicit.web.authserver import LocalAuthorizationServer, LocalUsers
 from mcp_elicit.web.flows import ExternalFlow
 from mcp_elicit.web.health import Health
 from mcp_elicit.web.inbox import INBOX_PATH, DecisionInbox, InboxSettings
-from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksTokenVerifier
+from mcp_elicit.web.jwks import ExternalIdentityProvider, JwksError, JwksTokenVerifier
 from mcp_elicit.web.oidc import OidcClient, OidcSignIn
 from mcp_elicit.web.pages import UrlPages
 from mcp_elicit.web.roles import ApproverRoles
@@ -274,9 +274,14 @@ def external_sign_in(settings: SignInSettings, *, timeout: float = 10.0) -> Exte
     if provider is None:
         raise ValueError("these settings name no identity provider (MCP_ELICIT_IDP_ISSUER)")
     jwks_url = _discovered_jwks_url(provider.issuer, timeout)
-    verifier = JwksTokenVerifier(
-        ExternalIdentityProvider(issuer=provider.issuer, jwks_url=jwks_url, audience=provider.audience)
-    )
+    try:
+        trusted = ExternalIdentityProvider(issuer=provider.issuer, jwks_url=jwks_url, audience=provider.audience)
+    except JwksError as error:  # what the provider's document said, not the gateway's file
+        named = f"{variable('idp_issuer')} {provider.issuer}"
+        raise SettingsError(
+            [f"{named}: its discovery document names a jwks_uri the gateway cannot use: {error}"]
+        ) from None
+    verifier = JwksTokenVerifier(trusted)
     client = OidcClient(
         issuer=provider.issuer,
         client_id=provider.client_id,
@@ -356,6 +361,13 @@ def _identity_provider(environ: Mapping[str, str], public_url: str, *, allowed: 
         parts = urlsplit(url or "")
         if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
             problems.append(f"{variable(name)} {url} is plain http outside loopback; use https")
+    if found.idp_client_id is not None and audience == found.idp_client_id:
+        # The pages' ID tokens name their client as audience: with this one, one could pass as an access token.
+        problems.append(
+            f"{variable('idp_audience')} is {variable('idp_client_id')}, the pages' client: the provider's ID "
+            "tokens for the pages name it as their audience, so one would pass as an access token to /mcp; give "
+            "the access tokens an audience of their own (the gateway's /mcp URL by default)"
+        )
     if problems:
         raise SettingsError(problems)
     assert found.idp_client_id is not None
