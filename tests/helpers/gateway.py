@@ -38,7 +38,7 @@ from mcp_types import (
     SetLevelRequestParams,
     TextContent,
 )
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive
 
 from mcp_elicit.gateway import Gateway, Upstream
 from mcp_elicit.store import Store
@@ -174,6 +174,23 @@ def text(result: CallToolResult) -> str:
 async def set_level(client: Client, level: LoggingLevel) -> None:
     """`logging/setLevel` (the handshake's; gone at 2026-07-28), sent as it is on the wire."""
     await client.session.send_request(SetLevelRequest(params=SetLevelRequestParams(level=level)), EmptyResult)
+
+
+async def read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """A request's whole body, for a front that looks at it before the app behind it does; and the `receive` to hand
+    that app: the body once more, then what comes after it (the client going away)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return replay.pop() if replay else await receive()
+
+    return body, replayed
 
 
 class Served:

@@ -50,7 +50,7 @@ from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.gateway import SDK_SERVER, Person, over_http, sdk_over_http, stdio, text
+from tests.helpers.gateway import SDK_SERVER, Person, over_http, read_body, sdk_over_http, stdio, text
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.results import error_text
@@ -704,18 +704,7 @@ class Refusing:
             await PlainTextResponse("forbidden", 403)(scope, receive, send)
             self.refused_get.set()
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-
-        replay = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def replayed() -> Message:
-            return replay.pop() if replay else await receive()
-
+        body, replayed = await read_body(receive)
         if json.loads(body).get("method") != "tools/call":
             await self.inner(scope, replayed, send)
             return
@@ -725,7 +714,6 @@ class Refusing:
             pass
 
         await self.inner(scope, replayed, dropped)
-        replay.append({"type": "http.request", "body": body, "more_body": False})
         self.ran += 1
         await PlainTextResponse("bad gateway", 502)(scope, receive, send)
 
@@ -766,21 +754,11 @@ async def test_a_403_asking_for_more_scope_is_the_upstreams_answer_and_the_key_i
 
     async def stepping_up(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scoped:
-            body = b""
-            while True:
-                message = await receive()
-                body += message.get("body", b"")
-                if not message.get("more_body"):
-                    break
+            body, replayed = await read_body(receive)
             if json.loads(body).get("method") == "tools/call":
                 challenge = {"www-authenticate": 'Bearer error="insufficient_scope", scope="accounts:read"'}
                 await PlainTextResponse("more scope", 403, headers=challenge)(scope, receive, send)
                 return
-            replay = [{"type": "http.request", "body": body, "more_body": False}]
-
-            async def replayed() -> Message:
-                return replay.pop() if replay else await receive()
-
             await inner(scope, replayed, send)
             return
         await inner(scope, receive, send)

@@ -22,7 +22,7 @@ from mcp_types import (
     ElicitResult,
     LoggingMessageNotificationParams,
 )
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_elicit.gateway import Gateway
 from tests.helpers.gateway import (
@@ -32,6 +32,7 @@ from tests.helpers.gateway import (
     Served,
     connected,
     over_http,
+    read_body,
     relayed,
     said,
     sdk_over_http,
@@ -95,24 +96,10 @@ def _answering_404(seen: list[object]) -> ASGIApp:
         if scope["type"] != "http" or scope["method"] != "POST":
             await inner(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body, replayed = await read_body(receive)
         request = json.loads(body)
         if request.get("method") != "tools/call":
-            replayed = False
-
-            async def replay() -> Message:
-                nonlocal replayed
-                if replayed:
-                    return await receive()  # what comes after the body: the client going away
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            await inner(scope, replay, send)
+            await inner(scope, replayed, send)
             return
         seen.append(request["params"]["name"])
         session = dict(scope["headers"]).get(b"mcp-session-id", b"")
