@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx2
 import pytest
 from mcp import Client
@@ -666,3 +667,33 @@ async def test_a_tool_whose_arguments_go_in_headers_is_called_on_a_2026_http_ups
         async with relayed(over_http(url), "2026-07-28") as client:
             forecast = await client.session.call_tool("weather", {"region": "Oslo"})
     assert text(forecast) == "sunny in Oslo"
+
+
+async def test_an_http_upstream_is_reached_through_the_proxy_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gateway whose host reaches the upstream through a proxy (`HTTPS_PROXY` and the rest) goes through it, as
+    any HTTP client of that host does. The stand-in proxy notes what it was asked for and answers 502."""
+    asked: list[str] = []
+
+    async def proxy(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive()
+            asked.append(head.split(b"\r\n", 1)[0].decode())
+            await stream.send(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+
+    with sdk_over_http() as url:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        async with listener, anyio.create_task_group() as tasks:
+            tasks.start_soon(listener.serve, proxy)
+            with pytest.raises(UpstreamUnavailable):
+                async with Gateway(over_http(url, timeout=10)).running():
+                    pytest.fail("the gateway reached its upstream past the proxy")
+            tasks.cancel_scope.cancel()
+    assert asked and asked[0] == f"POST {url} HTTP/1.1", asked

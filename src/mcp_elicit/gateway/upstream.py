@@ -1108,12 +1108,7 @@ async def _http(
     # The SDK's own defaults: a response stream may stay open long without a byte.
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
-        httpx2.AsyncClient(
-            timeout=timeout,
-            headers=dict(headers),
-            event_hooks={"response": [answered]},
-            transport=_Refusing(httpx2.AsyncHTTPTransport(), refused),
-        ) as http,
+        _Refusing(refused, timeout=timeout, headers=dict(headers), event_hooks={"response": [answered]}) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
@@ -1129,20 +1124,21 @@ async def _said(response: httpx2.Response) -> JSONRPCError | None:
         return None
 
 
-class _Refusing(httpx2.AsyncBaseTransport):
+class _Refusing(httpx2.AsyncClient):
     """HTTP to the upstream, where a 401 or 403 to a POST of a JSON-RPC request (one with an id) becomes a JSON-RPC
     error answering that request, carrying the token `refused` gives for it: the client hands it to that request's
     caller alone, and the relay tells it from any other failure (`Connection.denied`). A 401 or 403 to anything else
     (the client's standalone GET stream, a notification) blames no request; a 403 with `insufficient_scope` (the
     credential is taken, but not for this: the MCP specification's step-up answer) is the upstream's answer as it
-    is."""
+    is. Done on the client's responses, not in a transport of its own: a client given a transport takes no proxy
+    from the environment (`HTTPS_PROXY` and the rest), through which its host may reach the upstream."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, refused: Callable[[int], str]) -> None:
-        self._inner = inner
+    def __init__(self, refused: Callable[[int], str], **options: Any) -> None:
+        super().__init__(**options)
         self._refused = refused
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
+    async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
+        response = await super().send(request, **options)
         status = response.status_code
         if status not in (401, 403) or request.method != "POST":
             return response
@@ -1160,9 +1156,6 @@ class _Refusing(httpx2.AsyncBaseTransport):
         )
         body = said.model_dump_json(by_alias=True, exclude_none=True).encode()
         return httpx2.Response(status, headers={"content-type": "application/json"}, content=body, request=request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def _request_id(request: httpx2.Request) -> object:
