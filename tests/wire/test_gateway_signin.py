@@ -24,6 +24,8 @@ from mcp.shared.auth import OAuthClientMetadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult, InputRequiredResult, InputResponses
 from pydantic import AnyUrl
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_elicit.cli.login import SignInStorage
 from mcp_elicit.gateway import Gateway, Upstream
@@ -34,7 +36,7 @@ from mcp_elicit.server import Fallback
 from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.gateway import SDK_SERVER, Person, over_http, sdk_over_http, stdio, text, until
+from tests.helpers.gateway import SDK_SERVER, Person, over_http, read_body, sdk_over_http, stdio, text, until
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.oauth_client import CALLBACK, SigningInPerson
 from tests.helpers.results import unwrap
@@ -253,3 +255,33 @@ def test_what_a_signed_in_gateway_is_built_from_is_checked_when_it_is_built(stor
             deployment.auth.http_app(deployment.gateway.server)
     finally:
         store.close()
+
+
+def refusing_calls(inner: ASGIApp) -> ASGIApp:
+    """`inner` behind a check that refuses (401) every `tools/call` before the MCP server sees it: the upstream wants
+    a credential the gateway was not given."""
+
+    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            body, replayed = await read_body(receive)
+            if json.loads(body).get("method") == "tools/call":
+                await PlainTextResponse("who are you?", 401)(scope, receive, send)
+                return
+            receive = replayed
+        await inner(scope, receive, send)
+
+    return checked
+
+
+async def test_a_refusal_by_an_upstream_without_a_credential_names_no_credential_to_connect(store_url: str) -> None:
+    """Behind sign-in a handshake session is its person's, but an upstream without a credential has nothing of
+    theirs to connect: its 401 says the call did not run, not that their credential was refused."""
+    with serving(refusing_calls(held.streamable_http_app(host="127.0.0.1")), free_port()) as upstream_base:
+        upstream = Upstream("held", url=f"{upstream_base}/mcp", era="legacy")
+        with signed_in_gateway(store_url, upstream) as signed:
+            async with bearer(signed.mcp, await signed.token("alice"), "legacy") as alice:
+                with pytest.raises(MCPError) as refused:
+                    await alice.call_tool("session", {})
+    said = refused.value.error.message
+    assert said.startswith("upstream 'held' refused tools/call 'session' (HTTP 401)"), said
+    assert "did not run" in said and "credential of" not in said and "connect" not in said, said

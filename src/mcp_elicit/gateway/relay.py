@@ -488,7 +488,7 @@ class Gateway:
                         result = (await sent).root
                 except MCPError as error:
                     status = connection.denied(error)
-                    if status is not None and lane.owner is not None:
+                    if status is not None:
                         call.sent = False  # refused before it ran: a gated forward knows it did not run
                         raise lane.denied(status, what) from None
                     if connection.unseen(error):

@@ -591,7 +591,15 @@ class Lane:
         takes the credential (an expired token, a revoked key). That version of the credential is refused from now on,
         so that its owner's next call asks them to connect again, and the lane takes no more calls and is closed once
         those on it ended (each of them ends as the upstream answers it: one that ran was not cut); the error says so,
-        never quoting the credential."""
+        never quoting the credential. An upstream without a credential refused the gateway's request as such (it
+        wants one the gateway was not given): nothing of the person's is to connect, and the lane goes on."""
+        if self.pool.upstream.credential is None:
+            return MCPError(
+                INTERNAL_ERROR,
+                f"upstream {self.label} refused {what} (HTTP {status}), so it did not run there: the upstream asks for "
+                "an authorization that the gateway does not send (it has no credential configured for it)",
+                {"upstream": self.pool.upstream.name},
+            )
         self.refused = self.version
         if self.refused is not None:
             self.pool.refuse(self)
