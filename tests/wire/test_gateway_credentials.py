@@ -775,3 +775,41 @@ async def test_a_403_asking_for_more_scope_is_the_upstreams_answer_and_the_key_i
                 assert "whoami" in [tool.name for tool in (await alice.list_tools()).tools]
                 scoped = False
                 assert text(await alice.call_tool("whoami", {})) == "alice"
+
+
+async def test_a_gated_call_refused_for_want_of_scope_did_not_run_and_says_so(store_url: str) -> None:
+    """A 403 with `insufficient_scope` refuses the approved forward before it runs: its tool error says so (the status,
+    the scope missing, that it did not run) rather than the SDK's `Server returned an error response`, and the key is
+    kept."""
+    accounts = Accounts()
+    inner = accounts.app()
+    ran = 0
+
+    async def stepping_up(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal ran
+        if scope["type"] == "http" and scope["method"] == "POST":
+            body, replayed = await read_body(receive)
+            if json.loads(body).get("method") == "tools/call":
+                ran += 1
+                challenge = {"www-authenticate": 'Bearer error="insufficient_scope", scope="accounts:read"'}
+                await PlainTextResponse("more scope", 403, headers=challenge)(scope, receive, send)
+                return
+            await inner(scope, replayed, send)
+            return
+        await inner(scope, receive, send)
+
+    with serving(stepping_up, free_port()) as base:
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=Credential(kind="api_key", title="Accounts"))
+        with signed_in_gateway(store_url, upstream, [GateTable(tool="whoami", fallback="web")]) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice, signed_in_browser(signed, "alice") as browser:
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                approval = page_url(await alice.call_tool("whoami", {}))
+                page = await browser.get(approval)
+                answered = await submit(browser, approval, page.text, "accept")
+                assert answered.status_code in (200, 303), answered.text
+                said = error_text(await alice.call_tool("whoami", {}))
+                assert "HTTP 403" in said and "insufficient_scope" in said and "did not run" in said, said
+                assert "refused the credential" not in said and ALICE not in said, said
+                assert "whoami" in [tool.name for tool in (await alice.list_tools()).tools]
+    assert ran == 1

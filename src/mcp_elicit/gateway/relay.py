@@ -487,10 +487,10 @@ class Gateway:
                         sent = connection.client.session.send_request(request, _Raw, progress_callback=progress)
                         result = (await sent).root
                 except MCPError as error:
-                    status = connection.denied(error)
-                    if status is not None:
+                    refusal = connection.denied(error)
+                    if refusal is not None:
                         call.sent = False  # refused before it ran: a gated forward knows it did not run
-                        raise lane.denied(status, what) from None
+                        raise lane.denied(refusal, what) from None
                     if connection.unseen(error):
                         # Refused unseen, by an upstream that no longer knows the session: sent once more on a new
                         # one, unless the call is a step of its own that runs at most once (a gated forward),

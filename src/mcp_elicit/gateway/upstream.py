@@ -45,6 +45,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -275,6 +276,16 @@ class Call:
     """The blocks of `Pool.carrying` it is on its lane in: the lane is let go when the last one ends."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An HTTP upstream's 401 or 403 to a JSON-RPC request, which it did not run."""
+
+    status: int
+    scope: str | None = None
+    """For a 403 with `insufficient_scope` (the credential is taken, but not for this request: the MCP specification's
+    step-up answer), the scope its challenge names (empty if none): else None (the credential is not taken)."""
+
+
 @dataclass(eq=False)
 class Connection:
     """One connection of a lane, and what its transport said of it."""
@@ -293,10 +304,10 @@ class Connection:
     """The HTTP status (401, 403) with which the HTTP upstream refused a JSON-RPC request of this connection: it does
     not take the credential the connection carries (an expired token, a revoked key), and ran none of those
     requests."""
-    denials: dict[str, int] = field(default_factory=dict)
-    """The status of each of those refusals, by the token that the error the client made of it carries (`_refusing`):
-    an error is a refusal of its own request only if it carries one of them, never by its code and message, which
-    the client gives any HTTP error (a proxy's 502 too)."""
+    denials: dict[str, Refusal] = field(default_factory=dict)
+    """Each refusal (401, 403) of a JSON-RPC request of this connection, by the token that the error the client made
+    of it carries (`_Refusing`): an error is a refusal of its own request only if it carries one of them, never by
+    its code and message, which the client gives any HTTP error (a proxy's 502 too)."""
 
     def forget(self, said: ErrorData | None) -> None:
         self.forgotten = True
@@ -307,17 +318,17 @@ class Connection:
         answer of the upstream's, even if another request of the session was refused so meanwhile."""
         return self.forgotten and (error.code, error.error.message) in self.unknown
 
-    def refuse(self, status: int) -> str:
-        """A request of this connection was refused with `status`: the token its error carries."""
-        self.refused = status
+    def refuse(self, refusal: Refusal) -> str:
+        """A request of this connection was refused so: the token its error carries."""
+        if refusal.scope is None:
+            self.refused = refusal.status
         token = token_hex(16)
-        self.denials[token] = status
+        self.denials[token] = refusal
         return token
 
-    def denied(self, error: MCPError) -> int | None:
-        """The status of `error`'s own request's 401 or 403 (the upstream did not take the credential, and ran
-        nothing), or None: an answer of the upstream's, or another failure (which may follow another request's
-        refusal)."""
+    def denied(self, error: MCPError) -> Refusal | None:
+        """The refusal (401, 403) of `error`'s own request (the upstream ran nothing), or None: an answer of the
+        upstream's, or another failure (which may follow another request's refusal)."""
         data = error.error.data
         token = data.get(_REFUSAL) if isinstance(data, dict) else None
         return self.denials.get(token) if isinstance(token, str) else None
@@ -586,13 +597,25 @@ class Lane:
             f"{CONNECT_TOOL!r} under the upstream's prefix) replaces it"
         )
 
-    def denied(self, status: int, what: str) -> MCPError:
-        """The upstream refused (401 or 403, `status`) a request of the lane's connection, which was up: it no longer
+    def denied(self, refusal: Refusal, what: str) -> MCPError:
+        """The upstream refused (401 or 403: `refusal`) a request of the lane's connection, which was up: it no longer
         takes the credential (an expired token, a revoked key). That version of the credential is refused from now on,
         so that its owner's next call asks them to connect again, and the lane takes no more calls and is closed once
         those on it ended (each of them ends as the upstream answers it: one that ran was not cut); the error says so,
         never quoting the credential. An upstream without a credential refused the gateway's request as such (it
-        wants one the gateway was not given): nothing of the person's is to connect, and the lane goes on."""
+        wants one the gateway was not given): nothing of the person's is to connect, and the lane goes on; so does one
+        whose credential was taken, but without the scope the request needs."""
+        status = refusal.status
+        if refusal.scope is not None:
+            credential = self.pool.upstream.credential is not None
+            whose = f"the credential of {self.owner}" if credential else "the gateway's request"
+            wanted = f" (it asks for {refusal.scope!r})" if refusal.scope else ""
+            return MCPError(
+                INTERNAL_ERROR,
+                f"upstream {self.label} refused {what} (HTTP {status}, insufficient_scope), so it did not run there: "
+                f"it takes {whose}, but not with the scope this call needs{wanted}",
+                {"upstream": self.pool.upstream.name},
+            )
         if self.pool.upstream.credential is None:
             return MCPError(
                 INTERNAL_ERROR,
@@ -648,7 +671,7 @@ class Lane:
                 upstream.url,
                 lambda said: connection.forget(said),
                 headers,
-                lambda status: connection.refuse(status),
+                lambda refusal: connection.refuse(refusal),
             )
         else:
             env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
@@ -1098,7 +1121,7 @@ async def _http(
     url: str,
     forgotten: Callable[[ErrorData | None], None],
     headers: Mapping[str, str],
-    refused: Callable[[int], str],
+    refused: Callable[[Refusal], str],
 ) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), saying when
     the upstream answers 404 to a request that names the session (the protocol's sign that the server no longer
@@ -1136,12 +1159,12 @@ class _Refusing(httpx2.AsyncClient):
     """HTTP to the upstream, where a 401 or 403 to a POST of a JSON-RPC request (one with an id) becomes a JSON-RPC
     error answering that request, carrying the token `refused` gives for it: the client hands it to that request's
     caller alone, and the relay tells it from any other failure (`Connection.denied`). A 401 or 403 to anything else
-    (the client's standalone GET stream, a notification) blames no request; a 403 with `insufficient_scope` (the
-    credential is taken, but not for this: the MCP specification's step-up answer) is the upstream's answer as it
-    is. Done on the client's responses, not in a transport of its own: a client given a transport takes no proxy
-    from the environment (`HTTPS_PROXY` and the rest), through which its host may reach the upstream."""
+    (the client's standalone GET stream, a notification) blames no request. A 403 with `insufficient_scope` (the
+    credential is taken, but not for this: the MCP specification's step-up answer) is told apart (`Refusal.scope`).
+    Done on the client's responses, not in a transport of its own: a client given a transport takes no proxy from the
+    environment (`HTTPS_PROXY` and the rest), through which its host may reach the upstream."""
 
-    def __init__(self, refused: Callable[[int], str], **options: Any) -> None:
+    def __init__(self, refused: Callable[[Refusal], str], **options: Any) -> None:
         super().__init__(**options)
         self._refused = refused
 
@@ -1151,12 +1174,15 @@ class _Refusing(httpx2.AsyncClient):
         if status not in (401, 403) or request.method != "POST":
             return response
         request_id = _request_id(request)
-        if not isinstance(request_id, int | str) or (
-            status == 403 and "insufficient_scope" in response.headers.get("www-authenticate", "")
-        ):
+        if not isinstance(request_id, int | str):
             return response
         await response.aclose()
-        token = self._refused(status)
+        challenge = response.headers.get("www-authenticate", "")
+        scope = None
+        if status == 403 and "insufficient_scope" in challenge:
+            named = _SCOPE.search(challenge)
+            scope = named.group(1) if named else ""
+        token = self._refused(Refusal(status, scope))
         said = JSONRPCError(
             jsonrpc="2.0",
             id=request_id,
@@ -1164,6 +1190,9 @@ class _Refusing(httpx2.AsyncClient):
         )
         body = said.model_dump_json(by_alias=True, exclude_none=True).encode()
         return httpx2.Response(status, headers={"content-type": "application/json"}, content=body, request=request)
+
+
+_SCOPE = re.compile(r'\bscope="([^"]{0,200})"')
 
 
 def _request_id(request: httpx2.Request) -> object:
