@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import math
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -50,7 +51,7 @@ from mcp_elicit.server.runtime import IDEMPOTENCY_META_KEY
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.gateway import SDK_SERVER, Person, over_http, read_body, sdk_over_http, stdio, text
+from tests.helpers.gateway import SDK_SERVER, Person, over_http, read_body, sdk_over_http, stdio, text, until
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.pages_site import VAULT_KEYS, hidden
 from tests.helpers.results import error_text
@@ -813,3 +814,42 @@ async def test_a_gated_call_refused_for_want_of_scope_did_not_run_and_says_so(st
                 assert "refused the credential" not in said and ALICE not in said, said
                 assert "whoami" in [tool.name for tool in (await alice.list_tools()).tools]
     assert ran == 1
+
+
+async def test_a_key_refused_on_one_session_retires_every_session_of_its_person_that_carries_it(
+    store_url: str,
+) -> None:
+    """The upstream refused the key on one of the person's sessions: their other sessions carry the same key, so their
+    next call asks them to connect again rather than meet the same refusal on another session."""
+    accounts = Accounts()
+    inner = accounts.app()
+    arrived, release = threading.Event(), threading.Event()
+
+    async def holding_the_first_call(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            body, receive = await read_body(receive)
+            if json.loads(body).get("method") == "tools/call" and not arrived.is_set():
+                arrived.set()
+                await anyio.to_thread.run_sync(release.wait)
+        await inner(scope, receive, send)
+
+    with serving(holding_the_first_call, free_port()) as base:
+        credential = Credential(kind="api_key", title="Accounts")
+        upstream = Upstream("accounts", url=f"{base}/mcp", credential=credential, sessions=2)
+        with signed_in_gateway(store_url, upstream) as signed:
+            token = await signed.token("alice")
+            async with bearer(signed.mcp, token, "legacy") as alice:
+                await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(alice.call_tool, "whoami", {})
+                    await until(arrived.is_set)
+                    assert text(await alice.call_tool("whoami", {})) == "alice"  # on a second session
+                    release.set()
+                pool = signed.deployment.gateway.pool
+                assert len(pool.owned(signed.principal("alice"))) == 2
+                accounts.revoked.add(ALICE)
+                with pytest.raises(MCPError) as refused:
+                    await alice.call_tool("whoami", {})
+                assert "refused the credential of" in refused.value.error.message
+                told = error_text(await alice.call_tool("whoami", {}))
+                assert "whoami needs your Accounts API key" in told, told

@@ -861,13 +861,20 @@ class Pool:
     def refuse(self, lane: Lane) -> None:
         """The upstream refused the credential `lane` carries (`Lane.refused`): the refusal is kept for its owner, and
         the lane takes no more calls and is closed once those on it ended (its supervisor stops: it would only be
-        refused again, until its owner connects another credential, which opens a new lane)."""
+        refused again, until its owner connects another credential, which opens a new lane); so are their other lanes
+        that carry the same credential, which their next call would otherwise ride to the same refusal."""
         assert lane.owner is not None
-        assert lane.refused is not None
-        self.refusals[lane.owner] = lane.refused
-        lane.retired = True
-        if lane.idle:
-            lane.close()
+        refused = lane.refused
+        assert refused is not None
+        self.refusals[lane.owner] = refused
+        for each in [
+            lane,
+            *(other for other in self.owned(lane.owner) if other is not lane and other.version == refused),
+        ]:
+            each.refused = refused
+            each.retired = True
+            if each.idle:
+                each.close()
 
     def renew(self, principal: str) -> None:
         """`principal` connected a new credential: their lanes take no more calls and close once idle, so that their
