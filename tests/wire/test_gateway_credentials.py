@@ -294,6 +294,7 @@ async def test_a_key_the_upstream_refuses_fails_the_call_saying_so_and_the_next_
             said = refused.value.error.message
             assert "upstream 'accounts'" in said and "refused the credential" in said and "HTTP 401" in said
             assert "ak-typo" not in said
+            assert "next attempt" not in said, said  # none: the session is closed, not tried again
             assert signed.deployment.gateway.pool.lanes == []  # closed: not tried again until they connect anew
             listed = [tool.name for tool in (await alice.list_tools()).tools]
             assert listed == ["connect"]  # what they can do now

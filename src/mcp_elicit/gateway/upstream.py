@@ -1078,8 +1078,11 @@ def refused_by_upstream(error: MCPError) -> bool:
 
 
 def _unavailable(lane: Lane, what: str) -> MCPError:
+    """Why `what` was not sent on the down (or stopped) `lane`, and when it connects again: never, once retired (a
+    refused credential), and then the problem says what to do."""
     wait = max(0.0, lane.retry_at - anyio.current_time())
-    said = f"upstream {lane.label} {lane.problem}; {what} was not sent (next attempt in {wait:.2g} s)"
+    again = "" if lane.retired or lane.status == "stopped" else f" (next attempt in {wait:.2g} s)"
+    said = f"upstream {lane.label} {lane.problem}; {what} was not sent{again}"
     return MCPError(INTERNAL_ERROR, said, {"upstream": lane.pool.upstream.name})
 
 
