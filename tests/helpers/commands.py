@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -62,9 +63,15 @@ for the servers tests/helpers/overlapping.py forks)."""
 
 
 def command(
-    args: Sequence[str], *, env: Mapping[str, str], timeout: float, input: str | None = None
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    input: str | None = None,
+    cwd: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`mcp-elicit *args` forked from `FORKS`, in this directory, with exactly `env` as its environment."""
+    """`mcp-elicit *args` forked from `FORKS`, in `cwd` (this directory), with exactly `env` as its environment,
+    as `subprocess.run([COMMAND, *args], capture_output=True, text=True, stdin=DEVNULL, ...)` would run it."""
     argv = [COMMAND, *args]
     with tempfile.TemporaryDirectory(prefix="mcp-elicit-command-") as scratch:
         stdin, stdout, stderr = (Path(scratch, name) for name in ("stdin", "stdout", "stderr"))
@@ -73,7 +80,7 @@ def command(
         given = str(stdin) if input is not None else os.devnull
         process = FORKS.Process(
             target=_be_the_command,
-            args=(argv, dict(env), os.getcwd(), given, str(stdout), str(stderr)),
+            args=(argv, dict(env), str(cwd or os.getcwd()), given, str(stdout), str(stderr)),
             name="mcp-elicit",
         )
         process.start()
@@ -116,6 +123,8 @@ def _be_the_command(argv: list[str], env: dict[str, str], cwd: str, stdin: str, 
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    time.tzset()
+    tempfile.tempdir = None  # TMPDIR is read on first use, and the preload may have used it
     sys.argv = list(argv)
     for fd, path, flags in (
         (0, stdin, os.O_RDONLY),
