@@ -4,12 +4,13 @@ Most tests that run the command are about what it does, not about a process star
 spends a second and more of CPU importing the package and the MCP SDK before the command does anything, and the
 system tier runs the command hundreds of times. So `command` forks it instead, from a forkserver that imported
 those once (`FORKS`), and runs the entry point the installed script runs (`mcp_elicit.cli:main`). The fork is
-still a process of its own, given what a new process is given: its argv, exactly the environment passed (not
-this process's), its working directory, stdin (the null device unless `input` is given), stdout and stderr to
-files read back as `subprocess.run(..., capture_output=True, text=True)` would, the exit code Python would exit
-with (a `SystemExit`'s code; for an uncaught exception, 1 after `sys.excepthook` printed it), killed at its timeout. It
-inherits nothing of the test's process (no event loop, no pytest capture, no logging handlers or signal
-handlers of this process), and coverage measures it as any subprocess (its data file is named after its pid).
+still a process of its own, given what a new process is given: its argv; exactly the environment passed, not
+this process's (the time zone and the temporary directory read again from it); its working directory; stdin
+from the null device (no command reads it); stdout and stderr to files, read back as
+`subprocess.run(..., capture_output=True, text=True)` would; the exit code Python would exit with (a
+`SystemExit`'s, or 1 after `sys.excepthook` printed an uncaught exception); SIGKILL at its timeout. It inherits
+nothing of the test's process (no event loop, no pytest capture, no logging or signal handlers), and coverage
+measures it as any subprocess (its data file is named after its own pid).
 
 What it is not: a fresh interpreter. What the preload imported is not imported again, so import-time behaviour
 is not exercised here; `FORKS` therefore preloads nothing that reads the environment or the terminal when
@@ -67,20 +68,16 @@ def command(
     *,
     env: Mapping[str, str],
     timeout: float,
-    input: str | None = None,
     cwd: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`mcp-elicit *args` forked from `FORKS`, in `cwd` (this directory), with exactly `env` as its environment,
     as `subprocess.run([COMMAND, *args], capture_output=True, text=True, stdin=DEVNULL, ...)` would run it."""
     argv = [COMMAND, *args]
     with tempfile.TemporaryDirectory(prefix="mcp-elicit-command-") as scratch:
-        stdin, stdout, stderr = (Path(scratch, name) for name in ("stdin", "stdout", "stderr"))
-        if input is not None:
-            stdin.write_text(input)
-        given = str(stdin) if input is not None else os.devnull
+        stdout, stderr = Path(scratch, "stdout"), Path(scratch, "stderr")
         process = FORKS.Process(
             target=_be_the_command,
-            args=(argv, dict(env), str(cwd or os.getcwd()), given, str(stdout), str(stderr)),
+            args=(argv, dict(env), str(cwd or os.getcwd()), str(stdout), str(stderr)),
             name="mcp-elicit",
         )
         process.start()
@@ -118,7 +115,7 @@ def _text(path: Path) -> str:
         return file.read()
 
 
-def _be_the_command(argv: list[str], env: dict[str, str], cwd: str, stdin: str, stdout: str, stderr: str) -> None:
+def _be_the_command(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str) -> None:
     """The forked child: made the process `subprocess.run` would have started, then the script's entry point."""
     os.chdir(cwd)
     os.environ.clear()
@@ -127,7 +124,7 @@ def _be_the_command(argv: list[str], env: dict[str, str], cwd: str, stdin: str, 
     tempfile.tempdir = None  # TMPDIR is read on first use, and the preload may have used it
     sys.argv = list(argv)
     for fd, path, flags in (
-        (0, stdin, os.O_RDONLY),
+        (0, os.devnull, os.O_RDONLY),
         (1, stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
         (2, stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     ):
