@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pexpect  # type: ignore[import-untyped]
 import pytest
 
-COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
+from tests.helpers.commands import COMMAND as COMMAND  # the installed script, where it always was
+
 ROWS, COLS = 50, 140
 UP, DOWN, ESC, CTRL_D = "\x1b[A", "\x1b[B", "\x1b", "\x04"
 TEXT_PROMPT = "  > "

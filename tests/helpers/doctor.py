@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 from pathlib import Path
 
-from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.commands import command
 
 
 def b64(raw: bytes) -> str:
@@ -37,11 +36,7 @@ def clean_environment(tmp_path: Path, environ: dict[str, str]) -> dict[str, str]
 
 def run(tmp_path: Path, environ: dict[str, str], *options: str) -> tuple[int, list[str], list[str]]:
     """The exit code, the problems listed and the checks passed."""
-    done = subprocess.run(
-        [COMMAND, "doctor", *options],
-        env=clean_environment(tmp_path, environ),
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
-    )  # fmt: skip
+    done = command(["doctor", *options], env=clean_environment(tmp_path, environ), timeout=60)
     assert done.stderr == "" and "Traceback" not in done.stdout, done.stderr
     lines = done.stdout.splitlines()
     problems = [line.removeprefix("problem  ") for line in lines if line.startswith("problem  ")]

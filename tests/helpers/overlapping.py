@@ -31,8 +31,9 @@ from mcp_types import (
 )
 
 from mcp_elicit.client.transport import KitTransport
+from tests.helpers.commands import FORKS
 from tests.helpers.http_harness import free_port
-from tests.helpers.server import PRELOAD, Options, serve
+from tests.helpers.server import Options, serve
 
 K = 20
 """Overlapping calls per batch, each on its own connection."""
@@ -138,8 +139,7 @@ def the_one(results: list[str], prefix: str) -> str:
     return different[0]
 
 
-SERVERS = multiprocessing.get_context("forkserver")
-SERVERS.set_forkserver_preload(["tests.helpers.server", *PRELOAD])
+SERVERS = FORKS
 """Server processes are forked from one interpreter that imported the server once (importing the SDK takes
 seconds): each is still a process of its own, on its own port, SIGKILLed like any other."""
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.commands import command
 from tests.helpers.peers.sdk_server import CRASH_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +33,7 @@ def run(*args: str, tmp: Path, env: dict[str, str] | None = None) -> subprocess.
     for name in ("MCP_ELICIT_STORE", "MCP_ELICIT_TOKEN"):
         if env is None or name not in env:
             full_env.pop(name, None)
-    return subprocess.run(
-        [COMMAND, *args], capture_output=True, text=True, env=full_env, stdin=subprocess.DEVNULL, timeout=120, cwd=ROOT
-    )
+    return command(args, env=full_env, timeout=120, cwd=ROOT)
 
 
 def only_line(stderr: str) -> str:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ import pytest
 from mcp_elicit.model import Decision, DecisionStatus, Operator, Principal
 from mcp_elicit.store import open_store
 from mcp_elicit.web import Vault, VaultKeyRing
-from tests.helpers.cli_terminal import CHOICE, COMMAND, TEXT_PROMPT, Terminal, terminal_env
+from tests.helpers.cli_terminal import CHOICE, TEXT_PROMPT, Terminal, terminal_env
+from tests.helpers.commands import command
 from tests.helpers.demo_terminal import DEMO_TIMEOUT, PROVIDER, SERVER, listening, ports
 from tests.helpers.oauth_client import hidden_fields
 
@@ -313,14 +313,7 @@ def test_interrupting_the_demo_stops_everything_it_started(stop: signal.Signals,
 
 
 def test_without_a_terminal_or_a_script_it_says_how_to_run(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [COMMAND, "demo"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "XDG_DATA_HOME": str(tmp_path)},
-        timeout=60,
-    )
+    done = command(["demo"], env={**os.environ, "XDG_DATA_HOME": str(tmp_path)}, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == "error: no terminal to ask you at: run with --script examples/demo-script.json"
     assert not (tmp_path / "mcp-elicit" / "demo").exists()
@@ -328,11 +321,8 @@ def test_without_a_terminal_or_a_script_it_says_how_to_run(tmp_path: Path) -> No
 
 def test_a_server_that_cannot_start_is_reported_with_its_log_and_nothing_is_left_running(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    done = subprocess.run(
-        [COMMAND, "demo", "--script", str(EXAMPLE)],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
+    done = command(
+        ["demo", "--script", str(EXAMPLE)],
         env={**terminal_env(XDG_DATA_HOME=str(data)), "MCP_ELICIT_VAULT_KEYS": "broken"},
         timeout=DEMO_TIMEOUT,
     )
@@ -348,10 +338,8 @@ def test_a_server_that_cannot_start_is_reported_with_its_log_and_nothing_is_left
 
 
 def test_a_store_it_cannot_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [COMMAND, "demo", "--script", str(EXAMPLE), "--store", "bogus://nowhere"],
-        capture_output=True,
-        text=True,
+    done = command(
+        ["demo", "--script", str(EXAMPLE), "--store", "bogus://nowhere"],
         env={**os.environ, "XDG_DATA_HOME": str(tmp_path)},
         timeout=60,
     )

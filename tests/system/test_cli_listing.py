@@ -10,9 +10,7 @@ import json
 import os
 import re
 import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 
 from rich.cells import cell_len
 
@@ -21,23 +19,16 @@ from mcp_elicit.printable import hidden
 from mcp_elicit.store import Store, open_store
 from tests.helpers.cli_terminal import Terminal, terminal_env
 from tests.helpers.clock import FakeClock
+from tests.helpers.commands import command
 from tests.helpers.records import ALICE, BOB, FORM_SCHEMA, Records
 
-COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 NEXT = re.compile(r"^  --after (\S+)$", re.MULTILINE)
 
 
 def ls(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "160"}
     env.pop("MCP_ELICIT_STORE", None)
-    return subprocess.run(
-        [COMMAND, "decisions", "ls", "--store", url, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return command(["decisions", "ls", "--store", url, *args], env=env, timeout=60)
 
 
 def populate(records: Records, clock: FakeClock, count: int) -> list[Decision]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -32,8 +31,8 @@ from mcp_elicit.model import (
 from mcp_elicit.printable import hidden
 from mcp_elicit.store import Store, open_store
 from tests.helpers.cli_terminal import Terminal, terminal_env
+from tests.helpers.commands import command as forked
 
-COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 HOSTILE = (
     "\x1b[2J\x1b[31mAPPROVED\x1b[0m \x1b]8;;https://evil.example/x\x07click\x1b]8;;\x07 bell\x07 \u202eexe.txt"
     " c1\x9b31m del\x7f [bold]bold[/bold] [link=https://evil.example/y]link[/link] :smile:"
@@ -52,7 +51,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "400"}
     for name in ("MCP_ELICIT_STORE", "FORCE_COLOR", "TTY_COMPATIBLE"):
         env.pop(name, None)
-    return subprocess.run([COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+    return forked(args, env=env, timeout=60)
 
 
 def at_terminal(*args: str, columns: int = 140) -> tuple[int, Terminal]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from mcp_elicit.store import SCHEMA_VERSION, open_store, schema_statements
-from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.commands import command
 from tests.helpers.doctor import GOOD, b64, clean_environment, run
 from tests.helpers.http_harness import free_port
 
@@ -133,11 +132,10 @@ def test_serve_refuses_the_same_problems_doctor_lists(tmp_path: Path) -> None:
     store = f"sqlite://{tmp_path / 'e.db'}"
     code, problems, _ = run(tmp_path, environ, "--public-url", "http://elicit.example", "--store", store)
     assert code == 1
-    served = subprocess.run(
-        [COMMAND, "serve", "--transport", "http", "--public-url", "http://elicit.example", "--port", str(free_port()),
+    served = command(
+        ["serve", "--transport", "http", "--public-url", "http://elicit.example", "--port", str(free_port()),
          "--store", store, "--workspace", str(tmp_path / "workspace")],
-        env=clean_environment(tmp_path, environ),
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        env=clean_environment(tmp_path, environ), timeout=60,
     )  # fmt: skip
     assert served.returncode == 2
     listed = [line.removeprefix("  - ") for line in served.stderr.splitlines()[1:]]

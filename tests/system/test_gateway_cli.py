@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.cli_terminal import COMMAND
+from tests.helpers.commands import command
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_SERVER = f"{shlex.quote(sys.executable)} -m tests.helpers.peers.sdk_server"
@@ -23,9 +24,7 @@ def run(*args: str, tmp_path: Path, **variables: str) -> subprocess.CompletedPro
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_ELICIT_")}
     env.update(COLUMNS="200", MCP_ELICIT_STORE=f"sqlite://{tmp_path / 'gateway.db'}", TMPDIR=str(tmp_path))
     env.update(variables)
-    return subprocess.run(
-        [COMMAND, *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120, cwd=ROOT
-    )
+    return command(args, env=env, timeout=120, cwd=ROOT)
 
 
 def test_a_host_calls_a_tool_through_the_gateway_and_its_question_reaches_the_host(tmp_path: Path) -> None:

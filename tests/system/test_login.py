@@ -33,6 +33,7 @@ from mcp_elicit.server import Accepted, Elicitation, Flow, IdentityPolicy, Reque
 from mcp_elicit.store import Store, open_store
 from mcp_elicit.web import LocalAuthorizationServer, LocalUsers, WebPages, mount_web
 from tests.helpers.browser import chromium as chromium  # the fixture that skips without Chromium
+from tests.helpers.commands import command
 from tests.helpers.http_harness import free_port, serving
 
 COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
@@ -170,9 +171,7 @@ def browser_command(tmp_path: Path, name: str, user: str = "alice") -> tuple[Pat
 
 
 def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [COMMAND, *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout
-    )
+    return command(args, env=env, timeout=timeout)
 
 
 def login_without_browser(

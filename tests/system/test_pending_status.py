@@ -25,6 +25,7 @@ import pytest
 from mcp_elicit.client import Pacing, ScriptError, parse_script
 from mcp_elicit.model import DecisionStatus
 from tests.helpers.cli_terminal import CHOICE, COMMAND, Terminal, terminal_env
+from tests.helpers.commands import command
 from tests.helpers.records import decision_status
 from tests.helpers.server import CONNECTED, MESSAGE, NAME, complete, rounds
 from tests.helpers.server_commands import PENDING_COMMAND, ROUNDS_COMMAND, TEST_SERVER
@@ -130,10 +131,7 @@ def run_with_script(
     answers.write_text(json.dumps(script))
     env = {**os.environ, "COLUMNS": "200", "MCP_ELICIT_STORE": store_file, "BROWSER": browser}
     env.pop("DISPLAY", None)
-    return subprocess.run(
-        [COMMAND, "call", SERVER, "connect_later", "--era", era, "--script", str(answers)],
-        capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=90,
-    )  # fmt: skip
+    return command(["call", SERVER, "connect_later", "--era", era, "--script", str(answers)], env=env, timeout=90)
 
 
 def test_a_script_says_done_and_the_call_is_retried(tmp_path: Path, store_file: str) -> None:
@@ -272,10 +270,7 @@ def test_c_at_a_round_wait_stops_the_call_and_the_carrier_still_finishes(store_f
         first.close()
         waiter.close()
     assert decision_status(store_file) is DecisionStatus.ACCEPTED
-    again = subprocess.run(
-        [COMMAND, *APPROVE], capture_output=True, text=True, env=script_env(store_file), stdin=subprocess.DEVNULL,
-        timeout=90,
-    )  # fmt: skip
+    again = command(APPROVE, env=script_env(store_file), timeout=90)
     assert again.returncode == 0, again.stdout + again.stderr
     assert JOB_RUN in again.stdout, "the same call made again gets the result the carrier's call recorded"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from tests.helpers.commands import command
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.oauth_client import code_for, pkce, redeem, registered
 
@@ -27,10 +28,10 @@ def b64(raw: bytes) -> str:
 
 
 def serve(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [COMMAND, "serve", "--transport", "http", "--port", str(free_port()),
+    return command(
+        ["serve", "--transport", "http", "--port", str(free_port()),
          "--store", f"sqlite://{tmp_path / 'data' / 'elicit.db'}", "--workspace", str(tmp_path / "workspace")],
-        env=environ, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        env=environ, timeout=60,
     )  # fmt: skip
 
 
