@@ -75,7 +75,6 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.gateway_gated
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.fastmcp_flows
-	$(BIN)/python -m bench.gateway
 	$(BIN)/python -m bench.telemetry
 	$(BIN)/python -m bench.cli_start
 
