@@ -1,16 +1,12 @@
 """Durable questions of a relayed `tools/call`: what the gateway does when the upstream asks during a call.
 
 Why this shape: a call that asks nothing must stay a plain relay (no store, no operation), and nobody knows
-whether a call will ask until the upstream does. So every `tools/call` to a handshake upstream is sent as an
-`UpstreamCall`, owned by the gateway (its task group, not the downstream request's scope), whose events are the
-upstream's questions and its end. While no question comes the downstream request just waits for the end and
-returns the result. A 2026-07-28 upstream asks only in its results: the call is sent from the downstream request
-itself, and becomes an `UpstreamCall` only when its result is a round the gateway bridges (or a `-32042` it turns
-into one), which spares the plain call a task and two turns of the event loop.
-
-The first question switches the call into `Elicitation.run_tool`: its body attaches to the upstream call, kept
-in memory under the operation's id, walks its events in order and asks each question with the `Flow`, on
-whichever era the client speaks (live `elicitation/create` on 2025, an `InputRequiredResult` round on
+whether a call will ask until the upstream does. So every `tools/call` is sent upstream as an `UpstreamCall`,
+owned by the gateway (its task group, not the downstream request's scope), whose events are the upstream's
+questions and its end. While no question comes the downstream request just waits for the end and returns the
+result. The first question switches the call into `Elicitation.run_tool`: its body attaches to the upstream
+call, kept in memory under the operation's id, walks its events in order and asks each question with the
+`Flow`, on whichever era the client speaks (live `elicitation/create` on 2025, an `InputRequiredResult` round on
 2026-07-28), hands the answer to the upstream request waiting for it, and returns the upstream's result. A
 2026-07-28 retry goes straight to `run_tool`: its body finds the same upstream call and walks it from the start,
 the questions asked before coming back with their recorded answers. Identical calls share one operation (the
@@ -99,9 +95,7 @@ log = logging.getLogger(__name__)
 
 TOOLS_CALL = "tools/call"
 _ROUND_FIELDS = frozenset({"requestState", "inputResponses"})
-Sent = tuple[Lane, dict[str, Any]]
-"""The lane a request went on and the upstream's raw result."""
-Send = Callable[[Call, str, Mapping[str, Any]], Awaitable[Sent]]
+Send = Callable[[Call, str, Mapping[str, Any]], Awaitable[tuple[Lane, dict[str, Any]]]]
 
 
 @dataclass(eq=False)
@@ -218,21 +212,14 @@ class UpstreamCall:
         self._scope = anyio.CancelScope()
         self._why = ""
 
-    async def run(self, send: Send, raw: Mapping[str, Any], first: Sent | MCPError | None = None) -> None:
-        """The upstream call to its end; `first`: what its first request already got (`Questions.call_tool`)."""
+    async def run(self, send: Send, raw: Mapping[str, Any]) -> None:
         ended: Ended | None = None
         with self._scope:
             try:
                 sent = raw
                 while True:
                     try:
-                        if first is None:
-                            lane, result = await send(self.call, TOOLS_CALL, sent)
-                        elif isinstance(first, MCPError):
-                            error, first = first, None
-                            raise error
-                        else:
-                            (lane, result), first = first, None
+                        lane, result = await send(self.call, TOOLS_CALL, sent)
                     except MCPError as error:
                         if self._expect is None or error.code != URL_ELICITATION_REQUIRED:
                             raise
@@ -368,21 +355,12 @@ class Questions:
         """The call's outcome: the upstream's end when it asked nothing, else what `run_tool` made of it."""
         # A 2026-07-28 upstream's rounds reach a 2026-07-28 client as they are, and the gateway puts out none of its
         # own: what the call carries for a round (even without its state) is the upstream's.
-        asks_in_results = call.pool is not None and call.pool.modern
-        theirs = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and asks_in_results
+        theirs = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and call.pool is not None and call.pool.modern
         if not theirs and (params.request_state is not None or params.input_responses):
             # The retry of one of the gateway's own rounds: what it carries for that round is not the upstream's.
             raw = {name: value for name, value in raw.items() if name not in _ROUND_FIELDS}
             return await self._durable(ctx, params, raw, call, None)
-        if asks_in_results:
-            # Nothing asks while the upstream request is in flight (a 2026-07-28 session asks in its results): it is
-            # sent from the downstream request itself, and only an end the call goes on from (a round to bridge,
-            # the URL flows of a -32042) hands it to an `UpstreamCall`.
-            started = await self._sent_inline(call, raw)
-            if isinstance(started, Ended):
-                return started
-        else:
-            started = self._start(call, raw)
+        started = self._start(call, raw)
         try:
             first = await started.event(0)
         except BaseException:
@@ -442,24 +420,7 @@ class Questions:
             started.set()
             await anyio.sleep_forever()
 
-    async def _sent_inline(self, call: Call, raw: Mapping[str, Any]) -> Ended | UpstreamCall:
-        """The call's end, or, if it goes on from what the upstream answered, the `UpstreamCall` it goes on as."""
-        modern = call.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        first: Sent | MCPError
-        try:
-            first = await self._send(call, TOOLS_CALL, raw)
-        except MCPError as error:
-            if not (modern and error.code == URL_ELICITATION_REQUIRED):
-                raise
-            first = error
-        else:
-            if modern or first[1].get("resultType") != "input_required":
-                return Ended(first[1], lane=first[0])
-        return self._start(call, raw, first=first)
-
-    def _start(
-        self, call: Call, raw: Mapping[str, Any], *, gated: bool = False, first: Sent | MCPError | None = None
-    ) -> UpstreamCall:
+    def _start(self, call: Call, raw: Mapping[str, Any], *, gated: bool = False) -> UpstreamCall:
         """The upstream call, started in the gateway's task group. A gated forward's passes the upstream's rounds
         and errors on as its end: its body answers them, in steps of its own (`forward_approved`)."""
         assert self._tasks is not None, "the gateway is not running"
@@ -473,13 +434,13 @@ class Questions:
             watch=self._watch,
         )
         call.asked = started.asked
-        self._tasks.start_soon(self._run, started, raw, first)
+        self._tasks.start_soon(self._run, started, raw)
         return started
 
-    async def _run(self, started: UpstreamCall, raw: Mapping[str, Any], first: Sent | MCPError | None) -> None:
+    async def _run(self, started: UpstreamCall, raw: Mapping[str, Any]) -> None:
         """The upstream call, then, once the form TTL passed without a retry walking it to its end (an abandoned
         round, a client gone), forgotten: nothing of it stays in memory past its questions' life."""
-        await started.run(self._send, raw, first)
+        await started.run(self._send, raw)
         if not started.claimed:
             return
         with anyio.move_on_after(self.ttl.total_seconds()):
