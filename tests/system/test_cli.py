@@ -121,7 +121,8 @@ def test_cancel_waiting_then_refuse_to_cancel_again(populated: tuple[str, dict[s
     assert done.returncode == 0, done.stderr
     assert f"Cancelled {target}" in done.stdout
     again = cli("decisions", "cancel", target, store=url)
-    assert again.returncode == 1 and "already ended as cancelled" in again.stderr
+    assert again.returncode == 1, again.stderr
+    assert again.stderr == f"not cancelled: {target} already ended as cancelled\n"
     rows = json.loads(cli("decisions", "audit", target, "--json", store=url).stdout)
     assert rows[-1]["actor"] == "operator:oncall" and rows[-1]["reason"] == "wrong environment"
 

@@ -43,6 +43,9 @@ def test_call_runs_the_reference_deploy_as_a_task_and_the_script_answers_it(tmp_
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)
     assert row["task"] == "completed"
+    refused = run("decisions", "cancel", row["elicitation_id"], env={"MCP_ELICIT_STORE": store})
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr == f"not cancelled: the task {row['operation_id']} already ended as completed\n"
 
 
 async def test_decisions_ls_shows_a_waiting_task_and_cancel_cancels_it(tmp_path: Path) -> None:
@@ -62,7 +65,8 @@ async def test_decisions_ls_shows_a_waiting_task_and_cancel_cancels_it(tmp_path:
             assert f"Cancelled the task {task_id}" in cancelled.stdout
             assert (await until(wire, task_id, "cancelled"))["status"] == "cancelled"
             again = run("decisions", "cancel", task_id, env=env)
-            assert again.returncode != 0 and "already ended" in again.stderr
+            assert again.returncode == 1, again.stderr
+            assert again.stderr == f"not cancelled: the task {task_id} already ended as cancelled\n"
     assert served.workspace.runs("apply") == 0
 
 

@@ -404,12 +404,12 @@ def cancel(
 
 
 def _cancel_task(store: Store, operation_id: str, actor: Operator, reason: str, as_json: bool) -> None:
-    from mcp_elicit.server.tasks.state import cancel_task
+    from mcp_elicit.server.tasks.state import TaskAlreadyEnded, cancel_task
 
     try:
         cancelled = cancel_task(store, operation_id, actor, reason)
-    except (TransitionConflict, RecordExpired) as error:
-        say(err, "not cancelled:", "yellow", f"the task {operation_id} already ended ({error})")
+    except TaskAlreadyEnded as ended:
+        say(err, "not cancelled:", "yellow", str(ended))
         raise typer.Exit(Exit.CONFLICT) from None
     if as_json:
         _render.print_json(out, {"task": cancelled.operation_id, "status": cancelled.status.value})

@@ -69,7 +69,13 @@ class TaskNotFound(LookupError):
 
 
 class TaskAlreadyEnded(ValueError):
-    """The task is in a terminal status: it cannot be cancelled any more."""
+    """The task is in a terminal status: it cannot be cancelled any more. `status` is how its operation ended
+    (`expired` included, which a task reads as `failed`), for an operator who asks why nothing changed."""
+
+    def __init__(self, task_id: str, status: OperationStatus) -> None:
+        self.task_id = task_id
+        self.status = status
+        super().__init__(f"the task {task_id} already ended as {status.value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,10 +287,10 @@ class TaskBook:
     async def cancel(self, principal: Principal, task_id: str, *, reason: str = "cancelled by its client") -> TaskView:
         operation, meta = await self.found(principal, task_id)
         if operation.status is not OperationStatus.OPEN:
-            raise TaskAlreadyEnded(task_id)
+            raise TaskAlreadyEnded(task_id, operation.status)
         ended = await self._end(operation, principal, OperationStatus.CANCELLED, DecisionStatus.CANCELLED, reason)
         if ended.status is not OperationStatus.CANCELLED:
-            raise TaskAlreadyEnded(task_id)
+            raise TaskAlreadyEnded(task_id, ended.status)
         return await self._viewed(ended, meta, principal)
 
     async def expire(self, operation: Operation, principal: Principal) -> Operation:
@@ -357,11 +363,14 @@ def task_status(store: Store, operation_id: str, caller: Operator) -> str | None
 
 def cancel_task(store: Store, operation_id: str, caller: Operator, reason: str) -> Operation:
     """An operator cancels a task (from a synchronous store): its open questions and the operation, in one
-    transaction; the body stops at its next look (`runner`). A task that ended raises the store's
-    `OperationConflict` / `OperationExpired`."""
+    transaction; the body stops at its next look (`runner`). A task that ended, before or while this ran,
+    raises `TaskAlreadyEnded` with how it ended, and nothing is written: the store would take an ended snapshot
+    for a caller's mistake (`IllegalTransition`), and a lost race reads to an operator as the same refusal."""
 
     def cancel() -> Operation:
         operation = store.get_operation(operation_id, caller)
+        if operation.status is not OperationStatus.OPEN:
+            raise TaskAlreadyEnded(operation_id, operation.status)
         for decision in store.list_decisions(caller, operation_id=operation_id, limit=1000):
             if decision.is_terminal:
                 continue
@@ -369,6 +378,9 @@ def cancel_task(store: Store, operation_id: str, caller: Operator, reason: str) 
                 store.transition(decision, DecisionStatus.CANCELLED, caller=caller, reason=reason)
             except (DecisionConflict, DecisionExpired) as lost:
                 log.info("decision %s moved while its task was cancelled: %s", decision.elicitation_id, lost)
-        return store.finish_operation(operation, OperationStatus.CANCELLED, caller=caller, reason=reason)
+        try:
+            return store.finish_operation(operation, OperationStatus.CANCELLED, caller=caller, reason=reason)
+        except (OperationConflict, OperationExpired) as lost:
+            raise TaskAlreadyEnded(operation_id, lost.current.status) from lost
 
     return store.atomically(cancel)
