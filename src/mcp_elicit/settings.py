@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import stat
 from collections.abc import Collection, Mapping
 from contextvars import ContextVar
@@ -139,12 +140,32 @@ def _exact_url(text: object) -> object:
     return text
 
 
+_CLAIM_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:/-]{0,127}")
+_NOT_SUBJECTS: Final = frozenset(
+    {"iss", "aud", "exp", "nbf", "iat", "jti", "nonce", "azp", "client_id", "scope", "scp"}
+)
+
+
+def _claim_name(text: object) -> object:
+    """The name of a token claim that names the person (`oid`): one the provider gives every token alike."""
+    if not isinstance(text, str):
+        return text
+    if not _CLAIM_NAME.fullmatch(text):
+        raise ValueError(
+            f"{text!r} is not a claim name: 1-128 letters, digits and _.:/-, starting with a letter (e.g. oid)"
+        )
+    if text in _NOT_SUBJECTS:
+        raise ValueError(f"{text} is a claim about the token, not about its person; name e.g. sub or oid")
+    return text
+
+
 KeyRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_key_ring), Field(repr=False)]
 SeedRing = Annotated[tuple[bytes, ...] | None, BeforeValidator(_audit_seeds), Field(repr=False)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
 RoleMembers = Annotated[dict[str, tuple[str, ...]], BeforeValidator(_role_members)]
 BaseURL = Annotated[str | None, BeforeValidator(_base_url)]
 ExactURL = Annotated[str | None, BeforeValidator(_exact_url)]
+ClaimName = Annotated[str | None, BeforeValidator(_claim_name)]
 Secret = Annotated[SecretStr | None, Field(repr=False)]
 
 
@@ -166,6 +187,9 @@ class Settings(BaseSettings):
     """`MCP_ELICIT_IDP_CLIENT_ID`: the pages' OpenID Connect client id at the provider (a confidential client)."""
     idp_client_secret: Secret = None
     """`MCP_ELICIT_IDP_CLIENT_SECRET`: that client's secret."""
+    idp_subject_claim: ClaimName = None
+    """`MCP_ELICIT_IDP_SUBJECT_CLAIM`: the claim of access and ID tokens that names the person (default `sub`):
+    `oid` for Entra ID, whose `sub` differs from one application to another."""
     auth_keys: KeyRing = None
     """`MCP_ELICIT_AUTH_KEYS`: signs access tokens, codes, browser sessions and page forms; the first signs."""
     state_keys: KeyRing = None

@@ -97,7 +97,8 @@ class OidcProvider:
 
     A test makes it misbehave: `discovery_answer` replaces the discovery document, `token_answer` the token
     endpoint's answer, `refuse_sign_in` sends the browser back with `error=access_denied`, `id_claims` are
-    put into (None: taken out of) every ID token, and `discoveries` counts the discovery document's reads.
+    put into (None: taken out of) every ID token, `user_claims` into those of one user (a pairwise `sub`, an
+    `oid`), and `discoveries` counts the discovery document's reads.
     With `remembers`, it keeps a session of its own, as real providers do: a browser signed in there is
     signed in again without the form unless the request says `prompt=login`; `prompts` lists each
     request's `prompt` ("" for none).
@@ -111,6 +112,7 @@ class OidcProvider:
     token_answer: Response | None = None
     refuse_sign_in: bool = False
     id_claims: dict[str, Any] = field(default_factory=dict)
+    user_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     discoveries: int = 0
     token_forms: list[dict[str, str]] = field(default_factory=list)
     remembers: bool = False
@@ -204,6 +206,7 @@ class OidcProvider:
         now = int(time.time())
         claims = {"iss": self.issuer, "sub": asked["username"], "aud": WEB_CLIENT, "iat": now, "exp": now + 300}
         claims["nonce"] = "another" if self.wrong_nonce else asked["nonce"]
+        claims.update(self.user_claims.get(asked["username"], {}))
         claims = {k: v for k, v in {**claims, **self.id_claims}.items() if v is not None}
         id_token = jwt.encode(claims, self.keys.signing["k1"], "RS256", headers={"kid": "k1"})
         return JSONResponse({"access_token": "opaque", "token_type": "Bearer", "id_token": id_token})

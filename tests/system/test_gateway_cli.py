@@ -103,7 +103,7 @@ def test_a_config_that_cannot_work_is_said_before_anything_starts_and_exits_2(tm
     assert typo.returncode == 2, typo.stderr
     assert (
         f"error: {config}: upstream[0].sesions: unknown key; expected one of: name, command, url, prefix, era, "
-        "timeout, sessions, env, cwd, credential"
+        "timeout, sessions, env, pass_env, cwd, credential"
     ) in " ".join(typo.stderr.split())
     config.write_text(f'[[upstream]]\nname = "sdk"\ncommand = {json.dumps(SDK_SERVER)}\n')
     both = run("gateway", "--upstream", SDK_SERVER, tmp_path=tmp_path, MCP_ELICIT_GATEWAY_CONFIG=str(config))

@@ -29,6 +29,7 @@ sessions = 4
 name = "files"
 command = ["node", "files server.js", "--root", "/srv"]
 timeout = 12.5
+pass_env = ["MCP_ELICIT_STORE", "MCP_ELICIT_LOG_FORMAT"]
 """
 
 
@@ -47,10 +48,11 @@ def test_a_good_file_gives_its_upstreams_each_under_its_prefix(tmp_path: Path, m
     assert billing == Upstream(
         "billing", url="https://billing.example/mcp", prefix="bill", era="2026-07-28", timeout=None, sessions=4
     )
-    assert (files.command, files.timeout, files.prefix) == (
+    assert (files.command, files.timeout, files.prefix, files.pass_env) == (
         ("node", "files server.js", "--root", "/srv"),
         12.5,
         "files",
+        ("MCP_ELICIT_STORE", "MCP_ELICIT_LOG_FORMAT"),
     )
     assert everything.timeout == DEFAULT_TIMEOUT
 
@@ -78,7 +80,7 @@ OAUTH = (
         (
             COMMAND + 'comand = "x"\n',
             "upstream[0].comand: unknown key; expected one of: name, command, url, prefix, era, timeout, sessions, "
-            "env, cwd, credential",
+            "env, pass_env, cwd, credential",
         ),
         ('servers = ["a"]\n', "servers: unknown key; expected one of: upstream, gate"),
         (
@@ -143,6 +145,32 @@ OAUTH = (
         (COMMAND + "sessions = 0\n", "upstream[0].sessions: expected a number of at least 1"),
         (COMMAND + "sessions = 1.5\n", "upstream[0].sessions: expected a valid integer"),
         (COMMAND + "env = { PORT = 8080 }\n", "upstream[0].env.PORT: expected a valid string"),
+        (COMMAND + 'pass_env = "MCP_ELICIT_STORE"\n', "upstream[0].pass_env: expected a valid list"),
+        (COMMAND + 'pass_env = ["MCP_ELICIT_STORE", 7]\n', "upstream[0].pass_env[1]: expected a valid string"),
+        (
+            COMMAND + 'pass_env = ["MCP_ELICIT_STORE", "MCP-ELICIT-TOKEN"]\n',
+            "upstream[0].pass_env[1]: expected a variable's name: letters, digits and _, not starting with a digit, "
+            "not 'MCP-ELICIT-TOKEN'",
+        ),
+        (
+            COMMAND + 'pass_env = ["MCP_ELICIT_VAULT_KEYS"]\n',
+            "upstream[0].pass_env[0]: expected a variable the gateway holds no secret in; MCP_ELICIT_VAULT_KEYS "
+            "holds one of its secrets, which no upstream is given",
+        ),
+        (
+            COMMAND + 'pass_env = ["MCP_ELICIT_STORE", "MCP_ELICIT_IDP_CLIENT_SECRET_FILE"]\n',
+            "upstream[0].pass_env[1]: expected a variable the gateway holds no secret in; "
+            "MCP_ELICIT_IDP_CLIENT_SECRET_FILE holds one of its secrets, which no upstream is given",
+        ),
+        (
+            COMMAND + 'pass_env = ["EXAMPLE_SECRET"]\n' + OAUTH + 'client_secret_env = "EXAMPLE_SECRET"\n',
+            "upstream[0].pass_env[0]: expected a variable the gateway holds no secret in; EXAMPLE_SECRET holds the "
+            "client secret of upstream[1].credential (client_secret_env), which no upstream is given",
+        ),
+        (
+            SECOND + 'pass_env = ["MCP_ELICIT_STORE"]\n',
+            "upstream[0].pass_env: expected with command only: an upstream given by url is not started here",
+        ),
         (COMMAND + 'cwd = "no-such-dir"\n', "upstream[0].cwd: expected a directory, and '{dir}/no-such-dir' is none"),
         (
             SECOND + 'cwd = "."\n',

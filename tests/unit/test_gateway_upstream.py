@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mcp_elicit.gateway import DEFAULT_TIMEOUT, HTTP_SESSIONS, Upstream
+from mcp_elicit.gateway.upstream import inherited
 
 
 def test_a_url_is_an_http_upstream_named_by_its_url() -> None:
@@ -54,9 +55,35 @@ def test_an_upstream_that_is_neither_is_refused_saying_why(target: str, problem:
         ({"command": ("node",), "sessions": 0}, "sessions must be at least 1, not 0"),
         ({"command": ("node",), "timeout": 0}, "timeout must be a positive number of seconds, not 0"),
         ({"command": ("node",), "timeout": -1.5}, "timeout must be a positive number of seconds, not -1.5"),
+        (
+            {"url": "https://tools.example/mcp", "pass_env": ("MCP_ELICIT_STORE",)},
+            "upstream 'upstream': pass_env is for a command; one given by url is not started here",
+        ),
+        (
+            {"command": ("node",), "pass_env": ("MCP_ELICIT_STORE", "MCP_ELICIT_VAULT_KEYS_FILE", "MCP_ELICIT_USERS")},
+            "upstream 'upstream': pass_env names MCP_ELICIT_USERS, MCP_ELICIT_VAULT_KEYS_FILE, holding the gateway's "
+            "secrets, which no upstream is given",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_saying_why(settings: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValueError) as refused:
         Upstream("upstream", **settings)
     assert str(refused.value) == problem
+
+
+def test_a_process_inherits_the_variables_pass_env_names_and_never_a_secret_of_the_gateway() -> None:
+    environ = {
+        "PATH": "/usr/bin",
+        "MCP_ELICIT_STORE": "sqlite:///elicit.db",
+        "MCP_ELICIT_LOG_FORMAT": "json",
+        "MCP_ELICIT_AUTH_KEYS": "k",
+        "mcp_elicit_vault_keys": "v",
+        "EXAMPLE_CLIENT_SECRET": "s",
+    }
+    assert inherited(environ) == {"PATH": "/usr/bin", "EXAMPLE_CLIENT_SECRET": "s"}
+    passed = ("MCP_ELICIT_STORE", "MCP_ELICIT_AUTH_KEYS", "mcp_elicit_vault_keys", "EXAMPLE_CLIENT_SECRET")
+    assert inherited(environ, frozenset({"EXAMPLE_CLIENT_SECRET"}), passed) == {
+        "PATH": "/usr/bin",
+        "MCP_ELICIT_STORE": "sqlite:///elicit.db",
+    }

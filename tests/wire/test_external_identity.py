@@ -101,6 +101,8 @@ def test_provider_settings_that_cannot_work_are_refused_when_made() -> None:
         ExternalIdentityProvider(**{**good, "issuer": "ftp://idp.example"})
     with pytest.raises(JwksError, match="leeway must be a positive"):
         ExternalIdentityProvider(**good, leeway=-1)
+    with pytest.raises(JwksError, match="subject_claim is empty"):
+        ExternalIdentityProvider(**good, subject_claim="")
     assert ExternalIdentityProvider(**good, leeway=0).leeway == 0  # no leeway at all is a choice
     verifier = JwksTokenVerifier(ExternalIdentityProvider(**good))
     assert repr(verifier) == "JwksTokenVerifier(issuer='https://idp.example', jwks_url='https://idp.example/jwks')"
@@ -313,6 +315,7 @@ def test_client_and_session_settings_that_cannot_work_are_refused_when_made() ->
         "not asymmetric": {"algorithms": ("HS256",)},
         "algorithms () are not asymmetric": {"algorithms": ()},
         "client_id and client_secret": {"client_secret": ""},
+        "subject_claim is empty": {"subject_claim": ""},
     }
     for message, change in refused.items():
         with pytest.raises(JwksError, match=re.escape(message)):

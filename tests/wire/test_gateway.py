@@ -9,6 +9,7 @@ loopback HTTP.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import sys
@@ -255,6 +256,28 @@ async def test_an_upstream_that_exits_fails_its_call_naming_both_and_is_started_
         "upstream 'peer' closed the connection while tools/call 'die' was in flight; the gateway connects to it again"
     )
     assert after != before
+
+
+async def test_a_command_inherits_the_gateway_settings_its_pass_env_names_and_no_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upstream that is itself mcp-elicit gets the gateway's store; the gateway's other settings stay its own."""
+    values = {
+        "MCP_ELICIT_STORE": "sqlite:///shared.db",
+        "MCP_ELICIT_LOG_FORMAT": "json",
+        "MCP_ELICIT_AUTH_KEYS": "auth-keys-9c1",
+        "PEER_REGION": "eu-west",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    async with relayed(stdio(SDK_SERVER, pass_env=("MCP_ELICIT_STORE",)), "legacy") as client:
+        seen = {name: text(await client.call_tool("digest", {"variable": name})) for name in values}
+    assert seen == {
+        "MCP_ELICIT_STORE": hashlib.sha256(b"sqlite:///shared.db").hexdigest(),
+        "MCP_ELICIT_LOG_FORMAT": "",
+        "MCP_ELICIT_AUTH_KEYS": "",
+        "PEER_REGION": hashlib.sha256(b"eu-west").hexdigest(),
+    }
 
 
 async def test_a_call_the_upstream_leaves_unanswered_times_out_naming_both(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ over loopback HTTP; the SDK's `Client` with a bearer token; httpx2 as the browse
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx2
@@ -41,6 +43,7 @@ class Federated:
     provider: Provider
     deployment: GatewayDeployment
     store: Store
+    oidc: OidcProvider
 
     @property
     def mcp(self) -> str:
@@ -56,24 +59,32 @@ def environ(issuer: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def federated(store_url: str) -> Iterator[Federated]:
+@contextmanager
+def federation(store_url: str, **settings: str) -> Iterator[Federated]:
     """The gateway of the SDK peer, its `pid` tool gated and approved on the web, signing people in with the
-    provider; the provider's access tokens name the gateway's `/mcp` as their audience (the default)."""
+    provider (with the further `settings`); the provider's access tokens name the gateway's `/mcp` as their
+    audience (the default)."""
     idp_port, port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
     provider = Provider(f"http://127.0.0.1:{idp_port}{REALM}", audience=f"{base}/mcp")
     provider.add_rsa("k1")
+    oidc = OidcProvider(provider)
     store = open_store(store_url)
     try:
-        with serving(Starlette(routes=OidcProvider(provider).routes()), idp_port), sdk_over_http() as upstream:
-            settings = sign_in_settings(environ(provider.issuer), base, identity_provider=True)
+        with serving(Starlette(routes=oidc.routes()), idp_port), sdk_over_http() as upstream:
+            found = sign_in_settings({**environ(provider.issuer), **settings}, base, identity_provider=True)
             gate = GateTable(tool="pid", fallback="web")
-            deployment = build_gateway_deployment(over_http(upstream), store=store, settings=settings, gates=[gate])
+            deployment = build_gateway_deployment(over_http(upstream), store=store, settings=found, gates=[gate])
             with serving(deployment.http_app("127.0.0.1"), port):
-                yield Federated(base, provider, deployment, store)
+                yield Federated(base, provider, deployment, store, oidc)
     finally:
         store.close()
+
+
+@pytest.fixture
+def federated(store_url: str) -> Iterator[Federated]:
+    with federation(store_url) as served:
+        yield served
 
 
 async def test_a_gated_call_with_the_providers_token_is_approved_after_sign_in_there_and_completes(
@@ -95,6 +106,74 @@ async def test_a_gated_call_with_the_providers_token_is_approved_after_sign_in_t
     [approval] = federated.store.list_decisions(Operator())
     assert approval.status is DecisionStatus.ACCEPTED
     assert (approval.principal_id, approval.client_id) == (f"{provider.issuer}#alice", "desktop-app")
+
+
+ENTRA_IDS = {"alice": "0b7c-alice-oid", "bob": "51d2-bob-oid"}
+"""Entra ID's `oid` of each person: alike in every token, where `sub` is pairwise, one per application."""
+
+
+async def pairwise_approval(federated: Federated) -> tuple[int, int, str]:
+    """alice calls with an access token whose `sub` is the API's pairwise one; bob, then alice sign in on the
+    pages, whose ID tokens carry the pages' pairwise `sub`. What bob and alice see of her decision, and what
+    her call made again answers ("waits": a tool error naming the page while the decision waits)."""
+    provider, oidc = federated.provider, federated.oidc
+    oidc.user_claims = {user: {"sub": f"web-{user}", "oid": oid} for user, oid in ENTRA_IDS.items()}
+    access_token = provider.token(sub="api-alice", oid=ENTRA_IDS["alice"])
+    async with bearer(federated.mcp, access_token, "legacy") as alice:
+        url = page_url(await alice.call_tool("pid", {}))
+        async with httpx2.AsyncClient(timeout=30) as bob:
+            await sign_in_at_provider(bob, f"{federated.base}/signin?next=/", "bob")
+            seen_by_bob = (await bob.get(url)).status_code
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            page = await sign_in_at_provider(browser, url, "alice")
+            if page.status_code == 200:
+                answered = await submit(browser, url, page.text, "accept")
+                assert answered.status_code in (200, 303), answered.text
+        again = await alice.call_tool("pid", {})
+    return seen_by_bob, page.status_code, "waits" if again.is_error else text(again)
+
+
+async def test_with_the_subject_claim_oid_a_person_answers_their_decision_despite_pairwise_subs(
+    store_url: str,
+) -> None:
+    with federation(store_url, MCP_ELICIT_IDP_SUBJECT_CLAIM="oid") as federated:
+        seen_by_bob, seen_by_alice, ran = await pairwise_approval(federated)
+        [approval] = federated.store.list_decisions(Operator())
+    assert (seen_by_bob, seen_by_alice) == (403, 200)
+    assert ran.isdigit(), ran
+    assert approval.status is DecisionStatus.ACCEPTED
+    assert approval.principal_id == f"{federated.provider.issuer}#{ENTRA_IDS['alice']}"
+
+
+async def test_without_the_subject_claim_pairwise_subs_are_two_principals(federated: Federated) -> None:
+    seen_by_bob, seen_by_alice, ran = await pairwise_approval(federated)
+    [approval] = federated.store.list_decisions(Operator())
+    assert (seen_by_bob, seen_by_alice) == (403, 403)  # the pages' alice is web-alice, the decision api-alice's
+    assert ran == "waits"
+    assert approval.status is DecisionStatus.REQUESTED
+    assert approval.principal_id == f"{federated.provider.issuer}#api-alice"
+
+
+async def test_with_the_subject_claim_a_token_without_it_is_refused_with_a_reason_logged(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mcp_elicit.web.jwks")
+    with federation(store_url, MCP_ELICIT_IDP_SUBJECT_CLAIM="oid") as federated:
+        async with httpx2.AsyncClient(base_url=federated.base, timeout=30) as http:
+            answer = await http.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={
+                    "Authorization": f"Bearer {federated.provider.token(sub='api-alice')}",
+                    "Accept": "application/json, text/event-stream",
+                },
+            )
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            failed = await sign_in_at_provider(browser, f"{federated.base}/signin?next=/", "alice")
+    assert answer.status_code == 401
+    assert failed.status_code == 400 and "could not be verified" in failed.text
+    logged = [r.getMessage() for r in caplog.records if "no subject (claim oid)" in r.getMessage()]
+    assert logged == ["access token refused: no subject (claim oid)", "ID token refused: no subject (claim oid)"]
 
 
 async def test_the_metadata_names_the_provider_and_the_local_authorization_server_is_not_served(
@@ -231,3 +310,28 @@ def test_an_audience_equal_to_the_pages_client_id_is_refused_naming_both_variabl
         )
     [said] = refused.value.problems
     assert said.startswith("MCP_ELICIT_IDP_AUDIENCE is MCP_ELICIT_IDP_CLIENT_ID"), said
+
+
+def test_a_subject_claim_that_cannot_name_a_person_or_without_an_issuer_is_refused_naming_the_variable() -> None:
+    base = "https://gateway.example"
+    refused = {
+        "is not a claim name": "o id",
+        "is a claim about the token, not about its person": "aud",
+    }
+    for said, claim in refused.items():
+        with pytest.raises(SettingsError) as bad:
+            sign_in_settings(
+                {**environ("https://idp.example"), "MCP_ELICIT_IDP_SUBJECT_CLAIM": claim}, base, identity_provider=True
+            )
+        [problem] = bad.value.problems
+        assert problem.startswith("MCP_ELICIT_IDP_SUBJECT_CLAIM: ") and said in problem, problem
+    with pytest.raises(SettingsError) as alone:
+        sign_in_settings({**KEYS, "MCP_ELICIT_IDP_SUBJECT_CLAIM": "oid"}, base, identity_provider=True)
+    [problem] = alone.value.problems
+    assert problem.startswith("MCP_ELICIT_IDP_SUBJECT_CLAIM is set") and "MCP_ELICIT_IDP_ISSUER" in problem, problem
+    found = sign_in_settings(
+        {**environ("https://idp.example"), "MCP_ELICIT_IDP_SUBJECT_CLAIM": "oid"}, base, identity_provider=True
+    )
+    assert found.identity_provider is not None and found.identity_provider.subject_claim == "oid"
+    default = sign_in_settings(environ("https://idp.example"), base, identity_provider=True).identity_provider
+    assert default is not None and default.subject_claim == "sub"

@@ -24,11 +24,12 @@ from pydantic_core import ErrorDetails
 from mcp_elicit.gateway.credentials import Credential
 from mcp_elicit.gateway.gates import GateTable
 from mcp_elicit.gateway.routing import PREFIX, PREFIX_RULE, SEPARATOR, clashing
-from mcp_elicit.gateway.upstream import DEFAULT_TIMEOUT, Upstream, UpstreamEra
+from mcp_elicit.gateway.upstream import DEFAULT_TIMEOUT, HELD_SECRETS, Upstream, UpstreamEra
 
 __all__ = ["CONFIG_ENV", "ConfigError", "GateTable", "GatewayConfig", "UpstreamTable", "parse_config", "read_config"]
 
 CONFIG_ENV: Final = "MCP_ELICIT_GATEWAY_CONFIG"
+_VARIABLE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOML_PLACE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 
 
@@ -63,6 +64,9 @@ class UpstreamTable(BaseModel):
     sessions: Annotated[int, Field(ge=1)] | None = None
     env: dict[str, str] | None = None
     """Variables a stdio server gets on top of what it inherits of the gateway's environment (`upstream.inherited`)."""
+    pass_env: list[str] | None = None
+    """Variables of the gateway's environment a stdio server inherits despite their `MCP_ELICIT_` names; none that
+    holds a secret of the gateway."""
     cwd: str | None = None
     """The directory a stdio server starts in; a relative one is taken from the config file's directory."""
     credential: Credential | None = None
@@ -97,7 +101,7 @@ class UpstreamTable(BaseModel):
             if scheme not in ("http", "https") or not sep or not rest:
                 found = f", not one with the scheme {scheme!r}" if sep else ""
                 raise _Problem("url", f"expected an http:// or https:// URL{found}")
-            for key in ("env", "cwd"):
+            for key in ("env", "pass_env", "cwd"):
                 if getattr(self, key) is not None:
                     raise _Problem(key, "expected with command only: an upstream given by url is not started here")
         if self.credential is not None:
@@ -105,6 +109,15 @@ class UpstreamTable(BaseModel):
             if problem is not None:
                 key, _, expected = problem.partition(": ")
                 raise _Problem(f"credential.{key}", expected)
+        for position, name in enumerate(self.pass_env or ()):
+            if not _VARIABLE.fullmatch(name):
+                raise _Problem(f"pass_env[{position}]", f"{_VARIABLE_RULE}, not {name!r}")
+            if name.upper() in HELD_SECRETS:
+                raise _Problem(
+                    f"pass_env[{position}]",
+                    f"expected a variable the gateway holds no secret in; {name} holds one of its secrets, which no "
+                    "upstream is given",
+                )
         cwd = None
         if self.cwd is not None:
             place = directory / Path(self.cwd).expanduser()
@@ -119,6 +132,7 @@ class UpstreamTable(BaseModel):
             timeout=self.timeout or None,
             sessions=self.sessions,
             env=self.env,
+            pass_env=tuple(self.pass_env or ()),
             cwd=cwd,
             prefix=(self.name if self.prefix is None else self.prefix) or None,
             credential=self.credential,
@@ -189,6 +203,19 @@ def parse_config(text: str, source: Path) -> GatewayConfig:
                     f"{earlier.prefix!r} of upstream[{other}] could both begin a name ({earlier.prefix}{SEPARATOR}…)"
                 )
         config._upstreams.append(upstream)
+    client_secrets = {
+        table.credential.client_secret_env: index
+        for index, table in enumerate(config.upstream)
+        if table.credential is not None and table.credential.client_secret_env is not None
+    }
+    for index, table in enumerate(config.upstream):
+        for position, name in enumerate(table.pass_env or ()):
+            if name in client_secrets:
+                raise ConfigError(
+                    f"{source}: upstream[{index}].pass_env[{position}]: expected a variable the gateway holds no "
+                    f"secret in; {name} holds the client secret of upstream[{client_secrets[name]}].credential "
+                    "(client_secret_env), which no upstream is given"
+                )
     return config
 
 

@@ -47,13 +47,13 @@ import math
 import os
 import re
 import shlex
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from secrets import token_hex
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Final, Literal, Protocol, Self
 
 import anyio
 import anyio.abc
@@ -93,6 +93,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from mcp_elicit.gateway.credentials import CONNECT_TOOL, Credential
+from mcp_elicit.settings import SECRETS, variable
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,11 @@ _REFUSAL = "mcp_elicit_refusal"
 """The key, in the data of the error the gateway puts in place of a 401 or 403 to a request, of its token."""
 FORGOTTEN = "the upstream no longer knows the session (it answered HTTP 404: it restarted, or ended the session)"
 GATEWAY_VARIABLES = "MCP_ELICIT_"
-"""What the names of the gateway's own settings start with: no upstream process inherits them (`inherited`)."""
+"""What the names of the gateway's own settings start with: no upstream process inherits them (`inherited`) but those
+its `pass_env` names."""
+HELD_SECRETS: Final = frozenset(variable(name) + tail for name in SECRETS for tail in ("", "_FILE"))
+"""The gateway's settings that hold a secret (the vault's keys, the sign-in keys, the identity provider's client
+secret...), or name the file holding one: passed to no upstream, whatever its `pass_env` says."""
 NO_BACK_CHANNEL = "no-back-channel"
 """The one holder of every call whose client cannot be asked on the live call: what the upstream asks them
 gets one answer (a refusal) whichever of them it belongs to."""
@@ -150,6 +155,10 @@ class Upstream:
     """Variables a stdio upstream gets on top of what it inherits of the gateway's environment (`inherited`: all but
     the gateway's own settings and secrets), given as they are (an `MCP_ELICIT_*` one too, for an upstream built on
     mcp-elicit): without the rest of it, `PATH` among them, most commands would not start."""
+    pass_env: tuple[str, ...] = ()
+    """Variables of the gateway's environment a stdio upstream inherits despite their `MCP_ELICIT_` names (an upstream
+    that is itself `mcp-elicit serve`, given the gateway's `MCP_ELICIT_STORE`); never one of `HELD_SECRETS` nor an
+    OAuth client secret (`inherited`)."""
     cwd: str | None = None
     """The directory a stdio upstream starts in (default: the gateway's)."""
     prefix: str | None = None
@@ -166,6 +175,14 @@ class Upstream:
             problem = self.credential.carried(command=self.url is None)
             if problem is not None:
                 raise ValueError(f"upstream {self.name!r}: credential.{problem}")
+        if self.pass_env and self.url is not None:
+            raise ValueError(f"upstream {self.name!r}: pass_env is for a command; one given by url is not started here")
+        held = sorted(HELD_SECRETS.intersection(name.upper() for name in self.pass_env))
+        if held:
+            raise ValueError(
+                f"upstream {self.name!r}: pass_env names {', '.join(held)}, holding the gateway's secrets, which no "
+                "upstream is given"
+            )
         if self.era not in ERAS:
             raise ValueError(f"era must be one of {', '.join(ERAS)}, not {self.era!r}")
         if self.sessions is not None and self.sessions < 1:
@@ -674,7 +691,7 @@ class Lane:
                 lambda refusal: connection.refuse(refusal),
             )
         else:
-            env = {**inherited(os.environ, self.pool.withheld), **(upstream.env or {})}
+            env = {**inherited(os.environ, self.pool.withheld, upstream.pass_env), **(upstream.env or {})}
             if credential is not None and value is not None:
                 env.update(credential.variables(value))
             command, *args = upstream.command
@@ -1047,16 +1064,20 @@ async def _settle(lane: Lane, waiting: anyio.CancelScope) -> None:
         waiting.cancel()
 
 
-def inherited(environ: Mapping[str, str], withheld: frozenset[str] = frozenset()) -> dict[str, str]:
+def inherited(
+    environ: Mapping[str, str], withheld: frozenset[str] = frozenset(), passed: Collection[str] = ()
+) -> dict[str, str]:
     """What a stdio upstream's process inherits of the gateway's environment `environ`: all of it (`PATH` and the
     rest a command typed at the shell would see) but the gateway's own settings, every `MCP_ELICIT_*` variable (the
-    vault's keys, the sign-in keys, the store's URL), and the variables in `withheld` (OAuth client secrets). The
-    process may be a person's own, started with their credential: what the gateway keeps from them, it keeps from it.
+    vault's keys, the sign-in keys, the store's URL) other than those `passed` names, and the variables in `withheld`
+    (OAuth client secrets). No secret setting (`HELD_SECRETS`) is passed, even named. The process may be a person's
+    own, started with their credential: what the gateway keeps from them, it keeps from it.
     """
     return {
         name: value
         for name, value in environ.items()
-        if not name.upper().startswith(GATEWAY_VARIABLES) and name not in withheld
+        if name not in withheld
+        and (not name.upper().startswith(GATEWAY_VARIABLES) or (name in passed and name.upper() not in HELD_SECRETS))
     }
 
 

@@ -55,7 +55,7 @@ __all__ = [
 _PUBLIC_URL_FORM = "pass --public-url https://host[:port], the origin clients and browsers reach this server at"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _T = TypeVar("_T")
-_IDP: tuple[str, ...] = ("idp_issuer", "idp_audience", "idp_client_id", "idp_client_secret")
+_IDP: tuple[str, ...] = ("idp_issuer", "idp_audience", "idp_client_id", "idp_client_secret", "idp_subject_claim")
 _CALLBACK_PATH = "/signin/callback"
 
 
@@ -69,6 +69,8 @@ class IdentityProviderSettings:
     """What its access tokens carry in `aud` for this deployment: by default the MCP endpoint's URL (RFC 8707)."""
     client_id: str
     client_secret: str = field(repr=False)
+    subject_claim: str = "sub"
+    """The claim of both its access tokens and its ID tokens that names the person (`MCP_ELICIT_IDP_SUBJECT_CLAIM`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +259,7 @@ def sign_in_routes(
 @dataclass(frozen=True, slots=True)
 class ExternalSignIn:
     """The external identity provider at work: `verifier` checks the MCP endpoint's bearer tokens, `sign_in` signs
-    browsers in on the pages, and both name a person `issuer#sub`."""
+    browsers in on the pages, and both name a person `issuer#sub` (or the provider's `subject_claim` for `sub`)."""
 
     verifier: JwksTokenVerifier
     sign_in: OidcSignIn
@@ -275,7 +277,12 @@ def external_sign_in(settings: SignInSettings, *, timeout: float = 10.0) -> Exte
         raise ValueError("these settings name no identity provider (MCP_ELICIT_IDP_ISSUER)")
     jwks_url = _discovered_jwks_url(provider.issuer, timeout)
     try:
-        trusted = ExternalIdentityProvider(issuer=provider.issuer, jwks_url=jwks_url, audience=provider.audience)
+        trusted = ExternalIdentityProvider(
+            issuer=provider.issuer,
+            jwks_url=jwks_url,
+            audience=provider.audience,
+            subject_claim=provider.subject_claim,
+        )
     except JwksError as error:  # what the provider's document said, not the gateway's file
         named = f"{variable('idp_issuer')} {provider.issuer}"
         raise SettingsError(
@@ -287,6 +294,7 @@ def external_sign_in(settings: SignInSettings, *, timeout: float = 10.0) -> Exte
         client_id=provider.client_id,
         client_secret=provider.client_secret,
         redirect_uri=f"{settings.public_url}{_CALLBACK_PATH}",
+        subject_claim=provider.subject_claim,
     )
     return ExternalSignIn(verifier, OidcSignIn(client, settings.auth_keys))
 
@@ -373,7 +381,11 @@ def _identity_provider(environ: Mapping[str, str], public_url: str, *, allowed: 
     assert found.idp_client_id is not None
     assert found.idp_client_secret is not None
     return IdentityProviderSettings(
-        found.idp_issuer, audience, found.idp_client_id, found.idp_client_secret.get_secret_value()
+        found.idp_issuer,
+        audience,
+        found.idp_client_id,
+        found.idp_client_secret.get_secret_value(),
+        found.idp_subject_claim or "sub",
     )
 
 

@@ -4,15 +4,16 @@ In production the MCP tokens usually come from the organisation's identity provi
 Entra ID...), not from the local authorization server. `JwksTokenVerifier` is the SDK `TokenVerifier` for
 that case: pass `verifier.mcp_server_kwargs()` to `Elicitation.server(name, ...)` and the `MCPServer`
 verifies every bearer token with it and serves protected-resource metadata naming the provider, so MCP
-clients find where to sign in. The principal is then `f"{iss}#{sub}"` and the token's client id, as
-`IdentityPolicy` derives it for every token.
+clients find where to sign in. The principal is then `f"{iss}#{sub}"` (or the claim `subject_claim` names in
+place of `sub`) and the token's client id, as `IdentityPolicy` derives it for every token.
 
 Guarantees: a token is accepted only if it is a JWT signed by a key the provider publishes, with an
 asymmetric algorithm from the configured list (never `none` or an HMAC one, so a public key cannot be
 used as a shared secret), whose `iss` is exactly the configured issuer, whose `aud` names this MCP
-resource, which has not expired (within `leeway`), whose `nbf` has passed, which has a `sub` and a client
-id (`client_id`, else `azp`), and which carries every required scope (`scope`, else `scp`). Anything else
-is refused (the SDK answers 401), the reason going to the log only. The keys are fetched over HTTP(S)
+resource, which has not expired (within `leeway`), whose `nbf` has passed, which has a subject (a non-empty
+string in `subject_claim`, `sub` by default) and a client id (`client_id`, else `azp`), and which carries
+every required scope (`scope`, else `scp`). Anything else is refused (the SDK answers 401), the reason going
+to the log only. The keys are fetched over HTTP(S)
 off the request path's critical section (one fetch at a time), kept `keys_ttl`, and fetched again early
 when a token names an unknown key id (key rotation), at most once per `refetch_interval`, so forged key ids
 cannot make this server hammer the provider. A provider that cannot be reached leaves the keys already
@@ -72,8 +73,13 @@ class ExternalIdentityProvider:
     keys_ttl: float = 300.0
     refetch_interval: float = 30.0
     timeout: float = 5.0
+    subject_claim: str = "sub"
+    """The claim naming the person: `sub`, or one the provider keeps alike across its applications (Entra ID's
+    `oid`), so that the pages' ID tokens (`OidcClient.subject_claim`) name the same person."""
 
     def __post_init__(self) -> None:
+        if not self.subject_claim:
+            raise JwksError("subject_claim is empty: name the claim that names the person, e.g. 'sub' or 'oid'")
         for name in ("issuer", "jwks_url", "audience"):
             _check_url(name, getattr(self, name))
         if not self.algorithms:
@@ -132,11 +138,16 @@ class JwksTokenVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         provider = self.provider
         claims = await self.keys.claims(
-            token, issuer=provider.issuer, audience=provider.audience, leeway=provider.leeway, what="access token"
+            token,
+            issuer=provider.issuer,
+            audience=provider.audience,
+            leeway=provider.leeway,
+            what="access token",
+            subject_claim=provider.subject_claim,
         )
         if claims is None:
             return None
-        subject, client_id = claims["sub"], claims.get("client_id", claims.get("azp"))
+        subject, client_id = claims[provider.subject_claim], claims.get("client_id", claims.get("azp"))
         if not isinstance(client_id, str) or not client_id:
             log.info("access token of %s refused: no client id (client_id or azp)", subject)
             return None
@@ -181,10 +192,11 @@ class PublishedKeys:
         self._fetching = anyio.Lock()
 
     async def claims(
-        self, token: str, *, issuer: str, audience: str, leeway: float, what: str
+        self, token: str, *, issuer: str, audience: str, leeway: float, what: str, subject_claim: str = "sub"
     ) -> dict[str, Any] | None:
-        """The claims of `token` if a published key signed it and it names `issuer`, `audience` and a subject,
-        unexpired; None otherwise, the reason logged (naming the token as `what`)."""
+        """The claims of `token` if a published key signed it and it names `issuer`, `audience` and a subject (a
+        non-empty string in `subject_claim`), unexpired; None otherwise, the reason logged (naming the token as
+        `what`)."""
         if not token or len(token) > MAX_TOKEN_BYTES:
             return None
         try:
@@ -214,13 +226,13 @@ class PublishedKeys:
                 audience=audience,
                 issuer=issuer,
                 leeway=leeway,
-                options={"require": ["iss", "aud", "exp", "sub"], "verify_iat": False},
+                options={"require": ["iss", "aud", "exp"], "verify_iat": False},
             )
         except jwt.PyJWTError as error:
             log.info("%s refused: %s", what, error)
             return None
-        if not isinstance(claims.get("sub"), str) or not claims["sub"]:
-            log.info("%s refused: no subject", what)
+        if not isinstance(claims.get(subject_claim), str) or not claims[subject_claim]:
+            log.info("%s refused: no subject (claim %s)", what, subject_claim)
             return None
         return claims
 

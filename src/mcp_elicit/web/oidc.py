@@ -9,10 +9,11 @@ confidential web client whose redirect URI is this server's `/signin/callback`. 
 
 Guarantees:
 
-- The browser's principal is `f"{issuer}#{sub}"` of an ID token the provider signed (a published key, an
-  asymmetric algorithm), whose `iss` is the configured issuer, whose `aud` is this client, unexpired, and
-  whose `nonce` is the one this browser's sign-in sent: the same string `IdentityPolicy` derives from the
-  provider's access tokens, so a page lets through exactly the person its decision is bound to.
+- The browser's principal is `f"{issuer}#{sub}"` (or the claim `OidcClient.subject_claim` names in place of
+  `sub`) of an ID token the provider signed (a published key, an asymmetric algorithm), whose `iss` is the
+  configured issuer, whose `aud` is this client, unexpired, and whose `nonce` is the one this browser's sign-in
+  sent: the same string `IdentityPolicy` derives from the provider's access tokens, so a page lets through
+  exactly the person its decision is bound to.
 - A sign-in is bound to the browser that started it: the `state`, the PKCE verifier, the nonce and the page
   to return to travel in an HttpOnly cookie signed with the session key ring (10 minutes), never in the
   URL; a callback whose `state` is not that cookie's is refused (login CSRF), and the return page is a
@@ -95,6 +96,9 @@ class OidcClient:
     switch_prompt: str = "login"
     """The OpenID Connect `prompt` of a sign-in that switches account: "login" (the provider's sign-in form),
     "select_account" (its account picker, for providers without "login"), or "" to send none."""
+    subject_claim: str = "sub"
+    """The ID token's claim naming the person, as `ExternalIdentityProvider.subject_claim` for access tokens: a
+    provider with a `sub` of its own per application (Entra ID) names the person alike for both in `oid`."""
 
     def __post_init__(self) -> None:
         for name in ("issuer", "redirect_uri"):
@@ -110,6 +114,8 @@ class OidcClient:
         unsafe = sorted(set(self.algorithms) - ASYMMETRIC)
         if unsafe or not self.algorithms:
             raise JwksError(f"algorithms {unsafe or '()'} are not asymmetric signature algorithms")
+        if not self.subject_claim:
+            raise JwksError("subject_claim is empty: name the claim that names the person, e.g. 'sub' or 'oid'")
         if not self.client_id or not self.client_secret:
             raise JwksError("client_id and client_secret are the ones the provider registered for this server")
         words = self.switch_prompt.split()
@@ -271,7 +277,7 @@ class OidcSignIn:
             return self._refusal(
                 "Sign-in failed", "The sign-in could not be verified. Start again.", 400, clear_flow=True
             )
-        principal = self.principal_id(identity["sub"])
+        principal = self.principal_id(identity[self.client.subject_claim])
         response = RedirectResponse(
             str(flow.get("next") or "/"), status_code=303, headers={"Cache-Control": "no-store"}
         )
@@ -329,7 +335,12 @@ class OidcSignIn:
             log.info("the provider answered the code with %s and no ID token", answer.status_code)
             return None
         claims = await provider.keys.claims(
-            id_token, issuer=client.issuer, audience=client.client_id, leeway=client.leeway, what="ID token"
+            id_token,
+            issuer=client.issuer,
+            audience=client.client_id,
+            leeway=client.leeway,
+            what="ID token",
+            subject_claim=client.subject_claim,
         )
         if claims is None:
             return None
