@@ -26,7 +26,6 @@ from typing import Annotated, NoReturn
 import anyio
 import typer
 import uvicorn
-from mcp.server.stdio import stdio_server
 from rich.console import Console
 from rich.markup import escape
 from typer._click.core import ParameterSource  # the click typer builds on (its own copy)
@@ -38,6 +37,7 @@ from mcp_elicit.gateway.deployment import GatewayDeployment, build_gateway_deplo
 from mcp_elicit.logging import LogFormat
 from mcp_elicit.logging import configure as configure_logging
 from mcp_elicit.server import IdentityPolicy, RequestState
+from mcp_elicit.server.stdio import stdio_streams
 from mcp_elicit.settings import Settings, SettingsError
 from mcp_elicit.store import ENV_VAR, StoreError, open_store
 from mcp_elicit.web.deployment import Problems, SignInSettings, read_sign_in
@@ -253,7 +253,7 @@ async def _serve(
         if transport is Transport.STDIO:
             # It ends with its input, and the upstream with it. SIGTERM ends it at once, as it does `serve`: a
             # stdio upstream then reads the end of its input, and the SDK's servers (and most) stop there.
-            async with stdio_server() as (read, write):
+            async with stdio_streams() as (read, write):
                 await relay.server.run(read, write, relay.server.create_initialization_options())
             # Once its input ended, it stops its stdio upstreams (the SDK closes their input, and ends the process
             # tree of one still running 2 s later), and SIGTERM does not cut that short: a host sends it 2 s after
