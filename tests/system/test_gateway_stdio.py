@@ -10,6 +10,7 @@ import os
 import select
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -186,4 +187,32 @@ def test_a_stdout_that_is_stderr_too_is_served_by_the_sdks_transport(tmp_path: P
         return "".join(said)
 
     answered = converse(tmp_path, subprocess.PIPE, subprocess.STDOUT, read)
+    assert "pid" in [tool["name"] for tool in answered[2]["result"]["tools"]]
+
+
+def test_one_socket_for_both_stdin_and_stdout_carries_the_whole_conversation(tmp_path: Path) -> None:
+    """As `socat ... EXEC:` and inetd-style launchers start a server: a request arriving on the socket is no sign
+    that the host stopped reading it, and every answer goes out."""
+    host, gateway = socket.socketpair()
+    with host, gateway, (tmp_path / "gateway.log").open("wb") as log:
+        process = subprocess.Popen(
+            [COMMAND, *gateway_command(tmp_path)],
+            stdin=gateway.fileno(), stdout=gateway.fileno(), stderr=log,
+            env=environment(tmp_path), cwd=ROOT,
+        )  # fmt: skip
+        gateway.close()
+        said = b""
+        try:
+            host.settimeout(60)
+            for line in HANDSHAKE_AND_LIST.splitlines(keepends=True):
+                host.sendall(line.encode())
+                asked = json.loads(line).get("id")
+                while asked is not None and asked not in answers_in(said.decode()):
+                    chunk = host.recv(1 << 16)
+                    assert chunk, f"the gateway ended its output: {(tmp_path / 'gateway.log').read_text()}"
+                    said += chunk
+        finally:
+            host.shutdown(socket.SHUT_WR)
+            assert process.wait(timeout=60) == 0
+    answered = answers_in(said.decode())
     assert "pid" in [tool["name"] for tool in answered[2]["result"]["tools"]]

@@ -14,6 +14,7 @@ replacement, as the SDK decodes it, and a line has no length limit.
 
 What it does not: stdin or stdout that is not a pipe or a socket (a file, a terminal), a stdout that shares its
 open file with stderr (`2>&1`: the loop makes the wire non-blocking, and a log line on stderr could then fail),
+one socket for both stdin and stdout (`_pipes`),
 an event loop that is not asyncio's and a platform that is not POSIX are served by the SDK's transport as it is.
 """
 
@@ -102,14 +103,18 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
 
 
 def _pipes() -> bool:
-    """Whether stdin and stdout are pipes or sockets, and stdout is not stderr's open file."""
+    """Whether stdin and stdout are pipes or sockets, and no two of the three standard streams are one file.
+
+    One socket for stdin and stdout (`socat ... EXEC:`, inetd): the write transport watches its descriptor for the
+    peer going away, and would take every request arriving on it for that. Stdout or stdin that is stderr's file
+    (`2>&1`): the loop makes the wire non-blocking, and a log line on stderr could then fail."""
     try:
         given = [os.fstat(fd) for fd in (0, 1, 2)]
     except OSError:  # a standard stream closed: the SDK's transport says what it makes of that
         return False
     if not all(stat.S_ISFIFO(each.st_mode) or stat.S_ISSOCK(each.st_mode) for each in given[:2]):
         return False
-    return (given[1].st_dev, given[1].st_ino) != (given[2].st_dev, given[2].st_ino)
+    return len({(each.st_dev, each.st_ino) for each in given}) == len(given)
 
 
 @dataclass
