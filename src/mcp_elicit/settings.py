@@ -144,6 +144,15 @@ _CLAIM_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:/-]{0,127}")
 _NOT_SUBJECTS: Final = frozenset(
     {"iss", "aud", "exp", "nbf", "iat", "jti", "nonce", "azp", "client_id", "scope", "scp"}
 )
+_NOT_IDENTIFIERS: Final = frozenset(
+    {
+        *("name", "given_name", "family_name", "middle_name", "nickname", "preferred_username"),
+        *("email", "phone_number", "profile", "picture", "website", "address"),
+        *("upn", "unique_name", "username", "login", "mail"),
+    }
+)
+"""OpenID Connect Core 5.7: the profile claims "MUST NOT be used as unique identifiers"; Entra ID's `upn` and
+`unique_name` are reassigned and renamed by its administrators."""
 
 
 def _claim_name(text: object) -> object:
@@ -156,6 +165,12 @@ def _claim_name(text: object) -> object:
         )
     if text in _NOT_SUBJECTS:
         raise ValueError(f"{text} is a claim about the token, not about its person; name e.g. sub or oid")
+    if text in _NOT_IDENTIFIERS:
+        raise ValueError(
+            f"{text} is what the person is called, not a stable identifier: an address or user name can be given to "
+            "someone else, or set by a person on their own account, and with it their decisions and roles; name sub, "
+            "or the provider's immutable id (oid for Entra ID)"
+        )
     return text
 
 

@@ -271,3 +271,13 @@ def test_the_configuration_page_documents_every_setting_in_one_table() -> None:
     for document in DOCUMENTS:
         everywhere = set(re.findall(r"\bMCP_ELICIT_[A-Z_]*[A-Z]\b(?!_\*)", document.read_text(encoding="utf-8")))
         assert everywhere - named <= {"MCP_ELICIT_TEST_PG"}, document
+
+
+@pytest.mark.parametrize("claim", ["email", "preferred_username", "name", "phone_number", "upn", "unique_name"])
+def test_a_subject_claim_its_person_or_an_administrator_can_change_is_refused(claim: str) -> None:
+    """OpenID Connect Core 5.7: only `sub` (or a provider's immutable id, `oid`) identifies a person; a principal
+    taken from an address or a user name passes to whoever is given it next, or sets it on their own account."""
+    with pytest.raises(SettingsError, match=rf"^MCP_ELICIT_IDP_SUBJECT_CLAIM: {claim} is .*not a stable identifier"):
+        Settings.read({"MCP_ELICIT_IDP_SUBJECT_CLAIM": claim}, only=["idp_subject_claim"])
+    for kept in ("sub", "oid", "uid"):
+        assert Settings.read({"MCP_ELICIT_IDP_SUBJECT_CLAIM": kept}).idp_subject_claim == kept
