@@ -30,6 +30,12 @@ class Tier:
     holds: str
     shared_out: bool = True
     """Whether workers pay: starting them costs more than a tier of pure code takes in one process."""
+    workers: float = 1.0
+    """Workers per `--workers`: above 1 for a tier that waits (on sockets, rounds, timers) more than it computes,
+    so more files wait at once; below 1 for one whose processes would only queue for the cores."""
+
+    def worker_count(self, workers: int) -> int:
+        return max(1, round(self.workers * workers))
 
 
 TIERS = (
@@ -37,7 +43,12 @@ TIERS = (
     Tier("store", 120, "the store on SQLite, PostgreSQL and the async engine"),
     Tier("runtime", 60, "tool bodies in process through Harness (or the SDK client for wire shapes), SQLite"),
     Tier("wire", 120, "the client kit, HTTP, pages, peers, in the test's process"),
-    Tier("system", 300, "processes, crashes, HAProxy, Chromium, terminals, the code blocks of the README and docs"),
+    Tier(
+        "system",
+        300,
+        "processes, crashes, HAProxy, Chromium, terminals, the code blocks of the README and docs",
+        workers=0.75,
+    ),
 )
 BY_NAME = {tier.name: tier for tier in TIERS}
 SLOWEST = 10
@@ -58,7 +69,7 @@ class Outcome:
 
 
 def run(tier: Tier, workers: int, extra: list[str]) -> Outcome:
-    sharing = ["-n", str(workers), "--dist", "loadfile"] if tier.shared_out else ["-n", "0"]
+    sharing = ["-n", str(tier.worker_count(workers)), "--dist", "loadfile"] if tier.shared_out else ["-n", "0"]
     command = [*pytest_command(), *sharing, f"--durations={SLOWEST}", f"tests/{tier.name}", *extra]
     print(f"\n== tier {tier.name}: {tier.holds}\n$ {shlex.join(command)}", flush=True)
     started = time.monotonic()
@@ -91,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in given:
         given, extra = given[: given.index("--")], given[given.index("--") + 1 :]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, default=4, help="pytest-xdist workers per tier (default 4)")
+    parser.add_argument(
+        "--workers", type=int, default=4, help="pytest-xdist workers (default 4), times each tier's share"
+    )
     parser.add_argument("tiers", nargs="*", metavar="TIER", help=f"tiers to run (default all: {', '.join(BY_NAME)})")
     options = parser.parse_args(given)
     unknown = [name for name in options.tiers if name not in BY_NAME]

@@ -18,6 +18,11 @@ imported (the command modules of `mcp_elicit.cli`, whose consoles take their wid
 environment then, nor typer, which reads `TYPER_USE_RICH` and `TERMINAL_WIDTH`): those are imported by each
 command as it runs. Tests about the process itself run the installed script: startup imports
 (tests/system/test_cli_startup.py), `--version`, install and packaging, terminals, signals and crashes.
+
+`spawn` leaves the fork running, as `subprocess.Popen` would (`Forked`): for a server the test talks to, such
+as `serve --transport http` answering `/readyz`. SIGTERM ends it as it ends the installed script (coverage's
+handler writes its data, then the server's own shuts it down), and SIGKILL kills it as any process: a test
+whose subject is what the store recovers after a kill may fork the victim too.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import contextlib
 import io
 import locale
 import multiprocessing
+import multiprocessing.process
 import os
 import signal
 import subprocess
@@ -89,6 +95,64 @@ def command(
         return subprocess.CompletedProcess(argv, process.exitcode, _text(stdout), _text(stderr))
 
 
+class Forked:
+    """A forked `mcp-elicit` still running, handled as the `subprocess.Popen` it stands for: `pid`, `poll`,
+    `wait` (raising `subprocess.TimeoutExpired`), `send_signal`, `terminate`, `kill`, and `returncode` as Popen
+    gives it (minus the signal's number when a signal ended it). Signals reach it as they would a real process,
+    so SIGTERM ends a server as in production and (under COVERAGE=1) its coverage data is written."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess, args: list[str]) -> None:
+        self._process = process
+        self.args = args
+        self.pid: int = process.pid or 0
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self._process.exitcode
+
+    def send_signal(self, number: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, number)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def spawn(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    output: str | Path,
+    errors: str | Path | None = None,
+    cwd: str | Path | None = None,
+) -> Forked:
+    """`mcp-elicit *args` forked from `FORKS` and left running, as `subprocess.Popen([COMMAND, *args], env=env,
+    stdin=DEVNULL, stdout=..., stderr=...)` would start it: stdout to the file `output`, stderr to `errors` (to
+    the same file, interleaved as one descriptor, when not given). For a server a test talks to, not for a test
+    of the process's start, its signals or its exit."""
+    argv = [COMMAND, *args]
+    process = FORKS.Process(
+        target=_be_the_command,
+        args=(argv, dict(env), str(cwd or os.getcwd()), str(output), str(errors or output)),
+        name="mcp-elicit",
+        daemon=True,  # ended with the test process rather than waited for, should a test leave one running
+    )
+    process.start()
+    return Forked(process, argv)
+
+
 def cli(*args: str, store: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """An operator command (`decisions ...`) on `store`, 160 columns wide."""
     full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
@@ -128,6 +192,9 @@ def _be_the_command(argv: list[str], env: dict[str, str], cwd: str, stdout: str,
         (1, stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
         (2, stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     ):
+        if fd == 2 and path == stdout:
+            os.dup2(1, 2)  # one file: one descriptor, one offset, as `stderr=STDOUT` gives
+            continue
         opened = os.open(path, flags, 0o600)
         os.dup2(opened, fd)
         os.close(opened)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 import uvicorn
 from mcp.server.auth.provider import AccessToken
@@ -104,7 +105,16 @@ def serving(app: ASGIApp, port: int) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def stop(process: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
+class Child(Protocol):
+    """A server process of a test: a `subprocess.Popen`, or the forked `mcp-elicit` of tests/helpers/commands.py."""
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+def stop(process: Child, *, grace: float = 10.0) -> None:
     """End a test server at teardown: SIGTERM first, so it shuts down as in production and (under COVERAGE=1)
     writes its coverage data, then SIGKILL if it has not ended within `grace` seconds."""
     if process.poll() is None:
@@ -116,7 +126,7 @@ def stop(process: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
     process.wait(timeout=10)
 
 
-def wait_for_port(port: int, process: subprocess.Popen[bytes], *, timeout: float = 60.0) -> None:
+def wait_for_port(port: int, process: Child, *, timeout: float = 60.0) -> None:
     """Until a subprocess listens on `port` on loopback; fails at once if it died.
 
     The deadline only bounds a start that hangs: a server under coverage on a loaded 2-core machine took over

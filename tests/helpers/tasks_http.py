@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,8 +14,10 @@ import anyio
 from mcp_elicit.server import Elicitation, RequestState, Timing
 from mcp_elicit.server.tasks import TaskSettings
 from mcp_elicit.store import open_store
+from tests.helpers.commands import FORKS, Forked
 from tests.helpers.http_harness import StaticTokenVerifier, auth_settings, free_port, serving, stop, wait_for_port
-from tests.helpers.server import Workspace, task_tools
+from tests.helpers.server import Options, Workspace, task_tools
+from tests.helpers.server import serve as serve_options
 from tests.helpers.tasks_wire import MODERN, Wire
 
 
@@ -93,20 +93,28 @@ async def answer_task(wire: Wire, task_id: str, key: str, response: dict[str, An
     return shown
 
 
-REPO = Path(__file__).resolve().parents[2]
 LEASE = 2.0
 """The run lease of an `instance`, in seconds: short, so that another instance takes a killed one's task soon."""
 
 
 @contextmanager
-def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def instance(store: str, workspace: Path, *, stall: str = "") -> Iterator[tuple[str, Forked]]:
+    """The test server's tasks tools over HTTP, forked from the forkserver that imported it once: a process of
+    its own that a test SIGKILLs as any (what is under test is the store's recovery, not the process's start)."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.server", "serve", "--tools", "tasks", "--port", str(port),
-         "--store", store, "--workspace", str(workspace), "--lease", str(LEASE), "--task-poll", "0.2",
-         "--public-base-url", f"http://127.0.0.1:{port}", *(["--stall", stall] if stall else [])],
-        cwd=REPO,
-    )  # fmt: skip
+    options = Options(
+        store,
+        tools=("tasks",),
+        port=port,
+        workspace=workspace,
+        lease=LEASE,
+        task_poll=0.2,
+        public_base_url=f"http://127.0.0.1:{port}",
+        stall=stall or None,
+    )
+    child = FORKS.Process(target=serve_options, args=(options,), name="tasks-server", daemon=True)
+    child.start()
+    process = Forked(child, ["tests.helpers.server", "serve", "--tools", "tasks", "--port", str(port)])
     try:
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/mcp", process

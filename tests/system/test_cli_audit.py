@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,9 +21,8 @@ from mcp_elicit.server.audit_sealer import AuditSealer
 from mcp_elicit.store import Store, open_store, utc_now
 from mcp_elicit.store.aio import AsyncStore
 from tests.helpers.audit_tamper import cut_back, run_sql
-from tests.helpers.cli_terminal import COMMAND
 from tests.helpers.clock import FakeClock
-from tests.helpers.commands import cli
+from tests.helpers.commands import cli, spawn
 from tests.helpers.grants import recorded_grant
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.records import ALICE, Records
@@ -394,12 +392,11 @@ def test_the_served_app_seals_by_itself_and_publishes_its_keys(tmp_path: Path, s
         "MCP_ELICIT_AUTH_KEYS": b64(b"A" * 32), "MCP_ELICIT_STATE_KEYS": b64(b"S" * 32),
         "MCP_ELICIT_VAULT_KEYS": "v1:" + b64(b"V" * 32),
     }  # fmt: skip
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [COMMAND, "serve", "--transport", "http", "--port", str(port),
-             "--store", sqlite_url, "--workspace", str(tmp_path / "workspace")],
-            env=environ, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    process = spawn(
+        ["serve", "--transport", "http", "--port", str(port), "--store", sqlite_url,
+         "--workspace", str(tmp_path / "workspace")],
+        env=environ, output=log,
+    )  # fmt: skip
     try:
         wait_for_port(port, process)
         url = f"http://127.0.0.1:{port}{KEYS_PATH}"

@@ -5,8 +5,8 @@ pseudo-terminal or a script answering, and every way the command can fail with i
 from __future__ import annotations
 
 import json
+import os
 import shlex
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from mcp_elicit.reference import demo_stack
 from mcp_elicit.reference.demo_stack import DemoStack, running_stack, sign_in
 from mcp_elicit.store import open_store
 from tests.helpers.cli_terminal import CHOICE, COMMAND, ESC, TEXT_PROMPT, Terminal, terminal_env
-from tests.helpers.commands import run
+from tests.helpers.commands import run, spawn
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 
 ERAS = ["2025-11-25", "2026-07-28"]
@@ -53,17 +53,16 @@ def script(tmp_path: Path) -> Path:
 @pytest.fixture
 def dev_http(tmp_path: Path, store_file: str) -> Iterator[str]:
     port = free_port()
-    with (tmp_path / "serve.log").open("wb") as log:
-        process = subprocess.Popen(
-            [COMMAND, "serve", "--transport", "http", "--dev-loopback", "--single-process", "--port", str(port),
-             "--store", store_file, "--workspace", str(tmp_path / "workspace")],
-            stdout=log, stderr=log,
-        )  # fmt: skip
-        try:
-            wait_for_port(port, process)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            stop(process)
+    process = spawn(
+        ["serve", "--transport", "http", "--dev-loopback", "--single-process", "--port", str(port),
+         "--store", store_file, "--workspace", str(tmp_path / "workspace")],
+        env=os.environ, output=tmp_path / "serve.log",
+    )  # fmt: skip
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(process)
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,13 +27,13 @@ import pytest
 from mcp_elicit.server import Elicitation, RequestState
 from mcp_elicit.store import SCHEMA_VERSION, SchemaTooNew, open_store
 from mcp_elicit.web.health import Health
+from tests.helpers.commands import spawn
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.relay import Relay
 
 # On both engines: readiness reads each engine its own way.
 pytestmark = pytest.mark.engines("sqlite", "postgres")
 
-COMMAND = str(Path(sys.executable).with_name("mcp-elicit"))
 READY = {"store": "ok", "schema": "ok", "keys": "ok"}
 
 
@@ -83,12 +81,11 @@ class Served:
 def serving(tmp_path: Path, store_url: str, *options: str) -> Iterator[Served]:
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [COMMAND, "serve", "--transport", "http", "--port", str(port), "--store", store_url,
-             "--workspace", str(tmp_path / "workspace"), *options],
-            env={**os.environ, **ENVIRON}, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    process = spawn(
+        ["serve", "--transport", "http", "--port", str(port), "--store", store_url,
+         "--workspace", str(tmp_path / "workspace"), *options],
+        env={**os.environ, **ENVIRON}, output=log,
+    )  # fmt: skip
     try:
         wait_for_port(port, process)
         yield Served(f"http://127.0.0.1:{port}", log)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.helpers.commands import command
+from tests.helpers.commands import command, spawn
 from tests.helpers.http_harness import free_port, stop, wait_for_port
 from tests.helpers.oauth_client import code_for, pkce, redeem, registered
 
@@ -89,12 +89,11 @@ def served(tmp_path: Path) -> Iterator[str]:
         "MCP_ELICIT_STATE_KEYS": b64(b"S" * 32),
         "MCP_ELICIT_VAULT_KEYS": "v1:" + b64(b"V" * 32),
     }
-    with (tmp_path / "serve.log").open("wb") as log:
-        process = subprocess.Popen(
-            [COMMAND, "serve", "--transport", "http", "--port", str(port), "--store", f"sqlite://{tmp_path / 'e.db'}",
-             "--workspace", str(tmp_path / "workspace")],
-            env=environ, stdout=log, stderr=log,
-        )  # fmt: skip
+    process = spawn(
+        ["serve", "--transport", "http", "--port", str(port), "--store", f"sqlite://{tmp_path / 'e.db'}",
+         "--workspace", str(tmp_path / "workspace")],
+        env=environ, output=tmp_path / "serve.log",
+    )  # fmt: skip
     try:
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}"

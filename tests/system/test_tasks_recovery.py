@@ -4,7 +4,6 @@ resumes it from its journal, and no journaled step runs again."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 import anyio
@@ -12,6 +11,7 @@ import pytest
 
 from mcp_elicit.model import DecisionStatus, OperationStatus, Operator
 from mcp_elicit.store import open_store
+from tests.helpers.commands import Forked
 from tests.helpers.server import Workspace
 from tests.helpers.tasks_http import answer, answer_task, instance, until
 from tests.helpers.tasks_wire import LEGACY, MODERN, Wire
@@ -25,7 +25,7 @@ async def stalled(workspace: Path) -> None:
             await anyio.sleep(0.05)
 
 
-def kill(process: subprocess.Popen[bytes]) -> None:
+def kill(process: Forked) -> None:
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
 

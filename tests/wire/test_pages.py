@@ -270,8 +270,12 @@ def test_api_key_form_posts_straight_to_the_vault(site: Site, caplog: pytest.Log
     assert CANARY not in caplog.text and all(CANARY not in str(e.details) + e.reason for e in trail)
 
 
+def until_past(moment: datetime) -> None:
+    while datetime.now(UTC) <= moment:
+        time.sleep(0.05)
+
+
 def test_expired_and_cancelled_pages(site: Site) -> None:
-    expiring = ask(site, "alice", "connect_account", ttl=timedelta(seconds=1))
     cancelled = ask(site, "alice", "connect_account")
     with httpx2.Client() as browser:
         sign_in(browser, site, "alice", "alice-pw", "/")
@@ -280,15 +284,19 @@ def test_expired_and_cancelled_pages(site: Site) -> None:
             f"{site.base}/elicit/{cancelled.elicitation_id}/cancel", data={"csrf": hidden(page.text, "csrf")}
         )
         assert "Cancelled" in gone.text
+        # Asked just before its page opens: its 2 s run from here, not from before the sign-in (slow on a loaded
+        # machine), and the post waits for the expiry itself rather than a guess of it.
+        expiring = ask(site, "alice", "connect_account", ttl=timedelta(seconds=2))
         page = open_page(browser, expiring)
-        time.sleep(1.1)
+        assert page.status_code == 200, "the page opened after its decision expired: the machine stalled 2 s"
+        until_past(expiring.expires_at)
         late = browser.post(
             f"{site.base}/elicit/{expiring.elicitation_id}/continue", data={"csrf": hidden(page.text, "csrf")}
         )
         assert late.status_code == 410 and "expired" in late.text
         assert "next request starts a new step" in open_page(browser, expiring).text
         overdue = ask(site, "alice", "connect_account", ttl=timedelta(seconds=1))
-        time.sleep(1.1)
+        until_past(overdue.expires_at)
         unopened = open_page(browser, overdue)
         assert unopened.status_code == 410 and "Continue" not in unopened.text
     assert site.store.get_decision(overdue.elicitation_id, Operator()).status is DecisionStatus.EXPIRED
