@@ -323,7 +323,7 @@ class Connection:
     requests."""
     denials: dict[str, Refusal] = field(default_factory=dict)
     """Each refusal (401, 403) of a JSON-RPC request of this connection, by the token that the error the client made
-    of it carries (`_Refusing`): an error is a refusal of its own request only if it carries one of them, never by
+    of it carries (`_UpstreamHttp`): an error is a refusal of its own request only if it carries one of them, never by
     its code and message, which the client gives any HTTP error (a proxy's 502 too)."""
 
     def forget(self, said: ErrorData | None) -> None:
@@ -1154,23 +1154,12 @@ async def _http(
     headers: Mapping[str, str],
     refused: Callable[[Refusal], str],
 ) -> AsyncIterator[Any]:
-    """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), saying when
-    the upstream answers 404 to a request that names the session (the protocol's sign that the server no longer
-    knows it: it restarted, or ended the session), with the JSON-RPC error its body said if any, and when it
-    answers 401 or 403 to a request (it does not take the credential: `_Refusing`). A 404 whose body is a JSON-RPC
-    error answering that very request (its id) is the upstream's answer to it (a server may answer `-32601` so), not
-    a lost session."""
-
-    async def answered(response: httpx2.Response) -> None:
-        if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
-            said = await _said(response)
-            if said is None or said.id is None or said.id != _request_id(response.request):
-                forgotten(None if said is None else said.error)
-
+    """The SDK's streamable HTTP transport, with `headers` on every request (a person's credential), over a client
+    that reads what the upstream's answers say of the session and of the credential (`_UpstreamHttp`)."""
     # The SDK's own defaults: a response stream may stay open long without a byte.
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
-        _Refusing(refused, timeout=timeout, headers=dict(headers), event_hooks={"response": [answered]}) as http,
+        _UpstreamHttp(forgotten, refused, timeout=timeout, headers=dict(headers)) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
@@ -1186,22 +1175,36 @@ async def _said(response: httpx2.Response) -> JSONRPCError | None:
         return None
 
 
-class _Refusing(httpx2.AsyncClient):
-    """HTTP to the upstream, where a 401 or 403 to a POST of a JSON-RPC request (one with an id) becomes a JSON-RPC
-    error answering that request, carrying the token `refused` gives for it: the client hands it to that request's
-    caller alone, and the relay tells it from any other failure (`Connection.denied`). A 401 or 403 to anything else
-    (the client's standalone GET stream, a notification) blames no request. A 403 with `insufficient_scope` (the
-    credential is taken, but not for this: the MCP specification's step-up answer) is told apart (`Refusal.scope`).
-    Done on the client's responses, not in a transport of its own: a client given a transport takes no proxy from the
-    environment (`HTTPS_PROXY` and the rest), through which its host may reach the upstream."""
+class _UpstreamHttp(httpx2.AsyncClient):
+    """HTTP to the upstream, each answer read for what it says before the SDK's transport sees it.
 
-    def __init__(self, refused: Callable[[Refusal], str], **options: Any) -> None:
+    A 404 to a request that names the session is the protocol's sign that the server no longer knows it (it
+    restarted, or ended the session): `forgotten` is told, with the JSON-RPC error its body said if any; a 404
+    whose body is a JSON-RPC error answering that very request (its id) is the upstream's answer to it (a server
+    may answer `-32601` so), not a lost session. A 401 or 403 to a POST of a JSON-RPC request (one with an id)
+    becomes a JSON-RPC error answering that request, carrying the token `refused` gives for it: the client hands
+    it to that request's caller alone, and the relay tells it from any other failure (`Connection.denied`). A 401
+    or 403 to anything else (the client's standalone GET stream, a notification) blames no request. A 403 with
+    `insufficient_scope` (the credential is taken, but not for this: the MCP specification's step-up answer) is
+    told apart (`Refusal.scope`). Done on the client's responses, not in a transport of its own: a client given a
+    transport takes no proxy from the environment (`HTTPS_PROXY` and the rest), through which its host may reach
+    the upstream."""
+
+    def __init__(
+        self, forgotten: Callable[[ErrorData | None], None], refused: Callable[[Refusal], str], **options: Any
+    ) -> None:
         super().__init__(**options)
+        self._forgotten = forgotten
         self._refused = refused
 
     async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
         response = await super().send(request, **options)
         status = response.status_code
+        if status == 404 and MCP_SESSION_ID in request.headers:
+            said = await _said(response)
+            if said is None or said.id is None or said.id != _request_id(request):
+                self._forgotten(None if said is None else said.error)
+            return response
         if status not in (401, 403) or request.method != "POST":
             return response
         request_id = _request_id(request)
