@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 import httpx2
 import pytest
+from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
@@ -149,6 +150,14 @@ def sha256(key: str) -> str:
 def page_in(told: str) -> str:
     """The page a tool error sends its person to."""
     return told.split("answer at ", 1)[1].split(" ", 1)[0]
+
+
+async def approve_whoami(alice: Client, browser: httpx2.AsyncClient) -> None:
+    """`whoami`, gated with the web fallback, approved by alice on its page."""
+    approval = page_url(await alice.call_tool("whoami", {}))
+    page = await browser.get(approval)
+    answered = await submit(browser, approval, page.text, "accept")
+    assert answered.status_code in (200, 303), answered.text
 
 
 class Connecting:
@@ -344,25 +353,18 @@ async def test_a_gated_call_whose_key_was_revoked_did_not_run_and_the_same_call_
         with signed_in_gateway(store_url, upstream, [GateTable(tool="whoami", fallback="web")]) as signed:
             token = await signed.token("alice")
             async with bearer(signed.mcp, token, era) as alice, signed_in_browser(signed, "alice") as browser:
-
-                async def approved() -> None:
-                    approval = page_url(await alice.call_tool("whoami", {}))
-                    page = await browser.get(approval)
-                    answered = await submit(browser, approval, page.text, "accept")
-                    assert answered.status_code in (200, 303), answered.text
-
                 await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
-                await approved()
+                await approve_whoami(alice, browser)
                 assert text(await alice.call_tool("whoami", {})) == "alice"
                 accounts.revoked.add(ALICE)
-                await approved()
+                await approve_whoami(alice, browser)
                 said = error_text(await alice.call_tool("whoami", {}))
                 assert "upstream 'accounts' refused the credential of" in said and "HTTP 401" in said, said
                 assert "did not run" in said and ALICE not in said
                 told = error_text(await alice.call_tool("whoami", {}))  # the same call: connect first, again
                 assert "whoami needs your Accounts API key" in told, told
                 await enter_key(signed, "alice", page_in(told), key=BOB)
-                await approved()  # a new operation: approved anew
+                await approve_whoami(alice, browser)  # a new operation: approved anew
                 assert text(await alice.call_tool("whoami", {})) == "bob"
 
 
@@ -733,10 +735,7 @@ async def test_a_403_to_the_get_stream_is_not_taken_for_the_refusal_of_a_call_th
             token = await signed.token("alice")
             async with bearer(signed.mcp, token, "legacy") as alice, signed_in_browser(signed, "alice") as browser:
                 await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
-                approval = page_url(await alice.call_tool("whoami", {}))
-                page = await browser.get(approval)
-                answered = await submit(browser, approval, page.text, "accept")
-                assert answered.status_code in (200, 303), answered.text
+                await approve_whoami(alice, browser)
                 with pytest.raises(MCPError) as failed:  # the upstream's failure as the gateway heard it
                     await alice.call_tool("whoami", {})
                 said = failed.value.error.message
@@ -806,10 +805,7 @@ async def test_a_gated_call_refused_for_want_of_scope_did_not_run_and_says_so(st
             token = await signed.token("alice")
             async with bearer(signed.mcp, token, "legacy") as alice, signed_in_browser(signed, "alice") as browser:
                 await enter_key(signed, "alice", page_in(error_text(await alice.call_tool("whoami", {}))), key=ALICE)
-                approval = page_url(await alice.call_tool("whoami", {}))
-                page = await browser.get(approval)
-                answered = await submit(browser, approval, page.text, "accept")
-                assert answered.status_code in (200, 303), answered.text
+                await approve_whoami(alice, browser)
                 said = error_text(await alice.call_tool("whoami", {}))
                 assert "HTTP 403" in said and "insufficient_scope" in said and "did not run" in said, said
                 assert "refused the credential" not in said and ALICE not in said, said
