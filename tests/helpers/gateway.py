@@ -38,7 +38,8 @@ from mcp_types import (
     SetLevelRequestParams,
     TextContent,
 )
-from starlette.types import ASGIApp, Message, Receive
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_elicit.gateway import Gateway, Upstream
 from mcp_elicit.store import Store
@@ -191,6 +192,22 @@ async def read_body(receive: Receive) -> tuple[bytes, Receive]:
         return replay.pop() if replay else await receive()
 
     return body, replayed
+
+
+def refusing_calls(inner: ASGIApp) -> ASGIApp:
+    """`inner` behind a check that refuses (401) every `tools/call` before the MCP server sees it: the upstream wants
+    a credential the gateway was not given."""
+
+    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            body, replayed = await read_body(receive)
+            if json.loads(body).get("method") == "tools/call":
+                await PlainTextResponse("who are you?", 401)(scope, receive, send)
+                return
+            receive = replayed
+        await inner(scope, receive, send)
+
+    return checked
 
 
 class Served:

@@ -39,8 +39,6 @@ from mcp_types import (
     PromptReference,
     ToolListChangedNotification,
 )
-from starlette.responses import PlainTextResponse
-from starlette.types import Receive, Scope, Send
 
 from mcp_elicit.client import Accept, Consent, ElicitingClient, FormReply, FormRequest, UrlReply, UrlRequest
 from mcp_elicit.client.handler import Mode
@@ -56,7 +54,7 @@ from tests.helpers.gateway import (
     Served,
     connected,
     over_http,
-    read_body,
+    refusing_calls,
     relayed,
     said,
     sdk_over_http,
@@ -731,17 +729,7 @@ async def test_a_call_an_http_upstream_refuses_with_401_fails_saying_it_did_not_
     """An upstream that wants a credential the gateway was not given refuses the call before it runs: the client is
     told so, naming the upstream and the status, and nothing of the gateway's own bookkeeping."""
 
-    async def refusing(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            body, replayed = await read_body(receive)
-            if json.loads(body).get("method") == "tools/call":
-                await PlainTextResponse("who are you?", 401)(scope, receive, send)
-                return
-            receive = replayed
-        await inner(scope, receive, send)
-
-    inner = sdk_server.streamable_http_app(host="127.0.0.1")
-    with serving(refusing, free_port()) as base:
+    with serving(refusing_calls(sdk_server.streamable_http_app(host="127.0.0.1")), free_port()) as base:
         async with relayed(over_http(f"{base}/mcp"), "legacy") as client:
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("pid", {})

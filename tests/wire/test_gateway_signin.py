@@ -24,8 +24,6 @@ from mcp.shared.auth import OAuthClientMetadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult, InputRequiredResult, InputResponses
 from pydantic import AnyUrl
-from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_elicit.cli.login import SignInStorage
 from mcp_elicit.gateway import Gateway, Upstream
@@ -36,7 +34,16 @@ from mcp_elicit.server import Fallback
 from mcp_elicit.store import open_store
 from mcp_elicit.web import LocalAuthorizationServer
 from mcp_elicit.web.deployment import sign_in_settings
-from tests.helpers.gateway import SDK_SERVER, Person, over_http, read_body, sdk_over_http, stdio, text, until
+from tests.helpers.gateway import (
+    SDK_SERVER,
+    Person,
+    over_http,
+    refusing_calls,
+    sdk_over_http,
+    stdio,
+    text,
+    until,
+)
 from tests.helpers.http_harness import free_port, serving
 from tests.helpers.oauth_client import CALLBACK, SigningInPerson
 from tests.helpers.results import unwrap
@@ -255,22 +262,6 @@ def test_what_a_signed_in_gateway_is_built_from_is_checked_when_it_is_built(stor
             deployment.auth.http_app(deployment.gateway.server)
     finally:
         store.close()
-
-
-def refusing_calls(inner: ASGIApp) -> ASGIApp:
-    """`inner` behind a check that refuses (401) every `tools/call` before the MCP server sees it: the upstream wants
-    a credential the gateway was not given."""
-
-    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            body, replayed = await read_body(receive)
-            if json.loads(body).get("method") == "tools/call":
-                await PlainTextResponse("who are you?", 401)(scope, receive, send)
-                return
-            receive = replayed
-        await inner(scope, receive, send)
-
-    return checked
 
 
 async def test_a_refusal_by_an_upstream_without_a_credential_names_no_credential_to_connect(store_url: str) -> None:
